@@ -1,0 +1,32 @@
+# The two set-up commands of the README: `make demo` and `make test`. Both create the virtualenv on first use.
+PYTHON ?= python3
+VENV ?= .venv
+# torch first, pinned to the CPU build that lies on this kind of machine (an unpinned install pulls a
+# multi-GB CUDA build); override e.g. `make demo TORCH_SPEC='torch==2.8.0'`.
+TORCH_SPEC ?= torch==2.13.0
+WORKLOAD ?= cnn
+BUDGET ?= 2m
+BIN := $(VENV)/bin
+
+.PHONY: demo test clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e ".[test]"
+	touch $@
+
+demo: $(VENV)/.installed
+	$(BIN)/autotune probe
+	$(BIN)/autotune search --workload $(WORKLOAD) --budget $(BUDGET)
+	$(BIN)/autotune export --format env -o best.env
+
+# pytest exits 5 when it collected no test: that is reported, not treated as a failure.
+test: $(VENV)/.installed
+	@tests/system-deps.sh
+	@rc=0; $(BIN)/python -m pytest -q $(PYTEST_ARGS) || rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; rc=0; fi; exit $$rc
+
+clean:
+	rm -rf $(VENV) *.egg-info studies.db best.env

@@ -1,0 +1,34 @@
+"""autotune: a hardware-aware auto-tuner for PyTorch training.
+
+    autotune probe                          # what this machine has
+    autotune search --workload cnn --budget 30m
+    autotune export --format env -o best.env
+
+and in training code ``tuned = autotune.apply("best.env")``. Nothing is probed at import time.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+# Imported eagerly: the function must shadow its module's name on the package for good.
+from .apply import apply
+from .errors import AutotuneError
+from .recipe import Recipe
+from .workload import Workload
+
+__all__ = ["AutotuneError", "Recipe", "Workload", "apply", "probe", "search"]
+__version__ = "0.1.0"
+
+
+def probe(root: str | None = None, **kwargs: Any) -> Any:
+    """The hardware facts of this machine (or of a recorded tree ``root``)."""
+    from .probes import probe as _probe
+
+    return _probe(root, **kwargs)
+
+
+def search(workload: str, **kwargs: Any) -> Any:
+    """Run a search study; see ``autotune.study.search``."""
+    from .study import search as _search
+
+    return _search(workload, **kwargs)

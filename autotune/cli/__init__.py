@@ -1,0 +1,53 @@
+"""The ``autotune`` command: one module per verb, each with ``register(subparsers)``.
+
+Usage errors become one line plus the verb's usage; ``--debug`` shows the traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from ..errors import AutotuneError
+
+VERBS = ("probe", "search", "best", "export", "run")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    import importlib
+
+    parser = argparse.ArgumentParser(
+        prog="autotune",
+        description="Hardware-aware auto-tuner for PyTorch training: probe the machine, search the knobs "
+        "that matter on it with real short training runs, export and apply the best recipe.",
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+    for verb in VERBS:
+        importlib.import_module(f".{verb}", __name__).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.debug else logging.WARNING,
+        format="autotune: %(levelname)s: %(message)s",
+    )
+    try:
+        return int(args.func(args) or 0)
+    except AutotuneError as e:
+        if args.debug:
+            raise
+        print(f"autotune {args.verb}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"autotune {args.verb}: interrupted; everything recorded so far is kept", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - a bug: one line, the traceback with --debug
+        if args.debug:
+            raise
+        print(f"autotune {args.verb}: internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)",
+              file=sys.stderr)
+        return 1

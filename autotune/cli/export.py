@@ -1,0 +1,50 @@
+"""``autotune export``: write the recipe as an env file (``set -a; . ./best.env; set +a``) or JSON."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ._common import add_storage, find_recipe
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("export", help="write the best recipe as an env file or JSON")
+    p.add_argument("--format", choices=("env", "json"), default="env", help="env (default) or json")
+    p.add_argument("-o", "--output", default=None, metavar="FILE", help="write here instead of standard output")
+    p.add_argument("--recipe", default=None, metavar="ID|FILE", help="a recipe id (default: the latest)")
+    p.add_argument("--study", default=None, metavar="NAME")
+    p.add_argument("--workload", default=None, metavar="W")
+    add_storage(p)
+    p.set_defaults(func=run)
+
+
+def render(recipe, fmt: str) -> str:  # type: ignore[no-untyped-def]
+    """The exported text of a recipe (env or json)."""
+    from .. import search_spaces as spaces
+    from ..recipe import to_env
+
+    if fmt == "json":
+        return json.dumps(recipe.to_dict(), indent=2, sort_keys=True) + "\n"
+    from .. import probes
+
+    facts = probes.probe(gpus=False)  # environment-level knobs (affinity, library paths) resolve on this machine
+    params = recipe.params
+    return to_env(recipe, spaces.environment(params, facts), spaces.cpus_for(params, facts),
+                  spaces.memory_nodes(params, facts))
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..errors import UsageError
+
+    text = render(find_recipe(args), args.format)
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        with open(args.output, "w") as f:
+            f.write(text)
+    except OSError as e:
+        raise UsageError(f"cannot write {args.output}: {e.strerror}") from e
+    print(f"wrote {args.output}", file=sys.stderr)
+    return 0

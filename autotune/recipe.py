@@ -1,0 +1,112 @@
+"""A ``Recipe``: the chosen knob values plus where they were measured, and its env-file form.
+
+The env file is both a shell file (``set -a; . ./best.env; set +a`` exports the environment-level
+knobs) and the recipe's portable form: ``autotune.apply("best.env")`` parses it (never executes it)
+and reads the full recipe back from ``AUTOTUNE_RECIPE``.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import UsageError
+
+_ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The best knob values found for one workload on one machine (``fingerprint``)."""
+
+    params: dict[str, Any]
+    workload: str
+    fingerprint: str | None = None
+    study: str | None = None
+    samples_per_s: float | None = None
+    baseline_samples_per_s: float | None = None
+    speedup: float | None = None
+    loss: float | None = None
+    baseline_loss: float | None = None
+    id: int | None = None
+    created: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Recipe:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        if "params" not in known or "workload" not in known:
+            raise UsageError("not an autotune recipe: it has no 'params' or 'workload'")
+        return cls(**known)
+
+
+def to_env(
+    recipe: Recipe, environment: dict[str, str], cpus: list[int] | None, nodes: tuple[int, ...] | None = None
+) -> str:
+    """The env-file text: comments, the recipe as JSON, and the environment-level knobs, all quoted.
+
+    ``LD_PRELOAD`` keeps what the shell already preloads, after the recipe's libraries (as ``autotune
+    run`` does). CPU affinity and memory binding cannot be variables: ``AUTOTUNE_CPUS`` and
+    ``AUTOTUNE_MEMBIND`` hold them for ``taskset``/``numactl``, and ``autotune.apply()`` warns when unapplied.
+    """
+    lines = [
+        f"# autotune recipe {recipe.id or ''} for workload {recipe.workload} (study {recipe.study})",
+        f"# hardware fingerprint {recipe.fingerprint}; created {recipe.created}",
+    ]
+    if recipe.speedup is not None:
+        lines.append(
+            f"# {recipe.speedup:.2f}x PyTorch defaults: {recipe.samples_per_s:.1f} vs "
+            f"{recipe.baseline_samples_per_s:.1f} samples/s"
+        )
+    lines.append("# Load in bash with: set -a; . ./THIS_FILE; set +a   (or: autotune run --recipe THIS_FILE -- CMD)")
+    values = {"AUTOTUNE_RECIPE": json.dumps(recipe.to_dict(), sort_keys=True)}
+    if cpus is not None:
+        values["AUTOTUNE_CPUS"] = ",".join(map(str, cpus))  # for: taskset -c "$AUTOTUNE_CPUS" CMD
+    if nodes:
+        values["AUTOTUNE_MEMBIND"] = ",".join(map(str, nodes))  # for: numactl --membind="$AUTOTUNE_MEMBIND" CMD
+    values.update(environment)
+    lines += [f"{key}={shlex.quote(value)}" + ('"${LD_PRELOAD:+:$LD_PRELOAD}"' if key == "LD_PRELOAD" else "")
+              for key, value in values.items()]
+    return "\n".join(lines) + "\n"
+
+
+def parse_env(text: str, source: str = "env file") -> dict[str, str]:
+    """Parse ``KEY=VALUE`` lines written by ``to_env`` without executing anything."""
+    values: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = _ASSIGNMENT.match(line)
+        try:
+            words = shlex.split(match.group(2)) if match else None
+        except ValueError:
+            words = None
+        if not match or words is None or len(words) > 1:
+            raise UsageError(f"{source}:{number}: not a KEY=VALUE line: {raw[:60]!r}")
+        values[match.group(1)] = words[0] if words else ""
+    return values
+
+
+def load_recipe_file(path: str | Path) -> Recipe:
+    """A recipe from an exported ``.env`` or ``.json`` file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise UsageError(f"cannot read recipe file {path}: {e.strerror}") from e
+    try:
+        if path.suffix == ".json":
+            return Recipe.from_dict(json.loads(text))
+        values = parse_env(text, str(path))
+        if "AUTOTUNE_RECIPE" not in values:
+            raise UsageError(f"{path} has no AUTOTUNE_RECIPE line: export it with 'autotune export'")
+        return Recipe.from_dict(json.loads(values["AUTOTUNE_RECIPE"]))
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{path}: the recipe is not valid JSON ({e.msg} at line {e.lineno})") from e

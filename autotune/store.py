@@ -1,0 +1,122 @@
+"""The recipe store: a ``recipes`` table (SQLAlchemy) in the same database as the Optuna studies.
+
+Any SQLAlchemy URL works (``sqlite:///studies.db`` by default, ``postgresql+psycopg://…`` for several
+machines). A file that is not a database is reported, never overwritten.
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, Float, Integer, String, create_engine, select
+from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from .errors import StorageError, UsageError
+from .recipe import Recipe
+
+DEFAULT_STORAGE = "sqlite:///studies.db"
+
+
+class _Base(DeclarativeBase):
+    pass
+
+
+class _RecipeRow(_Base):
+    __tablename__ = "recipes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    study: Mapped[str | None] = mapped_column(String(512), index=True)
+    workload: Mapped[str] = mapped_column(String(1024), index=True)
+    fingerprint: Mapped[str | None] = mapped_column(String(64), index=True)
+    params: Mapped[dict[str, Any]] = mapped_column(JSON)
+    samples_per_s: Mapped[float | None] = mapped_column(Float)
+    baseline_samples_per_s: Mapped[float | None] = mapped_column(Float)
+    speedup: Mapped[float | None] = mapped_column(Float)
+    loss: Mapped[float | None] = mapped_column(Float)
+    baseline_loss: Mapped[float | None] = mapped_column(Float)
+    notes: Mapped[list[str]] = mapped_column(JSON, default=list)
+    created: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+def check_storage_url(url: str) -> None:
+    """Refuse an SQLite path that exists but is not an SQLite database (before anyone writes to it)."""
+    if not url.startswith("sqlite:///"):
+        return
+    path = Path(url.removeprefix("sqlite:///"))
+    if path.exists() and path.stat().st_size > 0:
+        with open(path, "rb") as f:
+            if f.read(16) != b"SQLite format 3\x00":
+                raise StorageError(
+                    f"{path} exists but is not an SQLite database: move it away or pass --storage URL"
+                )
+
+
+class RecipeStore:
+    """Save and look up recipes. Use as a context manager: ``with RecipeStore.open(url) as store``."""
+
+    def __init__(self, engine: Any) -> None:
+        self._engine = engine
+
+    @classmethod
+    def open(cls, url: str = DEFAULT_STORAGE) -> RecipeStore:
+        check_storage_url(url)
+        try:
+            engine = create_engine(url)
+            _Base.metadata.create_all(engine)
+        except ArgumentError as e:
+            raise UsageError(f"bad storage URL {url!r}: use e.g. sqlite:///studies.db or postgresql+psycopg://…") from e
+        except (DatabaseError, OperationalError) as e:
+            raise StorageError(f"cannot open the database {url}: {e.orig}") from e
+        except ModuleNotFoundError as e:
+            raise StorageError(f"no driver for {url}: pip install 'autotune[postgres]' ({e.name} missing)") from e
+        return cls(engine)
+
+    def __enter__(self) -> RecipeStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._engine.dispose()
+
+    def save(self, recipe: Recipe) -> Recipe:
+        """Store a recipe; returns it with its id and creation time."""
+        row = _RecipeRow(
+            study=recipe.study, workload=recipe.workload, fingerprint=recipe.fingerprint,
+            params=json.loads(json.dumps(recipe.params)), samples_per_s=recipe.samples_per_s,
+            baseline_samples_per_s=recipe.baseline_samples_per_s, speedup=recipe.speedup, loss=recipe.loss,
+            baseline_loss=recipe.baseline_loss, notes=list(recipe.notes), created=datetime.now(timezone.utc),
+        )
+        with Session(self._engine) as session, session.begin():
+            session.add(row)
+            session.flush()
+            return _to_recipe(row)
+
+    def get(self, recipe_id: int) -> Recipe:
+        with Session(self._engine) as session:
+            row = session.get(_RecipeRow, recipe_id)
+            if row is None:
+                raise UsageError(f"no recipe {recipe_id} in this database: 'autotune best' lists the latest")
+            return _to_recipe(row)
+
+    def latest(
+        self, *, workload: str | None = None, fingerprint: str | None = None, study: str | None = None
+    ) -> Recipe | None:
+        """The newest recipe matching every filter given, or None."""
+        query = select(_RecipeRow).order_by(_RecipeRow.id.desc()).limit(1)
+        for column, value in ((_RecipeRow.workload, workload), (_RecipeRow.fingerprint, fingerprint), (_RecipeRow.study, study)):
+            if value is not None:
+                query = query.where(column == value)
+        with Session(self._engine) as session:
+            row = session.scalars(query).first()
+            return _to_recipe(row) if row else None
+
+
+def _to_recipe(row: _RecipeRow) -> Recipe:
+    return Recipe(
+        params=dict(row.params), workload=row.workload, fingerprint=row.fingerprint, study=row.study,
+        samples_per_s=row.samples_per_s, baseline_samples_per_s=row.baseline_samples_per_s, speedup=row.speedup,
+        loss=row.loss, baseline_loss=row.baseline_loss, id=row.id, created=row.created.isoformat() if row.created else None,
+        notes=list(row.notes or []),
+    )

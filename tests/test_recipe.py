@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from autotune.errors import UsageError
+from autotune.recipe import Recipe, load_recipe_file, parse_env, to_env
+
+NASTY = "it's $(touch pwned) `touch pwned2` \"q\" ; rm -rf / # \\ end"
+
+
+def _recipe() -> Recipe:
+    return Recipe(params={"threads": 2, "batch_size": 64, "note": NASTY}, workload="cnn", fingerprint="abc123",
+                  study="s", samples_per_s=200.0, baseline_samples_per_s=100.0, speedup=2.0, id=7)
+
+
+def test_env_file_round_trips_without_executing_anything(tmp_path: Path) -> None:
+    text = to_env(_recipe(), {"OMP_NUM_THREADS": "2", "WEIRD": NASTY}, [0, 1])
+    (tmp_path / "best.env").write_text(text)
+    values = parse_env(text)
+    assert values["OMP_NUM_THREADS"] == "2" and values["WEIRD"] == NASTY and values["AUTOTUNE_CPUS"] == "0,1"
+    assert load_recipe_file(tmp_path / "best.env") == _recipe()
+    script = 'set -a; . ./best.env; set +a; printf "%s\\n%s\\n%s" "$OMP_NUM_THREADS" "$WEIRD" "$AUTOTUNE_RECIPE"'
+    out = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    threads, weird, recipe_json = out.split("\n", 2)
+    assert (threads, weird) == ("2", NASTY)
+    assert json.loads(recipe_json)["params"]["note"] == NASTY
+    assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned2").exists()
+
+
+def test_json_recipe_file(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(_recipe().to_dict()))
+    assert load_recipe_file(path).params["batch_size"] == 64
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("a.env", "OMP_NUM_THREADS=2\n", "no AUTOTUNE_RECIPE"),
+        ("b.env", "echo hello\n", "not a KEY=VALUE"),
+        ("c.env", "A=$(date)x y\n", "not a KEY=VALUE"),
+        ("d.env", "AUTOTUNE_RECIPE='{not json'\n", "not valid JSON"),
+        ("e.json", '{"threads": 2}', "not an autotune recipe"),
+        ("missing.env", None, "cannot read"),
+    ],
+)
+def test_bad_recipe_files_give_one_clear_error(tmp_path: Path, name: str, text: str | None, message: str) -> None:
+    if text is not None:
+        (tmp_path / name).write_text(text)
+    with pytest.raises(UsageError, match=message):
+        load_recipe_file(tmp_path / name)
