@@ -1,0 +1,158 @@
+"""The probed facts: frozen dataclasses that round-trip through JSON.
+
+Every later stage (search spaces, trial runner, recipe store) reads these and nothing else, so
+the search can be replayed on recorded hardware. ``None`` means "unknown / not probed", never 0.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class NumaNode:
+    id: int
+    cpus: str  # CPU list in kernel syntax ("0-3,8"); "" for a CPU-less node
+    memory_bytes: int | None = None
+    kind: str | None = None  # hwloc's memory subtype of a CPU-less node ("GPUMemory", "MCDRAM", ...); None for DRAM
+
+
+@dataclass(frozen=True)
+class Core:
+    """One physical core the process may use, with the hardware threads (PUs) it may use.
+
+    ``package`` is the package's logical index (0..packages-1, hwloc's order); ``numa_node`` the kernel
+    number of the core's local node, which may lie outside ``Allowed.numa_nodes`` when the cpuset
+    forbids that node's memory.
+    """
+
+    package: int
+    numa_node: int | None
+    cpus: tuple[int, ...]
+    # hybrid CPUs: hwloc's CoreType ("IntelCore", "IntelAtom") or, where hwloc lacks it (recorded trees),
+    # "kind<rank>@<max MHz>" with rank 0 the most power-efficient kind; None on non-hybrid CPUs
+    kind: str | None = None
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """The part of the machine this process may use (cgroup cpuset, Slurm, taskset)."""
+
+    cpus: str
+    packages: int
+    cores: int
+    threads: int
+    numa_nodes: tuple[int, ...]
+    core_list: tuple[Core, ...] = ()  # in hwloc's logical order: package, then NUMA node, then core
+
+
+@dataclass(frozen=True)
+class CpuTopology:
+    model: str | None
+    vendor: str | None
+    arch: str | None
+    packages: int
+    dies: int
+    cores: int
+    threads: int
+    threads_per_core: tuple[int, ...]  # distinct values seen (mixed on hybrid CPUs / offline siblings)
+    numa_nodes: tuple[NumaNode, ...]
+    offline_cpus: str
+    isa: tuple[str, ...]
+    allowed: Allowed
+    core_kinds: tuple[str, ...] = ()
+    source: str = "hwloc"  # "hwloc" or "psutil" (partial topology)
+    partial: bool = False
+
+
+@dataclass(frozen=True)
+class Memory:
+    total_bytes: int | None
+    available_bytes: int | None
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What the Python/torch runtime offers. Live-only: None when probing a recorded tree."""
+
+    python: str
+    torch_version: str | None
+    torch_build: str | None  # "cpu" | "cuda" | "rocm"
+    cuda_version: str | None
+    openmp: str | None  # "gnu" | "intel" | None (torch built without OpenMP)
+    iomp5_path: str | None
+    jemalloc_path: str | None
+    tcmalloc_path: str | None
+    numactl_path: str | None
+    taskset_path: str | None
+    onednn: str | None
+    distributed_backends: tuple[str, ...] = ()
+    compile_cpu_ok: bool | None = None  # torch.compile's CPU backend has a working C++ compiler
+    ipex_version: str | None = None
+    ipex_compatible: bool | None = None
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    compute_capability: str  # "9.0"
+    memory_bytes: int
+    pci_bus_id: str
+    numa_node: int | None = None
+    cpu_affinity: str | None = None
+    mig: bool | None = None
+    links: dict[str, str] = field(default_factory=dict)  # peer index -> "NV18" | "PIX" | ... | "SYS"
+    p2p: dict[str, bool] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Facts:
+    cpu: CpuTopology
+    memory: Memory
+    runtime: Runtime | None
+    gpus: tuple[Gpu, ...]
+    fingerprint: str
+    root: str | None = None  # recorded tree probed instead of "/", or None for the live machine
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        """The versioned JSON document: ``schema_version`` first, then every field."""
+        data = dataclasses.asdict(self)
+        return {"schema_version": data.pop("schema_version"), **data}
+
+    def to_json(self, **kwargs: Any) -> str:
+        return json.dumps(self.to_dict(), **kwargs)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Facts:
+        cpu = dict(data["cpu"])
+        allowed = dict(cpu["allowed"])
+        allowed["numa_nodes"] = tuple(allowed["numa_nodes"])
+        allowed["core_list"] = tuple(
+            Core(**{**c, "cpus": tuple(c["cpus"])}) for c in allowed.get("core_list", ())
+        )
+        cpu["allowed"] = Allowed(**allowed)
+        cpu["numa_nodes"] = tuple(NumaNode(**n) for n in cpu["numa_nodes"])
+        for key in ("threads_per_core", "isa", "core_kinds"):
+            cpu[key] = tuple(cpu.get(key, ()))
+        runtime = data.get("runtime")
+        if runtime is not None:
+            runtime = Runtime(**{**runtime, "distributed_backends": tuple(runtime.get("distributed_backends", ()))})
+        return cls(
+            cpu=CpuTopology(**cpu),
+            memory=Memory(**data["memory"]),
+            runtime=runtime,
+            gpus=tuple(Gpu(**g) for g in data.get("gpus", ())),
+            fingerprint=data["fingerprint"],
+            root=data.get("root"),
+            schema_version=data.get("schema_version", SCHEMA_VERSION),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> Facts:
+        return cls.from_dict(json.loads(text))

@@ -1,0 +1,119 @@
+"""GPUs through the NVML facade: identity, locality and the link matrix of ``nvidia-smi topo -m``."""
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import _nvml
+from ._cpulist import format_cpulist
+from ._facts import Gpu
+from ._nvml import Nvml, NvmlError
+
+log = logging.getLogger(__name__)
+
+# nvmlDeviceGetTopologyCommonAncestor levels -> nvidia-smi topo labels
+PCIE_LABELS = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+
+
+@dataclass
+class _NvLinks:
+    """Active NVLinks of one GPU: counted per peer GPU, and those that end on an NVSwitch."""
+
+    to_gpu: Counter[str] = field(default_factory=Counter)  # peer bus id -> links
+    to_switch: int = 0
+
+
+def probe_gpus() -> tuple[Gpu, ...]:
+    """Every GPU NVML sees; ``()`` without a driver, library or GPU (logged at debug level, no traceback)."""
+    try:
+        with Nvml() as nvml:
+            return _gpus(nvml)
+    except NvmlError as e:
+        log.debug("no GPUs probed: %s", e)
+        return ()
+
+
+def _gpus(nvml: Nvml) -> tuple[Gpu, ...]:
+    handles = [nvml.handle(i) for i in range(nvml.device_count())]
+    bus_ids = [bus_key(nvml.pci_bus_id(h)) for h in handles]
+    nvlinks = [_nvlinks(nvml, h, bus_ids) for h in handles]
+    gpus = []
+    for i, h in enumerate(handles):
+        major, minor = nvml.compute_capability(h)
+        numa = _optional(nvml.memory_affinity, h)
+        cpus = _optional(nvml.cpu_affinity, h)
+        gpus.append(Gpu(
+            index=i,
+            name=nvml.name(h),
+            compute_capability=f"{major}.{minor}",
+            memory_bytes=nvml.memory_total(h),
+            pci_bus_id=bus_ids[i],
+            numa_node=min(numa) if numa else None,
+            cpu_affinity=format_cpulist(cpus) if cpus else None,
+            mig=_optional(nvml.mig_enabled, h),
+            links={str(j): link for j in range(len(handles))
+                   if j != i and (link := _link(nvml, handles, nvlinks, bus_ids, i, j)) is not None},
+            p2p={str(j): ok for j in range(len(handles))
+                 if j != i and (ok := _optional(nvml.p2p_read_ok, h, handles[j])) is not None},
+        ))
+    return tuple(gpus)
+
+
+def bus_key(bus_id: str) -> str:
+    """One spelling for a PCI bus id: 8-digit domain, upper case ("0000:18:00.0" -> "00000000:18:00.0")."""
+    parts = bus_id.strip().upper().split(":")
+    if len(parts) == 2:
+        parts.insert(0, "0")
+    if len(parts) != 3:
+        return bus_id.strip().upper()
+    return f"{int(parts[0], 16):08X}:{parts[1]}:{parts[2]}"
+
+
+def _optional(method, *args: Any) -> Any:
+    """A value NVML may not support here (MIG on a GeForce, NUMA in a VM): None when unsupported."""
+    try:
+        return method(*args)
+    except NvmlError as e:
+        log.debug("%s: %s", method.__name__, e)
+        return None
+
+
+def _nvlinks(nvml: Nvml, handle: Any, bus_ids: list[str]) -> _NvLinks:
+    """Count active links by what is at their far end.
+
+    A link whose far end is not one of our GPUs, or whose far end NVML cannot name, is taken to end
+    on an NVSwitch: on NVSwitch systems inside VMs NVML does not see the switches (NCCL makes the same
+    assumption, NVIDIA/nccl#1182).
+    """
+    links = _NvLinks()
+    for link in range(_nvml.NVML_NVLINK_MAX_LINKS):
+        try:
+            if not nvml.nvlink_active(handle, link):
+                continue
+        except NvmlError:
+            continue  # past this GPU's last link, or no NVLink at all
+        remote_type = _optional(nvml.nvlink_remote_type, handle, link)
+        remote = _optional(nvml.nvlink_remote_bus_id, handle, link)
+        peer = bus_key(remote) if remote else None
+        if remote_type != _nvml.NVML_NVLINK_DEVICE_TYPE_SWITCH and peer in bus_ids:
+            links.to_gpu[peer] += 1
+        else:
+            links.to_switch += 1
+    return links
+
+
+def _link(nvml: Nvml, handles: list[Any], nvlinks: list[_NvLinks], bus_ids: list[str], i: int, j: int) -> str | None:
+    """``NV<n>`` (active NVLinks between the pair) or the PCIe distance, as ``nvidia-smi topo -m`` prints it.
+
+    Through NVSwitches every GPU reaches every other over all of its switch links: nvidia-smi prints
+    NV18 for each pair of H100 SXM. When the two GPUs have different switch link counts (a link down)
+    the smaller bounds the pair. None when NVML cannot tell the PCIe distance either.
+    """
+    direct = nvlinks[i].to_gpu[bus_ids[j]]
+    switched = min(nvlinks[i].to_switch, nvlinks[j].to_switch)
+    if direct + switched:
+        return f"NV{direct + switched}"
+    level = _optional(nvml.common_ancestor, handles[i], handles[j])
+    return PCIE_LABELS.get(level) if level is not None else None

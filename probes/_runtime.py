@@ -1,0 +1,187 @@
+"""What the Python/torch runtime of this machine offers (live only: a recorded tree has no runtime).
+
+Importing torch is the slow part (seconds); everything else here takes a few milliseconds. Nothing is
+compiled or launched except ``ldconfig -p`` (the dynamic linker's cache, read once per probe).
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+from ._facts import Runtime
+
+log = logging.getLogger(__name__)
+
+IOMP5 = ("libiomp5.so",)
+JEMALLOC = ("libjemalloc.so.2", "libjemalloc.so")
+TCMALLOC = ("libtcmalloc.so.4", "libtcmalloc_minimal.so.4", "libtcmalloc.so")
+_LDCONFIG = ("/sbin/ldconfig", "/usr/sbin/ldconfig")
+_DIST_BACKENDS = ("gloo", "nccl", "mpi", "ucc", "xccl")
+
+
+def probe_runtime() -> Runtime:
+    """The runtime facts; torch-related ones are None when torch cannot be imported."""
+    torch = _import_torch()
+    maps = _loaded_libraries()
+    search_dirs = _library_dirs()
+    cache = _ldconfig_cache()
+    ipex = _dist_version("intel_extension_for_pytorch")  # metadata only: importing IPEX is slow and may fail
+    return Runtime(
+        python=platform.python_version(),
+        torch_version=getattr(torch, "__version__", None),
+        torch_build=_torch_build(torch),
+        cuda_version=_cuda_version(torch),
+        openmp=_openmp(torch, maps),
+        iomp5_path=find_library(IOMP5, search_dirs, cache),
+        jemalloc_path=find_library(JEMALLOC, search_dirs, cache),
+        tcmalloc_path=find_library(TCMALLOC, search_dirs, cache),
+        numactl_path=shutil.which("numactl"),
+        taskset_path=shutil.which("taskset"),
+        onednn=_onednn(torch),
+        distributed_backends=_distributed_backends(torch),
+        compile_cpu_ok=cpp_compiler() is not None,
+        ipex_version=ipex,
+        ipex_compatible=ipex_compatible(ipex, getattr(torch, "__version__", None)),
+    )
+
+
+def _import_torch():
+    try:
+        import torch
+    except ImportError as e:
+        log.debug("torch cannot be imported: %s", e)
+        return None
+    return torch
+
+
+def _torch_build(torch) -> str | None:
+    if torch is None:
+        return None
+    if getattr(torch.version, "hip", None):
+        return "rocm"
+    return "cuda" if torch.version.cuda else "cpu"
+
+
+def _cuda_version(torch) -> str | None:
+    if torch is None:
+        return None
+    return torch.version.cuda or getattr(torch.version, "hip", None)
+
+
+def _loaded_libraries() -> list[str]:
+    """Paths of the shared libraries mapped into this process (``/proc/self/maps``)."""
+    try:
+        text = Path("/proc/self/maps").read_text()
+    except OSError:
+        return []
+    return list(dict.fromkeys(line.split()[-1] for line in text.splitlines() if ".so" in line))
+
+
+def _openmp(torch, maps: list[str]) -> str | None:
+    """Which OpenMP runtime torch's parallel regions run on: "gnu", "intel", "llvm" or None.
+
+    torch's wheels link libgomp; an ``LD_PRELOAD``-ed libiomp5 comes first in symbol lookup and takes
+    over its ``GOMP_*`` entry points, so a mapped libiomp5 that was preloaded (or is the only OpenMP
+    mapped) wins. None when torch's ATen parallel backend is not OpenMP.
+    """
+    if torch is None or "parallel backend: OpenMP" not in torch.__config__.parallel_info():
+        return None
+    names = [Path(p).name for p in maps]
+    has = {kind: any(n.startswith(prefix) for n in names)
+           for kind, prefix in (("intel", "libiomp5"), ("gnu", "libgomp"), ("llvm", "libomp."))}
+    preloaded = "libiomp5" in os.environ.get("LD_PRELOAD", "")
+    if has["intel"] and (preloaded or not has["gnu"]):
+        return "intel"
+    return next((kind for kind in ("gnu", "llvm", "intel") if has[kind]), None)
+
+
+def _onednn(torch) -> str | None:
+    if torch is None:
+        return None
+    match = re.search(r"(?:MKL-DNN|oneDNN)\s+v(\d+(?:\.\d+)*)", torch.__config__.show())
+    return match.group(1) if match else None
+
+
+def _distributed_backends(torch) -> tuple[str, ...]:
+    if torch is None:
+        return ()
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return ()
+    return tuple(b for b in _DIST_BACKENDS if getattr(dist, f"is_{b}_available", lambda: False)())
+
+
+def cpp_compiler() -> str | None:
+    """The C++ compiler torch.compile's CPU backend would call: ``$CXX``, else ``g++`` (``clang++`` on macOS).
+
+    Mirrors ``torch._inductor.config.cpp.cxx``; found on PATH, not run (no compile at probe time).
+    """
+    name = os.environ.get("CXX") or ("clang++" if sys.platform == "darwin" else "g++")
+    return shutil.which(name)
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def ipex_compatible(ipex: str | None, torch_version: str | None) -> bool | None:
+    """IPEX only loads on the torch release it was built for: same major.minor.
+
+    >>> ipex_compatible("2.3.100", "2.3.1+cpu"), ipex_compatible("2.1.0", "2.3.0"), ipex_compatible(None, "2.3")
+    (True, False, None)
+    """
+    if ipex is None or torch_version is None:
+        return None
+    return ipex.split(".")[:2] == torch_version.split("+")[0].split(".")[:2]
+
+
+def _library_dirs() -> list[Path]:
+    """Where pip/conda wheels and distributions put shared libraries, most specific first."""
+    dirs = [Path(sys.prefix) / "lib"]
+    if os.environ.get("CONDA_PREFIX"):
+        dirs.append(Path(os.environ["CONDA_PREFIX"]) / "lib")
+    multiarch = sysconfig.get_config_var("MULTIARCH")
+    for base in ("/usr/local/lib", "/usr/lib", "/lib", "/usr/lib64", "/lib64"):
+        if multiarch:
+            dirs.append(Path(base) / multiarch)
+        dirs.append(Path(base))
+    return list(dict.fromkeys(dirs))
+
+
+def _ldconfig_cache() -> dict[str, str]:
+    """Library name -> path from the dynamic linker's cache (``ldconfig -p``); empty when unavailable."""
+    exe = shutil.which("ldconfig") or next((p for p in _LDCONFIG if os.access(p, os.X_OK)), None)
+    if exe is None:
+        return {}
+    try:
+        out = subprocess.run([exe, "-p"], capture_output=True, text=True, timeout=10, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired) as e:
+        log.debug("ldconfig -p failed: %s", e)
+        return {}
+    cache: dict[str, str] = {}
+    for line in out.splitlines():
+        name, arrow, path = line.strip().partition(" => ")
+        if arrow:
+            cache.setdefault(name.split(" (")[0], path.strip())
+    return cache
+
+
+def find_library(names: tuple[str, ...], dirs: list[Path], cache: dict[str, str]) -> str | None:
+    """The first of ``names`` found in ``dirs`` (in order), else in the ldconfig cache."""
+    for directory in dirs:
+        for name in names:
+            if (directory / name).is_file():
+                return str(directory / name)
+    return next((cache[n] for n in names if n in cache), None)

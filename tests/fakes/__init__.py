@@ -1,0 +1,1 @@
+"""Fakes of hardware libraries for tests (NVML parsed from real nvidia-smi dumps)."""
