@@ -1,0 +1,226 @@
+"""``autotune.apply()``: put a recipe into effect in the user's training process.
+
+The trial runner calls the same function inside every trial subprocess, so what was measured is what
+is applied. Environment-level knobs (thread variables, LD_PRELOAD, CPU affinity) must be in effect
+before Python starts: ``apply()`` cannot change them afterwards and warns, naming the fix
+(``autotune run --recipe FILE -- python train.py``, or ``set -a; . ./best.env; set +a``).
+
+Example::
+
+    import autotune, torch
+    tuned = autotune.apply("best.env")
+    model = tuned.prepare_model(MyNet())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05 * tuned.lr_scale)
+    model, optimizer = tuned.prepare(model, optimizer)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=tuned.batch_size, shuffle=True,
+                                         **tuned.dataloader_kwargs)
+    for batch in loader:
+        x, y = tuned.to_device(*batch)
+        with tuned.autocast():
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        tuned.step(loss, optimizer)
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import _distributed
+from . import search_spaces as spaces
+from .errors import HardwareMismatchError, UsageError
+from .recipe import Recipe, load_recipe_file
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Tuned:
+    """What a training loop needs from a recipe; returned by ``apply()``."""
+
+    params: dict[str, Any]
+    device: str = "cpu"
+    warnings: list[str] = field(default_factory=list)
+    worker_cpus: list[int] | None = None  # the DataLoader workers' CPUs, apart from the compute threads'
+    in_effect: dict[str, Any] = field(default_factory=dict)  # knob -> what prepare_model/prepare did
+    _scaler: Any = None
+    _micro_step: int = 0
+
+    def __post_init__(self) -> None:
+        self._scaler = spaces.amp.grad_scaler(self.params, self.device)
+
+    @property
+    def batch_size(self) -> int:
+        """This process's DataLoader batch: the recipe's ``batch_size`` is summed over the ranks (``processes``)."""
+        return max(1, int(self.params["batch_size"]) // self.world_size)
+
+    @property
+    def world_size(self) -> int:
+        """How many data-parallel processes train together (1 without a process group)."""
+        return _distributed.world()[1]
+
+    @property
+    def rank(self) -> int:
+        return _distributed.world()[0]
+
+    @property
+    def step_samples(self) -> int:
+        """Samples of one optimizer step over all ranks and accumulated micro-batches."""
+        return self.batch_size * self.world_size * self.accumulation
+
+    def sampler(self, dataset: Any, *, shuffle: bool = True, seed: int = 0) -> Any:
+        """This rank's shard of ``dataset`` (a ``DistributedSampler``), or None with one process: pass it as
+        ``DataLoader(..., sampler=s, shuffle=s is None)`` and call ``s.set_epoch(epoch)`` every epoch."""
+        return _distributed.sampler(dataset, shuffle=shuffle, seed=seed)
+
+    @property
+    def accumulation(self) -> int:
+        """Micro-batches per optimizer step (``--global-batch``), 1 otherwise."""
+        return spaces.batch.accumulation(self.params)
+
+    @property
+    def lr_scale(self) -> float:
+        """Multiply the learning rate tuned at the reference batch size by this."""
+        return spaces.batch.lr_scale(self.params, int(self.params.get("reference_batch") or self.params["batch_size"]))
+
+    @property
+    def dataloader_kwargs(self) -> dict[str, Any]:
+        return spaces.data.dataloader_kwargs(self.params, self.worker_cpus)
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """Context for the forward pass and the loss."""
+        return spaces.amp.autocast(self.params, self.device)
+
+    def prepare_model(self, model: Any) -> Any:
+        """Prune, move, convert and compile the model as the recipe says; create the optimizer after this."""
+        model, done, problems = spaces.sparsity.prepare_model(self.params, model, self.device)
+        self._note("sparsity", done, problems)
+        model = model.to(self.device)
+        model = spaces.amp.prepare_model(self.params, model)
+        model = _distributed.wrap_model(model, self.device)  # DDP with several ranks; compiled around it
+        return spaces.compilation.prepare_model(self.params, model)
+
+    def prepare(self, model: Any, optimizer: Any) -> tuple[Any, Any]:
+        """What needs the model and its optimizer together (``ipex.optimize``); call after creating the
+        optimizer for the model ``prepare_model`` returned: ``model, optimizer = tuned.prepare(model, optimizer)``."""
+        model, optimizer, done, problems = spaces.ipex.prepare(self.params, model, optimizer)
+        self._note("ipex", done, problems)
+        return model, optimizer
+
+    def _note(self, knob: str, done: dict[str, Any], problems: list[str]) -> None:
+        if done:
+            self.in_effect[knob] = done
+        self.warnings.extend(problems)
+        for problem in problems:
+            warnings.warn(problem, stacklevel=3)
+
+    def scale_lr(self, optimizer: Any) -> Any:
+        """Scale an optimizer's learning rates for this batch size (see ``lr_scale``)."""
+        for group in optimizer.param_groups:
+            group["lr"] = group["lr"] * self.lr_scale
+        return optimizer
+
+    @staticmethod
+    def unwrap(model: Any) -> Any:
+        """The module under ``torch.compile`` and ``DistributedDataParallel`` (for evaluation and saving)."""
+        model = getattr(model, "_orig_mod", model)
+        from torch.nn.parallel import DistributedDataParallel
+
+        return model.module if isinstance(model, DistributedDataParallel) else model
+
+    def to_device(self, *tensors: Any) -> tuple[Any, ...]:
+        non_blocking = bool(self.params.get("pin_memory"))
+        moved = tuple(t.to(self.device, non_blocking=non_blocking) for t in tensors)
+        return spaces.amp.prepare_batch(self.params, moved)
+
+    def step(self, loss: Any, optimizer: Any) -> bool:
+        """Backward (scaled for float16, divided over accumulated micro-batches), then the optimizer
+        step once every ``accumulation`` calls. Returns True when the optimizer stepped."""
+        loss = loss / self.accumulation
+        if self._scaler is not None:
+            self._scaler.scale(loss).backward()
+        else:
+            loss.backward()
+        self._micro_step += 1
+        if self._micro_step % self.accumulation:
+            return False
+        if self._scaler is not None:
+            self._scaler.step(optimizer)
+            self._scaler.update()
+        else:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return True
+
+
+def _resolve(source: Any, storage: str | None) -> Recipe:
+    if source is None:
+        text = os.environ.get("AUTOTUNE_RECIPE")
+        if not text:
+            raise UsageError("apply() without a recipe needs AUTOTUNE_RECIPE: load an env file or use 'autotune run'")
+        return Recipe.from_dict(json.loads(text))
+    if isinstance(source, Recipe):
+        return source
+    if isinstance(source, dict):
+        return Recipe(params=dict(source), workload="(params)")
+    if isinstance(source, int) or (isinstance(source, str) and source.isdigit()):
+        from .store import RecipeStore
+
+        with RecipeStore.open(storage or "sqlite:///studies.db") as store:
+            return store.get(int(source))
+    if isinstance(source, (str, Path)):
+        return load_recipe_file(source)
+    raise UsageError(f"apply() takes a recipe file, a recipe id or a Recipe, not {type(source).__name__}")
+
+
+def apply(
+    source: Any = None,
+    *,
+    storage: str | None = None,
+    facts: Any = None,
+    check_hardware: bool = True,
+    allow_other_hardware: bool = False,
+) -> Tuned:
+    """Apply a recipe (``.env``/``.json`` file, recipe id, ``Recipe``, params dict, or by default the
+    ``AUTOTUNE_RECIPE`` variable that the env file and ``autotune run`` set) to this process.
+
+    Sets torch's thread pools and precision flags now; returns a ``Tuned`` with the batch size,
+    DataLoader kwargs, autocast context and model preparation. Raises ``HardwareMismatchError`` for a
+    recipe measured on other hardware unless ``allow_other_hardware``. Warns (``Tuned.warnings``) for
+    environment-level knobs not in effect.
+
+    >>> tuned = apply({"threads": 1, "batch_size": 8}, check_hardware=False)
+    >>> tuned.batch_size
+    8
+    """
+    recipe = _resolve(source, storage)
+    params = dict(recipe.params)
+    if facts is None:
+        from . import probes
+
+        facts = probes.probe()
+    if check_hardware and recipe.fingerprint and recipe.fingerprint != facts.fingerprint:
+        message = (
+            f"recipe {recipe.id or ''} was measured on hardware {recipe.fingerprint}, this machine is "
+            f"{facts.fingerprint}: search again here, or pass allow_other_hardware=True"
+        )
+        if not allow_other_hardware:
+            raise HardwareMismatchError(message)
+        warnings.warn(message, stacklevel=2)
+    problems = spaces.apply_process(params, facts)
+    missing = spaces.check_environment(params, facts)
+    if missing:
+        problems.append(
+            "environment-level knobs not in effect: " + "; ".join(missing)
+            + ". Start Python under 'autotune run --recipe FILE -- python ...' (or load the env file "
+            "with 'set -a; . ./best.env; set +a' before starting Python)"
+        )
+    for problem in problems:
+        warnings.warn(problem, stacklevel=2)
+    return Tuned(params=params, device=params.get("device", "cpu"), warnings=problems,
+                 worker_cpus=spaces.worker_cpus(params, facts))

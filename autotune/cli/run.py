@@ -1,0 +1,58 @@
+"""``autotune run``: start a command with a recipe's environment-level knobs in effect.
+
+Sets the thread variables, preloads (merged into your ``LD_PRELOAD``, the recipe's first), CPU affinity
+and memory binding (``numactl --membind``, where permitted) as the trial runner did, before the command
+starts; the script then calls ``autotune.apply()`` for the in-process knobs. A variable you already
+set is kept, with a warning naming the recipe's value.
+
+A recipe with ``processes`` P > 1 starts ``python SCRIPT ARGS`` (or ``python -m MODULE ARGS``) as
+``python -m torch.distributed.run --standalone --nproc-per-node P SCRIPT ARGS``: P ranks, each pinned
+to its own cores by ``autotune.apply()``, which also joins the process group; ``Tuned.prepare_model``
+wraps the model in DDP and ``Tuned.sampler`` shards the data. Any other command is refused with the
+way to start it (``torchrun`` after loading the env file); a command that runs torchrun itself is kept.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from ._common import add_storage, find_recipe
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "run", help="run a command (e.g. python train.py) with the recipe's environment-level knobs",
+        description="Example: autotune run --recipe best.env -- python train.py --epochs 3",
+    )
+    p.add_argument("--recipe", default=None, metavar="ID|FILE", help="a recipe id or exported file (default: the latest)")
+    p.add_argument("--study", default=None, metavar="NAME")
+    p.add_argument("--workload", default=None, metavar="W")
+    add_storage(p)
+    p.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .. import launch, probes
+    from ..errors import UsageError
+
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        raise UsageError("no command: autotune run --recipe best.env -- python train.py")
+    recipe = find_recipe(args)
+    facts = probes.probe(gpus=recipe.params.get("device") == "cuda")  # GPU links decide NCCL variables
+    plan = launch.plan(command, recipe.params, facts, os.environ, keep_user_env=True)
+    plan.env["AUTOTUNE_RECIPE"] = json.dumps(recipe.to_dict())  # autotune.apply() with no argument reads it
+    for warning in plan.warnings:
+        print(f"autotune run: warning: {warning}", file=sys.stderr)
+    try:
+        proc = launch.start(plan)
+    except FileNotFoundError as e:
+        raise UsageError(f"command not found: {command[0]}") from e
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        launch.stop_tree(proc)
+        return 130

@@ -1,0 +1,181 @@
+"""The trial runner: one short, real training run of the workload in a fresh subprocess.
+
+Environment and CPU affinity are set before the child's Python starts (``autotune.launch``); the
+child (``autotune._trial``) applies the rest with ``autotune.apply()``. The parent enforces the
+time limit, forwards per-window throughput to the pruner, stops the whole process tree on a timeout,
+a prune or Ctrl-C, and classifies the outcome from the child's result file and exit status.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from . import launch
+
+log = logging.getLogger(__name__)
+
+Status = Literal["ok", "oom", "nan", "crash", "timeout", "pruned", "interrupted"]
+
+
+@dataclass(frozen=True)
+class TrialSettings:
+    """How much each trial trains and how it is timed (the same for every trial of a study)."""
+
+    warmup_steps: int = 4  # at the reference batch size; excluded from timing
+    measure_steps: int = 24  # at the reference batch size, split into timed windows
+    windows: int = 3
+    max_extra_windows: int = 2  # re-measure when the windows' spread is above max_spread
+    max_spread: float = 0.15
+    train_steps: int = 5000  # the planned training run that compile time is amortised over
+    eval_samples: int = 512
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    status: Status
+    samples_per_s: float | None = None
+    objective: float | None = None  # samples/s with compile time amortised over train_steps
+    spread: float | None = None
+    windows: list[float] = field(default_factory=list)
+    compile_s: float | None = None
+    startup_s: float | None = None  # process start to the first training step (imports, model, data)
+    warmup_s: float | None = None  # first step (compile) and warm-up steps, not timed
+    timed_s: float | None = None  # the timed windows
+    loss: float | None = None
+    wall_s: float = 0.0
+    error: str | None = None
+    in_effect: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # knobs not applied as asked (launcher, apply())
+    log_tail: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _log_tail(path: Path, limit: int = 1500) -> str | None:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return None
+    return text[-limit:] or None
+
+
+def run_trial(
+    workload: str,
+    params: dict[str, Any],
+    facts: Any,
+    settings: TrialSettings,
+    *,
+    timeout_s: float,
+    on_window: Callable[[int, float], bool] | None = None,
+    python: str = sys.executable,
+) -> TrialResult:
+    """Run one trial; ``on_window(index, samples_per_s)`` returning True prunes it.
+
+    Raises KeyboardInterrupt after stopping the trial's process tree when interrupted.
+    """
+    with tempfile.TemporaryDirectory(prefix="autotune-trial-") as tmp:
+        work = Path(tmp)
+        spec = {
+            **asdict(settings),
+            "workload": workload,
+            "params": params,
+            "facts": facts.to_dict(),
+            "reference_batch": int(params.get("reference_batch") or params["batch_size"]),
+            "events": str(work / "events.jsonl"),
+            "result": str(work / "result.json"),
+        }
+        (work / "spec.json").write_text(json.dumps(spec))
+        plan = launch.plan(
+            [python, "-m", "autotune._trial", str(work / "spec.json")], params, facts, os.environ, keep_user_env=False
+        )
+        # A cold compile cache per trial: compile time is measured as the user's first run pays it, and a
+        # trial stopped mid-compile cannot leave a truncated kernel behind for the next one.
+        plan.env["TORCHINDUCTOR_CACHE_DIR"] = str(work / "inductor")
+        plan.env["TRITON_CACHE_DIR"] = str(work / "triton")
+        started = time.monotonic()
+        with open(work / "stderr.log", "wb") as stderr:
+            proc = launch.start(plan, stdout=stderr, stderr=stderr, stdin=subprocess.DEVNULL)
+            outcome = _watch(proc, work / "events.jsonl", started + timeout_s, on_window)
+        wall = time.monotonic() - started
+        result = _classify(outcome, proc.returncode, work, wall, timeout_s)
+        return replace(result, warnings=[*plan.warnings, *result.warnings]) if plan.warnings else result
+
+
+def _watch(proc: Any, events: Path, deadline: float, on_window: Callable[[int, float], bool] | None) -> str | None:
+    """Wait for the child; returns why autotune stopped it (timeout, pruned) or None."""
+    seen = 0
+    try:
+        while proc.poll() is None:
+            if time.monotonic() > deadline:
+                launch.stop_tree(proc)
+                return "timeout"
+            if on_window is not None and events.exists():
+                lines = events.read_text().splitlines()
+                for line in lines[seen:]:
+                    event = json.loads(line) if line.endswith("}") else None
+                    if event is None:
+                        break  # partially written line: read it next time
+                    seen += 1
+                    if on_window(event["window"], event["samples_per_s"]):
+                        launch.stop_tree(proc)
+                        return "pruned"
+            if _failed(events.parent):
+                # A rank failed: the others only wait on it, and torch.distributed.run takes seconds to
+                # stop them. The earliest failure is on disk; stop the job now.
+                break
+            time.sleep(0.05)
+    except KeyboardInterrupt:
+        launch.stop_tree(proc)
+        raise
+    launch.stop_tree(proc, grace_s=0.5)  # DataLoader workers or other leftovers of a finished child
+    return None
+
+
+def _failed(work: Path) -> bool:
+    """Whether some rank wrote a failure (rank 0's ``result.json`` is written once, atomically)."""
+    if any(work.glob("result.rank*.json")):
+        return True
+    try:
+        return json.loads((work / "result.json").read_text())["status"] != "ok"
+    except (OSError, ValueError):
+        return False
+
+
+def _read_result(work: Path) -> dict[str, Any] | None:
+    """Rank 0's ``result.json`` when it succeeded; else the earliest failure any rank wrote
+    (``result.rank<R>.json`` with several processes): the later ones are its consequences."""
+    found = [json.loads(path.read_text()) for path in sorted(work.glob("result*.json"))]
+    ok = [data for data in found if data["status"] == "ok"]
+    if ok or not found:
+        return ok[0] if ok else None
+    return min(found, key=lambda data: data.get("failed_at", 0.0))
+
+
+def _classify(stopped: str | None, returncode: int | None, work: Path, wall: float, timeout_s: float) -> TrialResult:
+    tail = _log_tail(work / "stderr.log")
+    if stopped == "timeout":
+        return TrialResult("timeout", wall_s=wall, error=f"no result within {timeout_s:.0f} s", log_tail=tail)
+    if stopped == "pruned":
+        return TrialResult("pruned", wall_s=wall, error="slower than earlier trials at the same point")
+    data = _read_result(work)
+    if data is not None:
+        known = {k: v for k, v in data.items() if k in TrialResult.__dataclass_fields__}
+        return TrialResult(**{**known, "wall_s": wall, "log_tail": tail if data["status"] != "ok" else None})
+    # With several processes a rank killed by SIGKILL is seen here only as torch.distributed.run's
+    # failure (status 1): it is recorded as a crash, the rank's exit code is in the log tail.
+    if returncode == -signal.SIGKILL:
+        # Nobody but the kernel's OOM killer sends SIGKILL to a trial autotune did not stop itself.
+        return TrialResult("oom", wall_s=wall, error="killed by SIGKILL (the kernel's out-of-memory killer)", log_tail=tail)
+    return TrialResult("crash", wall_s=wall, error=f"the trial process exited with status {returncode} and no result", log_tail=tail)

@@ -1,0 +1,115 @@
+"""Mixed precision: ``amp_dtype``, ``channels_last`` (conv models), ``tf32`` (CUDA, compute capability >= 8).
+
+No environment variables. In-process: an autocast context around the forward pass and the loss,
+a GradScaler for float16, the model's memory format, and TF32 matmul precision on CUDA.
+A dtype is offered only where the hardware computes it natively (probed ISA / compute capability):
+bf16 emulated on an AVX2-only CPU has been seen 55x slower than fp32.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from ._context import SpaceContext
+
+KEYS = ("amp_dtype", "channels_last", "tf32")
+ENV_VARS: tuple[str, ...] = ()  # every variable environment() may set
+
+_CPU_BF16 = {"avx512_bf16", "amx_bf16", "bf16"}  # "bf16": arm FEAT_BF16
+_CPU_FP16 = {"avx512_fp16", "amx_fp16"}
+
+
+def _capability(facts: Any) -> float:
+    return min((float(g.compute_capability) for g in facts.gpus), default=0.0)
+
+
+def dtypes(facts: Any, ctx: SpaceContext) -> tuple[str, ...]:
+    """The autocast dtypes this hardware computes natively."""
+    choices = ["float32"]
+    if ctx.device == "cuda":
+        if _capability(facts) >= 8.0:
+            choices.append("bfloat16")
+        choices.append("float16")
+    else:
+        isa = set(facts.cpu.isa)
+        if isa & _CPU_BF16:
+            choices.append("bfloat16")
+        if isa & _CPU_FP16:
+            choices.append("float16")
+    return tuple(choices)
+
+
+def suggest(trial: Any, facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+    params: dict[str, Any] = {"amp_dtype": trial.suggest_categorical("amp_dtype", dtypes(facts, ctx))}
+    params["channels_last"] = trial.suggest_categorical("channels_last", (False, True)) if ctx.conv else False
+    tf32_ok = ctx.device == "cuda" and _capability(facts) >= 8.0
+    params["tf32"] = trial.suggest_categorical("tf32", (False, True)) if tf32_ok else False
+    return params
+
+
+def defaults(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+    return {"amp_dtype": "float32", "channels_last": False, "tf32": False}
+
+
+def heuristic(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+    return defaults(facts, ctx)
+
+
+def promising(facts: Any, ctx: SpaceContext) -> list[dict[str, Any]]:
+    """Single changes worth measuring first (bf16 autocast: 1.74x on a small CNN, AVX512-BF16 CPU)."""
+    seeds: list[dict[str, Any]] = [{"amp_dtype": d} for d in dtypes(facts, ctx)[1:]]
+    if ctx.conv:
+        seeds += [{"channels_last": True, **s} for s in [{}] + seeds]
+    return seeds
+
+
+def environment(params: dict[str, Any], facts: Any) -> dict[str, str]:
+    return {}
+
+
+def apply_process(params: dict[str, Any]) -> list[str]:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.backends.cuda.matmul.allow_tf32 = bool(params.get("tf32"))
+        torch.backends.cudnn.allow_tf32 = bool(params.get("tf32"))
+    return []
+
+
+def autocast(params: dict[str, Any], device: str) -> contextlib.AbstractContextManager[Any]:
+    """The context to run forward pass and loss in: autocast, or nothing for float32."""
+    import torch
+
+    name = params.get("amp_dtype", "float32")
+    if name == "float32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device, dtype=getattr(torch, name))
+
+
+def grad_scaler(params: dict[str, Any], device: str) -> Any:
+    """A GradScaler for float16 (its small range underflows gradients), else None."""
+    import torch
+
+    if params.get("amp_dtype") != "float16":
+        return None
+    return torch.amp.GradScaler(device)
+
+
+def prepare_model(params: dict[str, Any], model: Any) -> Any:
+    import torch
+
+    if params.get("channels_last"):
+        model = model.to(memory_format=torch.channels_last)
+    return model
+
+
+def prepare_batch(params: dict[str, Any], batch: Any) -> Any:
+    """Inputs in the model's memory format (4-D float tensors only)."""
+    import torch
+
+    if not params.get("channels_last"):
+        return batch
+    return tuple(
+        t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 and t.is_floating_point() else t
+        for t in batch
+    )

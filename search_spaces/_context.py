@@ -1,0 +1,19 @@
+"""What a knob family needs to know besides the probed facts."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class SpaceContext:
+    """The workload and run settings the search space is conditional on."""
+
+    device: Literal["cpu", "cuda"] = "cpu"
+    default_batch_size: int = 32
+    conv: bool = False  # the model has convolutions: channels_last is worth trying
+    global_batch: int | None = None  # keep the effective batch constant by gradient accumulation
+    max_batch_size: int | None = None  # from probed memory; None: no cap known
+    allow_compile: bool = True
+    prunable: bool = False  # structured pruning finds layers that can lose units (search_spaces._prune)
+    semi_structured: bool = False  # the model has Linear layers the 2:4 sparse kernels accept

@@ -1,0 +1,114 @@
+"""DataLoader settings: ``num_workers``, ``pin_memory``, ``persistent_workers``, ``prefetch_factor``.
+
+In-process only: they become the DataLoader's keyword arguments (``Tuned.dataloader_kwargs``).
+``pin_memory`` is offered only with a GPU (it pins host pages for faster host-to-device copies);
+worker counts stop at the cores the compute threads leave free, plus one.
+
+Workers get the cores compute threads do not use (no recipe key of their own: it follows from
+``threads``/``affinity``). When the compute threads are pinned (``affinity`` other than ``none``) and
+allowed CPUs are left over (``worker_cpus``), the launcher gives the process the union of both sets;
+``autotune.apply()`` then pins every thread of the process to the compute CPUs (threads started later,
+OpenMP's pool included, inherit the pinning of the thread that starts them: ``sched_setaffinity(0, …)``
+pins the calling thread only on Linux), and the DataLoader's ``worker_init_fn`` pins each worker to the
+worker CPUs. Every worker runs torch with one thread. Whole free cores are preferred; the SMT siblings
+of compute cores are used only when no core is free.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+from . import _threads
+from ._context import SpaceContext
+
+KEYS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
+ENV_VARS: tuple[str, ...] = ()  # every variable environment() may set
+
+
+def suggest(trial: Any, facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+    most = max(1, min(8, int(facts.cpu.allowed.cores or 1)))
+    workers = trial.suggest_int("num_workers", 0, most)
+    pin = trial.suggest_categorical("pin_memory", (False, True)) if ctx.device == "cuda" else False
+    if workers == 0:
+        return {"num_workers": 0, "pin_memory": pin, "persistent_workers": False, "prefetch_factor": None}
+    return {
+        "num_workers": workers,
+        "pin_memory": pin,
+        "persistent_workers": True,
+        "prefetch_factor": trial.suggest_categorical("prefetch_factor", (2, 4)),
+    }
+
+
+def defaults(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+    return {"num_workers": 0, "pin_memory": False, "persistent_workers": False, "prefetch_factor": None}
+
+
+def heuristic(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+    return defaults(facts, ctx)
+
+
+def environment(params: dict[str, Any], facts: Any) -> dict[str, str]:
+    return {}
+
+
+def apply_process(params: dict[str, Any]) -> list[str]:
+    return []
+
+
+def worker_cpus(params: dict[str, Any], facts: Any) -> list[int] | None:
+    """The allowed CPUs the compute threads are not pinned to, for DataLoader workers; None when there
+    are no workers, the compute threads are not pinned, or no CPU is left."""
+    if not int(params.get("num_workers") or 0):
+        return None
+    compute = _threads.cpus_for(params, facts)
+    if compute is None:
+        return None  # compute threads may run on any CPU: none is free
+    used = set(compute)
+    cores = list(facts.cpu.allowed.core_list)
+    free_cores = [cpu for core in cores if not used & set(core.cpus) for cpu in core.cpus]
+    free = free_cores or [cpu for core in cores for cpu in core.cpus if cpu not in used]
+    return sorted(free) or None
+
+
+def pin_compute_threads(params: dict[str, Any], facts: Any) -> list[str]:
+    """Pin every thread of this process to the compute CPUs when workers get CPUs of their own; returns
+    problems worth a warning. Threads started later inherit the pinning."""
+    workers = worker_cpus(params, facts)
+    compute = _threads.cpus_for(params, facts)
+    if not workers or not compute:
+        return []
+    problems = []
+    launched = set(compute) | set(workers)
+    if set(os.sched_getaffinity(0)) != launched:
+        problems.append(
+            f"CPU affinity: the process should start on CPUs {sorted(launched)} (compute {compute}, DataLoader "
+            f"workers {workers}), it started on {sorted(os.sched_getaffinity(0))}; pinned now, after Python "
+            "started: start it under 'autotune run --recipe FILE -- python ...'"
+        )
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), compute)
+        except OSError:  # the thread ended meanwhile
+            pass
+    return problems
+
+
+def pin_worker(worker_id: int, cpus: tuple[int, ...] | None = None) -> None:
+    """A DataLoader ``worker_init_fn``: one torch thread, on the workers' CPUs (module-level, so it pickles)."""
+    import torch
+
+    torch.set_num_threads(1)
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+
+
+def dataloader_kwargs(params: dict[str, Any], cpus: list[int] | None = None) -> dict[str, Any]:
+    """The DataLoader's keyword arguments; ``cpus`` are the workers' CPUs (``worker_cpus``)."""
+    workers = int(params.get("num_workers") or 0)
+    kwargs: dict[str, Any] = {"num_workers": workers, "pin_memory": bool(params.get("pin_memory"))}
+    if workers > 0:
+        kwargs["persistent_workers"] = bool(params.get("persistent_workers"))
+        kwargs["prefetch_factor"] = int(params.get("prefetch_factor") or 2)
+        kwargs["worker_init_fn"] = functools.partial(pin_worker, cpus=tuple(cpus) if cpus else None)
+    return kwargs

@@ -1,0 +1,70 @@
+"""``ipex``: ``intel_extension_for_pytorch.optimize`` of the model and optimizer (CPU training).
+
+Offered only when the probe found IPEX installed *and* built for this torch (``Runtime.ipex_version``,
+``Runtime.ipex_compatible``): an IPEX built for another torch fails at import or, worse, at run time.
+In-process only, in ``Tuned.prepare(model, optimizer)``: ``ipex.optimize`` needs both for training (it
+re-lays out weights and may swap the optimizer's update for a fused one), with the recipe's autocast
+dtype (``bfloat16``/``float16``; none for float32). It works in place on the module under
+``torch.compile``, so a model from ``Tuned.prepare_model`` stays valid.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ._context import SpaceContext
+
+KEYS = ("ipex",)
+ENV_VARS: tuple[str, ...] = ()  # every variable environment() may set
+
+
+def available(facts: Any, ctx: SpaceContext) -> bool:
+    runtime = facts.runtime
+    return (
+        ctx.device == "cpu"
+        and runtime is not None
+        and bool(runtime.ipex_version)
+        and runtime.ipex_compatible is True
+    )
+
+
+def suggest(trial: Any, facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+    if not available(facts, ctx):
+        return defaults(facts, ctx)
+    return {"ipex": trial.suggest_categorical("ipex", (False, True))}
+
+
+def defaults(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+    return {"ipex": False}
+
+
+def heuristic(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+    return defaults(facts, ctx)  # ipexrun is a launcher: it does not call ipex.optimize
+
+
+def environment(params: dict[str, Any], facts: Any) -> dict[str, str]:
+    return {}
+
+
+def apply_process(params: dict[str, Any]) -> list[str]:
+    return []
+
+
+def prepare(params: dict[str, Any], model: Any, optimizer: Any) -> tuple[Any, Any, dict[str, Any], list[str]]:
+    """``ipex.optimize(model, optimizer=…, dtype=…)`` when the recipe says so; returns the model, the
+    optimizer, what is in effect and problems worth a warning."""
+    if not params.get("ipex"):
+        return model, optimizer, {}, []
+    import torch
+
+    try:
+        import intel_extension_for_pytorch as ipex
+    except ImportError as e:
+        return model, optimizer, {}, [
+            f"ipex=True not applied: intel_extension_for_pytorch cannot be imported ({e}); install the release "
+            f"built for torch {torch.__version__}"
+        ]
+    dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(params.get("amp_dtype", "float32"))
+    inner = getattr(model, "_orig_mod", model)  # under torch.compile: optimize the module it wraps, in place
+    optimized, optimizer = ipex.optimize(inner, dtype=dtype, optimizer=optimizer, inplace=True)
+    model = optimized if model is inner else model
+    return model, optimizer, {"ipex": getattr(ipex, "__version__", "?"), "ipex_dtype": str(dtype)}, []

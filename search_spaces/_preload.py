@@ -1,0 +1,182 @@
+"""Preloaded runtime libraries: the OpenMP runtime (``openmp``, ``kmp_blocktime``) and the allocator (``allocator``).
+
+All of it is set before Python starts, through the environment; nothing can be changed in-process.
+
+- ``openmp``: ``gnu`` (the libgomp torch links, PyTorch's default) or ``intel``: libiomp5 (pip package
+  ``intel-openmp``) in ``LD_PRELOAD``. A preloaded library comes first in the dynamic linker's symbol
+  lookup, so libiomp5's ``GOMP_*``/``omp_*`` entry points serve torch's (and MKL's GNU-threaded)
+  parallel regions, ahead of the libgomp that torch still loads.
+- ``kmp_blocktime`` (``intel`` only): ``KMP_BLOCKTIME``, the milliseconds an OpenMP worker spins after a
+  parallel region before sleeping (libiomp5's default is 200). With ``affinity`` pinning the process,
+  ``KMP_AFFINITY=granularity=fine,compact,1,0`` also binds each OpenMP thread to one CPU of the pinned
+  set, distinct cores first (``torch.backends.xeon.run_cpu``'s value; the set itself already encodes
+  compact or spread).
+- ``allocator``: ``default`` (glibc malloc), ``jemalloc`` or ``tcmalloc`` in ``LD_PRELOAD``; jemalloc gets
+  ``run_cpu``'s ``MALLOC_CONF`` (large allocations in their own arena, purging in a background thread).
+
+Each choice is offered only where the probe found the library (``Runtime.iomp5_path``, ...) and, for
+``openmp``, where torch's parallel backend is OpenMP. ``check_environment`` looks at which library
+actually serves ``GOMP_parallel`` and ``malloc`` in this process (``dladdr``), not at the variables.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from ._context import SpaceContext
+
+log = logging.getLogger(__name__)
+
+KEYS = ("openmp", "kmp_blocktime", "allocator")
+OPENMP = ("gnu", "intel")
+BLOCKTIMES = (0, 1, 200)
+ALLOCATORS = ("default", "jemalloc", "tcmalloc")
+ENV_VARS: tuple[str, ...] = ("LD_PRELOAD", "KMP_BLOCKTIME", "KMP_AFFINITY", "MALLOC_CONF")  # every variable environment() may set
+
+KMP_AFFINITY = "granularity=fine,compact,1,0"
+JEMALLOC_CONF = "oversize_threshold:1,background_thread:true,metadata_thp:auto"
+# File-name prefixes of each choice's library, as mapped in /proc/self/maps.
+_LIBRARY = {"intel": "libiomp5", "gnu": "libgomp", "jemalloc": "libjemalloc", "tcmalloc": "libtcmalloc", "default": "libc."}
+_INSTALL = {"intel": "pip install intel-openmp", "jemalloc": "apt-get install libjemalloc2",
+            "tcmalloc": "apt-get install libtcmalloc-minimal4"}
+
+
+def _path(facts: Any, choice: str) -> str | None:
+    runtime = getattr(facts, "runtime", None)
+    if runtime is None:
+        return None
+    return {"intel": runtime.iomp5_path, "jemalloc": runtime.jemalloc_path, "tcmalloc": runtime.tcmalloc_path}.get(choice)
+
+
+def openmp_choices(facts: Any) -> tuple[str, ...]:
+    """``gnu``, plus ``intel`` where libiomp5 was found and torch's parallel backend is OpenMP."""
+    runtime = getattr(facts, "runtime", None)
+    if runtime is None or runtime.openmp is None or not runtime.iomp5_path:
+        return ("gnu",)
+    return OPENMP
+
+
+def allocator_choices(facts: Any) -> tuple[str, ...]:
+    return tuple(a for a in ALLOCATORS if a == "default" or _path(facts, a))
+
+
+def suggest(trial: Any, facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+    runtimes, allocators = openmp_choices(facts), allocator_choices(facts)
+    openmp = trial.suggest_categorical("openmp", runtimes) if len(runtimes) > 1 else "gnu"
+    blocktime = trial.suggest_categorical("kmp_blocktime", BLOCKTIMES) if openmp == "intel" else None
+    allocator = trial.suggest_categorical("allocator", allocators) if len(allocators) > 1 else "default"
+    return {"openmp": openmp, "kmp_blocktime": blocktime, "allocator": allocator}
+
+
+def defaults(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+    """PyTorch's defaults: GNU OpenMP, glibc malloc."""
+    return {"openmp": "gnu", "kmp_blocktime": None, "allocator": "default"}
+
+
+def heuristic(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+    """``run_cpu``'s defaults: Intel OpenMP with ``KMP_BLOCKTIME=1``, then TCMalloc, else JeMalloc."""
+    intel = "intel" in openmp_choices(facts)
+    allocators = allocator_choices(facts)
+    allocator = next((a for a in ("tcmalloc", "jemalloc") if a in allocators), "default")
+    return {"openmp": "intel" if intel else "gnu", "kmp_blocktime": 1 if intel else None, "allocator": allocator}
+
+
+def libraries(params: dict[str, Any], facts: Any) -> list[str]:
+    """The paths to preload for ``params`` on this machine (a choice whose library is missing is left out)."""
+    chosen = [params.get("openmp"), params.get("allocator")]
+    return [path for path in (_path(facts, c) for c in chosen if c) if path]
+
+
+def environment(params: dict[str, Any], facts: Any) -> dict[str, str]:
+    env: dict[str, str] = {}
+    preload = libraries(params, facts)
+    if preload:
+        env["LD_PRELOAD"] = ":".join(preload)
+    if params.get("openmp") == "intel" and _path(facts, "intel"):
+        if params.get("kmp_blocktime") is not None:
+            env["KMP_BLOCKTIME"] = str(int(params["kmp_blocktime"]))
+        if params.get("affinity", "none") != "none":
+            env["KMP_AFFINITY"] = KMP_AFFINITY
+    if params.get("allocator") == "jemalloc" and _path(facts, "jemalloc"):
+        env["MALLOC_CONF"] = JEMALLOC_CONF
+    return env
+
+
+def apply_process(params: dict[str, Any]) -> list[str]:
+    return []  # a library is preloaded before Python starts or not at all
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+
+def serving_library(symbol: str) -> str | None:
+    """The file of the library whose ``symbol`` this process's global lookup finds, or None.
+
+    That is the definition the dynamic linker bound torch's calls to: ``LD_PRELOAD`` libraries come
+    first in the global scope (ld.so(8)). Linux/glibc only; None elsewhere or when nothing defines it.
+    """
+    try:
+        scope = ctypes.CDLL(None)
+        dladdr = getattr(scope, "dladdr", None) or ctypes.CDLL("libdl.so.2").dladdr  # glibc < 2.34: in libdl
+        address = ctypes.cast(getattr(scope, symbol), ctypes.c_void_p)
+    except (OSError, AttributeError):
+        return None
+    dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
+    info = _DlInfo()
+    if not dladdr(address, ctypes.byref(info)) or not info.dli_fname:
+        return None
+    return os.fsdecode(info.dli_fname)
+
+
+def _mapped(prefix: str) -> bool:
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return False
+    return any(Path(line.split()[-1]).name.startswith(prefix) for line in maps.splitlines() if "/" in line)
+
+
+def _kind(path: str | None, choices: tuple[str, ...]) -> str | None:
+    name = Path(path).name if path else ""
+    return next((c for c in choices if name.startswith(_LIBRARY[c])), None)
+
+
+def in_effect() -> dict[str, Any]:
+    """Which OpenMP runtime and allocator serve this process, and libiomp5's block time if it serves."""
+    omp = serving_library("GOMP_parallel")
+    blocktime = None
+    if _kind(omp, OPENMP) == "intel":
+        blocktime = int(ctypes.CDLL(None).kmp_get_blocktime())  # the value libiomp5 parsed, per thread
+    return {
+        "openmp_library": Path(omp).name if omp else None,
+        "malloc_library": Path(serving_library("malloc") or "").name or None,
+        "kmp_blocktime": blocktime,
+    }
+
+
+def check_environment(params: dict[str, Any], facts: Any) -> list[str]:
+    """This family's libraries that do not serve this process (read from the process, not the variables)."""
+    import torch  # noqa: F401 - torch's libgomp must be loaded to see who serves GOMP_parallel
+
+    problems = []
+    for key, choices, symbol in (("openmp", OPENMP, "GOMP_parallel"), ("allocator", ALLOCATORS, "malloc")):
+        want = params.get(key)
+        if want not in choices:
+            continue  # a recipe from before this family
+        serving = serving_library(symbol)
+        have = _kind(serving, choices) or ("default" if key == "allocator" else None)
+        if serving is None or have == want:
+            continue
+        if want in ("gnu", "default"):
+            problems.append(f"{key}={want}, but {Path(serving).name} serves {symbol}: remove it from LD_PRELOAD")
+            continue
+        path = _path(facts, want)
+        how = f"preload it: LD_PRELOAD={path}" if path else f"it is not installed here ({_INSTALL[want]})"
+        mapped = "mapped but not preloaded" if _mapped(_LIBRARY[want]) else "not mapped in this process"
+        problems.append(f"{key}={want}, but {Path(serving).name} serves {symbol} ({_LIBRARY[want]} is {mapped}); {how}")
+    return problems

@@ -1,0 +1,119 @@
+"""Sparsity that removes compute: ``sparsity_pattern`` and ``sparsity`` (the ratio).
+
+- ``none``: the model as written (``sparsity`` 0).
+- ``structured``: ``sparsity`` (0.1 … 0.8) of the output units of every safely prunable Linear/Conv
+  layer are removed, with the matching inputs of the layer they feed (``_prune``): smaller layers,
+  fewer FLOPs on any hardware. Offered when the workload's model has such layers (``ctx.prunable``).
+- ``2:4``: half of the weights of Linear layers in the 2:4 pattern the sparse tensor cores run
+  (``_semisparse``); ``sparsity`` is 0.5. Offered on CUDA with compute capability 8.x when the model
+  has eligible Linear layers (``ctx.semi_structured``); not on 9.0, where it measured slower than dense.
+
+In-process only, in ``Tuned.prepare_model``: before torch.compile and before the optimizer is created.
+Sparsity costs accuracy (50%/80% pruning has cost a lot); the search's quality guard
+(``--max-loss-increase``) rejects a ratio whose loss is too high. A zeroing mask that leaves dense
+kernels as slow as before is never offered.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ._context import SpaceContext
+
+log = logging.getLogger(__name__)
+
+KEYS = ("sparsity_pattern", "sparsity")
+ENV_VARS: tuple[str, ...] = ()  # every variable environment() may set
+PATTERNS = ("none", "structured", "2:4")
+# Sparse tensor cores exist from 8.0 on, but on an H100 (9.0, torch 2.11) a 2:4 training step measured slower
+# than dense: Linear(4096, 16384) -> Linear(16384, 4096) on 8192 bf16 rows, 16.3 ms vs 8.9 ms (the sparse matmul
+# alone 1.95 vs 1.40 ms, compressing the changed weight 2.3 ms a step). So 2:4 is offered on 8.x only (Ampere/Ada,
+# where the published training speedups were measured); widen this when it measures faster.
+SEMI_STRUCTURED_CAPABILITIES = (8.0, 9.0)  # [low, high)
+
+
+def _capability(facts: Any) -> float:
+    return min((float(g.compute_capability) for g in facts.gpus), default=0.0)
+
+
+def patterns(facts: Any, ctx: SpaceContext) -> tuple[str, ...]:
+    """The sparsity patterns that make this workload faster on this hardware."""
+    choices = ["none"]
+    if ctx.prunable:
+        choices.append("structured")
+    low, high = SEMI_STRUCTURED_CAPABILITIES
+    cuda_ok = ctx.device == "cuda" and low <= _capability(facts) < high
+    if cuda_ok and ctx.semi_structured:
+        choices.append("2:4")
+    return tuple(choices)
+
+
+def suggest(trial: Any, facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+    choices = patterns(facts, ctx)
+    if len(choices) == 1:
+        return defaults(facts, ctx)
+    pattern = trial.suggest_categorical("sparsity_pattern", choices)
+    if pattern == "structured":
+        return {"sparsity_pattern": pattern, "sparsity": trial.suggest_float("sparsity", 0.1, 0.8, step=0.1)}
+    return {"sparsity_pattern": pattern, "sparsity": 0.5 if pattern == "2:4" else 0.0}
+
+
+def defaults(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+    return {"sparsity_pattern": "none", "sparsity": 0.0}
+
+
+def heuristic(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+    return defaults(facts, ctx)
+
+
+def environment(params: dict[str, Any], facts: Any) -> dict[str, str]:
+    return {}
+
+
+def apply_process(params: dict[str, Any]) -> list[str]:
+    return []
+
+
+def context(model: Any) -> dict[str, bool]:
+    """What the space needs to know about the workload's model (``SpaceContext`` fields)."""
+    from . import _prune, _semisparse
+
+    return {
+        "prunable": bool(_prune.find_pairs(model)),
+        "semi_structured": any(_semisparse.eligible(m) for m in model.modules()),
+    }
+
+
+def _pattern(params: dict[str, Any]) -> str:
+    pattern = params.get("sparsity_pattern")
+    if pattern is None:  # a hand-written recipe with a ratio only
+        return "structured" if float(params.get("sparsity") or 0) > 0 else "none"
+    if pattern not in PATTERNS:
+        raise ValueError(f"sparsity_pattern={pattern!r}: use one of {', '.join(PATTERNS)}")
+    return str(pattern)
+
+
+def prepare_model(params: dict[str, Any], model: Any, device: str) -> tuple[Any, dict[str, Any], list[str]]:
+    """Prune ``model`` in place as the recipe says; returns it, what was done (for ``in_effect``) and
+    problems worth a warning. Call before torch.compile and before creating the optimizer."""
+    pattern = _pattern(params)
+    ratio = float(params.get("sparsity") or 0)
+    if pattern == "none" or (pattern == "structured" and ratio == 0):
+        return model, {}, []
+    if pattern == "2:4":
+        if device != "cuda":
+            return model, {}, [f"sparsity_pattern=2:4 not applied: it needs a CUDA GPU, the device is {device}"]
+        from . import _semisparse
+
+        report = _semisparse.sparsify(model)
+        return model, report, [] if report["layers"] else ["sparsity_pattern=2:4 not applied: no eligible Linear layer"]
+    from . import _prune
+
+    report = _prune.prune(model, ratio)
+    if not report.layers:
+        return model, {}, [
+            f"sparsity={ratio} not applied: no layer of this model can lose units safely "
+            "(each must feed one Linear/Conv through activations or BatchNorm only)"
+        ]
+    log.info("pruned %d of %d units in %d layers", report.channels_removed, report.channels_total, report.layers)
+    return model, report.to_dict(), []

@@ -1,0 +1,229 @@
+"""Intra-op / inter-op threads, core affinity and memory binding.
+
+Environment (set before torch starts): ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` = ``threads``;
+the process's CPU affinity (``os.sched_setaffinity`` in the launcher) from ``affinity``; with pinned
+CPUs, memory bound to their NUMA nodes (``memory_nodes``: the launcher starts ``numactl --membind``).
+In-process: ``torch.set_num_threads`` / ``torch.set_num_interop_threads``.
+
+``affinity``:
+- ``none``: keep every CPU the process may use (PyTorch's default).
+- ``compact``: one thread per physical core, filling a package (socket) first; extra threads take the
+  cores' second hardware threads.
+- ``spread``: one thread per physical core, round-robin over NUMA nodes (packages when NUMA is unknown).
+
+Memory binding is ``--membind`` (``run_cpu``'s ``-m``), not ``--preferred`` or ``--localalloc``: the
+kernel's default is already local allocation, and what binding adds is that pages never spill to a
+remote node under memory pressure; a trial that needs more than its nodes hold then fails as an OOM
+(measured, so the search sees it) instead of running silently slower. With several nodes bound
+(``spread``), MPOL_BIND still takes pages from the nearest node of the set first (set_mempolicy(2)).
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import subprocess
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from ._context import SpaceContext
+
+log = logging.getLogger(__name__)
+
+AFFINITIES = ("none", "compact", "spread")
+KEYS = ("threads", "interop_threads", "affinity")
+ENV_VARS: tuple[str, ...] = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # every variable environment() may set
+
+
+def _core_list(facts: Any) -> list[Any]:
+    return list(facts.cpu.allowed.core_list)
+
+
+def max_threads(facts: Any) -> int:
+    return max(1, int(facts.cpu.allowed.threads or os.cpu_count() or 1))
+
+
+def physical_cores(facts: Any) -> int:
+    return max(1, int(facts.cpu.allowed.cores or 1))
+
+
+def suggest(trial: Any, facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+    threads = trial.suggest_int("threads", 1, max_threads(facts))
+    interop = trial.suggest_int("interop_threads", 1, max(1, min(4, physical_cores(facts))))
+    multi_node = len({c.numa_node for c in _core_list(facts)}) > 1 or facts.cpu.allowed.packages > 1
+    choices = AFFINITIES if multi_node else ("none", "compact")
+    affinity = trial.suggest_categorical("affinity", choices)
+    return {"threads": threads, "interop_threads": interop, "affinity": affinity}
+
+
+def defaults(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+    """PyTorch's defaults: one intra-op thread per physical core, no pinning."""
+    cores = physical_cores(facts)
+    return {"threads": cores, "interop_threads": min(4, cores), "affinity": "none"}
+
+
+def heuristic(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+    """What ``torch.backends.xeon.run_cpu`` does: one thread per physical core, compact pinning."""
+    cores = physical_cores(facts)
+    return {"threads": cores, "interop_threads": 1, "affinity": "compact"}
+
+
+def cpus_for(params: dict[str, Any], facts: Any) -> list[int] | None:
+    """The CPUs to pin the process to, or None to keep the inherited affinity."""
+    affinity = params.get("affinity", "none")
+    if affinity == "none":
+        return None
+    cores = _core_list(facts)
+    if not cores:
+        return None
+    if affinity == "spread":
+        by_node: dict[Any, list[Any]] = defaultdict(list)
+        for core in cores:
+            by_node[core.numa_node if core.numa_node is not None else core.package].append(core)
+        queues = list(by_node.values())
+        cores = [q[i] for i in range(max(map(len, queues))) for q in queues if i < len(q)]
+    threads = int(params.get("threads") or len(cores))
+    # First PU of each core, then second PUs (SMT siblings) if more threads than cores are asked.
+    order = [c.cpus[level] for level in range(max(len(c.cpus) for c in cores)) for c in cores if level < len(c.cpus)]
+    return sorted(order[: max(1, threads)])
+
+
+def memory_nodes(cpus: list[int] | None, facts: Any) -> tuple[int, ...] | None:
+    """The NUMA nodes of the pinned ``cpus`` that the cpuset lets us allocate on; None when not pinned or unknown.
+
+    Given the whole process's CPUs (``search_spaces.cpus_for``: with DataLoader workers or several ranks,
+    more than this family's compute CPUs), so every thread of the job has its local node in the set.
+    """
+    if cpus is None:
+        return None
+    wanted = set(cpus)
+    nodes = {c.numa_node for c in _core_list(facts) if wanted.intersection(c.cpus)}
+    if None in nodes:
+        return None
+    usable = tuple(sorted(n for n in nodes if n in facts.cpu.allowed.numa_nodes))
+    return usable or None
+
+
+@functools.lru_cache(maxsize=8)
+def membind_refused(numactl: str, nodes: tuple[int, ...]) -> str | None:
+    """Why ``numactl --membind=NODES`` cannot run here (once per process), or None when it can.
+
+    Docker's default seccomp profile refuses set_mempolicy(2)/mbind(2) without CAP_SYS_NICE (EPERM).
+    """
+    try:
+        done = subprocess.run([numactl, f"--membind={_nodelist(nodes)}", "true"], capture_output=True, text=True,
+                              timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return str(e)
+    if done.returncode == 0:
+        return None
+    return " ".join(done.stderr.split())[:200] or f"exit status {done.returncode}"
+
+
+def _nodelist(nodes: tuple[int, ...]) -> str:
+    return ",".join(map(str, nodes))
+
+
+def memory_policy() -> str | None:
+    """This process's memory policy as /proc/PID/numa_maps writes it ("default", "bind:0-1"), or None."""
+    try:
+        with open("/proc/self/numa_maps") as f:
+            first = f.readline().split()
+    except OSError:
+        return None
+    return first[1] if len(first) > 1 else None
+
+
+def process_cpus() -> list[int]:
+    """The CPUs any thread of this process may run on.
+
+    Not ``sched_getaffinity(0)`` alone: with ``KMP_AFFINITY`` libiomp5 narrows the main thread to one
+    CPU at the first parallel region.
+    """
+    cpus: set[int] = set(os.sched_getaffinity(0))
+    for status in Path("/proc/self/task").glob("*/status"):
+        try:
+            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
+        except OSError:
+            continue  # the thread ended
+        cpus |= _parse_list(fields.get("Cpus_allowed_list", ""))
+    return sorted(cpus)
+
+
+def pinned_threads() -> int:
+    """How many threads of this process are bound to a single CPU (libiomp5's ``KMP_AFFINITY`` does that)."""
+    count = 0
+    for status in Path("/proc/self/task").glob("*/status"):
+        try:
+            text = status.read_text()
+        except OSError:
+            continue
+        line = next((x for x in text.splitlines() if x.startswith("Cpus_allowed_list:")), "")
+        count += len(_parse_list(line.partition(":")[2])) == 1
+    return count
+
+
+def _parse_list(text: str) -> set[int]:
+    out: set[int] = set()
+    for part in text.strip().split(","):
+        if part:
+            low, _, high = part.partition("-")
+            out.update(range(int(low), int(high or low) + 1))
+    return out
+
+
+def environment(params: dict[str, Any], facts: Any) -> dict[str, str]:
+    threads = params.get("threads")
+    if not threads:
+        return {}
+    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+
+
+def apply_process(params: dict[str, Any]) -> list[str]:
+    """Set torch's thread pools; returns problems worth a warning."""
+    import torch
+
+    problems: list[str] = []
+    if params.get("threads"):
+        torch.set_num_threads(int(params["threads"]))
+    interop = params.get("interop_threads")
+    if interop and torch.get_num_interop_threads() != int(interop):
+        try:
+            torch.set_num_interop_threads(int(interop))
+        except RuntimeError:
+            # torch allows this only before the first inter-op parallel work has started.
+            problems.append(
+                f"interop_threads={interop} not applied: call autotune.apply() before any torch work"
+            )
+    return problems
+
+
+def check_environment(params: dict[str, Any], facts: Any) -> list[str]:
+    """Environment-level settings of this family that are not in effect in this process."""
+    problems = []
+    want = cpus_for(params, facts)
+    if want is not None and process_cpus() != want:
+        problems.append(f"affinity={params['affinity']} wants CPUs {want}")
+    return problems
+
+
+def check_memory_binding(nodes: tuple[int, ...] | None, facts: Any) -> list[str]:
+    """Whether this process's memory is bound to ``nodes`` (``memory_nodes``) as the launcher would bind it."""
+    numactl = getattr(facts.runtime, "numactl_path", None)
+    if not nodes or not numactl or memory_policy() in (None, f"bind:{_span(nodes)}"):
+        return []
+    if membind_refused(numactl, nodes) is not None:
+        return []  # not permitted here: the launcher warned already, and there is nothing to fix
+    return [f"memory is not bound to NUMA node(s) {_nodelist(nodes)} (numactl --membind={_nodelist(nodes)})"]
+
+
+def _span(nodes: tuple[int, ...]) -> str:
+    """Node list in the kernel's syntax, as numa_maps writes it ("0-1,3")."""
+    ranges: list[list[int]] = []
+    for n in nodes:
+        if ranges and n == ranges[-1][1] + 1:
+            ranges[-1][1] = n
+        else:
+            ranges.append([n, n])
+    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in ranges)

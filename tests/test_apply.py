@@ -1,0 +1,86 @@
+"""In-process knobs after ``autotune.apply()``: the same functions a trial uses."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import autotune
+
+
+def _tuned(facts, **params):
+    return autotune.apply({"batch_size": 8, **params}, facts=facts, check_hardware=False)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_autocast_dtype_is_the_recipes(facts, dtype) -> None:
+    tuned = _tuned(facts, amp_dtype=dtype)
+    with tuned.autocast():
+        out = torch.nn.Linear(4, 4)(torch.randn(2, 4))
+    assert out.dtype == getattr(torch, dtype)
+    assert (tuned._scaler is not None) == (dtype == "float16")  # GradScaler only for float16
+
+
+def test_float32_runs_without_autocast(facts) -> None:
+    with _tuned(facts, amp_dtype="float32").autocast():
+        assert torch.nn.Linear(4, 4)(torch.randn(2, 4)).dtype == torch.float32
+
+
+def test_channels_last_model_and_inputs(facts) -> None:
+    tuned = _tuned(facts, channels_last=True)
+    model = tuned.prepare_model(torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3)))
+    assert model[0].weight.is_contiguous(memory_format=torch.channels_last)
+    (x, y) = tuned.to_device(torch.randn(2, 3, 8, 8), torch.tensor([0, 1]))
+    assert x.is_contiguous(memory_format=torch.channels_last) and y.dtype == torch.long
+
+
+def test_compile_mode_wraps_the_model(facts) -> None:
+    plain = torch.nn.Linear(4, 4)
+    compiled = _tuned(facts, compile_mode="default").prepare_model(plain)
+    assert isinstance(compiled, torch._dynamo.eval_frame.OptimizedModule)
+    assert autotune.apply.__doc__ and _tuned(facts).unwrap(compiled) is plain
+    assert _tuned(facts, compile_mode="none").prepare_model(plain) is plain
+
+
+def test_threads_are_set_in_process(facts) -> None:
+    before = torch.get_num_threads()
+    try:
+        _tuned(facts, threads=1)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize(("accumulation", "steps"), [(1, 4), (2, 2), (4, 1)])
+def test_step_accumulates_to_the_global_batch(facts, accumulation, steps) -> None:
+    tuned = _tuned(facts, batch_size=8, global_batch=8 * accumulation)
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    stepped = [tuned.step(model(torch.randn(8, 2)).sum(), optimizer) for _ in range(4)]
+    assert sum(stepped) == steps and tuned.lr_scale == 1.0
+
+
+@pytest.mark.parametrize(("rule", "scale"), [("sqrt", 2.0), ("linear", 4.0), ("none", 1.0)])
+def test_lr_scaling_rules(facts, rule, scale) -> None:
+    tuned = _tuned(facts, batch_size=128, reference_batch=32, lr_scaling=rule)
+    assert tuned.lr_scale == pytest.approx(scale)
+    optimizer = tuned.scale_lr(torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1))
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.1 * scale)
+
+
+def test_recipe_from_other_hardware_is_refused(facts, tmp_path) -> None:
+    from autotune.errors import HardwareMismatchError
+
+    recipe = autotune.Recipe(params={"batch_size": 8}, workload="tiny", fingerprint="not-this-machine")
+    with pytest.raises(HardwareMismatchError, match="search again here"):
+        autotune.apply(recipe, facts=facts)
+    with pytest.warns(UserWarning, match="not-this-machine"):
+        assert autotune.apply(recipe, facts=facts, allow_other_hardware=True).batch_size == 8
+
+
+def test_apply_stays_a_function_after_its_module_is_imported() -> None:
+    import importlib
+
+    importlib.import_module("autotune.apply")
+    from autotune.apply import Tuned  # noqa: F401
+
+    assert callable(autotune.apply) and autotune.apply.__name__ == "apply"

@@ -1,0 +1,84 @@
+"""The CUDA code paths on a real GPU: live NVML facts, trials on the GPU, a search that picks a GPU recipe.
+
+Marked ``gpu``: they run where torch sees a CUDA device and NVML answers, and skip elsewhere (the
+fake-NVML tests in tests/probes cover the GPU facts on machines we lack).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+
+@pytest.fixture(scope="module")
+def gpu_facts():
+    from autotune import probes
+
+    return probes.probe()
+
+
+def test_live_nvml_facts_match_torch(gpu_facts):
+    assert len(gpu_facts.gpus) == torch.cuda.device_count()
+    for gpu in gpu_facts.gpus:
+        props = torch.cuda.get_device_properties(gpu.index)
+        assert gpu.compute_capability == f"{props.major}.{props.minor}"
+        assert props.name in gpu.name or gpu.name in props.name
+        # NVML counts all the memory, torch what the context can see: within 2%.
+        assert abs(gpu.memory_bytes - props.total_memory) < 0.02 * gpu.memory_bytes
+        assert gpu.pci_bus_id
+        assert set(gpu.links) == {str(g.index) for g in gpu_facts.gpus if g.index != gpu.index}
+    assert gpu_facts.runtime.torch_build == "cuda"
+    assert "nccl" in gpu_facts.runtime.distributed_backends
+
+
+@pytest.mark.parametrize(("amp_dtype", "output"), [("float32", "float32"), ("bfloat16", "bfloat16"),
+                                                   ("float16", "float16")])
+def test_autocast_on_cuda_is_in_effect(gpu_facts, amp_dtype, output):
+    import autotune
+
+    params = {"device": "cuda", "batch_size": 8, "amp_dtype": amp_dtype, "threads": 1}
+    tuned = autotune.apply(params, facts=gpu_facts, check_hardware=False)
+    model = tuned.prepare_model(torch.nn.Linear(16, 4))
+    assert next(model.parameters()).is_cuda
+    (x,) = tuned.to_device(torch.randn(8, 16))
+    with tuned.autocast():
+        y = model(x)
+    assert str(y.dtype) == f"torch.{output}"
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    assert tuned.step(y.float().pow(2).mean(), optimizer) is True
+    assert (tuned._scaler is not None) == (amp_dtype == "float16")  # GradScaler only for float16
+
+
+def test_trial_runs_on_the_gpu(gpu_facts, fast_settings):
+    from autotune import search_spaces as spaces
+    from autotune.runner import run_trial
+
+    ctx = spaces.SpaceContext(device="cuda", default_batch_size=64, conv=True)
+    base = {**spaces.defaults(gpu_facts, ctx), "device": "cuda", "reference_batch": 64}
+    fp32 = run_trial("cnn", base, gpu_facts, fast_settings, timeout_s=300)
+    bf16 = run_trial("cnn", {**base, "amp_dtype": "bfloat16", "channels_last": True}, gpu_facts, fast_settings,
+                     timeout_s=300)
+    for result in (fp32, bf16):
+        assert result.status == "ok", result.error
+        assert result.samples_per_s > 0 and result.loss == result.loss
+    print(json.dumps({"cnn_fp32": fp32.samples_per_s, "cnn_bf16_cl": bf16.samples_per_s}))
+
+
+def test_search_on_the_gpu_stores_a_cuda_recipe(tmp_path: Path):
+    from .conftest import FAST, run_cli
+
+    out = run_cli("search", "--workload", "cnn", "--budget", "4m", "--trials", "6", "--no-compile", *FAST,
+                  cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    best = json.loads(run_cli("best", "--json", cwd=tmp_path).stdout)
+    assert best["params"]["device"] == "cuda"
+    assert best["speedup"] >= 1.0
+    print(out.stdout)

@@ -1,0 +1,75 @@
+"""Real trial subprocesses: what runs in them, and how every kind of failure is recorded."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from autotune.runner import run_trial
+from autotune.search_spaces import SpaceContext, defaults
+
+FAULTY = "tests.faulty_workloads"
+
+
+def _params(facts, **changes):
+    params = {**defaults(facts, SpaceContext(default_batch_size=32)), "device": "cpu", "reference_batch": 32}
+    return {**params, **changes}
+
+
+def test_ok_trial_reports_throughput_loss_and_settings_in_effect(facts, fast_settings) -> None:
+    params = _params(facts, threads=1, interop_threads=1, batch_size=16)
+    windows = []
+    result = run_trial("tiny", params, facts, fast_settings, timeout_s=120,
+                       on_window=lambda i, s: windows.append((i, s)) or False)
+    assert result.status == "ok", result.log_tail
+    assert result.samples_per_s > 0 and result.objective > 0 and result.loss > 0
+    assert len(result.windows) == fast_settings.windows and [i for i, _ in windows] == [0, 1]
+    assert result.in_effect["threads"] == 1 and result.in_effect["env"]["OMP_NUM_THREADS"] == "1"
+    assert result.startup_s > 0 and result.compile_s >= 0
+
+
+def test_same_seed_same_loss(facts, fast_settings) -> None:
+    params = _params(facts, threads=1)
+    first = run_trial("tiny", params, facts, fast_settings, timeout_s=120)
+    second = run_trial("tiny", params, facts, fast_settings, timeout_s=120)
+    assert first.loss == pytest.approx(second.loss, rel=1e-5)
+
+
+def test_inherited_thread_variables_do_not_leak_into_the_baseline(facts, fast_settings, monkeypatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    result = run_trial("tiny", _params(facts, threads=1), facts, fast_settings, timeout_s=120)
+    assert result.in_effect["env"]["OMP_NUM_THREADS"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("workload", "status", "error"),
+    [
+        (f"{FAULTY}:crash", "crash", "ValueError: fake: the user's loss has a bug"),
+        (f"{FAULTY}:nan", "nan", "the loss became nan"),
+        (f"{FAULTY}:oom", "oom", "OutOfMemoryError"),
+        (f"{FAULTY}:killed", "oom", "SIGKILL"),
+        ("nosuch_workload", "crash", "UsageError"),
+    ],
+)
+def test_failures_are_classified(facts, fast_settings, workload, status, error) -> None:
+    result = run_trial(workload, _params(facts, batch_size=64), facts, fast_settings, timeout_s=120)
+    assert result.status == status
+    assert error in result.error
+    assert result.samples_per_s is None
+
+
+def test_hang_is_stopped_at_the_time_limit(facts, fast_settings) -> None:
+    import psutil
+
+    before = {p.pid for p in psutil.process_iter()}
+    result = run_trial(f"{FAULTY}:hang", _params(facts), facts, fast_settings, timeout_s=8)
+    assert result.status == "timeout" and 8 <= result.wall_s < 30
+    leftovers = [p for p in psutil.process_iter(["cmdline"]) if p.pid not in before
+                 and "autotune._trial" in " ".join(p.info["cmdline"] or [])]
+    assert leftovers == []
+
+
+def test_pruning_stops_the_trial(facts, fast_settings) -> None:
+    settings = replace(fast_settings, measure_steps=40, windows=4)
+    result = run_trial("tiny", _params(facts), facts, settings, timeout_s=120, on_window=lambda i, s: i >= 0)
+    assert result.status == "pruned"
