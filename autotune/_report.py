@@ -1,0 +1,110 @@
+"""From a study's recorded trials to the recipe: feasible, faster than the defaults beyond noise."""
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import TrialError
+from .recipe import Recipe
+from ._confirm import MIN_NOISE
+from .runner import TrialResult
+
+
+
+def records(study: Any) -> list[Any]:
+    """Every finished trial of the study as a ``TrialRecord``, in order."""
+    from .study import TrialRecord
+
+    out = []
+    for t in study.get_trials(deepcopy=False):
+        attrs = t.user_attrs
+        if "status" not in attrs or "params" not in attrs:
+            continue
+        fields = {k: attrs[k] for k in TrialResult.__dataclass_fields__ if k in attrs}
+        result = TrialResult(**fields)
+        constraints = t.constraints or {}  # set_constraint's key -> value; feasible when all <= 0
+        values = constraints.values() if isinstance(constraints, dict) else constraints
+        feasible = result.status == "ok" and all(v <= 0 for v in values)
+        reason = attrs.get("infeasible") or (attrs.get("error") if result.status != "ok" else None)
+        out.append(TrialRecord(t.number, attrs.get("role", "search"), attrs["params"], result, feasible, reason))
+    return out
+
+
+def choose_recipe(study: Any, workload: str, facts: Any, name: str,
+                  confirmation: Any = None) -> tuple[Recipe, Any, Any, list[Any]]:
+    """The recipe (with baseline and best records). With a confirmation, its side-by-side runs decide
+    (``autotune._confirm``); without one, the fastest feasible trial's single measurement, which must
+    beat the defaults' by more than the noise. Otherwise the recipe keeps the defaults."""
+    all_records = records(study)
+    searched = [r for r in all_records if r.role != "confirm"]
+    baselines = [r for r in searched if r.role == "baseline" and r.result.status == "ok"]
+    if not baselines:
+        raise TrialError("the study has no completed baseline trial")
+    baseline = baselines[0]
+    notes: list[str] = []
+    if confirmation is not None and confirmation.baseline.runs and any(c.runs for c in confirmation.candidates):
+        best, speed, base_speed = _confirmed(confirmation, searched, baseline, notes)
+    else:
+        best, speed, base_speed = _single(searched, baseline, notes, confirmation)
+    infeasible = [r for r in searched if r.result.status == "ok" and not r.feasible]
+    if infeasible:
+        notes.append(f"{len(infeasible)} trial(s) rejected by the quality guard (loss above the limit)")
+    notes.append(time_note(all_records))
+    recipe = Recipe(
+        params=best.params, workload=workload, fingerprint=facts.fingerprint, study=name,
+        samples_per_s=speed, baseline_samples_per_s=base_speed, speedup=speed / base_speed, loss=best.result.loss,
+        baseline_loss=baseline.result.loss, notes=notes,
+    )
+    return recipe, baseline, best, all_records
+
+
+def _range(c: Any) -> str:
+    return f"median {c.median:.1f} samples/s, range {c.low:.1f}-{c.high:.1f} over {len(c.runs)} run(s)"
+
+
+def _confirmed(confirmation: Any, searched: list[Any], baseline: Any, notes: list[str]) -> tuple[Any, float, float]:
+    base = confirmation.baseline
+    winner = confirmation.best
+    contender = next((c for c in confirmation.candidates if c.runs and c.failed is None), None)
+    if confirmation.note:
+        notes.append(f"confirmation: {confirmation.note}")
+    notes.append(f"defaults (trial {base.number}) confirmed at {_range(base)}")
+    for c in confirmation.candidates:
+        if c.failed:
+            notes.append(f"trial {c.number} failed its confirmation ({c.failed}): not offered")
+    if winner is None:
+        if contender is not None:
+            notes.append(
+                f"the best candidate (trial {contender.number}, {_range(contender)}) did not beat the defaults "
+                f"beyond noise ({confirmation.noise:.0%}) side by side: the recipe keeps the defaults"
+            )
+        return baseline, base.median, base.median
+    notes.append(f"best (trial {winner.number}) confirmed at {_range(winner)}, "
+                 f"beating the defaults beyond noise ({confirmation.noise:.0%})")
+    record = next(r for r in searched if r.number == winner.number)
+    return record, winner.median, base.median
+
+
+def _single(searched: list[Any], baseline: Any, notes: list[str], confirmation: Any) -> tuple[Any, float, float]:
+    feasible = [r for r in searched if r.feasible]
+    best = max(feasible, key=lambda r: r.result.objective)
+    noise = max(MIN_NOISE, (baseline.result.spread or 0) / 2, (best.result.spread or 0) / 2)
+    if confirmation is None:
+        notes.append("not confirmed side by side (confirmation off): single measurements")
+    elif confirmation.note:
+        notes.append(f"not confirmed side by side: {confirmation.note}")
+    if best.result.objective < baseline.result.objective * (1 + noise):
+        notes.append(f"nothing beat PyTorch's defaults beyond noise ({noise:.0%}): the recipe keeps the defaults")
+        best = baseline
+    return best, best.result.objective, baseline.result.objective
+
+
+def time_note(all_records: list[Any]) -> str:
+    """Where the trials' time went: process startup, compile and warm-up, timed windows, the rest."""
+    def total(field: str, rows: list[Any]) -> float:
+        return sum(getattr(r.result, field) or 0.0 for r in rows)
+
+    confirm = [r for r in all_records if r.role == "confirm"]
+    wall, startup, warmup, timed = (total(f, all_records) for f in ("wall_s", "startup_s", "warmup_s", "timed_s"))
+    return (f"time in {len(all_records)} trial(s): {wall:.0f} s, of which startup {startup:.0f} s, "
+            f"compile and warm-up {warmup:.0f} s, timed {timed:.0f} s, evaluation and exit {max(0.0, wall - startup - warmup - timed):.0f} s; "
+            f"confirmation runs {total('wall_s', confirm):.0f} s of it")

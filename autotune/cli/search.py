@@ -1,0 +1,144 @@
+"""``autotune search``: run an Optuna study of real short training runs and store the best recipe."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ._common import add_storage, console
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "search", help="search the knobs that matter on this hardware for a workload",
+        description="Each trial is a short, real training run of the workload in a fresh subprocess. "
+        "Trial 0 is PyTorch's defaults (the baseline); a recipe stored earlier for this workload and hardware "
+        "is tried next (warm start). At the end the fastest feasible trials and the baseline are re-run side by "
+        "side (--confirm); a recipe is kept only if it beats the defaults beyond noise there. Ctrl-C stops the "
+        "running trial and keeps every result: the same command (or --study NAME) continues the study.",
+    )
+    p.add_argument("--workload", default="cnn", metavar="W",
+                   help="cnn | transformer | tiny | MODULE:FUNCTION | FILE.py:FUNCTION (default: cnn)")
+    p.add_argument("--budget", default="30m", help="wall-clock budget: 90s, 30m, 1h30m (default: 30m)")
+    p.add_argument("--trials", type=int, default=None, metavar="N", help="stop when the study holds N measured trials, counting earlier runs and other workers "
+                   "(with --budget: whichever comes first; confirmation runs are not counted)")
+    p.add_argument("--study", default=None, metavar="NAME", help="study name (default: WORKLOAD-FINGERPRINT); an existing study continues")
+    add_storage(p)
+    p.add_argument("--max-loss-increase", type=float, default=0.05, metavar="F",
+                   help="quality guard: a trial whose loss is more than F (relative) above the baseline's is infeasible (default: 0.05)")
+    p.add_argument("--global-batch", type=int, default=None, metavar="N",
+                   help="keep N samples per optimizer step by gradient accumulation (otherwise the lr follows --lr-scaling)")
+    p.add_argument("--lr-scaling", choices=("sqrt", "linear", "none"), default="sqrt",
+                   help="learning-rate rule when the batch size changes (default: sqrt)")
+    p.add_argument("--train-steps", type=int, default=5000, metavar="N",
+                   help="optimizer steps of the planned training run; compile time is amortised over them (default: 5000)")
+    p.add_argument("--steps", type=int, default=24, metavar="N", help="timed steps per trial at the default batch size (default: 24)")
+    p.add_argument("--warmup-steps", type=int, default=4, metavar="N", help="untimed warm-up steps per trial (default: 4)")
+    p.add_argument("--no-compile", action="store_true", help="leave torch.compile out of the search")
+    p.add_argument("--fix", action="append", default=[], metavar="KNOB=VALUE",
+                   help="hold a knob at a value in every trial but the baseline, e.g. --fix affinity=none "
+                   "--fix num_workers=0 (repeatable; values are JSON: 2, true, null, or text)")
+    p.add_argument("--confirm", type=int, default=3, metavar="K",
+                   help="re-run the K fastest feasible recipes and the defaults side by side before choosing; "
+                   "time for it is kept in the budget (default: 3; 0: choose from single measurements)")
+    p.add_argument("--confirm-rounds", type=int, default=3, metavar="R",
+                   help="interleaved confirmation runs of each (default: 3)")
+    p.add_argument("--seed", type=int, default=0, help="sampler and training seed (default: 0)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..budget import parse_duration
+    from ..errors import UsageError
+    from ..runner import TrialSettings
+    from ..study import SearchOptions, search
+
+    if args.trials is not None and args.trials < 1:
+        raise UsageError("--trials must be at least 1")
+    if args.confirm < 0 or args.confirm_rounds < 1:
+        raise UsageError("--confirm must be 0 or more and --confirm-rounds at least 1")
+    options = SearchOptions(
+        budget_s=parse_duration(args.budget), trials=args.trials, storage=args.storage, study=args.study,
+        settings=TrialSettings(warmup_steps=args.warmup_steps, measure_steps=args.steps,
+                               train_steps=args.train_steps, seed=args.seed),
+        max_loss_increase=args.max_loss_increase, global_batch=args.global_batch, lr_scaling=args.lr_scaling,
+        seed=args.seed, compile=not args.no_compile, fixed=parse_fixes(args.fix),
+        confirm_top=args.confirm, confirm_rounds=args.confirm_rounds,
+    )
+    out = console()
+    outcome = search(args.workload, options=options, progress=_Progress(out))
+    _print_outcome(out, outcome)
+    return 0
+
+
+def parse_fixes(items: list[str]) -> dict[str, Any]:
+    """``["threads=2", "channels_last=true"]`` -> ``{"threads": 2, "channels_last": True}``."""
+    import json
+
+    from ..errors import UsageError
+
+    fixed: dict[str, Any] = {}
+    for item in items:
+        knob, sep, text = item.partition("=")
+        if not sep or not knob.strip():
+            raise UsageError(f"--fix {item!r}: use KNOB=VALUE, e.g. --fix affinity=none")
+        try:
+            fixed[knob.strip()] = json.loads(text)
+        except json.JSONDecodeError:
+            fixed[knob.strip()] = text
+    return fixed
+
+
+class _Progress:
+    """One line per trial, as it ends."""
+
+    def __init__(self, out: Any) -> None:
+        self.out = out
+        self.defaults: dict[str, Any] = {}
+
+    def __call__(self, event: str, data: Any) -> None:
+        if event == "start":
+            budget = f"{data['budget_s']:.0f} s" if data["budget_s"] else "no time limit"
+            self.defaults = data["defaults"]
+            resumed = " (continued)" if data.get("resumed") else ""
+            self.out.print(f"study [bold]{data['study']}[/]{resumed} on {data['context'].device}, budget {budget}")
+            self.out.print("PyTorch defaults: " + _knobs(self.defaults), markup=False, soft_wrap=True)
+        elif event == "trial":
+            r = data["result"]
+            speed = f"{r.objective:9.1f} samples/s" if r.objective else f"{'-':>9} samples/s"
+            changed = {k: v for k, v in data["params"].items() if self.defaults.get(k) != v}
+            knobs = _knobs(changed) if changed else "(defaults)"
+            why = f"  [{data['reason']}]" if data["reason"] else ""
+            setup = f" (startup {r.startup_s:.1f}s, warm-up {r.warmup_s:.1f}s)" if r.startup_s and r.warmup_s else ""
+            self.out.print(f"trial {data['number']:3d} {data['role']:<10} {r.status:<11} {speed} {r.wall_s:5.1f}s{setup}  "
+                           f"{knobs}{why}", markup=False, soft_wrap=True)
+
+
+def _knobs(params: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(params.items()) if k not in ("reference_batch", "device"))
+
+
+def _print_outcome(out: Any, outcome: Any) -> None:
+    from rich.table import Table
+
+    r, base, best, c = outcome.recipe, outcome.baseline, outcome.best, outcome.confirmation
+    measured = sum(1 for rec in outcome.records if rec.role != "confirm")
+    confirmed = len(outcome.records) - measured
+    table = Table(title=f"study {outcome.study}: {measured} trials + {confirmed} confirmation runs, "
+                        f"{outcome.elapsed_s:.0f} s, stopped by {outcome.stopped}")
+    for column in ("", "samples/s", "range (confirmation)", "loss", "speedup"):
+        table.add_column(column, justify="right" if column else "left", no_wrap=not column)
+    chosen = None if c is None else next((x for x in (c.baseline, *c.candidates) if x.number == best.number), None)
+    table.add_row("PyTorch defaults (trial %d)" % base.number, f"{r.baseline_samples_per_s:.1f}",
+                  _span(c.baseline if c else None), f"{base.result.loss:.4f}", "1.00x")
+    label = "best: the defaults" if best.number == base.number else f"best (trial {best.number})"
+    table.add_row(label, f"{r.samples_per_s:.1f}", _span(chosen), f"{r.loss:.4f}", f"{r.speedup:.2f}x")
+    out.print(table)
+    for note in r.notes:
+        out.print(f"note: {note}", markup=False, soft_wrap=True)
+    out.print(f"recipe {r.id} stored; export it with: autotune export --format env -o best.env")
+
+
+def _span(candidate: Any) -> str:
+    if candidate is None or not candidate.runs:
+        return "-"
+    return f"{candidate.low:.1f}-{candidate.high:.1f} ({len(candidate.runs)} runs)"

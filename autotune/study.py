@@ -1,0 +1,277 @@
+"""Study orchestration: an Optuna study whose trials are real training runs, within a time budget.
+
+Trial 0 is PyTorch's defaults (the baseline), trial 1 the ``run_cpu`` heuristic; then TPE samples
+the knobs that matter on this hardware. Every trial's outcome is recorded in the study's storage as
+soon as it ends, so an interrupted search loses nothing and ``--study NAME`` continues it.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from . import search_spaces as spaces
+from .budget import parse_duration
+from .errors import HardwareMismatchError, StorageError, TrialError, UsageError
+from .recipe import Recipe
+from .runner import TrialResult, TrialSettings
+from .store import DEFAULT_STORAGE, RecipeStore, check_storage_url
+
+log = logging.getLogger(__name__)
+
+CONSTRAINTS = ("quality", "fits_memory", "finite_loss")
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    budget_s: float | None = 1800.0
+    trials: int | None = None
+    storage: str = DEFAULT_STORAGE
+    study: str | None = None
+    settings: TrialSettings = field(default_factory=TrialSettings)
+    max_loss_increase: float = 0.05  # relative to the baseline's loss
+    global_batch: int | None = None
+    lr_scaling: str = "sqrt"
+    seed: int = 0
+    compile: bool = True
+    fixed: dict[str, Any] = field(default_factory=dict)  # knobs held at a value (--fix KNOB=VALUE)
+    confirm_top: int = 3  # candidates re-run side by side with the baseline before one is declared best
+    confirm_rounds: int = 3  # interleaved runs of each
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    number: int
+    role: str  # baseline | heuristic | warm-start | seed | search | confirm
+    params: dict[str, Any]
+    result: TrialResult
+    feasible: bool
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    study: str
+    recipe: Recipe
+    baseline: TrialRecord
+    best: TrialRecord
+    records: list[TrialRecord]
+    stopped: str
+    elapsed_s: float
+    confirmation: Any = None  # autotune._confirm.Confirmation
+
+
+@contextmanager
+def host_lock() -> Iterator[None]:
+    """One trial at a time on this host: parallel trials would measure each other."""
+    path = os.path.join(tempfile.gettempdir(), "autotune-trials.lock")
+    with open(path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.warning("another autotune trial runs on this host; waiting for it to end")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _open_study(options: SearchOptions, name: str, facts: Any, workload: str) -> tuple[Any, bool]:
+    """The study (and whether this call created it); refuses one measured on other hardware."""
+    import optuna
+    from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError
+
+    check_storage_url(options.storage)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # Heartbeats are "experimental" and "meant for Study.optimize"; the ask/tell loop records them itself.
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
+    try:
+        storage = _rdb_storage(options.storage)
+        sampler: Any = optuna.samplers.TPESampler(
+            multivariate=True, group=True, seed=options.seed, n_startup_trials=6
+        )
+        if options.fixed:
+            sampler = optuna.samplers.PartialFixedSampler(options.fixed, sampler)
+        kwargs = dict(storage=storage, sampler=sampler, study_name=name, direction="maximize",
+                      pruner=optuna.pruners.NopPruner())  # a threshold replaces it once the baseline is measured
+        try:  # exactly one worker of a shared study creates it, and only that one seeds it
+            study, created = optuna.create_study(**kwargs), True
+        except optuna.exceptions.DuplicatedStudyError:
+            study, created = optuna.load_study(**{k: v for k, v in kwargs.items() if k != "direction"}), False
+    except ArgumentError as e:
+        raise UsageError(f"bad storage URL {options.storage!r}: use e.g. sqlite:///studies.db") from e
+    except (DatabaseError, OperationalError) as e:
+        raise StorageError(f"cannot open the study database {options.storage}: {e.orig}") from e
+    except ModuleNotFoundError as e:
+        raise StorageError(f"no driver for {options.storage}: pip install 'autotune[postgres]' ({e.name} missing)") from e
+    recorded = study.user_attrs.get("fingerprint")
+    if recorded is None:
+        study.set_user_attr("fingerprint", facts.fingerprint)
+        study.set_user_attr("workload", workload)
+    elif recorded != facts.fingerprint:
+        raise HardwareMismatchError(
+            f"study {name!r} was measured on hardware {recorded}, this machine is {facts.fingerprint}: "
+            "run this worker on the same hardware and CPU set, or use another --study name"
+        )
+    return study, created
+
+
+def _rdb_storage(url: str, attempts: int = 5) -> Any:
+    """Optuna's RDB storage, with heartbeats. Workers started together on an empty PostgreSQL database
+    race to create its tables; the losers see a duplicate-key error and retry once the schema is there."""
+    import optuna
+    from sqlalchemy.exc import IntegrityError, ProgrammingError
+
+    for attempt in range(attempts):
+        try:
+            return optuna.storages.RDBStorage(url, heartbeat_interval=5, grace_period=20)
+        except (IntegrityError, ProgrammingError) as e:
+            if attempt == attempts - 1 or "already exists" not in str(e):
+                raise
+            time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def _context(workload_spec: str, facts: Any, options: SearchOptions) -> tuple[Any, spaces.SpaceContext]:
+    from .workload import load_workload
+
+    workload = load_workload(workload_spec)
+    import torch
+
+    model = workload.model()
+    conv = any(isinstance(m, torch.nn.modules.conv._ConvNd) for m in model.modules())
+    device = "cuda" if facts.gpus and torch.cuda.is_available() else "cpu"
+    ctx = spaces.SpaceContext(
+        device=device, default_batch_size=workload.batch_size, conv=conv, global_batch=options.global_batch,
+        allow_compile=options.compile, **spaces.sparsity.context(model),
+    )
+    return workload, ctx
+
+
+def _run_settings(ctx: spaces.SpaceContext, options: SearchOptions) -> dict[str, Any]:
+    return {
+        "device": ctx.device,
+        "reference_batch": ctx.default_batch_size,
+        "global_batch": options.global_batch,
+        "lr_scaling": "none" if options.global_batch else options.lr_scaling,
+    }
+
+
+def _key(params: dict[str, Any]) -> str:
+    return json.dumps(params, sort_keys=True, default=str)
+
+
+def _seeds(study: Any, facts: Any, ctx: spaces.SpaceContext, options: SearchOptions,
+           workload: str) -> list[tuple[str, dict[str, Any]]]:
+    """The baseline, the stored recipe of this workload on this hardware (warm start), the heuristic,
+    then the families' promising single changes; ``--fix`` holds its knobs in all but the baseline."""
+    seeds = spaces.seeds(facts, ctx)
+    warm = _warm_start(options.storage, workload, facts)
+    if warm is not None:
+        seeds.insert(1, ("warm-start", {**seeds[0][1], **warm}))
+    out, seen = [seeds[0]], {_key(seeds[0][1])}
+    for role, params in seeds[1:]:
+        params = {**params, **options.fixed}
+        if _key(params) not in seen:
+            seen.add(_key(params))
+            out.append((role, params))
+    return out
+
+
+def _warm_start(storage: str, workload: str, facts: Any) -> dict[str, Any] | None:
+    """The searched knobs of the newest stored recipe for this workload and fingerprint, if any."""
+    with RecipeStore.open(storage) as store:
+        recipe = store.latest(workload=workload, fingerprint=facts.fingerprint)
+    if recipe is None:
+        return None
+    return {k: v for k, v in recipe.params.items() if k not in spaces.RUN_KEYS}
+
+
+def _seed_trials(study: Any, seeds: list[tuple[str, dict[str, Any]]], created: bool) -> None:
+    """Enqueue the seeds in a study this worker created; in any study, enqueue again a seed whose
+    trial was interrupted (Ctrl-C) or lost with a killed search, so a resumed search measures it."""
+    import optuna
+
+    state = optuna.trial.TrialState
+    done, lost = set(), set()
+    for t in study.get_trials(deepcopy=False):
+        key = (t.user_attrs.get("role"), _key(t.system_attrs.get("fixed_params", {})))
+        interrupted = t.state == state.FAIL and (
+            t.user_attrs.get("status") in (None, "interrupted") or key[0] == "baseline"  # a baseline is retried
+        )
+        (lost if interrupted else done).add(key)
+    for role, params in seeds:
+        key = (role, _key(params))
+        if key not in done and (created or key in lost):
+            study.enqueue_trial(params, user_attrs={"role": role})
+            done.add(key)
+
+
+def _baseline(study: Any) -> Any:
+    import optuna
+
+    done = [
+        t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        if t.user_attrs.get("role") == "baseline" and t.user_attrs.get("status") == "ok"
+    ]
+    return done[0] if done else None
+
+
+def search(workload: str, *, options: SearchOptions | None = None, progress: Callable[[str, Any], None] | None = None,
+           budget: str | float | None = None, trials: int | None = None) -> SearchOutcome:
+    """Search the knobs for ``workload`` and store the best recipe.
+
+    >>> outcome = search("tiny", budget="60s")          # doctest: +SKIP
+    >>> outcome.recipe.speedup                           # doctest: +SKIP
+    """
+    options = options or SearchOptions()
+    if budget is not None:
+        options = replace(options, budget_s=parse_duration(budget) if isinstance(budget, str) else float(budget))
+    if trials is not None:
+        options = replace(options, trials=trials)
+    if options.budget_s is None and options.trials is None:
+        raise UsageError("give a --budget, a --trials count, or both")
+    started = time.monotonic()
+    deadline = started + options.budget_s if options.budget_s else float("inf")
+    notify = progress or (lambda event, data: None)
+
+    from . import probes
+    from ._confirm import confirm
+    from ._loop import SearchLoop, fail_orphans
+    from ._report import choose_recipe
+
+    facts = probes.probe()
+    wl, ctx = _context(workload, facts, options)
+    name = options.study or f"{wl.name}-{facts.fingerprint}"
+    study, created = _open_study(options, name, facts, workload)
+    fail_orphans(study)  # trials of a search killed on this host: failed now, enqueued again below
+    _seed_trials(study, _seeds(study, facts, ctx, options, workload), created)
+    notify("start", {"study": name, "facts": facts, "context": ctx, "budget_s": options.budget_s, "resumed": not created,
+                     "defaults": {**spaces.defaults(facts, ctx), **_run_settings(ctx, options)}})
+    loop = SearchLoop(study, workload, facts, ctx, _run_settings(ctx, options), options, deadline, notify)
+    stopped = loop.run()
+    if _baseline(study) is None:
+        raise TrialError(
+            f"the baseline (PyTorch defaults) did not complete: {loop.baseline_error or 'not run'}; "
+            "fix the workload or give a larger --budget"
+        )
+    confirmation = confirm(loop)
+    recipe, baseline, best, records = choose_recipe(study, workload, facts, name, confirmation)
+    with RecipeStore.open(options.storage) as store:
+        recipe = store.save(recipe)
+    outcome = SearchOutcome(name, recipe, baseline, best, records, stopped, time.monotonic() - started, confirmation)
+    notify("done", outcome)
+    return outcome
+
+
+__all__ = ["CONSTRAINTS", "SearchOptions", "SearchOutcome", "TrialRecord", "host_lock", "search"]

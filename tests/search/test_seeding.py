@@ -1,0 +1,91 @@
+"""What a study measures first (baseline, warm start, seeds, --fix), and the confirmation's verdict."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune._confirm import beats, noise
+from autotune.cli.search import parse_fixes
+from autotune.errors import UsageError
+from autotune.recipe import Recipe
+from autotune.search_spaces import SpaceContext, defaults
+from autotune.store import RecipeStore
+from autotune.study import SearchOptions, _seed_trials, _seeds
+
+CTX = SpaceContext(default_batch_size=32)
+
+
+def _queued(study) -> list[tuple[str, dict]]:
+    return [(t.user_attrs["role"], t.system_attrs["fixed_params"]) for t in study.get_trials(deepcopy=False)
+            if t.state == optuna.trial.TrialState.WAITING]
+
+
+@pytest.mark.parametrize("stored_for", ["this", "other", None])
+def test_the_stored_recipe_for_this_workload_and_hardware_comes_right_after_the_baseline(
+        facts, tmp_path: Path, stored_for: str | None) -> None:
+    storage = f"sqlite:///{tmp_path}/s.db"
+    recipe = {**defaults(facts, CTX), "batch_size": 64, "threads": 1, "device": "cpu", "reference_batch": 32}
+    if stored_for:
+        with RecipeStore.open(storage) as store:
+            store.save(Recipe(params=recipe, workload="tiny",
+                              fingerprint=facts.fingerprint if stored_for == "this" else "0123456789ab"))
+    study = optuna.create_study(storage=storage)
+    _seed_trials(study, _seeds(study, facts, CTX, SearchOptions(storage=storage), "tiny"), created=True)
+    queued = _queued(study)
+    assert queued[0] == ("baseline", defaults(facts, CTX))
+    if stored_for == "this":
+        assert queued[1][0] == "warm-start"
+        assert queued[1][1] == {**defaults(facts, CTX), "batch_size": 64, "threads": 1}  # run settings left out
+    else:
+        assert "warm-start" not in [role for role, _ in queued]
+        assert queued[1][0] == "heuristic"
+
+
+def test_fixed_knobs_hold_in_every_seed_but_the_baseline(facts, tmp_path: Path) -> None:
+    options = SearchOptions(storage=f"sqlite:///{tmp_path}/s.db", fixed={"threads": 1})
+    seeds = _seeds(None, facts, CTX, options, "tiny")
+    assert seeds[0] == ("baseline", defaults(facts, CTX))
+    assert len(seeds) > 1 and all(params["threads"] == 1 for _, params in seeds[1:])
+    assert len({str(sorted(p.items())) for _, p in seeds}) == len(seeds)  # no seed measured twice
+
+
+def test_an_interrupted_seed_is_queued_again_but_not_a_finished_one(facts, tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path}/s.db"
+    study = optuna.create_study(storage=storage)
+    seeds = _seeds(study, facts, CTX, SearchOptions(storage=storage), "tiny")
+    _seed_trials(study, seeds, created=True)
+    base, heuristic = study.ask(), study.ask()
+    study.tell(base, 100.0)
+    heuristic.set_user_attr("status", "interrupted")
+    study.tell(heuristic, state=optuna.trial.TrialState.FAIL)
+    waiting = len(_queued(study))
+    _seed_trials(study, seeds, created=False)  # a resumed search, or another worker
+    queued = _queued(study)
+    assert len(queued) == waiting + 1 and queued[-1] == seeds[1]
+    assert [role for role, _ in queued].count("baseline") == 0
+
+
+@pytest.mark.parametrize(
+    ("baseline", "candidate", "better"),
+    [
+        ([100, 101, 99], [110, 112, 109], True),
+        ([100, 101, 99], [102, 103, 102.5], False),  # +2.5%: under the noise floor
+        ([100, 130, 80], [120, 125, 118], False),  # +20% median, but the defaults' fastest run is faster
+        ([100, 102], [99, 140], False),  # ranges overlap
+        ([100], [110], True),  # single runs: the noise floor only
+        ([], [110], False),
+    ],
+)
+def test_a_recipe_must_beat_the_defaults_beyond_noise(baseline, candidate, better) -> None:
+    assert beats(baseline, candidate) is better
+    if baseline and candidate:
+        assert noise(baseline, candidate) >= 0.03
+
+
+def test_fix_values_are_json_or_text() -> None:
+    assert parse_fixes(["threads=2", "channels_last=true", "prefetch_factor=null", "compile_mode=none"]) == {
+        "threads": 2, "channels_last": True, "prefetch_factor": None, "compile_mode": "none"}
+    with pytest.raises(UsageError, match="KNOB=VALUE"):
+        parse_fixes(["threads"])

@@ -1,0 +1,78 @@
+"""The user's path: search, best, export, then apply() in a fresh Python process."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from autotune.recipe import load_recipe_file
+
+from .conftest import FAST, run_cli
+
+PROBE_SCRIPT = """
+import json, os, warnings, torch, autotune
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    tuned = autotune.apply({source})
+print(json.dumps({{"threads": torch.get_num_threads(), "batch_size": tuned.batch_size,
+                  "cpus": sorted(os.sched_getaffinity(0)), "warnings": [str(w.message) for w in caught]}}))
+"""
+
+
+def _python(code: str, cwd: Path, prefix: list[str] | None = None) -> dict:
+    out = subprocess.run([*(prefix or []), sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_search_export_apply(tmp_path: Path) -> None:
+    search = run_cli("search", "--workload", "tiny", "--budget", "90s", "--trials", "4", *FAST, cwd=tmp_path)
+    assert search.returncode == 0, search.stderr
+    assert "PyTorch defaults (trial 0)" in search.stdout and "speedup" in search.stdout
+    assert (tmp_path / "studies.db").exists()
+
+    best = run_cli("best", "--json", cwd=tmp_path)
+    stored = json.loads(best.stdout)
+    assert stored["workload"] == "tiny" and stored["speedup"] >= 1.0 and stored["baseline_samples_per_s"] > 0
+
+    assert run_cli("export", "--format", "env", "-o", "best.env", cwd=tmp_path).returncode == 0
+    assert run_cli("export", "--format", "json", "-o", "best.json", cwd=tmp_path).returncode == 0
+    recipe = load_recipe_file(tmp_path / "best.env")
+    assert recipe == load_recipe_file(tmp_path / "best.json")
+    assert recipe.id == stored["id"] and recipe.params == stored["params"]
+
+    # Loaded by bash, then applied in a fresh process: the recipe's settings are in effect.
+    code = PROBE_SCRIPT.format(source="'best.env'")
+    loaded = _python(code, tmp_path, ["bash", "-c", 'set -a; . ./best.env; set +a; exec "$@"', "bash"])
+    assert loaded["threads"] == recipe.params["threads"]
+    assert loaded["batch_size"] == recipe.params["batch_size"]
+
+    # Under `autotune run`, even affinity is in effect, and apply() with no argument finds the recipe.
+    under_run = _python(PROBE_SCRIPT.format(source=""), tmp_path,
+                        [sys.executable, "-m", "autotune", "run", "--recipe", "best.env", "--"])
+    assert under_run["threads"] == recipe.params["threads"] and under_run["warnings"] == []
+
+
+def test_apply_warns_when_environment_knobs_are_missing(tmp_path: Path) -> None:
+    recipe = {"params": {"threads": 1, "interop_threads": 1, "affinity": "compact", "batch_size": 8},
+              "workload": "tiny"}
+    (tmp_path / "r.json").write_text(json.dumps(recipe))
+    plain = _python(PROBE_SCRIPT.format(source="'r.json'"), tmp_path)
+    assert plain["threads"] == 1  # in-process knobs are applied anyway
+    assert any("autotune run" in w and "OMP_NUM_THREADS=1" in w for w in plain["warnings"])
+
+
+def test_cli_errors_are_one_line(tmp_path: Path) -> None:
+    for args, message in [
+        (("search", "--workload", "nosuch", "--budget", "10s"), "not a bundled name"),
+        (("search", "--workload", "tiny", "--budget", "soon"), "bad duration"),
+        (("best",), "no recipe"),
+        (("export", "--recipe", "missing.env"), "cannot read recipe file"),
+    ]:
+        result = run_cli(*args, cwd=tmp_path)
+        assert result.returncode == 2, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], result.stderr
+        assert "Traceback" not in result.stderr
