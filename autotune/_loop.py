@@ -76,12 +76,24 @@ class SearchLoop:
         self.run_settings, self.options, self.deadline, self.notify = run_settings, options, deadline, notify
         self.baseline_error: str | None = None
 
-    def estimate_s(self) -> float | None:
+    def estimate_s(self, compile_mode: str | None = None) -> float | None:
         """How long one full trial will likely take: 1.2x the median wall time (startup, compile and
-        warm-up included) of the finished ones that were not pruned."""
+        warm-up included) of the finished ones that were not pruned. With ``compile_mode``, of the trials
+        compiled that way only (compiling takes far longer than the timed steps); None if there is none."""
         walls = sorted(t.user_attrs["wall_s"] for t in self.study.get_trials(deepcopy=False)
-                       if "wall_s" in t.user_attrs and t.user_attrs.get("status") != "pruned")
+                       if "wall_s" in t.user_attrs and t.user_attrs.get("status") != "pruned"
+                       and (compile_mode is None or t.user_attrs.get("params", {}).get("compile_mode") == compile_mode))
         return 1.2 * walls[len(walls) // 2] if walls else None
+
+    def timeout_s(self, params: dict[str, Any], remaining: float, estimate: float | None) -> float:
+        """The trial's time limit: 5x the estimate of its kind (at least 60 s), within the budget. A
+        compile mode not measured yet may take what the budget leaves after the confirmation runs."""
+        mode = params.get("compile_mode") or "none"
+        if mode != "none":
+            estimate = self.estimate_s(mode)
+            if estimate is None:
+                return max(60.0, remaining - self.reserve_s(self.estimate_s())) if remaining > 60 else remaining
+        return remaining if estimate is None else min(remaining, max(60.0, 5 * estimate))
 
     def measured(self) -> int:
         """Trials of the study (every worker's, every run's) that count toward ``--trials``."""
@@ -131,8 +143,7 @@ class SearchLoop:
                     continue
                 skips = 0
                 remaining = self.deadline - time.monotonic()  # the lock may have been waited for
-                timeout = remaining if estimate is None else min(remaining, max(60.0, 5 * estimate))
-                result = self.run_one(trial, role, params, max(1.0, timeout))
+                result = self.run_one(trial, role, params, max(1.0, min(remaining, self.timeout_s(params, remaining, estimate))))
             if role == "baseline" and result.status != "ok":
                 self.baseline_error = f"{result.status}: {result.error}"
                 return "baseline failed"

@@ -89,3 +89,24 @@ def test_fix_values_are_json_or_text() -> None:
         "threads": 2, "channels_last": True, "prefetch_factor": None, "compile_mode": "none"}
     with pytest.raises(UsageError, match="KNOB=VALUE"):
         parse_fixes(["threads"])
+
+
+def test_a_compile_trial_gets_its_own_time_estimate(facts) -> None:
+    """Compiling takes far longer than the timed steps: a compile mode not measured yet may use what the
+    budget leaves after the confirmation runs, not 5x the median of uncompiled trials."""
+    from autotune._loop import SearchLoop
+
+    study = optuna.create_study(direction="maximize")
+    for wall, mode in [(8.0, "none"), (10.0, "none"), (9.0, "none")]:
+        study.add_trial(optuna.trial.create_trial(
+            value=1.0, user_attrs={"wall_s": wall, "status": "ok", "role": "search", "params": {"compile_mode": mode}}))
+    options = SearchOptions(budget_s=600, confirm_top=0)
+    loop = SearchLoop(study, "tiny", facts, CTX, {}, options, deadline=0.0, notify=lambda *a: None)
+    estimate = loop.estimate_s()
+    assert estimate == pytest.approx(1.2 * 9.0)
+    assert loop.timeout_s({"compile_mode": "none"}, 500.0, estimate) == 60.0  # max(60, 5 x 10.8)
+    assert loop.timeout_s({"compile_mode": "default"}, 500.0, estimate) == 500.0  # unmeasured: what is left
+    study.add_trial(optuna.trial.create_trial(
+        value=1.0, user_attrs={"wall_s": 50.0, "status": "ok", "role": "search", "params": {"compile_mode": "default"}}))
+    assert loop.timeout_s({"compile_mode": "default"}, 500.0, estimate) == pytest.approx(5 * 1.2 * 50.0)
+    assert loop.timeout_s({"compile_mode": "default"}, 100.0, estimate) == 100.0  # never past the budget
