@@ -1,9 +1,10 @@
 """The search space (installed as ``autotune.search_spaces``): one module per knob family.
 
 Each family defines, for its recipe keys, the define-by-run space ``suggest(trial, facts, ctx)``
-conditional on the probed facts, PyTorch's ``defaults``, the ``heuristic`` seed
-(``torch.backends.xeon.run_cpu``'s choices), the ``environment`` variables that must be set before
-torch starts, and ``apply_process`` for what is set inside the process. The trial runner, the
+conditional on the probed facts and PyTorch's ``defaults(facts, ctx)``; where it has them, also the
+``heuristic`` seed (``torch.backends.xeon.run_cpu``'s choices; else its defaults), ``promising`` single
+changes to measure first, the ``environment`` variables that must be set before torch starts (listed
+in ``ENV_VARS``), and ``apply_process`` for what is set inside the process. The trial runner, the
 exported env file and ``autotune.apply()`` all go through these functions, so what was measured is
 what is applied.
 
@@ -64,7 +65,7 @@ RUN_KEYS = ("device", "global_batch", "lr_scaling", "reference_batch")
 def _merge(method: str, *args: Any) -> dict[str, Any]:
     params: dict[str, Any] = {}
     for family in FAMILIES:
-        params.update(getattr(family, method)(*args))
+        params.update(getattr(family, method, family.defaults)(*args))  # no heuristic: PyTorch's defaults
     return params
 
 
@@ -85,7 +86,7 @@ def heuristic(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
 
 def controlled_variables() -> tuple[str, ...]:
     """Every environment variable some knob sets: the trial runner clears them for a clean baseline."""
-    return tuple(sorted({var for family in FAMILIES for var in family.ENV_VARS}))
+    return tuple(sorted({var for family in FAMILIES for var in getattr(family, "ENV_VARS", ())}))
 
 
 def seeds(facts: Any, ctx: SpaceContext) -> list[tuple[str, dict[str, Any]]]:
@@ -103,7 +104,8 @@ def environment(params: dict[str, Any], facts: Any) -> dict[str, str]:
     """Environment variables to set before torch starts (never read from os.environ)."""
     env: dict[str, str] = {}
     for family in FAMILIES:
-        env.update(family.environment(params, facts))
+        if hasattr(family, "environment"):
+            env.update(family.environment(params, facts))
     return env
 
 
@@ -132,7 +134,8 @@ def apply_process(params: dict[str, Any], facts: Any = None) -> list[str]:
     compute threads apart from the DataLoader workers' CPUs (``data.pin_compute_threads``)."""
     problems: list[str] = processes.pin_rank(params)  # first: before any family starts torch's thread pools
     for family in FAMILIES:
-        problems += family.apply_process(params)
+        if hasattr(family, "apply_process"):
+            problems += family.apply_process(params)
     if facts is not None and processes.count(params) == 1:
         problems += data.pin_compute_threads(params, facts)
     return problems

@@ -13,7 +13,6 @@ from typing import Any
 from ._context import SpaceContext
 
 KEYS = ("amp_dtype", "channels_last", "tf32")
-ENV_VARS: tuple[str, ...] = ()  # every variable environment() may set
 
 _CPU_BF16 = {"avx512_bf16", "amx_bf16", "bf16"}  # "bf16": arm FEAT_BF16
 _CPU_FP16 = {"avx512_fp16", "amx_fp16"}
@@ -51,20 +50,12 @@ def defaults(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
     return {"amp_dtype": "float32", "channels_last": False, "tf32": False}
 
 
-def heuristic(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
-    return defaults(facts, ctx)
-
-
 def promising(facts: Any, ctx: SpaceContext) -> list[dict[str, Any]]:
     """Single changes worth measuring first (bf16 autocast: 1.74x on a small CNN, AVX512-BF16 CPU)."""
     seeds: list[dict[str, Any]] = [{"amp_dtype": d} for d in dtypes(facts, ctx)[1:]]
     if ctx.conv:
         seeds += [{"channels_last": True, **s} for s in [{}] + seeds]
     return seeds
-
-
-def environment(params: dict[str, Any], facts: Any) -> dict[str, str]:
-    return {}
 
 
 def apply_process(params: dict[str, Any]) -> list[str]:

@@ -16,7 +16,6 @@ from typing import Any
 from ._context import SpaceContext
 
 KEYS = ("batch_size",)
-ENV_VARS: tuple[str, ...] = ()  # every variable environment() may set
 LR_RULES = ("sqrt", "linear", "none")
 
 
@@ -39,18 +38,6 @@ def defaults(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
     choices = sizes(ctx)
     base = ctx.default_batch_size if ctx.default_batch_size in choices else choices[len(choices) // 2]
     return {"batch_size": base}
-
-
-def heuristic(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
-    return defaults(facts, ctx)
-
-
-def environment(params: dict[str, Any], facts: Any) -> dict[str, str]:
-    return {}
-
-
-def apply_process(params: dict[str, Any]) -> list[str]:
-    return []
 
 
 def accumulation(params: dict[str, Any]) -> int:

@@ -11,7 +11,6 @@ from typing import Any
 from ._context import SpaceContext
 
 KEYS = ("compile_mode",)
-ENV_VARS: tuple[str, ...] = ()  # every variable environment() may set
 
 CPU_MODES = ("none", "default", "reduce-overhead", "max-autotune-no-cudagraphs")
 CUDA_MODES = CPU_MODES + ("max-autotune",)
@@ -34,18 +33,6 @@ def suggest(trial: Any, facts: Any, ctx: SpaceContext) -> dict[str, Any]:
 
 def defaults(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
     return {"compile_mode": "none"}
-
-
-def heuristic(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
-    return defaults(facts, ctx)
-
-
-def environment(params: dict[str, Any], facts: Any) -> dict[str, str]:
-    return {}
-
-
-def apply_process(params: dict[str, Any]) -> list[str]:
-    return []
 
 
 def prepare_model(params: dict[str, Any], model: Any) -> Any:

@@ -23,7 +23,6 @@ from . import _threads
 from ._context import SpaceContext
 
 KEYS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
-ENV_VARS: tuple[str, ...] = ()  # every variable environment() may set
 
 
 def suggest(trial: Any, facts: Any, ctx: SpaceContext) -> dict[str, Any]:
@@ -42,18 +41,6 @@ def suggest(trial: Any, facts: Any, ctx: SpaceContext) -> dict[str, Any]:
 
 def defaults(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
     return {"num_workers": 0, "pin_memory": False, "persistent_workers": False, "prefetch_factor": None}
-
-
-def heuristic(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
-    return defaults(facts, ctx)
-
-
-def environment(params: dict[str, Any], facts: Any) -> dict[str, str]:
-    return {}
-
-
-def apply_process(params: dict[str, Any]) -> list[str]:
-    return []
 
 
 def worker_cpus(params: dict[str, Any], facts: Any) -> list[int] | None:

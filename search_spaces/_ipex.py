@@ -14,7 +14,6 @@ from typing import Any
 from ._context import SpaceContext
 
 KEYS = ("ipex",)
-ENV_VARS: tuple[str, ...] = ()  # every variable environment() may set
 
 
 def available(facts: Any, ctx: SpaceContext) -> bool:
@@ -39,14 +38,6 @@ def defaults(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
 
 def heuristic(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
     return defaults(facts, ctx)  # ipexrun is a launcher: it does not call ipex.optimize
-
-
-def environment(params: dict[str, Any], facts: Any) -> dict[str, str]:
-    return {}
-
-
-def apply_process(params: dict[str, Any]) -> list[str]:
-    return []
 
 
 def prepare(params: dict[str, Any], model: Any, optimizer: Any) -> tuple[Any, Any, dict[str, Any], list[str]]:

@@ -90,10 +90,6 @@ def defaults(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
     return {"processes": 1}
 
 
-def heuristic(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
-    return defaults(facts, ctx)
-
-
 def promising(facts: Any, ctx: SpaceContext) -> list[dict[str, Any]]:
     """On several GPUs, one process per GPU is the change most likely to pay (it adds devices)."""
     offered = choices(facts, ctx)

@@ -23,7 +23,6 @@ from ._context import SpaceContext
 log = logging.getLogger(__name__)
 
 KEYS = ("sparsity_pattern", "sparsity")
-ENV_VARS: tuple[str, ...] = ()  # every variable environment() may set
 PATTERNS = ("none", "structured", "2:4")
 # Sparse tensor cores exist from 8.0 on, but on an H100 (9.0, torch 2.11) a 2:4 training step measured slower
 # than dense: Linear(4096, 16384) -> Linear(16384, 4096) on 8192 bf16 rows, 16.3 ms vs 8.9 ms (the sparse matmul
@@ -60,18 +59,6 @@ def suggest(trial: Any, facts: Any, ctx: SpaceContext) -> dict[str, Any]:
 
 def defaults(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
     return {"sparsity_pattern": "none", "sparsity": 0.0}
-
-
-def heuristic(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
-    return defaults(facts, ctx)
-
-
-def environment(params: dict[str, Any], facts: Any) -> dict[str, str]:
-    return {}
-
-
-def apply_process(params: dict[str, Any]) -> list[str]:
-    return []
 
 
 def context(model: Any) -> dict[str, bool]:
