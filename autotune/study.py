@@ -153,9 +153,31 @@ def _context(workload_spec: str, facts: Any, options: SearchOptions) -> tuple[An
     device = "cuda" if facts.gpus and torch.cuda.is_available() else "cpu"
     ctx = spaces.SpaceContext(
         device=device, default_batch_size=workload.batch_size, conv=conv, global_batch=options.global_batch,
-        allow_compile=options.compile, **spaces.sparsity.context(model),
+        allow_compile=options.compile, max_batch_size=_max_batch(workload, model, facts, device),
+        **spaces.sparsity.context(model),
     )
     return workload, ctx
+
+
+def _max_batch(workload: Any, model: Any, facts: Any, device: str) -> int | None:
+    """The batch size the probed memory should hold (``search_spaces.batch.max_batch_size``): a GPU's
+    memory, else the RAM available now; estimated from a forward pass of two of the dataset's samples."""
+    import torch
+
+    memory = min((g.memory_bytes for g in facts.gpus), default=None) if device == "cuda" else facts.memory.available_bytes
+    try:
+        dataset = workload.dataset()
+        samples = min(2, len(dataset))
+        batch = torch.utils.data.default_collate([dataset[i] for i in range(samples)])
+        inputs = tuple(workload.model_inputs(batch))
+    except Exception as e:  # noqa: BLE001 - the trials report a broken dataset with its traceback
+        log.debug("no batch-size cap: %s", e)
+        return None
+    limit = spaces.batch.max_batch_size(memory, model, inputs, samples)
+    if limit is not None and limit < 4 * workload.batch_size:
+        log.info("batch sizes above %d are not offered: %s of memory should not hold them", limit,
+                 f"{memory / 2**30:.1f} GiB" if memory else "?")
+    return limit
 
 
 def _run_settings(ctx: spaces.SpaceContext, options: SearchOptions) -> dict[str, Any]:

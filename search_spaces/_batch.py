@@ -6,7 +6,9 @@ follows a scaling rule relative to the workload's default batch size (``lr_scali
 ``sqrt`` (default: lr * sqrt(b / b0), safe for adaptive optimizers), ``linear`` (Goyal et al. 2017,
 lr * b / b0, for SGD), or ``none``.
 
-An out-of-memory trial is recorded infeasible; the study then skips every larger batch size.
+The sizes offered stop at what the device's memory should hold (``max_batch_size``, estimated from
+the probed memory and one forward pass); a trial that still runs out of memory is recorded
+infeasible, and the study then skips every larger batch size.
 """
 from __future__ import annotations
 
@@ -28,6 +30,53 @@ def sizes(ctx: SpaceContext) -> tuple[int, ...]:
     if ctx.max_batch_size:
         candidates = [b for b in candidates if b <= ctx.max_batch_size] or [min(candidates)]
     return tuple(candidates)
+
+
+def max_batch_size(memory_bytes: int | None, model: Any, inputs: tuple[Any, ...], samples: int) -> int | None:
+    """The largest batch that ``memory_bytes`` should hold for training ``model``, or None if unknown.
+
+    Training keeps the weights, their gradients and up to two optimizer states (4x the parameters),
+    and per sample the activations autograd saves for backward plus their gradients: about twice every
+    module's output, measured here by one forward pass of ``samples`` samples (``inputs``, on the CPU).
+    Half of the memory is left for the allocator, the framework and the data: an estimate that keeps
+    the search away from sizes bound to fail, not a promise (an out-of-memory trial is still recorded).
+
+    >>> import torch
+    >>> net = torch.nn.Sequential(torch.nn.Linear(1000, 1000), torch.nn.ReLU())  # 4 MB of weights
+    >>> max_batch_size(64 * 2**20, net, (torch.zeros(2, 1000),), 2)  # (32 MiB - 16 MB) / 20 KB a sample
+    876
+    """
+    import torch
+
+    if not memory_bytes or samples < 1:
+        return None
+    outputs = 0
+
+    def count(module: Any, args: Any, output: Any) -> None:
+        nonlocal outputs
+        for t in output if isinstance(output, (tuple, list)) else (output,):
+            if isinstance(t, torch.Tensor):
+                outputs += t.numel() * t.element_size()
+
+    leaves = [m for m in model.modules() if not list(m.children())]
+    hooks = [m.register_forward_hook(count) for m in leaves]
+    was_training = model.training
+    try:
+        model.eval()  # BatchNorm would refuse a batch of one in training mode; the sizes are the same
+        with torch.no_grad():
+            model(*inputs)
+    except Exception:  # noqa: BLE001 - an estimate: a model that cannot run here is simply not capped
+        return None
+    finally:
+        for h in hooks:
+            h.remove()
+        model.train(was_training)
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    per_sample = (2 * outputs + sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))) / samples
+    usable = memory_bytes / 2 - 4 * weights
+    if per_sample <= 0:
+        return None
+    return max(1, int(usable // per_sample))
 
 
 def suggest(trial: Any, facts: Any, ctx: SpaceContext) -> dict[str, Any]:

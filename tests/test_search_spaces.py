@@ -67,6 +67,33 @@ def test_batch_sizes_respect_global_batch_and_memory() -> None:
     assert spaces.batch.sizes(spaces.SpaceContext(default_batch_size=32, max_batch_size=40)) == (8, 16, 32)
 
 
+def test_the_largest_batch_follows_memory_weights_and_activations() -> None:
+    import doctest
+
+    import torch
+
+    assert doctest.testmod(spaces.batch).failed == 0  # 876 samples of Linear(1000, 1000) in 64 MiB
+    net = torch.nn.Sequential(torch.nn.Linear(1000, 1000), torch.nn.ReLU())
+    x = torch.zeros(2, 1000)
+    small, large = (spaces.batch.max_batch_size(m * 2**20, net, (x,), 2) for m in (64, 128))
+    assert large > 2 * small  # the weights' share is fixed: twice the memory, more than twice the samples
+    assert spaces.batch.max_batch_size(16 * 2**20, net, (x,), 2) == 1  # not even the weights fit: the smallest
+    assert spaces.batch.max_batch_size(None, net, (x,), 2) is None  # memory unknown: no cap
+    assert spaces.batch.max_batch_size(2**30, net, (torch.zeros(2, 7),), 2) is None  # fails to run: no cap
+
+
+def test_a_search_context_caps_batch_sizes_by_probed_memory(facts) -> None:
+    from dataclasses import replace
+
+    from autotune.study import SearchOptions, _context
+
+    _, roomy = _context("cnn", facts, SearchOptions())
+    assert roomy.max_batch_size is not None and spaces.batch.sizes(roomy) == (16, 32, 64, 128, 256)
+    tight = replace(facts, memory=replace(facts.memory, available_bytes=2**29))  # 512 MiB available
+    _, ctx = _context("cnn", tight, SearchOptions())
+    assert 64 <= ctx.max_batch_size < 256 and max(spaces.batch.sizes(ctx)) <= ctx.max_batch_size
+
+
 def _two_sockets(facts):
     """2 packages x 2 NUMA nodes... as a recorded machine would show: 2 sockets, 4 cores each, SMT 2."""
     cores = tuple(Core(package=p, numa_node=p, cpus=(p * 4 + c, p * 4 + c + 8)) for p in range(2) for c in range(4))
