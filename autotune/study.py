@@ -126,17 +126,22 @@ def _open_study(options: SearchOptions, name: str, facts: Any, workload: str) ->
     return study, created
 
 
+# SQLSTATEs of a schema another worker created first: unique_violation (PostgreSQL's catalog of types),
+# duplicate_table, duplicate_object.
+_SCHEMA_RACE = {"23505", "42P07", "42710"}
+
+
 def _rdb_storage(url: str, attempts: int = 5) -> Any:
     """Optuna's RDB storage, with heartbeats. Workers started together on an empty PostgreSQL database
-    race to create its tables; the losers see a duplicate-key error and retry once the schema is there."""
+    race to create its tables; the losers get a duplicate-object error and retry once the schema is there."""
     import optuna
-    from sqlalchemy.exc import IntegrityError, ProgrammingError
+    from sqlalchemy.exc import DBAPIError
 
     for attempt in range(attempts):
         try:
             return optuna.storages.RDBStorage(url, heartbeat_interval=5, grace_period=20)
-        except (IntegrityError, ProgrammingError) as e:
-            if attempt == attempts - 1 or "already exists" not in str(e):
+        except DBAPIError as e:
+            if attempt == attempts - 1 or getattr(e.orig, "sqlstate", None) not in _SCHEMA_RACE:
                 raise
             time.sleep(0.5 * (attempt + 1))
     raise AssertionError("unreachable")

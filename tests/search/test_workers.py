@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from itertools import combinations
 from pathlib import Path
@@ -50,6 +51,23 @@ def test_two_workers_share_a_study_and_other_hardware_is_refused(postgres: str, 
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "was measured on hardware" in lines[0] and "use another --study" in lines[0], err
     assert len(trials(postgres, "shared")) == len(ts)  # it ran nothing
+
+
+@pytest.mark.postgres
+def test_workers_starting_together_on_an_empty_database_all_open_it(postgres: str) -> None:
+    """The first start creates Optuna's tables; workers racing to do it must not fail (duplicate type)."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(postgres, isolation_level="AUTOCOMMIT")
+    with engine.connect() as connection:
+        connection.execute(sqlalchemy.text("CREATE DATABASE race"))
+    engine.dispose()
+    url = postgres.rsplit("/", 1)[0] + "/race"
+    code = "import sys; from autotune.study import _rdb_storage; _rdb_storage(sys.argv[1])"
+    starts = [subprocess.Popen([sys.executable, "-c", code, url], stderr=subprocess.PIPE, text=True) for _ in range(6)]
+    for start in starts:
+        _, err = start.communicate(timeout=120)
+        assert start.returncode == 0, err
 
 
 def test_two_searches_on_one_host_never_run_trials_at_the_same_time(tmp_path: Path) -> None:
