@@ -89,13 +89,6 @@ def defaults(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
     return {"batch_size": base}
 
 
-def promising(facts: Any, ctx: SpaceContext) -> list[dict[str, Any]]:
-    """Twice the default batch, where offered: fewer, larger kernels are the commonest win on small models
-    (the quality guard rejects it where the fewer optimizer steps cost loss)."""
-    double = 2 * defaults(facts, ctx)["batch_size"]
-    return [{"batch_size": double}] if double in sizes(ctx) else []
-
-
 def accumulation(params: dict[str, Any]) -> int:
     global_batch = params.get("global_batch")
     if not global_batch:

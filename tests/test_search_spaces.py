@@ -128,9 +128,3 @@ def test_seeds_start_with_the_baseline(facts) -> None:
     assert seeds[0] == ("baseline", spaces.defaults(facts, ctx)) and seeds[1][0] == "heuristic"
     assert ("seed", {**spaces.defaults(facts, ctx), "amp_dtype": "bfloat16"}) in seeds
 
-
-def test_twice_the_default_batch_is_a_seed_where_offered(facts) -> None:
-    roomy = spaces.SpaceContext(default_batch_size=32)
-    assert ("seed", {**spaces.defaults(facts, roomy), "batch_size": 64}) in spaces.seeds(facts, roomy)
-    tight = spaces.SpaceContext(default_batch_size=32, max_batch_size=40)  # memory holds no batch of 64
-    assert all(params["batch_size"] <= 32 for _, params in spaces.seeds(facts, tight))
