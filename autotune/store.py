@@ -6,6 +6,8 @@ machines). A file that is not a database is reported, never overwritten.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -54,6 +56,19 @@ def check_storage_url(url: str) -> None:
                 )
 
 
+@contextmanager
+def storage_errors(url: str) -> Iterator[None]:
+    """Opening a database (the recipe store's or Optuna's): SQLAlchemy's errors as one-line autotune errors."""
+    try:
+        yield
+    except ArgumentError as e:
+        raise UsageError(f"bad storage URL {url!r}: use e.g. sqlite:///studies.db or postgresql+psycopg://…") from e
+    except (DatabaseError, OperationalError) as e:
+        raise StorageError(f"cannot open the database {url}: {e.orig}") from e
+    except ModuleNotFoundError as e:
+        raise StorageError(f"no driver for {url}: pip install 'autotune[postgres]' ({e.name} missing)") from e
+
+
 class RecipeStore:
     """Save and look up recipes. Use as a context manager: ``with RecipeStore.open(url) as store``."""
 
@@ -63,15 +78,9 @@ class RecipeStore:
     @classmethod
     def open(cls, url: str = DEFAULT_STORAGE) -> RecipeStore:
         check_storage_url(url)
-        try:
+        with storage_errors(url):
             engine = create_engine(url)
             _Base.metadata.create_all(engine)
-        except ArgumentError as e:
-            raise UsageError(f"bad storage URL {url!r}: use e.g. sqlite:///studies.db or postgresql+psycopg://…") from e
-        except (DatabaseError, OperationalError) as e:
-            raise StorageError(f"cannot open the database {url}: {e.orig}") from e
-        except ModuleNotFoundError as e:
-            raise StorageError(f"no driver for {url}: pip install 'autotune[postgres]' ({e.name} missing)") from e
         return cls(engine)
 
     def __enter__(self) -> RecipeStore:

@@ -20,10 +20,10 @@ from typing import Any
 
 from . import search_spaces as spaces
 from .budget import parse_duration
-from .errors import HardwareMismatchError, StorageError, TrialError, UsageError
+from .errors import HardwareMismatchError, TrialError, UsageError
 from .recipe import Recipe
 from .runner import TrialResult, TrialSettings
-from .store import DEFAULT_STORAGE, RecipeStore, check_storage_url
+from .store import DEFAULT_STORAGE, RecipeStore, check_storage_url, storage_errors
 
 log = logging.getLogger(__name__)
 
@@ -88,14 +88,13 @@ def host_lock() -> Iterator[None]:
 def _open_study(options: SearchOptions, name: str, facts: Any, workload: str) -> tuple[Any, bool]:
     """The study (and whether this call created it); refuses one measured on other hardware."""
     import optuna
-    from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError
 
     check_storage_url(options.storage)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     # Heartbeats are "experimental" and "meant for Study.optimize"; the ask/tell loop records them itself.
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
-    try:
+    with storage_errors(options.storage):
         storage = _rdb_storage(options.storage)
         sampler: Any = optuna.samplers.TPESampler(
             multivariate=True, group=True, seed=options.seed, n_startup_trials=6
@@ -108,12 +107,6 @@ def _open_study(options: SearchOptions, name: str, facts: Any, workload: str) ->
             study, created = optuna.create_study(**kwargs), True
         except optuna.exceptions.DuplicatedStudyError:
             study, created = optuna.load_study(**{k: v for k, v in kwargs.items() if k != "direction"}), False
-    except ArgumentError as e:
-        raise UsageError(f"bad storage URL {options.storage!r}: use e.g. sqlite:///studies.db") from e
-    except (DatabaseError, OperationalError) as e:
-        raise StorageError(f"cannot open the study database {options.storage}: {e.orig}") from e
-    except ModuleNotFoundError as e:
-        raise StorageError(f"no driver for {options.storage}: pip install 'autotune[postgres]' ({e.name} missing)") from e
     recorded = study.user_attrs.get("fingerprint")
     if recorded is None:
         study.set_user_attr("fingerprint", facts.fingerprint)

@@ -70,6 +70,7 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
         (("search", "--workload", "tiny", "--budget", "soon"), "bad duration"),
         (("best",), "no recipe"),
         (("export", "--recipe", "missing.env"), "cannot read recipe file"),
+        (("best", "--storage", "postgresql+psycopg://nobody@127.0.0.1:1/x"), "Connection refused"),  # nothing on port 1
     ]:
         result = run_cli(*args, cwd=tmp_path)
         assert result.returncode == 2, result.stderr

@@ -40,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     except AutotuneError as e:
         if args.debug:
             raise
-        print(f"autotune {args.verb}: error: {e}", file=sys.stderr)
+        # one line, even when a driver's message spans several (psycopg's "Is the server running...")
+        print(f"autotune {args.verb}: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"autotune {args.verb}: interrupted; everything recorded so far is kept", file=sys.stderr)
