@@ -71,9 +71,11 @@ class SearchLoop:
     def __init__(
         self, study: Any, workload: str, facts: Any, ctx: spaces.SpaceContext, run_settings: dict[str, Any],
         options: Any, deadline: float, notify: Callable[[str, Any], None],
+        seeds: list[tuple[str, dict[str, Any]]] | None = None,
     ) -> None:
         self.study, self.workload, self.facts, self.ctx = study, workload, facts, ctx
         self.run_settings, self.options, self.deadline, self.notify = run_settings, options, deadline, notify
+        self.seeds = seeds or []  # (role, params) measured first, in order (``study._seeds``)
         self.baseline_error: str | None = None
 
     def estimate_s(self, compile_mode: str | None = None) -> float | None:
@@ -113,7 +115,7 @@ class SearchLoop:
         """Returns why it stopped: ``budget``, ``trials``, ``space`` or ``baseline failed``."""
         import optuna
 
-        from .study import host_lock
+        from .study import _enqueue_next_seed, host_lock
 
         skips = 0
         while True:
@@ -129,6 +131,7 @@ class SearchLoop:
                 optuna.storages.fail_stale_trials(self.study)  # trials of a killed search elsewhere (heartbeat)
                 fail_orphans(self.study)
                 self._update_pruner()
+                _enqueue_next_seed(self.study, self.seeds)
                 trial = self.study.ask()
                 role = trial.user_attrs.get("role", "search")
                 params = {**spaces.suggest(trial, self.facts, self.ctx), **self.run_settings}

@@ -217,24 +217,30 @@ def _warm_start(storage: str, workload: str, facts: Any) -> dict[str, Any] | Non
     return {k: v for k, v in recipe.params.items() if k not in spaces.RUN_KEYS}
 
 
-def _seed_trials(study: Any, seeds: list[tuple[str, dict[str, Any]]], created: bool) -> None:
-    """Enqueue the seeds in a study this worker created; in any study, enqueue again a seed whose
-    trial was interrupted (Ctrl-C) or lost with a killed search, so a resumed search measures it."""
+def _enqueue_next_seed(study: Any, seeds: list[tuple[str, dict[str, Any]]]) -> bool:
+    """Enqueue the first seed that no trial of the study has taken, unless a trial is already waiting;
+    True if one was enqueued. Called before every ask, so seeds go one at a time, in order: a seed
+    whose trial was interrupted (Ctrl-C) or lost with a killed search is free again and comes first
+    when the study continues. Workers sharing a study skip the seeds another one has taken (on one
+    host the trial lock serialises this; two hosts asking at the same instant may measure a seed twice)."""
     import optuna
 
     state = optuna.trial.TrialState
-    done, lost = set(), set()
+    taken = set()
     for t in study.get_trials(deepcopy=False):
+        if t.state == state.WAITING:
+            return False
         key = (t.user_attrs.get("role"), _key(t.system_attrs.get("fixed_params", {})))
         interrupted = t.state == state.FAIL and (
             t.user_attrs.get("status") in (None, "interrupted") or key[0] == "baseline"  # a baseline is retried
         )
-        (lost if interrupted else done).add(key)
+        if not interrupted:
+            taken.add(key)
     for role, params in seeds:
-        key = (role, _key(params))
-        if key not in done and (created or key in lost):
+        if (role, _key(params)) not in taken:
             study.enqueue_trial(params, user_attrs={"role": role})
-            done.add(key)
+            return True
+    return False
 
 
 def _baseline(study: Any) -> Any:
@@ -274,11 +280,11 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Cal
     wl, ctx = _context(workload, facts, options)
     name = options.study or f"{wl.name}-{facts.fingerprint}"
     study, created = _open_study(options, name, facts, workload)
-    fail_orphans(study)  # trials of a search killed on this host: failed now, enqueued again below
-    _seed_trials(study, _seeds(study, facts, ctx, options, workload), created)
+    fail_orphans(study)  # trials of a search killed on this host: failed now, their seeds free again
     notify("start", {"study": name, "facts": facts, "context": ctx, "budget_s": options.budget_s, "resumed": not created,
                      "defaults": {**spaces.defaults(facts, ctx), **_run_settings(ctx, options)}})
-    loop = SearchLoop(study, workload, facts, ctx, _run_settings(ctx, options), options, deadline, notify)
+    loop = SearchLoop(study, workload, facts, ctx, _run_settings(ctx, options), options, deadline, notify,
+                      seeds=_seeds(study, facts, ctx, options, workload))
     stopped = loop.run()
     if _baseline(study) is None:
         raise TrialError(

@@ -12,7 +12,7 @@ from autotune.errors import UsageError
 from autotune.recipe import Recipe
 from autotune.search_spaces import SpaceContext, defaults
 from autotune.store import RecipeStore
-from autotune.study import SearchOptions, _seed_trials, _seeds
+from autotune.study import SearchOptions, _enqueue_next_seed, _seeds
 
 CTX = SpaceContext(default_batch_size=32)
 
@@ -20,6 +20,19 @@ CTX = SpaceContext(default_batch_size=32)
 def _queued(study) -> list[tuple[str, dict]]:
     return [(t.user_attrs["role"], t.system_attrs["fixed_params"]) for t in study.get_trials(deepcopy=False)
             if t.state == optuna.trial.TrialState.WAITING]
+
+
+def _measure_seeds(study, seeds, count: int) -> list[tuple[str, dict]]:
+    """Ask and complete ``count`` trials as the search loop does: the next seed is enqueued before each ask."""
+    order = []
+    for _ in range(count):
+        assert _enqueue_next_seed(study, seeds)
+        assert not _enqueue_next_seed(study, seeds)  # one waits already: nothing more is queued
+        trial = study.ask()
+        frozen = study.get_trials(deepcopy=False)[trial.number]  # the live Trial does not show the fixed params
+        order.append((frozen.user_attrs["role"], frozen.system_attrs["fixed_params"]))
+        study.tell(trial, 1.0)
+    return order
 
 
 @pytest.mark.parametrize("stored_for", ["this", "other", None])
@@ -32,8 +45,7 @@ def test_the_stored_recipe_for_this_workload_and_hardware_comes_right_after_the_
             store.save(Recipe(params=recipe, workload="tiny",
                               fingerprint=facts.fingerprint if stored_for == "this" else "0123456789ab"))
     study = optuna.create_study(storage=storage)
-    _seed_trials(study, _seeds(study, facts, CTX, SearchOptions(storage=storage), "tiny"), created=True)
-    queued = _queued(study)
+    queued = _measure_seeds(study, _seeds(study, facts, CTX, SearchOptions(storage=storage), "tiny"), 2)
     assert queued[0] == ("baseline", defaults(facts, CTX))
     if stored_for == "this":
         assert queued[1][0] == "warm-start"
@@ -51,20 +63,21 @@ def test_fixed_knobs_hold_in_every_seed_but_the_baseline(facts, tmp_path: Path) 
     assert len({str(sorted(p.items())) for _, p in seeds}) == len(seeds)  # no seed measured twice
 
 
-def test_an_interrupted_seed_is_queued_again_but_not_a_finished_one(facts, tmp_path: Path) -> None:
+def test_an_interrupted_seed_comes_first_again_but_not_a_finished_one(facts, tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path}/s.db"
     study = optuna.create_study(storage=storage)
-    seeds = _seeds(study, facts, CTX, SearchOptions(storage=storage), "tiny")
-    _seed_trials(study, seeds, created=True)
-    base, heuristic = study.ask(), study.ask()
-    study.tell(base, 100.0)
-    heuristic.set_user_attr("status", "interrupted")
+    seeds = _seeds(study, facts, SpaceContext(default_batch_size=32, conv=True), SearchOptions(storage=storage), "cnn")
+    assert len(seeds) >= 3  # baseline, heuristic and at least one more seed (channels_last) still to come
+    assert _measure_seeds(study, seeds, 1) == [seeds[0]]
+    assert _enqueue_next_seed(study, seeds)
+    heuristic = study.ask()
+    heuristic.set_user_attr("status", "interrupted")  # Ctrl-C, or failed after a kill -9
     study.tell(heuristic, state=optuna.trial.TrialState.FAIL)
-    waiting = len(_queued(study))
-    _seed_trials(study, seeds, created=False)  # a resumed search, or another worker
-    queued = _queued(study)
-    assert len(queued) == waiting + 1 and queued[-1] == seeds[1]
-    assert [role for role, _ in queued].count("baseline") == 0
+    assert _queued(study) == []  # nothing else was queued while it ran
+    # The resumed search (or another worker): the interrupted heuristic before any later seed, once.
+    assert _measure_seeds(study, seeds, 2) == [seeds[1], seeds[2]]
+    roles = [t.user_attrs["role"] for t in study.get_trials(deepcopy=False)]
+    assert roles.count("baseline") == 1 and roles.count("heuristic") == 2
 
 
 @pytest.mark.parametrize(
