@@ -6,20 +6,22 @@ machines). A file that is not a database is reported, never overwritten.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import JSON, DateTime, Float, Integer, String, create_engine, select
-from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError
+from sqlalchemy.exc import ArgumentError, DatabaseError, DBAPIError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from .errors import StorageError, UsageError
 from .recipe import Recipe
 
 DEFAULT_STORAGE = "sqlite:///studies.db"
+T = TypeVar("T")
 
 
 class _Base(DeclarativeBase):
@@ -56,6 +58,25 @@ def check_storage_url(url: str) -> None:
                 )
 
 
+# SQLSTATEs of a schema another worker created first: unique_violation (PostgreSQL's catalog of types),
+# duplicate_table, duplicate_object.
+_SCHEMA_RACE = {"23505", "42P07", "42710"}
+
+
+def create_schema(create: Callable[[], T], attempts: int = 5) -> T:
+    """Run ``create`` (which creates tables if missing). Workers started together on an empty PostgreSQL
+    database race to create the same tables; the losers get a duplicate-object error and retry once the
+    schema is there."""
+    for attempt in range(attempts):
+        try:
+            return create()
+        except DBAPIError as e:
+            if attempt == attempts - 1 or getattr(e.orig, "sqlstate", None) not in _SCHEMA_RACE:
+                raise
+            time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
 @contextmanager
 def storage_errors(url: str) -> Iterator[None]:
     """Opening a database (the recipe store's or Optuna's): SQLAlchemy's errors as one-line autotune errors."""
@@ -80,7 +101,7 @@ class RecipeStore:
         check_storage_url(url)
         with storage_errors(url):
             engine = create_engine(url)
-            _Base.metadata.create_all(engine)
+            create_schema(lambda: _Base.metadata.create_all(engine))
         return cls(engine)
 
     def __enter__(self) -> RecipeStore:

@@ -23,7 +23,7 @@ from .budget import parse_duration
 from .errors import HardwareMismatchError, TrialError, UsageError
 from .recipe import Recipe
 from .runner import TrialResult, TrialSettings
-from .store import DEFAULT_STORAGE, RecipeStore, check_storage_url, storage_errors
+from .store import DEFAULT_STORAGE, RecipeStore, check_storage_url, create_schema, storage_errors
 
 log = logging.getLogger(__name__)
 
@@ -119,25 +119,11 @@ def _open_study(options: SearchOptions, name: str, facts: Any, workload: str) ->
     return study, created
 
 
-# SQLSTATEs of a schema another worker created first: unique_violation (PostgreSQL's catalog of types),
-# duplicate_table, duplicate_object.
-_SCHEMA_RACE = {"23505", "42P07", "42710"}
-
-
-def _rdb_storage(url: str, attempts: int = 5) -> Any:
-    """Optuna's RDB storage, with heartbeats. Workers started together on an empty PostgreSQL database
-    race to create its tables; the losers get a duplicate-object error and retry once the schema is there."""
+def _rdb_storage(url: str) -> Any:
+    """Optuna's RDB storage, with heartbeats; several workers may create its schema at once."""
     import optuna
-    from sqlalchemy.exc import DBAPIError
 
-    for attempt in range(attempts):
-        try:
-            return optuna.storages.RDBStorage(url, heartbeat_interval=5, grace_period=20)
-        except DBAPIError as e:
-            if attempt == attempts - 1 or getattr(e.orig, "sqlstate", None) not in _SCHEMA_RACE:
-                raise
-            time.sleep(0.5 * (attempt + 1))
-    raise AssertionError("unreachable")
+    return create_schema(lambda: optuna.storages.RDBStorage(url, heartbeat_interval=5, grace_period=20))
 
 
 def _context(workload_spec: str, facts: Any, options: SearchOptions) -> tuple[Any, spaces.SpaceContext]:

@@ -55,7 +55,8 @@ def test_two_workers_share_a_study_and_other_hardware_is_refused(postgres: str, 
 
 @pytest.mark.postgres
 def test_workers_starting_together_on_an_empty_database_all_open_it(postgres: str) -> None:
-    """The first start creates Optuna's tables; workers racing to do it must not fail (duplicate type)."""
+    """The first start creates Optuna's tables and the recipes table; workers racing to do it must not fail
+    (duplicate type or table)."""
     import sqlalchemy
 
     engine = sqlalchemy.create_engine(postgres, isolation_level="AUTOCOMMIT")
@@ -63,7 +64,8 @@ def test_workers_starting_together_on_an_empty_database_all_open_it(postgres: st
         connection.execute(sqlalchemy.text("CREATE DATABASE race"))
     engine.dispose()
     url = postgres.rsplit("/", 1)[0] + "/race"
-    code = "import sys; from autotune.study import _rdb_storage; _rdb_storage(sys.argv[1])"
+    code = ("import sys; from autotune.study import _rdb_storage; from autotune.store import RecipeStore; "
+            "RecipeStore.open(sys.argv[1]).__exit__(); _rdb_storage(sys.argv[1])")
     starts = [subprocess.Popen([sys.executable, "-c", code, url], stderr=subprocess.PIPE, text=True) for _ in range(6)]
     for start in starts:
         _, err = start.communicate(timeout=120)
