@@ -233,9 +233,11 @@ with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     tuned = autotune.apply()
 model = tuned.prepare_model(torch.nn.Linear(4, 2))
-print(json.dumps({"rank": tuned.rank, "world": tuned.world_size, "cpus": sorted(os.sched_getaffinity(0)),
-                  "threads": torch.get_num_threads(), "model": type(model).__name__, "batch": tuned.batch_size,
-                  "warnings": [str(w.message) for w in caught]}), flush=True)
+# one file per rank: ranks share stdout, and under PYTHONUNBUFFERED their lines can interleave
+with open(f"rank{tuned.rank}.json", "w") as f:
+    json.dump({"rank": tuned.rank, "world": tuned.world_size, "cpus": sorted(os.sched_getaffinity(0)),
+               "threads": torch.get_num_threads(), "model": type(model).__name__, "batch": tuned.batch_size,
+               "warnings": [str(w.message) for w in caught]}, f)
 """
 
 
@@ -247,8 +249,7 @@ def test_autotune_run_starts_the_ranks_of_a_two_process_recipe(two_cores, tmp_pa
                           "show.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                          env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
     assert out.returncode == 0, out.stderr
-    ranks = sorted((json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")),
-                   key=lambda r: r["rank"])
+    ranks = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("rank*.json"))]
     assert [(r["rank"], r["world"], r["threads"], r["batch"]) for r in ranks] == [(0, 2, 1, 8), (1, 2, 1, 8)]
     assert {r["model"] for r in ranks} == {"DistributedDataParallel"}
     assert ranks[0]["cpus"] and ranks[1]["cpus"] and not set(ranks[0]["cpus"]) & set(ranks[1]["cpus"])
