@@ -7,7 +7,9 @@ import optuna
 import pytest
 
 from autotune import search_spaces as spaces
-from autotune.probes import Allowed, Core, Gpu
+from autotune.probes import Gpu
+
+from .fakes.machines import two_sockets
 
 
 def _with_isa(facts, *isa):
@@ -94,13 +96,6 @@ def test_a_search_context_caps_batch_sizes_by_probed_memory(facts) -> None:
     assert 64 <= ctx.max_batch_size < 256 and max(spaces.batch.sizes(ctx)) <= ctx.max_batch_size
 
 
-def _two_sockets(facts):
-    """2 packages x 2 NUMA nodes... as a recorded machine would show: 2 sockets, 4 cores each, SMT 2."""
-    cores = tuple(Core(package=p, numa_node=p, cpus=(p * 4 + c, p * 4 + c + 8)) for p in range(2) for c in range(4))
-    allowed = Allowed(cpus="0-15", packages=2, cores=8, threads=16, numa_nodes=(0, 1), core_list=cores)
-    return replace(facts, cpu=replace(facts.cpu, allowed=allowed))
-
-
 @pytest.mark.parametrize(
     ("affinity", "threads", "cpus"),
     [
@@ -112,12 +107,12 @@ def _two_sockets(facts):
     ],
 )
 def test_affinity_cpu_sets(facts, affinity, threads, cpus) -> None:
-    assert spaces.cpus_for({"affinity": affinity, "threads": threads}, _two_sockets(facts)) == cpus
+    assert spaces.cpus_for({"affinity": affinity, "threads": threads}, two_sockets(facts)) == cpus
 
 
 def test_spread_is_offered_only_with_several_nodes(facts) -> None:
     ctx = spaces.SpaceContext()
-    assert "spread" in _choices(_two_sockets(facts), ctx, "affinity")
+    assert "spread" in _choices(two_sockets(facts), ctx, "affinity")
     if len({c.numa_node for c in facts.cpu.allowed.core_list}) == 1 and facts.cpu.allowed.packages == 1:
         assert "spread" not in _choices(facts, ctx, "affinity")
 

@@ -1,1 +1,1 @@
-"""Fakes of hardware libraries for tests (NVML parsed from real nvidia-smi dumps)."""
+"""Fakes of hardware for tests: NVML parsed from real nvidia-smi dumps, CPU topologies we lack."""

@@ -15,9 +15,11 @@ import pytest
 
 from autotune import launch
 from autotune import search_spaces as spaces
-from autotune.probes import Allowed, Core, Runtime
+from autotune.probes import Runtime
 from autotune.recipe import load_recipe_file, to_env
 from autotune.runner import run_trial
+
+from ..fakes.machines import two_sockets
 
 
 IOMP5, JEMALLOC, TCMALLOC, NUMACTL = "/opt/lib/libiomp5.so", "/usr/lib/libjemalloc.so.2", "/usr/lib/libtcmalloc.so.4", "/usr/bin/numactl"
@@ -31,10 +33,8 @@ def _runtime(**changes) -> Runtime:
 
 
 def _two_sockets(facts, mems=(0, 1), **runtime):
-    """2 sockets = 2 NUMA nodes, 4 cores each, SMT 2 (CPUs p*4+c and p*4+c+8), every library found."""
-    cores = tuple(Core(package=p, numa_node=p, cpus=(p * 4 + c, p * 4 + c + 8)) for p in range(2) for c in range(4))
-    allowed = Allowed(cpus="0-15", packages=2, cores=8, threads=16, numa_nodes=mems, core_list=cores)
-    return replace(facts, cpu=replace(facts.cpu, allowed=allowed), runtime=_runtime(**runtime))
+    """The fake two-socket machine with every library found (``runtime``: what differs)."""
+    return replace(two_sockets(facts, mems), runtime=_runtime(**runtime))
 
 
 def _params(facts, **changes):

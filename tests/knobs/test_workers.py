@@ -12,16 +12,10 @@ from pathlib import Path
 import pytest
 
 from autotune import search_spaces as spaces
-from autotune.probes import Allowed, Core
 from autotune.runner import run_trial
 from autotune.workloads import tiny
 
-
-def _two_sockets(facts):
-    """2 packages x 4 cores, SMT 2: core c of package p has CPUs p*4+c and p*4+c+8."""
-    cores = tuple(Core(package=p, numa_node=p, cpus=(p * 4 + c, p * 4 + c + 8)) for p in range(2) for c in range(4))
-    allowed = Allowed(cpus="0-15", packages=2, cores=8, threads=16, numa_nodes=(0, 1), core_list=cores)
-    return replace(facts, cpu=replace(facts.cpu, allowed=allowed))
+from ..fakes.machines import two_sockets
 
 
 @pytest.mark.parametrize(
@@ -38,7 +32,7 @@ def _two_sockets(facts):
     ],
 )
 def test_worker_cpus_and_the_process_cpus(facts, params, workers, process) -> None:
-    machine = _two_sockets(facts)
+    machine = two_sockets(facts)
     assert spaces.worker_cpus(params, machine) == workers
     assert spaces.cpus_for(params, machine) == process
 
