@@ -177,7 +177,7 @@ def _key(params: dict[str, Any]) -> str:
     return json.dumps(params, sort_keys=True, default=str)
 
 
-def _seeds(study: Any, facts: Any, ctx: spaces.SpaceContext, options: SearchOptions,
+def _seeds(facts: Any, ctx: spaces.SpaceContext, options: SearchOptions,
            workload: str) -> list[tuple[str, dict[str, Any]]]:
     """The baseline, the stored recipe of this workload on this hardware (warm start), the heuristic,
     then the families' promising single changes; ``--fix`` holds its knobs in all but the baseline."""
@@ -267,10 +267,11 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Cal
     name = options.study or f"{wl.name}-{facts.fingerprint}"
     study, created = _open_study(options, name, facts, workload)
     fail_orphans(study)  # trials of a search killed on this host: failed now, their seeds free again
+    run = _run_settings(ctx, options)
     notify("start", {"study": name, "facts": facts, "context": ctx, "budget_s": options.budget_s, "resumed": not created,
-                     "defaults": {**spaces.defaults(facts, ctx), **_run_settings(ctx, options)}})
-    loop = SearchLoop(study, workload, facts, ctx, _run_settings(ctx, options), options, deadline, notify,
-                      seeds=_seeds(study, facts, ctx, options, workload))
+                     "defaults": {**spaces.defaults(facts, ctx), **run}})
+    loop = SearchLoop(study, workload, facts, ctx, run, options, deadline, notify,
+                      seeds=_seeds(facts, ctx, options, workload))
     stopped = loop.run()
     if _baseline(study) is None:
         raise TrialError(

@@ -45,7 +45,7 @@ def test_the_stored_recipe_for_this_workload_and_hardware_comes_right_after_the_
             store.save(Recipe(params=recipe, workload="tiny",
                               fingerprint=facts.fingerprint if stored_for == "this" else "0123456789ab"))
     study = optuna.create_study(storage=storage)
-    queued = _measure_seeds(study, _seeds(study, facts, CTX, SearchOptions(storage=storage), "tiny"), 2)
+    queued = _measure_seeds(study, _seeds(facts, CTX, SearchOptions(storage=storage), "tiny"), 2)
     assert queued[0] == ("baseline", defaults(facts, CTX))
     if stored_for == "this":
         assert queued[1][0] == "warm-start"
@@ -57,7 +57,7 @@ def test_the_stored_recipe_for_this_workload_and_hardware_comes_right_after_the_
 
 def test_fixed_knobs_hold_in_every_seed_but_the_baseline(facts, tmp_path: Path) -> None:
     options = SearchOptions(storage=f"sqlite:///{tmp_path}/s.db", fixed={"threads": 1})
-    seeds = _seeds(None, facts, CTX, options, "tiny")
+    seeds = _seeds(facts, CTX, options, "tiny")
     assert seeds[0] == ("baseline", defaults(facts, CTX))
     assert len(seeds) > 1 and all(params["threads"] == 1 for _, params in seeds[1:])
     assert len({str(sorted(p.items())) for _, p in seeds}) == len(seeds)  # no seed measured twice
@@ -66,7 +66,7 @@ def test_fixed_knobs_hold_in_every_seed_but_the_baseline(facts, tmp_path: Path) 
 def test_an_interrupted_seed_comes_first_again_but_not_a_finished_one(facts, tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path}/s.db"
     study = optuna.create_study(storage=storage)
-    seeds = _seeds(study, facts, SpaceContext(default_batch_size=32, conv=True), SearchOptions(storage=storage), "cnn")
+    seeds = _seeds(facts, SpaceContext(default_batch_size=32, conv=True), SearchOptions(storage=storage), "cnn")
     assert len(seeds) >= 3  # baseline, heuristic and at least one more seed (channels_last) still to come
     assert _measure_seeds(study, seeds, 1) == [seeds[0]]
     assert _enqueue_next_seed(study, seeds)
