@@ -108,8 +108,8 @@ class SearchLoop:
 
         if estimate is None or self.options.budget_s is None:
             return 0.0
-        runs = (candidate_count(self) + 1) * self.options.confirm_rounds if candidate_count(self) else 0
-        return runs * estimate
+        candidates = candidate_count(self)
+        return (candidates + 1) * self.options.confirm_rounds * estimate if candidates else 0.0
 
     def run(self) -> str:
         """Returns why it stopped: ``budget``, ``trials``, ``space`` or ``baseline failed``."""
