@@ -159,14 +159,14 @@ def confirm(loop: Any) -> Confirmation | None:
         key = _key(entry.params)
         if key in failed or len(runs[key]) > round_:
             continue
-        remaining, estimate = loop.deadline - time.monotonic(), loop.estimate_s() or 0.0
-        if remaining < max(1.0, estimate):
+        remaining, estimate = loop.deadline - time.monotonic(), loop.estimate_s()
+        if remaining < max(1.0, estimate or 0.0):
             note = f"the budget ran out after {made} confirmation run(s): the ranges are from fewer runs"
             break
         with host_lock():
             trial = new_trial(loop, entry.number, round_)
             remaining = loop.deadline - time.monotonic()
-            timeout = min(remaining, max(60.0, 5 * estimate)) if estimate else remaining
+            timeout = loop.timeout_s(entry.params, remaining, estimate)
             result = loop.run_one(trial, "confirm", entry.params, max(1.0, timeout))
         made += 1
         if result.status == "ok":

@@ -1,6 +1,7 @@
 """What a study measures first (baseline, warm start, seeds, --fix), and the confirmation's verdict."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import optuna
@@ -123,3 +124,29 @@ def test_a_compile_trial_gets_its_own_time_estimate(facts) -> None:
         value=1.0, user_attrs={"wall_s": 50.0, "status": "ok", "role": "search", "params": {"compile_mode": "default"}}))
     assert loop.timeout_s({"compile_mode": "default"}, 500.0, estimate) == pytest.approx(5 * 1.2 * 50.0)
     assert loop.timeout_s({"compile_mode": "default"}, 100.0, estimate) == 100.0  # never past the budget
+
+
+def test_a_confirmation_run_of_a_compiled_recipe_gets_the_compile_time_limit(facts) -> None:
+    """Confirmation runs are limited like search trials of their kind: a compiled candidate is not
+    killed at 5x the median of the uncompiled trials."""
+    from autotune._confirm import confirm
+    from autotune._loop import SearchLoop
+    from autotune.runner import TrialResult
+
+    study = optuna.create_study(direction="maximize")
+    for role, wall, mode, speed in [("baseline", 9.0, "none", 100.0), ("search", 10.0, "none", 90.0),
+                                    ("search", 50.0, "default", 150.0)]:
+        study.add_trial(optuna.trial.create_trial(value=speed, user_attrs={
+            "wall_s": wall, "status": "ok", "objective": speed, "role": role, "params": {"compile_mode": mode}}))
+    limits: dict[str, float] = {}
+
+    class Recording(SearchLoop):
+        def run_one(self, trial, role, params, timeout):
+            limits[params["compile_mode"]] = timeout
+            self._record(trial, role, params, TrialResult("ok", samples_per_s=100.0, objective=100.0, loss=1.0))
+            return TrialResult("ok", objective=100.0)
+
+    options = SearchOptions(budget_s=10_000, confirm_top=1, confirm_rounds=1)
+    loop = Recording(study, "tiny", facts, CTX, {}, options, deadline=time.monotonic() + 10_000, notify=lambda *a: None)
+    confirm(loop)
+    assert limits == {"none": 60.0, "default": pytest.approx(5 * 1.2 * 50.0)}
