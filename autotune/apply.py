@@ -171,7 +171,7 @@ def _resolve(source: Any, storage: str | None) -> Recipe:
     if isinstance(source, int) or (isinstance(source, str) and source.isdigit()):
         from .store import RecipeStore
 
-        with RecipeStore.open(storage or "sqlite:///studies.db") as store:
+        with RecipeStore.open(storage or "sqlite:///studies.db", readonly=True) as store:
             return store.get(int(source))
     if isinstance(source, (str, Path)):
         return load_recipe_file(source)

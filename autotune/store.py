@@ -1,19 +1,22 @@
 """The recipe store: a ``recipes`` table (SQLAlchemy) in the same database as the Optuna studies.
 
 Any SQLAlchemy URL works (``sqlite:///studies.db`` by default, ``postgresql+psycopg://…`` for several
-machines). A file that is not a database is reported, never overwritten.
+machines). A file that is not a database is reported, never overwritten. The verbs that only read
+(``best``, ``export``, ``run``, ``apply(recipe_id)``) open it read-only: they create no file and no table.
 """
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
-from sqlalchemy import JSON, DateTime, Float, Integer, String, create_engine, select
+from sqlalchemy import JSON, DateTime, Float, Integer, String, create_engine, inspect, make_url, select
 from sqlalchemy.exc import ArgumentError, DatabaseError, DBAPIError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
@@ -90,16 +93,36 @@ def storage_errors(url: str) -> Iterator[None]:
         raise StorageError(f"no driver for {url}: pip install 'autotune[postgres]' ({e.name} missing)") from e
 
 
+def _readonly_engine(url: str) -> Any:
+    """An engine that cannot create anything: an SQLite file is opened with ``mode=ro`` (a missing one is
+    an error, not a new empty database); other databases are only read from, their schema left as found."""
+    parsed = make_url(url)
+    path = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not path or path == ":memory:" or path.startswith("file:"):
+        return create_engine(url)  # in memory, or an SQLite URI the user wrote: opened as written
+    if not Path(path).is_file():
+        where = f"{path} here" if Path(path).parent == Path(".") else f"database {path}"
+        raise UsageError(f"no {where}: run 'autotune search' first")
+    uri = f"file:{quote(str(Path(path).resolve()))}?mode=ro"
+    return create_engine(url, creator=lambda: sqlite3.connect(uri, uri=True))
+
+
 class RecipeStore:
     """Save and look up recipes. Use as a context manager: ``with RecipeStore.open(url) as store``."""
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: Any, *, has_table: bool = True) -> None:
         self._engine = engine
+        self._has_table = has_table  # False: a read-only store of a database no search has written to
 
     @classmethod
-    def open(cls, url: str = DEFAULT_STORAGE) -> RecipeStore:
+    def open(cls, url: str = DEFAULT_STORAGE, *, readonly: bool = False) -> RecipeStore:
+        """The store in the database at ``url``, its table created unless ``readonly``: then nothing is
+        written, a missing SQLite file raises ``UsageError``, and a database without recipes has none."""
         check_storage_url(url)
         with storage_errors(url):
+            if readonly:
+                engine = _readonly_engine(url)
+                return cls(engine, has_table=inspect(engine).has_table(_RecipeRow.__tablename__))
             engine = create_engine(url)
             create_schema(lambda: _Base.metadata.create_all(engine))
         return cls(engine)
@@ -125,7 +148,7 @@ class RecipeStore:
 
     def get(self, recipe_id: int) -> Recipe:
         with Session(self._engine) as session:
-            row = session.get(_RecipeRow, recipe_id)
+            row = session.get(_RecipeRow, recipe_id) if self._has_table else None
             if row is None:
                 raise UsageError(f"no recipe {recipe_id} in this database: 'autotune best' lists the latest")
             return _to_recipe(row)
@@ -134,6 +157,8 @@ class RecipeStore:
         self, *, workload: str | None = None, fingerprint: str | None = None, study: str | None = None
     ) -> Recipe | None:
         """The newest recipe matching every filter given, or None."""
+        if not self._has_table:
+            return None
         query = select(_RecipeRow).order_by(_RecipeRow.id.desc()).limit(1)
         for column, value in ((_RecipeRow.workload, workload), (_RecipeRow.fingerprint, fingerprint), (_RecipeRow.study, study)):
             if value is not None:
@@ -141,6 +166,20 @@ class RecipeStore:
         with Session(self._engine) as session:
             row = session.scalars(query).first()
             return _to_recipe(row) if row else None
+
+    def studies(self) -> list[str]:
+        """The studies that have a recipe, sorted."""
+        return self._distinct(_RecipeRow.study)
+
+    def workloads(self) -> list[str]:
+        """The workload specs that have a recipe, sorted."""
+        return self._distinct(_RecipeRow.workload)
+
+    def _distinct(self, column: Any) -> list[str]:
+        if not self._has_table:
+            return []
+        with Session(self._engine) as session:
+            return sorted(v for v in session.scalars(select(column).distinct()) if v is not None)
 
 
 def _to_recipe(row: _RecipeRow) -> Recipe:

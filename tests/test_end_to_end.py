@@ -68,7 +68,7 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     for args, message in [
         (("search", "--workload", "nosuch", "--budget", "10s"), "not a bundled name"),
         (("search", "--workload", "tiny", "--budget", "soon"), "bad duration"),
-        (("best",), "no recipe"),
+        (("best",), "no studies.db here: run 'autotune search' first"),
         (("export", "--recipe", "missing.env"), "cannot read recipe file"),
         (("best", "--storage", "postgresql+psycopg://nobody@127.0.0.1:1/x"), "Connection refused"),  # nothing on port 1
     ]:

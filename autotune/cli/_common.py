@@ -29,7 +29,8 @@ def console(stderr: bool = False) -> Any:
 
 
 def find_recipe(args: argparse.Namespace) -> Any:
-    """The recipe a verb works on: ``--recipe ID|FILE``, else the latest in the storage (``--study``/``--workload``)."""
+    """The recipe a verb works on: ``--recipe ID|FILE``, else the latest in the storage (``--study``/``--workload``).
+    The storage is opened read-only: looking for a recipe creates no database."""
     from ..errors import UsageError
     from ..recipe import load_recipe_file
     from ..store import RecipeStore
@@ -37,13 +38,29 @@ def find_recipe(args: argparse.Namespace) -> Any:
     source = getattr(args, "recipe", None)
     if source and not source.isdigit():
         return load_recipe_file(source)
-    with RecipeStore.open(args.storage) as store:
+    study, workload = getattr(args, "study", None), getattr(args, "workload", None)
+    with RecipeStore.open(args.storage, readonly=True) as store:
         if source:
             return store.get(int(source))
-        recipe = store.latest(study=getattr(args, "study", None), workload=getattr(args, "workload", None))
-    if recipe is None:
-        raise UsageError(f"no recipe in {args.storage}: run 'autotune search' first")
+        recipe = store.latest(study=study, workload=workload)
+        if recipe is None:
+            raise UsageError(_no_recipe(store, args.storage, study, workload))
     return recipe
+
+
+def _no_recipe(store: Any, storage: str, study: str | None, workload: str | None) -> str:
+    """Why no recipe matched: an empty database, or the filters, with what the database does hold."""
+    if store.latest() is None:
+        return f"no recipe in {storage}: run 'autotune search' first"
+    asked = " and ".join(f"{what} {value}" for what, value in (("study", study), ("workload", workload)) if value)
+    held = [f"{what} with recipes: {_listed(names)}"
+            for what, names, given in (("studies", store.studies(), study), ("workloads", store.workloads(), workload))
+            if given]
+    return f"no recipe for {asked}; {'; '.join(held)}"
+
+
+def _listed(names: list[str], limit: int = 10) -> str:
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
 def params_table(params: dict[str, Any], title: str) -> Any:
