@@ -4,13 +4,18 @@ A workload spec is one of:
 - a bundled name: ``cnn``, ``transformer``, ``tiny`` (see ``autotune.workloads``);
 - ``package.module:function``;
 - ``path/to/file.py:function``.
-The function takes no arguments and returns a ``Workload``.
+The function takes no arguments and returns a ``Workload``. An exception raised by the user's file, module or function is the user's error (``UsageError``), with its message.
 """
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
+import os
+import pkgutil
 import sys
+import sysconfig
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,38 +63,97 @@ class Workload:
         return tuple(batch[:-1]) if len(batch) > 1 else tuple(batch)
 
 
+def _user_error(what: str, e: BaseException) -> UsageError:
+    """What the user's code (their file, module or function) raised, as their error on one line, with the
+    line of their code that raised (``--debug`` shows the whole traceback)."""
+    detail = f": {e}" if str(e) else ""
+    return UsageError(f"your workload {what} raised {type(e).__name__}{detail}{_their_line(e)}")
+
+
+def _their_line(e: BaseException) -> str:
+    """`` (FILE, line N)``: the innermost frame outside Python, installed packages and autotune."""
+    if isinstance(e, SyntaxError):
+        return ""  # its message names the file and line already
+    paths = sysconfig.get_paths()
+    library = tuple(paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")) + (str(Path(__file__).parent),)
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith(("<", *library))]
+    return f" ({Path(frames[-1].filename).name}, line {frames[-1].lineno})" if frames else ""
+
+
+def _names(names: Any, limit: int = 12) -> str:
+    """Public names, sorted, at most ``limit`` of them."""
+    names = sorted({n for n in names if not n.startswith("_")})
+    return ", ".join(names[:limit]) + (", ..." if len(names) > limit else "") if names else "none"
+
+
+def _import_file(target: str) -> Any:
+    path = Path(target)
+    if not path.is_file():
+        raise UsageError(f"workload file {target!r} does not exist")
+    module_name = f"_autotune_workload_{abs(hash(str(path.resolve())))}"
+    file_spec = importlib.util.spec_from_file_location(module_name, path)
+    if file_spec is None or file_spec.loader is None:
+        raise UsageError(f"workload file {target!r} cannot be imported")
+    module = importlib.util.module_from_spec(file_spec)
+    sys.modules[module_name] = module
+    try:
+        file_spec.loader.exec_module(module)
+    except (Exception, SystemExit) as e:  # SystemExit: a script's top-level sys.exit() or argparse
+        del sys.modules[module_name]
+        raise _user_error(target, e) from e
+    return module
+
+
+def _import_module(target: str) -> Any:
+    # The trial child starts as ``python -m autotune._trial``, with the working directory on its path; the
+    # ``autotune`` console script has the script's directory there instead. Import as the child will.
+    cwd = os.getcwd()
+    if "" not in sys.path and cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(target)
+    except ModuleNotFoundError as e:
+        if e.name is not None and (target == e.name or target.startswith(e.name + ".")):
+            raise UsageError(_no_module(e.name, cwd)) from e
+        error: BaseException = e  # the module imports something that is missing
+    except (Exception, SystemExit) as e:
+        error = e
+    raise _user_error(f"module {target}", error) from error
+
+
+def _no_module(name: str, cwd: str) -> str:
+    parent = name.rpartition(".")[0]
+    if parent:
+        path = getattr(importlib.import_module(parent), "__path__", None)
+        if path is None:
+            return f"no module {name!r}: {parent} is a module, not a package"
+        return f"no module {name!r}: {parent} has {_names(m.name for m in pkgutil.iter_modules(path))}"
+    found = (m.name for m in pkgutil.iter_modules([cwd]))
+    return f"no module {name!r}: the modules in {cwd} are {_names(found)}"
+
+
 def _import_function(spec: str) -> Callable[[], Any]:
     target, _, func_name = spec.rpartition(":")
     if not target or not func_name:
         raise UsageError(
             f"workload {spec!r} is not a bundled name ({', '.join(BUNDLED)}), MODULE:FUNCTION or FILE.py:FUNCTION"
         )
-    if target.endswith(".py"):
-        path = Path(target)
-        if not path.is_file():
-            raise UsageError(f"workload file {target!r} does not exist")
-        module_name = f"_autotune_workload_{abs(hash(str(path.resolve())))}"
-        file_spec = importlib.util.spec_from_file_location(module_name, path)
-        if file_spec is None or file_spec.loader is None:
-            raise UsageError(f"workload file {target!r} cannot be imported")
-        module = importlib.util.module_from_spec(file_spec)
-        sys.modules[module_name] = module
-        file_spec.loader.exec_module(module)
-    else:
-        try:
-            module = importlib.import_module(target)
-        except ImportError as e:
-            raise UsageError(f"workload module {target!r} cannot be imported: {e}") from e
+    module = _import_file(target) if target.endswith(".py") else _import_module(target)
     func = getattr(module, func_name, None)
     if not callable(func):
-        raise UsageError(f"workload {spec!r}: {target} has no function {func_name!r}")
+        defined = (n for n, v in vars(module).items() if inspect.isfunction(v) and v.__module__ == module.__name__)
+        raise UsageError(f"workload {spec!r}: {target} has no function {func_name!r}; its functions: {_names(defined)}")
     return func
 
 
 def load_workload(spec: str) -> Workload:
-    """Resolve a workload spec and call its function; raises UsageError for a bad spec."""
+    """Resolve a workload spec and call its function; raises UsageError for a bad spec or for what the
+    user's file or function raises."""
     func = _import_function(BUNDLED.get(spec, spec))
-    workload = func()
+    try:
+        workload = func()
+    except (Exception, SystemExit) as e:
+        raise _user_error(spec, e) from e
     if not isinstance(workload, Workload):
         raise UsageError(f"workload {spec!r} returned {type(workload).__name__}, not autotune.Workload")
     return workload

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -7,6 +10,29 @@ import pytest
 from autotune import Workload
 from autotune.errors import UsageError
 from autotune.workload import load_workload
+
+from .conftest import run_cli
+
+# A user's workload (the tiny model, built from its parts) that names itself nothing.
+UNNAMED = """
+from autotune import Workload
+from autotune.workloads import tiny
+
+def make():
+    return Workload(model=tiny._model, dataset=tiny._dataset, loss=tiny._loss, optimizer=tiny._optimizer)
+"""
+
+
+@pytest.fixture
+def user_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A user's project directory as the working directory, as the ``autotune`` console script sees it: not on
+    sys.path (load_workload puts it there, as ``python -m`` does for the trial child); nothing imported stays."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", os.getcwd())])
+    yield tmp_path
+    for name, module in list(sys.modules.items()):
+        if str(getattr(module, "__file__", None) or "").startswith(str(tmp_path)):
+            del sys.modules[name]
 
 
 @pytest.mark.parametrize("name", ["cnn", "transformer", "tiny"])
@@ -35,8 +61,10 @@ def test_module_and_file_specs(tmp_path: Path) -> None:
     ("spec", "message"),
     [
         ("nosuch", "not a bundled name"),
-        ("nosuch_module_xyz:build", "cannot be imported"),
-        ("autotune.workloads.tiny:nosuch", "has no function"),
+        ("nosuch_module_xyz:build", "no module 'nosuch_module_xyz': the modules in .* are "),
+        ("autotune.workloads.nosuch:build", "no module 'autotune.workloads.nosuch': autotune.workloads has cnn, tiny, "
+                                            "transformer$"),
+        ("autotune.workloads.tiny:nosuch", "tiny has no function 'nosuch'; its functions: workload$"),
         ("/nonexistent/file.py:build", "does not exist"),
         ("autotune.workloads.tiny:_model", "not autotune.Workload"),
     ],
@@ -48,3 +76,43 @@ def test_bad_workload_specs(spec: str, message: str) -> None:
 
 def test_workload_is_importable_from_the_top() -> None:
     assert Workload is load_workload("tiny").__class__
+
+
+@pytest.mark.parametrize(
+    ("source", "spec", "message"),
+    [
+        ("import json\nraise ValueError('no data in /data/gru')\n", "gru_tagger.py:make",
+         r"^your workload gru_tagger.py raised ValueError: no data in /data/gru \(gru_tagger.py, line 2\)$"),
+        ("def make(:\n", "gru_tagger.py:make",
+         r"^your workload gru_tagger.py raised SyntaxError: invalid syntax \(gru_tagger.py, line 1\)$"),
+        ("import sys\nsys.exit('usage: gru_tagger.py DATA')\n", "gru_tagger.py:make",
+         "^your workload gru_tagger.py raised SystemExit: usage: gru_tagger.py DATA"),
+        ("import nosuch_dependency_xyz\n", "gru_tagger:make",
+         "^your workload module gru_tagger raised ModuleNotFoundError: No module named 'nosuch_dependency_xyz'"),
+        ("def make():\n    raise KeyError('vocab')\n", "gru_tagger.py:make",
+         r"^your workload gru_tagger.py:make raised KeyError: 'vocab' \(gru_tagger.py, line 2\)$"),
+        ("import json\ndef make():\n    return json.loads('{')\n", "gru_tagger.py:make",  # the user's line, not json's
+         r"^your workload gru_tagger.py:make raised JSONDecodeError: .* \(gru_tagger.py, line 3\)$"),
+    ],
+)
+def test_what_the_users_code_raises_is_their_error(user_dir: Path, source: str, spec: str, message: str) -> None:
+    (user_dir / "gru_tagger.py").write_text(source)
+    with pytest.raises(UsageError, match=message):
+        load_workload(spec)
+
+
+def test_a_workload_file_that_raises_is_a_usage_error_and_writes_nothing(tmp_path: Path) -> None:
+    (tmp_path / "gru_tagger.py").write_text("raise ValueError('no data')\n")
+    out = run_cli("search", "--workload", "gru_tagger.py:make", "--trials", "1", cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip() == (
+        "autotune search: error: your workload gru_tagger.py raised ValueError: no data (gru_tagger.py, line 1)"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gru_tagger.py"]
+
+
+def test_a_module_in_the_working_directory_is_found_without_it_on_the_path(user_dir: Path) -> None:
+    # The ``autotune`` console script has its own directory on sys.path, not the working directory; the
+    # trial child (``python -m``) has the working directory: both must find ``gru_tagger:make``.
+    (user_dir / "gru_tagger.py").write_text(UNNAMED)
+    assert isinstance(load_workload("gru_tagger:make"), Workload)
