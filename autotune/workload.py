@@ -4,7 +4,9 @@ A workload spec is one of:
 - a bundled name: ``cnn``, ``transformer``, ``tiny`` (see ``autotune.workloads``);
 - ``package.module:function``;
 - ``path/to/file.py:function``.
-The function takes no arguments and returns a ``Workload``. An exception raised by the user's file, module or function is the user's error (``UsageError``), with its message.
+The function takes no arguments and returns a ``Workload``. A workload without a ``name`` is named after
+its spec (``path/to/gru_tagger.py:make`` -> ``gru_tagger.make``), which names its study. An exception
+raised by the user's file, module or function is the user's error (``UsageError``), with its message.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import sys
 import sysconfig
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,14 +40,16 @@ class Workload:
     ``loss(output, batch)`` returns a scalar tensor; ``optimizer(parameters)`` builds the optimizer.
     ``batch_size`` is the default batch size (the baseline's); ``evaluate(model) -> float``, when
     given, is the quality metric the guard compares (lower is better) instead of the held-out loss.
+    ``name`` names the study (``NAME-FINGERPRINT``); without one, ``load_workload`` derives it from the spec.
 
     Example::
 
         >>> import torch
-        >>> Workload(model=lambda: torch.nn.Linear(4, 2),
-        ...          dataset=lambda: torch.utils.data.TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,))),
-        ...          loss=lambda out, batch: torch.nn.functional.cross_entropy(out, batch[1]),
-        ...          optimizer=lambda params: torch.optim.SGD(params, lr=0.1))
+        >>> workload = Workload(
+        ...     model=lambda: torch.nn.Linear(4, 2),
+        ...     dataset=lambda: torch.utils.data.TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,))),
+        ...     loss=lambda out, batch: torch.nn.functional.cross_entropy(out, batch[1]),
+        ...     optimizer=lambda params: torch.optim.SGD(params, lr=0.1))
     """
 
     model: Callable[[], Any]
@@ -55,12 +59,25 @@ class Workload:
     batch_size: int = 32
     evaluate: Callable[[Any], float] | None = None
     inputs: Callable[[Any], tuple[Any, ...]] | None = None  # batch -> model args; default: batch[:-1]
-    name: str = "workload"
+    name: str | None = None
 
     def model_inputs(self, batch: Any) -> tuple[Any, ...]:
         if self.inputs is not None:
             return tuple(self.inputs(batch))
         return tuple(batch[:-1]) if len(batch) > 1 else tuple(batch)
+
+
+def default_name(spec: str) -> str:
+    """The name of a workload that gives none: the bundled name, else the spec's file stem (or module) and
+    function, so two user workloads get two studies.
+
+    >>> default_name("path/to/gru_tagger.py:make"), default_name("pkg.mod:build"), default_name("tiny")
+    ('gru_tagger.make', 'pkg.mod.build', 'tiny')
+    """
+    if spec in BUNDLED:
+        return spec
+    target, _, func_name = spec.rpartition(":")
+    return f"{Path(target).stem if target.endswith('.py') else target}.{func_name}"
 
 
 def _user_error(what: str, e: BaseException) -> UsageError:
@@ -148,7 +165,7 @@ def _import_function(spec: str) -> Callable[[], Any]:
 
 def load_workload(spec: str) -> Workload:
     """Resolve a workload spec and call its function; raises UsageError for a bad spec or for what the
-    user's file or function raises."""
+    user's file or function raises. A workload without a name gets ``default_name(spec)``."""
     func = _import_function(BUNDLED.get(spec, spec))
     try:
         workload = func()
@@ -156,4 +173,4 @@ def load_workload(spec: str) -> Workload:
         raise _user_error(spec, e) from e
     if not isinstance(workload, Workload):
         raise UsageError(f"workload {spec!r} returned {type(workload).__name__}, not autotune.Workload")
-    return workload
+    return workload if workload.name else replace(workload, name=default_name(spec))

@@ -11,9 +11,9 @@ from autotune import Workload
 from autotune.errors import UsageError
 from autotune.workload import load_workload
 
-from .conftest import run_cli
+from .conftest import FAST, run_cli
 
-# A user's workload (the tiny model, built from its parts) that names itself nothing.
+# A user's workload that names itself nothing (the tiny model, built from its parts).
 UNNAMED = """
 from autotune import Workload
 from autotune.workloads import tiny
@@ -115,4 +115,25 @@ def test_a_module_in_the_working_directory_is_found_without_it_on_the_path(user_
     # The ``autotune`` console script has its own directory on sys.path, not the working directory; the
     # trial child (``python -m``) has the working directory: both must find ``gru_tagger:make``.
     (user_dir / "gru_tagger.py").write_text(UNNAMED)
-    assert isinstance(load_workload("gru_tagger:make"), Workload)
+    assert load_workload("gru_tagger:make").name == "gru_tagger.make"
+
+
+@pytest.mark.parametrize(
+    ("spec", "name"),
+    [("tiny", "tiny"), ("autotune.workloads.cnn:workload", "cnn"), ("models/gru_tagger.py:make", "gru_tagger.make")],
+)
+def test_the_default_name_comes_from_the_spec(user_dir: Path, spec: str, name: str) -> None:
+    (user_dir / "models").mkdir()
+    (user_dir / "models" / "gru_tagger.py").write_text(UNNAMED)
+    assert load_workload(spec).name == name
+
+
+def test_two_unnamed_user_workloads_get_two_studies(tmp_path: Path) -> None:
+    import optuna
+
+    for stem in ("gru_tagger", "mlp"):
+        (tmp_path / f"{stem}.py").write_text(UNNAMED)
+        out = run_cli("search", "--workload", f"{stem}.py:make", "--trials", "1", "--confirm", "0", *FAST, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+    names = sorted(optuna.get_all_study_names(f"sqlite:///{tmp_path}/studies.db"))
+    assert len(names) == 2 and names[0].startswith("gru_tagger.make-") and names[1].startswith("mlp.make-")
