@@ -1,7 +1,7 @@
 """How a process is started with a recipe's environment-level knobs, as plain data ``(cmd, env, cpus)``.
 
 Used by the trial runner (every trial) and by ``autotune run`` (the user's own script), so both start
-processes the same way. Variables autotune sets (from the knob families in ``autotune.search_spaces``):
+processes the same way; ``autotune export --format env`` writes what ``autotune run`` would set (``for_recipe``). Variables autotune sets (from the knob families in ``autotune.search_spaces``):
 
 | variable | knob | value |
 | --- | --- | --- |

@@ -245,7 +245,7 @@ def _warm_start(storage: str, workload: str, facts: Any) -> dict[str, Any] | Non
         recipe = store.latest(workload=workload, fingerprint=facts.fingerprint)
         newest = store.latest(workload=workload)
     why = outdated_fingerprint(newest.fingerprint) if newest is not None else None
-    if why and (recipe is None or newest.id > recipe.id):
+    if why:  # the workload's newest recipe is of another scheme, so newer than the one used (if any)
         log.warning("warm start: %s of workload %s is skipped: it was %s", newest.label, workload, why)
     if recipe is None:
         return None

@@ -33,8 +33,10 @@ def test_the_fake_two_socket_machine_narrowed_to_one_core_keeps_its_fingerprint(
     socket0 = tuple(c for c in machine.cpu.allowed.core_list if c.package == 0)
     cgroup = Allowed(cpus="0-3,8-11", packages=1, cores=4, threads=8, numa_nodes=(0,), core_list=socket0)
     assert _print(machine, replace(machine.cpu, cgroup=cgroup)) != _print(machine)
-    no_smt = tuple(replace(c, cpus=c.cpus[:1]) for c in machine.cpu.allowed.core_list)
-    assert _print(machine, replace(machine.cpu, cgroup=replace(machine.cpu.allowed, core_list=no_smt))) != _print(machine)
+    # a cgroup that leaves out the SMT siblings (CPUs 8-15)
+    first_threads = tuple(replace(c, cpus=c.cpus[:1]) for c in machine.cpu.allowed.core_list)
+    no_smt = replace(machine.cpu.allowed, cpus="0-7", threads=8, core_list=first_threads)
+    assert _print(machine, replace(machine.cpu, cgroup=no_smt)) != _print(machine)
 
 
 def test_affinity_narrows_the_allowed_view_of_a_recorded_tree_but_not_its_fingerprint() -> None:
