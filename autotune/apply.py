@@ -27,7 +27,7 @@ import json
 import logging
 import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -163,7 +163,8 @@ def _resolve(source: Any, storage: str | None) -> Recipe:
         text = os.environ.get("AUTOTUNE_RECIPE")
         if not text:
             raise UsageError("apply() without a recipe needs AUTOTUNE_RECIPE: load an env file or use 'autotune run'")
-        return Recipe.from_dict(json.loads(text))
+        recipe = Recipe.from_dict(json.loads(text))  # 'autotune run' keeps the file it read in ``source``
+        return recipe if recipe.source else replace(recipe, source="the AUTOTUNE_RECIPE variable")
     if isinstance(source, Recipe):
         return source
     if isinstance(source, dict):
@@ -176,6 +177,16 @@ def _resolve(source: Any, storage: str | None) -> Recipe:
     if isinstance(source, (str, Path)):
         return load_recipe_file(source)
     raise UsageError(f"apply() takes a recipe file, a recipe id or a Recipe, not {type(source).__name__}")
+
+
+def _other_hardware(recipe: Recipe, here: str) -> str:
+    """Why a recipe's fingerprint does not match this machine's, and what to do."""
+    from .probes import outdated_fingerprint
+
+    why = outdated_fingerprint(recipe.fingerprint)
+    what = f"was {why}" if why else f"was measured on hardware {recipe.fingerprint}, this machine is {here}"
+    return (f"{recipe.label} {what}: search again here (autotune search --workload {recipe.workload}), "
+            "or pass allow_other_hardware=True")
 
 
 def apply(
@@ -191,8 +202,9 @@ def apply(
 
     Sets torch's thread pools and precision flags now; returns a ``Tuned`` with the batch size,
     DataLoader kwargs, autocast context and model preparation. Raises ``HardwareMismatchError`` for a
-    recipe measured on other hardware unless ``allow_other_hardware``. Warns (``Tuned.warnings``) for
-    environment-level knobs not in effect.
+    recipe measured on other hardware (the machine and its cgroup cpuset: the CPUs ``autotune run`` pinned
+    this process to do not count), or recorded with an older fingerprint scheme, unless
+    ``allow_other_hardware``. Warns (``Tuned.warnings``) for environment-level knobs not in effect.
 
     >>> tuned = apply({"threads": 1, "batch_size": 8}, check_hardware=False)
     >>> tuned.batch_size
@@ -205,10 +217,7 @@ def apply(
 
         facts = probes.probe()
     if check_hardware and recipe.fingerprint and recipe.fingerprint != facts.fingerprint:
-        message = (
-            f"recipe {recipe.id or ''} was measured on hardware {recipe.fingerprint}, this machine is "
-            f"{facts.fingerprint}: search again here, or pass allow_other_hardware=True"
-        )
+        message = _other_hardware(recipe, facts.fingerprint)
         if not allow_other_hardware:
             raise HardwareMismatchError(message)
         warnings.warn(message, stacklevel=2)

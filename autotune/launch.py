@@ -1,7 +1,7 @@
 """How a process is started with a recipe's environment-level knobs, as plain data ``(cmd, env, cpus)``.
 
 Used by the trial runner (every trial) and by ``autotune run`` (the user's own script), so both start
-processes the same way. Variables autotune sets (from the knob families in ``autotune.search_spaces``):
+processes the same way; ``autotune export --format env`` writes what ``autotune run`` would set (``for_recipe``). Variables autotune sets (from the knob families in ``autotune.search_spaces``):
 
 | variable | knob | value |
 | --- | --- | --- |
@@ -34,6 +34,7 @@ Example (a plan is data; nothing starts until ``start(plan)``)::
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -51,10 +52,11 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class LaunchPlan:
-    cmd: list[str]
+    cmd: list[str]  # [] for a plan without a command (the env file's)
     env: dict[str, str]
     cpus: list[int] | None
     warnings: tuple[str, ...] = ()
+    membind: tuple[int, ...] = ()  # NUMA nodes the command's memory is bound to (numactl --membind), if any
 
 
 def plan(
@@ -69,7 +71,7 @@ def plan(
     """Build the command, environment and CPU set for a process running ``params``.
 
     ``membind_refused(numactl, nodes)`` says why memory cannot be bound here (None: it can); tests
-    pass a fake to plan for other machines.
+    pass a fake to plan for other machines. An empty ``cmd`` plans the environment alone (the env file).
     """
     wanted = spaces.environment(params, facts)
     env = dict(base_env)
@@ -90,8 +92,33 @@ def plan(
     processes = spaces.processes.count(params)
     if processes > 1 and _distributed.is_torchrun(list(cmd)):
         notes.append(f"the command starts torch.distributed.run itself: kept (the recipe measured {processes} processes)")
-    cmd = _distributed.torchrun_command(list(cmd), processes)  # P > 1: P ranks under torch.distributed.run
-    return LaunchPlan(cmd=[*prefix, *cmd], env=env, cpus=spaces.cpus_for(params, facts), warnings=tuple(notes))
+    if cmd:
+        cmd = [*prefix, *_distributed.torchrun_command(list(cmd), processes)]  # P > 1: P ranks under torchrun
+    membind = spaces.memory_nodes(params, facts) if prefix else None
+    return LaunchPlan(cmd=list(cmd), env=env, cpus=spaces.cpus_for(params, facts), warnings=tuple(notes),
+                      membind=tuple(membind or ()))
+
+
+def probe_for(params: dict[str, Any]) -> Any:
+    """The facts a recipe's environment is resolved against, probed the same way wherever it is resolved:
+    with the GPUs when it trains on CUDA (their links decide ``NCCL_P2P_LEVEL``, their local CPUs the ranks'
+    cores), without them otherwise (NVML costs time and decides nothing on CPU)."""
+    from . import probes
+
+    return probes.probe(gpus=params.get("device") == "cuda")
+
+
+def for_recipe(recipe: Any, cmd: list[str], base_env: Mapping[str, str], *, facts: Any = None) -> LaunchPlan:
+    """The one plan of a recipe for the user: what ``autotune run`` starts and ``autotune export --format env``
+    writes (``cmd=[]``, ``base_env={}``), so the two carry the same variables, CPUs and memory binding.
+
+    The user's variables in ``base_env`` are kept (warnings name the recipe's values); ``AUTOTUNE_RECIPE``
+    holds the recipe for ``autotune.apply()``. ``facts`` default to ``probe_for(recipe.params)``.
+    """
+    facts = probe_for(recipe.params) if facts is None else facts
+    launch = plan(cmd, recipe.params, facts, base_env, keep_user_env=True)
+    launch.env["AUTOTUNE_RECIPE"] = json.dumps(recipe.to_dict(), sort_keys=True)
+    return launch
 
 
 # Libraries of which only one may serve a process: preloading two of a kind leaves the first in charge.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +34,20 @@ class Recipe:
     id: int | None = None
     created: str | None = None
     notes: list[str] = field(default_factory=list)
+    # where this copy was read from (a file, the AUTOTUNE_RECIPE variable), for messages; not part of its identity
+    source: str | None = field(default=None, compare=False)
+
+    @property
+    def label(self) -> str:
+        """How messages name it: ``recipe 7``, ``recipe 7 from best.env``, ``recipe from r.json``."""
+        return " ".join(filter(None, ("recipe", str(self.id) if self.id is not None else None,
+                                      f"from {self.source}" if self.source else None)))
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if data["source"] is None:  # a stored recipe: its id says where it is
+            del data["source"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Recipe:
@@ -103,10 +114,10 @@ def load_recipe_file(path: str | Path) -> Recipe:
         raise UsageError(f"cannot read recipe file {path}: {e.strerror}") from e
     try:
         if path.suffix == ".json":
-            return Recipe.from_dict(json.loads(text))
+            return replace(Recipe.from_dict(json.loads(text)), source=str(path))
         values = parse_env(text, str(path))
         if "AUTOTUNE_RECIPE" not in values:
             raise UsageError(f"{path} has no AUTOTUNE_RECIPE line: export it with 'autotune export'")
-        return Recipe.from_dict(json.loads(values["AUTOTUNE_RECIPE"]))
+        return replace(Recipe.from_dict(json.loads(values["AUTOTUNE_RECIPE"])), source=str(path))
     except json.JSONDecodeError as e:
         raise UsageError(f"{path}: the recipe is not valid JSON ({e.msg} at line {e.lineno})") from e

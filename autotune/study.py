@@ -107,16 +107,58 @@ def _open_study(options: SearchOptions, name: str, facts: Any, workload: str) ->
             study, created = optuna.create_study(**kwargs), True
         except optuna.exceptions.DuplicatedStudyError:
             study, created = optuna.load_study(**{k: v for k, v in kwargs.items() if k != "direction"}), False
+    _check_hardware(study, name, facts, workload)
+    if created:
+        _note_outdated_studies(storage, name, workload)
+    return study, created
+
+
+def _check_hardware(study: Any, name: str, facts: Any, workload: str) -> None:
+    """Record this machine in a new study; refuse a worker whose hardware or CPU set differs, and a study
+    recorded with another fingerprint scheme (its trials stay in the storage, untouched)."""
+    from .probes import outdated_fingerprint
+
+    cpu_set = _cpu_set(facts)
     recorded = study.user_attrs.get("fingerprint")
     if recorded is None:
         study.set_user_attr("fingerprint", facts.fingerprint)
         study.set_user_attr("workload", workload)
-    elif recorded != facts.fingerprint:
+        study.set_user_attr("cpu_set", cpu_set)
+        return
+    why = outdated_fingerprint(recorded)
+    if why:
         raise HardwareMismatchError(
-            f"study {name!r} was measured on hardware {recorded}, this machine is {facts.fingerprint}: "
-            "run this worker on the same hardware and CPU set, or use another --study name"
+            f"study {name!r} was {why}: its trials are kept, but it cannot be continued; search again in a new "
+            f"study: autotune search --workload {workload} --study NEW_NAME (or without --study)"
         )
-    return study, created
+    # The fingerprint leaves out the affinity (taskset): trials of one study must still run on the same CPUs.
+    recorded_set = study.user_attrs.get("cpu_set", cpu_set)
+    if recorded != facts.fingerprint or recorded_set != cpu_set:
+        raise HardwareMismatchError(
+            f"study {name!r} was measured on hardware {recorded} ({recorded_set}), this machine is "
+            f"{facts.fingerprint} ({cpu_set}): run this worker on the same hardware and CPU set, or use another "
+            "--study name"
+        )
+
+
+def _cpu_set(facts: Any) -> str:
+    """The shape of the CPUs this process may use, as the study's workers must share it."""
+    allowed = facts.cpu.allowed
+    return (f"{allowed.packages} package(s), {len(allowed.numa_nodes)} NUMA node(s), {allowed.cores} core(s), "
+            f"{allowed.threads} thread(s) allowed")
+
+
+def _note_outdated_studies(storage: Any, name: str, workload: str) -> None:
+    """Say which studies of this workload a new search leaves behind because of their fingerprint scheme."""
+    import optuna
+
+    from .probes import outdated_fingerprint
+
+    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
+        why = outdated_fingerprint(summary.user_attrs.get("fingerprint"))
+        if why and summary.user_attrs.get("workload") == workload:
+            log.warning("study %r (%d trials) of workload %s is not continued: it was %s; this search starts "
+                        "study %r", summary.study_name, summary.n_trials, workload, why, name)
 
 
 def _rdb_storage(url: str) -> Any:
@@ -195,9 +237,16 @@ def _seeds(facts: Any, ctx: spaces.SpaceContext, options: SearchOptions,
 
 
 def _warm_start(storage: str, workload: str, facts: Any) -> dict[str, Any] | None:
-    """The searched knobs of the newest stored recipe for this workload and fingerprint, if any."""
+    """The searched knobs of the newest stored recipe for this workload and fingerprint, if any.
+    A newer recipe recorded with another fingerprint scheme is skipped with a note."""
+    from .probes import outdated_fingerprint
+
     with RecipeStore.open(storage) as store:
         recipe = store.latest(workload=workload, fingerprint=facts.fingerprint)
+        newest = store.latest(workload=workload)
+    why = outdated_fingerprint(newest.fingerprint) if newest is not None else None
+    if why:  # the workload's newest recipe is of another scheme, so newer than the one used (if any)
+        log.warning("warm start: %s of workload %s is skipped: it was %s", newest.label, workload, why)
     if recipe is None:
         return None
     return {k: v for k, v in recipe.params.items() if k not in spaces.RUN_KEYS}

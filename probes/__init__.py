@@ -18,11 +18,14 @@ Nothing is probed at import time.
 from __future__ import annotations
 
 from ._facts import SCHEMA_VERSION, Allowed, Core, CpuTopology, Facts, Gpu, Memory, NumaNode, Runtime
+from ._fingerprint import VERSION as FINGERPRINT_VERSION
+from ._fingerprint import fingerprint_version, outdated_fingerprint
 from ._probe import probe
 from ._record import record
 from ._summary import summary
 
 __all__ = [
+    "FINGERPRINT_VERSION",
     "SCHEMA_VERSION",
     "Allowed",
     "Core",
@@ -32,6 +35,8 @@ __all__ = [
     "Memory",
     "NumaNode",
     "Runtime",
+    "fingerprint_version",
+    "outdated_fingerprint",
     "probe",
     "record",
     "summary",

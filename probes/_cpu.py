@@ -5,6 +5,8 @@ One lstopo run with ``--disallowed`` gives both views: the Machine object carrie
 drops disallowed objects (``remove_empty()`` in hwloc's topology.c): PUs and NUMA nodes that are
 allowed, and every object above them. On the live machine the allowed CPUs are further narrowed to
 ``os.sched_getaffinity(0)``: ``taskset``/``numactl --physcpubind`` change the affinity, not the cgroup.
+The cgroup's view before that narrowing is kept too (``CpuTopology.cgroup``): the fingerprint hashes it,
+so a process that ``autotune run`` or libiomp5 pinned to fewer CPUs still matches its machine.
 """
 from __future__ import annotations
 
@@ -51,6 +53,7 @@ def from_tree(tree: Tree, info: CpuInfo | None, affinity: frozenset[int] | None 
         core_kinds=tuple(k for k in dict.fromkeys(kinds.values()) if any(kinds.get(c.pus[0]) == k for c in cores)),
         source="hwloc",
         partial=False,
+        cgroup=_allowed(tree, packages, cores, local, kinds, tree.allowed_cpus),
     )
 
 
@@ -142,7 +145,8 @@ def from_psutil(info: CpuInfo | None, affinity: frozenset[int]) -> CpuTopology:
     """The partial topology psutil can give when hwloc is missing: counts, no packages/NUMA layout.
 
     Each allowed CPU is reported as its own core in ``core_list`` (the grouping is unknown);
-    ``partial=True`` tells consumers that only the counts and the allowed CPUs are reliable.
+    ``partial=True`` tells consumers that only the counts and the allowed CPUs are reliable. The cgroup's
+    view is unknown (``cgroup=None``): psutil sees only the affinity.
     """
     import psutil  # imported on use, as everywhere in the probe: importing autotune stays light
 

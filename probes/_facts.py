@@ -10,7 +10,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 1
+# 2: ``CpuTopology.cgroup`` (the cgroup's view, which the fingerprint hashes); schema-1 documents read with it None
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,10 @@ class CpuTopology:
     core_kinds: tuple[str, ...] = ()
     source: str = "hwloc"  # "hwloc" or "psutil" (partial topology)
     partial: bool = False
+    # The part the cgroup cpuset gives (container, Slurm job) before this process's affinity (taskset,
+    # numactl, autotune run's pinning, libiomp5's KMP_AFFINITY) narrows it to ``allowed``: hwloc's allowed
+    # cpuset. The fingerprint hashes this view. None where unknown (psutil's partial topology, schema 1).
+    cgroup: Allowed | None = None
 
 
 @dataclass(frozen=True)
@@ -131,12 +136,9 @@ class Facts:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Facts:
         cpu = dict(data["cpu"])
-        allowed = dict(cpu["allowed"])
-        allowed["numa_nodes"] = tuple(allowed["numa_nodes"])
-        allowed["core_list"] = tuple(
-            Core(**{**c, "cpus": tuple(c["cpus"])}) for c in allowed.get("core_list", ())
-        )
-        cpu["allowed"] = Allowed(**allowed)
+        cpu["allowed"] = _allowed_from_dict(cpu["allowed"])
+        if cpu.get("cgroup") is not None:
+            cpu["cgroup"] = _allowed_from_dict(cpu["cgroup"])
         cpu["numa_nodes"] = tuple(NumaNode(**n) for n in cpu["numa_nodes"])
         for key in ("threads_per_core", "isa", "core_kinds"):
             cpu[key] = tuple(cpu.get(key, ()))
@@ -156,3 +158,11 @@ class Facts:
     @classmethod
     def from_json(cls, text: str) -> Facts:
         return cls.from_dict(json.loads(text))
+
+
+def _allowed_from_dict(data: dict[str, Any]) -> Allowed:
+    return Allowed(**{
+        **data,
+        "numa_nodes": tuple(data["numa_nodes"]),
+        "core_list": tuple(Core(**{**c, "cpus": tuple(c["cpus"])}) for c in data.get("core_list", ())),
+    })

@@ -1,28 +1,41 @@
 """A short, stable hash of what decides performance on a machine.
 
 Studies and recipes carry it so a result measured on one machine is not applied to another. It covers
-the CPU model and ISA, the cores this process may use with their package, NUMA node and thread count,
-the GPUs (name, compute capability, links) and torch's version and build. It leaves out what varies
-between runs on the same machine: free memory, PCI bus ids, clocks, host name. Facts probed without the
-runtime or the GPUs hash those parts as absent, so compare fingerprints of probes made the same way.
+the CPU model and ISA, the cores the cgroup cpuset gives (container, Slurm job: ``CpuTopology.cgroup``)
+with their package, NUMA node and thread count, the GPUs (name, compute capability, links) and torch's
+version and build. It leaves out what varies between runs on the same machine: free memory, PCI bus ids,
+clocks, host name, and the process's CPU affinity -- ``autotune run`` pins a recipe's process to the CPUs
+it measured and libiomp5's ``KMP_AFFINITY`` pins the main thread, and ``apply()`` in that process must
+still recognise its machine. Facts probed without the runtime or the GPUs hash those parts as absent, so
+compare fingerprints of probes made the same way.
+
+The scheme is versioned: a fingerprint is ``v2-`` and 12 hex digits. A bare 12-digit hash is scheme 1
+(autotune before the prefix: it hashed the CPUs the process may use, affinity included). Fingerprints of
+two schemes cannot be compared, so a study or recipe recorded with another scheme is refused with
+``outdated_fingerprint()``'s explanation rather than taken for other hardware.
+
+>>> fingerprint_version("v2-0123456789ab"), fingerprint_version("0123456789ab")
+(2, 1)
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 
 from ._facts import CpuTopology, Gpu, Runtime
 
+VERSION = 2
+_VERSIONED = re.compile(r"^v(\d+)-")
+
 
 def fingerprint(cpu: CpuTopology, gpus: tuple[Gpu, ...], runtime: Runtime | None) -> str:
-    """12 hex digits of SHA-256 over a canonical JSON of the deciding facts."""
+    """``v2-`` and 12 hex digits of SHA-256 over a canonical JSON of the deciding facts."""
+    view = cpu.cgroup
+    # psutil's partial topology knows no cgroup: the machine's own counts, never the affinity
+    cores = [[c.package, c.numa_node, len(c.cpus)] for c in view.core_list] if view else [cpu.cores, cpu.threads]
     data = {
-        "cpu": {
-            "model": cpu.model,
-            "arch": cpu.arch,
-            "isa": sorted(cpu.isa),
-            "cores": [[c.package, c.numa_node, len(c.cpus)] for c in cpu.allowed.core_list],
-        },
+        "cpu": {"model": cpu.model, "arch": cpu.arch, "isa": sorted(cpu.isa), "cores": cores},
         "gpus": [
             {"name": g.name, "cc": g.compute_capability, "links": sorted(g.links.items())}
             for g in sorted(gpus, key=lambda g: g.index)
@@ -30,4 +43,25 @@ def fingerprint(cpu: CpuTopology, gpus: tuple[Gpu, ...], runtime: Runtime | None
         "torch": [runtime.torch_version, runtime.torch_build] if runtime else None,
     }
     text = json.dumps(data, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
+    return f"v{VERSION}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+
+
+def fingerprint_version(recorded: str) -> int:
+    """The scheme a fingerprint was made with: N for ``vN-…``, 1 for anything else (the bare hashes before)."""
+    match = _VERSIONED.match(recorded)
+    return int(match.group(1)) if match else 1
+
+
+def outdated_fingerprint(recorded: str | None) -> str | None:
+    """Why a recorded fingerprint of another scheme cannot be compared with this machine's, or None.
+
+    >>> outdated_fingerprint("v2-0123456789ab") is None
+    True
+    >>> outdated_fingerprint("0123456789ab")  # doctest: +ELLIPSIS
+    "recorded with autotune's fingerprint v1 (0123456789ab), which this autotune (v2) cannot compare: ..."
+    """
+    if not recorded or fingerprint_version(recorded) == VERSION:
+        return None
+    return (f"recorded with autotune's fingerprint v{fingerprint_version(recorded)} ({recorded}), which this autotune "
+            f"(v{VERSION}) cannot compare: fingerprints now describe the machine and its cgroup cpuset, not the "
+            f"CPUs a process was pinned to")

@@ -21,17 +21,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def render(recipe, fmt: str) -> str:  # type: ignore[no-untyped-def]
     """The exported text of a recipe (env or json)."""
-    from .. import search_spaces as spaces
+    from .. import launch
     from ..recipe import to_env
 
     if fmt == "json":
         return json.dumps(recipe.to_dict(), indent=2, sort_keys=True) + "\n"
-    from .. import probes
-
-    facts = probes.probe(gpus=False)  # environment-level knobs (affinity, library paths) resolve on this machine
-    params = recipe.params
-    return to_env(recipe, spaces.environment(params, facts), spaces.cpus_for(params, facts),
-                  spaces.memory_nodes(params, facts))
+    # environment-level knobs (affinity, library paths, NCCL) resolve on this machine, as 'autotune run' does
+    plan = launch.for_recipe(recipe, [], {})
+    for warning in plan.warnings:
+        print(f"autotune export: warning: {warning}", file=sys.stderr)
+    return to_env(recipe, plan.env, plan.cpus, plan.membind)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -14,7 +14,6 @@ way to start it (``torchrun`` after loading the env file); a command that runs t
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -35,16 +34,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import launch, probes
+    from .. import launch
     from ..errors import UsageError
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         raise UsageError("no command: autotune run --recipe best.env -- python train.py")
     recipe = find_recipe(args)
-    facts = probes.probe(gpus=recipe.params.get("device") == "cuda")  # GPU links decide NCCL variables
-    plan = launch.plan(command, recipe.params, facts, os.environ, keep_user_env=True)
-    plan.env["AUTOTUNE_RECIPE"] = json.dumps(recipe.to_dict())  # autotune.apply() with no argument reads it
+    plan = launch.for_recipe(recipe, command, os.environ)  # as 'autotune export --format env' writes it
     for warning in plan.warnings:
         print(f"autotune run: warning: {warning}", file=sys.stderr)
     try:

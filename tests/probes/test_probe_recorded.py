@@ -144,7 +144,7 @@ def test_live_only_facts_are_not_probed(name, recorded_facts, recorded_roots):
 def test_recorded_machines_have_distinct_fingerprints(recorded_facts):
     prints = [f.fingerprint for f in recorded_facts.values()]
     assert len(set(prints)) == len(prints) == 12
-    assert all(len(p) == 12 and int(p, 16) >= 0 for p in prints)
+    assert all(p.startswith("v2-") and len(p) == 15 and int(p[3:], 16) >= 0 for p in prints)
 
 
 def test_xml_only_machine_matches_hwloc_xml(recorded_facts):

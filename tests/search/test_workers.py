@@ -41,7 +41,8 @@ def test_two_workers_share_a_study_and_other_hardware_is_refused(postgres: str, 
     with RecipeStore.open(postgres) as store:
         assert store.latest(study="shared") is not None
 
-    # A worker with another CPU set is other hardware for the fingerprint (cores this process may use).
+    # A worker with another CPU set (taskset) is the same machine for the fingerprint, but the study refuses it:
+    # its trials would be measured on other CPUs.
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("one CPU: no smaller CPU set to start a worker with other hardware")
     cpu = str(min(os.sched_getaffinity(0)))

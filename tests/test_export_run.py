@@ -1,0 +1,65 @@
+"""``autotune export --format env`` and ``autotune run`` resolve a recipe on the machine the same way (one
+probe, one plan: ``autotune.launch.for_recipe``), here on the fake HGX H100 host of ``tests/fakes/nvml.py``:
+two sockets of 32 cores, 8 GPUs behind NVSwitch (GPUs 0-3 local to CPUs 0-31, 4-7 to CPUs 32-63)."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from autotune import cli, launch
+from autotune.probes import Allowed, Core, _nvml, _probe
+from autotune.recipe import parse_env
+
+from .conftest import SHARED
+
+NVIDIA_SMI = SHARED / "topologies" / "nvidia-smi-query"
+PARAMS = {"processes": 8, "threads": 32, "affinity": "compact", "device": "cuda", "batch_size": 64}
+
+
+@pytest.fixture
+def hgx_host(facts, monkeypatch):
+    """probe() on this machine reads the fake NVML of 8 H100s and the fake 64-core host's CPU topology."""
+    if not NVIDIA_SMI.is_dir():
+        pytest.skip(f"nvidia-smi dumps not found at {NVIDIA_SMI}")
+    from tests.fakes.nvml import load_machine
+
+    fake = load_machine(NVIDIA_SMI, "H100SXMx8")
+    monkeypatch.setattr(_nvml, "load_library", lambda: fake)
+    cores = tuple(Core(package=c // 32, numa_node=c // 32, cpus=(c,)) for c in range(64))
+    allowed = Allowed(cpus="0-63", packages=2, cores=64, threads=64, numa_nodes=(0, 1), core_list=cores)
+    cpu = replace(facts.cpu, allowed=allowed, cgroup=allowed)
+    monkeypatch.setattr(_probe, "cpu_topology", lambda root: cpu)
+
+
+class _Done:
+    def wait(self) -> int:
+        return 0
+
+
+def test_the_env_file_and_the_run_plan_carry_the_same_variables_and_cpus(hgx_host, monkeypatch,
+                                                                         tmp_path: Path) -> None:
+    recipe = tmp_path / "r.json"
+    recipe.write_text(json.dumps({"params": PARAMS, "workload": "tiny"}))
+    assert cli.main(["export", "--format", "env", "--recipe", str(recipe), "-o", str(tmp_path / "best.env")]) == 0
+    started: list[launch.LaunchPlan] = []
+    monkeypatch.setattr(launch, "start", lambda plan: started.append(plan) or _Done())  # plan it, start nothing
+    assert cli.main(["run", "--recipe", str(recipe), "--", "python", "train.py"]) == 0
+
+    (plan,) = started
+    exported = parse_env((tmp_path / "best.env").read_text())
+    assert exported["NCCL_P2P_LEVEL"] == plan.env["NCCL_P2P_LEVEL"] == "NVL"  # NV18 between every pair
+    slices = exported["AUTOTUNE_RANK_CPUS"].split(";")
+    assert exported["AUTOTUNE_RANK_CPUS"] == plan.env["AUTOTUNE_RANK_CPUS"] and len(slices) == 8
+    # rank i: the first threads // 8 = 4 cores of its 8, on the socket of its GPU
+    assert slices == [f"{8 * i}-{8 * i + 3}" for i in range(8)]
+    pinned = [c for i in range(8) for c in range(8 * i, 8 * i + 4)]
+    assert exported.pop("AUTOTUNE_CPUS") == ",".join(map(str, plan.cpus)) == ",".join(map(str, pinned))
+    membind = exported.pop("AUTOTUNE_MEMBIND", "")
+    assert membind == ",".join(map(str, plan.membind))
+    assert (f"--membind={membind}" in plan.cmd) is bool(membind)
+    assert exported == {k: v for k, v in plan.env.items() if k in exported}  # every variable, the same value
+    assert {k for k, v in plan.env.items() if os.environ.get(k) != v} == set(exported)  # and no other

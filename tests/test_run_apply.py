@@ -1,0 +1,152 @@
+"""The recipe applies on the machine that measured it: ``autotune run --recipe R -- python train.py`` whose
+script calls ``autotune.apply()`` with the hardware check on; recipes and studies recorded with an older
+fingerprint scheme are refused with a message that says so and how to search again."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+
+import autotune
+from autotune import search_spaces as spaces
+from autotune.errors import HardwareMismatchError
+from autotune.recipe import Recipe, to_env
+from autotune.store import RecipeStore
+from autotune.study import SearchOptions, _open_study, _warm_start
+
+from .conftest import FAST, run_cli
+
+# One step of the tiny workload. The torch work before apply() (building the model, as any script does) runs
+# a parallel region: with KMP_AFFINITY that is where libiomp5 pins the main thread to one CPU.
+TRAIN = """
+import json, torch
+from autotune.workloads.tiny import workload
+wl = workload()
+model = wl.model()
+torch.randn(256, 256) @ torch.randn(256, 256)
+import autotune
+tuned = autotune.apply()
+model = tuned.prepare_model(model)
+optimizer = wl.optimizer(model.parameters())
+x, y = tuned.to_device(*wl.dataset()[: tuned.batch_size])
+with tuned.autocast():
+    loss = wl.loss(model(x), (x, y))
+json.dump({"stepped": tuned.step(loss, optimizer), "loss": float(loss)}, open("seen.json", "w"))
+"""
+
+
+def _env_file(path: Path, facts, **params) -> Path:
+    """An env file as 'autotune export' writes it, for a recipe measured here (the live fingerprint)."""
+    params = {"batch_size": 8, "device": "cpu", **params}
+    recipe = Recipe(params=params, workload="tiny", fingerprint=facts.fingerprint)
+    path.write_text(to_env(recipe, spaces.environment(params, facts), spaces.cpus_for(params, facts),
+                           spaces.memory_nodes(params, facts)))
+    return path
+
+
+def _run(tmp_path: Path, recipe: Path) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "train.py").write_text(TRAIN)
+    return run_cli("run", "--recipe", str(recipe), "--", sys.executable, "train.py", cwd=tmp_path, timeout=120)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: a recipe cannot pin fewer CPUs than allowed")
+def test_autotune_run_with_one_pinned_thread_applies_and_trains(facts, tmp_path: Path) -> None:
+    recipe = _env_file(tmp_path / "best.env", facts, threads=1, affinity="compact")
+    assert "\nAUTOTUNE_CPUS=" + str(min(os.sched_getaffinity(0))) + "\n" in recipe.read_text()  # it really narrows
+    done = _run(tmp_path, recipe)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "seen.json").read_text())["stepped"] is True
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: libiomp5 has no other CPU to leave")
+def test_autotune_run_with_libiomp5_pinning_applies_and_trains(facts, tmp_path: Path) -> None:
+    if facts.runtime is None or facts.runtime.iomp5_path is None:
+        pytest.skip("libiomp5 not found by the probe (pip install intel-openmp)")
+    threads = facts.cpu.allowed.cores  # autotune run narrows nothing: libiomp5 pins the main thread itself
+    recipe = _env_file(tmp_path / "best.env", facts, threads=threads, affinity="compact", openmp="intel",
+                       kmp_blocktime=1)
+    assert "KMP_AFFINITY=granularity=fine,compact,1,0" in recipe.read_text()
+    done = _run(tmp_path, recipe)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "seen.json").read_text())["stepped"] is True
+
+
+def test_a_recipe_file_from_other_hardware_is_named_in_the_refusal(facts, tmp_path: Path) -> None:
+    path = tmp_path / "theirs.json"
+    path.write_text(json.dumps({"params": {"batch_size": 8}, "workload": "tiny", "fingerprint": "v2-0123456789ab"}))
+    with pytest.raises(HardwareMismatchError) as refused:
+        autotune.apply(str(path), facts=facts)
+    message = str(refused.value)
+    assert message.startswith(f"recipe from {path} was measured on hardware v2-0123456789ab, this machine is "
+                              f"{facts.fingerprint}: search again here (autotune search --workload tiny)")
+    stored = Recipe(params={"batch_size": 8}, workload="tiny", fingerprint="v2-0123456789ab", id=7)
+    with pytest.raises(HardwareMismatchError, match="^recipe 7 was measured on hardware"):
+        autotune.apply(stored, facts=facts)
+
+
+def test_autotune_run_names_the_file_in_the_childs_refusal(facts, tmp_path: Path) -> None:
+    recipe = tmp_path / "theirs.json"
+    recipe.write_text(json.dumps({"params": {"batch_size": 8}, "workload": "tiny", "fingerprint": "v2-0123456789ab",
+                                  "id": 3}))
+    done = _run(tmp_path, recipe)
+    assert done.returncode == 1
+    assert f"HardwareMismatchError: recipe 3 from {recipe} was measured on hardware v2-0123456789ab" in done.stderr
+
+
+def test_a_recipe_of_the_old_fingerprint_scheme_is_refused_with_the_way_out(facts, tmp_path: Path) -> None:
+    old = facts.fingerprint.removeprefix("v2-")  # this very machine, as autotune wrote it before the scheme changed
+    path = tmp_path / "old.env"
+    path.write_text(to_env(Recipe(params={"batch_size": 8}, workload="cnn", fingerprint=old), {}, None))
+    with pytest.raises(HardwareMismatchError) as refused:
+        autotune.apply(str(path), facts=facts)
+    assert str(refused.value) == (
+        f"recipe from {path} was recorded with autotune's fingerprint v1 ({old}), which this autotune (v2) cannot "
+        "compare: fingerprints now describe the machine and its cgroup cpuset, not the CPUs a process was pinned "
+        "to: search again here (autotune search --workload cnn), or pass allow_other_hardware=True")
+    with pytest.warns(UserWarning, match="fingerprint v1"):
+        assert autotune.apply(str(path), facts=facts, allow_other_hardware=True).batch_size == 8
+
+
+def _old_study(storage: str, facts) -> None:
+    study = optuna.create_study(storage=storage, study_name="old", direction="maximize")
+    study.set_user_attr("fingerprint", facts.fingerprint.removeprefix("v2-"))
+    study.set_user_attr("workload", "tiny")
+    study.add_trial(optuna.trial.create_trial(params={}, distributions={}, value=1.0))
+
+
+def test_a_study_of_the_old_fingerprint_scheme_is_refused_and_kept(facts, tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path}/studies.db"
+    _old_study(storage, facts)
+    done = run_cli("search", *FAST, "--workload", "tiny", "--trials", "1", "--storage", storage, "--study", "old",
+                   cwd=tmp_path)
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert "study 'old' was recorded with autotune's fingerprint v1" in line
+    assert "search again in a new study: autotune search --workload tiny --study NEW_NAME" in line
+    assert len(optuna.load_study(study_name="old", storage=storage).trials) == 1  # its trials are kept
+
+
+def test_a_new_study_names_the_old_scheme_studies_it_leaves_behind(facts, tmp_path: Path, caplog) -> None:
+    storage = f"sqlite:///{tmp_path}/studies.db"
+    _old_study(storage, facts)
+    with caplog.at_level("WARNING", logger="autotune.study"):
+        _, created = _open_study(SearchOptions(storage=storage), "tiny-new", facts, "tiny")
+    assert created
+    assert "study 'old' (1 trials) of workload tiny is not continued: it was recorded with autotune's " \
+           "fingerprint v1" in caplog.text
+
+
+def test_a_warm_start_skips_an_old_scheme_recipe_with_a_note(facts, tmp_path: Path, caplog) -> None:
+    storage = f"sqlite:///{tmp_path}/studies.db"
+    with RecipeStore.open(storage) as store:
+        store.save(Recipe(params={"threads": 1}, workload="tiny", fingerprint=facts.fingerprint))
+        old = store.save(Recipe(params={"threads": 2}, workload="tiny", fingerprint=facts.fingerprint[3:]))
+    with caplog.at_level("WARNING", logger="autotune.study"):
+        assert _warm_start(storage, "tiny", facts) == {"threads": 1}  # the newest of this scheme, not the old one
+    assert f"warm start: recipe {old.id} of workload tiny is skipped: it was recorded with autotune's " \
+           "fingerprint v1" in caplog.text
