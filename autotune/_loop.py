@@ -226,7 +226,10 @@ class SearchLoop:
         self.notify("trial", {"number": trial.number, "role": role, "params": params, "result": result, "reason": reason})
 
     def _guard(self, trial: Any, role: str, result: TrialResult) -> str | None:
-        """The quality guard: a loss above the baseline's by more than the tolerance is infeasible."""
+        """The quality guard: a held-out loss above the baseline's by more than the tolerance is infeasible.
+        Every trial's loss is taken after the same samples (``loss_samples``, recorded for the report)."""
+        if result.loss_samples is not None:
+            trial.set_user_attr("loss_samples", result.loss_samples)
         if role == "baseline":
             self.study.set_user_attr("baseline_loss", result.loss)
             self.study.set_user_attr("baseline_samples_per_s", result.samples_per_s)

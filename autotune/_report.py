@@ -47,7 +47,8 @@ def choose_recipe(study: Any, workload: str, facts: Any, name: str,
         best, speed, base_speed = _single(searched, baseline, notes, confirmation)
     infeasible = [r for r in searched if r.result.status == "ok" and not r.feasible]
     if infeasible:
-        notes.append(f"{len(infeasible)} trial(s) rejected by the quality guard (loss above the limit)")
+        after = f" after {baseline.result.loss_samples} samples" if baseline.result.loss_samples else ""
+        notes.append(f"{len(infeasible)} trial(s) rejected by the quality guard (held-out loss{after} above the limit)")
     notes.append(time_note(all_records))
     recipe = Recipe(
         params=best.params, workload=workload, fingerprint=facts.fingerprint, study=name,

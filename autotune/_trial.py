@@ -75,8 +75,8 @@ def _batches(loader: Any) -> Any:
         epoch += 1
 
 
-def _evaluate(workload: Any, tuned: Any, model: Any, dataset: Any, samples: int) -> float:
-    """Loss on a fixed slice of the data in float32 (or the workload's own metric)."""
+def _evaluate(workload: Any, tuned: Any, model: Any, held_out: Any) -> float:
+    """The loss on the held-out samples in float32 (or the workload's own metric)."""
     import torch
 
     plain = tuned.unwrap(model)
@@ -85,18 +85,33 @@ def _evaluate(workload: Any, tuned: Any, model: Any, dataset: Any, samples: int)
         with torch.no_grad():
             if workload.evaluate is not None:
                 return float(workload.evaluate(plain))
-            loader = torch.utils.data.DataLoader(dataset, batch_size=256, shuffle=False)
+            loader = torch.utils.data.DataLoader(held_out, batch_size=256, shuffle=False)
             total, count = 0.0, 0
             for batch in loader:
                 batch = tuned.to_device(*batch)
                 output = plain(*workload.model_inputs(batch))
                 total += float(workload.loss(output.float(), batch)) * len(batch[0])
                 count += len(batch[0])
-                if count >= samples:
-                    break
             return total / max(1, count)
     finally:
         plain.train()
+
+
+def schedule(loss_steps: int, warmup_steps: int, windows: int) -> tuple[int, int, int]:
+    """``(warmup, window_steps, loss_window)``: the loss is taken after exactly ``loss_steps`` steps,
+    that is after the warm-up and ``loss_window`` timed windows. When ``loss_steps`` leaves room for
+    ``warmup_steps`` and one step per window, the windows' remainder joins the warm-up; otherwise (large
+    batches) windows of one step go on past the loss, timed only.
+
+    >>> schedule(28, 4, 3), schedule(13, 4, 3), schedule(7, 4, 3), schedule(2, 4, 3)
+    ((4, 8, 3), (4, 3, 3), (4, 1, 3), (1, 1, 1))
+    """
+    warmup_steps = max(1, warmup_steps)  # the first step is never timed: it holds compilation
+    if loss_steps >= warmup_steps + windows:
+        window_steps = (loss_steps - warmup_steps) // windows
+        return loss_steps - windows * window_steps, window_steps, windows
+    warmup = max(1, min(warmup_steps, loss_steps - windows))
+    return warmup, 1, loss_steps - warmup
 
 
 def _train(spec: dict[str, Any], events: Any) -> dict[str, Any]:
@@ -105,7 +120,7 @@ def _train(spec: dict[str, Any], events: Any) -> dict[str, Any]:
     from . import _distributed
     from .apply import apply
     from .probes import Facts
-    from .workload import load_workload
+    from .workload import held_out_split, load_workload
 
     torch.manual_seed(spec["seed"])
     facts = Facts.from_dict(spec["facts"])
@@ -114,7 +129,9 @@ def _train(spec: dict[str, Any], events: Any) -> dict[str, Any]:
     model = tuned.prepare_model(workload.model())
     optimizer = tuned.scale_lr(workload.optimizer(model.parameters()))
     model, optimizer = tuned.prepare(model, optimizer)
-    dataset = workload.dataset()
+    dataset, held_out = workload.dataset(), None
+    if workload.evaluate is None:
+        dataset, held_out = held_out_split(dataset, spec["eval_samples"])
     generator = torch.Generator().manual_seed(spec["seed"])
     sampler = tuned.sampler(dataset, seed=spec["seed"])
     loader = torch.utils.data.DataLoader(
@@ -124,8 +141,10 @@ def _train(spec: dict[str, Any], events: Any) -> dict[str, Any]:
     batches = _batches(loader)
     sync = torch.cuda.synchronize if tuned.device == "cuda" else (lambda: None)
     step_samples = tuned.step_samples  # over all ranks
+    trained = 0  # samples over all ranks
 
     def run_steps(count: int) -> float:
+        nonlocal trained
         if count == 0:
             return 0.0
         loss = None
@@ -133,6 +152,7 @@ def _train(spec: dict[str, Any], events: Any) -> dict[str, Any]:
             stepped = False
             while not stepped:
                 batch = tuned.to_device(*next(batches))
+                trained += len(batch[0]) * tuned.world_size
                 with tuned.autocast():
                     loss = workload.loss(model(*workload.model_inputs(batch)), batch)
                 stepped = tuned.step(loss, optimizer)
@@ -141,12 +161,16 @@ def _train(spec: dict[str, Any], events: Any) -> dict[str, Any]:
             raise NonFiniteLoss(f"the loss became {value}")
         return value
 
-    # Every trial trains on the same number of samples, so the losses reached are comparable.
-    total_samples = spec["reference_batch"] * (spec["warmup_steps"] + spec["measure_steps"])
-    total_steps = max(spec["warmup_steps"] + spec["windows"], math.ceil(total_samples / step_samples))
-    warmup = min(spec["warmup_steps"], total_steps - spec["windows"])
-    window_steps = max(1, (total_steps - warmup) // spec["windows"])
+    # Every trial of a study takes its loss after the same samples (``runner.loss_samples``: whole steps
+    # of every batch size offered), so the guard compares like with like.
+    loss_steps = -(-spec["loss_samples"] // step_samples)
+    warmup, window_steps, loss_window = schedule(loss_steps, spec["warmup_steps"], spec["windows"])
     startup_s = time.perf_counter() - _PROCESS_START
+    loss, loss_samples = math.nan, 0
+
+    def evaluate() -> None:
+        nonlocal loss, loss_samples
+        loss, loss_samples = _evaluate(workload, tuned, model, held_out), trained
 
     first_start = time.perf_counter()
     run_steps(1)
@@ -156,6 +180,8 @@ def _train(spec: dict[str, Any], events: Any) -> dict[str, Any]:
     sync()
     warmup_s = time.perf_counter() - first_start  # compile and warm-up: what the study's budget pays per trial
     rates: list[float] = []
+    if loss_window == 0:
+        evaluate()
 
     def window() -> None:
         sync()
@@ -167,9 +193,10 @@ def _train(spec: dict[str, Any], events: Any) -> dict[str, Any]:
         events.write(json.dumps({"window": len(rates) - 1, "samples_per_s": rates[-1]}) + "\n")
         events.flush()
 
-    for _ in range(spec["windows"]):
+    for index in range(spec["windows"]):
         window()
-    loss = _evaluate(workload, tuned, model, dataset, spec["eval_samples"])
+        if index + 1 == loss_window:
+            evaluate()
     # A noisy measurement (shared machine) is re-measured with extra windows, after the quality check.
     extra = 0
     while _spread(rates) > spec["max_spread"] and extra < spec["max_extra_windows"]:
@@ -193,6 +220,7 @@ def _train(spec: dict[str, Any], events: Any) -> dict[str, Any]:
         "warmup_s": warmup_s,
         "timed_s": sum(window_steps * step_samples / rate for rate in rates),
         "loss": loss,
+        "loss_samples": loss_samples,
         "steps": warmup + window_steps * len(rates),
         "in_effect": in_effect,
         "warnings": tuned.warnings,

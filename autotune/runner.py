@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from . import launch
+from . import search_spaces as spaces
 
 log = logging.getLogger(__name__)
 
@@ -31,13 +33,13 @@ Status = Literal["ok", "oom", "nan", "crash", "timeout", "pruned", "interrupted"
 class TrialSettings:
     """How much each trial trains and how it is timed (the same for every trial of a study)."""
 
-    warmup_steps: int = 4  # at the reference batch size; excluded from timing
-    measure_steps: int = 24  # at the reference batch size, split into timed windows
+    warmup_steps: int = 4  # excluded from timing
+    measure_steps: int = 24  # at the reference batch size, split into timed windows (see loss_samples)
     windows: int = 3
     max_extra_windows: int = 2  # re-measure when the windows' spread is above max_spread
     max_spread: float = 0.15
     train_steps: int = 5000  # the planned training run that compile time is amortised over
-    eval_samples: int = 512
+    eval_samples: int = 512  # held out of the training data: the loss the quality guard compares
     seed: int = 0
 
 
@@ -52,7 +54,8 @@ class TrialResult:
     startup_s: float | None = None  # process start to the first training step (imports, model, data)
     warmup_s: float | None = None  # first step (compile) and warm-up steps, not timed
     timed_s: float | None = None  # the timed windows
-    loss: float | None = None
+    loss: float | None = None  # on the held-out samples (or the workload's evaluate)
+    loss_samples: int | None = None  # samples trained (over all ranks) when the loss was taken
     wall_s: float = 0.0
     error: str | None = None
     in_effect: dict[str, Any] = field(default_factory=dict)
@@ -61,6 +64,28 @@ class TrialResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def loss_samples(settings: TrialSettings, params: dict[str, Any], facts: Any) -> int:
+    """The samples every trial of a study trains before its loss is taken: the reference batch's
+    ``warmup_steps + measure_steps`` steps, rounded up to whole optimizer steps of every batch size and
+    process count the study offers (a step's samples are summed over ranks and accumulated micro-batches).
+    With a default batch of 64 (sizes 16 to 256) that is 1,792 samples: 112 steps of 16, 7 of 256.
+
+    Depends only on the study's run settings and hardware, so it is the same for all its trials.
+    """
+    reference = int(params.get("reference_batch") or params["batch_size"])
+    global_batch = params.get("global_batch")
+    ctx = spaces.SpaceContext(device=params.get("device") or "cpu", default_batch_size=reference,
+                              global_batch=global_batch)
+
+    def step(batch: int, processes: int) -> int:  # as ``Tuned.step_samples``
+        accumulation = spaces.batch.accumulation({"batch_size": batch, "global_batch": global_batch})
+        return max(1, batch // processes) * processes * accumulation
+
+    unit = math.lcm(*(step(b, p) for b in spaces.batch.sizes(ctx) for p in spaces.processes.choices(facts, ctx)))
+    planned = reference * (settings.warmup_steps + settings.measure_steps)
+    return max(1, -(-planned // unit)) * unit
 
 
 def _log_tail(path: Path, limit: int = 1500) -> str | None:
@@ -93,6 +118,7 @@ def run_trial(
             "params": params,
             "facts": facts.to_dict(),
             "reference_batch": int(params.get("reference_batch") or params["batch_size"]),
+            "loss_samples": loss_samples(settings, params, facts),
             "events": str(work / "events.jsonl"),
             "result": str(work / "result.json"),
         }

@@ -39,7 +39,8 @@ class Workload:
     ``model()`` builds the ``nn.Module``; ``dataset()`` a map-style dataset of tuples;
     ``loss(output, batch)`` returns a scalar tensor; ``optimizer(parameters)`` builds the optimizer.
     ``batch_size`` is the default batch size (the baseline's); ``evaluate(model) -> float``, when
-    given, is the quality metric the guard compares (lower is better) instead of the held-out loss.
+    given, is the quality metric the guard compares (lower is better) instead of the loss on the
+    held-out slice of ``dataset()`` (``held_out_split``).
     ``name`` names the study (``NAME-FINGERPRINT``); without one, ``load_workload`` derives it from the spec.
 
     Example::
@@ -147,6 +148,28 @@ def _no_module(name: str, cwd: str) -> str:
         return f"no module {name!r}: {parent} has {_names(m.name for m in pkgutil.iter_modules(path))}"
     found = (m.name for m in pkgutil.iter_modules([cwd]))
     return f"no module {name!r}: the modules in {cwd} are {_names(found)}"
+
+
+HELD_OUT_SEED = 0  # one split for every trial of every study: not the trial's seed
+
+
+def held_out_split(dataset: Any, samples: int) -> tuple[Any, Any]:
+    """``(train, held_out)`` subsets of ``dataset``: ``min(samples, len(dataset) // 4)`` samples chosen by
+    a fixed seed are held out, and no trial trains on them. The choice depends only on the dataset's
+    length, so every trial of a study evaluates the same samples, whatever its seed or batch size.
+
+    >>> import torch
+    >>> train, held_out = held_out_split(torch.utils.data.TensorDataset(torch.arange(100)), 10)
+    >>> len(train), len(held_out), set(train.indices) & set(held_out.indices)
+    (90, 10, set())
+    """
+    import torch
+
+    count = min(samples, len(dataset) // 4)
+    order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(HELD_OUT_SEED)).tolist()
+    # Both in index order: the held-out loss sums the same batches in the same order every time.
+    train, held_out = sorted(order[count:]), sorted(order[:count])
+    return torch.utils.data.Subset(dataset, train), torch.utils.data.Subset(dataset, held_out)
 
 
 def _import_function(spec: str) -> Callable[[], Any]:

@@ -1,0 +1,95 @@
+"""Workloads whose quality and speed answer to known knobs: the fixtures for tests of the quality guard
+and of what a search finds. Use them as ``--workload tests.quality_workloads:NAME`` (from the repository
+root) or ``--workload path/to/tests/quality_workloads.py:NAME``.
+
+``regression``: a small MLP learns a random linear map (MSE) with plain SGD, default batch 64. At the
+same number of samples trained, with ``--lr-scaling linear`` (or ``--global-batch``) every batch size
+from 16 to 256 reaches about the same held-out loss (within ~2% for seeds 0-2 at the default 4 + 24
+steps), while knobs that cost quality miss it by far:
+- ``HURTS`` (structured sparsity 0.8): the hidden layer keeps 13 of its 64 units (about +150% loss);
+- ``batch_size=256`` with ``--lr-scaling none``: 7 steps at the default learning rate instead of 28 (+200%).
+Its loss falls fast, so a trial that trains 7% fewer samples than the baseline (1,664 instead of
+1,792) is ~14% worse: a biased sample count shows in the guard.
+
+``slow``: ``regression`` made slow on purpose: every training forward pass sleeps ``SLEEP_S`` per 64
+hidden units. Under ``--global-batch 256`` every batch size takes the same optimizer steps (the loss does
+not depend on it) and batch 256 runs one forward pass per step where the default 64 runs four: about 4x
+the samples/s. ``HURTS`` is faster still (13 hidden units) and infeasible.
+
+``memorize``: one-hot inputs, random targets and a linear model that starts at zero: training learns
+each seen sample's own weight and nothing else, so the loss on samples never trained on stays exactly
+their mean squared target (``untrained_loss``).
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import torch
+
+from autotune import Workload
+
+SLEEP_S = 0.02
+HURTS = {"sparsity_pattern": "structured", "sparsity": 0.8}
+
+
+def _regression_data() -> Any:
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(4096, 16, generator=g)
+    return torch.utils.data.TensorDataset(x, x @ (torch.randn(16, 16, generator=g) / math.sqrt(16)))
+
+
+def _mlp() -> Any:
+    return torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16))
+
+
+def _mse(output: Any, batch: Any) -> Any:
+    return torch.nn.functional.mse_loss(output.float(), batch[1])
+
+
+def _sgd(params: Any) -> Any:
+    return torch.optim.SGD(params, lr=0.4)
+
+
+def regression() -> Workload:
+    return Workload(model=_mlp, dataset=_regression_data, loss=_mse, optimizer=_sgd, batch_size=64,
+                    name="quality-regression")
+
+
+class _Sleepy(torch.nn.Sequential):
+    """Sleeps in every training forward pass (not while evaluating), in proportion to its hidden width."""
+
+    def forward(self, x: Any) -> Any:
+        if self.training:
+            time.sleep(SLEEP_S * self[0].out_features / 64)
+        return super().forward(x)
+
+
+def slow() -> Workload:
+    return Workload(model=lambda: _Sleepy(*_mlp()), dataset=_regression_data, loss=_mse, optimizer=_sgd,
+                    batch_size=64, name="quality-slow")
+
+
+MEMORIZE_SAMPLES = 1024
+
+
+def _memorize_data() -> Any:
+    targets = torch.randn(MEMORIZE_SAMPLES, 1, generator=torch.Generator().manual_seed(2))
+    return torch.utils.data.TensorDataset(torch.eye(MEMORIZE_SAMPLES), targets)
+
+
+def _zero_linear() -> Any:
+    model = torch.nn.Linear(MEMORIZE_SAMPLES, 1, bias=False)
+    torch.nn.init.zeros_(model.weight)
+    return model
+
+
+def memorize() -> Workload:
+    return Workload(model=_zero_linear, dataset=_memorize_data, loss=_mse,
+                    optimizer=lambda params: torch.optim.SGD(params, lr=16.0), batch_size=32, name="quality-memorize")
+
+
+def untrained_loss(indices: list[int]) -> float:
+    """The ``memorize`` model's loss on these samples if it never trained on them."""
+    return float(_memorize_data().tensors[1][indices].pow(2).mean())
