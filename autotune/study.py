@@ -186,12 +186,72 @@ def _seeds(facts: Any, ctx: spaces.SpaceContext, options: SearchOptions,
     if warm is not None:
         seeds.insert(1, ("warm-start", {**seeds[0][1], **warm}))
     out, seen = [seeds[0]], {_key(seeds[0][1])}
+    allowed = spaces.allowed_values(facts, ctx)
     for role, params in seeds[1:]:
         params = {**params, **options.fixed}
+        # A recipe stored by an earlier search may hold values today's space has not (--no-compile, another
+        # --global-batch, a lower memory cap): Optuna would refuse them mid-search. Skip it, and say so.
+        outside = spaces.outside(params, facts, ctx, allowed)
+        if outside:
+            log.warning("%s seed skipped, outside this search's space: %s", role, "; ".join(outside))
+            continue
         if _key(params) not in seen:
             seen.add(_key(params))
             out.append((role, params))
     return out
+
+
+def _check_fixed(fixed: dict[str, Any], facts: Any, ctx: spaces.SpaceContext) -> None:
+    """Refuse a ``--fix`` of a knob that does not exist, or at a value today's space cannot take."""
+    allowed = spaces.allowed_values(facts, ctx)
+    for knob, value in fixed.items():
+        if knob not in allowed:
+            raise UsageError(f"--fix {knob}: no such knob; the knobs are {', '.join(sorted(allowed))}")
+        if value not in allowed[knob]:
+            shown = value if isinstance(value, str) else json.dumps(value)
+            raise UsageError(f"--fix {knob}={shown}: not possible in this search on this machine; "
+                             f"{knob} may be: {allowed[knob]}")
+
+
+def _history_conflict(study: Any, name: str, facts: Any, ctx: spaces.SpaceContext) -> str | None:
+    """Why a study cannot go on with these options, or None: its trials asked a knob with other choices
+    than these options give (``--no-compile``, another ``--global-batch``, a lower memory cap), and
+    Optuna fails at the first trial that asks it again."""
+    import optuna
+
+    today = spaces.suggested(facts, ctx)
+    for t in study.get_trials(deepcopy=False):
+        for knob, old in t.distributions.items():
+            if knob in today and isinstance(old, optuna.distributions.CategoricalDistribution) \
+                    and tuple(old.choices) != today[knob].choices:
+                return (f"study {name!r} searched {knob} over {', '.join(map(str, old.choices))}; "
+                        f"these options give {today[knob]}")
+    return None
+
+
+def _space_digest(facts: Any, ctx: spaces.SpaceContext) -> str:
+    """Six hex digits naming the knobs' choices: the default study of a search with other choices."""
+    import hashlib
+
+    space = {k: str(v) for k, v in sorted(spaces.suggested(facts, ctx).items())}
+    return hashlib.sha256(json.dumps(space).encode()).hexdigest()[:6]
+
+
+def _open_for_options(options: SearchOptions, name: str, facts: Any, ctx: spaces.SpaceContext,
+                      workload: str) -> tuple[Any, bool, str]:
+    """The study to search in, whether it was created, and its name. A default study (no ``--study``)
+    searched with other choices than these options give goes on in a study of its own, named after the
+    choices, so the same command still continues it; a study named with ``--study`` is refused."""
+    study, created = _open_study(options, name, facts, workload)
+    conflict = None if created else _history_conflict(study, name, facts, ctx)
+    if conflict and options.study is None:
+        name = f"{name}-{_space_digest(facts, ctx)}"
+        log.warning("%s: this search goes on in study %r", conflict, name)
+        study, created = _open_study(options, name, facts, workload)
+        conflict = None if created else _history_conflict(study, name, facts, ctx)
+    if conflict:
+        raise UsageError(f"{conflict}: continue it with the options it started with, or start another with --study NAME")
+    return study, created, name
 
 
 def _warm_start(storage: str, workload: str, facts: Any) -> dict[str, Any] | None:
@@ -264,8 +324,9 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Cal
 
     facts = probes.probe()
     wl, ctx = _context(workload, facts, options)
+    _check_fixed(options.fixed, facts, ctx)  # before the study is created: a refused --fix writes nothing
     name = options.study or f"{wl.name}-{facts.fingerprint}"
-    study, created = _open_study(options, name, facts, workload)
+    study, created, name = _open_for_options(options, name, facts, ctx, workload)
     fail_orphans(study)  # trials of a search killed on this host: failed now, their seeds free again
     run = _run_settings(ctx, options)
     notify("start", {"study": name, "facts": facts, "context": ctx, "budget_s": options.budget_s, "resumed": not created,

@@ -27,12 +27,15 @@ from . import _processes as processes
 from . import _preload as preload
 from . import _sparsity as sparsity
 from . import _threads as threads
+from ._allowed import Allowed, allowed_values, outside, suggested
 from ._context import SpaceContext
 
 __all__ = [
+    "Allowed",
     "FAMILIES",
     "RUN_KEYS",
     "SpaceContext",
+    "allowed_values",
     "amp",
     "batch",
     "check_environment",
@@ -46,11 +49,13 @@ __all__ = [
     "ipex",
     "apply_process",
     "memory_nodes",
+    "outside",
     "preload",
     "processes",
     "seeds",
     "sparsity",
     "suggest",
+    "suggested",
     "threads",
     "worker_cpus",
 ]
