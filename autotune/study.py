@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
+import math
 import os
 import tempfile
 import time
@@ -45,6 +46,38 @@ class SearchOptions:
     fixed: dict[str, Any] = field(default_factory=dict)  # knobs held at a value (--fix KNOB=VALUE)
     confirm_top: int = 3  # candidates re-run side by side with the baseline before one is declared best
     confirm_rounds: int = 3  # interleaved runs of each
+
+
+def check_options(options: SearchOptions) -> None:
+    """Refuse options no search can run with, before anything is probed or written: one line naming
+    each bad option by its ``autotune search`` flag. ``search()`` and the CLI both call it."""
+    s, problems = options.settings, []
+
+    def need(ok: bool, text: str) -> None:
+        if not ok:
+            problems.append(text)
+
+    need(options.budget_s is None or (math.isfinite(options.budget_s) and options.budget_s > 0),
+         f"--budget must be more than zero (got {options.budget_s})")
+    need(options.trials is None or options.trials >= 1, f"--trials must be at least 1 (got {options.trials})")
+    need(options.budget_s is not None or options.trials is not None, "give a --budget, a --trials count, or both")
+    need(not math.isnan(options.max_loss_increase) and options.max_loss_increase >= 0,
+         f"--max-loss-increase must be 0 or more (got {options.max_loss_increase}): the baseline itself must pass the guard")
+    need(options.global_batch is None or options.global_batch >= 1,
+         f"--global-batch must be at least 1 (got {options.global_batch})")
+    need(options.lr_scaling in spaces.batch.LR_RULES,
+         f"--lr-scaling must be one of {', '.join(spaces.batch.LR_RULES)} (got {options.lr_scaling!r})")
+    need(0 <= options.seed < 2**32 and 0 <= s.seed < 2**32, f"--seed must be 0 to {2**32 - 1} (got {options.seed})")
+    need(options.confirm_top >= 0, f"--confirm must be 0 or more (got {options.confirm_top})")
+    need(options.confirm_rounds >= 1, f"--confirm-rounds must be at least 1 (got {options.confirm_rounds})")
+    need(s.warmup_steps >= 0, f"--warmup-steps must be 0 or more (got {s.warmup_steps})")
+    need(s.windows >= 1 and s.measure_steps >= s.windows,
+         f"--steps must be at least {max(1, s.windows)}, one per timed window (got {s.measure_steps})")
+    need(s.train_steps >= 1, f"--train-steps must be at least 1 (got {s.train_steps}): compile time is amortised over it")
+    need(s.eval_samples >= 1 and s.max_extra_windows >= 0 and s.max_spread >= 0,
+         "TrialSettings: eval_samples must be at least 1, max_extra_windows and max_spread 0 or more")
+    if problems:
+        raise UsageError("; ".join(problems))
 
 
 @dataclass(frozen=True)
@@ -311,8 +344,7 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Cal
         options = replace(options, budget_s=parse_duration(budget) if isinstance(budget, str) else float(budget))
     if trials is not None:
         options = replace(options, trials=trials)
-    if options.budget_s is None and options.trials is None:
-        raise UsageError("give a --budget, a --trials count, or both")
+    check_options(options)
     started = time.monotonic()
     deadline = started + options.budget_s if options.budget_s else float("inf")
     notify = progress or (lambda event, data: None)
@@ -348,4 +380,4 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Cal
     return outcome
 
 
-__all__ = ["CONSTRAINTS", "SearchOptions", "SearchOutcome", "TrialRecord", "host_lock", "search"]
+__all__ = ["CONSTRAINTS", "SearchOptions", "SearchOutcome", "TrialRecord", "check_options", "host_lock", "search"]

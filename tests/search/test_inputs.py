@@ -27,6 +27,16 @@ SHORT = (*QUICK, "--trials", "1", "--confirm", "0")
 @pytest.mark.parametrize(
     ("option", "message"),
     [
+        (("--train-steps", "0"), "--train-steps must be at least 1 (got 0)"),
+        (("--max-loss-increase", "-0.1"), "--max-loss-increase must be 0 or more (got -0.1)"),
+        (("--max-loss-increase", "nan"), "--max-loss-increase must be 0 or more (got nan)"),
+        (("--steps", "0"), "--steps must be at least 3, one per timed window (got 0)"),
+        (("--warmup-steps", "-1"), "--warmup-steps must be 0 or more (got -1)"),
+        (("--global-batch", "0"), "--global-batch must be at least 1 (got 0)"),
+        (("--confirm", "-1"), "--confirm must be 0 or more (got -1)"),
+        (("--confirm-rounds", "0"), "--confirm-rounds must be at least 1 (got 0)"),
+        (("--trials", "0"), "--trials must be at least 1 (got 0)"),
+        (("--seed", "-1"), "--seed must be 0 to 4294967295 (got -1)"),
         (("--fix", "bogus=1"), "--fix bogus: no such knob; the knobs are affinity, allocator,"),
         (("--no-compile", "--fix", "compile_mode=default"),
          "--fix compile_mode=default: not possible in this search on this machine; compile_mode may be: none"),
@@ -48,6 +58,9 @@ def test_a_bad_option_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, opti
 @pytest.mark.parametrize(
     ("options", "message"),
     [
+        (dict(settings=TrialSettings(train_steps=0)), "--train-steps must be at least 1"),
+        (dict(max_loss_increase=-0.1), "--max-loss-increase must be 0 or more"),
+        (dict(settings=TrialSettings(measure_steps=0)), "--steps must be at least 3"),
         (dict(fixed={"compile_mode": "default"}, compile=False), "compile_mode may be: none"),
     ],
 )
