@@ -28,7 +28,7 @@ from .store import DEFAULT_STORAGE, RecipeStore, check_storage_url, create_schem
 
 log = logging.getLogger(__name__)
 
-CONSTRAINTS = ("quality", "fits_memory", "finite_loss")
+CONSTRAINTS = ("quality", "fits_memory", "finite_loss", "applied")
 
 
 @dataclass(frozen=True)

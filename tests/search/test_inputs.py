@@ -2,12 +2,16 @@
 written, a stored recipe outside today's space is skipped, and a knob that did not take is not scored."""
 from __future__ import annotations
 
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import optuna
 import pytest
 
 from autotune import search_spaces as spaces
+from autotune._loop import SearchLoop
+from autotune._report import records
 from autotune.errors import UsageError
 from autotune.recipe import Recipe
 from autotune.runner import TrialSettings
@@ -125,3 +129,49 @@ def test_a_stored_recipe_outside_todays_space_is_skipped_and_the_search_goes_on(
     assert f"study '{old}' searched compile_mode over none, default" in third.stderr
     assert "start another with --study NAME" in third.stderr
     assert len(trials(storage, old)) == 1
+
+
+def _run_one(facts, tmp_path: Path, params: dict) -> tuple[optuna.trial.FrozenTrial, object]:
+    """One trial measured and recorded by the search loop, as a search runs it."""
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path}/studies.db", direction="maximize")
+    options = SearchOptions(settings=TrialSettings(warmup_steps=2, measure_steps=6, windows=2, max_extra_windows=0,
+                                                   eval_samples=128), confirm_top=0)
+    loop = SearchLoop(study, "tiny", facts, CTX, RUN, options, time.monotonic() + 300, lambda *a: None)
+    trial = study.ask()
+    params = {**defaults(facts, CTX), "threads": 1, **params, **RUN}
+    loop.claim(trial, "search", params)
+    result = loop.run_one(trial, "search", params, timeout=120)
+    assert result.status == "ok", result.log_tail
+    return study.get_trials(deepcopy=False)[0], records(study)[0]
+
+
+@pytest.mark.parametrize("library", ["installed", "missing"])
+def test_an_allocator_that_does_not_serve_malloc_makes_the_trial_infeasible(facts, tmp_path: Path, library: str) -> None:
+    """The dynamic linker ignores a preloaded library it cannot open: the trial measured glibc malloc."""
+    if library == "installed" and not (facts.runtime and facts.runtime.jemalloc_path):
+        pytest.skip("jemalloc is not installed here")
+    if library == "missing":
+        facts = replace(facts, runtime=replace(facts.runtime, jemalloc_path=str(tmp_path / "libjemalloc.so.2")))
+    frozen, record = _run_one(facts, tmp_path, {"allocator": "jemalloc"})
+    if library == "installed":
+        assert record.feasible and "infeasible" not in frozen.user_attrs
+        assert frozen.user_attrs["in_effect"]["malloc_library"].startswith("libjemalloc")
+    else:
+        assert not record.feasible
+        assert record.reason == "allocator=jemalloc is not in effect: libc.so.6 serves malloc"
+        assert frozen.constraints["applied"] == 1.0
+
+
+def test_a_refused_membind_is_recorded_off_and_the_pinning_stays_feasible(facts, tmp_path: Path) -> None:
+    """numactl --membind refused (containers without CAP_SYS_NICE): the pinned trial is valid, and the
+    recipe's params say memory was not bound, so neither the env file nor 'autotune run' binds it."""
+    numactl = tmp_path / "numactl"  # refuses as numactl does under Docker's default seccomp profile
+    numactl.write_text("#!/bin/sh\necho 'set_mempolicy: Operation not permitted' >&2\nexit 1\n")
+    numactl.chmod(0o755)
+    facts = replace(facts, runtime=replace(facts.runtime, numactl_path=str(numactl)))
+    assert spaces.memory_nodes({**defaults(facts, CTX), "affinity": "compact"}, facts)  # binding is wanted
+    frozen, record = _run_one(facts, tmp_path, {"affinity": "compact"})
+    assert record.feasible and record.reason is None
+    assert frozen.user_attrs["in_effect"]["memory_policy"] == "default"
+    assert record.params["membind"] is False and record.params["affinity"] == "compact"
+    assert spaces.memory_nodes(record.params, facts) is None
