@@ -206,8 +206,18 @@ class SearchLoop:
             if data.get(key) not in (None, [], {}):
                 trial.set_user_attr(key, data[key])
         state = optuna.trial.TrialState
+        if spaces.membind_off(spaces.memory_nodes(params, self.facts), result.in_effect):
+            # numactl --membind refused or missing: the pinning was measured unbound, and the recipe says so
+            params = {**params, "membind": False}
+            trial.set_user_attr("params", params)
         if result.status == "ok":
             reason = self._guard(trial, role, result)
+            # A knob the trial process reports not in effect measured something else: not this recipe.
+            missing = [] if role == "baseline" else spaces.not_in_effect(params, result.in_effect)
+            trial.set_constraint("applied", float(len(missing)))
+            if missing:
+                reason = "; ".join(missing + ([reason] if reason else []))
+                trial.set_user_attr("infeasible", reason)
             self.study.tell(trial, result.objective)
         elif result.status in ("oom", "nan"):
             trial.set_constraint("quality", 0.0)

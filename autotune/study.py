@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
+import math
 import os
 import tempfile
 import time
@@ -27,7 +28,7 @@ from .store import DEFAULT_STORAGE, RecipeStore, check_storage_url, create_schem
 
 log = logging.getLogger(__name__)
 
-CONSTRAINTS = ("quality", "fits_memory", "finite_loss")
+CONSTRAINTS = ("quality", "fits_memory", "finite_loss", "applied")
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,38 @@ class SearchOptions:
     fixed: dict[str, Any] = field(default_factory=dict)  # knobs held at a value (--fix KNOB=VALUE)
     confirm_top: int = 3  # candidates re-run side by side with the baseline before one is declared best
     confirm_rounds: int = 3  # interleaved runs of each
+
+
+def check_options(options: SearchOptions) -> None:
+    """Refuse options no search can run with, before anything is probed or written: one line naming
+    each bad option by its ``autotune search`` flag. ``search()`` and the CLI both call it."""
+    s, problems = options.settings, []
+
+    def need(ok: bool, text: str) -> None:
+        if not ok:
+            problems.append(text)
+
+    need(options.budget_s is None or (math.isfinite(options.budget_s) and options.budget_s > 0),
+         f"--budget must be more than zero (got {options.budget_s})")
+    need(options.trials is None or options.trials >= 1, f"--trials must be at least 1 (got {options.trials})")
+    need(options.budget_s is not None or options.trials is not None, "give a --budget, a --trials count, or both")
+    need(not math.isnan(options.max_loss_increase) and options.max_loss_increase >= 0,
+         f"--max-loss-increase must be 0 or more (got {options.max_loss_increase}): the baseline itself must pass the guard")
+    need(options.global_batch is None or options.global_batch >= 1,
+         f"--global-batch must be at least 1 (got {options.global_batch})")
+    need(options.lr_scaling in spaces.batch.LR_RULES,
+         f"--lr-scaling must be one of {', '.join(spaces.batch.LR_RULES)} (got {options.lr_scaling!r})")
+    need(0 <= options.seed < 2**32 and 0 <= s.seed < 2**32, f"--seed must be 0 to {2**32 - 1} (got {options.seed})")
+    need(options.confirm_top >= 0, f"--confirm must be 0 or more (got {options.confirm_top})")
+    need(options.confirm_rounds >= 1, f"--confirm-rounds must be at least 1 (got {options.confirm_rounds})")
+    need(s.warmup_steps >= 0, f"--warmup-steps must be 0 or more (got {s.warmup_steps})")
+    need(s.windows >= 1 and s.measure_steps >= s.windows,
+         f"--steps must be at least {max(1, s.windows)}, one per timed window (got {s.measure_steps})")
+    need(s.train_steps >= 1, f"--train-steps must be at least 1 (got {s.train_steps}): compile time is amortised over it")
+    need(s.eval_samples >= 1 and s.max_extra_windows >= 0 and s.max_spread >= 0,
+         "TrialSettings: eval_samples must be at least 1, max_extra_windows and max_spread 0 or more")
+    if problems:
+        raise UsageError("; ".join(problems))
 
 
 @dataclass(frozen=True)
@@ -228,12 +261,72 @@ def _seeds(facts: Any, ctx: spaces.SpaceContext, options: SearchOptions,
     if warm is not None:
         seeds.insert(1, ("warm-start", {**seeds[0][1], **warm}))
     out, seen = [seeds[0]], {_key(seeds[0][1])}
+    allowed = spaces.allowed_values(facts, ctx)
     for role, params in seeds[1:]:
         params = {**params, **options.fixed}
+        # A recipe stored by an earlier search may hold values today's space has not (--no-compile, another
+        # --global-batch, a lower memory cap): Optuna would refuse them mid-search. Skip it, and say so.
+        outside = spaces.outside(params, facts, ctx, allowed)
+        if outside:
+            log.warning("%s seed skipped, outside this search's space: %s", role, "; ".join(outside))
+            continue
         if _key(params) not in seen:
             seen.add(_key(params))
             out.append((role, params))
     return out
+
+
+def _check_fixed(fixed: dict[str, Any], facts: Any, ctx: spaces.SpaceContext) -> None:
+    """Refuse a ``--fix`` of a knob that does not exist, or at a value today's space cannot take."""
+    allowed = spaces.allowed_values(facts, ctx)
+    for knob, value in fixed.items():
+        if knob not in allowed:
+            raise UsageError(f"--fix {knob}: no such knob; the knobs are {', '.join(sorted(allowed))}")
+        if value not in allowed[knob]:
+            shown = value if isinstance(value, str) else json.dumps(value)
+            raise UsageError(f"--fix {knob}={shown}: not possible in this search on this machine; "
+                             f"{knob} may be: {allowed[knob]}")
+
+
+def _history_conflict(study: Any, name: str, facts: Any, ctx: spaces.SpaceContext) -> str | None:
+    """Why a study cannot go on with these options, or None: its trials asked a knob with other choices
+    than these options give (``--no-compile``, another ``--global-batch``, a lower memory cap), and
+    Optuna fails at the first trial that asks it again."""
+    import optuna
+
+    today = spaces.suggested(facts, ctx)
+    for t in study.get_trials(deepcopy=False):
+        for knob, old in t.distributions.items():
+            if knob in today and isinstance(old, optuna.distributions.CategoricalDistribution) \
+                    and tuple(old.choices) != today[knob].choices:
+                return (f"study {name!r} searched {knob} over {', '.join(map(str, old.choices))}; "
+                        f"these options give {today[knob]}")
+    return None
+
+
+def _space_digest(facts: Any, ctx: spaces.SpaceContext) -> str:
+    """Six hex digits naming the knobs' choices: the default study of a search with other choices."""
+    import hashlib
+
+    space = {k: str(v) for k, v in sorted(spaces.suggested(facts, ctx).items())}
+    return hashlib.sha256(json.dumps(space).encode()).hexdigest()[:6]
+
+
+def _open_for_options(options: SearchOptions, name: str, facts: Any, ctx: spaces.SpaceContext,
+                      workload: str) -> tuple[Any, bool, str]:
+    """The study to search in, whether it was created, and its name. A default study (no ``--study``)
+    searched with other choices than these options give goes on in a study of its own, named after the
+    choices, so the same command still continues it; a study named with ``--study`` is refused."""
+    study, created = _open_study(options, name, facts, workload)
+    conflict = None if created else _history_conflict(study, name, facts, ctx)
+    if conflict and options.study is None:
+        name = f"{name}-{_space_digest(facts, ctx)}"
+        log.warning("%s: this search goes on in study %r", conflict, name)
+        study, created = _open_study(options, name, facts, workload)
+        conflict = None if created else _history_conflict(study, name, facts, ctx)
+    if conflict:
+        raise UsageError(f"{conflict}: continue it with the options it started with, or start another with --study NAME")
+    return study, created, name
 
 
 def _warm_start(storage: str, workload: str, facts: Any) -> dict[str, Any] | None:
@@ -300,8 +393,7 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Cal
         options = replace(options, budget_s=parse_duration(budget) if isinstance(budget, str) else float(budget))
     if trials is not None:
         options = replace(options, trials=trials)
-    if options.budget_s is None and options.trials is None:
-        raise UsageError("give a --budget, a --trials count, or both")
+    check_options(options)
     started = time.monotonic()
     deadline = started + options.budget_s if options.budget_s else float("inf")
     notify = progress or (lambda event, data: None)
@@ -313,8 +405,9 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Cal
 
     facts = probes.probe()
     wl, ctx = _context(workload, facts, options)
+    _check_fixed(options.fixed, facts, ctx)  # before the study is created: a refused --fix writes nothing
     name = options.study or f"{wl.name}-{facts.fingerprint}"
-    study, created = _open_study(options, name, facts, workload)
+    study, created, name = _open_for_options(options, name, facts, ctx, workload)
     fail_orphans(study)  # trials of a search killed on this host: failed now, their seeds free again
     run = _run_settings(ctx, options)
     notify("start", {"study": name, "facts": facts, "context": ctx, "budget_s": options.budget_s, "resumed": not created,
@@ -336,4 +429,4 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Cal
     return outcome
 
 
-__all__ = ["CONSTRAINTS", "SearchOptions", "SearchOutcome", "TrialRecord", "host_lock", "search"]
+__all__ = ["CONSTRAINTS", "SearchOptions", "SearchOutcome", "TrialRecord", "check_options", "host_lock", "search"]

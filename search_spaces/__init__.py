@@ -27,12 +27,16 @@ from . import _processes as processes
 from . import _preload as preload
 from . import _sparsity as sparsity
 from . import _threads as threads
+from ._allowed import Allowed, allowed_values, outside, suggested
 from ._context import SpaceContext
+from ._effect import membind_off, not_in_effect
 
 __all__ = [
+    "Allowed",
     "FAMILIES",
     "RUN_KEYS",
     "SpaceContext",
+    "allowed_values",
     "amp",
     "batch",
     "check_environment",
@@ -46,11 +50,15 @@ __all__ = [
     "ipex",
     "apply_process",
     "memory_nodes",
+    "membind_off",
+    "not_in_effect",
+    "outside",
     "preload",
     "processes",
     "seeds",
     "sparsity",
     "suggest",
+    "suggested",
     "threads",
     "worker_cpus",
 ]
@@ -58,8 +66,9 @@ __all__ = [
 # processes comes after threads: its environment and apply_process give each rank its share of the threads.
 FAMILIES = (threads, preload, batch, data, amp, compilation, processes, sparsity, ipex)
 
-# Run settings stored with every recipe (not searched): they decide how the knobs are applied.
-RUN_KEYS = ("device", "global_batch", "lr_scaling", "reference_batch")
+# Run settings stored with every recipe (not searched): they decide how the knobs are applied. ``membind``
+# (False only) is stored when a trial ran without the memory binding its pinning implies (``membind_off``).
+RUN_KEYS = ("device", "global_batch", "lr_scaling", "reference_batch", "membind")
 
 
 def _merge(method: str, *args: Any) -> dict[str, Any]:
@@ -125,7 +134,10 @@ def worker_cpus(params: dict[str, Any], facts: Any) -> list[int] | None:
 
 
 def memory_nodes(params: dict[str, Any], facts: Any) -> tuple[int, ...] | None:
-    """NUMA nodes to bind the process's memory to (``numactl --membind``), or None for no binding."""
+    """NUMA nodes to bind the process's memory to (``numactl --membind``), or None for no binding
+    (also when the recipe was measured unbound: ``membind`` False)."""
+    if params.get("membind") is False:
+        return None
     return threads.memory_nodes(cpus_for(params, facts), facts)
 
 

@@ -14,7 +14,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "Trial 0 is PyTorch's defaults (the baseline); a recipe stored earlier for this workload and hardware "
         "is tried next (warm start). At the end the fastest feasible trials and the baseline are re-run side by "
         "side (--confirm); a recipe is kept only if it beats the defaults beyond noise there. Ctrl-C stops the "
-        "running trial and keeps every result: the same command (or --study NAME) continues the study.",
+        "running trial and keeps every result: the same command (or --study NAME) continues the study. "
+        "A stored recipe outside this search's space (e.g. compile_mode=default under --no-compile) is skipped "
+        "with a warning; a default study searched with other knob choices goes on as a study of its own "
+        "(NAME-XXXXXX), a study named with --study is refused.",
     )
     p.add_argument("--workload", default="cnn", metavar="W",
                    help="cnn | transformer | tiny | MODULE:FUNCTION | FILE.py:FUNCTION (default: cnn)")
@@ -24,38 +27,37 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--study", default=None, metavar="NAME", help="study name (default: WORKLOAD-FINGERPRINT); an existing study continues")
     add_storage(p)
     p.add_argument("--max-loss-increase", type=float, default=0.05, metavar="F",
-                   help="quality guard: a trial whose loss is more than F (relative) above the baseline's is infeasible (default: 0.05)")
+                   help="quality guard: a trial whose loss is more than F (relative, 0 or more) above the baseline's is "
+                   "infeasible (default: 0.05)")
     p.add_argument("--global-batch", type=int, default=None, metavar="N",
-                   help="keep N samples per optimizer step by gradient accumulation (otherwise the lr follows --lr-scaling)")
+                   help="keep N (at least 1) samples per optimizer step by gradient accumulation (otherwise the lr follows "
+                   "--lr-scaling)")
     p.add_argument("--lr-scaling", choices=("sqrt", "linear", "none"), default="sqrt",
                    help="learning-rate rule when the batch size changes (default: sqrt)")
     p.add_argument("--train-steps", type=int, default=5000, metavar="N",
-                   help="optimizer steps of the planned training run; compile time is amortised over them (default: 5000)")
-    p.add_argument("--steps", type=int, default=24, metavar="N", help="timed steps per trial at the default batch size (default: 24)")
-    p.add_argument("--warmup-steps", type=int, default=4, metavar="N", help="untimed warm-up steps per trial (default: 4)")
+                   help="optimizer steps of the planned training run (at least 1); compile time is amortised over them "
+                   "(default: 5000)")
+    p.add_argument("--steps", type=int, default=24, metavar="N", help="timed steps per trial at the default batch size, at least 3: one per timed window (default: 24)")
+    p.add_argument("--warmup-steps", type=int, default=4, metavar="N", help="untimed warm-up steps per trial, 0 or more (default: 4)")
     p.add_argument("--no-compile", action="store_true", help="leave torch.compile out of the search")
     p.add_argument("--fix", action="append", default=[], metavar="KNOB=VALUE",
                    help="hold a knob at a value in every trial but the baseline, e.g. --fix affinity=none "
-                   "--fix num_workers=0 (repeatable; values are JSON: 2, true, null, or text)")
+                   "--fix num_workers=0 (repeatable; values are JSON: 2, true, null, or text). A knob this search does not "
+                   "have, or a value its space cannot take here, is refused with the allowed values")
     p.add_argument("--confirm", type=int, default=3, metavar="K",
                    help="re-run the K fastest feasible recipes and the defaults side by side before choosing; "
                    "time for it is kept in the budget (default: 3; 0: choose from single measurements)")
     p.add_argument("--confirm-rounds", type=int, default=3, metavar="R",
-                   help="interleaved confirmation runs of each (default: 3)")
-    p.add_argument("--seed", type=int, default=0, help="sampler and training seed (default: 0)")
+                   help="interleaved confirmation runs of each, at least 1 (default: 3)")
+    p.add_argument("--seed", type=int, default=0, help="sampler and training seed, 0 to 2**32-1 (default: 0)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..budget import parse_duration
-    from ..errors import UsageError
     from ..runner import TrialSettings
-    from ..study import SearchOptions, search
+    from ..study import SearchOptions, check_options, search
 
-    if args.trials is not None and args.trials < 1:
-        raise UsageError("--trials must be at least 1")
-    if args.confirm < 0 or args.confirm_rounds < 1:
-        raise UsageError("--confirm must be 0 or more and --confirm-rounds at least 1")
     options = SearchOptions(
         budget_s=parse_duration(args.budget), trials=args.trials, storage=args.storage, study=args.study,
         settings=TrialSettings(warmup_steps=args.warmup_steps, measure_steps=args.steps,
@@ -64,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed, compile=not args.no_compile, fixed=parse_fixes(args.fix),
         confirm_top=args.confirm, confirm_rounds=args.confirm_rounds,
     )
+    check_options(options)  # before anything is probed or written (search() checks again, for library callers)
     out = console()
     outcome = search(args.workload, options=options, progress=_Progress(out))
     _print_outcome(out, outcome)
