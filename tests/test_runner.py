@@ -73,3 +73,28 @@ def test_pruning_stops_the_trial(facts, fast_settings) -> None:
     settings = replace(fast_settings, measure_steps=40, windows=4)
     result = run_trial("tiny", _params(facts), facts, settings, timeout_s=120, on_window=lambda i, s: i >= 0)
     assert result.status == "pruned"
+
+
+def test_the_next_trial_removes_directories_left_by_a_dead_search(facts, fast_settings, tmp_path, monkeypatch) -> None:
+    """``kill -9`` runs no clean-up: the search's trial directory stays until the next trial on this host."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    from autotune import _host
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where run_trial makes its directory
+    dead = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    dead_owner = _host.owner(dead.pid)
+    dead.kill()
+    dead.wait()
+    owners = {"dead": dead_owner, "alive": _host.owner(), "other-host": {**dead_owner, "host": "elsewhere/boot"}}
+    for name, owner in owners.items():
+        (tmp_path / f"autotune-trial-{name}").mkdir()
+        (tmp_path / f"autotune-trial-{name}" / "owner.json").write_text(json.dumps(owner))
+    (tmp_path / "autotune-trial-no-owner").mkdir()  # being created by another search: not ours to judge
+    result = run_trial("tiny", _params(facts, threads=1), facts, fast_settings, timeout_s=120)
+    assert result.status == "ok", result.log_tail
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == ["autotune-trial-alive", "autotune-trial-no-owner", "autotune-trial-other-host"]
