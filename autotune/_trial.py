@@ -41,7 +41,8 @@ def _write_json(path: str, data: dict[str, Any]) -> None:
 
 
 def _in_effect() -> dict[str, Any]:
-    """What this process actually runs with: the tests and the report check these."""
+    """What this process actually runs with: the tests and the report check these. With ``Tuned.in_effect``
+    (merged in by the caller): ``amp``, what the first training step's forward pass ran with."""
     import torch
 
     from .search_spaces import preload, threads
@@ -52,6 +53,8 @@ def _in_effect() -> dict[str, Any]:
         "interop_threads": torch.get_num_interop_threads(),
         "cpus": threads.process_cpus(),  # all threads': KMP_AFFINITY narrows the main thread to one CPU
         "pinned_threads": threads.pinned_threads(),
+        # TF32 for float32 matmuls and cuDNN convolutions, as the CUDA kernels will read them
+        "tf32": {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32},
         "memory_policy": threads.memory_policy(),
         **preload.in_effect(),  # which libraries serve GOMP_parallel and malloc; libiomp5's block time
         "libiomp5": "libiomp5" in maps,

@@ -98,3 +98,28 @@ def test_the_next_trial_removes_directories_left_by_a_dead_search(facts, fast_se
     assert result.status == "ok", result.log_tail
     left = sorted(p.name for p in tmp_path.iterdir())
     assert left == ["autotune-trial-alive", "autotune-trial-no-owner", "autotune-trial-other-host"]
+
+
+@pytest.mark.parametrize(("channels_last", "amp_dtype"), [(False, "float32"), (True, "float32"), (True, "bfloat16")])
+def test_amp_and_memory_format_are_reported_as_the_trial_ran_them(facts, fast_settings, channels_last, amp_dtype) -> None:
+    """What the trial's first training step ran with, seen in the trial process, not the params echoed back."""
+    from autotune.search_spaces import amp
+
+    if amp_dtype not in amp.dtypes(facts, SpaceContext(conv=True)):
+        pytest.skip(f"this CPU computes no {amp_dtype} natively (probe: no avx512_bf16/amx_bf16 in {facts.cpu.isa})")
+    params = _params(facts, threads=1, interop_threads=1, channels_last=channels_last, amp_dtype=amp_dtype)
+    result = run_trial("cnn", params, facts, fast_settings, timeout_s=180)
+    assert result.status == "ok", result.log_tail
+    assert result.in_effect["amp"] == {
+        "autocast": None if amp_dtype == "float32" else amp_dtype,
+        "output_dtype": amp_dtype,  # the CNN ends in a Linear layer: computed in the autocast dtype
+        "channels_last_parameters": channels_last,
+        "channels_last_inputs": channels_last,
+    }
+    assert result.in_effect["tf32"]["matmul"] is False  # a CPU trial never asks for TF32
+
+
+def test_amp_in_effect_is_none_where_the_model_has_no_4d_tensors(facts, fast_settings) -> None:
+    result = run_trial("tiny", _params(facts, threads=1, channels_last=True), facts, fast_settings, timeout_s=120)
+    assert result.status == "ok", result.log_tail
+    assert result.in_effect["amp"]["channels_last_parameters"] is None  # an MLP: nothing to lay out
