@@ -74,8 +74,30 @@ def _batches(loader: Any) -> Any:
     while True:
         if hasattr(loader.sampler, "set_epoch"):  # DistributedSampler: a new shuffle every pass
             loader.sampler.set_epoch(epoch)
-        yield from loader
+        batches = iter(loader)  # held while a failure is examined: releasing it shuts its workers down
+        try:
+            yield from batches
+        except Exception as error:
+            if loader.num_workers > 0:
+                _raise_if_a_worker_died(error)
+            raise
         epoch += 1
+
+
+def _raise_if_a_worker_died(error: Exception, wait_s: float = 0.5) -> None:
+    """Name the DataLoader worker that died instead of what the loop saw of it: depending on when the
+    worker died, a reset connection or a closed queue, before the kernel reports the worker dead."""
+    from torch.utils.data._utils.signal_handling import _error_if_any_worker_fails
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            _error_if_any_worker_fails()  # RuntimeError naming the worker and its signal
+        except RuntimeError as worker_error:
+            raise worker_error from error
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.05)
 
 
 def _evaluate(workload: Any, tuned: Any, model: Any, dataset: Any, samples: int) -> float:

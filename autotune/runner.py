@@ -214,4 +214,14 @@ def _classify(stopped: str | None, returncode: int | None, work: Path, wall: flo
     if returncode == -signal.SIGKILL:
         # Nobody but the kernel's OOM killer sends SIGKILL to a trial autotune did not stop itself.
         return TrialResult("oom", wall_s=wall, error="killed by SIGKILL (the kernel's out-of-memory killer)", log_tail=tail)
-    return TrialResult("crash", wall_s=wall, error=f"the trial process exited with status {returncode} and no result", log_tail=tail)
+    return TrialResult("crash", wall_s=wall, error=f"the trial process {_ended(returncode)} and wrote no result", log_tail=tail)
+
+
+def _ended(returncode: int | None) -> str:
+    """How a process ended, from its exit status (Popen: minus the signal's number when a signal killed it)."""
+    if returncode is None or returncode >= 0:
+        return f"exited with status {returncode}"
+    try:
+        return f"was killed by {signal.Signals(-returncode).name}"  # SIGSEGV, SIGABRT: a fault in native code
+    except ValueError:
+        return f"was killed by signal {-returncode}"

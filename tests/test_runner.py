@@ -1,7 +1,9 @@
 """Real trial subprocesses: what runs in them, and how every kind of failure is recorded."""
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -41,32 +43,88 @@ def test_inherited_thread_variables_do_not_leak_into_the_baseline(facts, fast_se
     assert result.in_effect["env"]["OMP_NUM_THREADS"] == "1"
 
 
+@pytest.fixture
+def no_process_left() -> Any:
+    """Watches every descendant of this test process (trial, DataLoader workers, torchrun ranks, watchdog)
+    while the test runs; after it, none may be alive. Yields ``{pid: command line}`` of those seen."""
+    import psutil
+
+    me, stop = psutil.Process(), threading.Event()
+    processes: dict[int, psutil.Process] = {}
+    seen: dict[int, str] = {}
+
+    def watch() -> None:
+        while not stop.is_set():
+            for child in me.children(recursive=True):
+                try:  # read again while it lives: a child is a copy of this test until it calls exec
+                    seen[child.pid] = " ".join(child.cmdline())
+                except psutil.NoSuchProcess:
+                    continue
+                processes.setdefault(child.pid, child)
+            stop.wait(0.1)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    yield seen  # filled in as the test runs
+    stop.set()
+    watcher.join()
+
+    def alive(process: psutil.Process) -> bool:
+        try:
+            return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    assert [seen[pid] for pid, process in processes.items() if alive(process)] == []
+
+
+def _trial_processes(seen: dict[int, str]) -> int:
+    return sum("autotune._trial" in cmdline for cmdline in seen.values())
+
+
 @pytest.mark.parametrize(
     ("workload", "status", "error"),
     [
-        (f"{FAULTY}:crash", "crash", "ValueError: fake: the user's loss has a bug"),
+        (f"{FAULTY}:crash", "crash", "ValueError: fake: the user's loss has a bug"),  # a Python exception
+        (f"{FAULTY}:aborts", "crash", "killed by SIGABRT"),  # os.abort(): a failed assertion in native code
+        (f"{FAULTY}:segfaults", "crash", "killed by SIGSEGV"),
         (f"{FAULTY}:nan", "nan", "the loss became nan"),
         (f"{FAULTY}:oom", "oom", "OutOfMemoryError"),
-        (f"{FAULTY}:killed", "oom", "SIGKILL"),
+        (f"{FAULTY}:killed", "oom", "SIGKILL"),  # the kernel's out-of-memory killer
         ("nosuch_workload", "crash", "UsageError"),
     ],
 )
-def test_failures_are_classified(facts, fast_settings, workload, status, error) -> None:
+def test_failures_are_classified(facts, fast_settings, no_process_left, workload, status, error) -> None:
     result = run_trial(workload, _params(facts, batch_size=64), facts, fast_settings, timeout_s=120)
     assert result.status == status
     assert error in result.error
     assert result.samples_per_s is None
 
 
-def test_hang_is_stopped_at_the_time_limit(facts, fast_settings) -> None:
-    import psutil
+def test_a_dead_dataloader_worker_fails_the_trial(facts, fast_settings, no_process_left) -> None:
+    params = _params(facts, threads=1, num_workers=1, prefetch_factor=2, persistent_workers=True)
+    result = run_trial(f"{FAULTY}:kills_its_dataloader_workers", params, facts, fast_settings, timeout_s=120)
+    assert result.status == "crash" and "DataLoader worker" in result.error, result.error
+    assert result.wall_s < 60  # found out by the DataLoader, not by the time limit
 
-    before = {p.pid for p in psutil.process_iter()}
-    result = run_trial(f"{FAULTY}:hang", _params(facts), facts, fast_settings, timeout_s=8)
+
+def test_hang_is_stopped_at_the_time_limit_with_its_whole_tree(facts, fast_settings, no_process_left) -> None:
+    params = _params(facts, num_workers=1, prefetch_factor=2)  # a DataLoader worker: a grandchild to stop too
+    result = run_trial(f"{FAULTY}:hang", params, facts, fast_settings, timeout_s=8)
     assert result.status == "timeout" and 8 <= result.wall_s < 30
-    leftovers = [p for p in psutil.process_iter(["cmdline"]) if p.pid not in before
-                 and "autotune._trial" in " ".join(p.info["cmdline"] or [])]
-    assert leftovers == []
+    assert _trial_processes(no_process_left) >= 2  # the trial and its worker (a fork: the same command line)
+
+
+def test_a_rank_killed_in_a_two_process_trial_fails_it_at_once(facts, fast_settings, no_process_left) -> None:
+    from autotune import search_spaces as spaces
+
+    if "gloo" not in spaces.processes._backends(facts) or (facts.cpu.allowed.cores or 0) < 2:
+        pytest.skip("needs 2 allowed cores and gloo")
+    params = _params(facts, threads=2, interop_threads=1, processes=2)
+    result = run_trial(f"{FAULTY}:killed_on_rank_1", params, facts, fast_settings, timeout_s=120)
+    assert result.status == "crash" and result.samples_per_s is None
+    assert result.wall_s < 60  # rank 0, waiting on the dead rank, was stopped: no time-limit wait
+    assert _trial_processes(no_process_left) >= 3  # torchrun and its two ranks
 
 
 def test_pruning_stops_the_trial(facts, fast_settings) -> None:
