@@ -1,6 +1,8 @@
-"""A search stopped by Ctrl-C or killed outright: nothing lost, nothing left running, and it continues."""
+"""A search stopped by Ctrl-C or killed outright, or meeting trials that fail: nothing lost, nothing left
+running, and it continues."""
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 
@@ -92,3 +94,22 @@ def test_kill_9_leaves_no_process_and_the_next_search_fails_the_stale_trial_and_
     assert list(temp.glob("autotune-trial-*")) == []  # the dead search's directory and the second's own
     survivors = [p for p in psutil.process_iter(["cmdline"]) if str(temp) in " ".join(p.info["cmdline"] or [])]
     assert survivors == []  # no trial process of either search (their command lines name their spec in temp)
+
+
+def test_each_fault_of_a_trial_is_recorded_with_its_reason_and_the_search_goes_on(tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path}/studies.db"
+    script = tmp_path / "faults.json"  # one fault per trial process, in order (tests/faulty_workloads.py:scripted)
+    script.write_text(json.dumps(["ok", "crash", "abort", "segfault", "nan", "killed"]))
+    args = ("--study", "f", "--trials", "6", "--confirm", "0", "--workload", f"{FAULTY}:scripted")
+    search = start_search(*args, cwd=tmp_path, env={"AUTOTUNE_TEST_FAULTS": str(script)})
+    out, err = search.communicate(timeout=300)
+    assert search.returncode == 0, err
+    assert json.loads(script.read_text()) == []  # every fault was met by a trial
+    # Optuna's state is the loop's business (nan and oom: infeasible, so the sampler learns); the status and
+    # the reason are what the report shows.
+    recorded = [(t.user_attrs["status"], t.user_attrs.get("error") or "") for t in trials(storage, "f")]
+    expected = [("ok", ""), ("crash", "ValueError: fake: the user's loss has a bug"), ("crash", "killed by SIGABRT"),
+                ("crash", "killed by SIGSEGV"), ("nan", "the loss became nan"), ("oom", "killed by SIGKILL")]
+    assert [status for status, _ in recorded] == [status for status, _ in expected]
+    for (_, error), (_, reason) in zip(recorded, expected):
+        assert reason in error
