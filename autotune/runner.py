@@ -113,6 +113,7 @@ def run_trial(
         # trial stopped mid-compile cannot leave a truncated kernel behind for the next one.
         plan.env["TORCHINDUCTOR_CACHE_DIR"] = str(work / "inductor")
         plan.env["TRITON_CACHE_DIR"] = str(work / "triton")
+        _private_tmpdir(plan.env, work)
         started = time.monotonic()
         with open(work / "stderr.log", "wb") as stderr:
             proc = launch.start(plan, stdout=stderr, stderr=stderr, stdin=subprocess.DEVNULL)
@@ -147,6 +148,21 @@ def _trial_directory() -> Iterator[Path]:
         work = Path(tmp)
         (work / OWNER_FILE).write_text(json.dumps(_host.owner()))
         yield work
+
+
+# multiprocessing puts AF_UNIX sockets in the temporary directory (pymp-XXXXXXXX/listener-XXXXXXXX): their
+# path must stay under the kernel's 108 bytes (unix(7)), with room for those 32 characters.
+_SOCKET_PATH_ROOM = 107 - 32
+
+
+def _private_tmpdir(env: dict[str, str], work: Path) -> None:
+    """The trial's own temporary directory, inside its trial directory: what the trial leaves in TMPDIR when
+    it is killed (multiprocessing's pymp-*, torchrun's torchelastic_*) goes with the trial directory.
+    Where that path would be too long for a socket, the trial keeps the inherited one."""
+    tmp = work / "t"
+    if len(str(tmp)) < _SOCKET_PATH_ROOM:
+        tmp.mkdir()
+        env["TMPDIR"] = str(tmp)
 
 
 def _watch(proc: Any, events: Path, deadline: float, on_window: Callable[[int, float], bool] | None) -> str | None:
@@ -214,7 +230,8 @@ def _classify(stopped: str | None, returncode: int | None, work: Path, wall: flo
     if returncode == -signal.SIGKILL:
         # Nobody but the kernel's OOM killer sends SIGKILL to a trial autotune did not stop itself.
         return TrialResult("oom", wall_s=wall, error="killed by SIGKILL (the kernel's out-of-memory killer)", log_tail=tail)
-    return TrialResult("crash", wall_s=wall, error=f"the trial process {_ended(returncode)} and wrote no result", log_tail=tail)
+    return TrialResult("crash", wall_s=wall, error=f"the trial process {_ended(returncode)} and wrote no result",
+                       log_tail=tail)
 
 
 def _ended(returncode: int | None) -> str:

@@ -1,4 +1,5 @@
-"""The ``postgres`` fixture finds the PostgreSQL that Debian's ``postgresql`` package installed, whatever its version."""
+"""The ``postgres`` fixture finds the PostgreSQL server that Debian's ``postgresql`` package installed,
+whatever its version."""
 from __future__ import annotations
 
 from pathlib import Path

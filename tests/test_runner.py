@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -55,10 +56,14 @@ def no_process_left() -> Any:
 
     def watch() -> None:
         while not stop.is_set():
-            for child in me.children(recursive=True):
+            try:
+                children = me.children(recursive=True)
+            except psutil.Error:  # one of them ended while being listed: list again
+                continue
+            for child in children:
                 try:  # read again while it lives: a child is a copy of this test until it calls exec
                     seen[child.pid] = " ".join(child.cmdline())
-                except psutil.NoSuchProcess:
+                except psutil.Error:
                     continue
                 processes.setdefault(child.pid, child)
             stop.wait(0.1)
@@ -78,6 +83,22 @@ def no_process_left() -> Any:
     assert [seen[pid] for pid, process in processes.items() if alive(process)] == []
 
 
+@pytest.fixture
+def no_file_left(monkeypatch) -> Any:
+    """A temporary directory for the test's trials (short: trials put sockets under it); after the test, a
+    trial must have left nothing in it, however it ended."""
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.mkdtemp())
+    monkeypatch.setenv("TMPDIR", str(root))  # the trial processes'
+    monkeypatch.setattr(tempfile, "tempdir", str(root))  # run_trial's, in this process
+    yield root
+    left = sorted(path.name for path in root.iterdir())
+    shutil.rmtree(root)
+    assert left == []
+
+
 def _trial_processes(seen: dict[int, str]) -> int:
     return sum("autotune._trial" in cmdline for cmdline in seen.values())
 
@@ -94,28 +115,30 @@ def _trial_processes(seen: dict[int, str]) -> int:
         ("nosuch_workload", "crash", "UsageError"),
     ],
 )
-def test_failures_are_classified(facts, fast_settings, no_process_left, workload, status, error) -> None:
+def test_failures_are_classified(facts, fast_settings, no_process_left, no_file_left, workload, status, error) -> None:
     result = run_trial(workload, _params(facts, batch_size=64), facts, fast_settings, timeout_s=120)
     assert result.status == status
     assert error in result.error
     assert result.samples_per_s is None
 
 
-def test_a_dead_dataloader_worker_fails_the_trial(facts, fast_settings, no_process_left) -> None:
+def test_a_dead_dataloader_worker_fails_the_trial(facts, fast_settings, no_process_left, no_file_left) -> None:
     params = _params(facts, threads=1, num_workers=1, prefetch_factor=2, persistent_workers=True)
     result = run_trial(f"{FAULTY}:kills_its_dataloader_workers", params, facts, fast_settings, timeout_s=120)
     assert result.status == "crash" and "DataLoader worker" in result.error, result.error
     assert result.wall_s < 60  # found out by the DataLoader, not by the time limit
 
 
-def test_hang_is_stopped_at_the_time_limit_with_its_whole_tree(facts, fast_settings, no_process_left) -> None:
+def test_hang_is_stopped_at_the_time_limit_with_its_whole_tree(facts, fast_settings, no_process_left,
+                                                               no_file_left) -> None:
     params = _params(facts, num_workers=1, prefetch_factor=2)  # a DataLoader worker: a grandchild to stop too
     result = run_trial(f"{FAULTY}:hang", params, facts, fast_settings, timeout_s=8)
     assert result.status == "timeout" and 8 <= result.wall_s < 30
     assert _trial_processes(no_process_left) >= 2  # the trial and its worker (a fork: the same command line)
 
 
-def test_a_rank_killed_in_a_two_process_trial_fails_it_at_once(facts, fast_settings, no_process_left) -> None:
+def test_a_rank_killed_in_a_two_process_trial_fails_it_at_once(facts, fast_settings, no_process_left,
+                                                               no_file_left) -> None:
     from autotune import search_spaces as spaces
 
     if "gloo" not in spaces.processes._backends(facts) or (facts.cpu.allowed.cores or 0) < 2:
@@ -159,7 +182,8 @@ def test_the_next_trial_removes_directories_left_by_a_dead_search(facts, fast_se
 
 
 @pytest.mark.parametrize(("channels_last", "amp_dtype"), [(False, "float32"), (True, "float32"), (True, "bfloat16")])
-def test_amp_and_memory_format_are_reported_as_the_trial_ran_them(facts, fast_settings, channels_last, amp_dtype) -> None:
+def test_amp_and_memory_format_are_reported_as_the_trial_ran_them(facts, fast_settings, channels_last,
+                                                                  amp_dtype) -> None:
     """What the trial's first training step ran with, seen in the trial process, not the params echoed back."""
     from autotune.search_spaces import amp
 
