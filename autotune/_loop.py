@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from . import search_spaces as spaces
+from ._host import host_id, owner_gone
+from ._host import process_started as _process_started
 from .runner import TrialResult, run_trial
 
 log = logging.getLogger(__name__)
@@ -27,21 +27,6 @@ MEASURED = ("ok", "oom", "nan", "crash", "timeout", "pruned")  # outcomes that c
 FULL_RUNS = ("baseline", "heuristic", "confirm")  # never pruned: they anchor the comparison
 
 
-def host_id() -> str:
-    """This machine, as far as one boot goes: host name and the kernel's boot id."""
-    boot = Path("/proc/sys/kernel/random/boot_id")
-    return f"{socket.gethostname()}/{boot.read_text().strip() if boot.exists() else '?'}"
-
-
-def _process_started(pid: int) -> float | None:
-    import psutil
-
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.NoSuchProcess:
-        return None
-
-
 def fail_orphans(study: Any) -> list[int]:
     """Fail the RUNNING trials whose search process, on this host, is gone; returns their numbers."""
     import optuna
@@ -49,10 +34,8 @@ def fail_orphans(study: Any) -> list[int]:
     failed = []
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         attrs = t.user_attrs
-        if attrs.get("host") != host_id() or "pid" not in attrs:
-            continue
-        if _process_started(attrs["pid"]) == attrs.get("pid_started"):
-            continue  # its search still runs (or the pid was reused at the very same time: leave it)
+        if not owner_gone(attrs):
+            continue  # its search still runs, or ran on another host (whose workers fail it by heartbeat)
         storage = study._storage
         try:
             storage.set_trial_user_attr(t._trial_id, "status", "interrupted")

@@ -41,7 +41,8 @@ def _write_json(path: str, data: dict[str, Any]) -> None:
 
 
 def _in_effect() -> dict[str, Any]:
-    """What this process actually runs with: the tests and the report check these."""
+    """What this process actually runs with: the tests and the report check these. With ``Tuned.in_effect``
+    (merged in by the caller): ``amp``, what the first training step's forward pass ran with."""
     import torch
 
     from .search_spaces import preload, threads
@@ -52,6 +53,8 @@ def _in_effect() -> dict[str, Any]:
         "interop_threads": torch.get_num_interop_threads(),
         "cpus": threads.process_cpus(),  # all threads': KMP_AFFINITY narrows the main thread to one CPU
         "pinned_threads": threads.pinned_threads(),
+        # TF32 for float32 matmuls and cuDNN convolutions, as the CUDA kernels will read them
+        "tf32": {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32},
         "memory_policy": threads.memory_policy(),
         **preload.in_effect(),  # which libraries serve GOMP_parallel and malloc; libiomp5's block time
         "libiomp5": "libiomp5" in maps,
@@ -71,8 +74,30 @@ def _batches(loader: Any) -> Any:
     while True:
         if hasattr(loader.sampler, "set_epoch"):  # DistributedSampler: a new shuffle every pass
             loader.sampler.set_epoch(epoch)
-        yield from loader
+        batches = iter(loader)  # held while a failure is examined: releasing it shuts its workers down
+        try:
+            yield from batches
+        except Exception as error:
+            if loader.num_workers > 0:
+                _raise_if_a_worker_died(error)
+            raise
         epoch += 1
+
+
+def _raise_if_a_worker_died(error: Exception, wait_s: float = 0.5) -> None:
+    """Name the DataLoader worker that died instead of what the loop saw of it: depending on when the
+    worker died, a reset connection or a closed queue, before the kernel reports the worker dead."""
+    from torch.utils.data._utils.signal_handling import _error_if_any_worker_fails
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            _error_if_any_worker_fails()  # RuntimeError naming the worker and its signal
+        except RuntimeError as worker_error:
+            raise worker_error from error
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.05)
 
 
 def _evaluate(workload: Any, tuned: Any, model: Any, held_out: Any) -> float:

@@ -47,7 +47,7 @@ class Tuned:
     device: str = "cpu"
     warnings: list[str] = field(default_factory=list)
     worker_cpus: list[int] | None = None  # the DataLoader workers' CPUs, apart from the compute threads'
-    in_effect: dict[str, Any] = field(default_factory=dict)  # knob -> what prepare_model/prepare did
+    in_effect: dict[str, Any] = field(default_factory=dict)  # knob -> what prepare_model/prepare/a step did
     _scaler: Any = None
     _micro_step: int = 0
 
@@ -103,7 +103,22 @@ class Tuned:
         model = model.to(self.device)
         model = spaces.amp.prepare_model(self.params, model)
         model = _distributed.wrap_model(model, self.device)  # DDP with several ranks; compiled around it
-        return spaces.compilation.prepare_model(self.params, model)
+        model = spaces.compilation.prepare_model(self.params, model)
+        self._watch_first_step(model)
+        return model
+
+    def _watch_first_step(self, model: Any) -> None:
+        """Record in ``in_effect["amp"]`` what the first training forward pass really ran with (autocast
+        dtype, output dtype, memory format), then stop watching. The hook is on the outermost module, so
+        it runs outside ``torch.compile``'s graph."""
+
+        def hook(module: Any, inputs: Any, output: Any) -> None:
+            if not module.training or "amp" in self.in_effect:
+                return
+            handle.remove()
+            self.in_effect["amp"] = spaces.amp.forward_in_effect(self.device, self.unwrap(module), inputs, output)
+
+        handle = model.register_forward_hook(hook)
 
     def prepare(self, model: Any, optimizer: Any) -> tuple[Any, Any]:
         """What needs the model and its optimizer together (``ipex.optimize``); call after creating the

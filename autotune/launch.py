@@ -14,6 +14,7 @@ processes the same way; ``autotune export --format env`` writes what ``autotune 
 | ``numactl --membind=NODES --`` (command prefix) | ``affinity`` not ``none`` | the NUMA nodes of the pinned CPUs |
 | ``AUTOTUNE_RECIPE`` | (``autotune run``, the env file) | the recipe as JSON, for ``autotune.apply()`` |
 | ``TORCHINDUCTOR_CACHE_DIR``, ``TRITON_CACHE_DIR`` | (trials only) | a fresh directory per trial |
+| ``TMPDIR`` | (trials only) | in the trial's directory, removed with it (kept as inherited where a socket path would be too long) |
 
 For a trial, every variable any knob may set is first removed from the inherited environment, so the
 baseline really runs with PyTorch's defaults (and no inherited ``LD_PRELOAD``). For ``autotune run``, a

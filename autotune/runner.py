@@ -4,29 +4,39 @@ Environment and CPU affinity are set before the child's Python starts (``autotun
 child (``autotune._trial``) applies the rest with ``autotune.apply()``. The parent enforces the
 time limit, forwards per-window throughput to the pruner, stops the whole process tree on a timeout,
 a prune or Ctrl-C, and classifies the outcome from the child's result file and exit status.
+
+Each trial works in a fresh ``autotune-trial-*`` directory under the temporary directory (spec, result,
+events, log, compile caches), removed when the trial ends. A search killed with ``kill -9`` runs no
+clean-up: the directory records its owner (``autotune._host``), and the next trial on this host removes
+every trial directory whose owner is gone (``remove_abandoned``).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from . import launch
+from . import _host, launch
 from . import search_spaces as spaces
 
 log = logging.getLogger(__name__)
 
 Status = Literal["ok", "oom", "nan", "crash", "timeout", "pruned", "interrupted"]
+
+TRIAL_DIR_PREFIX = "autotune-trial-"
+OWNER_FILE = "owner.json"  # in a trial directory: the search process that made it (``autotune._host``)
 
 
 @dataclass(frozen=True)
@@ -110,8 +120,7 @@ def run_trial(
 
     Raises KeyboardInterrupt after stopping the trial's process tree when interrupted.
     """
-    with tempfile.TemporaryDirectory(prefix="autotune-trial-") as tmp:
-        work = Path(tmp)
+    with _trial_directory() as work:
         spec = {
             **asdict(settings),
             "workload": workload,
@@ -130,6 +139,7 @@ def run_trial(
         # trial stopped mid-compile cannot leave a truncated kernel behind for the next one.
         plan.env["TORCHINDUCTOR_CACHE_DIR"] = str(work / "inductor")
         plan.env["TRITON_CACHE_DIR"] = str(work / "triton")
+        _private_tmpdir(plan.env, work)
         started = time.monotonic()
         with open(work / "stderr.log", "wb") as stderr:
             proc = launch.start(plan, stdout=stderr, stderr=stderr, stdin=subprocess.DEVNULL)
@@ -137,6 +147,48 @@ def run_trial(
         wall = time.monotonic() - started
         result = _classify(outcome, proc.returncode, work, wall, timeout_s)
         return replace(result, warnings=[*plan.warnings, *result.warnings]) if plan.warnings else result
+
+
+def remove_abandoned(root: Path | None = None) -> list[Path]:
+    """Remove the trial directories under ``root`` (default: the temporary directory) whose owner, on this
+    host, is gone; returns them. A directory without a readable owner is left alone: it is being created,
+    or belongs to another host or user."""
+    removed = []
+    for path in Path(root or tempfile.gettempdir()).glob(TRIAL_DIR_PREFIX + "*"):
+        try:
+            owner = json.loads((path / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        if _host.owner_gone(owner):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+            log.info("removed %s, left by a search (pid %s) that died", path, owner.get("pid"))
+    return removed
+
+
+@contextlib.contextmanager
+def _trial_directory() -> Iterator[Path]:
+    """A fresh directory for one trial, owned by this process and removed when the trial ends."""
+    remove_abandoned()
+    with tempfile.TemporaryDirectory(prefix=TRIAL_DIR_PREFIX) as tmp:
+        work = Path(tmp)
+        (work / OWNER_FILE).write_text(json.dumps(_host.owner()))
+        yield work
+
+
+# multiprocessing puts AF_UNIX sockets in the temporary directory (pymp-XXXXXXXX/listener-XXXXXXXX): their
+# path must stay under the kernel's 108 bytes (unix(7)), with room for those 32 characters.
+_SOCKET_PATH_ROOM = 107 - 32
+
+
+def _private_tmpdir(env: dict[str, str], work: Path) -> None:
+    """The trial's own temporary directory, inside its trial directory: what the trial leaves in TMPDIR when
+    it is killed (multiprocessing's pymp-*, torchrun's torchelastic_*) goes with the trial directory.
+    Where that path would be too long for a socket, the trial keeps the inherited one."""
+    tmp = work / "t"
+    if len(str(tmp)) < _SOCKET_PATH_ROOM:
+        tmp.mkdir()
+        env["TMPDIR"] = str(tmp)
 
 
 def _watch(proc: Any, events: Path, deadline: float, on_window: Callable[[int, float], bool] | None) -> str | None:
@@ -204,4 +256,15 @@ def _classify(stopped: str | None, returncode: int | None, work: Path, wall: flo
     if returncode == -signal.SIGKILL:
         # Nobody but the kernel's OOM killer sends SIGKILL to a trial autotune did not stop itself.
         return TrialResult("oom", wall_s=wall, error="killed by SIGKILL (the kernel's out-of-memory killer)", log_tail=tail)
-    return TrialResult("crash", wall_s=wall, error=f"the trial process exited with status {returncode} and no result", log_tail=tail)
+    return TrialResult("crash", wall_s=wall, error=f"the trial process {_ended(returncode)} and wrote no result",
+                       log_tail=tail)
+
+
+def _ended(returncode: int | None) -> str:
+    """How a process ended, from its exit status (Popen: minus the signal's number when a signal killed it)."""
+    if returncode is None or returncode >= 0:
+        return f"exited with status {returncode}"
+    try:
+        return f"was killed by {signal.Signals(-returncode).name}"  # SIGSEGV, SIGABRT: a fault in native code
+    except ValueError:
+        return f"was killed by signal {-returncode}"

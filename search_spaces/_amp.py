@@ -104,3 +104,44 @@ def prepare_batch(params: dict[str, Any], batch: Any) -> Any:
         t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 and t.is_floating_point() else t
         for t in batch
     )
+
+
+def forward_in_effect(device: str, model: Any, inputs: Any, output: Any) -> dict[str, Any]:
+    """What one training forward pass of ``model`` really ran with (``Tuned`` records its first one):
+    the autocast dtype in force (None: autocast off), the dtype of the model's output, and whether the
+    model's 4-D floating parameters and the 4-D floating inputs it received are all channels_last in memory
+    (None: there are none)."""
+    import torch
+
+    kind = device.split(":")[0]
+    autocast = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else None
+    out = next(_tensors(output), None)
+
+    def channels_last(tensors: Any) -> bool | None:
+        four_d = [t for t in tensors if t.dim() == 4 and t.is_floating_point()]
+        return all(t.is_contiguous(memory_format=torch.channels_last) for t in four_d) if four_d else None
+
+    return {
+        "autocast": _dtype_name(autocast),
+        "output_dtype": _dtype_name(None if out is None else out.dtype),
+        "channels_last_parameters": channels_last(model.parameters()),
+        "channels_last_inputs": channels_last(_tensors(inputs)),
+    }
+
+
+def _tensors(value: Any) -> Any:
+    """The tensors in a forward pass's inputs or output (nested tuples, lists, dicts), in order."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _tensors(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item)
+
+
+def _dtype_name(dtype: Any) -> str | None:
+    return None if dtype is None else str(dtype).removeprefix("torch.")

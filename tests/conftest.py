@@ -1,15 +1,20 @@
-"""Shared fixtures: the live machine's facts, fast trial settings, and the CLI in a subprocess."""
+"""Shared fixtures: the live machine's facts, fast trial settings, the CLI in a subprocess, a real PostgreSQL."""
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
+PG_ROOT = Path("/usr/lib/postgresql")  # Debian's postgresql package: one VERSION/bin per installed server
 
 
 @pytest.fixture(scope="session")
@@ -35,3 +40,54 @@ def run_cli(*args: str, cwd: Path, timeout: float = 300, env: dict[str, str] | N
 
 
 FAST = ("--steps", "6", "--warmup-steps", "2")
+
+
+def pg_bin(root: Path = PG_ROOT) -> Path | None:
+    """The server binaries of the highest PostgreSQL installed under ``root`` (``VERSION/bin`` with initdb), or None.
+
+    Versions compare as numbers (``9.6`` < ``15`` < ``16``); a directory that is not a version is ignored.
+    """
+    found = []
+    for initdb in root.glob("*/bin/initdb"):
+        version = initdb.parent.parent.name
+        if all(part.isdigit() for part in version.split(".")):
+            found.append((tuple(int(part) for part in version.split(".")), initdb.parent))
+    return max(found)[1] if found else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[str]:
+    """A PostgreSQL server (the highest version installed) on loopback for the session, run as the
+    unprivileged ``postgres`` user (the server refuses root); its SQLAlchemy URL."""
+    bin_dir = pg_bin()
+    if bin_dir is None:
+        pytest.skip(f"PostgreSQL server binaries not found in {PG_ROOT}/*/bin (tests/system-deps.sh installs them)")
+    as_postgres: list[str] = []
+    if os.geteuid() == 0:
+        if shutil.which("runuser") is None:
+            pytest.skip("running as root without runuser: cannot start PostgreSQL as an unprivileged user")
+        as_postgres = ["runuser", "-u", "postgres", "--"]
+    data = Path(tempfile.mkdtemp(prefix="autotune-pg-"))
+    if as_postgres:
+        shutil.chown(data, "postgres")
+    port = _free_port()
+
+    def pg(*cmd: str) -> None:
+        subprocess.run([*as_postgres, *cmd], check=True, capture_output=True, timeout=120)
+
+    try:
+        pg(str(bin_dir / "initdb"), "-D", str(data / "db"), "-A", "trust", "-U", "postgres")
+        pg(str(bin_dir / "pg_ctl"), "-D", str(data / "db"), "-l", str(data / "log"), "-w", "start", "-o",
+           f"-h 127.0.0.1 -p {port} -k {data} -c fsync=off")
+        pg(str(bin_dir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "autotune")
+        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/autotune"
+    finally:
+        subprocess.run([*as_postgres, str(bin_dir / "pg_ctl"), "-D", str(data / "db"), "-m", "immediate", "stop"],
+                       capture_output=True, timeout=60)
+        shutil.rmtree(data, ignore_errors=True)

@@ -1,9 +1,11 @@
 """Workloads that fail on purpose, for the runner's and the study's fault handling.
 
-The ``tiny`` MLP, with a loss function that misbehaves: the batch size tells it when.
+The ``tiny`` MLP, with a loss function that misbehaves: the batch size tells it when (``oom``), the rank
+(``killed_on_rank_1``), a file (``scripted``), or always.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -76,5 +78,82 @@ def killed() -> Any:
 
     def loss(output: Any, batch: Any) -> Any:
         os.kill(os.getpid(), signal.SIGKILL)
+
+    return _with_loss(loss)
+
+
+def _no_core_dump() -> None:
+    """A process dying by a signal must not leave a core file in the test's working directory."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def aborts() -> Any:
+    """Dies by SIGABRT (``os.abort()``), as a failed assertion in a C++ extension does."""
+
+    def loss(output: Any, batch: Any) -> Any:
+        _no_core_dump()
+        os.abort()
+
+    return _with_loss(loss)
+
+
+def segfaults() -> Any:
+    """Dies by SIGSEGV: reads address 0, as a bug in native code does."""
+    import ctypes
+
+    def loss(output: Any, batch: Any) -> Any:
+        _no_core_dump()
+        ctypes.string_at(0)
+
+    return _with_loss(loss)
+
+
+def kills_its_dataloader_workers() -> Any:
+    """At the first step, SIGKILLs the trial's DataLoader workers (as the OOM killer picks a worker)."""
+    import multiprocessing
+
+    import torch
+
+    def loss(output: Any, batch: Any) -> Any:
+        for worker in multiprocessing.active_children():
+            os.kill(worker.pid, signal.SIGKILL)
+        return torch.nn.functional.cross_entropy(output, batch[1])
+
+    return _with_loss(loss)
+
+
+def killed_on_rank_1() -> Any:
+    """Rank 1 of a several-process trial dies by SIGKILL; rank 0 would wait for it."""
+    import torch
+
+    def loss(output: Any, batch: Any) -> Any:
+        if os.environ.get("RANK") == "1":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return torch.nn.functional.cross_entropy(output, batch[1])
+
+    return _with_loss(loss)
+
+
+FAULTS = {"crash": crash, "abort": aborts, "segfault": segfaults, "nan": nan, "killed": killed}
+
+
+def scripted() -> Any:
+    """Each trial process takes the next fault from the JSON list in the file ``AUTOTUNE_TEST_FAULTS`` names
+    (``"ok"``: none), at its first step: the search's own process, which never trains, takes none.
+    Trials run one at a time on a host, so reading and rewriting the file needs no lock."""
+    chosen: list[Any] = []
+
+    def loss(output: Any, batch: Any) -> Any:
+        if not chosen:
+            path = os.environ["AUTOTUNE_TEST_FAULTS"]
+            with open(path) as f:
+                faults = json.load(f)
+            name = faults.pop(0) if faults else "ok"
+            with open(path, "w") as f:
+                json.dump(faults, f)
+            chosen.append(tiny._loss if name == "ok" else FAULTS[name]().loss)
+        return chosen[0](output, batch)
 
     return _with_loss(loss)

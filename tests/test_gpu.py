@@ -55,6 +55,8 @@ def test_autocast_on_cuda_is_in_effect(gpu_facts, amp_dtype, output):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     assert tuned.step(y.float().pow(2).mean(), optimizer) is True
     assert (tuned._scaler is not None) == (amp_dtype == "float16")  # GradScaler only for float16
+    assert tuned.in_effect["amp"] == {"autocast": None if amp_dtype == "float32" else output, "output_dtype": output,
+                                      "channels_last_parameters": None, "channels_last_inputs": None}
 
 
 def test_trial_runs_on_the_gpu(gpu_facts, fast_settings):
@@ -64,11 +66,18 @@ def test_trial_runs_on_the_gpu(gpu_facts, fast_settings):
     ctx = spaces.SpaceContext(device="cuda", default_batch_size=64, conv=True)
     base = {**spaces.defaults(gpu_facts, ctx), "device": "cuda", "reference_batch": 64}
     fp32 = run_trial("cnn", base, gpu_facts, fast_settings, timeout_s=300)
-    bf16 = run_trial("cnn", {**base, "amp_dtype": "bfloat16", "channels_last": True}, gpu_facts, fast_settings,
-                     timeout_s=300)
+    bf16 = run_trial("cnn", {**base, "amp_dtype": "bfloat16", "channels_last": True, "tf32": True}, gpu_facts,
+                     fast_settings, timeout_s=300)
     for result in (fp32, bf16):
         assert result.status == "ok", result.error
         assert result.samples_per_s > 0 and result.loss == result.loss
+    # What the trial process ran with (its first training step, its torch.backends flags), not the params.
+    assert fp32.in_effect["amp"] == {"autocast": None, "output_dtype": "float32", "channels_last_parameters": False,
+                                     "channels_last_inputs": False}
+    assert fp32.in_effect["tf32"] == {"matmul": False, "cudnn": False}
+    assert bf16.in_effect["amp"] == {"autocast": "bfloat16", "output_dtype": "bfloat16",
+                                     "channels_last_parameters": True, "channels_last_inputs": True}
+    assert bf16.in_effect["tf32"] == {"matmul": True, "cudnn": True}
     print(json.dumps({"cnn_fp32": fp32.samples_per_s, "cnn_bf16_cl": bf16.samples_per_s}))
 
 

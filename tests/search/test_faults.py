@@ -1,6 +1,8 @@
-"""A search stopped by Ctrl-C or killed outright: nothing lost, nothing left running, and it continues."""
+"""A search stopped by Ctrl-C or killed outright, or meeting trials that fail: nothing lost, nothing left
+running, and it continues."""
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 
@@ -48,15 +50,18 @@ def test_ctrl_c_records_the_running_trial_and_the_same_command_continues(tmp_pat
     assert "range (confirmation)" in out and "confirmed at median" in out, out
 
 
-def test_kill_9_leaves_no_process_and_the_next_search_fails_the_stale_trial(tmp_path: Path) -> None:
+def test_kill_9_leaves_no_process_and_the_next_search_fails_the_stale_trial_and_removes_its_directory(
+        tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path}/studies.db"
+    temp = tmp_path / "tmp"  # the searches' temporary directory: their trial directories and host lock
+    temp.mkdir()
     # DataLoader workers in every trial but the baseline: grandchildren of the search to be cleaned up.
     # The workload stalls while its workers run and the flag file exists, so the kill finds the whole tree.
     stall = tmp_path / "stall"
     stall.touch()
     args = ("--study", "k", "--trials", "2", "--confirm", "0", "--fix", "num_workers=1", "--fix", "prefetch_factor=2",
             "--fix", "persistent_workers=true", "--workload", f"{FAULTY}:stalls_with_workers")
-    env = {"AUTOTUNE_TEST_STALL": str(stall)}
+    env = {"AUTOTUNE_TEST_STALL": str(stall), "TMPDIR": str(temp)}
     first = start_search(*args, cwd=tmp_path, env=env)
     wait_for(running_trial(storage, "k", 1), 120, "trial 1 to start")
     search = psutil.Process(first.pid)
@@ -73,6 +78,8 @@ def test_kill_9_leaves_no_process_and_the_next_search_fails_the_stale_trial(tmp_
     assert alive == [], [p.cmdline() for p in alive]
     stale = trials(storage, "k")[1]
     assert stale.state.name == "RUNNING"  # nobody could record it: the next search must
+    left = list(temp.glob("autotune-trial-*"))
+    assert len(left) == 1 and (left[0] / "spec.json").exists()  # nor remove the trial's directory
 
     stall.unlink()
     second = start_search(*args, cwd=tmp_path, env=env)
@@ -84,3 +91,25 @@ def test_kill_9_leaves_no_process_and_the_next_search_fails_the_stale_trial(tmp_
     assert [(t.user_attrs["role"], t.state.name) for t in after[2:]] == [("heuristic", "COMPLETE")]
     assert after[2].user_attrs["params"]["num_workers"] == 1
     assert "recipe 1 stored" in out
+    assert list(temp.glob("autotune-trial-*")) == []  # the dead search's directory and the second's own
+    survivors = [p for p in psutil.process_iter(["cmdline"]) if str(temp) in " ".join(p.info["cmdline"] or [])]
+    assert survivors == []  # no trial process of either search (their command lines name their spec in temp)
+
+
+def test_each_fault_of_a_trial_is_recorded_with_its_reason_and_the_search_goes_on(tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path}/studies.db"
+    script = tmp_path / "faults.json"  # one fault per trial process, in order (tests/faulty_workloads.py:scripted)
+    script.write_text(json.dumps(["ok", "crash", "abort", "segfault", "nan", "killed"]))
+    args = ("--study", "f", "--trials", "6", "--confirm", "0", "--workload", f"{FAULTY}:scripted")
+    search = start_search(*args, cwd=tmp_path, env={"AUTOTUNE_TEST_FAULTS": str(script)})
+    out, err = search.communicate(timeout=300)
+    assert search.returncode == 0, err
+    assert json.loads(script.read_text()) == []  # every fault was met by a trial
+    # Optuna's state is the loop's business (nan and oom: infeasible, so the sampler learns); the status and
+    # the reason are what the report shows.
+    recorded = [(t.user_attrs["status"], t.user_attrs.get("error") or "") for t in trials(storage, "f")]
+    expected = [("ok", ""), ("crash", "ValueError: fake: the user's loss has a bug"), ("crash", "killed by SIGABRT"),
+                ("crash", "killed by SIGSEGV"), ("nan", "the loss became nan"), ("oom", "killed by SIGKILL")]
+    assert [status for status, _ in recorded] == [status for status, _ in expected]
+    for (_, error), (_, reason) in zip(recorded, expected):
+        assert reason in error
