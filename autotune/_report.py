@@ -12,7 +12,7 @@ from .runner import TrialResult
 
 def records(study: Any) -> list[Any]:
     """Every finished trial of the study as a ``TrialRecord``, in order."""
-    from .study import TrialRecord
+    from .study import CONSTRAINTS, TrialRecord
 
     out = []
     for t in study.get_trials(deepcopy=False):
@@ -22,10 +22,11 @@ def records(study: Any) -> list[Any]:
         fields = {k: attrs[k] for k in TrialResult.__dataclass_fields__ if k in attrs}
         result = TrialResult(**fields)
         constraints = t.constraints or {}  # set_constraint's key -> value; feasible when all <= 0
-        values = constraints.values() if isinstance(constraints, dict) else constraints
-        feasible = result.status == "ok" and all(v <= 0 for v in values)
+        named = constraints if isinstance(constraints, dict) else dict(zip(CONSTRAINTS, constraints, strict=False))
+        feasible = result.status == "ok" and all(v <= 0 for v in named.values())
         reason = attrs.get("infeasible") or (attrs.get("error") if result.status != "ok" else None)
-        out.append(TrialRecord(t.number, attrs.get("role", "search"), attrs["params"], result, feasible, reason))
+        broken = tuple(k for k, v in named.items() if v > 0)
+        out.append(TrialRecord(t.number, attrs.get("role", "search"), attrs["params"], result, feasible, reason, broken))
     return out
 
 
@@ -45,10 +46,14 @@ def choose_recipe(study: Any, workload: str, facts: Any, name: str,
         best, speed, base_speed = _confirmed(confirmation, searched, baseline, notes)
     else:
         best, speed, base_speed = _single(searched, baseline, notes, confirmation)
-    infeasible = [r for r in searched if r.result.status == "ok" and not r.feasible]
-    if infeasible:
+    rejected = [r for r in searched if r.result.status == "ok" and not r.feasible]
+    worse = sum(1 for r in rejected if "quality" in r.rejected_by)
+    if worse:
         after = f" after {baseline.result.loss_samples} samples" if baseline.result.loss_samples else ""
-        notes.append(f"{len(infeasible)} trial(s) rejected by the quality guard (held-out loss{after} above the limit)")
+        notes.append(f"{worse} trial(s) rejected by the quality guard (held-out loss{after} above the limit)")
+    unapplied = sum(1 for r in rejected if "applied" in r.rejected_by)
+    if unapplied:
+        notes.append(f"{unapplied} trial(s) rejected: a knob they asked for was not in effect in the trial process")
     notes.append(time_note(all_records))
     recipe = Recipe(
         params=best.params, workload=workload, fingerprint=facts.fingerprint, study=name,

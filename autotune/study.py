@@ -88,6 +88,7 @@ class TrialRecord:
     result: TrialResult
     feasible: bool
     reason: str | None = None
+    rejected_by: tuple[str, ...] = ()  # the constraints (``CONSTRAINTS``) an infeasible trial broke
 
 
 @dataclass(frozen=True)
@@ -202,12 +203,12 @@ def _rdb_storage(url: str) -> Any:
 
 
 def _context(workload_spec: str, facts: Any, options: SearchOptions) -> tuple[Any, spaces.SpaceContext]:
-    from .workload import load_workload
+    from .workload import call_user, load_workload
 
     workload = load_workload(workload_spec)
     import torch
 
-    model = workload.model()
+    model = call_user(f"{workload_spec}'s model()", workload.model)
     conv = any(isinstance(m, torch.nn.modules.conv._ConvNd) for m in model.modules())
     device = "cuda" if facts.gpus and torch.cuda.is_available() else "cpu"
     ctx = spaces.SpaceContext(

@@ -154,12 +154,13 @@ def test_an_allocator_that_does_not_serve_malloc_makes_the_trial_infeasible(fact
         facts = replace(facts, runtime=replace(facts.runtime, jemalloc_path=str(tmp_path / "libjemalloc.so.2")))
     frozen, record = _run_one(facts, tmp_path, {"allocator": "jemalloc"})
     if library == "installed":
-        assert record.feasible and "infeasible" not in frozen.user_attrs
+        assert record.feasible and "infeasible" not in frozen.user_attrs and record.rejected_by == ()
         assert frozen.user_attrs["in_effect"]["malloc_library"].startswith("libjemalloc")
     else:
         assert not record.feasible
         assert record.reason == "allocator=jemalloc is not in effect: libc.so.6 serves malloc"
         assert frozen.constraints["applied"] == 1.0
+        assert record.rejected_by == ("applied",)  # the report counts it apart from the quality guard
 
 
 def test_a_refused_membind_is_recorded_off_and_the_pinning_stays_feasible(facts, tmp_path: Path) -> None:
