@@ -21,9 +21,11 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .errors import UsageError
+
+T = TypeVar("T")
 
 BUNDLED = {
     "cnn": "autotune.workloads.cnn:workload",
@@ -186,14 +188,24 @@ def _import_function(spec: str) -> Callable[[], Any]:
     return func
 
 
+def call_user(what: str, factory: Callable[[], T]) -> T:
+    """``factory()``, with what it raises reported as the user's error (``your workload WHAT raised ...``).
+
+    >>> call_user("tiny.py:make's model()", lambda: 1 / 0)
+    Traceback (most recent call last):
+    ...
+    autotune.errors.UsageError: your workload tiny.py:make's model() raised ZeroDivisionError: division by zero
+    """
+    try:
+        return factory()
+    except (Exception, SystemExit) as e:
+        raise _user_error(what, e) from e
+
+
 def load_workload(spec: str) -> Workload:
     """Resolve a workload spec and call its function; raises UsageError for a bad spec or for what the
     user's file or function raises. A workload without a name gets ``default_name(spec)``."""
-    func = _import_function(BUNDLED.get(spec, spec))
-    try:
-        workload = func()
-    except (Exception, SystemExit) as e:
-        raise _user_error(spec, e) from e
+    workload = call_user(spec, _import_function(BUNDLED.get(spec, spec)))
     if not isinstance(workload, Workload):
         raise UsageError(f"workload {spec!r} returned {type(workload).__name__}, not autotune.Workload")
     return workload if workload.name else replace(workload, name=default_name(spec))

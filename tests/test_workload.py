@@ -111,6 +111,15 @@ def test_a_workload_file_that_raises_is_a_usage_error_and_writes_nothing(tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gru_tagger.py"]
 
 
+def test_a_model_factory_that_raises_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "gru_tagger.py").write_text(UNNAMED.replace("model=tiny._model", "model=lambda: 1 / 0"))
+    out = run_cli("search", "--workload", "gru_tagger.py:make", "--trials", "1", cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip() == ("autotune search: error: your workload gru_tagger.py:make's model() raised "
+                                  "ZeroDivisionError: division by zero (gru_tagger.py, line 6)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gru_tagger.py"]  # nothing written
+
+
 def test_a_module_in_the_working_directory_is_found_without_it_on_the_path(user_dir: Path) -> None:
     # The ``autotune`` console script has its own directory on sys.path, not the working directory; the
     # trial child (``python -m``) has the working directory: both must find ``gru_tagger:make``.
