@@ -6,7 +6,7 @@
 For every bundled workload it measures the defaults and every single-knob change the search space
 offers on this machine (each value of threads, interop_threads, affinity, openmp with kmp_blocktime,
 allocator, batch_size, DataLoader workers, compile_mode, amp_dtype, channels_last, sparsity, processes,
-ipex), plus the run_cpu heuristic, each as a real trial (``autotune.runner.run_trial``: a fresh
+ipex), plus the run_cpu heuristic, each as a real trial (``autotune.trial.runner.run_trial``: a fresh
 subprocess started the way the search starts it). A round measures the defaults and then every change;
 rounds repeat that, so a neighbour's load on a shared machine hits all alike. The ratio is the median
 samples/s of the change over the median of the defaults; ``amortised`` counts compile time over
@@ -92,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from autotune import probes
     from autotune import search_spaces as spaces
-    from autotune.runner import TrialSettings, run_trial
-    from autotune.study import SearchOptions, _context, _run_settings
+    from autotune.trial.runner import TrialSettings, run_trial
+    from autotune.study.run import SearchOptions, _context, _run_settings
 
     facts = probes.probe()
     settings = TrialSettings(warmup_steps=args.warmup_steps, measure_steps=args.steps, train_steps=args.train_steps)

@@ -59,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from autotune import probes
     from autotune import search_spaces as spaces
-    from autotune.runner import TrialSettings, run_trial
-    from autotune.study import SearchOptions, _context, _run_settings, search
+    from autotune.trial.runner import TrialSettings, run_trial
+    from autotune.study.run import SearchOptions, _context, _run_settings, search
 
     facts = probes.probe()
     settings = TrialSettings(warmup_steps=args.warmup_steps, measure_steps=args.steps)

@@ -17,7 +17,7 @@ from autotune import search_spaces as spaces
 from autotune.errors import HardwareMismatchError
 from autotune.recipe import Recipe, to_env
 from autotune.store import RecipeStore
-from autotune.study import SearchOptions, _open_study, _warm_start
+from autotune.study.run import SearchOptions, _open_study, _warm_start
 
 from .conftest import FAST, run_cli
 

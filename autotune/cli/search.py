@@ -54,9 +54,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..budget import parse_duration
-    from ..runner import TrialSettings
-    from ..study import SearchOptions, check_options, search
+    from ..study.budget import parse_duration
+    from ..study.run import SearchOptions, check_options, search
+    from ..trial.runner import TrialSettings
 
     options = SearchOptions(
         budget_s=parse_duration(args.budget), trials=args.trials, storage=args.storage, study=args.study,

@@ -17,17 +17,17 @@ from pathlib import Path
 import pytest
 
 import autotune
-from autotune import launch
+from autotune.trial import launch
 from autotune import search_spaces as spaces
 from autotune.errors import UsageError
 from autotune.probes import Allowed, Core, Runtime
-from autotune.runner import run_trial
+from autotune.trial.runner import run_trial
 from autotune.search_spaces import SpaceContext
 
 from ..conftest import REPO, SHARED
 
 NVIDIA_SMI = SHARED / "topologies" / "nvidia-smi-query"
-TRIAL = [sys.executable, "-m", "autotune._trial", "spec.json"]
+TRIAL = [sys.executable, "-m", "autotune.trial.child", "spec.json"]
 
 
 def _runtime(facts, *backends):
@@ -118,7 +118,7 @@ def test_plan_runs_python_under_torch_distributed_run(facts) -> None:
     assert "NCCL_P2P_LEVEL" not in planned.env
     module = launch.plan(TRIAL, params, machine, {}, keep_user_env=False).cmd
     assert module[1:7] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m"]
-    assert module[7:] == ["autotune._trial", "spec.json"]
+    assert module[7:] == ["autotune.trial.child", "spec.json"]
     single = launch.plan(TRIAL, {**params, "processes": 1}, machine, {}, keep_user_env=False)
     assert single.cmd == TRIAL and "AUTOTUNE_RANK_CPUS" not in single.env and single.env["OMP_NUM_THREADS"] == "4"
 
@@ -223,7 +223,7 @@ def test_a_crash_in_any_rank_is_a_failed_trial_and_no_rank_is_left(two_cores, fa
     # torchrun and its ranks carry the trial's spec path, removed when run_trial returned (other trials
     # running on this machine meanwhile keep theirs)
     leftovers = [p for p in psutil.process_iter(["cmdline"]) if p.pid not in before
-                 and "autotune._trial" in (p.info["cmdline"] or []) and not Path(p.info["cmdline"][-1]).exists()]
+                 and "autotune.trial.child" in (p.info["cmdline"] or []) and not Path(p.info["cmdline"][-1]).exists()]
     assert leftovers == []
 
 

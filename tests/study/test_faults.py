@@ -68,7 +68,7 @@ def test_kill_9_leaves_no_process_and_the_next_search_fails_the_stale_trial_and_
 
     def trial_tree() -> list[psutil.Process]:
         kids = search.children(recursive=True)
-        trial = [p for p in kids if "autotune._trial" in " ".join(p.cmdline())]
+        trial = [p for p in kids if "autotune.trial.child" in " ".join(p.cmdline())]
         return kids if trial and trial[0].children() else []  # the trial child and its DataLoader worker
 
     tree = wait_for(trial_tree, 120, "the trial's DataLoader worker to start")

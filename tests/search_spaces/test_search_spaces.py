@@ -9,7 +9,7 @@ import pytest
 from autotune import search_spaces as spaces
 from autotune.probes import Gpu
 
-from .fakes.machines import two_sockets
+from ..fakes.machines import two_sockets
 
 
 def _with_isa(facts, *isa):
@@ -87,7 +87,7 @@ def test_the_largest_batch_follows_memory_weights_and_activations() -> None:
 def test_a_search_context_caps_batch_sizes_by_probed_memory(facts) -> None:
     from dataclasses import replace
 
-    from autotune.study import SearchOptions, _context
+    from autotune.study.run import SearchOptions, _context
 
     _, roomy = _context("cnn", facts, SearchOptions())
     assert roomy.max_batch_size is not None and spaces.batch.sizes(roomy) == (16, 32, 64, 128, 256)

@@ -1,7 +1,7 @@
 """Data-parallel plumbing for the ``processes`` knob (``autotune.search_spaces._processes``).
 
 - ``torchrun_command``: the command rewritten to run under ``torch.distributed.run`` (plain data, used
-  by ``autotune.launch.plan`` for trials and for ``autotune run``);
+  by ``autotune.trial.launch.plan`` for trials and for ``autotune run``);
 - ``world``, ``wrap_model``, ``sampler``: what ``Tuned`` gives a training loop in a rank;
 - ``max_over_ranks``, ``mean_over_ranks``, ``gather``: how the trial's ranks agree on timing, loss
   and what is in effect, so that every rank takes the same decisions (extra windows, NaN).
@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .errors import UsageError
+from ..errors import UsageError
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
 LAUNCHER = ("-m", "torch.distributed.run")

@@ -45,8 +45,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import _distributed
-from . import search_spaces as spaces
+from .. import search_spaces as spaces
+from . import distributed
 
 log = logging.getLogger(__name__)
 
@@ -91,10 +91,10 @@ def plan(
         env.update(wanted)
     prefix = _membind(params, facts, membind_refused, notes)
     processes = spaces.processes.count(params)
-    if processes > 1 and _distributed.is_torchrun(list(cmd)):
+    if processes > 1 and distributed.is_torchrun(list(cmd)):
         notes.append(f"the command starts torch.distributed.run itself: kept (the recipe measured {processes} processes)")
     if cmd:
-        cmd = [*prefix, *_distributed.torchrun_command(list(cmd), processes)]  # P > 1: P ranks under torchrun
+        cmd = [*prefix, *distributed.torchrun_command(list(cmd), processes)]  # P > 1: P ranks under torchrun
     membind = spaces.memory_nodes(params, facts) if prefix else None
     return LaunchPlan(cmd=list(cmd), env=env, cpus=spaces.cpus_for(params, facts), warnings=tuple(notes),
                       membind=tuple(membind or ()))
@@ -104,7 +104,7 @@ def probe_for(params: dict[str, Any]) -> Any:
     """The facts a recipe's environment is resolved against, probed the same way wherever it is resolved:
     with the GPUs when it trains on CUDA (their links decide ``NCCL_P2P_LEVEL``, their local CPUs the ranks'
     cores), without them otherwise (NVML costs time and decides nothing on CPU)."""
-    from . import probes
+    from .. import probes
 
     return probes.probe(gpus=params.get("device") == "cuda")
 
@@ -161,11 +161,11 @@ def _membind(params: dict[str, Any], facts: Any, refused: Callable[[str, tuple[i
 
 def start(launch: LaunchPlan, **popen_kwargs: Any) -> subprocess.Popen[bytes]:
     """Start the planned process in its own session (so its whole tree can be stopped), tied to this
-    process's life: the tree is killed if this process dies, even by SIGKILL (``autotune._lifeline``).
+    process's life: the tree is killed if this process dies, even by SIGKILL (``autotune.trial.lifeline``).
 
     Call it from the main thread: the kernel's parent-death signal follows the thread that forked.
     """
-    from ._lifeline import Lifeline, die_with_parent, load_libc
+    from .lifeline import Lifeline, die_with_parent, load_libc
 
     cpus = launch.cpus
     parent, libc = os.getpid(), load_libc()

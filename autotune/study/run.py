@@ -19,12 +19,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from . import search_spaces as spaces
+from .. import search_spaces as spaces
+from ..errors import HardwareMismatchError, TrialError, UsageError
+from ..recipe import Recipe
+from ..store import DEFAULT_STORAGE, RecipeStore, check_storage_url, create_schema, storage_errors
+from ..trial.runner import TrialResult, TrialSettings
 from .budget import parse_duration
-from .errors import HardwareMismatchError, TrialError, UsageError
-from .recipe import Recipe
-from .runner import TrialResult, TrialSettings
-from .store import DEFAULT_STORAGE, RecipeStore, check_storage_url, create_schema, storage_errors
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +149,7 @@ def _open_study(options: SearchOptions, name: str, facts: Any, workload: str) ->
 def _check_hardware(study: Any, name: str, facts: Any, workload: str) -> None:
     """Record this machine in a new study; refuse a worker whose hardware or CPU set differs, and a study
     recorded with another fingerprint scheme (its trials stay in the storage, untouched)."""
-    from .probes import outdated_fingerprint
+    from ..probes import outdated_fingerprint
 
     cpu_set = _cpu_set(facts)
     recorded = study.user_attrs.get("fingerprint")
@@ -185,7 +185,7 @@ def _note_outdated_studies(storage: Any, name: str, workload: str) -> None:
     """Say which studies of this workload a new search leaves behind because of their fingerprint scheme."""
     import optuna
 
-    from .probes import outdated_fingerprint
+    from ..probes import outdated_fingerprint
 
     for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
         why = outdated_fingerprint(summary.user_attrs.get("fingerprint"))
@@ -202,7 +202,7 @@ def _rdb_storage(url: str) -> Any:
 
 
 def _context(workload_spec: str, facts: Any, options: SearchOptions) -> tuple[Any, spaces.SpaceContext]:
-    from .workload import load_workload
+    from ..workload import load_workload
 
     workload = load_workload(workload_spec)
     import torch
@@ -332,7 +332,7 @@ def _open_for_options(options: SearchOptions, name: str, facts: Any, ctx: spaces
 def _warm_start(storage: str, workload: str, facts: Any) -> dict[str, Any] | None:
     """The searched knobs of the newest stored recipe for this workload and fingerprint, if any.
     A newer recipe recorded with another fingerprint scheme is skipped with a note."""
-    from .probes import outdated_fingerprint
+    from ..probes import outdated_fingerprint
 
     with RecipeStore.open(storage) as store:
         recipe = store.latest(workload=workload, fingerprint=facts.fingerprint)
@@ -398,10 +398,10 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Cal
     deadline = started + options.budget_s if options.budget_s else float("inf")
     notify = progress or (lambda event, data: None)
 
-    from . import probes
-    from ._confirm import confirm
-    from ._loop import SearchLoop, fail_orphans
-    from ._report import choose_recipe
+    from .. import probes
+    from .confirm import confirm
+    from .loop import SearchLoop, fail_orphans
+    from .report import choose_recipe
 
     facts = probes.probe()
     wl, ctx = _context(workload, facts, options)

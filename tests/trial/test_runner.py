@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from autotune.runner import run_trial
+from autotune.trial.runner import run_trial
 from autotune.search_spaces import SpaceContext, defaults
 
 FAULTY = "tests.faulty_workloads"
@@ -100,7 +100,7 @@ def no_file_left(monkeypatch) -> Any:
 
 
 def _trial_processes(seen: dict[int, str]) -> int:
-    return sum("autotune._trial" in cmdline for cmdline in seen.values())
+    return sum("autotune.trial.child" in cmdline for cmdline in seen.values())
 
 
 @pytest.mark.parametrize(
@@ -163,14 +163,14 @@ def test_the_next_trial_removes_directories_left_by_a_dead_search(facts, fast_se
     import sys
     import tempfile
 
-    from autotune import _host
+    from autotune.trial import lock
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where run_trial makes its directory
     dead = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    dead_owner = _host.owner(dead.pid)
+    dead_owner = lock.owner(dead.pid)
     dead.kill()
     dead.wait()
-    owners = {"dead": dead_owner, "alive": _host.owner(), "other-host": {**dead_owner, "host": "elsewhere/boot"}}
+    owners = {"dead": dead_owner, "alive": lock.owner(), "other-host": {**dead_owner, "host": "elsewhere/boot"}}
     for name, owner in owners.items():
         (tmp_path / f"autotune-trial-{name}").mkdir()
         (tmp_path / f"autotune-trial-{name}" / "owner.json").write_text(json.dumps(owner))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import UsageError
+from ..errors import UsageError
 
 _PART = re.compile(r"(\d+(?:\.\d+)?)([hms])")
 _UNIT = {"h": 3600.0, "m": 60.0, "s": 1.0}

@@ -7,13 +7,13 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune._confirm import beats, noise
+from autotune.study.confirm import beats, noise
 from autotune.cli.search import parse_fixes
 from autotune.errors import UsageError
 from autotune.recipe import Recipe
 from autotune.search_spaces import SpaceContext, defaults
 from autotune.store import RecipeStore
-from autotune.study import SearchOptions, _enqueue_next_seed, _seeds
+from autotune.study.run import SearchOptions, _enqueue_next_seed, _seeds
 
 CTX = SpaceContext(default_batch_size=32)
 
@@ -108,7 +108,7 @@ def test_fix_values_are_json_or_text() -> None:
 def test_a_compile_trial_gets_its_own_time_estimate(facts) -> None:
     """Compiling takes far longer than the timed steps: a compile mode not measured yet may use what the
     budget leaves after the confirmation runs, not 5x the median of uncompiled trials."""
-    from autotune._loop import SearchLoop
+    from autotune.study.loop import SearchLoop
 
     study = optuna.create_study(direction="maximize")
     for wall, mode in [(8.0, "none"), (10.0, "none"), (9.0, "none")]:
@@ -129,9 +129,9 @@ def test_a_compile_trial_gets_its_own_time_estimate(facts) -> None:
 def test_a_confirmation_run_of_a_compiled_recipe_gets_the_compile_time_limit(facts) -> None:
     """Confirmation runs are limited like search trials of their kind: a compiled candidate is not
     killed at 5x the median of the uncompiled trials."""
-    from autotune._confirm import confirm
-    from autotune._loop import SearchLoop
-    from autotune.runner import TrialResult
+    from autotune.study.confirm import confirm
+    from autotune.study.loop import SearchLoop
+    from autotune.trial.runner import TrialResult
 
     study = optuna.create_study(direction="maximize")
     for role, wall, mode, speed in [("baseline", 9.0, "none", 100.0), ("search", 10.0, "none", 90.0),

@@ -1,13 +1,13 @@
 """The trial runner: one short, real training run of the workload in a fresh subprocess.
 
-Environment and CPU affinity are set before the child's Python starts (``autotune.launch``); the
-child (``autotune._trial``) applies the rest with ``autotune.apply()``. The parent enforces the
+Environment and CPU affinity are set before the child's Python starts (``autotune.trial.launch``); the
+child (``autotune.trial.child``) applies the rest with ``autotune.apply()``. The parent enforces the
 time limit, forwards per-window throughput to the pruner, stops the whole process tree on a timeout,
 a prune or Ctrl-C, and classifies the outcome from the child's result file and exit status.
 
 Each trial works in a fresh ``autotune-trial-*`` directory under the temporary directory (spec, result,
 events, log, compile caches), removed when the trial ends. A search killed with ``kill -9`` runs no
-clean-up: the directory records its owner (``autotune._host``), and the next trial on this host removes
+clean-up: the directory records its owner (``autotune.trial.lock``), and the next trial on this host removes
 every trial directory whose owner is gone (``remove_abandoned``).
 """
 from __future__ import annotations
@@ -28,15 +28,15 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from . import _host, launch
-from . import search_spaces as spaces
+from .. import search_spaces as spaces
+from . import launch, lock
 
 log = logging.getLogger(__name__)
 
 Status = Literal["ok", "oom", "nan", "crash", "timeout", "pruned", "interrupted"]
 
 TRIAL_DIR_PREFIX = "autotune-trial-"
-OWNER_FILE = "owner.json"  # in a trial directory: the search process that made it (``autotune._host``)
+OWNER_FILE = "owner.json"  # in a trial directory: the search process that made it (``autotune.trial.lock``)
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ def run_trial(
         }
         (work / "spec.json").write_text(json.dumps(spec))
         plan = launch.plan(
-            [python, "-m", "autotune._trial", str(work / "spec.json")], params, facts, os.environ, keep_user_env=False
+            [python, "-m", "autotune.trial.child", str(work / "spec.json")], params, facts, os.environ, keep_user_env=False
         )
         # A cold compile cache per trial: compile time is measured as the user's first run pays it, and a
         # trial stopped mid-compile cannot leave a truncated kernel behind for the next one.
@@ -159,7 +159,7 @@ def remove_abandoned(root: Path | None = None) -> list[Path]:
             owner = json.loads((path / OWNER_FILE).read_text())
         except (OSError, ValueError):
             continue
-        if _host.owner_gone(owner):
+        if lock.owner_gone(owner):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
             log.info("removed %s, left by a search (pid %s) that died", path, owner.get("pid"))
@@ -172,7 +172,7 @@ def _trial_directory() -> Iterator[Path]:
     remove_abandoned()
     with tempfile.TemporaryDirectory(prefix=TRIAL_DIR_PREFIX) as tmp:
         work = Path(tmp)
-        (work / OWNER_FILE).write_text(json.dumps(_host.owner()))
+        (work / OWNER_FILE).write_text(json.dumps(lock.owner()))
         yield work
 
 

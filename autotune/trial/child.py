@@ -1,4 +1,4 @@
-"""The trial subprocess: ``python -m autotune._trial SPEC.json``.
+"""The trial subprocess: ``python -m autotune.trial.child SPEC.json``.
 
 Its environment and CPU affinity were set by the parent before Python started; everything else comes
 from ``autotune.apply()``, exactly as in the user's training. It trains the workload for a fixed
@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from . import distributed
+
 _PROCESS_START = time.perf_counter()
 
 
@@ -45,7 +47,7 @@ def _in_effect() -> dict[str, Any]:
     (merged in by the caller): ``amp``, what the first training step's forward pass ran with."""
     import torch
 
-    from .search_spaces import preload, threads
+    from ..search_spaces import preload, threads
 
     maps = Path("/proc/self/maps").read_text() if Path("/proc/self/maps").exists() else ""
     return {
@@ -142,10 +144,9 @@ def schedule(loss_steps: int, warmup_steps: int, windows: int) -> tuple[int, int
 def _train(spec: dict[str, Any], events: Any) -> dict[str, Any]:
     import torch
 
-    from . import _distributed
-    from .apply import apply
-    from .probes import Facts
-    from .workload import held_out_split, load_workload
+    from ..apply import apply
+    from ..probes import Facts
+    from ..workload import held_out_split, load_workload
 
     torch.manual_seed(spec["seed"])
     facts = Facts.from_dict(spec["facts"])
@@ -181,7 +182,7 @@ def _train(spec: dict[str, Any], events: Any) -> dict[str, Any]:
                 with tuned.autocast():
                     loss = workload.loss(model(*workload.model_inputs(batch)), batch)
                 stepped = tuned.step(loss, optimizer)
-        value = _distributed.mean_over_ranks(float(loss.detach()))  # every rank raises, or none
+        value = distributed.mean_over_ranks(float(loss.detach()))  # every rank raises, or none
         if not math.isfinite(value):
             raise NonFiniteLoss(f"the loss became {value}")
         return value
@@ -213,7 +214,7 @@ def _train(spec: dict[str, Any], events: Any) -> dict[str, Any]:
         start = time.perf_counter()
         run_steps(window_steps)
         sync()
-        elapsed = _distributed.max_over_ranks(time.perf_counter() - start)  # the slowest rank's time
+        elapsed = distributed.max_over_ranks(time.perf_counter() - start)  # the slowest rank's time
         rates.append(window_steps * step_samples / elapsed)
         events.write(json.dumps({"window": len(rates) - 1, "samples_per_s": rates[-1]}) + "\n")
         events.flush()
@@ -232,8 +233,8 @@ def _train(spec: dict[str, Any], events: Any) -> dict[str, Any]:
     compile_s = max(0.0, first_step_s - step_s)
     planned = spec["train_steps"] * step_samples
     in_effect = {**_in_effect(), "world_size": tuned.world_size, **tuned.in_effect}  # + sparsity, ipex
-    in_effect["ranks"] = _distributed.gather({k: in_effect[k] for k in ("threads", "cpus")})
-    _distributed.finish()
+    in_effect["ranks"] = distributed.gather({k: in_effect[k] for k in ("threads", "cpus")})
+    distributed.finish()
     return {
         "status": "ok",
         "samples_per_s": median,

@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import search_spaces as spaces
-from ._host import host_id, owner_gone
-from ._host import process_started as _process_started
-from .runner import TrialResult, run_trial
+from .. import search_spaces as spaces
+from ..trial.lock import host_id, owner_gone
+from ..trial.lock import process_started as _process_started
+from ..trial.runner import TrialResult, run_trial
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ class SearchLoop:
 
     def reserve_s(self, estimate: float | None) -> float:
         """Time kept for the confirmation runs: (candidates + baseline) x rounds full trials."""
-        from ._confirm import candidate_count
+        from .confirm import candidate_count
 
         if estimate is None or self.options.budget_s is None:
             return 0.0
@@ -98,7 +98,7 @@ class SearchLoop:
         """Returns why it stopped: ``budget``, ``trials``, ``space`` or ``baseline failed``."""
         import optuna
 
-        from .study import _enqueue_next_seed, host_lock
+        from .run import _enqueue_next_seed, host_lock
 
         skips = 0
         while True:

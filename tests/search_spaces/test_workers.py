@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from autotune import search_spaces as spaces
-from autotune.runner import run_trial
+from autotune.trial.runner import run_trial
 from autotune.workloads import tiny
 
 from ..fakes.machines import two_sockets
@@ -100,7 +100,7 @@ def test_apply_pins_compute_threads_and_workers_in_the_users_process(facts, tmp_
     script = textwrap.dedent(f"""
         import json, os, sys, warnings, torch, autotune
         sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
-        from tests.knobs.test_workers import AffinityDataset
+        from tests.search_spaces.test_workers import AffinityDataset
         from autotune.probes import Facts
         facts = Facts.from_json({facts.to_json()!r})
         with warnings.catch_warnings(record=True) as caught:

@@ -101,7 +101,7 @@ def _key(params: dict[str, Any]) -> str:
 
 def _lineup(study: Any, top: int) -> tuple[Any, list[Any]]:
     """The baseline's record and the ``top`` fastest feasible distinct recipes' records."""
-    from ._report import records
+    from .report import records
 
     searched = [r for r in records(study) if r.role != "confirm"]
     baseline = next((r for r in searched if r.role == "baseline" and r.result.status == "ok"), None)
@@ -124,8 +124,8 @@ def candidate_count(loop: Any) -> int:
 
 def _earlier_runs(study: Any) -> tuple[dict[str, list[float]], dict[str, str]]:
     """Confirmation runs already in the study (an earlier, perhaps interrupted, search): by recipe."""
-    from ._loop import MEASURED
-    from ._report import records
+    from .loop import MEASURED
+    from .report import records
 
     runs: dict[str, list[float]] = defaultdict(list)
     failed: dict[str, str] = {}
@@ -141,7 +141,7 @@ def _earlier_runs(study: Any) -> tuple[dict[str, list[float]], dict[str, str]]:
 
 def confirm(loop: Any) -> Confirmation | None:
     """Run the confirmation for ``loop``'s study (None when ``confirm_top`` or ``confirm_rounds`` is 0)."""
-    from .study import host_lock
+    from .run import host_lock
 
     options = loop.options
     if options.confirm_top <= 0 or options.confirm_rounds <= 0:

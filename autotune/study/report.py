@@ -3,16 +3,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import TrialError
-from .recipe import Recipe
-from ._confirm import MIN_NOISE
-from .runner import TrialResult
+from ..errors import TrialError
+from ..recipe import Recipe
+from ..trial.runner import TrialResult
+from .confirm import MIN_NOISE
 
 
 
 def records(study: Any) -> list[Any]:
     """Every finished trial of the study as a ``TrialRecord``, in order."""
-    from .study import TrialRecord
+    from .run import TrialRecord
 
     out = []
     for t in study.get_trials(deepcopy=False):

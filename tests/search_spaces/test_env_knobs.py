@@ -13,11 +13,11 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune import launch
+from autotune.trial import launch
 from autotune import search_spaces as spaces
 from autotune.probes import Runtime
 from autotune.recipe import load_recipe_file, to_env
-from autotune.runner import run_trial
+from autotune.trial.runner import run_trial
 
 from ..fakes.machines import two_sockets
 
