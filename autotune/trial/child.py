@@ -1,10 +1,11 @@
 """The trial subprocess: ``python -m autotune.trial.child SPEC.json``.
 
 Its environment and CPU affinity were set by the parent before Python started; everything else comes
-from ``autotune.apply()``, exactly as in the user's training. It trains the workload for a fixed
-number of samples (warm-up, then timed windows), evaluates the loss reached, and writes:
+from ``autotune.apply()``, exactly as in the user's training. It reads its ``TrialSpec``
+(``autotune.trial.spec``), trains the workload for a fixed number of samples (warm-up, then timed
+windows), evaluates the loss reached, and writes:
 - ``events`` (JSON lines): one line per timed window, for the pruner;
-- ``result`` (one JSON object, written atomically): status ``ok`` | ``oom`` | ``nan`` | ``crash``,
+- ``result`` (a ``TrialResult`` as JSON, written atomically): status ``ok`` | ``oom`` | ``nan`` | ``crash``,
   throughput, compile time, loss, and the settings found in effect in this process.
 The parent reads these files and the exit status, never stderr text.
 
@@ -24,10 +25,16 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+from ..apply import Tuned, apply
+from ..search_spaces import preload, threads
+from ..workload import Workload, held_out_split, load_workload
 from . import distributed
+from .spec import Status, TrialResult, TrialSpec
 
 _PROCESS_START = time.perf_counter()
 
@@ -36,9 +43,10 @@ class NonFiniteLoss(ArithmeticError):
     """The loss became NaN or infinite."""
 
 
-def _write_json(path: str, data: dict[str, Any]) -> None:
+def _write_result(path: str, result: TrialResult) -> None:
+    """Written atomically: the parent polls for the file and must never read half of it."""
     tmp = Path(path + ".tmp")
-    tmp.write_text(json.dumps(data))
+    tmp.write_text(result.to_json())
     os.replace(tmp, path)
 
 
@@ -46,8 +54,6 @@ def _in_effect() -> dict[str, Any]:
     """What this process actually runs with: the tests and the report check these. With ``Tuned.in_effect``
     (merged in by the caller): ``amp``, what the first training step's forward pass ran with."""
     import torch
-
-    from ..search_spaces import preload, threads
 
     maps = Path("/proc/self/maps").read_text() if Path("/proc/self/maps").exists() else ""
     return {
@@ -71,7 +77,7 @@ def _rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
-def _batches(loader: Any) -> Any:
+def _batches(loader: Any) -> Iterator[Any]:
     epoch = 0
     while True:
         if hasattr(loader.sampler, "set_epoch"):  # DistributedSampler: a new shuffle every pass
@@ -102,7 +108,7 @@ def _raise_if_a_worker_died(error: Exception, wait_s: float = 0.5) -> None:
         time.sleep(0.05)
 
 
-def _evaluate(workload: Any, tuned: Any, model: Any, held_out: Any) -> float:
+def _evaluate(workload: Workload, tuned: Tuned, model: Any, held_out: Any) -> float:
     """The loss on the held-out samples in float32 (or the workload's own metric)."""
     import torch
 
@@ -141,116 +147,136 @@ def schedule(loss_steps: int, warmup_steps: int, windows: int) -> tuple[int, int
     return warmup, 1, loss_steps - warmup
 
 
-def _train(spec: dict[str, Any], events: Any) -> dict[str, Any]:
-    import torch
+@dataclass
+class _Run:
+    """One trial's prepared training: the model and optimizer as ``apply()`` prepared them, the batches,
+    and the samples trained so far over all ranks."""
 
-    from ..apply import apply
-    from ..probes import Facts
-    from ..workload import held_out_split, load_workload
+    workload: Workload
+    tuned: Tuned
+    model: Any
+    optimizer: Any
+    batches: Iterator[Any]
+    held_out: Any  # the held-out samples, or None when the workload evaluates itself
+    sync: Callable[[], None]
+    trained: int = 0
 
-    torch.manual_seed(spec["seed"])
-    facts = Facts.from_dict(spec["facts"])
-    tuned = apply(spec["params"], facts=facts, check_hardware=False)
-    workload = load_workload(spec["workload"])
-    model = tuned.prepare_model(workload.model())
-    optimizer = tuned.scale_lr(workload.optimizer(model.parameters()))
-    model, optimizer = tuned.prepare(model, optimizer)
-    dataset, held_out = workload.dataset(), None
-    if workload.evaluate is None:
-        dataset, held_out = held_out_split(dataset, spec["eval_samples"])
-    generator = torch.Generator().manual_seed(spec["seed"])
-    sampler = tuned.sampler(dataset, seed=spec["seed"])
-    loader = torch.utils.data.DataLoader(
-        dataset, batch_size=tuned.batch_size, shuffle=sampler is None, sampler=sampler, drop_last=True,
-        generator=generator, **tuned.dataloader_kwargs,
-    )
-    batches = _batches(loader)
-    sync = torch.cuda.synchronize if tuned.device == "cuda" else (lambda: None)
-    step_samples = tuned.step_samples  # over all ranks
-    trained = 0  # samples over all ranks
-
-    def run_steps(count: int) -> float:
-        nonlocal trained
+    def steps(self, count: int) -> float:
+        """Train ``count`` optimizer steps; returns the last loss, averaged over the ranks."""
         if count == 0:
             return 0.0
-        loss = None
+        tuned, loss = self.tuned, None
         for _ in range(count):
             stepped = False
             while not stepped:
-                batch = tuned.to_device(*next(batches))
-                trained += len(batch[0]) * tuned.world_size
+                batch = tuned.to_device(*next(self.batches))
+                self.trained += len(batch[0]) * tuned.world_size
                 with tuned.autocast():
-                    loss = workload.loss(model(*workload.model_inputs(batch)), batch)
-                stepped = tuned.step(loss, optimizer)
+                    loss = self.workload.loss(self.model(*self.workload.model_inputs(batch)), batch)
+                stepped = tuned.step(loss, self.optimizer)
+        assert loss is not None  # count > 0: at least one forward pass ran
         value = distributed.mean_over_ranks(float(loss.detach()))  # every rank raises, or none
         if not math.isfinite(value):
             raise NonFiniteLoss(f"the loss became {value}")
         return value
 
+    def evaluate(self) -> tuple[float, int]:
+        """The held-out loss now, and the samples trained when it was taken."""
+        return _evaluate(self.workload, self.tuned, self.model, self.held_out), self.trained
+
+
+def _build(spec: TrialSpec) -> _Run:
+    """The workload prepared by ``apply()`` with the trial's knobs, exactly as in the user's training."""
+    import torch
+
+    seed = spec.settings.seed
+    torch.manual_seed(seed)
+    tuned = apply(spec.params, facts=spec.facts, check_hardware=False)
+    workload = load_workload(spec.workload)
+    model = tuned.prepare_model(workload.model())
+    optimizer = tuned.scale_lr(workload.optimizer(model.parameters()))
+    model, optimizer = tuned.prepare(model, optimizer)
+    dataset, held_out = workload.dataset(), None
+    if workload.evaluate is None:
+        dataset, held_out = held_out_split(dataset, spec.settings.eval_samples)
+    generator = torch.Generator().manual_seed(seed)
+    sampler = tuned.sampler(dataset, seed=seed)
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_size=tuned.batch_size, shuffle=sampler is None, sampler=sampler, drop_last=True,
+        generator=generator, **tuned.dataloader_kwargs,
+    )
+    sync = torch.cuda.synchronize if tuned.device == "cuda" else (lambda: None)
+    return _Run(workload, tuned, model, optimizer, _batches(loader), held_out, sync)
+
+
+@dataclass
+class _Windows:
+    """The timed windows of a trial: each one's global samples/s, written to ``events`` for the pruner."""
+
+    run: _Run
+    steps: int  # optimizer steps per window
+    events: IO[str]
+    rates: list[float] = field(default_factory=list)
+
+    def measure(self) -> None:
+        run = self.run
+        run.sync()
+        start = time.perf_counter()
+        run.steps(self.steps)
+        run.sync()
+        elapsed = distributed.max_over_ranks(time.perf_counter() - start)  # the slowest rank's time
+        self.rates.append(self.steps * run.tuned.step_samples / elapsed)
+        self.events.write(json.dumps({"window": len(self.rates) - 1, "samples_per_s": self.rates[-1]}) + "\n")
+        self.events.flush()
+
+
+def _train(spec: TrialSpec, events: IO[str]) -> TrialResult:
+    """Warm up, time the windows (the loss is taken after the study's ``loss_samples``), and report."""
+    run = _build(spec)
+    settings, step_samples = spec.settings, run.tuned.step_samples  # over all ranks
     # Every trial of a study takes its loss after the same samples (``runner.loss_samples``: whole steps
     # of every batch size offered), so the guard compares like with like.
-    loss_steps = -(-spec["loss_samples"] // step_samples)
-    warmup, window_steps, loss_window = schedule(loss_steps, spec["warmup_steps"], spec["windows"])
+    loss_steps = -(-spec.loss_samples // step_samples)
+    warmup, window_steps, loss_window = schedule(loss_steps, settings.warmup_steps, settings.windows)
     startup_s = time.perf_counter() - _PROCESS_START
     loss, loss_samples = math.nan, 0
-
-    def evaluate() -> None:
-        nonlocal loss, loss_samples
-        loss, loss_samples = _evaluate(workload, tuned, model, held_out), trained
-
     first_start = time.perf_counter()
-    run_steps(1)
-    sync()
+    run.steps(1)
+    run.sync()
     first_step_s = time.perf_counter() - first_start
-    run_steps(max(0, warmup - 1))
-    sync()
+    run.steps(max(0, warmup - 1))
+    run.sync()
     warmup_s = time.perf_counter() - first_start  # compile and warm-up: what the study's budget pays per trial
-    rates: list[float] = []
     if loss_window == 0:
-        evaluate()
-
-    def window() -> None:
-        sync()
-        start = time.perf_counter()
-        run_steps(window_steps)
-        sync()
-        elapsed = distributed.max_over_ranks(time.perf_counter() - start)  # the slowest rank's time
-        rates.append(window_steps * step_samples / elapsed)
-        events.write(json.dumps({"window": len(rates) - 1, "samples_per_s": rates[-1]}) + "\n")
-        events.flush()
-
-    for index in range(spec["windows"]):
-        window()
+        loss, loss_samples = run.evaluate()
+    windows = _Windows(run, window_steps, events)
+    for index in range(settings.windows):
+        windows.measure()
         if index + 1 == loss_window:
-            evaluate()
+            loss, loss_samples = run.evaluate()
     # A noisy measurement (shared machine) is re-measured with extra windows, after the quality check.
     extra = 0
-    while _spread(rates) > spec["max_spread"] and extra < spec["max_extra_windows"]:
-        window()
+    while _spread(windows.rates) > settings.max_spread and extra < settings.max_extra_windows:
+        windows.measure()
         extra += 1
+    return _result(spec, run, windows, first_step_s, startup_s=startup_s, warmup_s=warmup_s, loss=loss,
+                   loss_samples=loss_samples, steps=warmup + window_steps * len(windows.rates))
+
+
+def _result(spec: TrialSpec, run: _Run, windows: _Windows, first_step_s: float, **measured: Any) -> TrialResult:
+    """The trial's result: throughput with compile time amortised, and what was in effect in every rank."""
+    rates, step_samples = windows.rates, run.tuned.step_samples
     median = statistics.median(rates)
-    step_s = step_samples / median
-    compile_s = max(0.0, first_step_s - step_s)
-    planned = spec["train_steps"] * step_samples
-    in_effect = {**_in_effect(), "world_size": tuned.world_size, **tuned.in_effect}  # + sparsity, ipex
+    compile_s = max(0.0, first_step_s - step_samples / median)
+    planned = spec.settings.train_steps * step_samples
+    in_effect = {**_in_effect(), "world_size": run.tuned.world_size, **run.tuned.in_effect}  # + sparsity, ipex
     in_effect["ranks"] = distributed.gather({k: in_effect[k] for k in ("threads", "cpus")})
     distributed.finish()
-    return {
-        "status": "ok",
-        "samples_per_s": median,
-        "objective": planned / (compile_s + planned / median),
-        "windows": rates,
-        "spread": _spread(rates),
-        "compile_s": compile_s,
-        "startup_s": startup_s,
-        "warmup_s": warmup_s,
-        "timed_s": sum(window_steps * step_samples / rate for rate in rates),
-        "loss": loss,
-        "loss_samples": loss_samples,
-        "steps": warmup + window_steps * len(rates),
-        "in_effect": in_effect,
-        "warnings": tuned.warnings,
-    }
+    return TrialResult(
+        Status.OK, samples_per_s=median, objective=planned / (compile_s + planned / median), windows=rates,
+        spread=_spread(rates), compile_s=compile_s, timed_s=sum(windows.steps * step_samples / rate for rate in rates),
+        in_effect=in_effect, warnings=run.tuned.warnings, **measured,
+    )
 
 
 def _spread(rates: list[float]) -> float:
@@ -259,32 +285,32 @@ def _spread(rates: list[float]) -> float:
     return (max(rates) - min(rates)) / statistics.median(rates)
 
 
-def _failure(status: str, error: BaseException) -> dict[str, Any]:
+def _failure(status: Status, error: BaseException) -> TrialResult:
     message = " ".join(str(error).split())[:500]
     # failed_at: of several ranks' failures the earliest is the cause, the others its consequences
-    return {"status": status, "error": f"{type(error).__name__}: {message}", "failed_at": time.time()}
+    return TrialResult(status, error=f"{type(error).__name__}: {message}", failed_at=time.time())
 
 
 def main(argv: list[str]) -> int:
-    spec = json.loads(Path(argv[0]).read_text())
+    spec = TrialSpec.from_json(Path(argv[0]).read_text())
     rank = _rank()
-    with open(spec["events"] if rank == 0 else os.devnull, "a") as events:
+    with open(spec.events if rank == 0 else os.devnull, "a") as events:
         try:
             result = _train(spec, events)
         except NonFiniteLoss as e:
-            result = _failure("nan", e)
+            result = _failure(Status.NAN, e)
         except MemoryError as e:
-            result = _failure("oom", e)
+            result = _failure(Status.OOM, e)
         except Exception as e:  # noqa: BLE001 - every failure becomes a recorded trial
             import torch
 
-            result = _failure("oom" if isinstance(e, torch.OutOfMemoryError) else "crash", e)
+            result = _failure(Status.OOM if isinstance(e, torch.OutOfMemoryError) else Status.CRASH, e)
     if rank == 0:
-        _write_json(spec["result"], result)
-    elif result["status"] != "ok":
-        _write_json(str(Path(spec["result"]).with_suffix(f".rank{rank}.json")), result)
+        _write_result(spec.result, result)
+    elif result.status != Status.OK:
+        _write_result(str(Path(spec.result).with_suffix(f".rank{rank}.json")), result)
     # Several ranks: a failure exits 1 so that torch.distributed.run stops the ranks still waiting on it.
-    return 1 if int(os.environ.get("WORLD_SIZE", "1")) > 1 and result["status"] != "ok" else 0
+    return 1 if int(os.environ.get("WORLD_SIZE", "1")) > 1 and result.status != Status.OK else 0
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Who owns what a process leaves on this host, so that a later process can tell whether its owner still runs.
+"""One trial at a time on this host (``host_lock``), and who owns what a process leaves on it, so that a
+later process can tell whether its owner still runs.
 
 A pid alone is not enough: pids are reused. An owner is ``{"host", "pid", "pid_started"}``: the host is
 its name with the kernel's boot id (a reboot restarts pids), and the start time tells a reused pid
@@ -10,11 +11,33 @@ False
 """
 from __future__ import annotations
 
+import fcntl
+import logging
 import os
 import socket
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+@contextmanager
+def host_lock() -> Iterator[None]:
+    """One trial at a time on this host: parallel trials would measure each other."""
+    path = os.path.join(tempfile.gettempdir(), "autotune-trials.lock")
+    with open(path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.warning("another autotune trial runs on this host; waiting for it to end")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def host_id() -> str:
@@ -46,3 +69,6 @@ def owner_gone(record: Mapping[str, Any]) -> bool | None:
         return None
     # The same pid started at the very same time is the same process (or a reuse that cannot be told apart).
     return process_started(int(record["pid"])) != record.get("pid_started")
+
+
+__all__ = ["host_id", "host_lock", "owner", "owner_gone", "process_started"]

@@ -23,60 +23,23 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from .. import search_spaces as spaces
+from ..probes import Facts
 from . import launch, lock
+from .spec import OnWindow, Status, TrialResult, TrialSettings, TrialSpec
 
 log = logging.getLogger(__name__)
-
-Status = Literal["ok", "oom", "nan", "crash", "timeout", "pruned", "interrupted"]
 
 TRIAL_DIR_PREFIX = "autotune-trial-"
 OWNER_FILE = "owner.json"  # in a trial directory: the search process that made it (``autotune.trial.lock``)
 
 
-@dataclass(frozen=True)
-class TrialSettings:
-    """How much each trial trains and how it is timed (the same for every trial of a study)."""
-
-    warmup_steps: int = 4  # excluded from timing
-    measure_steps: int = 24  # at the reference batch size, split into timed windows (see loss_samples)
-    windows: int = 3
-    max_extra_windows: int = 2  # re-measure when the windows' spread is above max_spread
-    max_spread: float = 0.15
-    train_steps: int = 5000  # the planned training run that compile time is amortised over
-    eval_samples: int = 512  # held out of the training data: the loss the quality guard compares
-    seed: int = 0
-
-
-@dataclass(frozen=True)
-class TrialResult:
-    status: Status
-    samples_per_s: float | None = None
-    objective: float | None = None  # samples/s with compile time amortised over train_steps
-    spread: float | None = None
-    windows: list[float] = field(default_factory=list)
-    compile_s: float | None = None
-    startup_s: float | None = None  # process start to the first training step (imports, model, data)
-    warmup_s: float | None = None  # first step (compile) and warm-up steps, not timed
-    timed_s: float | None = None  # the timed windows
-    loss: float | None = None  # on the held-out samples (or the workload's evaluate)
-    loss_samples: int | None = None  # samples trained (over all ranks) when the loss was taken
-    wall_s: float = 0.0
-    error: str | None = None
-    in_effect: dict[str, Any] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)  # knobs not applied as asked (launcher, apply())
-    log_tail: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def loss_samples(settings: TrialSettings, params: dict[str, Any], facts: Any) -> int:
+def loss_samples(settings: TrialSettings, params: dict[str, Any], facts: Facts) -> int:
     """The samples every trial of a study trains before its loss is taken: the reference batch's
     ``warmup_steps + measure_steps`` steps, rounded up to whole optimizer steps of every batch size and
     process count the study offers (a step's samples are summed over ranks and accumulated micro-batches).
@@ -109,11 +72,11 @@ def _log_tail(path: Path, limit: int = 1500) -> str | None:
 def run_trial(
     workload: str,
     params: dict[str, Any],
-    facts: Any,
+    facts: Facts,
     settings: TrialSettings,
     *,
     timeout_s: float,
-    on_window: Callable[[int, float], bool] | None = None,
+    on_window: OnWindow | None = None,
     python: str = sys.executable,
 ) -> TrialResult:
     """Run one trial; ``on_window(index, samples_per_s)`` returning True prunes it.
@@ -121,17 +84,13 @@ def run_trial(
     Raises KeyboardInterrupt after stopping the trial's process tree when interrupted.
     """
     with _trial_directory() as work:
-        spec = {
-            **asdict(settings),
-            "workload": workload,
-            "params": params,
-            "facts": facts.to_dict(),
-            "reference_batch": int(params.get("reference_batch") or params["batch_size"]),
-            "loss_samples": loss_samples(settings, params, facts),
-            "events": str(work / "events.jsonl"),
-            "result": str(work / "result.json"),
-        }
-        (work / "spec.json").write_text(json.dumps(spec))
+        spec = TrialSpec(
+            workload=workload, params=params, facts=facts, settings=settings,
+            reference_batch=int(params.get("reference_batch") or params["batch_size"]),
+            loss_samples=loss_samples(settings, params, facts),
+            events=str(work / "events.jsonl"), result=str(work / "result.json"),
+        )
+        (work / "spec.json").write_text(spec.to_json())
         plan = launch.plan(
             [python, "-m", "autotune.trial.child", str(work / "spec.json")], params, facts, os.environ, keep_user_env=False
         )
@@ -147,6 +106,18 @@ def run_trial(
         wall = time.monotonic() - started
         result = _classify(outcome, proc.returncode, work, wall, timeout_s)
         return replace(result, warnings=[*plan.warnings, *result.warnings]) if plan.warnings else result
+
+
+@dataclass(frozen=True)
+class SubprocessMeasurer:
+    """The default ``Measurer``: every measurement is a trial subprocess (``run_trial``)."""
+
+    workload: str
+    facts: Facts
+    settings: TrialSettings
+
+    def measure(self, params: dict[str, Any], timeout_s: float, on_window: OnWindow | None = None) -> TrialResult:
+        return run_trial(self.workload, params, self.facts, self.settings, timeout_s=timeout_s, on_window=on_window)
 
 
 def remove_abandoned(root: Path | None = None) -> list[Path]:
@@ -191,7 +162,7 @@ def _private_tmpdir(env: dict[str, str], work: Path) -> None:
         env["TMPDIR"] = str(tmp)
 
 
-def _watch(proc: Any, events: Path, deadline: float, on_window: Callable[[int, float], bool] | None) -> str | None:
+def _watch(proc: subprocess.Popen[bytes], events: Path, deadline: float, on_window: OnWindow | None) -> str | None:
     """Wait for the child; returns why autotune stopped it (timeout, pruned) or None."""
     seen = 0
     try:
@@ -226,37 +197,36 @@ def _failed(work: Path) -> bool:
     if any(work.glob("result.rank*.json")):
         return True
     try:
-        return json.loads((work / "result.json").read_text())["status"] != "ok"
+        return TrialResult.from_json((work / "result.json").read_text()).status != Status.OK
     except (OSError, ValueError):
         return False
 
 
-def _read_result(work: Path) -> dict[str, Any] | None:
+def _read_result(work: Path) -> TrialResult | None:
     """Rank 0's ``result.json`` when it succeeded; else the earliest failure any rank wrote
     (``result.rank<R>.json`` with several processes): the later ones are its consequences."""
-    found = [json.loads(path.read_text()) for path in sorted(work.glob("result*.json"))]
-    ok = [data for data in found if data["status"] == "ok"]
+    found = [TrialResult.from_json(path.read_text()) for path in sorted(work.glob("result*.json"))]
+    ok = [result for result in found if result.status == Status.OK]
     if ok or not found:
         return ok[0] if ok else None
-    return min(found, key=lambda data: data.get("failed_at", 0.0))
+    return min(found, key=lambda result: result.failed_at or 0.0)
 
 
 def _classify(stopped: str | None, returncode: int | None, work: Path, wall: float, timeout_s: float) -> TrialResult:
     tail = _log_tail(work / "stderr.log")
     if stopped == "timeout":
-        return TrialResult("timeout", wall_s=wall, error=f"no result within {timeout_s:.0f} s", log_tail=tail)
+        return TrialResult(Status.TIMEOUT, wall_s=wall, error=f"no result within {timeout_s:.0f} s", log_tail=tail)
     if stopped == "pruned":
-        return TrialResult("pruned", wall_s=wall, error="slower than earlier trials at the same point")
-    data = _read_result(work)
-    if data is not None:
-        known = {k: v for k, v in data.items() if k in TrialResult.__dataclass_fields__}
-        return TrialResult(**{**known, "wall_s": wall, "log_tail": tail if data["status"] != "ok" else None})
+        return TrialResult(Status.PRUNED, wall_s=wall, error="slower than earlier trials at the same point")
+    written = _read_result(work)
+    if written is not None:
+        return replace(written, wall_s=wall, log_tail=tail if written.status != Status.OK else None)
     # With several processes a rank killed by SIGKILL is seen here only as torch.distributed.run's
     # failure (status 1): it is recorded as a crash, the rank's exit code is in the log tail.
     if returncode == -signal.SIGKILL:
         # Nobody but the kernel's OOM killer sends SIGKILL to a trial autotune did not stop itself.
-        return TrialResult("oom", wall_s=wall, error="killed by SIGKILL (the kernel's out-of-memory killer)", log_tail=tail)
-    return TrialResult("crash", wall_s=wall, error=f"the trial process {_ended(returncode)} and wrote no result",
+        return TrialResult(Status.OOM, wall_s=wall, error="killed by SIGKILL (the kernel's out-of-memory killer)", log_tail=tail)
+    return TrialResult(Status.CRASH, wall_s=wall, error=f"the trial process {_ended(returncode)} and wrote no result",
                        log_tail=tail)
 
 
@@ -268,3 +238,6 @@ def _ended(returncode: int | None) -> str:
         return f"was killed by {signal.Signals(-returncode).name}"  # SIGSEGV, SIGABRT: a fault in native code
     except ValueError:
         return f"was killed by signal {-returncode}"
+
+
+__all__ = ["OWNER_FILE", "TRIAL_DIR_PREFIX", "SubprocessMeasurer", "loss_samples", "remove_abandoned", "run_trial"]
