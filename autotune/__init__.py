@@ -28,7 +28,7 @@ def probe(root: str | None = None, **kwargs: Any) -> Any:
 
 
 def search(workload: str, **kwargs: Any) -> Any:
-    """Run a search study; see ``autotune.study.run.search``."""
-    from .study.run import search as _search
+    """Run a search study; see ``autotune.study.search``."""
+    from .study import search as _search
 
     return _search(workload, **kwargs)

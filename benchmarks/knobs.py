@@ -92,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from autotune import probes
     from autotune import search_spaces as spaces
-    from autotune.trial.runner import TrialSettings, run_trial
-    from autotune.study.run import SearchOptions, _context, _run_settings
+    from autotune.trial import TrialSettings, run_trial
+    from autotune.study import SearchOptions, run_settings, search_context
 
     facts = probes.probe()
     settings = TrialSettings(warmup_steps=args.warmup_steps, measure_steps=args.steps, train_steps=args.train_steps)
@@ -104,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     summary: dict[str, Any] = {"machine": facts.cpu.model, "fingerprint": facts.fingerprint, "rounds": args.rounds,
                                "workloads": {}}
     for workload in args.workloads:
-        _, ctx = _context(workload, facts, options)
-        base = {**spaces.defaults(facts, ctx), **_run_settings(ctx, options)}
+        _, ctx = search_context(workload, facts, options)
+        base = {**spaces.defaults(facts, ctx), **run_settings(ctx, options)}
         changes = [(label, c) for label, c in variants(facts, ctx) if args.only is None or set(c) & set(args.only)]
         runs: dict[str, list[Any]] = {"defaults": [], **{label: [] for label, _ in changes}}
         for round_ in range(args.rounds):

@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from autotune import probes
-    from autotune.trial.runner import TrialSettings, run_trial
+    from autotune.trial import TrialSettings, run_trial
     from autotune.search_spaces import SpaceContext, defaults
     from autotune.workload import load_workload
 

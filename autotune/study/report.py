@@ -1,42 +1,28 @@
 """From a study's recorded trials to the recipe: feasible, faster than the defaults beyond noise."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..errors import TrialError
 from ..recipe import Recipe
-from ..trial.runner import TrialResult
-from .confirm import MIN_NOISE
+from ..trial.spec import Status
+from .records import BASELINE, CONFIRM, Candidate, Confirmation, TrialRecord, records
+from .significance import allowance
+
+if TYPE_CHECKING:
+    import optuna
+
+    from ..probes import Facts
 
 
-
-def records(study: Any) -> list[Any]:
-    """Every finished trial of the study as a ``TrialRecord``, in order."""
-    from .run import TrialRecord
-
-    out = []
-    for t in study.get_trials(deepcopy=False):
-        attrs = t.user_attrs
-        if "status" not in attrs or "params" not in attrs:
-            continue
-        fields = {k: attrs[k] for k in TrialResult.__dataclass_fields__ if k in attrs}
-        result = TrialResult(**fields)
-        constraints = t.constraints or {}  # set_constraint's key -> value; feasible when all <= 0
-        values = constraints.values() if isinstance(constraints, dict) else constraints
-        feasible = result.status == "ok" and all(v <= 0 for v in values)
-        reason = attrs.get("infeasible") or (attrs.get("error") if result.status != "ok" else None)
-        out.append(TrialRecord(t.number, attrs.get("role", "search"), attrs["params"], result, feasible, reason))
-    return out
-
-
-def choose_recipe(study: Any, workload: str, facts: Any, name: str,
-                  confirmation: Any = None) -> tuple[Recipe, Any, Any, list[Any]]:
+def choose_recipe(study: optuna.Study, workload: str, facts: Facts, name: str,
+                  confirmation: Confirmation | None = None) -> tuple[Recipe, TrialRecord, TrialRecord, list[TrialRecord]]:
     """The recipe (with baseline and best records). With a confirmation, its side-by-side runs decide
-    (``autotune._confirm``); without one, the fastest feasible trial's single measurement, which must
+    (``autotune.study.confirm``); without one, the fastest feasible trial's single measurement, which must
     beat the defaults' by more than the noise. Otherwise the recipe keeps the defaults."""
     all_records = records(study)
-    searched = [r for r in all_records if r.role != "confirm"]
-    baselines = [r for r in searched if r.role == "baseline" and r.result.status == "ok"]
+    searched = [r for r in all_records if r.role != CONFIRM]
+    baselines = [r for r in searched if r.role == BASELINE and r.result.status == Status.OK]
     if not baselines:
         raise TrialError("the study has no completed baseline trial")
     baseline = baselines[0]
@@ -45,7 +31,7 @@ def choose_recipe(study: Any, workload: str, facts: Any, name: str,
         best, speed, base_speed = _confirmed(confirmation, searched, baseline, notes)
     else:
         best, speed, base_speed = _single(searched, baseline, notes, confirmation)
-    infeasible = [r for r in searched if r.result.status == "ok" and not r.feasible]
+    infeasible = [r for r in searched if r.result.status == Status.OK and not r.feasible]
     if infeasible:
         after = f" after {baseline.result.loss_samples} samples" if baseline.result.loss_samples else ""
         notes.append(f"{len(infeasible)} trial(s) rejected by the quality guard (held-out loss{after} above the limit)")
@@ -58,11 +44,12 @@ def choose_recipe(study: Any, workload: str, facts: Any, name: str,
     return recipe, baseline, best, all_records
 
 
-def _range(c: Any) -> str:
+def _range(c: Candidate) -> str:
     return f"median {c.median:.1f} samples/s, range {c.low:.1f}-{c.high:.1f} over {len(c.runs)} run(s)"
 
 
-def _confirmed(confirmation: Any, searched: list[Any], baseline: Any, notes: list[str]) -> tuple[Any, float, float]:
+def _confirmed(confirmation: Confirmation, searched: list[TrialRecord], baseline: TrialRecord,
+               notes: list[str]) -> tuple[TrialRecord, float, float]:
     base = confirmation.baseline
     winner = confirmation.best
     contender = next((c for c in confirmation.candidates if c.runs and c.failed is None), None)
@@ -85,27 +72,32 @@ def _confirmed(confirmation: Any, searched: list[Any], baseline: Any, notes: lis
     return record, winner.median, base.median
 
 
-def _single(searched: list[Any], baseline: Any, notes: list[str], confirmation: Any) -> tuple[Any, float, float]:
+def _single(searched: list[TrialRecord], baseline: TrialRecord, notes: list[str],
+            confirmation: Confirmation | None) -> tuple[TrialRecord, float, float]:
     feasible = [r for r in searched if r.feasible]
-    best = max(feasible, key=lambda r: r.result.objective)
-    noise = max(MIN_NOISE, (baseline.result.spread or 0) / 2, (best.result.spread or 0) / 2)
+    best = max(feasible, key=lambda r: r.result.objective or 0.0)
+    noise = allowance(baseline.result.spread, best.result.spread)  # of each one's timed windows
     if confirmation is None:
         notes.append("not confirmed side by side (confirmation off): single measurements")
     elif confirmation.note:
         notes.append(f"not confirmed side by side: {confirmation.note}")
-    if best.result.objective < baseline.result.objective * (1 + noise):
+    speed, base_speed = best.result.objective or 0.0, baseline.result.objective or 0.0
+    if speed < base_speed * (1 + noise):
         notes.append(f"nothing beat PyTorch's defaults beyond noise ({noise:.0%}): the recipe keeps the defaults")
-        best = baseline
-    return best, best.result.objective, baseline.result.objective
+        best, speed = baseline, base_speed
+    return best, speed, base_speed
 
 
-def time_note(all_records: list[Any]) -> str:
+def time_note(all_records: list[TrialRecord]) -> str:
     """Where the trials' time went: process startup, compile and warm-up, timed windows, the rest."""
-    def total(field: str, rows: list[Any]) -> float:
+    def total(field: str, rows: list[TrialRecord]) -> float:
         return sum(getattr(r.result, field) or 0.0 for r in rows)
 
-    confirm = [r for r in all_records if r.role == "confirm"]
+    confirm = [r for r in all_records if r.role == CONFIRM]
     wall, startup, warmup, timed = (total(f, all_records) for f in ("wall_s", "startup_s", "warmup_s", "timed_s"))
     return (f"time in {len(all_records)} trial(s): {wall:.0f} s, of which startup {startup:.0f} s, "
             f"compile and warm-up {warmup:.0f} s, timed {timed:.0f} s, evaluation and exit {max(0.0, wall - startup - warmup - timed):.0f} s; "
             f"confirmation runs {total('wall_s', confirm):.0f} s of it")
+
+
+__all__ = ["choose_recipe", "time_note"]

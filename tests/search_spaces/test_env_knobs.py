@@ -17,7 +17,7 @@ from autotune.trial import launch
 from autotune import search_spaces as spaces
 from autotune.probes import Runtime
 from autotune.recipe import load_recipe_file, to_env
-from autotune.trial.runner import run_trial
+from autotune.trial import run_trial
 
 from ..fakes.machines import two_sockets
 

@@ -16,7 +16,7 @@ from dataclasses import replace
 import pytest
 
 from autotune import search_spaces as spaces
-from autotune.trial.runner import run_trial
+from autotune.trial import run_trial
 
 # Stands in for intel-extension-for-pytorch, which cannot be installed beside torch 2.13.
 FAKE_IPEX = r'''

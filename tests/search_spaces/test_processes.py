@@ -21,7 +21,7 @@ from autotune.trial import launch
 from autotune import search_spaces as spaces
 from autotune.errors import UsageError
 from autotune.probes import Allowed, Core, Runtime
-from autotune.trial.runner import run_trial
+from autotune.trial import run_trial
 from autotune.search_spaces import SpaceContext
 
 from ..conftest import REPO, SHARED

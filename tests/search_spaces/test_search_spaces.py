@@ -87,12 +87,12 @@ def test_the_largest_batch_follows_memory_weights_and_activations() -> None:
 def test_a_search_context_caps_batch_sizes_by_probed_memory(facts) -> None:
     from dataclasses import replace
 
-    from autotune.study.run import SearchOptions, _context
+    from autotune.study import SearchOptions, search_context
 
-    _, roomy = _context("cnn", facts, SearchOptions())
+    _, roomy = search_context("cnn", facts, SearchOptions())
     assert roomy.max_batch_size is not None and spaces.batch.sizes(roomy) == (16, 32, 64, 128, 256)
     tight = replace(facts, memory=replace(facts.memory, available_bytes=2**29))  # 512 MiB available
-    _, ctx = _context("cnn", tight, SearchOptions())
+    _, ctx = search_context("cnn", tight, SearchOptions())
     assert 64 <= ctx.max_batch_size < 256 and max(spaces.batch.sizes(ctx)) <= ctx.max_batch_size
 
 

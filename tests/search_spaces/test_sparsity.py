@@ -12,7 +12,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import autotune
 from autotune import search_spaces as spaces
 from autotune.probes import Gpu
-from autotune.trial.runner import run_trial
+from autotune.trial import run_trial
 from autotune.search_spaces import _prune, _semisparse
 from autotune.workloads import cnn, tiny, transformer
 
@@ -211,9 +211,9 @@ def single_linear():
     ("workload", "prunable", "semi"), [("tiny", True, True), (f"{__name__}:single_linear", False, False)]
 )
 def test_study_context_decides_on_the_workloads_model(facts, workload, prunable, semi) -> None:
-    from autotune.study.run import SearchOptions, _context
+    from autotune.study import SearchOptions, search_context
 
-    _, ctx = _context(workload, facts, SearchOptions())
+    _, ctx = search_context(workload, facts, SearchOptions())
     assert (ctx.prunable, ctx.semi_structured) == (prunable, semi)  # Linear(64, 128): both dims % 64
 
 

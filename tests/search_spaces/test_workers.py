@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from autotune import search_spaces as spaces
-from autotune.trial.runner import run_trial
+from autotune.trial import run_trial
 from autotune.workloads import tiny
 
 from ..fakes.machines import two_sockets

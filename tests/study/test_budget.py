@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.study.budget import parse_duration
+from autotune.study import parse_duration
 from autotune.errors import UsageError
 
 

@@ -10,14 +10,14 @@ import optuna
 import pytest
 
 from autotune import search_spaces as spaces
-from autotune.study.loop import SearchLoop
-from autotune.study.report import records
+from autotune.study import SearchLoop
+from autotune.study.records import records
 from autotune.errors import UsageError
 from autotune.recipe import Recipe
-from autotune.trial.runner import TrialSettings
+from autotune.trial import TrialSettings
 from autotune.search_spaces import SpaceContext, defaults
 from autotune.store import RecipeStore
-from autotune.study.run import SearchOptions, search
+from autotune.study import SearchOptions, search
 
 from ..conftest import run_cli
 from .conftest import QUICK, trials

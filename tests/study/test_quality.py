@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from autotune import search_spaces as spaces
-from autotune.study.report import choose_recipe
+from autotune.study import choose_recipe
 from autotune.trial.child import schedule
-from autotune.trial.runner import TrialSettings, loss_samples, run_trial
+from autotune.trial import TrialSettings, loss_samples, run_trial
 from autotune.workload import held_out_split
 
 from .. import quality_workloads as qw

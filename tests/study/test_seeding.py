@@ -7,13 +7,14 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.study.confirm import beats, noise
+from autotune.study import beats, noise
 from autotune.cli.search import parse_fixes
 from autotune.errors import UsageError
 from autotune.recipe import Recipe
 from autotune.search_spaces import SpaceContext, defaults
 from autotune.store import RecipeStore
-from autotune.study.run import SearchOptions, _enqueue_next_seed, _seeds
+from autotune.study import SearchOptions, enqueue_next_seed
+from autotune.study.seeds import seeds as search_seeds
 
 CTX = SpaceContext(default_batch_size=32)
 
@@ -27,8 +28,8 @@ def _measure_seeds(study, seeds, count: int) -> list[tuple[str, dict]]:
     """Ask and complete ``count`` trials as the search loop does: the next seed is enqueued before each ask."""
     order = []
     for _ in range(count):
-        assert _enqueue_next_seed(study, seeds)
-        assert not _enqueue_next_seed(study, seeds)  # one waits already: nothing more is queued
+        assert enqueue_next_seed(study, seeds)
+        assert not enqueue_next_seed(study, seeds)  # one waits already: nothing more is queued
         trial = study.ask()
         frozen = study.get_trials(deepcopy=False)[trial.number]  # the live Trial does not show the fixed params
         order.append((frozen.user_attrs["role"], frozen.system_attrs["fixed_params"]))
@@ -46,7 +47,7 @@ def test_the_stored_recipe_for_this_workload_and_hardware_comes_right_after_the_
             store.save(Recipe(params=recipe, workload="tiny",
                               fingerprint=facts.fingerprint if stored_for == "this" else "0123456789ab"))
     study = optuna.create_study(storage=storage)
-    queued = _measure_seeds(study, _seeds(facts, CTX, SearchOptions(storage=storage), "tiny"), 2)
+    queued = _measure_seeds(study, search_seeds(facts, CTX, SearchOptions(storage=storage), "tiny"), 2)
     assert queued[0] == ("baseline", defaults(facts, CTX))
     if stored_for == "this":
         assert queued[1][0] == "warm-start"
@@ -58,7 +59,7 @@ def test_the_stored_recipe_for_this_workload_and_hardware_comes_right_after_the_
 
 def test_fixed_knobs_hold_in_every_seed_but_the_baseline(facts, tmp_path: Path) -> None:
     options = SearchOptions(storage=f"sqlite:///{tmp_path}/s.db", fixed={"threads": 1})
-    seeds = _seeds(facts, CTX, options, "tiny")
+    seeds = search_seeds(facts, CTX, options, "tiny")
     assert seeds[0] == ("baseline", defaults(facts, CTX))
     assert len(seeds) > 1 and all(params["threads"] == 1 for _, params in seeds[1:])
     assert len({str(sorted(p.items())) for _, p in seeds}) == len(seeds)  # no seed measured twice
@@ -67,10 +68,10 @@ def test_fixed_knobs_hold_in_every_seed_but_the_baseline(facts, tmp_path: Path) 
 def test_an_interrupted_seed_comes_first_again_but_not_a_finished_one(facts, tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path}/s.db"
     study = optuna.create_study(storage=storage)
-    seeds = _seeds(facts, SpaceContext(default_batch_size=32, conv=True), SearchOptions(storage=storage), "cnn")
+    seeds = search_seeds(facts, SpaceContext(default_batch_size=32, conv=True), SearchOptions(storage=storage), "cnn")
     assert len(seeds) >= 3  # baseline, heuristic and at least one more seed (channels_last) still to come
     assert _measure_seeds(study, seeds, 1) == [seeds[0]]
-    assert _enqueue_next_seed(study, seeds)
+    assert enqueue_next_seed(study, seeds)
     heuristic = study.ask()
     heuristic.set_user_attr("status", "interrupted")  # Ctrl-C, or failed after a kill -9
     study.tell(heuristic, state=optuna.trial.TrialState.FAIL)
@@ -108,7 +109,7 @@ def test_fix_values_are_json_or_text() -> None:
 def test_a_compile_trial_gets_its_own_time_estimate(facts) -> None:
     """Compiling takes far longer than the timed steps: a compile mode not measured yet may use what the
     budget leaves after the confirmation runs, not 5x the median of uncompiled trials."""
-    from autotune.study.loop import SearchLoop
+    from autotune.study import SearchLoop
 
     study = optuna.create_study(direction="maximize")
     for wall, mode in [(8.0, "none"), (10.0, "none"), (9.0, "none")]:
@@ -130,8 +131,8 @@ def test_a_confirmation_run_of_a_compiled_recipe_gets_the_compile_time_limit(fac
     """Confirmation runs are limited like search trials of their kind: a compiled candidate is not
     killed at 5x the median of the uncompiled trials."""
     from autotune.study.confirm import confirm
-    from autotune.study.loop import SearchLoop
-    from autotune.trial.runner import TrialResult
+    from autotune.study import SearchLoop
+    from autotune.trial import TrialResult
 
     study = optuna.create_study(direction="maximize")
     for role, wall, mode, speed in [("baseline", 9.0, "none", 100.0), ("search", 10.0, "none", 90.0),
@@ -143,7 +144,7 @@ def test_a_confirmation_run_of_a_compiled_recipe_gets_the_compile_time_limit(fac
     class Recording(SearchLoop):
         def run_one(self, trial, role, params, timeout):
             limits[params["compile_mode"]] = timeout
-            self._record(trial, role, params, TrialResult("ok", samples_per_s=100.0, objective=100.0, loss=1.0))
+            self.record(trial, role, params, TrialResult("ok", samples_per_s=100.0, objective=100.0, loss=1.0))
             return TrialResult("ok", objective=100.0)
 
     options = SearchOptions(budget_s=10_000, confirm_top=1, confirm_rounds=1)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from autotune.trial.runner import run_trial
+from autotune.trial import run_trial
 from autotune.search_spaces import SpaceContext, defaults
 
 FAULTY = "tests.faulty_workloads"
