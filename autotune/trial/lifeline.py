@@ -7,7 +7,7 @@ with ``kill -9`` (no Python code of the search runs then):
    *direct* child when its parent dies. It is not inherited by the child's own children
    (DataLoader workers, inductor compile workers, torchrun ranks), and it fires when the *thread*
    that forked the child exits, so processes are started from the main thread only.
-2. A watchdog process per started tree (``python -I _lifeline.py PGID``), in a session of its own
+2. A watchdog process per started tree (``python -I lifeline.py PGID``), in a session of its own
    (so a Ctrl-C in the terminal does not reach it). Its stdin is the read end of a pipe whose only
    write end the starting process holds; the kernel closes that end however the starter dies, the
    watchdog reads end-of-file and SIGKILLs the tree's process group. Every descendant of the
