@@ -43,10 +43,14 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import search_spaces as spaces
 from . import distributed
+
+if TYPE_CHECKING:
+    from ..probes import Facts
+    from ..recipe import Recipe
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +67,7 @@ class LaunchPlan:
 def plan(
     cmd: list[str],
     params: dict[str, Any],
-    facts: Any,
+    facts: Facts,
     base_env: Mapping[str, str],
     *,
     keep_user_env: bool,
@@ -100,7 +104,7 @@ def plan(
                       membind=tuple(membind or ()))
 
 
-def probe_for(params: dict[str, Any]) -> Any:
+def probe_for(params: dict[str, Any]) -> Facts:
     """The facts a recipe's environment is resolved against, probed the same way wherever it is resolved:
     with the GPUs when it trains on CUDA (their links decide ``NCCL_P2P_LEVEL``, their local CPUs the ranks'
     cores), without them otherwise (NVML costs time and decides nothing on CPU)."""
@@ -109,7 +113,8 @@ def probe_for(params: dict[str, Any]) -> Any:
     return probes.probe(gpus=params.get("device") == "cuda")
 
 
-def for_recipe(recipe: Any, cmd: list[str], base_env: Mapping[str, str], *, facts: Any = None) -> LaunchPlan:
+def for_recipe(recipe: Recipe, cmd: list[str], base_env: Mapping[str, str], *,
+               facts: Facts | None = None) -> LaunchPlan:
     """The one plan of a recipe for the user: what ``autotune run`` starts and ``autotune export --format env``
     writes (``cmd=[]``, ``base_env={}``), so the two carry the same variables, CPUs and memory binding.
 
@@ -139,7 +144,7 @@ def _merge_preload(recipe: str, user: str, notes: list[str]) -> str:
     return ":".join(ours + theirs)
 
 
-def _membind(params: dict[str, Any], facts: Any, refused: Callable[[str, tuple[int, ...]], str | None],
+def _membind(params: dict[str, Any], facts: Facts, refused: Callable[[str, tuple[int, ...]], str | None],
              notes: list[str]) -> list[str]:
     """The ``numactl --membind`` command prefix for a pinned process, or [] (with a note why, if it matters)."""
     nodes = spaces.memory_nodes(params, facts)
