@@ -31,10 +31,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import _distributed
 from . import search_spaces as spaces
 from .errors import HardwareMismatchError, UsageError
 from .recipe import Recipe, load_recipe_file
+from .trial import distributed
 
 log = logging.getLogger(__name__)
 
@@ -62,11 +62,11 @@ class Tuned:
     @property
     def world_size(self) -> int:
         """How many data-parallel processes train together (1 without a process group)."""
-        return _distributed.world()[1]
+        return distributed.world()[1]
 
     @property
     def rank(self) -> int:
-        return _distributed.world()[0]
+        return distributed.world()[0]
 
     @property
     def step_samples(self) -> int:
@@ -76,7 +76,7 @@ class Tuned:
     def sampler(self, dataset: Any, *, shuffle: bool = True, seed: int = 0) -> Any:
         """This rank's shard of ``dataset`` (a ``DistributedSampler``), or None with one process: pass it as
         ``DataLoader(..., sampler=s, shuffle=s is None)`` and call ``s.set_epoch(epoch)`` every epoch."""
-        return _distributed.sampler(dataset, shuffle=shuffle, seed=seed)
+        return distributed.sampler(dataset, shuffle=shuffle, seed=seed)
 
     @property
     def accumulation(self) -> int:
@@ -102,7 +102,7 @@ class Tuned:
         self._note("sparsity", done, problems)
         model = model.to(self.device)
         model = spaces.amp.prepare_model(self.params, model)
-        model = _distributed.wrap_model(model, self.device)  # DDP with several ranks; compiled around it
+        model = distributed.wrap_model(model, self.device)  # DDP with several ranks; compiled around it
         model = spaces.compilation.prepare_model(self.params, model)
         self._watch_first_step(model)
         return model

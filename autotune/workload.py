@@ -125,7 +125,7 @@ def _import_file(target: str) -> Any:
 
 
 def _import_module(target: str) -> Any:
-    # The trial child starts as ``python -m autotune._trial``, with the working directory on its path; the
+    # The trial child starts as ``python -m autotune.trial.child``, with the working directory on its path; the
     # ``autotune`` console script has the script's directory there instead. Import as the child will.
     cwd = os.getcwd()
     if "" not in sys.path and cwd not in sys.path:

@@ -6,7 +6,7 @@
 For every bundled workload it measures the defaults and every single-knob change the search space
 offers on this machine (each value of threads, interop_threads, affinity, openmp with kmp_blocktime,
 allocator, batch_size, DataLoader workers, compile_mode, amp_dtype, channels_last, sparsity, processes,
-ipex), plus the run_cpu heuristic, each as a real trial (``autotune.runner.run_trial``: a fresh
+ipex), plus the run_cpu heuristic, each as a real trial (``autotune.trial.runner.run_trial``: a fresh
 subprocess started the way the search starts it). A round measures the defaults and then every change;
 rounds repeat that, so a neighbour's load on a shared machine hits all alike. The ratio is the median
 samples/s of the change over the median of the defaults; ``amortised`` counts compile time over
@@ -92,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from autotune import probes
     from autotune import search_spaces as spaces
-    from autotune.runner import TrialSettings, run_trial
-    from autotune.study import SearchOptions, _context, _run_settings
+    from autotune.trial import TrialSettings, run_trial
+    from autotune.study import SearchOptions, run_settings, search_context
 
     facts = probes.probe()
     settings = TrialSettings(warmup_steps=args.warmup_steps, measure_steps=args.steps, train_steps=args.train_steps)
@@ -104,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     summary: dict[str, Any] = {"machine": facts.cpu.model, "fingerprint": facts.fingerprint, "rounds": args.rounds,
                                "workloads": {}}
     for workload in args.workloads:
-        _, ctx = _context(workload, facts, options)
-        base = {**spaces.defaults(facts, ctx), **_run_settings(ctx, options)}
+        _, ctx = search_context(workload, facts, options)
+        base = {**spaces.defaults(facts, ctx), **run_settings(ctx, options)}
         changes = [(label, c) for label, c in variants(facts, ctx) if args.only is None or set(c) & set(args.only)]
         runs: dict[str, list[Any]] = {"defaults": [], **{label: [] for label, _ in changes}}
         for round_ in range(args.rounds):

@@ -2,7 +2,7 @@
 
     python benchmarks/processes_side_by_side.py [--workloads cnn transformer] [--repeats 2]
 
-Each measurement is a real trial (``autotune.runner.run_trial``) with PyTorch's defaults otherwise;
+Each measurement is a real trial (``autotune.trial.runner.run_trial``) with PyTorch's defaults otherwise;
 the two settings alternate, so a neighbour's load on a shared machine hits both alike. Prints every
 measurement and the ratio (2 processes / 1 process) per repeat. The total threads (2) and the global
 batch (the workload's default) are the same on both sides.
@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from autotune import probes
-    from autotune.runner import TrialSettings, run_trial
+    from autotune.trial import TrialSettings, run_trial
     from autotune.search_spaces import SpaceContext, defaults
     from autotune.workload import load_workload
 

@@ -59,17 +59,17 @@ def main(argv: list[str] | None = None) -> int:
 
     from autotune import probes
     from autotune import search_spaces as spaces
-    from autotune.runner import TrialSettings, run_trial
-    from autotune.study import SearchOptions, _context, _run_settings, search
+    from autotune.trial import TrialSettings, run_trial
+    from autotune.study import SearchOptions, run_settings, search, search_context
 
     facts = probes.probe()
     settings = TrialSettings(warmup_steps=args.warmup_steps, measure_steps=args.steps)
     base_options = SearchOptions(budget_s=None, settings=settings, compile=False,
                                  max_loss_increase=args.max_loss_increase, confirm_top=args.confirm,
                                  confirm_rounds=args.confirm_rounds)
-    wl, ctx = _context(args.workload, facts, base_options)
+    wl, ctx = search_context(args.workload, facts, base_options)
     defaults = spaces.defaults(facts, ctx)
-    run = _run_settings(ctx, base_options)
+    run = run_settings(ctx, base_options)
     fixed = {k: v for k, v in defaults.items() if k not in SEARCHED}
 
     grid = _grid(facts, ctx)

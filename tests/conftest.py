@@ -26,7 +26,7 @@ def facts():
 
 @pytest.fixture
 def fast_settings():
-    from autotune.runner import TrialSettings
+    from autotune.trial import TrialSettings
 
     return TrialSettings(warmup_steps=2, measure_steps=6, windows=2, max_extra_windows=0, eval_samples=128)
 

@@ -1,5 +1,5 @@
 """``autotune export --format env`` and ``autotune run`` resolve a recipe on the machine the same way (one
-probe, one plan: ``autotune.launch.for_recipe``), here on the fake HGX H100 host of ``tests/fakes/nvml.py``:
+probe, one plan: ``autotune.trial.launch.for_recipe``), here on the fake HGX H100 host of ``tests/fakes/nvml.py``:
 two sockets of 32 cores, 8 GPUs behind NVSwitch (GPUs 0-3 local to CPUs 0-31, 4-7 to CPUs 32-63)."""
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune import cli, launch
+from autotune import cli
+from autotune.trial import launch
 from autotune.probes import Allowed, Core, _nvml, _probe
 from autotune.recipe import parse_env
 

@@ -61,7 +61,7 @@ def test_autocast_on_cuda_is_in_effect(gpu_facts, amp_dtype, output):
 
 def test_trial_runs_on_the_gpu(gpu_facts, fast_settings):
     from autotune import search_spaces as spaces
-    from autotune.runner import run_trial
+    from autotune.trial import run_trial
 
     ctx = spaces.SpaceContext(device="cuda", default_batch_size=64, conv=True)
     base = {**spaces.defaults(gpu_facts, ctx), "device": "cuda", "reference_batch": 64}

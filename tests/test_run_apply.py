@@ -17,7 +17,7 @@ from autotune import search_spaces as spaces
 from autotune.errors import HardwareMismatchError
 from autotune.recipe import Recipe, to_env
 from autotune.store import RecipeStore
-from autotune.study import SearchOptions, _open_study, _warm_start
+from autotune.study import SearchOptions, open_study, warm_start
 
 from .conftest import FAST, run_cli
 
@@ -135,7 +135,7 @@ def test_a_new_study_names_the_old_scheme_studies_it_leaves_behind(facts, tmp_pa
     storage = f"sqlite:///{tmp_path}/studies.db"
     _old_study(storage, facts)
     with caplog.at_level("WARNING", logger="autotune.study"):
-        _, created = _open_study(SearchOptions(storage=storage), "tiny-new", facts, "tiny")
+        _, created = open_study(SearchOptions(storage=storage), "tiny-new", facts, "tiny")
     assert created
     assert "study 'old' (1 trials) of workload tiny is not continued: it was recorded with autotune's " \
            "fingerprint v1" in caplog.text
@@ -147,6 +147,6 @@ def test_a_warm_start_skips_an_old_scheme_recipe_with_a_note(facts, tmp_path: Pa
         store.save(Recipe(params={"threads": 1}, workload="tiny", fingerprint=facts.fingerprint))
         old = store.save(Recipe(params={"threads": 2}, workload="tiny", fingerprint=facts.fingerprint[3:]))
     with caplog.at_level("WARNING", logger="autotune.study"):
-        assert _warm_start(storage, "tiny", facts) == {"threads": 1}  # the newest of this scheme, not the old one
+        assert warm_start(storage, "tiny", facts) == {"threads": 1}  # the newest of this scheme, not the old one
     assert f"warm start: recipe {old.id} of workload tiny is skipped: it was recorded with autotune's " \
            "fingerprint v1" in caplog.text

@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def render(recipe, fmt: str) -> str:  # type: ignore[no-untyped-def]
     """The exported text of a recipe (env or json)."""
-    from .. import launch
+    from ..trial import launch
     from ..recipe import to_env
 
     if fmt == "json":

@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import launch
+    from ..trial import launch
     from ..errors import UsageError
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command

@@ -2,8 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
+from ..errors import UsageError
+from ..study import (
+    Candidate, Event, SearchOptions, SearchOutcome, SearchStarted, TrialFinished, check_options, parse_duration, search,
+)
+from ..trial import TrialSettings
 from ._common import add_storage, console
 
 
@@ -54,10 +60,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..budget import parse_duration
-    from ..runner import TrialSettings
-    from ..study import SearchOptions, check_options, search
-
     options = SearchOptions(
         budget_s=parse_duration(args.budget), trials=args.trials, storage=args.storage, study=args.study,
         settings=TrialSettings(warmup_steps=args.warmup_steps, measure_steps=args.steps,
@@ -75,10 +77,6 @@ def run(args: argparse.Namespace) -> int:
 
 def parse_fixes(items: list[str]) -> dict[str, Any]:
     """``["threads=2", "channels_last=true"]`` -> ``{"threads": 2, "channels_last": True}``."""
-    import json
-
-    from ..errors import UsageError
-
     fixed: dict[str, Any] = {}
     for item in items:
         knob, sep, text = item.partition("=")
@@ -98,21 +96,21 @@ class _Progress:
         self.out = out
         self.defaults: dict[str, Any] = {}
 
-    def __call__(self, event: str, data: Any) -> None:
-        if event == "start":
-            budget = f"{data['budget_s']:.0f} s" if data["budget_s"] else "no time limit"
-            self.defaults = data["defaults"]
-            resumed = " (continued)" if data.get("resumed") else ""
-            self.out.print(f"study [bold]{data['study']}[/]{resumed} on {data['context'].device}, budget {budget}")
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, SearchStarted):
+            budget = f"{event.budget_s:.0f} s" if event.budget_s else "no time limit"
+            self.defaults = event.defaults
+            resumed = " (continued)" if event.resumed else ""
+            self.out.print(f"study [bold]{event.study}[/]{resumed} on {event.context.device}, budget {budget}")
             self.out.print("PyTorch defaults: " + _knobs(self.defaults), markup=False, soft_wrap=True)
-        elif event == "trial":
-            r = data["result"]
+        elif isinstance(event, TrialFinished):
+            r = event.result
             speed = f"{r.objective:9.1f} samples/s" if r.objective else f"{'-':>9} samples/s"
-            changed = {k: v for k, v in data["params"].items() if self.defaults.get(k) != v}
+            changed = {k: v for k, v in event.params.items() if self.defaults.get(k) != v}
             knobs = _knobs(changed) if changed else "(defaults)"
-            why = f"  [{data['reason']}]" if data["reason"] else ""
+            why = f"  [{event.reason}]" if event.reason else ""
             setup = f" (startup {r.startup_s:.1f}s, warm-up {r.warmup_s:.1f}s)" if r.startup_s and r.warmup_s else ""
-            self.out.print(f"trial {data['number']:3d} {data['role']:<10} {r.status:<11} {speed} {r.wall_s:5.1f}s{setup}  "
+            self.out.print(f"trial {event.number:3d} {event.role:<10} {r.status:<11} {speed} {r.wall_s:5.1f}s{setup}  "
                            f"{knobs}{why}", markup=False, soft_wrap=True)
 
 
@@ -120,7 +118,7 @@ def _knobs(params: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in sorted(params.items()) if k not in ("reference_batch", "device"))
 
 
-def _print_outcome(out: Any, outcome: Any) -> None:
+def _print_outcome(out: Any, outcome: SearchOutcome) -> None:
     from rich.table import Table
 
     r, base, best, c = outcome.recipe, outcome.baseline, outcome.best, outcome.confirmation
@@ -141,7 +139,7 @@ def _print_outcome(out: Any, outcome: Any) -> None:
     out.print(f"recipe {r.id} stored; export it with: autotune export --format env -o best.env")
 
 
-def _span(candidate: Any) -> str:
+def _span(candidate: Candidate | None) -> str:
     if candidate is None or not candidate.runs:
         return "-"
     return f"{candidate.low:.1f}-{candidate.high:.1f} ({len(candidate.runs)} runs)"

@@ -1,0 +1,82 @@
+"""A search's time: durations on the command line (``parse_duration``) and how the budget is spent.
+
+The policy: a full trial is estimated at 1.2x the median wall time of the finished trials that were
+not pruned (``estimate_s``), per compile mode when the trial compiles; a trial may take 5x its
+estimate (at least 60 s) within what is left (``timeout_s``); and time is kept for the confirmation
+runs at the end (``reserve_s``), so the search stops early enough to confirm its candidates.
+"""
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from ..errors import UsageError
+from ..trial.spec import Status
+from .records import Attr, lineup
+
+if TYPE_CHECKING:
+    import optuna
+
+    from .options import SearchOptions
+
+_PART = re.compile(r"(\d+(?:\.\d+)?)([hms])")
+_UNIT = {"h": 3600.0, "m": 60.0, "s": 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a duration string: ``90s``, ``30m``, ``1h30m``, ``2h``, or plain seconds (``45``).
+
+    >>> parse_duration("1h30m")
+    5400.0
+    """
+    cleaned = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", cleaned):
+        seconds = float(cleaned)
+    else:
+        parts = _PART.findall(cleaned)
+        if not parts or "".join(n + u for n, u in parts) != cleaned or len({u for _, u in parts}) != len(parts):
+            raise UsageError(f"bad duration {text!r}: use e.g. 90s, 30m, 1h30m")
+        seconds = sum(float(n) * _UNIT[u] for n, u in parts)
+    if seconds <= 0:
+        raise UsageError(f"bad duration {text!r}: it must be more than zero")
+    return seconds
+
+
+def estimate_s(study: optuna.Study, compile_mode: str | None = None) -> float | None:
+    """How long one full trial will likely take: 1.2x the median wall time (startup, compile and
+    warm-up included) of the finished ones that were not pruned. With ``compile_mode``, of the trials
+    compiled that way only (compiling takes far longer than the timed steps); None if there is none."""
+    walls = sorted(t.user_attrs[Attr.WALL_S] for t in study.get_trials(deepcopy=False)
+                   if Attr.WALL_S in t.user_attrs and t.user_attrs.get(Attr.STATUS) != Status.PRUNED
+                   and (compile_mode is None or t.user_attrs.get(Attr.PARAMS, {}).get("compile_mode") == compile_mode))
+    return 1.2 * walls[len(walls) // 2] if walls else None
+
+
+def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | None) -> float:
+    """Time kept for the confirmation runs: (candidates + baseline) x rounds full trials."""
+    if estimate is None or options.budget_s is None:
+        return 0.0
+    candidates = candidate_count(study, options)
+    return (candidates + 1) * options.confirm_rounds * estimate if candidates else 0.0
+
+
+def candidate_count(study: optuna.Study, options: SearchOptions) -> int:
+    """How many candidates a confirmation would re-run now."""
+    if options.confirm_top <= 0 or options.confirm_rounds <= 0:
+        return 0
+    return len(lineup(study, options.confirm_top)[1])
+
+
+def timeout_s(study: optuna.Study, options: SearchOptions, params: dict[str, Any], remaining: float,
+              estimate: float | None) -> float:
+    """The trial's time limit: 5x the estimate of its kind (at least 60 s), within the budget. A
+    compile mode not measured yet may take what the budget leaves after the confirmation runs."""
+    mode = params.get("compile_mode") or "none"
+    if mode != "none":
+        estimate = estimate_s(study, mode)
+        if estimate is None:
+            return max(60.0, remaining - reserve_s(study, options, estimate_s(study))) if remaining > 60 else remaining
+    return remaining if estimate is None else min(remaining, max(60.0, 5 * estimate))
+
+
+__all__ = ["candidate_count", "estimate_s", "parse_duration", "reserve_s", "timeout_s"]

@@ -1,0 +1,58 @@
+"""Progress of a search, as typed events: ``search(progress=...)`` receives them in this order:
+``SearchStarted``, then ``TrialStarted`` and ``TrialFinished`` for every trial (confirmation runs
+included), then ``SearchDone``. The CLI prints them (``autotune.cli.search``); autotune itself prints nothing.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Union
+
+from ..trial.spec import TrialResult
+from .records import SearchOutcome
+
+if TYPE_CHECKING:
+    from ..probes import Facts
+    from ..search_spaces import SpaceContext
+
+
+@dataclass(frozen=True)
+class SearchStarted:
+    study: str
+    facts: Facts
+    context: SpaceContext
+    budget_s: float | None
+    resumed: bool  # the study held trials already: this search continues it
+    defaults: dict[str, Any]  # PyTorch's defaults (the baseline's params) with the run settings
+
+
+@dataclass(frozen=True)
+class TrialStarted:
+    number: int
+    role: str
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TrialFinished:
+    number: int
+    role: str
+    params: dict[str, Any]
+    result: TrialResult
+    reason: str | None  # why it is infeasible, or its error
+
+
+@dataclass(frozen=True)
+class SearchDone:
+    outcome: SearchOutcome
+
+
+Event = Union[SearchStarted, TrialStarted, TrialFinished, SearchDone]
+Progress = Callable[[Event], None]
+
+
+def ignore(event: Event) -> None:
+    """The progress receiver of a search nobody watches."""
+
+
+__all__ = ["Event", "Progress", "SearchDone", "SearchStarted", "TrialFinished", "TrialStarted", "ignore"]

@@ -1,0 +1,194 @@
+"""What a search records in its Optuna study, and how it is read back: the leaf of ``autotune.study``.
+
+Every trial's outcome is stored as user attributes of its Optuna trial (keys in ``Attr``), the study's
+own facts as user attributes of the study (``StudyAttr``); ``records(study)`` reads them back as
+``TrialRecord`` s. The search loop, the confirmation, the seeds, the budget and the report all read
+and write through these names, so a key is spelled in one place.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from ..recipe import Recipe
+from ..trial.spec import Status, TrialResult
+from .significance import MIN_NOISE, beats, relative_range
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.storages import BaseStorage
+    from optuna.trial import FrozenTrial
+
+
+class Attr:
+    """User-attribute keys of a study's trials. The owner of a trial (host, pid, its start time) is
+    recorded under the keys of ``autotune.trial.lock.owner()``; the measured ``TrialResult`` under
+    its own field names (``RESULT``)."""
+
+    ROLE: Final = "role"
+    PARAMS: Final = "params"
+    STATUS: Final = "status"
+    ERROR: Final = "error"
+    WALL_S: Final = "wall_s"
+    INFEASIBLE: Final = "infeasible"  # why a measured trial does not count (quality guard, a knob not in effect)
+    LOSS_SAMPLES: Final = "loss_samples"
+    RUN_STARTED: Final = "run_started"  # wall clock: comparable between workers
+    RUN_ENDED: Final = "run_ended"
+    CONFIRMS: Final = "confirms"  # a confirmation run: the trial it re-measures
+    ROUND: Final = "round"  # ... and its round
+    RESULT: Final = ("status", "samples_per_s", "objective", "spread", "windows", "compile_s", "startup_s",
+                     "warmup_s", "timed_s", "loss", "wall_s", "error", "in_effect", "warnings", "log_tail")
+
+
+class StudyAttr:
+    """User-attribute keys of the study itself."""
+
+    FINGERPRINT: Final = "fingerprint"  # the hardware the study is measured on
+    WORKLOAD: Final = "workload"
+    CPU_SET: Final = "cpu_set"
+    BASELINE_LOSS: Final = "baseline_loss"
+    BASELINE_SAMPLES_PER_S: Final = "baseline_samples_per_s"
+    OOM_BATCH_SIZE: Final = "oom_batch_size"  # the smallest batch size that ran out of memory
+
+
+Role = Literal["baseline", "heuristic", "warm-start", "seed", "search", "confirm"]
+BASELINE: Final = "baseline"  # PyTorch's defaults: what every trial is compared with
+WARM_START: Final = "warm-start"  # the recipe stored earlier for this workload and hardware
+SEARCH: Final = "search"  # sampled by Optuna
+CONFIRM: Final = "confirm"  # a side-by-side re-run of a candidate or the baseline
+
+# Outcomes that count toward --trials.
+MEASURED = (Status.OK, Status.OOM, Status.NAN, Status.CRASH, Status.TIMEOUT, Status.PRUNED)
+FULL_RUNS = ("baseline", "heuristic", "confirm")  # never pruned: they anchor the comparison
+CONSTRAINTS = ("quality", "fits_memory", "finite_loss", "applied")  # Optuna constraints: feasible when all <= 0
+
+
+def params_key(params: dict[str, Any]) -> str:
+    """One string per distinct recipe: how seeds, candidates and confirmation runs are matched."""
+    return json.dumps(params, sort_keys=True, default=str)
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    number: int
+    role: str  # a Role: baseline | heuristic | warm-start | seed | search | confirm
+    params: dict[str, Any]
+    result: TrialResult
+    feasible: bool
+    reason: str | None = None
+    rejected_by: tuple[str, ...] = ()  # the constraints (``CONSTRAINTS``) an infeasible trial broke
+
+
+def records(study: optuna.Study) -> list[TrialRecord]:
+    """Every finished trial of the study as a ``TrialRecord``, in order."""
+    out = []
+    for t in study.get_trials(deepcopy=False):
+        attrs = t.user_attrs
+        if Attr.STATUS not in attrs or Attr.PARAMS not in attrs:
+            continue
+        result = TrialResult.from_dict(attrs)  # the result's fields among the trial's attributes
+        constraints = t.constraints or {}  # set_constraint's key -> value; feasible when all <= 0
+        named = constraints if isinstance(constraints, dict) else dict(zip(CONSTRAINTS, constraints, strict=False))
+        feasible = result.status == Status.OK and all(v <= 0 for v in named.values())
+        reason = attrs.get(Attr.INFEASIBLE) or (attrs.get(Attr.ERROR) if result.status != Status.OK else None)
+        broken = tuple(k for k, v in named.items() if v > 0)
+        out.append(TrialRecord(t.number, attrs.get(Attr.ROLE, SEARCH), attrs[Attr.PARAMS], result, feasible, reason,
+                               broken))
+    return out
+
+
+def lineup(study: optuna.Study, top: int) -> tuple[TrialRecord | None, list[TrialRecord]]:
+    """The baseline's record and the ``top`` fastest feasible distinct recipes' records: what a
+    confirmation re-runs (and the budget keeps time for)."""
+    searched = [r for r in records(study) if r.role != CONFIRM]
+    baseline = next((r for r in searched if r.role == BASELINE and r.result.status == Status.OK), None)
+    if baseline is None:
+        return None, []
+    seen, picked = {params_key(baseline.params)}, []
+    for r in sorted((r for r in searched if r.feasible), key=lambda r: -(r.result.objective or 0.0)):
+        if params_key(r.params) not in seen and len(picked) < top:
+            seen.add(params_key(r.params))
+            picked.append(r)
+    return baseline, picked
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One recipe in the confirmation: its first (search) measurement and its confirmation runs."""
+
+    number: int  # the trial that measured it first
+    role: str
+    params: dict[str, Any]
+    first: float
+    runs: tuple[float, ...] = ()
+    failed: str | None = None  # why a confirmation run of it failed: it is out of the contest
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.runs)
+
+    @property
+    def low(self) -> float:
+        return min(self.runs)
+
+    @property
+    def high(self) -> float:
+        return max(self.runs)
+
+    @property
+    def spread(self) -> float:
+        """The runs' range relative to their median."""
+        return relative_range(self.runs)
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    baseline: Candidate
+    candidates: tuple[Candidate, ...]  # fastest confirmed median first; failed ones last
+    note: str | None = None  # why it was shortened or not run
+    runs: int = 0  # confirmation runs made by this search (not earlier ones)
+    wall_s: float = 0.0
+    noise: float = field(default=MIN_NOISE)
+
+    @property
+    def best(self) -> Candidate | None:
+        """The candidate that beats the baseline beyond noise, or None: keep the defaults."""
+        valid = [c for c in self.candidates if c.runs and c.failed is None]
+        if not valid or not self.baseline.runs:
+            return None
+        top = valid[0]
+        return top if beats(self.baseline.runs, top.runs) else None
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    study: str
+    recipe: Recipe
+    baseline: TrialRecord
+    best: TrialRecord
+    records: list[TrialRecord]
+    stopped: str
+    elapsed_s: float
+    confirmation: Confirmation | None = None
+
+
+# Optuna has no public way for what the ask/tell loop needs beyond ask and tell: recording a heartbeat,
+# failing a trial another (dead) process asked, creating a RUNNING trial from a finished one's template
+# (a confirmation run). These two helpers are the only places that reach Optuna's storage and ids.
+def optuna_storage(study: optuna.Study) -> tuple[BaseStorage, int]:
+    """The study's storage and the study's id in it."""
+    return study._storage, study._study_id
+
+
+def trial_id(trial: optuna.Trial | FrozenTrial) -> int:
+    """A trial's id in its storage."""
+    return trial._trial_id
+
+
+__all__ = [
+    "BASELINE", "CONFIRM", "CONSTRAINTS", "FULL_RUNS", "MEASURED", "SEARCH", "WARM_START", "Attr", "Candidate",
+    "Confirmation", "Role", "SearchOutcome", "StudyAttr", "TrialRecord", "lineup", "optuna_storage", "params_key",
+    "records", "trial_id",
+]

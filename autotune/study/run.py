@@ -1,0 +1,238 @@
+"""A search: an Optuna study whose trials are real training runs, within a time budget.
+
+Trial 0 is PyTorch's defaults (the baseline), then the seeds (``autotune.study.seeds``); then TPE
+samples the knobs that matter on this hardware (``autotune.study.loop``). Every trial's outcome is
+recorded in the study's storage as soon as it ends, so an interrupted search loses nothing and
+``--study NAME`` continues it. The candidates are confirmed side by side (``autotune.study.confirm``)
+and the recipe chosen (``autotune.study.report``) and stored.
+"""
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from .. import probes
+from .. import search_spaces as spaces
+from ..errors import HardwareMismatchError, TrialError, UsageError
+from ..probes import outdated_fingerprint
+from ..store import RecipeStore, check_storage_url, create_schema, storage_errors
+from ..trial.runner import SubprocessMeasurer
+from ..trial.spec import Status
+from ..workload import Workload, call_user, load_workload
+from .budget import parse_duration
+from .confirm import confirm
+from .events import Progress, SearchDone, SearchStarted, ignore
+from .loop import SearchLoop, fail_orphans
+from .options import SearchOptions, check_options
+from .records import BASELINE, Attr, SearchOutcome, StudyAttr
+from .report import choose_recipe
+from .seeds import check_fixed, history_conflict, seeds, space_digest
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.storages import RDBStorage
+
+    from ..probes import Facts
+
+log = logging.getLogger(__name__)
+
+
+def open_study(options: SearchOptions, name: str, facts: Facts, workload: str) -> tuple[optuna.Study, bool]:
+    """The study (and whether this call created it); refuses one measured on other hardware."""
+    import optuna
+
+    check_storage_url(options.storage)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # Heartbeats are "experimental" and "meant for Study.optimize"; the ask/tell loop records them itself.
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
+    with storage_errors(options.storage):
+        storage = rdb_storage(options.storage)
+        sampler: optuna.samplers.BaseSampler = optuna.samplers.TPESampler(
+            multivariate=True, group=True, seed=options.seed, n_startup_trials=6
+        )
+        if options.fixed:
+            sampler = optuna.samplers.PartialFixedSampler(options.fixed, sampler)
+        kwargs: dict[str, Any] = dict(storage=storage, sampler=sampler, study_name=name, direction="maximize",
+                                      pruner=optuna.pruners.NopPruner())  # a threshold replaces it once the baseline is measured
+        try:  # exactly one worker of a shared study creates it, and only that one seeds it
+            study, created = optuna.create_study(**kwargs), True
+        except optuna.exceptions.DuplicatedStudyError:
+            study, created = optuna.load_study(**{k: v for k, v in kwargs.items() if k != "direction"}), False
+    _check_hardware(study, name, facts, workload)
+    if created:
+        _note_outdated_studies(storage, name, workload)
+    return study, created
+
+
+def _check_hardware(study: optuna.Study, name: str, facts: Facts, workload: str) -> None:
+    """Record this machine in a new study; refuse a worker whose hardware or CPU set differs, and a study
+    recorded with another fingerprint scheme (its trials stay in the storage, untouched)."""
+    cpu_set = _cpu_set(facts)
+    recorded = study.user_attrs.get(StudyAttr.FINGERPRINT)
+    if recorded is None:
+        study.set_user_attr(StudyAttr.FINGERPRINT, facts.fingerprint)
+        study.set_user_attr(StudyAttr.WORKLOAD, workload)
+        study.set_user_attr(StudyAttr.CPU_SET, cpu_set)
+        return
+    why = outdated_fingerprint(recorded)
+    if why:
+        raise HardwareMismatchError(
+            f"study {name!r} was {why}: its trials are kept, but it cannot be continued; search again in a new "
+            f"study: autotune search --workload {workload} --study NEW_NAME (or without --study)"
+        )
+    # The fingerprint leaves out the affinity (taskset): trials of one study must still run on the same CPUs.
+    recorded_set = study.user_attrs.get(StudyAttr.CPU_SET, cpu_set)
+    if recorded != facts.fingerprint or recorded_set != cpu_set:
+        raise HardwareMismatchError(
+            f"study {name!r} was measured on hardware {recorded} ({recorded_set}), this machine is "
+            f"{facts.fingerprint} ({cpu_set}): run this worker on the same hardware and CPU set, or use another "
+            "--study name"
+        )
+
+
+def _cpu_set(facts: Facts) -> str:
+    """The shape of the CPUs this process may use, as the study's workers must share it."""
+    allowed = facts.cpu.allowed
+    return (f"{allowed.packages} package(s), {len(allowed.numa_nodes)} NUMA node(s), {allowed.cores} core(s), "
+            f"{allowed.threads} thread(s) allowed")
+
+
+def _note_outdated_studies(storage: RDBStorage, name: str, workload: str) -> None:
+    """Say which studies of this workload a new search leaves behind because of their fingerprint scheme."""
+    import optuna
+
+    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
+        why = outdated_fingerprint(summary.user_attrs.get(StudyAttr.FINGERPRINT))
+        if why and summary.user_attrs.get(StudyAttr.WORKLOAD) == workload:
+            log.warning("study %r (%d trials) of workload %s is not continued: it was %s; this search starts "
+                        "study %r", summary.study_name, summary.n_trials, workload, why, name)
+
+
+def rdb_storage(url: str) -> RDBStorage:
+    """Optuna's RDB storage, with heartbeats; several workers may create its schema at once."""
+    import optuna
+
+    return create_schema(lambda: optuna.storages.RDBStorage(url, heartbeat_interval=5, grace_period=20))
+
+
+def search_context(workload_spec: str, facts: Facts, options: SearchOptions) -> tuple[Workload, spaces.SpaceContext]:
+    """The workload and the context its space is built in: device, default batch, conv layers, the
+    batch-size cap from the probed memory, what may be pruned."""
+    workload = load_workload(workload_spec)
+    import torch
+
+    model = call_user(f"{workload_spec}'s model()", workload.model)
+    conv = any(isinstance(m, torch.nn.modules.conv._ConvNd) for m in model.modules())
+    device = "cuda" if facts.gpus and torch.cuda.is_available() else "cpu"
+    ctx = spaces.SpaceContext(
+        device=device, default_batch_size=workload.batch_size, conv=conv, global_batch=options.global_batch,
+        allow_compile=options.compile, max_batch_size=_max_batch(workload, model, facts, device),
+        **spaces.sparsity.context(model),
+    )
+    return workload, ctx
+
+
+def _max_batch(workload: Workload, model: Any, facts: Facts, device: str) -> int | None:
+    """The batch size the probed memory should hold (``search_spaces.batch.max_batch_size``): a GPU's
+    memory, else the RAM available now; estimated from a forward pass of two of the dataset's samples."""
+    import torch
+
+    memory = min((g.memory_bytes for g in facts.gpus), default=None) if device == "cuda" else facts.memory.available_bytes
+    try:
+        dataset = workload.dataset()
+        samples = min(2, len(dataset))
+        batch = torch.utils.data.default_collate([dataset[i] for i in range(samples)])
+        inputs = tuple(workload.model_inputs(batch))
+    except Exception as e:  # noqa: BLE001 - the trials report a broken dataset with its traceback
+        log.debug("no batch-size cap: %s", e)
+        return None
+    limit = spaces.batch.max_batch_size(memory, model, inputs, samples)
+    if limit is not None and limit < 4 * workload.batch_size:
+        log.info("batch sizes above %d are not offered: %s of memory should not hold them", limit,
+                 f"{memory / 2**30:.1f} GiB" if memory else "?")
+    return limit
+
+
+def run_settings(ctx: spaces.SpaceContext, options: SearchOptions) -> dict[str, Any]:
+    """The settings every trial of the search runs with besides its knobs (device, reference batch, lr rule)."""
+    return {
+        "device": ctx.device,
+        "reference_batch": ctx.default_batch_size,
+        "global_batch": options.global_batch,
+        "lr_scaling": "none" if options.global_batch else options.lr_scaling,
+    }
+
+
+def _open_for_options(options: SearchOptions, name: str, facts: Facts, ctx: spaces.SpaceContext,
+                      workload: str) -> tuple[optuna.Study, bool, str]:
+    """The study to search in, whether it was created, and its name. A default study (no ``--study``)
+    searched with other choices than these options give goes on in a study of its own, named after the
+    choices, so the same command still continues it; a study named with ``--study`` is refused."""
+    study, created = open_study(options, name, facts, workload)
+    conflict = None if created else history_conflict(study, name, facts, ctx)
+    if conflict and options.study is None:
+        name = f"{name}-{space_digest(facts, ctx)}"
+        log.warning("%s: this search goes on in study %r", conflict, name)
+        study, created = open_study(options, name, facts, workload)
+        conflict = None if created else history_conflict(study, name, facts, ctx)
+    if conflict:
+        raise UsageError(f"{conflict}: continue it with the options it started with, or start another with --study NAME")
+    return study, created, name
+
+
+def _has_baseline(study: optuna.Study) -> bool:
+    import optuna
+
+    return any(t.user_attrs.get(Attr.ROLE) == BASELINE and t.user_attrs.get(Attr.STATUS) == Status.OK
+               for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+
+
+def search(workload: str, *, options: SearchOptions | None = None, progress: Progress | None = None,
+           budget: str | float | None = None, trials: int | None = None) -> SearchOutcome:
+    """Search the knobs for ``workload`` and store the best recipe; ``progress`` receives the events
+    of ``autotune.study.events``.
+
+    >>> outcome = search("tiny", budget="60s")          # doctest: +SKIP
+    >>> outcome.recipe.speedup                           # doctest: +SKIP
+    """
+    options = options or SearchOptions()
+    if budget is not None:
+        options = replace(options, budget_s=parse_duration(budget) if isinstance(budget, str) else float(budget))
+    if trials is not None:
+        options = replace(options, trials=trials)
+    check_options(options)
+    started = time.monotonic()
+    deadline = started + options.budget_s if options.budget_s else float("inf")
+    notify = progress or ignore
+
+    facts = probes.probe()
+    wl, ctx = search_context(workload, facts, options)
+    check_fixed(options.fixed, facts, ctx)  # before the study is created: a refused --fix writes nothing
+    name = options.study or f"{wl.name}-{facts.fingerprint}"
+    study, created, name = _open_for_options(options, name, facts, ctx, workload)
+    fail_orphans(study)  # trials of a search killed on this host: failed now, their seeds free again
+    run = run_settings(ctx, options)
+    notify(SearchStarted(name, facts, ctx, options.budget_s, not created, {**spaces.defaults(facts, ctx), **run}))
+    loop = SearchLoop(study, workload, facts, ctx, run, options, deadline, notify,
+                      seeds=seeds(facts, ctx, options, workload),
+                      measurer=SubprocessMeasurer(workload, facts, options.settings))
+    stopped = loop.run()
+    if not _has_baseline(study):
+        raise TrialError(
+            f"the baseline (PyTorch defaults) did not complete: {loop.baseline_error or 'not run'}; "
+            "fix the workload or give a larger --budget"
+        )
+    confirmation = confirm(loop)
+    recipe, baseline, best, records = choose_recipe(study, workload, facts, name, confirmation)
+    with RecipeStore.open(options.storage) as store:
+        recipe = store.save(recipe)
+    outcome = SearchOutcome(name, recipe, baseline, best, records, stopped, time.monotonic() - started, confirmation)
+    notify(SearchDone(outcome))
+    return outcome
+
+
+__all__ = ["open_study", "rdb_storage", "run_settings", "search", "search_context"]

@@ -1,0 +1,132 @@
+"""What a search measures first, and whether today's options fit the study's space.
+
+The seeds, in order: the baseline (PyTorch's defaults), the recipe stored earlier for this workload
+and hardware (warm start), the ``run_cpu`` heuristic, then the knob families' promising single
+changes. They are enqueued one at a time (``enqueue_next_seed``), so an interrupted seed comes first
+again when the study continues. ``--fix`` is checked against the space before anything is written
+(``check_fixed``), and a study whose trials asked a knob with other choices than these options give
+is told apart (``history_conflict``, ``space_digest``).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from .. import search_spaces as spaces
+from ..errors import UsageError
+from ..probes import outdated_fingerprint
+from ..store import RecipeStore
+from ..trial.spec import Status
+from .records import BASELINE, WARM_START, Attr, params_key
+
+if TYPE_CHECKING:
+    import optuna
+
+    from ..probes import Facts
+    from .options import SearchOptions
+
+log = logging.getLogger(__name__)
+
+Seed = tuple[str, dict[str, Any]]  # (role, params)
+
+
+def seeds(facts: Facts, ctx: spaces.SpaceContext, options: SearchOptions, workload: str) -> list[Seed]:
+    """The baseline, the stored recipe of this workload on this hardware (warm start), the heuristic,
+    then the families' promising single changes; ``--fix`` holds its knobs in all but the baseline."""
+    found = spaces.seeds(facts, ctx)
+    warm = warm_start(options.storage, workload, facts)
+    if warm is not None:
+        found.insert(1, (WARM_START, {**found[0][1], **warm}))
+    out, seen = [found[0]], {params_key(found[0][1])}
+    allowed = spaces.allowed_values(facts, ctx)
+    for role, params in found[1:]:
+        params = {**params, **options.fixed}
+        # A recipe stored by an earlier search may hold values today's space has not (--no-compile, another
+        # --global-batch, a lower memory cap): Optuna would refuse them mid-search. Skip it, and say so.
+        outside = spaces.outside(params, facts, ctx, allowed)
+        if outside:
+            log.warning("%s seed skipped, outside this search's space: %s", role, "; ".join(outside))
+            continue
+        if params_key(params) not in seen:
+            seen.add(params_key(params))
+            out.append((role, params))
+    return out
+
+
+def warm_start(storage: str, workload: str, facts: Facts) -> dict[str, Any] | None:
+    """The searched knobs of the newest stored recipe for this workload and fingerprint, if any.
+    A newer recipe recorded with another fingerprint scheme is skipped with a note."""
+    with RecipeStore.open(storage) as store:
+        recipe = store.latest(workload=workload, fingerprint=facts.fingerprint)
+        newest = store.latest(workload=workload)
+    why = outdated_fingerprint(newest.fingerprint) if newest is not None else None
+    if why and newest is not None:  # the workload's newest recipe is of another scheme, so newer than the one used
+        log.warning("warm start: %s of workload %s is skipped: it was %s", newest.label, workload, why)
+    if recipe is None:
+        return None
+    return {k: v for k, v in recipe.params.items() if k not in spaces.RUN_KEYS}
+
+
+def enqueue_next_seed(study: optuna.Study, seeds: list[Seed]) -> bool:
+    """Enqueue the first seed that no trial of the study has taken, unless a trial is already waiting;
+    True if one was enqueued. Called before every ask, so seeds go one at a time, in order: a seed
+    whose trial was interrupted (Ctrl-C) or lost with a killed search is free again and comes first
+    when the study continues. Workers sharing a study skip the seeds another one has taken (on one
+    host the trial lock serialises this; two hosts asking at the same instant may measure a seed twice)."""
+    import optuna
+
+    state = optuna.trial.TrialState
+    taken = set()
+    for t in study.get_trials(deepcopy=False):
+        if t.state == state.WAITING:
+            return False
+        key = (t.user_attrs.get(Attr.ROLE), params_key(t.system_attrs.get("fixed_params", {})))
+        interrupted = t.state == state.FAIL and (
+            t.user_attrs.get(Attr.STATUS) in (None, Status.INTERRUPTED) or key[0] == BASELINE  # a baseline is retried
+        )
+        if not interrupted:
+            taken.add(key)
+    for role, params in seeds:
+        if (role, params_key(params)) not in taken:
+            study.enqueue_trial(params, user_attrs={Attr.ROLE: role})
+            return True
+    return False
+
+
+def check_fixed(fixed: dict[str, Any], facts: Facts, ctx: spaces.SpaceContext) -> None:
+    """Refuse a ``--fix`` of a knob that does not exist, or at a value today's space cannot take."""
+    allowed = spaces.allowed_values(facts, ctx)
+    for knob, value in fixed.items():
+        if knob not in allowed:
+            raise UsageError(f"--fix {knob}: no such knob; the knobs are {', '.join(sorted(allowed))}")
+        if value not in allowed[knob]:
+            shown = value if isinstance(value, str) else json.dumps(value)
+            raise UsageError(f"--fix {knob}={shown}: not possible in this search on this machine; "
+                             f"{knob} may be: {allowed[knob]}")
+
+
+def history_conflict(study: optuna.Study, name: str, facts: Facts, ctx: spaces.SpaceContext) -> str | None:
+    """Why a study cannot go on with these options, or None: its trials asked a knob with other choices
+    than these options give (``--no-compile``, another ``--global-batch``, a lower memory cap), and
+    Optuna fails at the first trial that asks it again."""
+    import optuna
+
+    today = spaces.suggested(facts, ctx)
+    for t in study.get_trials(deepcopy=False):
+        for knob, old in t.distributions.items():
+            if knob in today and isinstance(old, optuna.distributions.CategoricalDistribution) \
+                    and tuple(old.choices) != today[knob].choices:
+                return (f"study {name!r} searched {knob} over {', '.join(map(str, old.choices))}; "
+                        f"these options give {today[knob]}")
+    return None
+
+
+def space_digest(facts: Facts, ctx: spaces.SpaceContext) -> str:
+    """Six hex digits naming the knobs' choices: the default study of a search with other choices."""
+    space = {k: str(v) for k, v in sorted(spaces.suggested(facts, ctx).items())}
+    return hashlib.sha256(json.dumps(space).encode()).hexdigest()[:6]
+
+
+__all__ = ["Seed", "check_fixed", "enqueue_next_seed", "history_conflict", "seeds", "space_digest", "warm_start"]

@@ -1,0 +1,317 @@
+"""The trial subprocess: ``python -m autotune.trial.child SPEC.json``.
+
+Its environment and CPU affinity were set by the parent before Python started; everything else comes
+from ``autotune.apply()``, exactly as in the user's training. It reads its ``TrialSpec``
+(``autotune.trial.spec``), trains the workload for a fixed number of samples (warm-up, then timed
+windows), evaluates the loss reached, and writes:
+- ``events`` (JSON lines): one line per timed window, for the pruner;
+- ``result`` (a ``TrialResult`` as JSON, written atomically): status ``ok`` | ``oom`` | ``nan`` | ``crash``,
+  throughput, compile time, loss, and the settings found in effect in this process.
+The parent reads these files and the exit status, never stderr text.
+
+With ``processes`` P > 1 this module runs as P ranks under ``torch.distributed.run``; ``apply()`` pins
+each rank and joins the process group, ``Tuned`` wraps the model in DDP and shards the data. The ranks
+agree on every number that decides what happens next (the slowest rank's window time, the mean loss),
+so they take the same steps. Samples are counted over all ranks: throughput is global samples/s. Only
+rank 0 writes ``events`` and ``result`` (with the world size and each rank's CPUs and threads in
+``in_effect``); a failing rank writes ``result.rank<R>.json`` and exits 1, so torch.distributed.run
+stops the others, and the parent records the earliest failure.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from ..apply import Tuned, apply
+from ..search_spaces import preload, threads
+from ..workload import Workload, held_out_split, load_workload
+from . import distributed
+from .spec import Status, TrialResult, TrialSpec
+
+_PROCESS_START = time.perf_counter()
+
+
+class NonFiniteLoss(ArithmeticError):
+    """The loss became NaN or infinite."""
+
+
+def _write_result(path: str, result: TrialResult) -> None:
+    """Written atomically: the parent polls for the file and must never read half of it."""
+    tmp = Path(path + ".tmp")
+    tmp.write_text(result.to_json())
+    os.replace(tmp, path)
+
+
+def _in_effect() -> dict[str, Any]:
+    """What this process actually runs with: the tests and the report check these. With ``Tuned.in_effect``
+    (merged in by the caller): ``amp``, what the first training step's forward pass ran with."""
+    import torch
+
+    maps = Path("/proc/self/maps").read_text() if Path("/proc/self/maps").exists() else ""
+    return {
+        "threads": torch.get_num_threads(),
+        "interop_threads": torch.get_num_interop_threads(),
+        "cpus": threads.process_cpus(),  # all threads': KMP_AFFINITY narrows the main thread to one CPU
+        "pinned_threads": threads.pinned_threads(),
+        # TF32 for float32 matmuls and cuDNN convolutions, as the CUDA kernels will read them
+        "tf32": {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32},
+        "memory_policy": threads.memory_policy(),
+        **preload.in_effect(),  # which libraries serve GOMP_parallel and malloc; libiomp5's block time
+        "libiomp5": "libiomp5" in maps,
+        "jemalloc": "libjemalloc" in maps,
+        "tcmalloc": "libtcmalloc" in maps,
+        "env": {k: v for k, v in os.environ.items()
+                if k.startswith(("OMP_", "KMP_", "MKL_")) or k in ("LD_PRELOAD", "MALLOC_CONF")},
+    }
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def _batches(loader: Any) -> Iterator[Any]:
+    epoch = 0
+    while True:
+        if hasattr(loader.sampler, "set_epoch"):  # DistributedSampler: a new shuffle every pass
+            loader.sampler.set_epoch(epoch)
+        batches = iter(loader)  # held while a failure is examined: releasing it shuts its workers down
+        try:
+            yield from batches
+        except Exception as error:
+            if loader.num_workers > 0:
+                _raise_if_a_worker_died(error)
+            raise
+        epoch += 1
+
+
+def _raise_if_a_worker_died(error: Exception, wait_s: float = 0.5) -> None:
+    """Name the DataLoader worker that died instead of what the loop saw of it: depending on when the
+    worker died, a reset connection or a closed queue, before the kernel reports the worker dead."""
+    from torch.utils.data._utils.signal_handling import _error_if_any_worker_fails
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            _error_if_any_worker_fails()  # RuntimeError naming the worker and its signal
+        except RuntimeError as worker_error:
+            raise worker_error from error
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.05)
+
+
+def _evaluate(workload: Workload, tuned: Tuned, model: Any, held_out: Any) -> float:
+    """The loss on the held-out samples in float32 (or the workload's own metric)."""
+    import torch
+
+    plain = tuned.unwrap(model)
+    plain.eval()
+    try:
+        with torch.no_grad():
+            if workload.evaluate is not None:
+                return float(workload.evaluate(plain))
+            loader = torch.utils.data.DataLoader(held_out, batch_size=256, shuffle=False)
+            total, count = 0.0, 0
+            for batch in loader:
+                batch = tuned.to_device(*batch)
+                output = plain(*workload.model_inputs(batch))
+                total += float(workload.loss(output.float(), batch)) * len(batch[0])
+                count += len(batch[0])
+            return total / max(1, count)
+    finally:
+        plain.train()
+
+
+def schedule(loss_steps: int, warmup_steps: int, windows: int) -> tuple[int, int, int]:
+    """``(warmup, window_steps, loss_window)``: the loss is taken after exactly ``loss_steps`` steps,
+    that is after the warm-up and ``loss_window`` timed windows. When ``loss_steps`` leaves room for
+    ``warmup_steps`` and one step per window, the windows' remainder joins the warm-up; otherwise (large
+    batches) windows of one step go on past the loss, timed only.
+
+    >>> schedule(28, 4, 3), schedule(13, 4, 3), schedule(7, 4, 3), schedule(2, 4, 3)
+    ((4, 8, 3), (4, 3, 3), (4, 1, 3), (1, 1, 1))
+    """
+    warmup_steps = max(1, warmup_steps)  # the first step is never timed: it holds compilation
+    if loss_steps >= warmup_steps + windows:
+        window_steps = (loss_steps - warmup_steps) // windows
+        return loss_steps - windows * window_steps, window_steps, windows
+    warmup = max(1, min(warmup_steps, loss_steps - windows))
+    return warmup, 1, loss_steps - warmup
+
+
+@dataclass
+class _Run:
+    """One trial's prepared training: the model and optimizer as ``apply()`` prepared them, the batches,
+    and the samples trained so far over all ranks."""
+
+    workload: Workload
+    tuned: Tuned
+    model: Any
+    optimizer: Any
+    batches: Iterator[Any]
+    held_out: Any  # the held-out samples, or None when the workload evaluates itself
+    sync: Callable[[], None]
+    trained: int = 0
+
+    def steps(self, count: int) -> float:
+        """Train ``count`` optimizer steps; returns the last loss, averaged over the ranks."""
+        if count == 0:
+            return 0.0
+        tuned, loss = self.tuned, None
+        for _ in range(count):
+            stepped = False
+            while not stepped:
+                batch = tuned.to_device(*next(self.batches))
+                self.trained += len(batch[0]) * tuned.world_size
+                with tuned.autocast():
+                    loss = self.workload.loss(self.model(*self.workload.model_inputs(batch)), batch)
+                stepped = tuned.step(loss, self.optimizer)
+        assert loss is not None  # count > 0: at least one forward pass ran
+        value = distributed.mean_over_ranks(float(loss.detach()))  # every rank raises, or none
+        if not math.isfinite(value):
+            raise NonFiniteLoss(f"the loss became {value}")
+        return value
+
+    def evaluate(self) -> tuple[float, int]:
+        """The held-out loss now, and the samples trained when it was taken."""
+        return _evaluate(self.workload, self.tuned, self.model, self.held_out), self.trained
+
+
+def _build(spec: TrialSpec) -> _Run:
+    """The workload prepared by ``apply()`` with the trial's knobs, exactly as in the user's training."""
+    import torch
+
+    seed = spec.settings.seed
+    torch.manual_seed(seed)
+    tuned = apply(spec.params, facts=spec.facts, check_hardware=False)
+    workload = load_workload(spec.workload)
+    model = tuned.prepare_model(workload.model())
+    optimizer = tuned.scale_lr(workload.optimizer(model.parameters()))
+    model, optimizer = tuned.prepare(model, optimizer)
+    dataset, held_out = workload.dataset(), None
+    if workload.evaluate is None:
+        dataset, held_out = held_out_split(dataset, spec.settings.eval_samples)
+    generator = torch.Generator().manual_seed(seed)
+    sampler = tuned.sampler(dataset, seed=seed)
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_size=tuned.batch_size, shuffle=sampler is None, sampler=sampler, drop_last=True,
+        generator=generator, **tuned.dataloader_kwargs,
+    )
+    sync = torch.cuda.synchronize if tuned.device == "cuda" else (lambda: None)
+    return _Run(workload, tuned, model, optimizer, _batches(loader), held_out, sync)
+
+
+@dataclass
+class _Windows:
+    """The timed windows of a trial: each one's global samples/s, written to ``events`` for the pruner."""
+
+    run: _Run
+    steps: int  # optimizer steps per window
+    events: IO[str]
+    rates: list[float] = field(default_factory=list)
+
+    def measure(self) -> None:
+        run = self.run
+        run.sync()
+        start = time.perf_counter()
+        run.steps(self.steps)
+        run.sync()
+        elapsed = distributed.max_over_ranks(time.perf_counter() - start)  # the slowest rank's time
+        self.rates.append(self.steps * run.tuned.step_samples / elapsed)
+        self.events.write(json.dumps({"window": len(self.rates) - 1, "samples_per_s": self.rates[-1]}) + "\n")
+        self.events.flush()
+
+
+def _train(spec: TrialSpec, events: IO[str]) -> TrialResult:
+    """Warm up, time the windows (the loss is taken after the study's ``loss_samples``), and report."""
+    run = _build(spec)
+    settings, step_samples = spec.settings, run.tuned.step_samples  # over all ranks
+    # Every trial of a study takes its loss after the same samples (``runner.loss_samples``: whole steps
+    # of every batch size offered), so the guard compares like with like.
+    loss_steps = -(-spec.loss_samples // step_samples)
+    warmup, window_steps, loss_window = schedule(loss_steps, settings.warmup_steps, settings.windows)
+    startup_s = time.perf_counter() - _PROCESS_START
+    loss, loss_samples = math.nan, 0
+    first_start = time.perf_counter()
+    run.steps(1)
+    run.sync()
+    first_step_s = time.perf_counter() - first_start
+    run.steps(max(0, warmup - 1))
+    run.sync()
+    warmup_s = time.perf_counter() - first_start  # compile and warm-up: what the study's budget pays per trial
+    if loss_window == 0:
+        loss, loss_samples = run.evaluate()
+    windows = _Windows(run, window_steps, events)
+    for index in range(settings.windows):
+        windows.measure()
+        if index + 1 == loss_window:
+            loss, loss_samples = run.evaluate()
+    # A noisy measurement (shared machine) is re-measured with extra windows, after the quality check.
+    extra = 0
+    while _spread(windows.rates) > settings.max_spread and extra < settings.max_extra_windows:
+        windows.measure()
+        extra += 1
+    return _result(spec, run, windows, first_step_s, startup_s=startup_s, warmup_s=warmup_s, loss=loss,
+                   loss_samples=loss_samples, steps=warmup + window_steps * len(windows.rates))
+
+
+def _result(spec: TrialSpec, run: _Run, windows: _Windows, first_step_s: float, **measured: Any) -> TrialResult:
+    """The trial's result: throughput with compile time amortised, and what was in effect in every rank."""
+    rates, step_samples = windows.rates, run.tuned.step_samples
+    median = statistics.median(rates)
+    compile_s = max(0.0, first_step_s - step_samples / median)
+    planned = spec.settings.train_steps * step_samples
+    in_effect = {**_in_effect(), "world_size": run.tuned.world_size, **run.tuned.in_effect}  # + sparsity, ipex
+    in_effect["ranks"] = distributed.gather({k: in_effect[k] for k in ("threads", "cpus")})
+    distributed.finish()
+    return TrialResult(
+        Status.OK, samples_per_s=median, objective=planned / (compile_s + planned / median), windows=rates,
+        spread=_spread(rates), compile_s=compile_s, timed_s=sum(windows.steps * step_samples / rate for rate in rates),
+        in_effect=in_effect, warnings=run.tuned.warnings, **measured,
+    )
+
+
+def _spread(rates: list[float]) -> float:
+    if len(rates) < 2:
+        return 0.0
+    return (max(rates) - min(rates)) / statistics.median(rates)
+
+
+def _failure(status: Status, error: BaseException) -> TrialResult:
+    message = " ".join(str(error).split())[:500]
+    # failed_at: of several ranks' failures the earliest is the cause, the others its consequences
+    return TrialResult(status, error=f"{type(error).__name__}: {message}", failed_at=time.time())
+
+
+def main(argv: list[str]) -> int:
+    spec = TrialSpec.from_json(Path(argv[0]).read_text())
+    rank = _rank()
+    with open(spec.events if rank == 0 else os.devnull, "a") as events:
+        try:
+            result = _train(spec, events)
+        except NonFiniteLoss as e:
+            result = _failure(Status.NAN, e)
+        except MemoryError as e:
+            result = _failure(Status.OOM, e)
+        except Exception as e:  # noqa: BLE001 - every failure becomes a recorded trial
+            import torch
+
+            result = _failure(Status.OOM if isinstance(e, torch.OutOfMemoryError) else Status.CRASH, e)
+    if rank == 0:
+        _write_result(spec.result, result)
+    elif result.status != Status.OK:
+        _write_result(str(Path(spec.result).with_suffix(f".rank{rank}.json")), result)
+    # Several ranks: a failure exits 1 so that torch.distributed.run stops the ranks still waiting on it.
+    return 1 if int(os.environ.get("WORLD_SIZE", "1")) > 1 and result.status != Status.OK else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,278 @@
+"""The environment-level knobs (OpenMP runtime, block time, allocator, pinning and memory binding):
+planned as data for other machines, then really in effect in a trial, under ``autotune run``, and
+after loading the exported env file, with ``autotune.apply()`` warning when they are not."""
+from __future__ import annotations
+
+import ctypes.util
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune.trial import launch
+from autotune import search_spaces as spaces
+from autotune.probes import Runtime
+from autotune.recipe import load_recipe_file, to_env
+from autotune.trial import run_trial
+
+from ..fakes.machines import two_sockets
+
+
+IOMP5, JEMALLOC, TCMALLOC, NUMACTL = "/opt/lib/libiomp5.so", "/usr/lib/libjemalloc.so.2", "/usr/lib/libtcmalloc.so.4", "/usr/bin/numactl"
+
+
+def _runtime(**changes) -> Runtime:
+    found = Runtime(python="3.11", torch_version="2.13.0", torch_build="cpu", cuda_version=None, openmp="gnu",
+                    iomp5_path=IOMP5, jemalloc_path=JEMALLOC, tcmalloc_path=TCMALLOC, numactl_path=NUMACTL,
+                    taskset_path="/usr/bin/taskset", onednn=None)
+    return replace(found, **changes)
+
+
+def _two_sockets(facts, mems=(0, 1), **runtime):
+    """The fake two-socket machine with every library found (``runtime``: what differs)."""
+    return replace(two_sockets(facts, mems), runtime=_runtime(**runtime))
+
+
+def _params(facts, **changes):
+    params = {**spaces.defaults(facts, spaces.SpaceContext(default_batch_size=32)), "device": "cpu",
+              "reference_batch": 32}
+    return {**params, **changes}
+
+
+def _permitted(numactl, nodes):
+    return None
+
+
+def _refused(numactl, nodes):
+    return "set_mempolicy: Operation not permitted"
+
+
+INTEL = {"openmp": "intel", "kmp_blocktime": 1}
+PINNED = {"affinity": "compact", "threads": 4}
+
+
+@pytest.mark.parametrize(
+    ("changes", "membind", "prefix", "env", "cpus"),
+    [
+        ({}, _permitted, [], {}, None),  # PyTorch's defaults: nothing set, nothing wrapped
+        (INTEL, _permitted, [], {"LD_PRELOAD": IOMP5, "KMP_BLOCKTIME": "1"}, None),  # no pinning: no KMP_AFFINITY
+        ({**INTEL, **PINNED, "allocator": "tcmalloc"}, _permitted, [NUMACTL, "--membind=0", "--"],
+         {"LD_PRELOAD": f"{IOMP5}:{TCMALLOC}", "KMP_BLOCKTIME": "1", "KMP_AFFINITY": "granularity=fine,compact,1,0"},
+         [0, 1, 2, 3]),
+        ({**INTEL, "affinity": "spread", "threads": 4, "kmp_blocktime": 0}, _permitted, [NUMACTL, "--membind=0,1", "--"],
+         {"LD_PRELOAD": IOMP5, "KMP_BLOCKTIME": "0", "KMP_AFFINITY": "granularity=fine,compact,1,0"}, [0, 1, 4, 5]),
+        ({**PINNED, "allocator": "jemalloc"}, _permitted, [NUMACTL, "--membind=0", "--"],
+         {"LD_PRELOAD": JEMALLOC, "MALLOC_CONF": spaces.preload.JEMALLOC_CONF}, [0, 1, 2, 3]),  # GNU: no KMP_*
+        ({**INTEL, **PINNED}, _refused, [],  # refused: started unbound, with a warning
+         {"LD_PRELOAD": IOMP5, "KMP_BLOCKTIME": "1", "KMP_AFFINITY": "granularity=fine,compact,1,0"}, [0, 1, 2, 3]),
+    ],
+)
+def test_plan_on_a_two_socket_machine(facts, changes, membind, prefix, env, cpus) -> None:
+    params = _params(facts, **changes)
+    planned = launch.plan(["python", "train.py"], params, _two_sockets(facts), {"PATH": "/bin"}, keep_user_env=False,
+                          membind_refused=membind)
+    assert planned.cmd == [*prefix, "python", "train.py"]
+    assert planned.env == {"PATH": "/bin", **spaces.threads.environment(params, facts), **env}
+    assert planned.cpus == cpus
+    refused = membind is _refused
+    assert [("not permitted" in w and "memory is not bound" in w) for w in planned.warnings] == ([True] if refused else [])
+
+
+def test_memory_is_bound_only_to_nodes_the_cpuset_allows(facts) -> None:
+    params = _params(facts, affinity="spread", threads=4)
+    planned = launch.plan(["x"], params, _two_sockets(facts, mems=(0,)), {}, keep_user_env=False, membind_refused=_permitted)
+    assert planned.cmd == [NUMACTL, "--membind=0", "--", "x"] and planned.cpus == [0, 1, 4, 5]
+
+
+def test_no_numactl_means_no_binding_and_a_warning_on_several_nodes(facts) -> None:
+    params = _params(facts, **PINNED)
+    planned = launch.plan(["x"], params, _two_sockets(facts, numactl_path=None), {}, keep_user_env=False,
+                          membind_refused=_permitted)
+    assert planned.cmd == ["x"] and any("numactl not found" in w for w in planned.warnings)
+
+
+def test_a_trial_starts_clean_but_autotune_run_merges_ld_preload(facts) -> None:
+    machine = _two_sockets(facts)
+    params = _params(facts, **INTEL, allocator="tcmalloc")
+    user = {"LD_PRELOAD": "/home/me/libtrace.so /opt/jemalloc/libjemalloc.so", "KMP_BLOCKTIME": "200", "MALLOC_CONF": "x"}
+    trial = launch.plan(["x"], params, machine, user, keep_user_env=False)
+    assert trial.env == {"LD_PRELOAD": f"{IOMP5}:{TCMALLOC}", "KMP_BLOCKTIME": "1",
+                         **spaces.threads.environment(params, facts)}  # MALLOC_CONF is autotune's: removed
+    run = launch.plan(["x"], params, machine, user, keep_user_env=True)
+    assert run.env["LD_PRELOAD"] == f"{IOMP5}:{TCMALLOC}:/home/me/libtrace.so:/opt/jemalloc/libjemalloc.so"
+    assert run.env["KMP_BLOCKTIME"] == "200" and run.env["MALLOC_CONF"] == "x"
+    kept, clash = sorted(run.warnings)
+    assert kept == "KMP_BLOCKTIME is set to '200' in your environment, kept (the recipe says '1')"
+    assert clash.startswith(f"LD_PRELOAD: your allocator /opt/jemalloc/libjemalloc.so is kept after the recipe's {TCMALLOC}")
+    again = launch.plan(["x"], params, machine, {"LD_PRELOAD": IOMP5}, keep_user_env=True)
+    assert again.env["LD_PRELOAD"] == f"{IOMP5}:{TCMALLOC}" and again.warnings == ()
+
+
+def _choices(facts, key):
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    values = set()
+    for _ in range(60):
+        trial = study.ask()
+        values.add(spaces.suggest(trial, facts, spaces.SpaceContext())[key])
+        study.tell(trial, 0.0)
+    return values
+
+
+def test_libraries_are_offered_only_where_found(facts) -> None:
+    full = _two_sockets(facts)
+    assert _choices(full, "openmp") == {"gnu", "intel"} and _choices(full, "kmp_blocktime") == {None, 0, 1, 200}
+    assert _choices(full, "allocator") == {"default", "jemalloc", "tcmalloc"}
+    bare = _two_sockets(facts, iomp5_path=None, tcmalloc_path=None)
+    assert _choices(bare, "openmp") == {"gnu"} and _choices(bare, "allocator") == {"default", "jemalloc"}
+    no_openmp = _two_sockets(facts, openmp=None)  # torch's parallel backend is not OpenMP: libiomp5 serves nothing
+    assert _choices(no_openmp, "openmp") == {"gnu"}
+    recorded = replace(full, runtime=None)
+    study = optuna.create_study()
+    trial = study.ask()
+    assert spaces.preload.suggest(trial, recorded, spaces.SpaceContext()) == spaces.preload.defaults(recorded, None)
+    assert trial.params == {}  # nothing to choose: nothing in the study's space
+
+
+@pytest.mark.parametrize(
+    ("runtime", "expected"),
+    [
+        ({}, {"openmp": "intel", "kmp_blocktime": 1, "allocator": "tcmalloc"}),  # run_cpu: TCMalloc first
+        ({"tcmalloc_path": None}, {"openmp": "intel", "kmp_blocktime": 1, "allocator": "jemalloc"}),
+        ({"iomp5_path": None, "tcmalloc_path": None, "jemalloc_path": None},
+         {"openmp": "gnu", "kmp_blocktime": None, "allocator": "default"}),
+    ],
+)
+def test_heuristic_is_run_cpus_choice(facts, runtime, expected) -> None:
+    machine = _two_sockets(facts, **runtime)
+    assert spaces.preload.heuristic(machine, spaces.SpaceContext()) == expected
+    assert spaces.preload.defaults(machine, spaces.SpaceContext()) == {"openmp": "gnu", "kmp_blocktime": None,
+                                                                      "allocator": "default"}
+    assert {"LD_PRELOAD", "KMP_BLOCKTIME", "KMP_AFFINITY", "MALLOC_CONF"} <= set(spaces.controlled_variables())
+
+
+# ---- Real processes on this machine -------------------------------------------------------------------
+
+def _need(facts, *paths: str) -> None:
+    missing = [p for p in paths if not getattr(facts.runtime, p)]
+    if missing:
+        pytest.skip(f"not installed here: {', '.join(missing)} (tests/system-deps.sh, pip install intel-openmp)")
+
+
+def test_trial_runs_on_libiomp5_and_tcmalloc_pinned_and_bound(facts, fast_settings, monkeypatch) -> None:
+    _need(facts, "iomp5_path", "tcmalloc_path", "numactl_path")
+    monkeypatch.setenv("LD_PRELOAD", facts.runtime.jemalloc_path or "")  # the search's own env must not leak in
+    cpus = sorted(c.cpus[0] for c in facts.cpu.allowed.core_list)
+    params = _params(facts, openmp="intel", kmp_blocktime=0, allocator="tcmalloc", affinity="compact", threads=len(cpus))
+    result = run_trial("tiny", params, facts, fast_settings, timeout_s=120)
+    assert result.status == "ok", result.log_tail
+    seen = result.in_effect
+    assert seen["openmp_library"] == "libiomp5.so" and seen["malloc_library"].startswith("libtcmalloc")
+    assert seen["kmp_blocktime"] == 0  # the value libiomp5 itself parsed
+    assert seen["jemalloc"] is False and seen["cpus"] == cpus
+    assert seen["pinned_threads"] >= len(cpus)  # KMP_AFFINITY bound each OpenMP thread to one CPU
+    if spaces.threads.membind_refused(facts.runtime.numactl_path, spaces.memory_nodes(params, facts)) is None:
+        nodes = spaces.memory_nodes(params, facts)
+        assert seen["memory_policy"] == f"bind:{spaces.threads._span(nodes)}" and result.warnings == []
+    else:
+        assert seen["memory_policy"] == "default" and "not permitted" in result.warnings[0]
+
+
+def test_trial_falls_back_unbound_when_numactl_is_refused(facts, fast_settings, tmp_path) -> None:
+    _need(facts, "jemalloc_path")
+    refusing = tmp_path / "numactl"  # what numactl does in a container without CAP_SYS_NICE
+    refusing.write_text("#!/bin/sh\necho 'set_mempolicy: Operation not permitted' >&2\nexit 1\n")
+    refusing.chmod(0o755)
+    machine = replace(facts, runtime=replace(facts.runtime, numactl_path=str(refusing)))
+    params = _params(facts, allocator="jemalloc", affinity="compact", threads=1)
+    result = run_trial("tiny", params, machine, fast_settings, timeout_s=120)
+    assert result.status == "ok", result.log_tail
+    assert result.in_effect["memory_policy"] == "default"
+    assert len(result.warnings) == 1 and "Operation not permitted" in result.warnings[0]
+    assert result.in_effect["malloc_library"] == "libjemalloc.so.2" and result.in_effect["openmp_library"] == "libgomp.so.1"
+    assert result.in_effect["env"]["MALLOC_CONF"] == spaces.preload.JEMALLOC_CONF
+    assert "KMP_AFFINITY" not in result.in_effect["env"] and result.in_effect["kmp_blocktime"] is None
+
+
+FACTS_SCRIPT = """
+import json, os, warnings, torch, autotune
+from autotune.search_spaces import preload, threads
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    for key, value in json.loads({overrides!r}).items():  # set after Python started: too late to count
+        os.environ[key] = value
+    autotune.apply({source})
+torch.ones(256, 256) @ torch.ones(256, 256)
+maps = open("/proc/self/maps").read()
+print(json.dumps({{**preload.in_effect(), "cpus": threads.process_cpus(), "policy": threads.memory_policy(),
+                  "libz": "libz.so" in maps, "preload": os.environ.get("LD_PRELOAD"),
+                  "warnings": [str(w.message) for w in caught]}}))
+"""
+
+
+def _child(cwd: Path, prefix: list[str], source: str = "", overrides: dict | None = None,
+           env: dict | None = None) -> dict:
+    import os
+
+    code = FACTS_SCRIPT.format(source=source, overrides=json.dumps(overrides or {}))
+    out = subprocess.run([*prefix, sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, **(env or {})})
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _recipe_file(tmp_path: Path, **params) -> Path:
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"params": {"threads": 2, "interop_threads": 1, "batch_size": 8, **params},
+                                "workload": "tiny"}))
+    return path
+
+
+def test_autotune_run_puts_every_knob_in_effect(facts, tmp_path) -> None:
+    _need(facts, "iomp5_path", "jemalloc_path")
+    libz = ctypes.util.find_library("z")
+    recipe = _recipe_file(tmp_path, **INTEL, allocator="jemalloc", affinity="compact")
+    run = [sys.executable, "-m", "autotune", "run", "--recipe", str(recipe), "--"]
+    seen = _child(tmp_path, run, env={"LD_PRELOAD": libz or ""})  # the user's own preload is kept
+    params = json.loads(recipe.read_text())["params"]
+    assert seen["openmp_library"] == "libiomp5.so" and seen["malloc_library"] == "libjemalloc.so.2"
+    assert seen["kmp_blocktime"] == 1 and seen["cpus"] == spaces.cpus_for(params, facts)
+    assert seen["preload"].split(":")[:2] == [facts.runtime.iomp5_path, facts.runtime.jemalloc_path]
+    assert seen["libz"] is bool(libz)
+    nodes = spaces.memory_nodes(params, facts)
+    if facts.runtime.numactl_path and nodes:
+        bound = spaces.threads.membind_refused(facts.runtime.numactl_path, nodes) is None
+        assert (seen["policy"] == f"bind:{spaces.threads._span(nodes)}") is bound
+    assert seen["warnings"] == []
+
+
+def test_exported_env_file_then_apply_in_a_fresh_process(facts, tmp_path) -> None:
+    _need(facts, "iomp5_path", "tcmalloc_path")
+    recipe = _recipe_file(tmp_path, openmp="intel", kmp_blocktime=200, allocator="tcmalloc", affinity="none")
+    params = json.loads(recipe.read_text())["params"]  # what `autotune export --format env` writes on this machine:
+    text = to_env(load_recipe_file(recipe), spaces.environment(params, facts), spaces.cpus_for(params, facts),
+                  spaces.memory_nodes(params, facts))
+    (tmp_path / "best.env").write_text(text)
+    libz = ctypes.util.find_library("z") or ""
+    bash = ["bash", "-c", 'set -a; . ./best.env; set +a; exec "$@"', "bash"]
+    seen = _child(tmp_path, bash, source="'best.env'", env={"LD_PRELOAD": libz})
+    assert seen["openmp_library"] == "libiomp5.so" and seen["malloc_library"].startswith("libtcmalloc")
+    assert seen["kmp_blocktime"] == 200 and seen["libz"] is bool(libz)
+    assert seen["warnings"] == []
+
+
+def test_apply_warns_when_libraries_are_not_mapped_even_if_the_variables_say_so(facts, tmp_path) -> None:
+    _need(facts, "iomp5_path", "jemalloc_path")
+    recipe = _recipe_file(tmp_path, **INTEL, allocator="jemalloc", affinity="none")
+    env = {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "LD_PRELOAD": "", "MALLOC_CONF": spaces.preload.JEMALLOC_CONF}
+    late = {"LD_PRELOAD": f"{facts.runtime.iomp5_path}:{facts.runtime.jemalloc_path}", "KMP_BLOCKTIME": "0"}
+    seen = _child(tmp_path, [], source=f"{str(recipe)!r}", overrides=late, env=env)
+    assert seen["openmp_library"] == "libgomp.so.1" and seen["malloc_library"] == "libc.so.6"
+    (warning,) = seen["warnings"]
+    assert f"openmp=intel, but libgomp.so.1 serves GOMP_parallel" in warning
+    assert f"LD_PRELOAD={facts.runtime.iomp5_path}" in warning and f"LD_PRELOAD={facts.runtime.jemalloc_path}" in warning
+    assert "KMP_BLOCKTIME=1 (is '0')" in warning and "autotune run --recipe" in warning
+    assert "OMP_NUM_THREADS" not in warning and "MALLOC_CONF" not in warning  # those are right

@@ -1,0 +1,115 @@
+"""A search stopped by Ctrl-C or killed outright, or meeting trials that fail: nothing lost, nothing left
+running, and it continues."""
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import psutil
+
+from ..conftest import REPO
+from .conftest import interrupt, running_trial, start_search, trials, wait_for
+
+
+FAULTY = REPO / "tests" / "faulty_workloads.py"
+
+
+def _roles(ts: list, state: str | None = None) -> list[str]:
+    return [t.user_attrs.get("role") for t in ts if state is None or t.state.name == state]
+
+
+def test_ctrl_c_records_the_running_trial_and_the_same_command_continues(tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path}/studies.db"
+    args = ("--study", "s", "--trials", "2", "--confirm", "1", "--confirm-rounds", "1")
+    first = start_search(*args, cwd=tmp_path)
+    wait_for(running_trial(storage, "s", 1), 120, "trial 1 to start")
+    out, err = interrupt(first)
+    assert first.returncode == 130, err
+    assert "interrupted; everything recorded so far is kept" in err
+    before = trials(storage, "s")
+    assert [(t.number, t.state.name) for t in before] == [(0, "COMPLETE"), (1, "FAIL")]
+    assert before[1].user_attrs["status"] == "interrupted" and before[1].user_attrs["role"] == "heuristic"
+    assert "run_ended" in before[1].user_attrs  # the trial was stopped and recorded, not abandoned
+
+    second = start_search(*args, cwd=tmp_path)
+    out, err = second.communicate(timeout=300)
+    assert second.returncode == 0, err
+    assert "(continued)" in out
+    after = trials(storage, "s")
+    assert [t.state.name for t in after[:2]] == ["COMPLETE", "FAIL"]  # the first run's record is kept as it was
+    assert _roles(after, "COMPLETE").count("baseline") == 1  # measured once, by the first run
+    # The interrupted heuristic was measured again; --trials 2 counts the study's trials, so nothing more.
+    searched = [t for t in after if t.user_attrs.get("role") != "confirm" and t.state.name == "COMPLETE"]
+    assert [t.user_attrs["role"] for t in searched] == ["baseline", "heuristic"]
+    assert [t.number for t in searched] == [0, 2]
+    # Then the confirmation: the best candidate and the baseline, once each, side by side.
+    confirms = [t for t in after if t.user_attrs.get("role") == "confirm"]
+    assert sorted(t.user_attrs["confirms"] for t in confirms) == [0, 2]
+    assert all(t.user_attrs["params"] == after[t.user_attrs["confirms"]].user_attrs["params"] for t in confirms)
+    assert "range (confirmation)" in out and "confirmed at median" in out, out
+
+
+def test_kill_9_leaves_no_process_and_the_next_search_fails_the_stale_trial_and_removes_its_directory(
+        tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path}/studies.db"
+    temp = tmp_path / "tmp"  # the searches' temporary directory: their trial directories and host lock
+    temp.mkdir()
+    # DataLoader workers in every trial but the baseline: grandchildren of the search to be cleaned up.
+    # The workload stalls while its workers run and the flag file exists, so the kill finds the whole tree.
+    stall = tmp_path / "stall"
+    stall.touch()
+    args = ("--study", "k", "--trials", "2", "--confirm", "0", "--fix", "num_workers=1", "--fix", "prefetch_factor=2",
+            "--fix", "persistent_workers=true", "--workload", f"{FAULTY}:stalls_with_workers")
+    env = {"AUTOTUNE_TEST_STALL": str(stall), "TMPDIR": str(temp)}
+    first = start_search(*args, cwd=tmp_path, env=env)
+    wait_for(running_trial(storage, "k", 1), 120, "trial 1 to start")
+    search = psutil.Process(first.pid)
+
+    def trial_tree() -> list[psutil.Process]:
+        kids = search.children(recursive=True)
+        trial = [p for p in kids if "autotune.trial.child" in " ".join(p.cmdline())]
+        return kids if trial and trial[0].children() else []  # the trial child and its DataLoader worker
+
+    tree = wait_for(trial_tree, 120, "the trial's DataLoader worker to start")
+    first.kill()
+    first.communicate(timeout=30)
+    gone, alive = psutil.wait_procs(tree, timeout=5)
+    assert alive == [], [p.cmdline() for p in alive]
+    stale = trials(storage, "k")[1]
+    assert stale.state.name == "RUNNING"  # nobody could record it: the next search must
+    left = list(temp.glob("autotune-trial-*"))
+    assert len(left) == 1 and (left[0] / "spec.json").exists()  # nor remove the trial's directory
+
+    stall.unlink()
+    second = start_search(*args, cwd=tmp_path, env=env)
+    out, err = second.communicate(timeout=300)
+    assert second.returncode == 0, err
+    after = trials(storage, "k")
+    assert after[1].state.name == "FAIL" and after[1].user_attrs["status"] == "interrupted"
+    assert "died" in after[1].user_attrs["error"]
+    assert [(t.user_attrs["role"], t.state.name) for t in after[2:]] == [("heuristic", "COMPLETE")]
+    assert after[2].user_attrs["params"]["num_workers"] == 1
+    assert "recipe 1 stored" in out
+    assert list(temp.glob("autotune-trial-*")) == []  # the dead search's directory and the second's own
+    survivors = [p for p in psutil.process_iter(["cmdline"]) if str(temp) in " ".join(p.info["cmdline"] or [])]
+    assert survivors == []  # no trial process of either search (their command lines name their spec in temp)
+
+
+def test_each_fault_of_a_trial_is_recorded_with_its_reason_and_the_search_goes_on(tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path}/studies.db"
+    script = tmp_path / "faults.json"  # one fault per trial process, in order (tests/faulty_workloads.py:scripted)
+    script.write_text(json.dumps(["ok", "crash", "abort", "segfault", "nan", "killed"]))
+    args = ("--study", "f", "--trials", "6", "--confirm", "0", "--workload", f"{FAULTY}:scripted")
+    search = start_search(*args, cwd=tmp_path, env={"AUTOTUNE_TEST_FAULTS": str(script)})
+    out, err = search.communicate(timeout=300)
+    assert search.returncode == 0, err
+    assert json.loads(script.read_text()) == []  # every fault was met by a trial
+    # Optuna's state is the loop's business (nan and oom: infeasible, so the sampler learns); the status and
+    # the reason are what the report shows.
+    recorded = [(t.user_attrs["status"], t.user_attrs.get("error") or "") for t in trials(storage, "f")]
+    expected = [("ok", ""), ("crash", "ValueError: fake: the user's loss has a bug"), ("crash", "killed by SIGABRT"),
+                ("crash", "killed by SIGSEGV"), ("nan", "the loss became nan"), ("oom", "killed by SIGKILL")]
+    assert [status for status, _ in recorded] == [status for status, _ in expected]
+    for (_, error), (_, reason) in zip(recorded, expected):
+        assert reason in error

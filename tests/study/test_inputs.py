@@ -1,0 +1,178 @@
+"""A search never crashes on its own history or inputs: bad options are refused before anything is
+written, a stored recipe outside today's space is skipped, and a knob that did not take is not scored."""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune import search_spaces as spaces
+from autotune.study import SearchLoop
+from autotune.study.records import records
+from autotune.errors import UsageError
+from autotune.recipe import Recipe
+from autotune.trial import TrialSettings
+from autotune.search_spaces import SpaceContext, defaults
+from autotune.store import RecipeStore
+from autotune.study import SearchOptions, search
+
+from ..conftest import run_cli
+from .conftest import QUICK, trials
+
+CTX = SpaceContext(default_batch_size=32)
+RUN = {"device": "cpu", "reference_batch": 32, "global_batch": None, "lr_scaling": "sqrt"}
+# A search that would run if the bad option were accepted: short, so a regression fails fast.
+SHORT = (*QUICK, "--trials", "1", "--confirm", "0")
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (("--train-steps", "0"), "--train-steps must be at least 1 (got 0)"),
+        (("--max-loss-increase", "-0.1"), "--max-loss-increase must be 0 or more (got -0.1)"),
+        (("--max-loss-increase", "nan"), "--max-loss-increase must be 0 or more (got nan)"),
+        (("--steps", "0"), "--steps must be at least 3, one per timed window (got 0)"),
+        (("--warmup-steps", "-1"), "--warmup-steps must be 0 or more (got -1)"),
+        (("--global-batch", "0"), "--global-batch must be at least 1 (got 0)"),
+        (("--confirm", "-1"), "--confirm must be 0 or more (got -1)"),
+        (("--confirm-rounds", "0"), "--confirm-rounds must be at least 1 (got 0)"),
+        (("--trials", "0"), "--trials must be at least 1 (got 0)"),
+        (("--seed", "-1"), "--seed must be 0 to 4294967295 (got -1)"),
+        (("--fix", "bogus=1"), "--fix bogus: no such knob; the knobs are affinity, allocator,"),
+        (("--no-compile", "--fix", "compile_mode=default"),
+         "--fix compile_mode=default: not possible in this search on this machine; compile_mode may be: none"),
+        (("--fix", "batch_size=3"), "--fix batch_size=3: not possible in this search on this machine; "
+                                    "batch_size may be: 8, 16, 32, 64, 128"),  # tiny's default is 32
+        (("--global-batch", "64", "--fix", "batch_size=128"), "batch_size may be: 8, 16, 32, 64"),
+        (("--fix", "pin_memory=true"), "pin_memory may be: false"),  # a CPU search: no pinned host memory
+    ],
+)
+def test_a_bad_option_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, option: tuple[str, ...],
+                                                            message: str) -> None:
+    done = run_cli("search", *SHORT, *option, cwd=tmp_path, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("autotune search: error: ") and message in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert list(tmp_path.iterdir()) == []  # no studies.db
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (dict(settings=TrialSettings(train_steps=0)), "--train-steps must be at least 1"),
+        (dict(max_loss_increase=-0.1), "--max-loss-increase must be 0 or more"),
+        (dict(settings=TrialSettings(measure_steps=0)), "--steps must be at least 3"),
+        (dict(fixed={"compile_mode": "default"}, compile=False), "compile_mode may be: none"),
+    ],
+)
+def test_the_library_entry_checks_the_same_way(tmp_path: Path, options: dict, message: str) -> None:
+    storage = f"sqlite:///{tmp_path}/studies.db"
+    with pytest.raises(UsageError, match=message):
+        search("tiny", options=SearchOptions(storage=storage, trials=1, confirm_top=0, **options))
+    assert not (tmp_path / "studies.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("ctx", "changes", "outside"),
+    [
+        (CTX, {}, []),
+        (SpaceContext(default_batch_size=32, allow_compile=False), {"compile_mode": "default"},
+         ["compile_mode=default (allowed: none)"]),
+        (SpaceContext(default_batch_size=32, max_batch_size=64), {"batch_size": 128},
+         ["batch_size=128 (allowed: 8, 16, 32, 64)"]),
+        (SpaceContext(default_batch_size=32, global_batch=48), {"batch_size": 32}, ["batch_size=32 (allowed: 8, 16)"]),
+        (CTX, {"pin_memory": True}, ["pin_memory=true (allowed: false)"]),  # never on a CPU
+        (CTX, {"kmp_blocktime": 1}, []),  # moot with openmp=gnu, allowed otherwise: not a reason to skip
+        (CTX, {"threads": 10_000}, ["threads=10000 (allowed: 1.."]),
+    ],
+)
+def test_outside_names_the_values_todays_space_cannot_take(facts, ctx, changes, outside) -> None:
+    got = spaces.outside({**defaults(facts, ctx), **changes}, facts, ctx)
+    assert len(got) == len(outside) and all(g.startswith(o) for g, o in zip(got, outside)), got
+
+
+def test_allowed_values_come_from_the_space_itself(facts) -> None:
+    allowed = spaces.allowed_values(facts, CTX)
+    assert set(allowed) == set(defaults(facts, CTX))  # every knob of a recipe, nothing else
+    assert "none" in allowed["compile_mode"] and "default" not in spaces.allowed_values(
+        facts, SpaceContext(default_batch_size=32, allow_compile=False))["compile_mode"]
+    assert 1 in allowed["threads"] and True not in allowed["threads"] and 1 not in allowed["channels_last"]
+    assert None in allowed["prefetch_factor"] and 2 in allowed["prefetch_factor"]  # both branches of num_workers
+
+
+def test_a_stored_recipe_outside_todays_space_is_skipped_and_the_search_goes_on(facts, tmp_path: Path) -> None:
+    """compile_mode=default found by an earlier search, then --no-compile: that recipe is not a seed,
+    the default study (searched with compile modes) goes on under a name of its own, and a study named
+    with --study that cannot go on with these options is refused without losing anything."""
+    storage = f"sqlite:///{tmp_path}/studies.db"
+    first = run_cli("search", *SHORT, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    [old] = [s.study_name for s in optuna.get_all_study_summaries(storage)]
+    with RecipeStore.open(storage) as store:  # what a search that chose torch.compile stores
+        store.save(Recipe(params={**defaults(facts, CTX), "compile_mode": "default", **RUN}, workload="tiny",
+                          fingerprint=facts.fingerprint, study=old))
+
+    second = run_cli("search", *SHORT, "--no-compile", "--trials", "2", cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert "warm-start seed skipped, outside this search's space: compile_mode=default (allowed: none)" in second.stderr
+    assert f"this search goes on in study '{old}-" in second.stderr
+    [new] = [s.study_name for s in optuna.get_all_study_summaries(storage) if s.study_name != old]
+    assert [t.user_attrs["role"] for t in trials(storage, new)] == ["baseline", "heuristic"]
+    assert all(t.user_attrs["params"]["compile_mode"] == "none" for t in trials(storage, new))
+    assert len(trials(storage, old)) == 1  # the first study is left as it was
+
+    third = run_cli("search", *SHORT, "--no-compile", "--study", old, cwd=tmp_path)
+    assert third.returncode == 2 and len(third.stderr.strip().splitlines()) == 1, third.stderr
+    assert f"study '{old}' searched compile_mode over none, default" in third.stderr
+    assert "start another with --study NAME" in third.stderr
+    assert len(trials(storage, old)) == 1
+
+
+def _run_one(facts, tmp_path: Path, params: dict) -> tuple[optuna.trial.FrozenTrial, object]:
+    """One trial measured and recorded by the search loop, as a search runs it."""
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path}/studies.db", direction="maximize")
+    options = SearchOptions(settings=TrialSettings(warmup_steps=2, measure_steps=6, windows=2, max_extra_windows=0,
+                                                   eval_samples=128), confirm_top=0)
+    loop = SearchLoop(study, "tiny", facts, CTX, RUN, options, time.monotonic() + 300, lambda *a: None)
+    trial = study.ask()
+    params = {**defaults(facts, CTX), "threads": 1, **params, **RUN}
+    loop.claim(trial, "search", params)
+    result = loop.run_one(trial, "search", params, timeout=120)
+    assert result.status == "ok", result.log_tail
+    return study.get_trials(deepcopy=False)[0], records(study)[0]
+
+
+@pytest.mark.parametrize("library", ["installed", "missing"])
+def test_an_allocator_that_does_not_serve_malloc_makes_the_trial_infeasible(facts, tmp_path: Path, library: str) -> None:
+    """The dynamic linker ignores a preloaded library it cannot open: the trial measured glibc malloc."""
+    if library == "installed" and not (facts.runtime and facts.runtime.jemalloc_path):
+        pytest.skip("jemalloc is not installed here")
+    if library == "missing":
+        facts = replace(facts, runtime=replace(facts.runtime, jemalloc_path=str(tmp_path / "libjemalloc.so.2")))
+    frozen, record = _run_one(facts, tmp_path, {"allocator": "jemalloc"})
+    if library == "installed":
+        assert record.feasible and "infeasible" not in frozen.user_attrs and record.rejected_by == ()
+        assert frozen.user_attrs["in_effect"]["malloc_library"].startswith("libjemalloc")
+    else:
+        assert not record.feasible
+        assert record.reason == "allocator=jemalloc is not in effect: libc.so.6 serves malloc"
+        assert frozen.constraints["applied"] == 1.0
+        assert record.rejected_by == ("applied",)  # the report counts it apart from the quality guard
+
+
+def test_a_refused_membind_is_recorded_off_and_the_pinning_stays_feasible(facts, tmp_path: Path) -> None:
+    """numactl --membind refused (containers without CAP_SYS_NICE): the pinned trial is valid, and the
+    recipe's params say memory was not bound, so neither the env file nor 'autotune run' binds it."""
+    numactl = tmp_path / "numactl"  # refuses as numactl does under Docker's default seccomp profile
+    numactl.write_text("#!/bin/sh\necho 'set_mempolicy: Operation not permitted' >&2\nexit 1\n")
+    numactl.chmod(0o755)
+    facts = replace(facts, runtime=replace(facts.runtime, numactl_path=str(numactl)))
+    assert spaces.memory_nodes({**defaults(facts, CTX), "affinity": "compact"}, facts)  # binding is wanted
+    frozen, record = _run_one(facts, tmp_path, {"affinity": "compact"})
+    assert record.feasible and record.reason is None
+    assert frozen.user_attrs["in_effect"]["memory_policy"] == "default"
+    assert record.params["membind"] is False and record.params["affinity"] == "compact"
+    assert spaces.memory_nodes(record.params, facts) is None

@@ -1,0 +1,153 @@
+"""What a study measures first (baseline, warm start, seeds, --fix), and the confirmation's verdict."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune.study import beats, noise
+from autotune.cli.search import parse_fixes
+from autotune.errors import UsageError
+from autotune.recipe import Recipe
+from autotune.search_spaces import SpaceContext, defaults
+from autotune.store import RecipeStore
+from autotune.study import SearchOptions, enqueue_next_seed
+from autotune.study.seeds import seeds as search_seeds
+
+CTX = SpaceContext(default_batch_size=32)
+
+
+def _queued(study) -> list[tuple[str, dict]]:
+    return [(t.user_attrs["role"], t.system_attrs["fixed_params"]) for t in study.get_trials(deepcopy=False)
+            if t.state == optuna.trial.TrialState.WAITING]
+
+
+def _measure_seeds(study, seeds, count: int) -> list[tuple[str, dict]]:
+    """Ask and complete ``count`` trials as the search loop does: the next seed is enqueued before each ask."""
+    order = []
+    for _ in range(count):
+        assert enqueue_next_seed(study, seeds)
+        assert not enqueue_next_seed(study, seeds)  # one waits already: nothing more is queued
+        trial = study.ask()
+        frozen = study.get_trials(deepcopy=False)[trial.number]  # the live Trial does not show the fixed params
+        order.append((frozen.user_attrs["role"], frozen.system_attrs["fixed_params"]))
+        study.tell(trial, 1.0)
+    return order
+
+
+@pytest.mark.parametrize("stored_for", ["this", "other", None])
+def test_the_stored_recipe_for_this_workload_and_hardware_comes_right_after_the_baseline(
+        facts, tmp_path: Path, stored_for: str | None) -> None:
+    storage = f"sqlite:///{tmp_path}/s.db"
+    recipe = {**defaults(facts, CTX), "batch_size": 64, "threads": 1, "device": "cpu", "reference_batch": 32}
+    if stored_for:
+        with RecipeStore.open(storage) as store:
+            store.save(Recipe(params=recipe, workload="tiny",
+                              fingerprint=facts.fingerprint if stored_for == "this" else "0123456789ab"))
+    study = optuna.create_study(storage=storage)
+    queued = _measure_seeds(study, search_seeds(facts, CTX, SearchOptions(storage=storage), "tiny"), 2)
+    assert queued[0] == ("baseline", defaults(facts, CTX))
+    if stored_for == "this":
+        assert queued[1][0] == "warm-start"
+        assert queued[1][1] == {**defaults(facts, CTX), "batch_size": 64, "threads": 1}  # run settings left out
+    else:
+        assert "warm-start" not in [role for role, _ in queued]
+        assert queued[1][0] == "heuristic"
+
+
+def test_fixed_knobs_hold_in_every_seed_but_the_baseline(facts, tmp_path: Path) -> None:
+    options = SearchOptions(storage=f"sqlite:///{tmp_path}/s.db", fixed={"threads": 1})
+    seeds = search_seeds(facts, CTX, options, "tiny")
+    assert seeds[0] == ("baseline", defaults(facts, CTX))
+    assert len(seeds) > 1 and all(params["threads"] == 1 for _, params in seeds[1:])
+    assert len({str(sorted(p.items())) for _, p in seeds}) == len(seeds)  # no seed measured twice
+
+
+def test_an_interrupted_seed_comes_first_again_but_not_a_finished_one(facts, tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path}/s.db"
+    study = optuna.create_study(storage=storage)
+    seeds = search_seeds(facts, SpaceContext(default_batch_size=32, conv=True), SearchOptions(storage=storage), "cnn")
+    assert len(seeds) >= 3  # baseline, heuristic and at least one more seed (channels_last) still to come
+    assert _measure_seeds(study, seeds, 1) == [seeds[0]]
+    assert enqueue_next_seed(study, seeds)
+    heuristic = study.ask()
+    heuristic.set_user_attr("status", "interrupted")  # Ctrl-C, or failed after a kill -9
+    study.tell(heuristic, state=optuna.trial.TrialState.FAIL)
+    assert _queued(study) == []  # nothing else was queued while it ran
+    # The resumed search (or another worker): the interrupted heuristic before any later seed, once.
+    assert _measure_seeds(study, seeds, 2) == [seeds[1], seeds[2]]
+    roles = [t.user_attrs["role"] for t in study.get_trials(deepcopy=False)]
+    assert roles.count("baseline") == 1 and roles.count("heuristic") == 2
+
+
+@pytest.mark.parametrize(
+    ("baseline", "candidate", "better"),
+    [
+        ([100, 101, 99], [110, 112, 109], True),
+        ([100, 101, 99], [102, 103, 102.5], False),  # +2.5%: under the noise floor
+        ([100, 130, 80], [120, 125, 118], False),  # +20% median, but the defaults' fastest run is faster
+        ([100, 102], [99, 140], False),  # ranges overlap
+        ([100], [110], True),  # single runs: the noise floor only
+        ([], [110], False),
+    ],
+)
+def test_a_recipe_must_beat_the_defaults_beyond_noise(baseline, candidate, better) -> None:
+    assert beats(baseline, candidate) is better
+    if baseline and candidate:
+        assert noise(baseline, candidate) >= 0.03
+
+
+def test_fix_values_are_json_or_text() -> None:
+    assert parse_fixes(["threads=2", "channels_last=true", "prefetch_factor=null", "compile_mode=none"]) == {
+        "threads": 2, "channels_last": True, "prefetch_factor": None, "compile_mode": "none"}
+    with pytest.raises(UsageError, match="KNOB=VALUE"):
+        parse_fixes(["threads"])
+
+
+def test_a_compile_trial_gets_its_own_time_estimate(facts) -> None:
+    """Compiling takes far longer than the timed steps: a compile mode not measured yet may use what the
+    budget leaves after the confirmation runs, not 5x the median of uncompiled trials."""
+    from autotune.study import SearchLoop
+
+    study = optuna.create_study(direction="maximize")
+    for wall, mode in [(8.0, "none"), (10.0, "none"), (9.0, "none")]:
+        study.add_trial(optuna.trial.create_trial(
+            value=1.0, user_attrs={"wall_s": wall, "status": "ok", "role": "search", "params": {"compile_mode": mode}}))
+    options = SearchOptions(budget_s=600, confirm_top=0)
+    loop = SearchLoop(study, "tiny", facts, CTX, {}, options, deadline=0.0, notify=lambda *a: None)
+    estimate = loop.estimate_s()
+    assert estimate == pytest.approx(1.2 * 9.0)
+    assert loop.timeout_s({"compile_mode": "none"}, 500.0, estimate) == 60.0  # max(60, 5 x 10.8)
+    assert loop.timeout_s({"compile_mode": "default"}, 500.0, estimate) == 500.0  # unmeasured: what is left
+    study.add_trial(optuna.trial.create_trial(
+        value=1.0, user_attrs={"wall_s": 50.0, "status": "ok", "role": "search", "params": {"compile_mode": "default"}}))
+    assert loop.timeout_s({"compile_mode": "default"}, 500.0, estimate) == pytest.approx(5 * 1.2 * 50.0)
+    assert loop.timeout_s({"compile_mode": "default"}, 100.0, estimate) == 100.0  # never past the budget
+
+
+def test_a_confirmation_run_of_a_compiled_recipe_gets_the_compile_time_limit(facts) -> None:
+    """Confirmation runs are limited like search trials of their kind: a compiled candidate is not
+    killed at 5x the median of the uncompiled trials."""
+    from autotune.study.confirm import confirm
+    from autotune.study import SearchLoop
+    from autotune.trial import TrialResult
+
+    study = optuna.create_study(direction="maximize")
+    for role, wall, mode, speed in [("baseline", 9.0, "none", 100.0), ("search", 10.0, "none", 90.0),
+                                    ("search", 50.0, "default", 150.0)]:
+        study.add_trial(optuna.trial.create_trial(value=speed, user_attrs={
+            "wall_s": wall, "status": "ok", "objective": speed, "role": role, "params": {"compile_mode": mode}}))
+    limits: dict[str, float] = {}
+
+    class Recording(SearchLoop):
+        def run_one(self, trial, role, params, timeout):
+            limits[params["compile_mode"]] = timeout
+            self.record(trial, role, params, TrialResult("ok", samples_per_s=100.0, objective=100.0, loss=1.0))
+            return TrialResult("ok", objective=100.0)
+
+    options = SearchOptions(budget_s=10_000, confirm_top=1, confirm_rounds=1)
+    loop = Recording(study, "tiny", facts, CTX, {}, options, deadline=time.monotonic() + 10_000, notify=lambda *a: None)
+    confirm(loop)
+    assert limits == {"none": 60.0, "default": pytest.approx(5 * 1.2 * 50.0)}

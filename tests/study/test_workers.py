@@ -1,0 +1,84 @@
+"""Several searches: one study shared through PostgreSQL, other hardware refused, one trial at a time per host."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from itertools import combinations
+from pathlib import Path
+
+import pytest
+
+from autotune.store import RecipeStore
+
+from .conftest import start_search, trials
+
+
+def _intervals(ts: list) -> list[tuple[float, float, int]]:
+    return [(t.user_attrs["run_started"], t.user_attrs["run_ended"], t.user_attrs["pid"]) for t in ts
+            if "run_started" in t.user_attrs]
+
+
+def _assert_never_concurrent(intervals: list[tuple[float, float, int]]) -> None:
+    for (s1, e1, _), (s2, e2, _) in combinations(sorted(intervals), 2):
+        assert e1 <= s2 or e2 <= s1, f"trials ran at the same time: {s1:.2f}-{e1:.2f} and {s2:.2f}-{e2:.2f}"
+
+
+@pytest.mark.postgres
+def test_two_workers_share_a_study_and_other_hardware_is_refused(postgres: str, tmp_path: Path) -> None:
+    args = ("--storage", postgres, "--study", "shared", "--trials", "3", "--confirm", "0")
+    workers = [start_search(*args, cwd=tmp_path) for _ in range(2)]
+    outputs = [w.communicate(timeout=300) for w in workers]
+    for w, (out, err) in zip(workers, outputs):
+        assert w.returncode == 0, err
+    ts = trials(postgres, "shared")
+    # Measured trials: completed, or stopped early by the pruner as clearly slower (a valid outcome too).
+    done = [t for t in ts if t.state.name in ("COMPLETE", "PRUNED")]
+    assert len(done) == 3, [(t.number, t.state.name, t.user_attrs.get("role"), t.user_attrs.get("status"), t.user_attrs.get("error")) for t in ts]
+    assert [t.user_attrs["role"] for t in done].count("baseline") == 1
+    assert {t.user_attrs["pid"] for t in done} == {w.pid for w in workers}  # both contributed
+    _assert_never_concurrent(_intervals(ts))  # one host: the host lock serialises them
+    with RecipeStore.open(postgres) as store:
+        assert store.latest(study="shared") is not None
+
+    # A worker with another CPU set (taskset) is the same machine for the fingerprint, but the study refuses it:
+    # its trials would be measured on other CPUs.
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU: no smaller CPU set to start a worker with other hardware")
+    cpu = str(min(os.sched_getaffinity(0)))
+    third = start_search(*args, cwd=tmp_path, prefix=("taskset", "-c", cpu))
+    out, err = third.communicate(timeout=120)
+    assert third.returncode == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "was measured on hardware" in lines[0] and "use another --study" in lines[0], err
+    assert len(trials(postgres, "shared")) == len(ts)  # it ran nothing
+
+
+@pytest.mark.postgres
+def test_workers_starting_together_on_an_empty_database_all_open_it(postgres: str) -> None:
+    """The first start creates Optuna's tables and the recipes table; workers racing to do it must not fail
+    (duplicate type or table)."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(postgres, isolation_level="AUTOCOMMIT")
+    with engine.connect() as connection:
+        connection.execute(sqlalchemy.text("CREATE DATABASE race"))
+    engine.dispose()
+    url = postgres.rsplit("/", 1)[0] + "/race"
+    code = ("import sys; from autotune.study import rdb_storage; from autotune.store import RecipeStore; "
+            "RecipeStore.open(sys.argv[1]).__exit__(); rdb_storage(sys.argv[1])")
+    starts = [subprocess.Popen([sys.executable, "-c", code, url], stderr=subprocess.PIPE, text=True) for _ in range(6)]
+    for start in starts:
+        _, err = start.communicate(timeout=120)
+        assert start.returncode == 0, err
+
+
+def test_two_searches_on_one_host_never_run_trials_at_the_same_time(tmp_path: Path) -> None:
+    searches = [start_search("--storage", f"sqlite:///{tmp_path}/s{i}.db", "--study", f"s{i}", "--trials", "1",
+                             "--confirm", "0", cwd=tmp_path) for i in range(2)]
+    for s in searches:
+        out, err = s.communicate(timeout=300)
+        assert s.returncode == 0, err
+    intervals = [i for n in range(2) for i in _intervals(trials(f"sqlite:///{tmp_path}/s{n}.db", f"s{n}"))]
+    assert len(intervals) == 2 and {pid for _, _, pid in intervals} == {s.pid for s in searches}
+    _assert_never_concurrent(intervals)

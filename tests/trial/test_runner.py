@@ -1,0 +1,207 @@
+"""Real trial subprocesses: what runs in them, and how every kind of failure is recorded."""
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune.trial import run_trial
+from autotune.search_spaces import SpaceContext, defaults
+
+FAULTY = "tests.faulty_workloads"
+
+
+def _params(facts, **changes):
+    params = {**defaults(facts, SpaceContext(default_batch_size=32)), "device": "cpu", "reference_batch": 32}
+    return {**params, **changes}
+
+
+def test_ok_trial_reports_throughput_loss_and_settings_in_effect(facts, fast_settings) -> None:
+    params = _params(facts, threads=1, interop_threads=1, batch_size=16)
+    windows = []
+    result = run_trial("tiny", params, facts, fast_settings, timeout_s=120,
+                       on_window=lambda i, s: windows.append((i, s)) or False)
+    assert result.status == "ok", result.log_tail
+    assert result.samples_per_s > 0 and result.objective > 0 and result.loss > 0
+    assert len(result.windows) == fast_settings.windows and [i for i, _ in windows] == [0, 1]
+    assert result.in_effect["threads"] == 1 and result.in_effect["env"]["OMP_NUM_THREADS"] == "1"
+    assert result.startup_s > 0 and result.compile_s >= 0
+
+
+def test_same_seed_same_loss(facts, fast_settings) -> None:
+    params = _params(facts, threads=1)
+    first = run_trial("tiny", params, facts, fast_settings, timeout_s=120)
+    second = run_trial("tiny", params, facts, fast_settings, timeout_s=120)
+    assert first.loss == pytest.approx(second.loss, rel=1e-5)
+
+
+def test_inherited_thread_variables_do_not_leak_into_the_baseline(facts, fast_settings, monkeypatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    result = run_trial("tiny", _params(facts, threads=1), facts, fast_settings, timeout_s=120)
+    assert result.in_effect["env"]["OMP_NUM_THREADS"] == "1"
+
+
+@pytest.fixture
+def no_process_left() -> Any:
+    """Watches every descendant of this test process (trial, DataLoader workers, torchrun ranks, watchdog)
+    while the test runs; after it, none may be alive. Yields ``{pid: command line}`` of those seen."""
+    import psutil
+
+    me, stop = psutil.Process(), threading.Event()
+    processes: dict[int, psutil.Process] = {}
+    seen: dict[int, str] = {}
+
+    def watch() -> None:
+        while not stop.is_set():
+            try:
+                children = me.children(recursive=True)
+            except psutil.Error:  # one of them ended while being listed: list again
+                continue
+            for child in children:
+                try:  # read again while it lives: a child is a copy of this test until it calls exec
+                    seen[child.pid] = " ".join(child.cmdline())
+                except psutil.Error:
+                    continue
+                processes.setdefault(child.pid, child)
+            stop.wait(0.1)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    yield seen  # filled in as the test runs
+    stop.set()
+    watcher.join()
+
+    def alive(process: psutil.Process) -> bool:
+        try:
+            return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    assert [seen[pid] for pid, process in processes.items() if alive(process)] == []
+
+
+@pytest.fixture
+def no_file_left(monkeypatch) -> Any:
+    """A temporary directory for the test's trials (short: trials put sockets under it); after the test, a
+    trial must have left nothing in it, however it ended."""
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.mkdtemp())
+    monkeypatch.setenv("TMPDIR", str(root))  # the trial processes'
+    monkeypatch.setattr(tempfile, "tempdir", str(root))  # run_trial's, in this process
+    yield root
+    left = sorted(path.name for path in root.iterdir())
+    shutil.rmtree(root)
+    assert left == []
+
+
+def _trial_processes(seen: dict[int, str]) -> int:
+    return sum("autotune.trial.child" in cmdline for cmdline in seen.values())
+
+
+@pytest.mark.parametrize(
+    ("workload", "status", "error"),
+    [
+        (f"{FAULTY}:crash", "crash", "ValueError: fake: the user's loss has a bug"),  # a Python exception
+        (f"{FAULTY}:aborts", "crash", "killed by SIGABRT"),  # os.abort(): a failed assertion in native code
+        (f"{FAULTY}:segfaults", "crash", "killed by SIGSEGV"),
+        (f"{FAULTY}:nan", "nan", "the loss became nan"),
+        (f"{FAULTY}:oom", "oom", "OutOfMemoryError"),
+        (f"{FAULTY}:killed", "oom", "SIGKILL"),  # the kernel's out-of-memory killer
+        ("nosuch_workload", "crash", "UsageError"),
+    ],
+)
+def test_failures_are_classified(facts, fast_settings, no_process_left, no_file_left, workload, status, error) -> None:
+    result = run_trial(workload, _params(facts, batch_size=64), facts, fast_settings, timeout_s=120)
+    assert result.status == status
+    assert error in result.error
+    assert result.samples_per_s is None
+
+
+def test_a_dead_dataloader_worker_fails_the_trial(facts, fast_settings, no_process_left, no_file_left) -> None:
+    params = _params(facts, threads=1, num_workers=1, prefetch_factor=2, persistent_workers=True)
+    result = run_trial(f"{FAULTY}:kills_its_dataloader_workers", params, facts, fast_settings, timeout_s=120)
+    assert result.status == "crash" and "DataLoader worker" in result.error, result.error
+    assert result.wall_s < 60  # found out by the DataLoader, not by the time limit
+
+
+def test_hang_is_stopped_at_the_time_limit_with_its_whole_tree(facts, fast_settings, no_process_left,
+                                                               no_file_left) -> None:
+    params = _params(facts, num_workers=1, prefetch_factor=2)  # a DataLoader worker: a grandchild to stop too
+    result = run_trial(f"{FAULTY}:hang", params, facts, fast_settings, timeout_s=8)
+    assert result.status == "timeout" and 8 <= result.wall_s < 30
+    assert _trial_processes(no_process_left) >= 2  # the trial and its worker (a fork: the same command line)
+
+
+def test_a_rank_killed_in_a_two_process_trial_fails_it_at_once(facts, fast_settings, no_process_left,
+                                                               no_file_left) -> None:
+    from autotune import search_spaces as spaces
+
+    if "gloo" not in spaces.processes._backends(facts) or (facts.cpu.allowed.cores or 0) < 2:
+        pytest.skip("needs 2 allowed cores and gloo")
+    params = _params(facts, threads=2, interop_threads=1, processes=2)
+    result = run_trial(f"{FAULTY}:killed_on_rank_1", params, facts, fast_settings, timeout_s=120)
+    assert result.status == "crash" and result.samples_per_s is None
+    assert result.wall_s < 60  # rank 0, waiting on the dead rank, was stopped: no time-limit wait
+    assert _trial_processes(no_process_left) >= 3  # torchrun and its two ranks
+
+
+def test_pruning_stops_the_trial(facts, fast_settings) -> None:
+    settings = replace(fast_settings, measure_steps=40, windows=4)
+    result = run_trial("tiny", _params(facts), facts, settings, timeout_s=120, on_window=lambda i, s: i >= 0)
+    assert result.status == "pruned"
+
+
+def test_the_next_trial_removes_directories_left_by_a_dead_search(facts, fast_settings, tmp_path, monkeypatch) -> None:
+    """``kill -9`` runs no clean-up: the search's trial directory stays until the next trial on this host."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    from autotune.trial import lock
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where run_trial makes its directory
+    dead = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    dead_owner = lock.owner(dead.pid)
+    dead.kill()
+    dead.wait()
+    owners = {"dead": dead_owner, "alive": lock.owner(), "other-host": {**dead_owner, "host": "elsewhere/boot"}}
+    for name, owner in owners.items():
+        (tmp_path / f"autotune-trial-{name}").mkdir()
+        (tmp_path / f"autotune-trial-{name}" / "owner.json").write_text(json.dumps(owner))
+    (tmp_path / "autotune-trial-no-owner").mkdir()  # being created by another search: not ours to judge
+    result = run_trial("tiny", _params(facts, threads=1), facts, fast_settings, timeout_s=120)
+    assert result.status == "ok", result.log_tail
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == ["autotune-trial-alive", "autotune-trial-no-owner", "autotune-trial-other-host"]
+
+
+@pytest.mark.parametrize(("channels_last", "amp_dtype"), [(False, "float32"), (True, "float32"), (True, "bfloat16")])
+def test_amp_and_memory_format_are_reported_as_the_trial_ran_them(facts, fast_settings, channels_last,
+                                                                  amp_dtype) -> None:
+    """What the trial's first training step ran with, seen in the trial process, not the params echoed back."""
+    from autotune.search_spaces import amp
+
+    if amp_dtype not in amp.dtypes(facts, SpaceContext(conv=True)):
+        pytest.skip(f"this CPU computes no {amp_dtype} natively (probe: no avx512_bf16/amx_bf16 in {facts.cpu.isa})")
+    params = _params(facts, threads=1, interop_threads=1, channels_last=channels_last, amp_dtype=amp_dtype)
+    result = run_trial("cnn", params, facts, fast_settings, timeout_s=180)
+    assert result.status == "ok", result.log_tail
+    assert result.in_effect["amp"] == {
+        "autocast": None if amp_dtype == "float32" else amp_dtype,
+        "output_dtype": amp_dtype,  # the CNN ends in a Linear layer: computed in the autocast dtype
+        "channels_last_parameters": channels_last,
+        "channels_last_inputs": channels_last,
+    }
+    assert result.in_effect["tf32"]["matmul"] is False  # a CPU trial never asks for TF32
+
+
+def test_amp_in_effect_is_none_where_the_model_has_no_4d_tensors(facts, fast_settings) -> None:
+    result = run_trial("tiny", _params(facts, threads=1, channels_last=True), facts, fast_settings, timeout_s=120)
+    assert result.status == "ok", result.log_tail
+    assert result.in_effect["amp"]["channels_last_parameters"] is None  # an MLP: nothing to lay out
