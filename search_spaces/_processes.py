@@ -48,7 +48,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..probes._cpulist import format_cpulist, parse_cpulist
+from ..probes import format_cpulist, parse_cpulist
 from ._context import SpaceContext
 
 KEYS = ("processes",)

@@ -24,9 +24,9 @@ import logging
 import os
 import subprocess
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
+from ..probes import format_cpulist, memory_policy, process_cpus
 from ._context import SpaceContext
 
 log = logging.getLogger(__name__)
@@ -125,54 +125,6 @@ def _nodelist(nodes: tuple[int, ...]) -> str:
     return ",".join(map(str, nodes))
 
 
-def memory_policy() -> str | None:
-    """This process's memory policy as /proc/PID/numa_maps writes it ("default", "bind:0-1"), or None."""
-    try:
-        with open("/proc/self/numa_maps") as f:
-            first = f.readline().split()
-    except OSError:
-        return None
-    return first[1] if len(first) > 1 else None
-
-
-def process_cpus() -> list[int]:
-    """The CPUs any thread of this process may run on.
-
-    Not ``sched_getaffinity(0)`` alone: with ``KMP_AFFINITY`` libiomp5 narrows the main thread to one
-    CPU at the first parallel region.
-    """
-    cpus: set[int] = set(os.sched_getaffinity(0))
-    for status in Path("/proc/self/task").glob("*/status"):
-        try:
-            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
-        except OSError:
-            continue  # the thread ended
-        cpus |= _parse_list(fields.get("Cpus_allowed_list", ""))
-    return sorted(cpus)
-
-
-def pinned_threads() -> int:
-    """How many threads of this process are bound to a single CPU (libiomp5's ``KMP_AFFINITY`` does that)."""
-    count = 0
-    for status in Path("/proc/self/task").glob("*/status"):
-        try:
-            text = status.read_text()
-        except OSError:
-            continue
-        line = next((x for x in text.splitlines() if x.startswith("Cpus_allowed_list:")), "")
-        count += len(_parse_list(line.partition(":")[2])) == 1
-    return count
-
-
-def _parse_list(text: str) -> set[int]:
-    out: set[int] = set()
-    for part in text.strip().split(","):
-        if part:
-            low, _, high = part.partition("-")
-            out.update(range(int(low), int(high or low) + 1))
-    return out
-
-
 def environment(params: dict[str, Any], facts: Any) -> dict[str, str]:
     threads = params.get("threads")
     if not threads:
@@ -211,19 +163,8 @@ def check_environment(params: dict[str, Any], facts: Any) -> list[str]:
 def check_memory_binding(nodes: tuple[int, ...] | None, facts: Any) -> list[str]:
     """Whether this process's memory is bound to ``nodes`` (``memory_nodes``) as the launcher would bind it."""
     numactl = getattr(facts.runtime, "numactl_path", None)
-    if not nodes or not numactl or memory_policy() in (None, f"bind:{_span(nodes)}"):
+    if not nodes or not numactl or memory_policy() in (None, f"bind:{format_cpulist(nodes)}"):
         return []
     if membind_refused(numactl, nodes) is not None:
         return []  # not permitted here: the launcher warned already, and there is nothing to fix
     return [f"memory is not bound to NUMA node(s) {_nodelist(nodes)} (numactl --membind={_nodelist(nodes)})"]
-
-
-def _span(nodes: tuple[int, ...]) -> str:
-    """Node list in the kernel's syntax, as numa_maps writes it ("0-1,3")."""
-    ranges: list[list[int]] = []
-    for n in nodes:
-        if ranges and n == ranges[-1][1] + 1:
-            ranges[-1][1] = n
-        else:
-            ranges.append([n, n])
-    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in ranges)
