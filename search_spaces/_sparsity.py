@@ -2,10 +2,10 @@
 
 - ``none``: the model as written (``sparsity`` 0).
 - ``structured``: ``sparsity`` (0.1 … 0.8) of the output units of every safely prunable Linear/Conv
-  layer are removed, with the matching inputs of the layer they feed (``_prune``): smaller layers,
+  layer are removed, with the matching inputs of the layer they feed (``transforms.prune``): smaller layers,
   fewer FLOPs on any hardware. Offered when the workload's model has such layers (``ctx.prunable``).
 - ``2:4``: half of the weights of Linear layers in the 2:4 pattern the sparse tensor cores run
-  (``_semisparse``); ``sparsity`` is 0.5. Offered on CUDA with compute capability 8.x when the model
+  (``transforms.semisparse``); ``sparsity`` is 0.5. Offered on CUDA with compute capability 8.x when the model
   has eligible Linear layers (``ctx.semi_structured``); not on 9.0, where it measured slower than dense.
 
 In-process only, in ``Tuned.prepare_model``: before torch.compile and before the optimizer is created.
@@ -63,11 +63,11 @@ def defaults(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
 
 def context(model: Any) -> dict[str, bool]:
     """What the space needs to know about the workload's model (``SpaceContext`` fields)."""
-    from . import _prune, _semisparse
+    from .transforms import prune, semisparse
 
     return {
-        "prunable": bool(_prune.find_pairs(model)),
-        "semi_structured": any(_semisparse.eligible(m) for m in model.modules()),
+        "prunable": bool(prune.find_pairs(model)),
+        "semi_structured": any(semisparse.eligible(m) for m in model.modules()),
     }
 
 
@@ -90,13 +90,13 @@ def prepare_model(params: dict[str, Any], model: Any, device: str) -> tuple[Any,
     if pattern == "2:4":
         if device != "cuda":
             return model, {}, [f"sparsity_pattern=2:4 not applied: it needs a CUDA GPU, the device is {device}"]
-        from . import _semisparse
+        from .transforms import semisparse
 
-        report = _semisparse.sparsify(model)
+        report = semisparse.sparsify(model)
         return model, report, [] if report["layers"] else ["sparsity_pattern=2:4 not applied: no eligible Linear layer"]
-    from . import _prune
+    from .transforms import prune
 
-    report = _prune.prune(model, ratio)
+    report = prune.prune(model, ratio)
     if not report.layers:
         return model, {}, [
             f"sparsity={ratio} not applied: no layer of this model can lose units safely "
