@@ -1,6 +1,6 @@
 """What the search space allows here: each knob's values, read from the define-by-run space itself.
 
-The families' ``suggest(trial, facts, ctx)`` functions are the only definition of the space (they
+The families' ``space(trial, facts, ctx)`` functions are the only definition of the space (they
 depend on the probed facts and on the run's options: ``--no-compile``, ``--global-batch``, the memory
 cap). Rather than copy their lists, ``allowed_values`` replays ``search_spaces.suggest`` with a trial
 that records every distribution asked for, once per branch (a choice of ``openmp`` or ``num_workers``

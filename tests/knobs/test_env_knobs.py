@@ -133,7 +133,7 @@ def test_libraries_are_offered_only_where_found(facts) -> None:
     recorded = replace(full, runtime=None)
     study = optuna.create_study()
     trial = study.ask()
-    assert spaces.preload.suggest(trial, recorded, spaces.SpaceContext()) == spaces.preload.defaults(recorded, None)
+    assert spaces.preload.space(trial, recorded, spaces.SpaceContext()) == spaces.preload.defaults(recorded, None)
     assert trial.params == {}  # nothing to choose: nothing in the study's space
 
 
