@@ -98,12 +98,11 @@ class Tuned:
 
     def prepare_model(self, model: Any) -> Any:
         """Prune, move, convert and compile the model as the recipe says; create the optimizer after this."""
-        model, done, problems = spaces.sparsity.prepare_model(self.params, model, self.device)
-        self._note("sparsity", done, problems)
+        model = self._note("sparsity", spaces.sparsity.prepare_model(self.params, model, self.device)).model
         model = model.to(self.device)
-        model = spaces.amp.prepare_model(self.params, model)
+        model = spaces.amp.prepare_model(self.params, model, self.device).model
         model = distributed.wrap_model(model, self.device)  # DDP with several ranks; compiled around it
-        model = spaces.compilation.prepare_model(self.params, model)
+        model = spaces.compilation.prepare_model(self.params, model, self.device).model
         self._watch_first_step(model)
         return model
 
@@ -123,16 +122,16 @@ class Tuned:
     def prepare(self, model: Any, optimizer: Any) -> tuple[Any, Any]:
         """What needs the model and its optimizer together (``ipex.optimize``); call after creating the
         optimizer for the model ``prepare_model`` returned: ``model, optimizer = tuned.prepare(model, optimizer)``."""
-        model, optimizer, done, problems = spaces.ipex.prepare(self.params, model, optimizer)
-        self._note("ipex", done, problems)
-        return model, optimizer
+        prepared = self._note("ipex", spaces.ipex.prepare(self.params, model, optimizer))
+        return prepared.model, prepared.optimizer
 
-    def _note(self, knob: str, done: dict[str, Any], problems: list[str]) -> None:
-        if done:
-            self.in_effect[knob] = done
-        self.warnings.extend(problems)
-        for problem in problems:
+    def _note(self, knob: str, prepared: spaces.Prepared) -> spaces.Prepared:
+        if prepared.done:
+            self.in_effect[knob] = prepared.done
+        self.warnings.extend(prepared.problems)
+        for problem in prepared.problems:
             warnings.warn(problem, stacklevel=3)
+        return prepared
 
     def scale_lr(self, optimizer: Any) -> Any:
         """Scale an optimizer's learning rates for this batch size (see ``lr_scale``)."""

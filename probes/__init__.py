@@ -13,14 +13,18 @@ be replayed on a recorded machine::
     True
 
 ``probe(root="DIR")`` reads a recorded tree (``record("host.tar.gz")``, unpacked) instead of ``/``.
-Nothing is probed at import time.
+Nothing is probed at import time. ``process_cpus()``, ``pinned_threads()`` and ``memory_policy()`` read
+what this process runs with (``/proc/self``); ``format_cpulist``/``parse_cpulist`` convert CPU sets to and
+from the kernel's list syntax ("0-3,8").
 """
 from __future__ import annotations
 
+from ._cpulist import format_cpulist, parse_cpulist
 from ._facts import SCHEMA_VERSION, Allowed, Core, CpuTopology, Facts, Gpu, Memory, NumaNode, Runtime
 from ._fingerprint import VERSION as FINGERPRINT_VERSION
 from ._fingerprint import fingerprint_version, outdated_fingerprint
 from ._probe import probe
+from ._process import memory_policy, pinned_threads, process_cpus
 from ._record import record
 from ._summary import summary
 
@@ -36,8 +40,13 @@ __all__ = [
     "NumaNode",
     "Runtime",
     "fingerprint_version",
+    "format_cpulist",
+    "memory_policy",
     "outdated_fingerprint",
+    "parse_cpulist",
+    "pinned_threads",
     "probe",
+    "process_cpus",
     "record",
     "summary",
 ]

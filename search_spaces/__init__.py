@@ -1,12 +1,13 @@
 """The search space (installed as ``autotune.search_spaces``): one module per knob family.
 
-Each family defines, for its recipe keys, the define-by-run space ``suggest(trial, facts, ctx)``
-conditional on the probed facts and PyTorch's ``defaults(facts, ctx)``; where it has them, also the
-``heuristic`` seed (``torch.backends.xeon.run_cpu``'s choices; else its defaults), ``promising`` single
-changes to measure first, the ``environment`` variables that must be set before torch starts (listed
-in ``ENV_VARS``), and ``apply_process`` for what is set inside the process. The trial runner, the
-exported env file and ``autotune.apply()`` all go through these functions, so what was measured is
-what is applied.
+Each family is a ``KnobFamily`` (``_family.py``): for its recipe keys (``KEYS``) the define-by-run
+``space(trial, facts, ctx)`` conditional on the probed facts, PyTorch's ``defaults(facts, ctx)``, the
+``heuristic`` seed (``torch.backends.xeon.run_cpu``'s choices), ``promising`` single changes to measure
+first, the ``environment`` variables that must be set before torch starts (declared in ``ENV_VARS``;
+``OVERRIDES`` names those of other families it replaces), ``apply_process``/``check_environment`` inside
+the process and ``prepare_model``/``prepare`` for the model. The functions here loop over ``FAMILIES``;
+the trial runner, the exported env file and ``autotune.apply()`` all go through them, so what was
+measured is what is applied.
 
 Example::
 
@@ -16,24 +17,34 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import TYPE_CHECKING
 
 from . import _amp as amp
 from . import _batch as batch
 from . import _compile as compilation
 from . import _data as data
 from . import _ipex as ipex
-from . import _processes as processes
 from . import _preload as preload
+from . import _processes as processes
 from . import _sparsity as sparsity
 from . import _threads as threads
 from ._allowed import Allowed, allowed_values, outside, suggested
 from ._context import SpaceContext
 from ._effect import membind_off, not_in_effect
+from ._families import FAMILIES, merge_params, suggest
+from ._family import KnobFamily, NoOp, Params, Prepared, SuggestingTrial
+
+if TYPE_CHECKING:
+    from ..probes import Facts
 
 __all__ = [
     "Allowed",
     "FAMILIES",
+    "KnobFamily",
+    "NoOp",
+    "Params",
+    "Prepared",
     "RUN_KEYS",
     "SpaceContext",
     "allowed_values",
@@ -58,67 +69,70 @@ __all__ = [
     "seeds",
     "sparsity",
     "suggest",
+    "SuggestingTrial",
     "suggested",
     "threads",
     "worker_cpus",
 ]
-
-# processes comes after threads: its environment and apply_process give each rank its share of the threads.
-FAMILIES = (threads, preload, batch, data, amp, compilation, processes, sparsity, ipex)
 
 # Run settings stored with every recipe (not searched): they decide how the knobs are applied. ``membind``
 # (False only) is stored when a trial ran without the memory binding its pinning implies (``membind_off``).
 RUN_KEYS = ("device", "global_batch", "lr_scaling", "reference_batch", "membind")
 
 
-def _merge(method: str, *args: Any) -> dict[str, Any]:
-    params: dict[str, Any] = {}
-    for family in FAMILIES:
-        params.update(getattr(family, method, family.defaults)(*args))  # no heuristic: PyTorch's defaults
-    return params
-
-
-def suggest(trial: Any, facts: Any, ctx: SpaceContext) -> dict[str, Any]:
-    """Sample every knob that matters on this hardware; returns the recipe's params."""
-    return _merge("suggest", trial, facts, ctx)
-
-
-def defaults(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+def defaults(facts: Facts, ctx: SpaceContext) -> Params:
     """PyTorch's defaults: the baseline every recipe is compared with (trial 0)."""
-    return _merge("defaults", facts, ctx)
+    return merge_params([family.defaults(facts, ctx) for family in FAMILIES])
 
 
-def heuristic(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+def heuristic(facts: Facts, ctx: SpaceContext) -> Params:
     """The fixed recipe ``torch.backends.xeon.run_cpu`` / ipexrun would apply."""
-    return _merge("heuristic", facts, ctx)
+    return merge_params([family.heuristic(facts, ctx) for family in FAMILIES])
 
 
 def controlled_variables() -> tuple[str, ...]:
     """Every environment variable some knob sets: the trial runner clears them for a clean baseline."""
-    return tuple(sorted({var for family in FAMILIES for var in getattr(family, "ENV_VARS", ())}))
+    return tuple(sorted({var for family in FAMILIES for var in family.ENV_VARS}))
 
 
-def seeds(facts: Any, ctx: SpaceContext) -> list[tuple[str, dict[str, Any]]]:
+def seeds(facts: Facts, ctx: SpaceContext) -> list[tuple[str, Params]]:
     """The trials to measure before sampling: the baseline, the heuristic, then single promising
     changes of the defaults offered by the families (``promising(facts, ctx)``)."""
     base = defaults(facts, ctx)
     out = [("baseline", base), ("heuristic", {**base, **heuristic(facts, ctx)})]
     for family in FAMILIES:
-        for change in getattr(family, "promising", lambda f, c: [])(facts, ctx):
+        for change in family.promising(facts, ctx):
             out.append(("seed", {**base, **change}))
     return out
 
 
-def environment(params: dict[str, Any], facts: Any) -> dict[str, str]:
-    """Environment variables to set before torch starts (never read from os.environ)."""
+def environment(params: Params, facts: Facts) -> dict[str, str]:
+    """Environment variables to set before torch starts (never read from os.environ). A variable two
+    families set takes the value of the one that declares it in ``OVERRIDES``, whatever their order."""
     env: dict[str, str] = {}
     for family in FAMILIES:
-        if hasattr(family, "environment"):
-            env.update(family.environment(params, facts))
+        for key, value in family.environment(params, facts).items():
+            if key not in env or key in family.OVERRIDES:
+                env[key] = value
     return env
 
 
-def cpus_for(params: dict[str, Any], facts: Any) -> list[int] | None:
+def _overriders_last() -> list[KnobFamily]:
+    """``FAMILIES`` with those that override other families' variables after the rest, so their
+    in-process settings win too (``processes`` sets a rank's share of the threads family's threads)."""
+    return sorted(FAMILIES, key=lambda family: bool(family.OVERRIDES))
+
+
+def _replaced(params: Params, facts: Facts) -> list[KnobFamily]:
+    """The families some other family overrides for these params (it sets one of their variables)."""
+    out = []
+    for family in FAMILIES:
+        taken = set(family.OVERRIDES) & set(family.environment(params, facts))
+        out += [other for other in FAMILIES if other is not family and taken & set(other.ENV_VARS)]
+    return out
+
+
+def cpus_for(params: Params, facts: Facts) -> list[int] | None:
     """CPUs to pin the process to before torch starts, or None to keep the inherited affinity."""
     if processes.count(params) > 1:  # the ranks' CPUs: each rank narrows it to its own slice
         return processes.cpus_for(params, facts)
@@ -128,12 +142,12 @@ def cpus_for(params: dict[str, Any], facts: Any) -> list[int] | None:
     return sorted(set(compute) | set(workers))  # apply() pins the compute threads, worker_init_fn the workers
 
 
-def worker_cpus(params: dict[str, Any], facts: Any) -> list[int] | None:
+def worker_cpus(params: Params, facts: Facts) -> list[int] | None:
     """CPUs for the DataLoader workers apart from the compute threads', or None (see ``data.worker_cpus``)."""
     return None if processes.count(params) > 1 else data.worker_cpus(params, facts)
 
 
-def memory_nodes(params: dict[str, Any], facts: Any) -> tuple[int, ...] | None:
+def memory_nodes(params: Params, facts: Facts) -> tuple[int, ...] | None:
     """NUMA nodes to bind the process's memory to (``numactl --membind``), or None for no binding
     (also when the recipe was measured unbound: ``membind`` False)."""
     if params.get("membind") is False:
@@ -141,28 +155,28 @@ def memory_nodes(params: dict[str, Any], facts: Any) -> tuple[int, ...] | None:
     return threads.memory_nodes(cpus_for(params, facts), facts)
 
 
-def apply_process(params: dict[str, Any], facts: Any = None) -> list[str]:
+def apply_process(params: Params, facts: Facts | None = None) -> list[str]:
     """Apply the in-process settings of every family; returns warnings. With ``facts``, also pins the
     compute threads apart from the DataLoader workers' CPUs (``data.pin_compute_threads``)."""
     problems: list[str] = processes.pin_rank(params)  # first: before any family starts torch's thread pools
-    for family in FAMILIES:
-        if hasattr(family, "apply_process"):
-            problems += family.apply_process(params)
+    for family in _overriders_last():
+        problems += family.apply_process(params, facts)
     if facts is not None and processes.count(params) == 1:
         problems += data.pin_compute_threads(params, facts)
     return problems
 
 
-def check_environment(params: dict[str, Any], facts: Any) -> list[str]:
-    """Environment-level knobs of the recipe that are not in effect in this process."""
-    import os
-
+def check_environment(params: Params, facts: Facts) -> list[str]:
+    """Environment-level knobs of the recipe that are not in effect in this process. A family another one
+    overrides here is checked by that one (with several processes each rank checks its own CPU slice
+    instead of the process-wide affinity)."""
     problems = []
     for key, value in environment(params, facts).items():
         # LD_PRELOAD may hold the user's own libraries too: preload checks what is actually mapped.
         if key != "LD_PRELOAD" and os.environ.get(key) != value:
             problems.append(f"{key}={value} (is {os.environ.get(key)!r})")
-    # With several processes each rank checks its own slice instead of the process-wide affinity.
-    per_process = processes.check_environment if processes.count(params) > 1 else threads.check_environment
-    memory = threads.check_memory_binding(memory_nodes(params, facts), facts)
-    return problems + per_process(params, facts) + memory + preload.check_environment(params, facts)
+    replaced = _replaced(params, facts)
+    for family in FAMILIES:
+        if family not in replaced:
+            problems += family.check_environment(params, facts)
+    return problems + threads.check_memory_binding(memory_nodes(params, facts), facts)

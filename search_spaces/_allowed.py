@@ -1,6 +1,6 @@
 """What the search space allows here: each knob's values, read from the define-by-run space itself.
 
-The families' ``suggest(trial, facts, ctx)`` functions are the only definition of the space (they
+The families' ``space(trial, facts, ctx)`` functions are the only definition of the space (they
 depend on the probed facts and on the run's options: ``--no-compile``, ``--global-batch``, the memory
 cap). Rather than copy their lists, ``allowed_values`` replays ``search_spaces.suggest`` with a trial
 that records every distribution asked for, once per branch (a choice of ``openmp`` or ``num_workers``
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._context import SpaceContext
+from ._families import suggest
 
 
 @dataclass(frozen=True)
@@ -118,8 +119,6 @@ def suggested(facts: Any, ctx: SpaceContext) -> dict[str, Allowed]:
 
 
 def _explore(facts: Any, ctx: SpaceContext) -> tuple[dict[str, Allowed], dict[str, Allowed]]:
-    from . import suggest
-
     seen: dict[str, Allowed] = {}
     asked: dict[str, Allowed] = {}
     tried: set[tuple[str, str]] = set()
@@ -146,8 +145,6 @@ def outside(params: dict[str, Any], facts: Any, ctx: SpaceContext,
     (allowed: ...)`` each; [] when the space can run it as it is. Knobs the space does not know are
     ignored (a recipe from an older autotune), and so is a value of a knob that another knob's value
     makes moot (``kmp_blocktime`` with ``openmp=gnu``) where the space allows it otherwise."""
-    from . import suggest
-
     allowed = allowed if allowed is not None else allowed_values(facts, ctx)
     trial = _Replay(params)
     got = suggest(trial, facts, ctx)

@@ -8,21 +8,29 @@ bf16 emulated on an AVX2-only CPU has been seen 55x slower than fp32.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._context import SpaceContext
+from ._family import NoOp, Params, Prepared, SuggestingTrial
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..probes import Facts
 
 KEYS = ("amp_dtype", "channels_last", "tf32")
+ENV_VARS: tuple[str, ...] = ()
+OVERRIDES: tuple[str, ...] = ()
 
 _CPU_BF16 = {"avx512_bf16", "amx_bf16", "bf16"}  # "bf16": arm FEAT_BF16
 _CPU_FP16 = {"avx512_fp16", "amx_fp16"}
 
 
-def _capability(facts: Any) -> float:
+def _capability(facts: Facts) -> float:
     return min((float(g.compute_capability) for g in facts.gpus), default=0.0)
 
 
-def dtypes(facts: Any, ctx: SpaceContext) -> tuple[str, ...]:
+def dtypes(facts: Facts, ctx: SpaceContext) -> tuple[str, ...]:
     """The autocast dtypes this hardware computes natively."""
     choices = ["float32"]
     if ctx.device == "cuda":
@@ -38,7 +46,7 @@ def dtypes(facts: Any, ctx: SpaceContext) -> tuple[str, ...]:
     return tuple(choices)
 
 
-def suggest(trial: Any, facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+def space(trial: SuggestingTrial, facts: Facts, ctx: SpaceContext) -> Params:
     params: dict[str, Any] = {"amp_dtype": trial.suggest_categorical("amp_dtype", dtypes(facts, ctx))}
     params["channels_last"] = trial.suggest_categorical("channels_last", (False, True)) if ctx.conv else False
     tf32_ok = ctx.device == "cuda" and _capability(facts) >= 8.0
@@ -46,19 +54,28 @@ def suggest(trial: Any, facts: Any, ctx: SpaceContext) -> dict[str, Any]:
     return params
 
 
-def defaults(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+def defaults(facts: Facts, ctx: SpaceContext) -> Params:
     return {"amp_dtype": "float32", "channels_last": False, "tf32": False}
 
 
-def promising(facts: Any, ctx: SpaceContext) -> list[dict[str, Any]]:
+heuristic = defaults  # run_cpu does not change precision
+
+# Hooks this family has nothing to do at (search_spaces._family).
+environment = NoOp.environment
+check_environment = NoOp.check_environment
+prepare = NoOp.prepare
+
+
+def promising(facts: Facts, ctx: SpaceContext) -> list[Params]:
     """Single changes worth measuring first (bf16 autocast: 1.74x on a small CNN, AVX512-BF16 CPU)."""
-    seeds: list[dict[str, Any]] = [{"amp_dtype": d} for d in dtypes(facts, ctx)[1:]]
+    seeds: list[Params] = [{"amp_dtype": d} for d in dtypes(facts, ctx)[1:]]
+    alone: Params = {}
     if ctx.conv:
-        seeds += [{"channels_last": True, **s} for s in [{}] + seeds]
+        seeds += [{"channels_last": True, **s} for s in [alone, *seeds]]
     return seeds
 
 
-def apply_process(params: dict[str, Any]) -> list[str]:
+def apply_process(params: Params, facts: Facts | None) -> list[str]:
     import torch
 
     if torch.cuda.is_available():
@@ -86,12 +103,14 @@ def grad_scaler(params: dict[str, Any], device: str) -> Any:
     return torch.amp.GradScaler(device)
 
 
-def prepare_model(params: dict[str, Any], model: Any) -> Any:
+def prepare_model(params: Params, model: torch.nn.Module, device: str) -> Prepared:
+    """The model in channels_last memory format when the recipe says so (what the forward pass really ran
+    with is recorded by ``forward_in_effect``)."""
     import torch
 
     if params.get("channels_last"):
-        model = model.to(memory_format=torch.channels_last)
-    return model
+        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    return Prepared(model)
 
 
 def prepare_batch(params: dict[str, Any], batch: Any) -> Any:

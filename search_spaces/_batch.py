@@ -13,11 +13,17 @@ infeasible, and the study then skips every larger batch size.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._context import SpaceContext
+from ._family import NoOp, Params, SuggestingTrial
+
+if TYPE_CHECKING:
+    from ..probes import Facts
 
 KEYS = ("batch_size",)
+ENV_VARS: tuple[str, ...] = ()
+OVERRIDES: tuple[str, ...] = ()
 LR_RULES = ("sqrt", "linear", "none")
 
 
@@ -79,14 +85,25 @@ def max_batch_size(memory_bytes: int | None, model: Any, inputs: tuple[Any, ...]
     return max(1, int(usable // per_sample))
 
 
-def suggest(trial: Any, facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+def space(trial: SuggestingTrial, facts: Facts, ctx: SpaceContext) -> Params:
     return {"batch_size": trial.suggest_categorical("batch_size", sizes(ctx))}
 
 
-def defaults(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+def defaults(facts: Facts, ctx: SpaceContext) -> Params:
     choices = sizes(ctx)
     base = ctx.default_batch_size if ctx.default_batch_size in choices else choices[len(choices) // 2]
     return {"batch_size": base}
+
+
+heuristic = defaults  # run_cpu leaves the batch alone
+
+# Hooks this family has nothing to do at (search_spaces._family).
+promising = NoOp.promising
+environment = NoOp.environment
+apply_process = NoOp.apply_process
+check_environment = NoOp.check_environment
+prepare_model = NoOp.prepare_model
+prepare = NoOp.prepare
 
 
 def accumulation(params: dict[str, Any]) -> int:

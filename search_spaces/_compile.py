@@ -6,17 +6,25 @@ so a mode whose gain never pays back its compile time is not chosen.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from ._context import SpaceContext
+from ._family import NoOp, Params, Prepared, SuggestingTrial
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..probes import Facts
 
 KEYS = ("compile_mode",)
+ENV_VARS: tuple[str, ...] = ()
+OVERRIDES: tuple[str, ...] = ()
 
 CPU_MODES = ("none", "default", "reduce-overhead", "max-autotune-no-cudagraphs")
 CUDA_MODES = CPU_MODES + ("max-autotune",)
 
 
-def modes(facts: Any, ctx: SpaceContext) -> tuple[str, ...]:
+def modes(facts: Facts, ctx: SpaceContext) -> tuple[str, ...]:
     if not ctx.allow_compile:
         return ("none",)
     if ctx.device == "cuda":
@@ -27,18 +35,29 @@ def modes(facts: Any, ctx: SpaceContext) -> tuple[str, ...]:
     return CPU_MODES
 
 
-def suggest(trial: Any, facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+def space(trial: SuggestingTrial, facts: Facts, ctx: SpaceContext) -> Params:
     return {"compile_mode": trial.suggest_categorical("compile_mode", modes(facts, ctx))}
 
 
-def defaults(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+def defaults(facts: Facts, ctx: SpaceContext) -> Params:
     return {"compile_mode": "none"}
 
 
-def prepare_model(params: dict[str, Any], model: Any) -> Any:
+heuristic = defaults  # run_cpu does not compile
+
+# Hooks this family has nothing to do at (search_spaces._family).
+promising = NoOp.promising
+environment = NoOp.environment
+apply_process = NoOp.apply_process
+check_environment = NoOp.check_environment
+prepare = NoOp.prepare
+
+
+def prepare_model(params: Params, model: torch.nn.Module, device: str) -> Prepared:
+    """``torch.compile(model, mode=compile_mode)``; done is empty: compile time is measured, not recorded here."""
     import torch
 
     mode = params.get("compile_mode", "none")
     if mode == "none":
-        return model
-    return torch.compile(model, mode=mode)
+        return Prepared(model)
+    return Prepared(cast("torch.nn.Module", torch.compile(model, mode=mode)))

@@ -15,5 +15,5 @@ class SpaceContext:
     global_batch: int | None = None  # keep the effective batch constant by gradient accumulation
     max_batch_size: int | None = None  # from probed memory; None: no cap known
     allow_compile: bool = True
-    prunable: bool = False  # structured pruning finds layers that can lose units (search_spaces._prune)
+    prunable: bool = False  # structured pruning finds layers that can lose units (search_spaces.transforms.prune)
     semi_structured: bool = False  # the model has Linear layers the 2:4 sparse kernels accept

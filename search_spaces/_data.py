@@ -17,15 +17,21 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _threads
 from ._context import SpaceContext
+from ._family import NoOp, Params, SuggestingTrial
+
+if TYPE_CHECKING:
+    from ..probes import Facts
 
 KEYS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
+ENV_VARS: tuple[str, ...] = ()
+OVERRIDES: tuple[str, ...] = ()
 
 
-def suggest(trial: Any, facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+def space(trial: SuggestingTrial, facts: Facts, ctx: SpaceContext) -> Params:
     most = max(1, min(8, int(facts.cpu.allowed.cores or 1)))
     workers = trial.suggest_int("num_workers", 0, most)
     pin = trial.suggest_categorical("pin_memory", (False, True)) if ctx.device == "cuda" else False
@@ -39,11 +45,23 @@ def suggest(trial: Any, facts: Any, ctx: SpaceContext) -> dict[str, Any]:
     }
 
 
-def defaults(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+def defaults(facts: Facts, ctx: SpaceContext) -> Params:
     return {"num_workers": 0, "pin_memory": False, "persistent_workers": False, "prefetch_factor": None}
 
 
-def worker_cpus(params: dict[str, Any], facts: Any) -> list[int] | None:
+heuristic = defaults  # run_cpu starts no DataLoader
+
+# Hooks this family has nothing to do at (search_spaces._family): the
+# workers' CPUs follow from the threads family's pinning (worker_cpus, pin_compute_threads).
+promising = NoOp.promising
+environment = NoOp.environment
+apply_process = NoOp.apply_process
+check_environment = NoOp.check_environment
+prepare_model = NoOp.prepare_model
+prepare = NoOp.prepare
+
+
+def worker_cpus(params: dict[str, Any], facts: Facts) -> list[int] | None:
     """The allowed CPUs the compute threads are not pinned to, for DataLoader workers; None when there
     are no workers, the compute threads are not pinned, or no CPU is left."""
     if not int(params.get("num_workers") or 0):
@@ -58,7 +76,7 @@ def worker_cpus(params: dict[str, Any], facts: Any) -> list[int] | None:
     return sorted(free) or None
 
 
-def pin_compute_threads(params: dict[str, Any], facts: Any) -> list[str]:
+def pin_compute_threads(params: dict[str, Any], facts: Facts) -> list[str]:
     """Pin every thread of this process to the compute CPUs when workers get CPUs of their own; returns
     problems worth a warning. Threads started later inherit the pinning."""
     workers = worker_cpus(params, facts)

@@ -9,14 +9,22 @@ dtype (``bfloat16``/``float16``; none for float32). It works in place on the mod
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ._context import SpaceContext
+from ._family import NoOp, Params, Prepared, SuggestingTrial
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..probes import Facts
 
 KEYS = ("ipex",)
+ENV_VARS: tuple[str, ...] = ()
+OVERRIDES: tuple[str, ...] = ()
 
 
-def available(facts: Any, ctx: SpaceContext) -> bool:
+def available(facts: Facts, ctx: SpaceContext) -> bool:
     runtime = facts.runtime
     return (
         ctx.device == "cpu"
@@ -26,36 +34,45 @@ def available(facts: Any, ctx: SpaceContext) -> bool:
     )
 
 
-def suggest(trial: Any, facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+def space(trial: SuggestingTrial, facts: Facts, ctx: SpaceContext) -> Params:
     if not available(facts, ctx):
         return defaults(facts, ctx)
     return {"ipex": trial.suggest_categorical("ipex", (False, True))}
 
 
-def defaults(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+def defaults(facts: Facts, ctx: SpaceContext) -> Params:
     return {"ipex": False}
 
 
-def heuristic(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+def heuristic(facts: Facts, ctx: SpaceContext) -> Params:
     return defaults(facts, ctx)  # ipexrun is a launcher: it does not call ipex.optimize
 
 
-def prepare(params: dict[str, Any], model: Any, optimizer: Any) -> tuple[Any, Any, dict[str, Any], list[str]]:
+# Hooks this family has nothing to do at (search_spaces._family).
+promising = NoOp.promising
+environment = NoOp.environment
+apply_process = NoOp.apply_process
+check_environment = NoOp.check_environment
+prepare_model = NoOp.prepare_model
+
+
+def prepare(params: Params, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Prepared:
     """``ipex.optimize(model, optimizer=…, dtype=…)`` when the recipe says so; returns the model, the
     optimizer, what is in effect and problems worth a warning."""
     if not params.get("ipex"):
-        return model, optimizer, {}, []
+        return Prepared(model, optimizer=optimizer)
     import torch
 
     try:
         import intel_extension_for_pytorch as ipex
     except ImportError as e:
-        return model, optimizer, {}, [
+        return Prepared(model, optimizer=optimizer, problems=(
             f"ipex=True not applied: intel_extension_for_pytorch cannot be imported ({e}); install the release "
-            f"built for torch {torch.__version__}"
-        ]
+            f"built for torch {torch.__version__}",
+        ))
     dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(params.get("amp_dtype", "float32"))
     inner = getattr(model, "_orig_mod", model)  # under torch.compile: optimize the module it wraps, in place
     optimized, optimizer = ipex.optimize(inner, dtype=dtype, optimizer=optimizer, inplace=True)
     model = optimized if model is inner else model
-    return model, optimizer, {"ipex": getattr(ipex, "__version__", "?"), "ipex_dtype": str(dtype)}, []
+    done = {"ipex": getattr(ipex, "__version__", "?"), "ipex_dtype": str(dtype)}
+    return Prepared(model, done, optimizer=optimizer)

@@ -24,9 +24,13 @@ import ctypes
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._context import SpaceContext
+from ._family import NoOp, Params, SuggestingTrial
+
+if TYPE_CHECKING:
+    from ..probes import Facts
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +39,7 @@ OPENMP = ("gnu", "intel")
 BLOCKTIMES = (0, 1, 200)
 ALLOCATORS = ("default", "jemalloc", "tcmalloc")
 ENV_VARS: tuple[str, ...] = ("LD_PRELOAD", "KMP_BLOCKTIME", "KMP_AFFINITY", "MALLOC_CONF")  # every variable environment() may set
+OVERRIDES: tuple[str, ...] = ()
 
 KMP_AFFINITY = "granularity=fine,compact,1,0"
 JEMALLOC_CONF = "oversize_threshold:1,background_thread:true,metadata_thp:auto"
@@ -44,14 +49,14 @@ _INSTALL = {"intel": "pip install intel-openmp", "jemalloc": "apt-get install li
             "tcmalloc": "apt-get install libtcmalloc-minimal4"}
 
 
-def _path(facts: Any, choice: str) -> str | None:
+def _path(facts: Facts, choice: str) -> str | None:
     runtime = getattr(facts, "runtime", None)
     if runtime is None:
         return None
     return {"intel": runtime.iomp5_path, "jemalloc": runtime.jemalloc_path, "tcmalloc": runtime.tcmalloc_path}.get(choice)
 
 
-def openmp_choices(facts: Any) -> tuple[str, ...]:
+def openmp_choices(facts: Facts) -> tuple[str, ...]:
     """``gnu``, plus ``intel`` where libiomp5 was found and torch's parallel backend is OpenMP."""
     runtime = getattr(facts, "runtime", None)
     if runtime is None or runtime.openmp is None or not runtime.iomp5_path:
@@ -59,11 +64,11 @@ def openmp_choices(facts: Any) -> tuple[str, ...]:
     return OPENMP
 
 
-def allocator_choices(facts: Any) -> tuple[str, ...]:
+def allocator_choices(facts: Facts) -> tuple[str, ...]:
     return tuple(a for a in ALLOCATORS if a == "default" or _path(facts, a))
 
 
-def suggest(trial: Any, facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+def space(trial: SuggestingTrial, facts: Facts, ctx: SpaceContext) -> Params:
     runtimes, allocators = openmp_choices(facts), allocator_choices(facts)
     openmp = trial.suggest_categorical("openmp", runtimes) if len(runtimes) > 1 else "gnu"
     blocktime = trial.suggest_categorical("kmp_blocktime", BLOCKTIMES) if openmp == "intel" else None
@@ -71,12 +76,12 @@ def suggest(trial: Any, facts: Any, ctx: SpaceContext) -> dict[str, Any]:
     return {"openmp": openmp, "kmp_blocktime": blocktime, "allocator": allocator}
 
 
-def defaults(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+def defaults(facts: Facts, ctx: SpaceContext) -> Params:
     """PyTorch's defaults: GNU OpenMP, glibc malloc."""
     return {"openmp": "gnu", "kmp_blocktime": None, "allocator": "default"}
 
 
-def heuristic(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+def heuristic(facts: Facts, ctx: SpaceContext) -> Params:
     """``run_cpu``'s defaults: Intel OpenMP with ``KMP_BLOCKTIME=1``, then TCMalloc, else JeMalloc."""
     intel = "intel" in openmp_choices(facts)
     allocators = allocator_choices(facts)
@@ -84,13 +89,13 @@ def heuristic(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
     return {"openmp": "intel" if intel else "gnu", "kmp_blocktime": 1 if intel else None, "allocator": allocator}
 
 
-def libraries(params: dict[str, Any], facts: Any) -> list[str]:
+def libraries(params: dict[str, Any], facts: Facts) -> list[str]:
     """The paths to preload for ``params`` on this machine (a choice whose library is missing is left out)."""
     chosen = [params.get("openmp"), params.get("allocator")]
     return [path for path in (_path(facts, c) for c in chosen if c) if path]
 
 
-def environment(params: dict[str, Any], facts: Any) -> dict[str, str]:
+def environment(params: Params, facts: Facts) -> dict[str, str]:
     env: dict[str, str] = {}
     preload = libraries(params, facts)
     if preload:
@@ -105,8 +110,12 @@ def environment(params: dict[str, Any], facts: Any) -> dict[str, str]:
     return env
 
 
-def apply_process(params: dict[str, Any]) -> list[str]:
-    return []  # a library is preloaded before Python starts or not at all
+# Hooks this family has nothing to do at (search_spaces._family); apply_process: a library is preloaded
+# before Python starts or not at all.
+promising = NoOp.promising
+apply_process = NoOp.apply_process
+prepare_model = NoOp.prepare_model
+prepare = NoOp.prepare
 
 
 class _DlInfo(ctypes.Structure):
@@ -159,14 +168,14 @@ def in_effect() -> dict[str, Any]:
     }
 
 
-def check_environment(params: dict[str, Any], facts: Any) -> list[str]:
+def check_environment(params: Params, facts: Facts) -> list[str]:
     """This family's libraries that do not serve this process (read from the process, not the variables)."""
     import torch  # noqa: F401 - torch's libgomp must be loaded to see who serves GOMP_parallel
 
     problems = []
     for key, choices, symbol in (("openmp", OPENMP, "GOMP_parallel"), ("allocator", ALLOCATORS, "malloc")):
         want = params.get(key)
-        if want not in choices:
+        if not isinstance(want, str) or want not in choices:
             continue  # a recipe from before this family
         serving = serving_library(symbol)
         have = _kind(serving, choices) or ("default" if key == "allocator" else None)

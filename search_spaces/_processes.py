@@ -1,7 +1,7 @@
 """``processes``: data-parallel training in P processes (DDP), each on its own cores (or its own GPU).
 
 With P > 1 the command runs under ``python -m torch.distributed.run --standalone --nproc-per-node P``
-(``autotune.launch.plan``). In every rank ``apply_process`` (called by ``autotune.apply()``) pins the
+(``autotune.trial.launch.plan``). In every rank ``apply_process`` (called by ``autotune.apply()``) pins the
 whole process to the rank's CPUs, sets its share of the threads and initialises the process group
 (gloo on CPU, nccl on GPU, one GPU per rank: ``LOCAL_RANK``); ``Tuned.prepare_model`` wraps the model
 in ``DistributedDataParallel`` and ``Tuned.sampler`` shards the data.
@@ -26,7 +26,7 @@ Offered on CPU when at least 2 physical cores are allowed and gloo is available 
 the cores); on GPUs when at least 2 GPUs are probed and nccl is available (P = 1 or one per GPU).
 
 Environment (set before Python starts; replaces the ``threads`` family's values, which is why this
-family comes after it in ``FAMILIES``):
+family declares them in ``OVERRIDES``):
 
 | variable | value | why |
 | --- | --- | --- |
@@ -46,13 +46,18 @@ forcing a level there only risks the PCIe P2P paths NCCL avoided.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..probes._cpulist import format_cpulist, parse_cpulist
+from ..probes import format_cpulist, parse_cpulist
 from ._context import SpaceContext
+from ._family import NoOp, Params, SuggestingTrial
+
+if TYPE_CHECKING:
+    from ..probes import Facts
 
 KEYS = ("processes",)
-ENV_VARS: tuple[str, ...] = ("AUTOTUNE_RANK_CPUS", "NCCL_P2P_LEVEL")  # and the thread variables, see above
+ENV_VARS: tuple[str, ...] = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "AUTOTUNE_RANK_CPUS", "NCCL_P2P_LEVEL")
+OVERRIDES: tuple[str, ...] = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # the threads family's: each rank's share
 RANK_CPUS = "AUTOTUNE_RANK_CPUS"
 BACKENDS = {"cpu": "gloo", "cuda": "nccl"}
 CPU_COUNTS = (1, 2, 4, 8)
@@ -63,11 +68,11 @@ def count(params: dict[str, Any]) -> int:
     return max(1, int(params.get("processes") or 1))
 
 
-def _backends(facts: Any) -> tuple[str, ...]:
+def _backends(facts: Facts) -> tuple[str, ...]:
     return tuple(facts.runtime.distributed_backends) if facts.runtime is not None else ()
 
 
-def choices(facts: Any, ctx: SpaceContext) -> tuple[int, ...]:
+def choices(facts: Facts, ctx: SpaceContext) -> tuple[int, ...]:
     """The process counts worth measuring on this hardware (``(1,)``: the knob is not offered)."""
     if ctx.device == "cuda":
         gpus = len(facts.gpus)
@@ -78,25 +83,32 @@ def choices(facts: Any, ctx: SpaceContext) -> tuple[int, ...]:
     return tuple(p for p in CPU_COUNTS if p <= cores)
 
 
-def suggest(trial: Any, facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+def space(trial: SuggestingTrial, facts: Facts, ctx: SpaceContext) -> Params:
     offered = choices(facts, ctx)
     if len(offered) == 1:
         return {"processes": 1}
     return {"processes": trial.suggest_categorical("processes", offered)}
 
 
-def defaults(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+def defaults(facts: Facts, ctx: SpaceContext) -> Params:
     """PyTorch's default: one process."""
     return {"processes": 1}
 
 
-def promising(facts: Any, ctx: SpaceContext) -> list[dict[str, Any]]:
+heuristic = defaults  # run_cpu starts one process (its --ninstances run separate jobs)
+
+# Hooks this family has nothing to do at (search_spaces._family).
+prepare_model = NoOp.prepare_model
+prepare = NoOp.prepare
+
+
+def promising(facts: Facts, ctx: SpaceContext) -> list[Params]:
     """On several GPUs, one process per GPU is the change most likely to pay (it adds devices)."""
     offered = choices(facts, ctx)
     return [{"processes": offered[-1]}] if ctx.device == "cuda" and len(offered) > 1 else []
 
 
-def threads_per_rank(params: dict[str, Any], facts: Any) -> int:
+def threads_per_rank(params: dict[str, Any], facts: Facts) -> int:
     """Each rank's share of the recipe's total ``threads`` (at least 1)."""
     total = int(params.get("threads") or facts.cpu.allowed.cores or 1)
     return max(1, total // count(params))
@@ -113,7 +125,7 @@ def _slices(cores: list[Any], parts: int) -> list[list[Any]]:
     return out
 
 
-def _rank_cores(params: dict[str, Any], facts: Any) -> list[list[Any]]:
+def _rank_cores(params: dict[str, Any], facts: Facts) -> list[list[Any]]:
     """Local rank -> its cores; on GPUs the cores local to the rank's GPU where the probe knows them."""
     cores = list(facts.cpu.allowed.core_list)
     processes = count(params)
@@ -121,7 +133,7 @@ def _rank_cores(params: dict[str, Any], facts: Any) -> list[list[Any]]:
     if params.get("device") == "cuda" and len(gpus) == processes and all(g.cpu_affinity for g in gpus):
         groups: dict[str, list[int]] = {}
         for rank, gpu in enumerate(gpus):
-            groups.setdefault(gpu.cpu_affinity, []).append(rank)
+            groups.setdefault(gpu.cpu_affinity or "", []).append(rank)  # never "": all have one
         out: list[list[Any]] = [[] for _ in gpus]
         for affinity, ranks in groups.items():
             local = parse_cpulist(affinity)
@@ -134,10 +146,10 @@ def _rank_cores(params: dict[str, Any], facts: Any) -> list[list[Any]]:
     return _slices(cores, processes)
 
 
-def rank_cpus(params: dict[str, Any], facts: Any) -> list[list[int]]:
+def rank_cpus(params: dict[str, Any], facts: Facts) -> list[list[int]]:
     """Local rank -> the CPUs it pins itself to: disjoint, one slice of cores each."""
     share = threads_per_rank(params, facts)
-    out = []
+    out: list[list[int]] = []
     for slice_ in _rank_cores(params, facts):
         if not slice_:
             out.append([])
@@ -149,7 +161,7 @@ def rank_cpus(params: dict[str, Any], facts: Any) -> list[list[int]]:
     return out
 
 
-def cpus_for(params: dict[str, Any], facts: Any) -> list[int] | None:
+def cpus_for(params: dict[str, Any], facts: Facts) -> list[int] | None:
     """The launcher's CPU set: the union of the ranks' (each rank narrows it to its own)."""
     cpus = sorted({cpu for part in rank_cpus(params, facts) for cpu in part})
     return cpus or None
@@ -160,7 +172,7 @@ def _all_nvlinked(gpus: list[Any]) -> bool:
     return bool(pairs) and all(a.links.get(str(b.index), "").startswith("NV") for a, b in pairs)
 
 
-def environment(params: dict[str, Any], facts: Any) -> dict[str, str]:
+def environment(params: Params, facts: Facts) -> dict[str, str]:
     processes = count(params)
     if processes <= 1:
         return {}
@@ -211,10 +223,11 @@ def pin_rank(params: dict[str, Any]) -> list[str]:
     return []  # a missing AUTOTUNE_RANK_CPUS is reported by check_environment
 
 
-def apply_process(params: dict[str, Any]) -> list[str]:
-    """In a rank (after ``pin_rank``): its share of the threads, its GPU, the process group."""
-    processes = count(params)
-    if processes <= 1 or launched_ranks() is None:
+def apply_process(params: Params, facts: Facts | None) -> list[str]:
+    """In a rank (after ``pin_rank``, and after the threads family's: ``OVERRIDES``): its share of the
+    threads, its GPU, the process group."""
+    processes, ranks = count(params), launched_ranks()
+    if processes <= 1 or ranks is None:
         return []
     import torch
     import torch.distributed as dist
@@ -224,7 +237,7 @@ def apply_process(params: dict[str, Any]) -> list[str]:
         torch.set_num_threads(max(1, share))
     device = params.get("device", "cpu")
     if device == "cuda":
-        torch.cuda.set_device(launched_ranks()[0])
+        torch.cuda.set_device(ranks[0])
     if not dist.is_initialized():
         dist.init_process_group(backend=BACKENDS.get(device, "gloo"))
     if dist.get_world_size() != processes:
@@ -232,7 +245,7 @@ def apply_process(params: dict[str, Any]) -> list[str]:
     return []
 
 
-def check_environment(params: dict[str, Any], facts: Any) -> list[str]:
+def check_environment(params: Params, facts: Facts) -> list[str]:
     """In a rank: is it pinned to its own CPUs? (Replaces the threads family's process-wide check.)"""
     ranks = launched_ranks()
     if count(params) <= 1 or ranks is None:

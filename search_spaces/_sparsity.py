@@ -2,10 +2,10 @@
 
 - ``none``: the model as written (``sparsity`` 0).
 - ``structured``: ``sparsity`` (0.1 … 0.8) of the output units of every safely prunable Linear/Conv
-  layer are removed, with the matching inputs of the layer they feed (``_prune``): smaller layers,
+  layer are removed, with the matching inputs of the layer they feed (``transforms.prune``): smaller layers,
   fewer FLOPs on any hardware. Offered when the workload's model has such layers (``ctx.prunable``).
 - ``2:4``: half of the weights of Linear layers in the 2:4 pattern the sparse tensor cores run
-  (``_semisparse``); ``sparsity`` is 0.5. Offered on CUDA with compute capability 8.x when the model
+  (``transforms.semisparse``); ``sparsity`` is 0.5. Offered on CUDA with compute capability 8.x when the model
   has eligible Linear layers (``ctx.semi_structured``); not on 9.0, where it measured slower than dense.
 
 In-process only, in ``Tuned.prepare_model``: before torch.compile and before the optimizer is created.
@@ -16,13 +16,21 @@ kernels as slow as before is never offered.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._context import SpaceContext
+from ._family import NoOp, Params, Prepared, SuggestingTrial
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..probes import Facts
 
 log = logging.getLogger(__name__)
 
 KEYS = ("sparsity_pattern", "sparsity")
+ENV_VARS: tuple[str, ...] = ()
+OVERRIDES: tuple[str, ...] = ()
 PATTERNS = ("none", "structured", "2:4")
 # Sparse tensor cores exist from 8.0 on, but on an H100 (9.0, torch 2.11) a 2:4 training step measured slower
 # than dense: Linear(4096, 16384) -> Linear(16384, 4096) on 8192 bf16 rows, 16.3 ms vs 8.9 ms (the sparse matmul
@@ -31,11 +39,11 @@ PATTERNS = ("none", "structured", "2:4")
 SEMI_STRUCTURED_CAPABILITIES = (8.0, 9.0)  # [low, high)
 
 
-def _capability(facts: Any) -> float:
+def _capability(facts: Facts) -> float:
     return min((float(g.compute_capability) for g in facts.gpus), default=0.0)
 
 
-def patterns(facts: Any, ctx: SpaceContext) -> tuple[str, ...]:
+def patterns(facts: Facts, ctx: SpaceContext) -> tuple[str, ...]:
     """The sparsity patterns that make this workload faster on this hardware."""
     choices = ["none"]
     if ctx.prunable:
@@ -47,7 +55,7 @@ def patterns(facts: Any, ctx: SpaceContext) -> tuple[str, ...]:
     return tuple(choices)
 
 
-def suggest(trial: Any, facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+def space(trial: SuggestingTrial, facts: Facts, ctx: SpaceContext) -> Params:
     choices = patterns(facts, ctx)
     if len(choices) == 1:
         return defaults(facts, ctx)
@@ -57,17 +65,27 @@ def suggest(trial: Any, facts: Any, ctx: SpaceContext) -> dict[str, Any]:
     return {"sparsity_pattern": pattern, "sparsity": 0.5 if pattern == "2:4" else 0.0}
 
 
-def defaults(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+def defaults(facts: Facts, ctx: SpaceContext) -> Params:
     return {"sparsity_pattern": "none", "sparsity": 0.0}
+
+
+heuristic = defaults  # run_cpu keeps the model as written
+
+# Hooks this family has nothing to do at (search_spaces._family).
+promising = NoOp.promising
+environment = NoOp.environment
+apply_process = NoOp.apply_process
+check_environment = NoOp.check_environment
+prepare = NoOp.prepare
 
 
 def context(model: Any) -> dict[str, bool]:
     """What the space needs to know about the workload's model (``SpaceContext`` fields)."""
-    from . import _prune, _semisparse
+    from .transforms import prune, semisparse
 
     return {
-        "prunable": bool(_prune.find_pairs(model)),
-        "semi_structured": any(_semisparse.eligible(m) for m in model.modules()),
+        "prunable": bool(prune.find_pairs(model)),
+        "semi_structured": any(semisparse.eligible(m) for m in model.modules()),
     }
 
 
@@ -80,27 +98,30 @@ def _pattern(params: dict[str, Any]) -> str:
     return str(pattern)
 
 
-def prepare_model(params: dict[str, Any], model: Any, device: str) -> tuple[Any, dict[str, Any], list[str]]:
+def prepare_model(params: Params, model: torch.nn.Module, device: str) -> Prepared:
     """Prune ``model`` in place as the recipe says; returns it, what was done (for ``in_effect``) and
     problems worth a warning. Call before torch.compile and before creating the optimizer."""
     pattern = _pattern(params)
     ratio = float(params.get("sparsity") or 0)
     if pattern == "none" or (pattern == "structured" and ratio == 0):
-        return model, {}, []
+        return Prepared(model)
     if pattern == "2:4":
         if device != "cuda":
-            return model, {}, [f"sparsity_pattern=2:4 not applied: it needs a CUDA GPU, the device is {device}"]
-        from . import _semisparse
+            return Prepared(model, problems=(
+                f"sparsity_pattern=2:4 not applied: it needs a CUDA GPU, the device is {device}",
+            ))
+        from .transforms import semisparse
 
-        report = _semisparse.sparsify(model)
-        return model, report, [] if report["layers"] else ["sparsity_pattern=2:4 not applied: no eligible Linear layer"]
-    from . import _prune
+        report = semisparse.sparsify(model)
+        missing = () if report["layers"] else ("sparsity_pattern=2:4 not applied: no eligible Linear layer",)
+        return Prepared(model, report, missing)
+    from .transforms import prune
 
-    report = _prune.prune(model, ratio)
-    if not report.layers:
-        return model, {}, [
+    pruned = prune.prune(model, ratio)
+    if not pruned.layers:
+        return Prepared(model, problems=(
             f"sparsity={ratio} not applied: no layer of this model can lose units safely "
-            "(each must feed one Linear/Conv through activations or BatchNorm only)"
-        ]
-    log.info("pruned %d of %d units in %d layers", report.channels_removed, report.channels_total, report.layers)
-    return model, report.to_dict(), []
+            "(each must feed one Linear/Conv through activations or BatchNorm only)",
+        ))
+    log.info("pruned %d of %d units in %d layers", pruned.channels_removed, pruned.channels_total, pruned.layers)
+    return Prepared(model, pruned.to_dict())

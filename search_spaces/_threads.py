@@ -24,31 +24,41 @@ import logging
 import os
 import subprocess
 from collections import defaultdict
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..probes import format_cpulist, memory_policy, process_cpus
 from ._context import SpaceContext
+from ._family import NoOp, Params, SuggestingTrial
+
+if TYPE_CHECKING:
+    from ..probes import Facts
 
 log = logging.getLogger(__name__)
 
 AFFINITIES = ("none", "compact", "spread")
 KEYS = ("threads", "interop_threads", "affinity")
 ENV_VARS: tuple[str, ...] = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # every variable environment() may set
+OVERRIDES: tuple[str, ...] = ()
+
+# Hooks this family has nothing to do at (search_spaces._family).
+promising = NoOp.promising
+prepare_model = NoOp.prepare_model
+prepare = NoOp.prepare
 
 
-def _core_list(facts: Any) -> list[Any]:
+def _core_list(facts: Facts) -> list[Any]:
     return list(facts.cpu.allowed.core_list)
 
 
-def max_threads(facts: Any) -> int:
+def max_threads(facts: Facts) -> int:
     return max(1, int(facts.cpu.allowed.threads or os.cpu_count() or 1))
 
 
-def physical_cores(facts: Any) -> int:
+def physical_cores(facts: Facts) -> int:
     return max(1, int(facts.cpu.allowed.cores or 1))
 
 
-def suggest(trial: Any, facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+def space(trial: SuggestingTrial, facts: Facts, ctx: SpaceContext) -> Params:
     threads = trial.suggest_int("threads", 1, max_threads(facts))
     interop = trial.suggest_int("interop_threads", 1, max(1, min(4, physical_cores(facts))))
     multi_node = len({c.numa_node for c in _core_list(facts)}) > 1 or facts.cpu.allowed.packages > 1
@@ -57,19 +67,19 @@ def suggest(trial: Any, facts: Any, ctx: SpaceContext) -> dict[str, Any]:
     return {"threads": threads, "interop_threads": interop, "affinity": affinity}
 
 
-def defaults(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+def defaults(facts: Facts, ctx: SpaceContext) -> Params:
     """PyTorch's defaults: one intra-op thread per physical core, no pinning."""
     cores = physical_cores(facts)
     return {"threads": cores, "interop_threads": min(4, cores), "affinity": "none"}
 
 
-def heuristic(facts: Any, ctx: SpaceContext) -> dict[str, Any]:
+def heuristic(facts: Facts, ctx: SpaceContext) -> Params:
     """What ``torch.backends.xeon.run_cpu`` does: one thread per physical core, compact pinning."""
     cores = physical_cores(facts)
     return {"threads": cores, "interop_threads": 1, "affinity": "compact"}
 
 
-def cpus_for(params: dict[str, Any], facts: Any) -> list[int] | None:
+def cpus_for(params: dict[str, Any], facts: Facts) -> list[int] | None:
     """The CPUs to pin the process to, or None to keep the inherited affinity."""
     affinity = params.get("affinity", "none")
     if affinity == "none":
@@ -89,7 +99,7 @@ def cpus_for(params: dict[str, Any], facts: Any) -> list[int] | None:
     return sorted(order[: max(1, threads)])
 
 
-def memory_nodes(cpus: list[int] | None, facts: Any) -> tuple[int, ...] | None:
+def memory_nodes(cpus: list[int] | None, facts: Facts) -> tuple[int, ...] | None:
     """The NUMA nodes of the pinned ``cpus`` that the cpuset lets us allocate on; None when not pinned or unknown.
 
     Given the whole process's CPUs (``search_spaces.cpus_for``: with DataLoader workers or several ranks,
@@ -125,63 +135,15 @@ def _nodelist(nodes: tuple[int, ...]) -> str:
     return ",".join(map(str, nodes))
 
 
-def memory_policy() -> str | None:
-    """This process's memory policy as /proc/PID/numa_maps writes it ("default", "bind:0-1"), or None."""
-    try:
-        with open("/proc/self/numa_maps") as f:
-            first = f.readline().split()
-    except OSError:
-        return None
-    return first[1] if len(first) > 1 else None
-
-
-def process_cpus() -> list[int]:
-    """The CPUs any thread of this process may run on.
-
-    Not ``sched_getaffinity(0)`` alone: with ``KMP_AFFINITY`` libiomp5 narrows the main thread to one
-    CPU at the first parallel region.
-    """
-    cpus: set[int] = set(os.sched_getaffinity(0))
-    for status in Path("/proc/self/task").glob("*/status"):
-        try:
-            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
-        except OSError:
-            continue  # the thread ended
-        cpus |= _parse_list(fields.get("Cpus_allowed_list", ""))
-    return sorted(cpus)
-
-
-def pinned_threads() -> int:
-    """How many threads of this process are bound to a single CPU (libiomp5's ``KMP_AFFINITY`` does that)."""
-    count = 0
-    for status in Path("/proc/self/task").glob("*/status"):
-        try:
-            text = status.read_text()
-        except OSError:
-            continue
-        line = next((x for x in text.splitlines() if x.startswith("Cpus_allowed_list:")), "")
-        count += len(_parse_list(line.partition(":")[2])) == 1
-    return count
-
-
-def _parse_list(text: str) -> set[int]:
-    out: set[int] = set()
-    for part in text.strip().split(","):
-        if part:
-            low, _, high = part.partition("-")
-            out.update(range(int(low), int(high or low) + 1))
-    return out
-
-
-def environment(params: dict[str, Any], facts: Any) -> dict[str, str]:
+def environment(params: Params, facts: Facts) -> dict[str, str]:
     threads = params.get("threads")
     if not threads:
         return {}
     return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
 
 
-def apply_process(params: dict[str, Any]) -> list[str]:
-    """Set torch's thread pools; returns problems worth a warning."""
+def apply_process(params: Params, facts: Facts | None) -> list[str]:
+    """Set torch's thread pools; returns problems worth a warning (``processes`` then sets a rank's share)."""
     import torch
 
     problems: list[str] = []
@@ -199,7 +161,7 @@ def apply_process(params: dict[str, Any]) -> list[str]:
     return problems
 
 
-def check_environment(params: dict[str, Any], facts: Any) -> list[str]:
+def check_environment(params: Params, facts: Facts) -> list[str]:
     """Environment-level settings of this family that are not in effect in this process."""
     problems = []
     want = cpus_for(params, facts)
@@ -208,22 +170,11 @@ def check_environment(params: dict[str, Any], facts: Any) -> list[str]:
     return problems
 
 
-def check_memory_binding(nodes: tuple[int, ...] | None, facts: Any) -> list[str]:
+def check_memory_binding(nodes: tuple[int, ...] | None, facts: Facts) -> list[str]:
     """Whether this process's memory is bound to ``nodes`` (``memory_nodes``) as the launcher would bind it."""
     numactl = getattr(facts.runtime, "numactl_path", None)
-    if not nodes or not numactl or memory_policy() in (None, f"bind:{_span(nodes)}"):
+    if not nodes or not numactl or memory_policy() in (None, f"bind:{format_cpulist(nodes)}"):
         return []
     if membind_refused(numactl, nodes) is not None:
         return []  # not permitted here: the launcher warned already, and there is nothing to fix
     return [f"memory is not bound to NUMA node(s) {_nodelist(nodes)} (numactl --membind={_nodelist(nodes)})"]
-
-
-def _span(nodes: tuple[int, ...]) -> str:
-    """Node list in the kernel's syntax, as numa_maps writes it ("0-1,3")."""
-    ranges: list[list[int]] = []
-    for n in nodes:
-        if ranges and n == ranges[-1][1] + 1:
-            ranges[-1][1] = n
-        else:
-            ranges.append([n, n])
-    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in ranges)

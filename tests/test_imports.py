@@ -55,19 +55,9 @@ def imports(name: str, path: Path, known: set[str]) -> set[str]:
     return {m for m in out if m in known and m != name}
 
 
-# Known, and not this package's to fix here: search_spaces/_allowed.py imports ``suggest`` from its package
-# inside two functions (the aggregator imports _allowed). search_spaces/ is being reworked on its own branch
-# (a KnobFamily protocol, an aggregator without getattr); drop the entry when that lands.
-KNOWN_CYCLE_EDGES = {("autotune.search_spaces._allowed", "autotune.search_spaces")}
-
-
 def graph() -> dict[str, set[str]]:
     found = modules()
     return {name: imports(name, path, set(found)) for name, path in found.items()}
-
-
-def _without_known(edges: dict[str, set[str]]) -> dict[str, set[str]]:
-    return {m: {t for t in ts if (m, t) not in KNOWN_CYCLE_EDGES} for m, ts in edges.items()}
 
 
 def cycle(edges: dict[str, set[str]]) -> list[str] | None:
@@ -94,7 +84,7 @@ def cycle(edges: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_the_import_graph_has_no_cycle() -> None:
-    assert cycle(_without_known(graph())) is None
+    assert cycle(graph()) is None
 
 
 def test_the_check_finds_a_cycle_hidden_in_a_function() -> None:

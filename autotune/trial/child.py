@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..apply import Tuned, apply
-from ..search_spaces import preload, threads
+from ..probes import memory_policy, pinned_threads, process_cpus
+from ..search_spaces import preload
 from ..workload import Workload, held_out_split, load_workload
 from . import distributed
 from .spec import Status, TrialResult, TrialSpec
@@ -59,11 +60,11 @@ def _in_effect() -> dict[str, Any]:
     return {
         "threads": torch.get_num_threads(),
         "interop_threads": torch.get_num_interop_threads(),
-        "cpus": threads.process_cpus(),  # all threads': KMP_AFFINITY narrows the main thread to one CPU
-        "pinned_threads": threads.pinned_threads(),
+        "cpus": process_cpus(),  # all threads': KMP_AFFINITY narrows the main thread to one CPU
+        "pinned_threads": pinned_threads(),
         # TF32 for float32 matmuls and cuDNN convolutions, as the CUDA kernels will read them
         "tf32": {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32},
-        "memory_policy": threads.memory_policy(),
+        "memory_policy": memory_policy(),
         **preload.in_effect(),  # which libraries serve GOMP_parallel and malloc; libiomp5's block time
         "libiomp5": "libiomp5" in maps,
         "jemalloc": "libjemalloc" in maps,

@@ -12,7 +12,7 @@ from _probe_shared import SAFE_EXTRACT
 from autotune import probes
 from autotune.cli import probe as probe_cli
 from autotune.errors import ProbeError
-from autotune.probes._cpulist import parse_cpulist
+from autotune.probes import parse_cpulist
 
 
 def run(capsys, *argv: str) -> str:

@@ -7,7 +7,8 @@ import importlib
 import pytest
 
 MODULES = ["autotune.probes", "autotune.probes._cpulist", "autotune.probes._probe", "autotune.probes._summary",
-           "autotune.probes._record", "autotune.probes._runtime", "autotune.probes._nvml"]
+           "autotune.probes._record", "autotune.probes._runtime", "autotune.probes._nvml",
+           "autotune.probes._process"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -14,8 +14,7 @@ import pytest
 
 from autotune import probes
 from autotune.errors import ProbeError
-from autotune.probes import _hwloc, _runtime
-from autotune.probes._cpulist import format_cpulist, parse_cpulist
+from autotune.probes import _hwloc, _runtime, format_cpulist, parse_cpulist
 
 
 @pytest.fixture(scope="module")

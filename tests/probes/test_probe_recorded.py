@@ -6,8 +6,7 @@ from _probe_shared import MACHINES, SYSFS
 
 from autotune import probes
 from autotune.errors import ProbeError
-from autotune.probes import _cpu, _hwloc
-from autotune.probes._cpulist import format_cpulist, parse_cpulist
+from autotune.probes import _cpu, _hwloc, format_cpulist, parse_cpulist
 
 CPUSET = "16amd64-8n2c-cpusets"  # the process runs in cpuset /dummy: ground truth is the allowed view
 GPU_NUMA = "nvidiagpunumanodes"  # hwloc's default hides the 6 GPU-memory nodes; the probe keeps them

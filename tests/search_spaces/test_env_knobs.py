@@ -15,7 +15,7 @@ import pytest
 
 from autotune.trial import launch
 from autotune import search_spaces as spaces
-from autotune.probes import Runtime
+from autotune.probes import Runtime, format_cpulist
 from autotune.recipe import load_recipe_file, to_env
 from autotune.trial import run_trial
 
@@ -133,7 +133,7 @@ def test_libraries_are_offered_only_where_found(facts) -> None:
     recorded = replace(full, runtime=None)
     study = optuna.create_study()
     trial = study.ask()
-    assert spaces.preload.suggest(trial, recorded, spaces.SpaceContext()) == spaces.preload.defaults(recorded, None)
+    assert spaces.preload.space(trial, recorded, spaces.SpaceContext()) == spaces.preload.defaults(recorded, None)
     assert trial.params == {}  # nothing to choose: nothing in the study's space
 
 
@@ -176,7 +176,7 @@ def test_trial_runs_on_libiomp5_and_tcmalloc_pinned_and_bound(facts, fast_settin
     assert seen["pinned_threads"] >= len(cpus)  # KMP_AFFINITY bound each OpenMP thread to one CPU
     if spaces.threads.membind_refused(facts.runtime.numactl_path, spaces.memory_nodes(params, facts)) is None:
         nodes = spaces.memory_nodes(params, facts)
-        assert seen["memory_policy"] == f"bind:{spaces.threads._span(nodes)}" and result.warnings == []
+        assert seen["memory_policy"] == f"bind:{format_cpulist(nodes)}" and result.warnings == []
     else:
         assert seen["memory_policy"] == "default" and "not permitted" in result.warnings[0]
 
@@ -199,7 +199,8 @@ def test_trial_falls_back_unbound_when_numactl_is_refused(facts, fast_settings, 
 
 FACTS_SCRIPT = """
 import json, os, warnings, torch, autotune
-from autotune.search_spaces import preload, threads
+from autotune.probes import memory_policy, process_cpus
+from autotune.search_spaces import preload
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     for key, value in json.loads({overrides!r}).items():  # set after Python started: too late to count
@@ -207,7 +208,7 @@ with warnings.catch_warnings(record=True) as caught:
     autotune.apply({source})
 torch.ones(256, 256) @ torch.ones(256, 256)
 maps = open("/proc/self/maps").read()
-print(json.dumps({{**preload.in_effect(), "cpus": threads.process_cpus(), "policy": threads.memory_policy(),
+print(json.dumps({{**preload.in_effect(), "cpus": process_cpus(), "policy": memory_policy(),
                   "libz": "libz.so" in maps, "preload": os.environ.get("LD_PRELOAD"),
                   "warnings": [str(w.message) for w in caught]}}))
 """
@@ -245,7 +246,7 @@ def test_autotune_run_puts_every_knob_in_effect(facts, tmp_path) -> None:
     nodes = spaces.memory_nodes(params, facts)
     if facts.runtime.numactl_path and nodes:
         bound = spaces.threads.membind_refused(facts.runtime.numactl_path, nodes) is None
-        assert (seen["policy"] == f"bind:{spaces.threads._span(nodes)}") is bound
+        assert (seen["policy"] == f"bind:{format_cpulist(nodes)}") is bound
     assert seen["warnings"] == []
 
 

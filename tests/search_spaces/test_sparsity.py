@@ -13,7 +13,8 @@ import autotune
 from autotune import search_spaces as spaces
 from autotune.probes import Gpu
 from autotune.trial import run_trial
-from autotune.search_spaces import _prune, _semisparse
+from autotune.search_spaces.transforms import prune as _prune
+from autotune.search_spaces.transforms import semisparse as _semisparse
 from autotune.workloads import cnn, tiny, transformer
 
 

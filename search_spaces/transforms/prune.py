@@ -121,7 +121,8 @@ def _follow(start: Any, producer: Any, modules: dict[str, Any], calls: Counter[s
     """Walk from a producer's node to the one layer its units flow into, or None when unsafe."""
     passthrough, pools, convs, norms, linear, functions, methods = _kinds()
     kind = "linear" if isinstance(producer, linear) else "conv"
-    units, found, pooled_to_one = _units(producer), [], False
+    units, pooled_to_one = _units(producer), False
+    found: list[Any] = []
     prev = start
     while True:
         if len(prev.users) != 1:

@@ -1,0 +1,39 @@
+"""Every knob family, in the seeds' order, and the space they make together: ``suggest``.
+
+A module of its own so that what replays the space (``_allowed``) imports it without importing the package.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import _amp as amp
+from . import _batch as batch
+from . import _compile as compilation
+from . import _data as data
+from . import _ipex as ipex
+from . import _preload as preload
+from . import _processes as processes
+from . import _sparsity as sparsity
+from . import _threads as threads
+from ._context import SpaceContext
+from ._family import KnobFamily, Params, SuggestingTrial
+
+if TYPE_CHECKING:
+    from ..probes import Facts
+
+# Typed as the protocol, so mypy checks every family module against it. The order is the seeds' order
+# (``promising``); which family's variable wins is declared (``OVERRIDES``), not taken from this order.
+FAMILIES: tuple[KnobFamily, ...] = (threads, preload, batch, data, amp, compilation, processes, sparsity, ipex)
+
+
+def merge_params(params: list[Params]) -> Params:
+    """The families' params in one dict (no two families share a key: the contract test checks it)."""
+    out: Params = {}
+    for part in params:
+        out.update(part)
+    return out
+
+
+def suggest(trial: SuggestingTrial, facts: Facts, ctx: SpaceContext) -> Params:
+    """Sample every knob that matters on this hardware; returns the recipe's params."""
+    return merge_params([family.space(trial, facts, ctx) for family in FAMILIES])

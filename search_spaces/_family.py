@@ -1,0 +1,121 @@
+"""The knob-family protocol: what each module of ``autotune.search_spaces`` provides, in one shape per hook.
+
+A family owns some recipe keys (``KEYS``). Its ``space`` is the define-by-run search space over them;
+``defaults`` are PyTorch's (the baseline), ``heuristic`` what ``torch.backends.xeon.run_cpu`` would choose,
+``promising`` single changes of the defaults worth measuring first. Before Python starts, ``environment``
+gives the variables to set (every one it may set is in ``ENV_VARS``); inside the process ``apply_process``
+sets what can be set there and ``check_environment`` says which environment-level settings are not in
+effect. ``prepare_model`` (before the optimizer exists) and ``prepare`` (with it) change the user's model.
+
+Overrides are declared, not implied by order: ``OVERRIDES`` names the variables of *other* families that
+this family's ``environment`` replaces when it sets them (``processes`` gives each rank its share of the
+``threads`` family's ``OMP_NUM_THREADS``). Where it does, its value wins, its ``apply_process`` runs after
+the overridden family's, and its ``check_environment`` replaces theirs (``search_spaces`` aggregates so).
+
+A family module satisfies the protocol itself (``search_spaces.FAMILIES`` is typed
+``tuple[KnobFamily, ...]``, so mypy checks every module against it). A hook with nothing to do is bound
+to the shared no-op of ``NoOp`` (``environment = NoOp.environment``), and a family that ``run_cpu`` leaves
+alone binds ``heuristic = defaults``. ``tests/test_knob_contract.py`` checks every family's declarations
+against what its hooks do.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import torch
+    from optuna.distributions import CategoricalChoiceType
+
+    from ..probes import Facts
+    from ._context import SpaceContext
+
+# A recipe's knob values by key: JSON values (int, float, str, bool, None).
+Params = dict[str, Any]
+
+
+class SuggestingTrial(Protocol):
+    """What a space asks of its trial: Optuna's ``Trial`` and ``FixedTrial`` have these."""
+
+    def suggest_int(self, name: str, low: int, high: int) -> int: ...
+
+    def suggest_float(self, name: str, low: float, high: float, *, step: float | None = None) -> float: ...
+
+    def suggest_categorical(self, name: str, choices: Sequence[CategoricalChoiceType]) -> CategoricalChoiceType: ...
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What ``prepare_model`` / ``prepare`` returns: the model (and optimizer, from ``prepare``) to use
+    from now on, what was done (recorded in ``Tuned.in_effect`` under the knob; empty: nothing) and
+    problems worth a warning."""
+
+    model: torch.nn.Module
+    done: dict[str, Any] = field(default_factory=dict)
+    problems: tuple[str, ...] = ()
+    optimizer: torch.optim.Optimizer | None = None
+
+
+@runtime_checkable
+class KnobFamily(Protocol):
+    """One knob family (see the module docstring); a module with these names satisfies it
+    (``isinstance(module, KnobFamily)`` checks the names are there, mypy their types)."""
+
+    @property
+    def KEYS(self) -> tuple[str, ...]:  # noqa: N802 - a module constant
+        """The recipe keys ``space`` and ``defaults`` return, exactly."""
+
+    @property
+    def ENV_VARS(self) -> tuple[str, ...]:  # noqa: N802
+        """Every environment variable ``environment`` may set."""
+
+    @property
+    def OVERRIDES(self) -> tuple[str, ...]:  # noqa: N802
+        """Variables of other families' ``ENV_VARS`` that this family's value replaces when it sets them."""
+
+    def space(self, trial: SuggestingTrial, facts: Facts, ctx: SpaceContext) -> Params: ...
+
+    def defaults(self, facts: Facts, ctx: SpaceContext) -> Params: ...
+
+    def heuristic(self, facts: Facts, ctx: SpaceContext) -> Params: ...
+
+    def promising(self, facts: Facts, ctx: SpaceContext) -> list[Params]: ...
+
+    def environment(self, params: Params, facts: Facts) -> dict[str, str]: ...
+
+    def apply_process(self, params: Params, facts: Facts | None) -> list[str]: ...
+
+    def check_environment(self, params: Params, facts: Facts) -> list[str]: ...
+
+    def prepare_model(self, params: Params, model: torch.nn.Module, device: str) -> Prepared: ...
+
+    def prepare(self, params: Params, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Prepared: ...
+
+
+class NoOp:
+    """The hooks of a family that has nothing to do there: ``environment = NoOp.environment``."""
+
+    @staticmethod
+    def promising(facts: Facts, ctx: SpaceContext) -> list[Params]:
+        return []
+
+    @staticmethod
+    def environment(params: Params, facts: Facts) -> dict[str, str]:
+        return {}
+
+    @staticmethod
+    def apply_process(params: Params, facts: Facts | None) -> list[str]:
+        return []
+
+    @staticmethod
+    def check_environment(params: Params, facts: Facts) -> list[str]:
+        return []
+
+    @staticmethod
+    def prepare_model(params: Params, model: torch.nn.Module, device: str) -> Prepared:
+        return Prepared(model)
+
+    @staticmethod
+    def prepare(params: Params, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Prepared:
+        return Prepared(model, optimizer=optimizer)

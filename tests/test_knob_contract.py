@@ -1,0 +1,231 @@
+"""The knob-family contract (``autotune.search_spaces._family``), checked over every family.
+
+As psutil's tests walk every platform module, these walk ``FAMILIES`` and hold each family's declarations
+against what its hooks really do, on the live machine and on fake ones (two sockets; every runtime
+library and IPEX present; eight NVLinked GPUs; a recorded tree without a runtime), for a CPU run, a CPU
+run of a conv model with ``--global-batch``, and a CUDA run:
+
+- ``KEYS`` are exactly the keys of ``defaults``, ``heuristic`` and of every path through ``space`` (a
+  recording trial takes every branch: each categorical choice, each range's ends), and the names the
+  space asks the trial for; ``promising`` changes only ``KEYS``; no two families share a key.
+- every variable ``environment`` returns, for recipes made of every family's paths, is in ``ENV_VARS``;
+  a variable two families may set is in exactly one's ``OVERRIDES``.
+- the aggregator (``search_spaces.defaults``, ``heuristic``, ``suggest``, ``environment``,
+  ``controlled_variables``) gives each family's result, with the overriding family's value where one
+  overrides.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pytest
+
+from autotune import search_spaces as spaces
+from autotune.probes import Facts, Gpu, Runtime
+from autotune.search_spaces import FAMILIES, KnobFamily, SpaceContext
+
+from .fakes.machines import two_sockets
+
+CONTEXTS = {
+    "cpu": SpaceContext(),
+    "cpu-conv": SpaceContext(default_batch_size=64, conv=True, prunable=True, global_batch=128),
+    "cuda": SpaceContext(device="cuda", conv=True, prunable=True, semi_structured=True),
+}
+
+
+def _name(family: KnobFamily) -> str:
+    return getattr(family, "__name__", repr(family)).rsplit(".", 1)[-1].lstrip("_")
+
+
+def _rich(facts: Facts) -> Facts:
+    """Two sockets with every library, backend and IPEX the families can offer."""
+    machine = two_sockets(facts)
+    runtime = machine.runtime or Runtime("3.11", "2.13.0", "cpu", None, "gnu", *([None] * 6))
+    runtime = replace(runtime, openmp="gnu", iomp5_path="/lib/libiomp5.so", jemalloc_path="/lib/libjemalloc.so.2",
+                      tcmalloc_path="/lib/libtcmalloc.so.4", numactl_path="/usr/bin/numactl",
+                      distributed_backends=("gloo", "nccl"), compile_cpu_ok=True, ipex_version="2.13.0",
+                      ipex_compatible=True)
+    return replace(machine, runtime=runtime)
+
+
+def _gpus(facts: Facts) -> Facts:
+    """The rich machine with eight A100s, every pair NVLinked, four local to each socket."""
+    gpus = tuple(Gpu(index=i, name="A100", compute_capability="8.0", memory_bytes=80 * 2**30,
+                     pci_bus_id=f"00000000:{i:02x}:00.0", numa_node=i // 4,
+                     cpu_affinity="0-3,8-11" if i < 4 else "4-7,12-15",
+                     links={str(j): "NV12" for j in range(8) if j != i})
+                 for i in range(8))
+    return replace(_rich(facts), gpus=gpus)
+
+
+MACHINES: dict[str, Callable[[Facts], Facts]] = {
+    "live": lambda facts: facts,
+    "two-sockets": two_sockets,
+    "rich": _rich,
+    "gpus": _gpus,
+    "recorded": lambda facts: replace(two_sockets(facts), runtime=None),
+}
+
+
+class _Path:
+    """A trial that takes one path through a define-by-run space: the i-th suggestion takes option
+    ``path[i]`` (0 beyond it) of its choices (an int or float range: its low and high end), and records
+    the names asked and how many options each had."""
+
+    def __init__(self, path: Sequence[int]) -> None:
+        self.path = list(path)
+        self.options: list[int] = []
+        self.names: list[str] = []
+
+    def _pick(self, name: str, options: list[Any]) -> Any:
+        assert name not in self.names, f"{name} is asked twice in one trial"
+        i = len(self.options)
+        self.names.append(name)
+        self.options.append(len(options))
+        return options[self.path[i] if i < len(self.path) else 0]
+
+    def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any:
+        return self._pick(name, list(choices))
+
+    def suggest_int(self, name: str, low: int, high: int, step: int = 1, log: bool = False) -> int:
+        return int(self._pick(name, [low, high]))
+
+    def suggest_float(self, name: str, low: float, high: float, *, step: float | None = None,
+                      log: bool = False) -> float:
+        return float(self._pick(name, [low, high]))
+
+
+def paths(family: KnobFamily, facts: Facts, ctx: SpaceContext) -> Iterator[tuple[_Path, dict[str, Any]]]:
+    """Every path through the family's ``space`` (depth first): each trial and the params it returned."""
+    stack: list[list[int]] = [[]]
+    while stack:
+        path = stack.pop()
+        trial = _Path(path)
+        params = family.space(trial, facts, ctx)
+        yield trial, params
+        taken = path + [0] * (len(trial.options) - len(path))
+        for i in range(len(path), len(trial.options)):
+            stack += [taken[:i] + [k] for k in range(1, trial.options[i])]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One machine and run: its facts, context, and whole recipes built from every family's paths."""
+
+    name: str
+    facts: Facts
+    ctx: SpaceContext
+    recipes: tuple[dict[str, Any], ...]
+
+
+@pytest.fixture(scope="module")
+def cases(facts: Facts) -> list[Case]:
+    out = []
+    for machine, build in MACHINES.items():
+        for run, ctx in CONTEXTS.items():
+            fake = build(facts)
+            base = spaces.defaults(fake, ctx)
+            bases = (base, {**base, **spaces.heuristic(fake, ctx)})
+            recipes = [{**b, **params, "device": ctx.device}
+                       for family in FAMILIES for _, params in paths(family, fake, ctx)
+                       for b in bases]
+            out.append(Case(f"{machine}/{run}", fake, ctx, tuple(recipes)))
+    return out
+
+
+FAMILY = pytest.mark.parametrize("family", FAMILIES, ids=_name)
+
+
+@FAMILY
+def test_family_satisfies_the_protocol(family: KnobFamily) -> None:
+    assert isinstance(family, KnobFamily)
+    for declared in (family.KEYS, family.ENV_VARS, family.OVERRIDES):
+        assert isinstance(declared, tuple) and all(isinstance(x, str) for x in declared)
+
+
+@FAMILY
+def test_keys_are_what_the_space_and_the_defaults_give(family: KnobFamily, cases: list[Case]) -> None:
+    keys = set(family.KEYS)
+    for case in cases:
+        seen = 0
+        for trial, params in paths(family, case.facts, case.ctx):
+            seen += 1
+            assert set(params) == keys, (case.name, trial.path)
+            assert set(trial.names) <= keys, (case.name, trial.path)
+        assert seen >= 1
+        assert set(family.defaults(case.facts, case.ctx)) == keys, case.name
+        assert set(family.heuristic(case.facts, case.ctx)) == keys, case.name
+        for change in family.promising(case.facts, case.ctx):
+            assert set(change) <= keys, (case.name, change)
+
+
+def test_no_two_families_share_a_key() -> None:
+    keys = [key for family in FAMILIES for key in family.KEYS]
+    assert len(keys) == len(set(keys))
+    assert not set(keys) & set(spaces.RUN_KEYS)
+
+
+def check_environment_declared(family: KnobFamily, cases: list[Case]) -> None:
+    """Every variable ``family.environment`` sets for any recipe of ``cases`` is in its ``ENV_VARS``, and
+    every one declared is set by some recipe (a stale declaration would clear a variable for nothing)."""
+    seen: set[str] = set()
+    for case in cases:
+        for params in case.recipes:
+            env = family.environment(params, case.facts)
+            undeclared = set(env) - set(family.ENV_VARS)
+            assert not undeclared, f"{_name(family)} sets {sorted(undeclared)}, not in its ENV_VARS ({case.name})"
+            seen |= set(env)
+    assert seen == set(family.ENV_VARS), f"{_name(family)} never sets {sorted(set(family.ENV_VARS) - seen)}"
+
+
+@FAMILY
+def test_every_variable_set_is_declared(family: KnobFamily, cases: list[Case]) -> None:
+    check_environment_declared(family, cases)
+
+
+def test_the_contract_catches_an_undeclared_variable(cases: list[Case], monkeypatch: pytest.MonkeyPatch) -> None:
+    threads = spaces.threads
+    declared = threads.environment
+    monkeypatch.setattr(threads, "environment", lambda params, facts: {**declared(params, facts), "OMP_PROC_BIND": "1"})
+    with pytest.raises(AssertionError, match=r"threads sets \['OMP_PROC_BIND'\], not in its ENV_VARS"):
+        check_environment_declared(threads, cases)
+
+
+@FAMILY
+def test_shared_variables_have_one_declared_winner(family: KnobFamily) -> None:
+    assert set(family.OVERRIDES) <= set(family.ENV_VARS), "a family overrides only variables it sets"
+    others = [other for other in FAMILIES if other is not family]
+    for var in family.OVERRIDES:
+        assert any(var in other.ENV_VARS for other in others), f"{var}: no other family sets it"
+    for other in others:
+        for var in set(family.ENV_VARS) & set(other.ENV_VARS):
+            assert (var in family.OVERRIDES) != (var in other.OVERRIDES), \
+                f"{var} is set by {_name(family)} and {_name(other)}: exactly one must declare it in OVERRIDES"
+
+
+@FAMILY
+def test_the_aggregator_gives_each_familys_result(family: KnobFamily, cases: list[Case]) -> None:
+    assert set(family.ENV_VARS) <= set(spaces.controlled_variables())
+    for case in cases:
+        facts, ctx = case.facts, case.ctx
+        for merged, own in ((spaces.defaults(facts, ctx), family.defaults(facts, ctx)),
+                            (spaces.heuristic(facts, ctx), family.heuristic(facts, ctx)),
+                            (spaces.suggest(_Path([]), facts, ctx), family.space(_Path([]), facts, ctx))):
+            assert {key: merged[key] for key in family.KEYS} == own, case.name
+        for params in case.recipes:
+            env = spaces.environment(params, facts)
+            winners = {var: value for other in FAMILIES if other is not family
+                       for var, value in other.environment(params, facts).items() if var in other.OVERRIDES}
+            for var, value in family.environment(params, facts).items():
+                assert env[var] == winners.get(var, value), (case.name, var)
+
+
+def test_the_aggregate_is_the_union_of_the_families(cases: list[Case]) -> None:
+    for case in cases:
+        params = spaces.suggest(_Path([]), case.facts, case.ctx)
+        assert set(params) == {key for family in FAMILIES for key in family.KEYS}
+        for recipe in case.recipes:
+            env = spaces.environment(recipe, case.facts)
+            assert set(env) == {var for f in FAMILIES for var in f.environment(recipe, case.facts)}, case.name
