@@ -26,7 +26,7 @@ from autotune import search_spaces as spaces
 from autotune.probes import Facts, Gpu, Runtime
 from autotune.search_spaces import FAMILIES, KnobFamily, SpaceContext
 
-from .fakes.machines import two_sockets
+from ..fakes.machines import two_sockets
 
 CONTEXTS = {
     "cpu": SpaceContext(),
