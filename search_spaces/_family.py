@@ -15,7 +15,7 @@ the overridden family's, and its ``check_environment`` replaces theirs (``search
 A family module satisfies the protocol itself (``search_spaces.FAMILIES`` is typed
 ``tuple[KnobFamily, ...]``, so mypy checks every module against it). A hook with nothing to do is bound
 to the shared no-op of ``NoOp`` (``environment = NoOp.environment``), and a family that ``run_cpu`` leaves
-alone binds ``heuristic = defaults``. ``tests/test_knob_contract.py`` checks every family's declarations
+alone binds ``heuristic = defaults``. ``tests/search_spaces/test_knob_contract.py`` checks every family's declarations
 against what its hooks do.
 """
 from __future__ import annotations
