@@ -160,7 +160,8 @@ class RecipeStore:
         if not self._has_table:
             return None
         query = select(_RecipeRow).order_by(_RecipeRow.id.desc()).limit(1)
-        for column, value in ((_RecipeRow.workload, workload), (_RecipeRow.fingerprint, fingerprint), (_RecipeRow.study, study)):
+        filters = ((_RecipeRow.workload, workload), (_RecipeRow.fingerprint, fingerprint), (_RecipeRow.study, study))
+        for column, value in filters:
             if value is not None:
                 query = query.where(column == value)
         with Session(self._engine) as session:
@@ -186,6 +187,6 @@ def _to_recipe(row: _RecipeRow) -> Recipe:
     return Recipe(
         params=dict(row.params), workload=row.workload, fingerprint=row.fingerprint, study=row.study,
         samples_per_s=row.samples_per_s, baseline_samples_per_s=row.baseline_samples_per_s, speedup=row.speedup,
-        loss=row.loss, baseline_loss=row.baseline_loss, id=row.id, created=row.created.isoformat() if row.created else None,
-        notes=list(row.notes or []),
+        loss=row.loss, baseline_loss=row.baseline_loss, id=row.id,
+        created=row.created.isoformat() if row.created else None, notes=list(row.notes or []),
     )

@@ -78,7 +78,8 @@ def max_batch_size(memory_bytes: int | None, model: Any, inputs: tuple[Any, ...]
             h.remove()
         model.train(was_training)
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    per_sample = (2 * outputs + sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))) / samples
+    input_bytes = sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))
+    per_sample = (2 * outputs + input_bytes) / samples
     usable = memory_bytes / 2 - 4 * weights
     if per_sample <= 0:
         return None

@@ -38,13 +38,16 @@ KEYS = ("openmp", "kmp_blocktime", "allocator")
 OPENMP = ("gnu", "intel")
 BLOCKTIMES = (0, 1, 200)
 ALLOCATORS = ("default", "jemalloc", "tcmalloc")
-ENV_VARS: tuple[str, ...] = ("LD_PRELOAD", "KMP_BLOCKTIME", "KMP_AFFINITY", "MALLOC_CONF")  # every variable environment() may set
+# every variable environment() may set
+ENV_VARS: tuple[str, ...] = ("LD_PRELOAD", "KMP_BLOCKTIME", "KMP_AFFINITY", "MALLOC_CONF")
 OVERRIDES: tuple[str, ...] = ()
 
 KMP_AFFINITY = "granularity=fine,compact,1,0"
 JEMALLOC_CONF = "oversize_threshold:1,background_thread:true,metadata_thp:auto"
 # File-name prefixes of each choice's library, as mapped in /proc/self/maps.
-_LIBRARY = {"intel": "libiomp5", "gnu": "libgomp", "jemalloc": "libjemalloc", "tcmalloc": "libtcmalloc", "default": "libc."}
+_LIBRARY = {
+    "intel": "libiomp5", "gnu": "libgomp", "jemalloc": "libjemalloc", "tcmalloc": "libtcmalloc", "default": "libc.",
+}
 _INSTALL = {"intel": "pip install intel-openmp", "jemalloc": "apt-get install libjemalloc2",
             "tcmalloc": "apt-get install libtcmalloc-minimal4"}
 
@@ -53,7 +56,8 @@ def _path(facts: Facts, choice: str) -> str | None:
     runtime = getattr(facts, "runtime", None)
     if runtime is None:
         return None
-    return {"intel": runtime.iomp5_path, "jemalloc": runtime.jemalloc_path, "tcmalloc": runtime.tcmalloc_path}.get(choice)
+    paths = {"intel": runtime.iomp5_path, "jemalloc": runtime.jemalloc_path, "tcmalloc": runtime.tcmalloc_path}
+    return paths.get(choice)
 
 
 def openmp_choices(facts: Facts) -> tuple[str, ...]:

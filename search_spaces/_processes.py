@@ -140,7 +140,7 @@ def _rank_cores(params: dict[str, Any], facts: Facts) -> list[list[Any]]:
             near = [c for c in cores if set(c.cpus) <= local]
             if len(near) < len(ranks):
                 return _slices(cores, processes)  # the GPU's CPUs are outside our cpuset: plain slices
-            for rank, part in zip(ranks, _slices(near, len(ranks))):
+            for rank, part in zip(ranks, _slices(near, len(ranks)), strict=True):
                 out[rank] = part
         return out
     return _slices(cores, processes)
@@ -232,7 +232,10 @@ def apply_process(params: Params, facts: Facts | None) -> list[str]:
     import torch
     import torch.distributed as dist
 
-    share = int(params["threads"]) // processes if params.get("threads") else int(os.environ.get("OMP_NUM_THREADS") or 0)
+    if params.get("threads"):
+        share = int(params["threads"]) // processes
+    else:
+        share = int(os.environ.get("OMP_NUM_THREADS") or 0)
     if share:
         torch.set_num_threads(max(1, share))
     device = params.get("device", "cpu")

@@ -26,8 +26,8 @@ def run(args: argparse.Namespace) -> int:
     out.print(params_table(recipe.params, f"recipe {recipe.id} — workload {recipe.workload}, study {recipe.study}"))
     if recipe.speedup is not None:
         out.print(
-            f"{recipe.speedup:.2f}x PyTorch defaults ({recipe.samples_per_s:.1f} vs {recipe.baseline_samples_per_s:.1f} "
-            f"samples/s); loss {recipe.loss:.4f} vs {recipe.baseline_loss:.4f}"
+            f"{recipe.speedup:.2f}x PyTorch defaults ({recipe.samples_per_s:.1f} vs "
+            f"{recipe.baseline_samples_per_s:.1f} samples/s); loss {recipe.loss:.4f} vs {recipe.baseline_loss:.4f}"
         )
     out.print(f"hardware {recipe.fingerprint}, created {recipe.created}")
     for note in recipe.notes:

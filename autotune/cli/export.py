@@ -21,8 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def render(recipe, fmt: str) -> str:  # type: ignore[no-untyped-def]
     """The exported text of a recipe (env or json)."""
-    from ..trial import launch
     from ..recipe import to_env
+    from ..trial import launch
 
     if fmt == "json":
         return json.dumps(recipe.to_dict(), indent=2, sort_keys=True) + "\n"

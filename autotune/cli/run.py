@@ -25,7 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "run", help="run a command (e.g. python train.py) with the recipe's environment-level knobs",
         description="Example: autotune run --recipe best.env -- python train.py --epochs 3",
     )
-    p.add_argument("--recipe", default=None, metavar="ID|FILE", help="a recipe id or exported file (default: the latest)")
+    p.add_argument("--recipe", default=None, metavar="ID|FILE",
+                   help="a recipe id or exported file (default: the latest)")
     p.add_argument("--study", default=None, metavar="NAME")
     p.add_argument("--workload", default=None, metavar="W")
     add_storage(p)
@@ -34,8 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..trial import launch
     from ..errors import UsageError
+    from ..trial import launch
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:

@@ -7,7 +7,15 @@ from typing import Any
 
 from ..errors import UsageError
 from ..study import (
-    Candidate, Event, SearchOptions, SearchOutcome, SearchStarted, TrialFinished, check_options, parse_duration, search,
+    Candidate,
+    Event,
+    SearchOptions,
+    SearchOutcome,
+    SearchStarted,
+    TrialFinished,
+    check_options,
+    parse_duration,
+    search,
 )
 from ..trial import TrialSettings
 from ._common import add_storage, console
@@ -28,28 +36,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workload", default="cnn", metavar="W",
                    help="cnn | transformer | tiny | MODULE:FUNCTION | FILE.py:FUNCTION (default: cnn)")
     p.add_argument("--budget", default="30m", help="wall-clock budget: 90s, 30m, 1h30m (default: 30m)")
-    p.add_argument("--trials", type=int, default=None, metavar="N", help="stop when the study holds N measured trials, counting earlier runs and other workers "
+    p.add_argument("--trials", type=int, default=None, metavar="N",
+                   help="stop when the study holds N measured trials, counting earlier runs and other workers "
                    "(with --budget: whichever comes first; confirmation runs are not counted)")
-    p.add_argument("--study", default=None, metavar="NAME", help="study name (default: WORKLOAD-FINGERPRINT); an existing study continues")
+    p.add_argument("--study", default=None, metavar="NAME",
+                   help="study name (default: WORKLOAD-FINGERPRINT); an existing study continues")
     add_storage(p)
     p.add_argument("--max-loss-increase", type=float, default=0.05, metavar="F",
-                   help="quality guard: a trial whose loss is more than F (relative, 0 or more) above the baseline's is "
-                   "infeasible (default: 0.05)")
+                   help="quality guard: a trial whose loss is more than F (relative, 0 or more) above the baseline's "
+                   "is infeasible (default: 0.05)")
     p.add_argument("--global-batch", type=int, default=None, metavar="N",
-                   help="keep N (at least 1) samples per optimizer step by gradient accumulation (otherwise the lr follows "
-                   "--lr-scaling)")
+                   help="keep N (at least 1) samples per optimizer step by gradient accumulation (otherwise the lr "
+                   "follows --lr-scaling)")
     p.add_argument("--lr-scaling", choices=("sqrt", "linear", "none"), default="sqrt",
                    help="learning-rate rule when the batch size changes (default: sqrt)")
     p.add_argument("--train-steps", type=int, default=5000, metavar="N",
                    help="optimizer steps of the planned training run (at least 1); compile time is amortised over them "
                    "(default: 5000)")
-    p.add_argument("--steps", type=int, default=24, metavar="N", help="timed steps per trial at the default batch size, at least 3: one per timed window (default: 24)")
-    p.add_argument("--warmup-steps", type=int, default=4, metavar="N", help="untimed warm-up steps per trial, 0 or more (default: 4)")
+    p.add_argument("--steps", type=int, default=24, metavar="N",
+                   help="timed steps per trial at the default batch size, at least 3: one per timed window "
+                   "(default: 24)")
+    p.add_argument("--warmup-steps", type=int, default=4, metavar="N",
+                   help="untimed warm-up steps per trial, 0 or more (default: 4)")
     p.add_argument("--no-compile", action="store_true", help="leave torch.compile out of the search")
     p.add_argument("--fix", action="append", default=[], metavar="KNOB=VALUE",
                    help="hold a knob at a value in every trial but the baseline, e.g. --fix affinity=none "
-                   "--fix num_workers=0 (repeatable; values are JSON: 2, true, null, or text). A knob this search does not "
-                   "have, or a value its space cannot take here, is refused with the allowed values")
+                   "--fix num_workers=0 (repeatable; values are JSON: 2, true, null, or text). A knob this search does "
+                   "not have, or a value its space cannot take here, is refused with the allowed values")
     p.add_argument("--confirm", type=int, default=3, metavar="K",
                    help="re-run the K fastest feasible recipes and the defaults side by side before choosing; "
                    "time for it is kept in the budget (default: 3; 0: choose from single measurements)")
@@ -129,7 +142,7 @@ def _print_outcome(out: Any, outcome: SearchOutcome) -> None:
     for column in ("", "samples/s", "range (confirmation)", "loss", "speedup"):
         table.add_column(column, justify="right" if column else "left", no_wrap=not column)
     chosen = None if c is None else next((x for x in (c.baseline, *c.candidates) if x.number == best.number), None)
-    table.add_row("PyTorch defaults (trial %d)" % base.number, f"{r.baseline_samples_per_s:.1f}",
+    table.add_row(f"PyTorch defaults (trial {base.number})", f"{r.baseline_samples_per_s:.1f}",
                   _span(c.baseline if c else None), f"{base.result.loss:.4f}", "1.00x")
     label = "best: the defaults" if best.number == base.number else f"best (trial {best.number})"
     table.add_row(label, f"{r.samples_per_s:.1f}", _span(chosen), f"{r.loss:.4f}", f"{r.speedup:.2f}x")

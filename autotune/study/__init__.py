@@ -15,7 +15,16 @@ from .events import Event, Progress, SearchDone, SearchStarted, TrialFinished, T
 from .loop import SearchLoop, fail_orphans
 from .options import SearchOptions, check_options
 from .records import (
-    CONSTRAINTS, FULL_RUNS, MEASURED, Attr, Candidate, Confirmation, Role, SearchOutcome, StudyAttr, TrialRecord,
+    CONSTRAINTS,
+    FULL_RUNS,
+    MEASURED,
+    Attr,
+    Candidate,
+    Confirmation,
+    Role,
+    SearchOutcome,
+    StudyAttr,
+    TrialRecord,
     params_key,
 )
 from .report import choose_recipe

@@ -22,7 +22,16 @@ from ..trial.lock import host_lock
 from ..trial.spec import Status
 from .loop import SearchLoop
 from .records import (
-    CONFIRM, MEASURED, Attr, Candidate, Confirmation, TrialRecord, lineup, optuna_storage, params_key, records,
+    CONFIRM,
+    MEASURED,
+    Attr,
+    Candidate,
+    Confirmation,
+    TrialRecord,
+    lineup,
+    optuna_storage,
+    params_key,
+    records,
 )
 from .significance import MIN_NOISE, noise
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 from ..trial.spec import TrialResult
 from .records import SearchOutcome
@@ -47,7 +47,7 @@ class SearchDone:
     outcome: SearchOutcome
 
 
-Event = Union[SearchStarted, TrialStarted, TrialFinished, SearchDone]
+Event = SearchStarted | TrialStarted | TrialFinished | SearchDone
 Progress = Callable[[Event], None]
 
 

@@ -47,7 +47,9 @@ def fail_orphans(study: optuna.Study) -> list[int]:
             continue  # its search still runs, or ran on another host (whose workers fail it by heartbeat)
         try:
             storage.set_trial_user_attr(trial_id(t), Attr.STATUS, Status.INTERRUPTED.value)
-            storage.set_trial_user_attr(trial_id(t), Attr.ERROR, f"its search (pid {attrs['pid']}) died during the trial")
+            storage.set_trial_user_attr(
+                trial_id(t), Attr.ERROR, f"its search (pid {attrs['pid']}) died during the trial"
+            )
             storage.set_trial_state_values(trial_id(t), state=optuna.trial.TrialState.FAIL)
         except optuna.exceptions.UpdateFinishedTrialError:
             continue  # another worker got there first

@@ -42,7 +42,8 @@ def check_options(options: SearchOptions) -> None:
     need(options.trials is None or options.trials >= 1, f"--trials must be at least 1 (got {options.trials})")
     need(options.budget_s is not None or options.trials is not None, "give a --budget, a --trials count, or both")
     need(not math.isnan(options.max_loss_increase) and options.max_loss_increase >= 0,
-         f"--max-loss-increase must be 0 or more (got {options.max_loss_increase}): the baseline itself must pass the guard")
+         f"--max-loss-increase must be 0 or more (got {options.max_loss_increase}): "
+         "the baseline itself must pass the guard")
     need(options.global_batch is None or options.global_batch >= 1,
          f"--global-batch must be at least 1 (got {options.global_batch})")
     need(options.lr_scaling in spaces.batch.LR_RULES,
@@ -53,7 +54,8 @@ def check_options(options: SearchOptions) -> None:
     need(s.warmup_steps >= 0, f"--warmup-steps must be 0 or more (got {s.warmup_steps})")
     need(s.windows >= 1 and s.measure_steps >= s.windows,
          f"--steps must be at least {max(1, s.windows)}, one per timed window (got {s.measure_steps})")
-    need(s.train_steps >= 1, f"--train-steps must be at least 1 (got {s.train_steps}): compile time is amortised over it")
+    need(s.train_steps >= 1,
+         f"--train-steps must be at least 1 (got {s.train_steps}): compile time is amortised over it")
     need(s.eval_samples >= 1 and s.max_extra_windows >= 0 and s.max_spread >= 0,
          "TrialSettings: eval_samples must be at least 1, max_extra_windows and max_spread 0 or more")
     if problems:

@@ -15,8 +15,9 @@ if TYPE_CHECKING:
     from ..probes import Facts
 
 
-def choose_recipe(study: optuna.Study, workload: str, facts: Facts, name: str,
-                  confirmation: Confirmation | None = None) -> tuple[Recipe, TrialRecord, TrialRecord, list[TrialRecord]]:
+def choose_recipe(
+    study: optuna.Study, workload: str, facts: Facts, name: str, confirmation: Confirmation | None = None
+) -> tuple[Recipe, TrialRecord, TrialRecord, list[TrialRecord]]:
     """The recipe (with baseline and best records). With a confirmation, its side-by-side runs decide
     (``autotune.study.confirm``); without one, the fastest feasible trial's single measurement, which must
     beat the defaults' by more than the noise. Otherwise the recipe keeps the defaults."""
@@ -100,7 +101,8 @@ def time_note(all_records: list[TrialRecord]) -> str:
     confirm = [r for r in all_records if r.role == CONFIRM]
     wall, startup, warmup, timed = (total(f, all_records) for f in ("wall_s", "startup_s", "warmup_s", "timed_s"))
     return (f"time in {len(all_records)} trial(s): {wall:.0f} s, of which startup {startup:.0f} s, "
-            f"compile and warm-up {warmup:.0f} s, timed {timed:.0f} s, evaluation and exit {max(0.0, wall - startup - warmup - timed):.0f} s; "
+            f"compile and warm-up {warmup:.0f} s, timed {timed:.0f} s, "
+            f"evaluation and exit {max(0.0, wall - startup - warmup - timed):.0f} s; "
             f"confirmation runs {total('wall_s', confirm):.0f} s of it")
 
 

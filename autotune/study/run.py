@@ -56,8 +56,9 @@ def open_study(options: SearchOptions, name: str, facts: Facts, workload: str) -
         )
         if options.fixed:
             sampler = optuna.samplers.PartialFixedSampler(options.fixed, sampler)
+        # the NopPruner: a threshold replaces it once the baseline is measured
         kwargs: dict[str, Any] = dict(storage=storage, sampler=sampler, study_name=name, direction="maximize",
-                                      pruner=optuna.pruners.NopPruner())  # a threshold replaces it once the baseline is measured
+                                      pruner=optuna.pruners.NopPruner())
         try:  # exactly one worker of a shared study creates it, and only that one seeds it
             study, created = optuna.create_study(**kwargs), True
         except optuna.exceptions.DuplicatedStudyError:
@@ -141,7 +142,10 @@ def _max_batch(workload: Workload, model: Any, facts: Facts, device: str) -> int
     memory, else the RAM available now; estimated from a forward pass of two of the dataset's samples."""
     import torch
 
-    memory = min((g.memory_bytes for g in facts.gpus), default=None) if device == "cuda" else facts.memory.available_bytes
+    if device == "cuda":
+        memory = min((g.memory_bytes for g in facts.gpus), default=None)
+    else:
+        memory = facts.memory.available_bytes
     try:
         dataset = workload.dataset()
         samples = min(2, len(dataset))
@@ -180,7 +184,9 @@ def _open_for_options(options: SearchOptions, name: str, facts: Facts, ctx: spac
         study, created = open_study(options, name, facts, workload)
         conflict = None if created else history_conflict(study, name, facts, ctx)
     if conflict:
-        raise UsageError(f"{conflict}: continue it with the options it started with, or start another with --study NAME")
+        raise UsageError(
+            f"{conflict}: continue it with the options it started with, or start another with --study NAME"
+        )
     return study, created, name
 
 

@@ -1,20 +1,21 @@
 """How a process is started with a recipe's environment-level knobs, as plain data ``(cmd, env, cpus)``.
 
 Used by the trial runner (every trial) and by ``autotune run`` (the user's own script), so both start
-processes the same way; ``autotune export --format env`` writes what ``autotune run`` would set (``for_recipe``). Variables autotune sets (from the knob families in ``autotune.search_spaces``):
+processes the same way; ``autotune export --format env`` writes what ``autotune run`` would set (``for_recipe``).
+Variables autotune sets (from the knob families in ``autotune.search_spaces``):
 
 | variable | knob | value |
 | --- | --- | --- |
 | ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS`` | ``threads`` | intra-op threads |
 | CPU affinity (``sched_setaffinity``, not a variable) | ``affinity`` | the CPUs of ``cpus_for()`` |
-| ``LD_PRELOAD`` | ``openmp=intel``, ``allocator`` (jemalloc or tcmalloc) | the probed paths of libiomp5, then the allocator |
+| ``LD_PRELOAD`` | ``openmp=intel``, ``allocator`` (jemalloc or tcmalloc) | the probed libiomp5, then the allocator |
 | ``KMP_BLOCKTIME`` | ``kmp_blocktime`` (``openmp=intel`` only) | 0, 1 or 200 (ms a worker spins after a region) |
 | ``KMP_AFFINITY`` | ``openmp=intel`` with ``affinity`` not ``none`` | ``granularity=fine,compact,1,0`` |
 | ``MALLOC_CONF`` | ``allocator=jemalloc`` | ``oversize_threshold:1,background_thread:true,metadata_thp:auto`` |
 | ``numactl --membind=NODES --`` (command prefix) | ``affinity`` not ``none`` | the NUMA nodes of the pinned CPUs |
 | ``AUTOTUNE_RECIPE`` | (``autotune run``, the env file) | the recipe as JSON, for ``autotune.apply()`` |
 | ``TORCHINDUCTOR_CACHE_DIR``, ``TRITON_CACHE_DIR`` | (trials only) | a fresh directory per trial |
-| ``TMPDIR`` | (trials only) | in the trial's directory, removed with it (kept as inherited where a socket path would be too long) |
+| ``TMPDIR`` | (trials only) | in the trial's directory, removed with it (inherited where a socket path is too long) |
 
 For a trial, every variable any knob may set is first removed from the inherited environment, so the
 baseline really runs with PyTorch's defaults (and no inherited ``LD_PRELOAD``). For ``autotune run``, a
@@ -96,7 +97,9 @@ def plan(
     prefix = _membind(params, facts, membind_refused, notes)
     processes = spaces.processes.count(params)
     if processes > 1 and distributed.is_torchrun(list(cmd)):
-        notes.append(f"the command starts torch.distributed.run itself: kept (the recipe measured {processes} processes)")
+        notes.append(
+            f"the command starts torch.distributed.run itself: kept (the recipe measured {processes} processes)"
+        )
     if cmd:
         cmd = [*prefix, *distributed.torchrun_command(list(cmd), processes)]  # P > 1: P ranks under torchrun
     membind = spaces.memory_nodes(params, facts) if prefix else None
@@ -128,7 +131,10 @@ def for_recipe(recipe: Recipe, cmd: list[str], base_env: Mapping[str, str], *,
 
 
 # Libraries of which only one may serve a process: preloading two of a kind leaves the first in charge.
-_ROLES = {"allocator": ("libjemalloc", "libtcmalloc", "libmimalloc"), "OpenMP runtime": ("libiomp5", "libgomp", "libomp.")}
+_ROLES = {
+    "allocator": ("libjemalloc", "libtcmalloc", "libmimalloc"),
+    "OpenMP runtime": ("libiomp5", "libgomp", "libomp."),
+}
 
 
 def _merge_preload(recipe: str, user: str, notes: list[str]) -> str:

@@ -91,9 +91,8 @@ def run_trial(
             events=str(work / "events.jsonl"), result=str(work / "result.json"),
         )
         (work / "spec.json").write_text(spec.to_json())
-        plan = launch.plan(
-            [python, "-m", "autotune.trial.child", str(work / "spec.json")], params, facts, os.environ, keep_user_env=False
-        )
+        child = [python, "-m", "autotune.trial.child", str(work / "spec.json")]
+        plan = launch.plan(child, params, facts, os.environ, keep_user_env=False)
         # A cold compile cache per trial: compile time is measured as the user's first run pays it, and a
         # trial stopped mid-compile cannot leave a truncated kernel behind for the next one.
         plan.env["TORCHINDUCTOR_CACHE_DIR"] = str(work / "inductor")
@@ -225,7 +224,8 @@ def _classify(stopped: str | None, returncode: int | None, work: Path, wall: flo
     # failure (status 1): it is recorded as a crash, the rank's exit code is in the log tail.
     if returncode == -signal.SIGKILL:
         # Nobody but the kernel's OOM killer sends SIGKILL to a trial autotune did not stop itself.
-        return TrialResult(Status.OOM, wall_s=wall, error="killed by SIGKILL (the kernel's out-of-memory killer)", log_tail=tail)
+        return TrialResult(Status.OOM, wall_s=wall, error="killed by SIGKILL (the kernel's out-of-memory killer)",
+                           log_tail=tail)
     return TrialResult(Status.CRASH, wall_s=wall, error=f"the trial process {_ended(returncode)} and wrote no result",
                        log_tail=tail)
 

@@ -183,7 +183,8 @@ def _trace_pairs(module: Any, prefix: str) -> list[Pair]:
         if node.op == "call_module" and calls[node.target] == 1 and _prunable_layer(modules[node.target]):
             pair = _follow(node, modules[node.target], modules, calls)
             if pair is not None:
-                pairs.append(Pair(prefix + pair.producer, prefix + pair.consumer, tuple(prefix + n for n in pair.norms)))
+                norms = tuple(prefix + n for n in pair.norms)
+                pairs.append(Pair(prefix + pair.producer, prefix + pair.consumer, norms))
     return pairs
 
 
