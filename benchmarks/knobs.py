@@ -92,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from autotune import probes
     from autotune import search_spaces as spaces
-    from autotune.trial import TrialSettings, run_trial
     from autotune.study import SearchOptions, run_settings, search_context
+    from autotune.trial import TrialSettings, run_trial
 
     facts = probes.probe()
     settings = TrialSettings(warmup_steps=args.warmup_steps, measure_steps=args.steps, train_steps=args.train_steps)

@@ -19,8 +19,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from autotune import probes
-    from autotune.trial import TrialSettings, run_trial
     from autotune.search_spaces import SpaceContext, defaults
+    from autotune.trial import TrialSettings, run_trial
     from autotune.workload import load_workload
 
     facts = probes.probe()

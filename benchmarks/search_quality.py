@@ -3,15 +3,16 @@
 On a reduced space (threads x amp_dtype x batch_size x channels_last; compile off; every other knob
 held at PyTorch's default, in the search by ``--fix``), it measures every combination ``--grid-rounds``
 times with the trial runner (rounds interleaved; a combination's score is its median, so the grid's
-best is not just its luckiest single run on a noisy machine), then runs ``autotune.search`` with at most ``--fraction`` of the grid's trials (the
-confirmation runs come on top and are reported), with several sampler seeds. Every recipe is scored
-by the *grid's* measurement of the same combination, so all ratios come from one session of
-measurements. The grid's best is the fastest combination that passes the same quality guard.
+best is not just its luckiest single run on a noisy machine), then runs ``autotune.search`` with at most
+``--fraction`` of the grid's trials (the confirmation runs come on top and are reported), with several sampler
+seeds. Every recipe is scored by the *grid's* measurement of the same combination, so all ratios come from one
+session of measurements. The grid's best is the fastest combination that passes the same quality guard.
 
 Targets: median best-found >= 0.97 of the grid's best, never below the defaults, at least the heuristic.
 
     python benchmarks/search_quality.py --workload cnn --seeds 3               # the full run (quiet machine)
-    python benchmarks/search_quality.py --workload tiny --seeds 2 --fraction 0.4 --steps 6 --warmup-steps 2 --grid-rounds 1
+    python benchmarks/search_quality.py --workload tiny --seeds 2 --fraction 0.4 --steps 6 --warmup-steps 2 \
+        --grid-rounds 1
 
 The last line printed is one JSON object with the figures.
 """
@@ -37,7 +38,7 @@ def _grid(facts: Any, ctx: Any) -> list[dict[str, Any]]:
     if spaces.threads.max_threads(facts) <= 4:
         threads = list(range(1, spaces.threads.max_threads(facts) + 1))  # every value the search may pick
     axes = [threads, spaces.amp.dtypes(facts, ctx), spaces.batch.sizes(ctx), (False, True) if ctx.conv else (False,)]
-    return [dict(zip(SEARCHED, combo)) for combo in itertools.product(*axes)]
+    return [dict(zip(SEARCHED, combo, strict=True)) for combo in itertools.product(*axes)]
 
 
 def _key(params: dict[str, Any]) -> tuple[Any, ...]:
@@ -59,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from autotune import probes
     from autotune import search_spaces as spaces
-    from autotune.trial import TrialSettings, run_trial
     from autotune.study import SearchOptions, run_settings, search, search_context
+    from autotune.trial import TrialSettings, run_trial
 
     facts = probes.probe()
     settings = TrialSettings(warmup_steps=args.warmup_steps, measure_steps=args.steps)
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             confirms = sum(1 for r in outcome.records if r.role == "confirm")
             runs.append({"seed": seed, "best_found": score / grid_best, "trials": len(outcome.records) - confirms,
                          "confirmation_runs": confirms, "wall_s": time.monotonic() - t0,
-                         "recipe": dict(zip(SEARCHED, key))})
+                         "recipe": dict(zip(SEARCHED, key, strict=True))})
             print(f"seed {seed}: best-found/grid-best {runs[-1]['best_found']:.3f} with {runs[-1]['trials']} trials "
                   f"+ {confirms} confirmation runs in {runs[-1]['wall_s']:.0f} s: {runs[-1]['recipe']}", flush=True)
     found = [r["best_found"] for r in runs]
@@ -117,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         "workload": args.workload, "grid_size": len(grid), "grid_wall_s": round(grid_s, 1),
         "grid_rounds": args.grid_rounds, "grid_best_samples_per_s": round(grid_best, 1),
         "defaults_spread": round(noise, 3), "trials_allowed": trials,
-        "best_found_over_grid_best": [round(f, 4) for f in found], "median_best_found": round(statistics.median(found), 4),
+        "best_found_over_grid_best": [round(f, 4) for f in found],
+        "median_best_found": round(statistics.median(found), 4),
         "defaults_over_grid_best": round(default_score, 4), "heuristic_over_grid_best": round(heuristic_score, 4),
         "trials_used": [r["trials"] for r in runs], "confirmation_runs": [r["confirmation_runs"] for r in runs],
         "search_wall_s": [round(r["wall_s"], 1) for r in runs],

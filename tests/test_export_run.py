@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from autotune import cli
-from autotune.trial import launch
 from autotune.probes import Allowed, Core, _nvml, _probe
 from autotune.recipe import parse_env
+from autotune.trial import launch
 
 from .conftest import SHARED
 

@@ -15,8 +15,8 @@ import pytest
 from autotune import probes
 from autotune.probes import _nvml
 
-from _probe_shared import MACHINES, NVIDIA_SMI, SAFE_EXTRACT, SYSFS, TOPOLOGIES  # noqa: E402
-from fakes.nvml import FakePynvml, load_machine  # noqa: E402
+from _probe_shared import MACHINES, NVIDIA_SMI, SAFE_EXTRACT, SYSFS, TOPOLOGIES
+from fakes.nvml import FakePynvml, load_machine
 
 
 def unpack(archive: Path, dest: Path) -> None:

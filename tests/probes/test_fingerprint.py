@@ -9,12 +9,13 @@ import sys
 from dataclasses import replace
 
 import pytest
-from _probe_shared import SYSFS
-from fakes.machines import two_sockets
 
 from autotune import probes
 from autotune.probes import Allowed, _cpu, _hwloc
 from autotune.probes._fingerprint import fingerprint
+
+from _probe_shared import SYSFS
+from fakes.machines import two_sockets
 
 XML_ONLY = "32em64t-2n8c+dax+nvme+mic+dimms"  # a recorded machine given as hwloc XML: 2 NUMA nodes, 16 CPUs
 

@@ -7,12 +7,13 @@ import os
 import tarfile
 
 import pytest
-from _probe_shared import SAFE_EXTRACT
 
 from autotune import probes
 from autotune.cli import probe as probe_cli
 from autotune.errors import ProbeError
 from autotune.probes import parse_cpulist
+
+from _probe_shared import SAFE_EXTRACT
 
 
 def run(capsys, *argv: str) -> str:

@@ -5,10 +5,11 @@ import logging
 import sys
 
 import pytest
-from fakes.nvml import DRIVER_NOT_LOADED, FakePynvml, NVMLError
 
 from autotune import probes
 from autotune.probes import _gpu, _nvml
+
+from fakes.nvml import DRIVER_NOT_LOADED, FakePynvml, NVMLError
 
 GIB = 2**30
 MIB = 2**20

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import pytest
-from _probe_shared import MACHINES, SYSFS
 
 from autotune import probes
 from autotune.errors import ProbeError
 from autotune.probes import _cpu, _hwloc, format_cpulist, parse_cpulist
+
+from _probe_shared import MACHINES, SYSFS
 
 CPUSET = "16amd64-8n2c-cpusets"  # the process runs in cpuset /dummy: ground truth is the allowed view
 GPU_NUMA = "nvidiagpunumanodes"  # hwloc's default hides the 6 GPU-memory nodes; the probe keeps them

@@ -13,16 +13,15 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.trial import launch
 from autotune import search_spaces as spaces
 from autotune.probes import Runtime, format_cpulist
 from autotune.recipe import load_recipe_file, to_env
-from autotune.trial import run_trial
+from autotune.trial import launch, run_trial
 
 from ..fakes.machines import two_sockets
 
-
-IOMP5, JEMALLOC, TCMALLOC, NUMACTL = "/opt/lib/libiomp5.so", "/usr/lib/libjemalloc.so.2", "/usr/lib/libtcmalloc.so.4", "/usr/bin/numactl"
+IOMP5, JEMALLOC = "/opt/lib/libiomp5.so", "/usr/lib/libjemalloc.so.2"
+TCMALLOC, NUMACTL = "/usr/lib/libtcmalloc.so.4", "/usr/bin/numactl"
 
 
 def _runtime(**changes) -> Runtime:
@@ -63,7 +62,8 @@ PINNED = {"affinity": "compact", "threads": 4}
         ({**INTEL, **PINNED, "allocator": "tcmalloc"}, _permitted, [NUMACTL, "--membind=0", "--"],
          {"LD_PRELOAD": f"{IOMP5}:{TCMALLOC}", "KMP_BLOCKTIME": "1", "KMP_AFFINITY": "granularity=fine,compact,1,0"},
          [0, 1, 2, 3]),
-        ({**INTEL, "affinity": "spread", "threads": 4, "kmp_blocktime": 0}, _permitted, [NUMACTL, "--membind=0,1", "--"],
+        ({**INTEL, "affinity": "spread", "threads": 4, "kmp_blocktime": 0}, _permitted,
+         [NUMACTL, "--membind=0,1", "--"],
          {"LD_PRELOAD": IOMP5, "KMP_BLOCKTIME": "0", "KMP_AFFINITY": "granularity=fine,compact,1,0"}, [0, 1, 4, 5]),
         ({**PINNED, "allocator": "jemalloc"}, _permitted, [NUMACTL, "--membind=0", "--"],
          {"LD_PRELOAD": JEMALLOC, "MALLOC_CONF": spaces.preload.JEMALLOC_CONF}, [0, 1, 2, 3]),  # GNU: no KMP_*
@@ -79,12 +79,14 @@ def test_plan_on_a_two_socket_machine(facts, changes, membind, prefix, env, cpus
     assert planned.env == {"PATH": "/bin", **spaces.threads.environment(params, facts), **env}
     assert planned.cpus == cpus
     refused = membind is _refused
-    assert [("not permitted" in w and "memory is not bound" in w) for w in planned.warnings] == ([True] if refused else [])
+    bound_warnings = [("not permitted" in w and "memory is not bound" in w) for w in planned.warnings]
+    assert bound_warnings == ([True] if refused else [])
 
 
 def test_memory_is_bound_only_to_nodes_the_cpuset_allows(facts) -> None:
     params = _params(facts, affinity="spread", threads=4)
-    planned = launch.plan(["x"], params, _two_sockets(facts, mems=(0,)), {}, keep_user_env=False, membind_refused=_permitted)
+    planned = launch.plan(["x"], params, _two_sockets(facts, mems=(0,)), {}, keep_user_env=False,
+                          membind_refused=_permitted)
     assert planned.cmd == [NUMACTL, "--membind=0", "--", "x"] and planned.cpus == [0, 1, 4, 5]
 
 
@@ -98,7 +100,8 @@ def test_no_numactl_means_no_binding_and_a_warning_on_several_nodes(facts) -> No
 def test_a_trial_starts_clean_but_autotune_run_merges_ld_preload(facts) -> None:
     machine = _two_sockets(facts)
     params = _params(facts, **INTEL, allocator="tcmalloc")
-    user = {"LD_PRELOAD": "/home/me/libtrace.so /opt/jemalloc/libjemalloc.so", "KMP_BLOCKTIME": "200", "MALLOC_CONF": "x"}
+    user = {"LD_PRELOAD": "/home/me/libtrace.so /opt/jemalloc/libjemalloc.so", "KMP_BLOCKTIME": "200",
+            "MALLOC_CONF": "x"}
     trial = launch.plan(["x"], params, machine, user, keep_user_env=False)
     assert trial.env == {"LD_PRELOAD": f"{IOMP5}:{TCMALLOC}", "KMP_BLOCKTIME": "1",
                          **spaces.threads.environment(params, facts)}  # MALLOC_CONF is autotune's: removed
@@ -107,7 +110,9 @@ def test_a_trial_starts_clean_but_autotune_run_merges_ld_preload(facts) -> None:
     assert run.env["KMP_BLOCKTIME"] == "200" and run.env["MALLOC_CONF"] == "x"
     kept, clash = sorted(run.warnings)
     assert kept == "KMP_BLOCKTIME is set to '200' in your environment, kept (the recipe says '1')"
-    assert clash.startswith(f"LD_PRELOAD: your allocator /opt/jemalloc/libjemalloc.so is kept after the recipe's {TCMALLOC}")
+    assert clash.startswith(
+        f"LD_PRELOAD: your allocator /opt/jemalloc/libjemalloc.so is kept after the recipe's {TCMALLOC}"
+    )
     again = launch.plan(["x"], params, machine, {"LD_PRELOAD": IOMP5}, keep_user_env=True)
     assert again.env["LD_PRELOAD"] == f"{IOMP5}:{TCMALLOC}" and again.warnings == ()
 
@@ -166,7 +171,8 @@ def test_trial_runs_on_libiomp5_and_tcmalloc_pinned_and_bound(facts, fast_settin
     _need(facts, "iomp5_path", "tcmalloc_path", "numactl_path")
     monkeypatch.setenv("LD_PRELOAD", facts.runtime.jemalloc_path or "")  # the search's own env must not leak in
     cpus = sorted(c.cpus[0] for c in facts.cpu.allowed.core_list)
-    params = _params(facts, openmp="intel", kmp_blocktime=0, allocator="tcmalloc", affinity="compact", threads=len(cpus))
+    params = _params(facts, openmp="intel", kmp_blocktime=0, allocator="tcmalloc", affinity="compact",
+                     threads=len(cpus))
     result = run_trial("tiny", params, facts, fast_settings, timeout_s=120)
     assert result.status == "ok", result.log_tail
     seen = result.in_effect
@@ -192,7 +198,8 @@ def test_trial_falls_back_unbound_when_numactl_is_refused(facts, fast_settings, 
     assert result.status == "ok", result.log_tail
     assert result.in_effect["memory_policy"] == "default"
     assert len(result.warnings) == 1 and "Operation not permitted" in result.warnings[0]
-    assert result.in_effect["malloc_library"] == "libjemalloc.so.2" and result.in_effect["openmp_library"] == "libgomp.so.1"
+    assert result.in_effect["malloc_library"] == "libjemalloc.so.2"
+    assert result.in_effect["openmp_library"] == "libgomp.so.1"
     assert result.in_effect["env"]["MALLOC_CONF"] == spaces.preload.JEMALLOC_CONF
     assert "KMP_AFFINITY" not in result.in_effect["env"] and result.in_effect["kmp_blocktime"] is None
 
@@ -268,12 +275,14 @@ def test_exported_env_file_then_apply_in_a_fresh_process(facts, tmp_path) -> Non
 def test_apply_warns_when_libraries_are_not_mapped_even_if_the_variables_say_so(facts, tmp_path) -> None:
     _need(facts, "iomp5_path", "jemalloc_path")
     recipe = _recipe_file(tmp_path, **INTEL, allocator="jemalloc", affinity="none")
-    env = {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "LD_PRELOAD": "", "MALLOC_CONF": spaces.preload.JEMALLOC_CONF}
+    env = {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "LD_PRELOAD": "",
+           "MALLOC_CONF": spaces.preload.JEMALLOC_CONF}
     late = {"LD_PRELOAD": f"{facts.runtime.iomp5_path}:{facts.runtime.jemalloc_path}", "KMP_BLOCKTIME": "0"}
     seen = _child(tmp_path, [], source=f"{str(recipe)!r}", overrides=late, env=env)
     assert seen["openmp_library"] == "libgomp.so.1" and seen["malloc_library"] == "libc.so.6"
     (warning,) = seen["warnings"]
-    assert f"openmp=intel, but libgomp.so.1 serves GOMP_parallel" in warning
-    assert f"LD_PRELOAD={facts.runtime.iomp5_path}" in warning and f"LD_PRELOAD={facts.runtime.jemalloc_path}" in warning
+    assert "openmp=intel, but libgomp.so.1 serves GOMP_parallel" in warning
+    assert f"LD_PRELOAD={facts.runtime.iomp5_path}" in warning
+    assert f"LD_PRELOAD={facts.runtime.jemalloc_path}" in warning
     assert "KMP_BLOCKTIME=1 (is '0')" in warning and "autotune run --recipe" in warning
     assert "OMP_NUM_THREADS" not in warning and "MALLOC_CONF" not in warning  # those are right

@@ -17,12 +17,11 @@ from pathlib import Path
 import pytest
 
 import autotune
-from autotune.trial import launch
 from autotune import search_spaces as spaces
 from autotune.errors import UsageError
 from autotune.probes import Allowed, Core, Runtime
-from autotune.trial import run_trial
 from autotune.search_spaces import SpaceContext
+from autotune.trial import launch, run_trial
 
 from ..conftest import REPO, SHARED
 
@@ -149,7 +148,7 @@ def test_gpu_ranks_nccl_variables_and_gpu_local_cores(facts, monkeypatch, machin
     slices = env["AUTOTUNE_RANK_CPUS"].split(";")
     assert len(slices) == count and slices[0] == rank0 and (rank7 is None or slices[7] == rank7)
     # every rank's cores are local to its GPU (the fake host: bus < 0x80 on socket 0, CPUs 0-31)
-    for gpu, cpus in zip(host.gpus, spaces.processes.rank_cpus(params, host)):
+    for gpu, cpus in zip(host.gpus, spaces.processes.rank_cpus(params, host), strict=True):
         local = range(0, 32) if gpu.cpu_affinity == "0-31" else range(32, 64)
         assert cpus and set(cpus) <= set(local)
 
@@ -175,8 +174,8 @@ def crash_on_rank_1():
     """The tiny workload whose loss fails on rank 1 only (rank 0 would go on, waiting on it)."""
     import os
 
-    from tests.faulty_workloads import _with_loss
     from autotune.workloads import tiny
+    from tests.faulty_workloads import _with_loss
 
     def loss(output, batch):
         if os.environ.get("RANK") == "1":

@@ -12,9 +12,9 @@ from torch.utils.flop_counter import FlopCounterMode
 import autotune
 from autotune import search_spaces as spaces
 from autotune.probes import Gpu
-from autotune.trial import run_trial
 from autotune.search_spaces.transforms import prune as _prune
 from autotune.search_spaces.transforms import semisparse as _semisparse
+from autotune.trial import run_trial
 from autotune.workloads import cnn, tiny, transformer
 
 

@@ -19,7 +19,8 @@ def start_search(*args: str, cwd: Path, prefix: tuple[str, ...] = (),
                  env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     """``autotune search ARGS`` started in the background, as a user would in a terminal."""
     return subprocess.Popen([*prefix, sys.executable, "-m", "autotune", "search", *QUICK, *args], cwd=cwd,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
 
 
 def trials(storage: str, study: str) -> list:
@@ -46,8 +47,10 @@ def running_trial(storage: str, study: str, number: int) -> Callable[[], object]
     """True once trial ``number`` (or a later one) is being measured."""
     import optuna
 
-    return lambda: any(t.number >= number and t.state == optuna.trial.TrialState.RUNNING and "run_started" in t.user_attrs
-                       for t in trials(storage, study))
+    return lambda: any(
+        t.number >= number and t.state == optuna.trial.TrialState.RUNNING and "run_started" in t.user_attrs
+        for t in trials(storage, study)
+    )
 
 
 def interrupt(proc: subprocess.Popen[str], sig: int = signal.SIGINT, timeout: float = 60) -> tuple[str, str]:

@@ -2,13 +2,14 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.study import parse_duration
 from autotune.errors import UsageError
+from autotune.study import parse_duration
 
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("90s", 90), ("30m", 1800), ("1h30m", 5400), ("2h", 7200), ("1h2m3s", 3723), ("45", 45), (" 10M ", 600), ("1.5m", 90)],
+    [("90s", 90), ("30m", 1800), ("1h30m", 5400), ("2h", 7200), ("1h2m3s", 3723), ("45", 45), (" 10M ", 600),
+     ("1.5m", 90)],
 )
 def test_durations(text: str, seconds: float) -> None:
     assert parse_duration(text) == seconds

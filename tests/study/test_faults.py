@@ -3,14 +3,12 @@ running, and it continues."""
 from __future__ import annotations
 
 import json
-import signal
 from pathlib import Path
 
 import psutil
 
 from ..conftest import REPO
 from .conftest import interrupt, running_trial, start_search, trials, wait_for
-
 
 FAULTY = REPO / "tests" / "faulty_workloads.py"
 
@@ -111,5 +109,5 @@ def test_each_fault_of_a_trial_is_recorded_with_its_reason_and_the_search_goes_o
     expected = [("ok", ""), ("crash", "ValueError: fake: the user's loss has a bug"), ("crash", "killed by SIGABRT"),
                 ("crash", "killed by SIGSEGV"), ("nan", "the loss became nan"), ("oom", "killed by SIGKILL")]
     assert [status for status, _ in recorded] == [status for status, _ in expected]
-    for (_, error), (_, reason) in zip(recorded, expected):
+    for (_, error), (_, reason) in zip(recorded, expected, strict=True):
         assert reason in error

@@ -10,14 +10,13 @@ import optuna
 import pytest
 
 from autotune import search_spaces as spaces
-from autotune.study import SearchLoop
-from autotune.study.records import records
 from autotune.errors import UsageError
 from autotune.recipe import Recipe
-from autotune.trial import TrialSettings
 from autotune.search_spaces import SpaceContext, defaults
 from autotune.store import RecipeStore
-from autotune.study import SearchOptions, search
+from autotune.study import SearchLoop, SearchOptions, search
+from autotune.study.records import records
+from autotune.trial import TrialSettings
 
 from ..conftest import run_cli
 from .conftest import QUICK, trials
@@ -91,7 +90,7 @@ def test_the_library_entry_checks_the_same_way(tmp_path: Path, options: dict, me
 )
 def test_outside_names_the_values_todays_space_cannot_take(facts, ctx, changes, outside) -> None:
     got = spaces.outside({**defaults(facts, ctx), **changes}, facts, ctx)
-    assert len(got) == len(outside) and all(g.startswith(o) for g, o in zip(got, outside)), got
+    assert len(got) == len(outside) and all(g.startswith(o) for g, o in zip(got, outside, strict=True)), got
 
 
 def test_allowed_values_come_from_the_space_itself(facts) -> None:
@@ -146,7 +145,9 @@ def _run_one(facts, tmp_path: Path, params: dict) -> tuple[optuna.trial.FrozenTr
 
 
 @pytest.mark.parametrize("library", ["installed", "missing"])
-def test_an_allocator_that_does_not_serve_malloc_makes_the_trial_infeasible(facts, tmp_path: Path, library: str) -> None:
+def test_an_allocator_that_does_not_serve_malloc_makes_the_trial_infeasible(
+    facts, tmp_path: Path, library: str
+) -> None:
     """The dynamic linker ignores a preloaded library it cannot open: the trial measured glibc malloc."""
     if library == "installed" and not (facts.runtime and facts.runtime.jemalloc_path):
         pytest.skip("jemalloc is not installed here")

@@ -10,8 +10,8 @@ import pytest
 
 from autotune import search_spaces as spaces
 from autotune.study import choose_recipe
-from autotune.trial.child import schedule
 from autotune.trial import TrialSettings, loss_samples, run_trial
+from autotune.trial.child import schedule
 from autotune.workload import held_out_split
 
 from .. import quality_workloads as qw

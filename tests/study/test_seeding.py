@@ -7,13 +7,12 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.study import beats, noise
 from autotune.cli.search import parse_fixes
 from autotune.errors import UsageError
 from autotune.recipe import Recipe
 from autotune.search_spaces import SpaceContext, defaults
 from autotune.store import RecipeStore
-from autotune.study import SearchOptions, enqueue_next_seed
+from autotune.study import SearchOptions, beats, enqueue_next_seed, noise
 from autotune.study.seeds import seeds as search_seeds
 
 CTX = SpaceContext(default_batch_size=32)
@@ -122,7 +121,9 @@ def test_a_compile_trial_gets_its_own_time_estimate(facts) -> None:
     assert loop.timeout_s({"compile_mode": "none"}, 500.0, estimate) == 60.0  # max(60, 5 x 10.8)
     assert loop.timeout_s({"compile_mode": "default"}, 500.0, estimate) == 500.0  # unmeasured: what is left
     study.add_trial(optuna.trial.create_trial(
-        value=1.0, user_attrs={"wall_s": 50.0, "status": "ok", "role": "search", "params": {"compile_mode": "default"}}))
+        value=1.0,
+        user_attrs={"wall_s": 50.0, "status": "ok", "role": "search", "params": {"compile_mode": "default"}},
+    ))
     assert loop.timeout_s({"compile_mode": "default"}, 500.0, estimate) == pytest.approx(5 * 1.2 * 50.0)
     assert loop.timeout_s({"compile_mode": "default"}, 100.0, estimate) == 100.0  # never past the budget
 
@@ -130,8 +131,8 @@ def test_a_compile_trial_gets_its_own_time_estimate(facts) -> None:
 def test_a_confirmation_run_of_a_compiled_recipe_gets_the_compile_time_limit(facts) -> None:
     """Confirmation runs are limited like search trials of their kind: a compiled candidate is not
     killed at 5x the median of the uncompiled trials."""
-    from autotune.study.confirm import confirm
     from autotune.study import SearchLoop
+    from autotune.study.confirm import confirm
     from autotune.trial import TrialResult
 
     study = optuna.create_study(direction="maximize")

@@ -29,12 +29,15 @@ def test_two_workers_share_a_study_and_other_hardware_is_refused(postgres: str, 
     args = ("--storage", postgres, "--study", "shared", "--trials", "3", "--confirm", "0")
     workers = [start_search(*args, cwd=tmp_path) for _ in range(2)]
     outputs = [w.communicate(timeout=300) for w in workers]
-    for w, (out, err) in zip(workers, outputs):
+    for w, (_out, err) in zip(workers, outputs, strict=True):
         assert w.returncode == 0, err
     ts = trials(postgres, "shared")
     # Measured trials: completed, or stopped early by the pruner as clearly slower (a valid outcome too).
     done = [t for t in ts if t.state.name in ("COMPLETE", "PRUNED")]
-    assert len(done) == 3, [(t.number, t.state.name, t.user_attrs.get("role"), t.user_attrs.get("status"), t.user_attrs.get("error")) for t in ts]
+    assert len(done) == 3, [
+        (t.number, t.state.name, t.user_attrs.get("role"), t.user_attrs.get("status"), t.user_attrs.get("error"))
+        for t in ts
+    ]
     assert [t.user_attrs["role"] for t in done].count("baseline") == 1
     assert {t.user_attrs["pid"] for t in done} == {w.pid for w in workers}  # both contributed
     _assert_never_concurrent(_intervals(ts))  # one host: the host lock serialises them

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from autotune.trial import run_trial
 from autotune.search_spaces import SpaceContext, defaults
+from autotune.trial import run_trial
 
 FAULTY = "tests.faulty_workloads"
 
