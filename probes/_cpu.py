@@ -79,12 +79,12 @@ def _local_nodes(machine: Obj) -> dict[int, int]:
     can lie in several nodes' cpusets. Its local node is the one hwloc gave no memory subtype (plain
     DRAM), then the one with the fewest CPUs, then the lowest number.
     """
-    nodes = sorted((o for o in machine.walk() if o.type == "NUMANode" and o.os_index is not None),
-                   key=lambda n: (n.subtype is not None, len(n.cpuset), n.os_index))
+    nodes = sorted(((o.os_index, o) for o in machine.walk() if o.type == "NUMANode" and o.os_index is not None),
+                   key=lambda n: (n[1].subtype is not None, len(n[1].cpuset), n[0]))
     local: dict[int, int] = {}
-    for node in nodes:
+    for index, node in nodes:
         for pu in node.cpuset:
-            local.setdefault(pu, node.os_index)
+            local.setdefault(pu, index)
     return local
 
 
@@ -99,7 +99,8 @@ def _numa_nodes(machine: Obj, local: dict[int, int]) -> tuple[NumaNode, ...]:
 
 def _allowed(tree: Tree, packages: list[Obj], cores: list[_HwCore], local: dict[int, int],
              kinds: dict[int, str], cpus: frozenset[int]) -> Allowed:
-    nodes = {o.os_index for o in tree.machine.walk() if o.type == "NUMANode"} & tree.allowed_nodes
+    nodes = {o.os_index for o in tree.machine.walk() if o.type == "NUMANode" and o.os_index is not None}
+    nodes &= tree.allowed_nodes
     core_list = tuple(
         Core(package=c.package, numa_node=local.get(c.pus[0]), cpus=tuple(p for p in c.pus if p in cpus),
              kind=kinds.get(c.pus[0]))

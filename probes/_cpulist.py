@@ -63,7 +63,7 @@ def words_to_ids(words: Iterable[int], bits: int = 64) -> frozenset[int]:
     >>> sorted(words_to_ids([0b101, 1]))
     [0, 2, 64]
     """
-    ids = set()
+    ids: set[int] = set()
     for n, word in enumerate(words):
         ids.update(n * bits + i for i in range(bits) if int(word) >> i & 1)
     return frozenset(ids)

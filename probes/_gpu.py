@@ -3,15 +3,17 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from . import _nvml
 from ._cpulist import format_cpulist
 from ._facts import Gpu
-from ._nvml import Nvml, NvmlError
+from ._nvml import Handle, Nvml, NvmlError
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # nvmlDeviceGetTopologyCommonAncestor levels -> nvidia-smi topo labels
 PCIE_LABELS = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
@@ -71,7 +73,7 @@ def bus_key(bus_id: str) -> str:
     return f"{int(parts[0], 16):08X}:{parts[1]}:{parts[2]}"
 
 
-def _optional(method, *args: Any) -> Any:
+def _optional(method: Callable[..., T], *args: Any) -> T | None:
     """A value NVML may not support here (MIG on a GeForce, NUMA in a VM): None when unsupported."""
     try:
         return method(*args)
@@ -80,7 +82,7 @@ def _optional(method, *args: Any) -> Any:
         return None
 
 
-def _nvlinks(nvml: Nvml, handle: Any, bus_ids: list[str]) -> _NvLinks:
+def _nvlinks(nvml: Nvml, handle: Handle, bus_ids: list[str]) -> _NvLinks:
     """Count active links by what is at their far end.
 
     A link whose far end is not one of our GPUs, or whose far end NVML cannot name, is taken to end
@@ -104,7 +106,7 @@ def _nvlinks(nvml: Nvml, handle: Any, bus_ids: list[str]) -> _NvLinks:
     return links
 
 
-def _link(nvml: Nvml, handles: list[Any], nvlinks: list[_NvLinks], bus_ids: list[str], i: int, j: int) -> str | None:
+def _link(nvml: Nvml, handles: list[Handle], nvlinks: list[_NvLinks], bus_ids: list[str], i: int, j: int) -> str | None:
     """``NV<n>`` (active NVLinks between the pair) or the PCIe distance, as ``nvidia-smi topo -m`` prints it.
 
     Through NVSwitches every GPU reaches every other over all of its switch links: nvidia-smi prints

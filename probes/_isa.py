@@ -74,7 +74,7 @@ def cpuinfo_from_py_cpuinfo() -> CpuInfo | None:
 
 
 def _fields(block: str) -> dict[str, str]:
-    fields = {}
+    fields: dict[str, str] = {}
     for line in block.splitlines():
         key, sep, value = line.partition(":")
         if sep:

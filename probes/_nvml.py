@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeAlias
 
 from ._cpulist import words_to_ids
 
@@ -36,6 +36,9 @@ NVML_P2P_STATUS_OK = 0
 NVML_NVLINK_DEVICE_TYPE_GPU = 0
 NVML_NVLINK_DEVICE_TYPE_SWITCH = 2
 NVML_NVLINK_MAX_LINKS = 36  # NVML 12.x; older drivers answer "invalid argument"/"not supported" past theirs
+
+# A device handle: an opaque ctypes pointer of pynvml (which has no types), only passed back to NVML.
+Handle: TypeAlias = Any
 
 
 class NvmlError(Exception):
@@ -110,7 +113,8 @@ class Nvml:
             return fn(*args)
         except self._lib.NVMLError as e:
             code = getattr(e, "value", None)
-            raise _ERRORS.get(code, NvmlError)(f"{name}: {e}", code) from e
+            error = _ERRORS.get(code, NvmlError) if isinstance(code, int) else NvmlError
+            raise error(f"{name}: {e}", code) from e
 
     def driver_version(self) -> str:
         return _text(self._call("nvmlSystemGetDriverVersion"))
@@ -118,47 +122,47 @@ class Nvml:
     def device_count(self) -> int:
         return int(self._call("nvmlDeviceGetCount"))
 
-    def handle(self, index: int) -> Any:
+    def handle(self, index: int) -> Handle:
         return self._call("nvmlDeviceGetHandleByIndex", index)
 
-    def name(self, handle: Any) -> str:
+    def name(self, handle: Handle) -> str:
         return _text(self._call("nvmlDeviceGetName", handle))
 
-    def compute_capability(self, handle: Any) -> tuple[int, int]:
+    def compute_capability(self, handle: Handle) -> tuple[int, int]:
         major, minor = self._call("nvmlDeviceGetCudaComputeCapability", handle)
         return int(major), int(minor)
 
-    def memory_total(self, handle: Any) -> int:
+    def memory_total(self, handle: Handle) -> int:
         return int(self._call("nvmlDeviceGetMemoryInfo", handle).total)
 
-    def pci_bus_id(self, handle: Any) -> str:
+    def pci_bus_id(self, handle: Handle) -> str:
         return _text(self._call("nvmlDeviceGetPciInfo", handle).busId)
 
-    def cpu_affinity(self, handle: Any) -> frozenset[int]:
+    def cpu_affinity(self, handle: Handle) -> frozenset[int]:
         """The CPUs close to the GPU (``nvidia-smi topo -m``'s "CPU Affinity")."""
         words = -(-(os.cpu_count() or 64) // 64)
         return words_to_ids(self._call("nvmlDeviceGetCpuAffinity", handle, words))
 
-    def memory_affinity(self, handle: Any, words: int = 16) -> frozenset[int]:
+    def memory_affinity(self, handle: Handle, words: int = 16) -> frozenset[int]:
         """The NUMA nodes close to the GPU (``nvidia-smi topo -m``'s "NUMA Affinity"); 16 words: 1024 nodes."""
         return words_to_ids(self._call("nvmlDeviceGetMemoryAffinity", handle, words, NVML_AFFINITY_SCOPE_NODE))
 
-    def mig_enabled(self, handle: Any) -> bool:
+    def mig_enabled(self, handle: Handle) -> bool:
         current, _pending = self._call("nvmlDeviceGetMigMode", handle)
         return current == NVML_DEVICE_MIG_ENABLE
 
-    def nvlink_active(self, handle: Any, link: int) -> bool:
+    def nvlink_active(self, handle: Handle, link: int) -> bool:
         return bool(self._call("nvmlDeviceGetNvLinkState", handle, link))
 
-    def nvlink_remote_type(self, handle: Any, link: int) -> int:
+    def nvlink_remote_type(self, handle: Handle, link: int) -> int:
         return int(self._call("nvmlDeviceGetNvLinkRemoteDeviceType", handle, link))
 
-    def nvlink_remote_bus_id(self, handle: Any, link: int) -> str:
+    def nvlink_remote_bus_id(self, handle: Handle, link: int) -> str:
         return _text(self._call("nvmlDeviceGetNvLinkRemotePciInfo", handle, link).busId)
 
-    def common_ancestor(self, a: Any, b: Any) -> int:
+    def common_ancestor(self, a: Handle, b: Handle) -> int:
         """NVML_TOPOLOGY_* level of the closest PCIe object both GPUs sit under."""
         return int(self._call("nvmlDeviceGetTopologyCommonAncestor", a, b))
 
-    def p2p_read_ok(self, a: Any, b: Any) -> bool:
+    def p2p_read_ok(self, a: Handle, b: Handle) -> bool:
         return self._call("nvmlDeviceGetP2PStatus", a, b, NVML_P2P_CAPS_INDEX_READ) == NVML_P2P_STATUS_OK

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..errors import ProbeError
 from . import _cpu, _hwloc, _isa
-from ._facts import CpuTopology, Facts
+from ._facts import CpuTopology, Facts, Gpu
 from ._fingerprint import fingerprint
 from ._memory import live_memory, recorded_memory
 
@@ -29,6 +29,7 @@ def probe(root: str | None = None, *, runtime: bool = True, gpus: bool = True) -
     if root is not None:
         root = _check_root(root)
     cpu = cpu_topology(root)
+    gpu_facts: tuple[Gpu, ...]
     if root is not None:
         memory, rt, gpu_facts = recorded_memory(root, cpu.numa_nodes), None, ()
     else:

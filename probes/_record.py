@@ -128,12 +128,12 @@ def _cgroup_files() -> list[str]:
         mounts = Path("/proc/mounts").read_text().splitlines()
     except OSError:
         return []
-    paths = {}  # controller ("" for cgroup v2) -> path of this process's cgroup
+    paths: dict[str, str] = {}  # controller ("" for cgroup v2) -> path of this process's cgroup
     for line in groups:
-        _id, controllers, group = line.split(":", 2)
+        _id, controllers, cgroup = line.split(":", 2)
         for controller in controllers.split(","):
-            paths[controller] = group
-    files = []
+            paths[controller] = cgroup
+    files: list[str] = []
     for line in mounts:
         fields = line.split()
         if len(fields) < 4:

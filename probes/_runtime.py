@@ -15,6 +15,7 @@ import subprocess
 import sys
 import sysconfig
 from pathlib import Path
+from types import ModuleType
 
 from ._facts import Runtime
 
@@ -53,7 +54,7 @@ def probe_runtime() -> Runtime:
     )
 
 
-def _import_torch():
+def _import_torch() -> ModuleType | None:
     try:
         import torch
     except ImportError as e:
@@ -62,7 +63,7 @@ def _import_torch():
     return torch
 
 
-def _torch_build(torch) -> str | None:
+def _torch_build(torch: ModuleType | None) -> str | None:
     if torch is None:
         return None
     if getattr(torch.version, "hip", None):
@@ -70,7 +71,7 @@ def _torch_build(torch) -> str | None:
     return "cuda" if torch.version.cuda else "cpu"
 
 
-def _cuda_version(torch) -> str | None:
+def _cuda_version(torch: ModuleType | None) -> str | None:
     if torch is None:
         return None
     return torch.version.cuda or getattr(torch.version, "hip", None)
@@ -85,7 +86,7 @@ def _loaded_libraries() -> list[str]:
     return list(dict.fromkeys(line.split()[-1] for line in text.splitlines() if ".so" in line))
 
 
-def _openmp(torch, maps: list[str]) -> str | None:
+def _openmp(torch: ModuleType | None, maps: list[str]) -> str | None:
     """Which OpenMP runtime torch's parallel regions run on: "gnu", "intel", "llvm" or None.
 
     torch's wheels link libgomp; an ``LD_PRELOAD``-ed libiomp5 comes first in symbol lookup and takes
@@ -103,14 +104,14 @@ def _openmp(torch, maps: list[str]) -> str | None:
     return next((kind for kind in ("gnu", "llvm", "intel") if has[kind]), None)
 
 
-def _onednn(torch) -> str | None:
+def _onednn(torch: ModuleType | None) -> str | None:
     if torch is None:
         return None
     match = re.search(r"(?:MKL-DNN|oneDNN)\s+v(\d+(?:\.\d+)*)", torch.__config__.show())
     return match.group(1) if match else None
 
 
-def _distributed_backends(torch) -> tuple[str, ...]:
+def _distributed_backends(torch: ModuleType | None) -> tuple[str, ...]:
     if torch is None:
         return ()
     import torch.distributed as dist
