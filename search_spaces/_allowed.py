@@ -16,11 +16,17 @@ which of them today's space cannot take, before Optuna's categorical check fails
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._context import SpaceContext
 from ._families import suggest
+
+if TYPE_CHECKING:
+    from optuna.distributions import CategoricalChoiceType
+
+    from ..probes import Facts
 
 
 @dataclass(frozen=True)
@@ -90,7 +96,7 @@ class _Replay:
         self.refused[name] = allowed
         return first
 
-    def suggest_categorical(self, name: str, choices: Any) -> Any:
+    def suggest_categorical(self, name: str, choices: Sequence[CategoricalChoiceType]) -> CategoricalChoiceType:
         return self._pick(name, Allowed(tuple(choices)), tuple(choices)[0])
 
     def suggest_int(self, name: str, low: int, high: int, step: int = 1, log: bool = False) -> int:
@@ -107,18 +113,18 @@ def _branches(allowed: Allowed) -> list[Any]:
     return [*allowed.choices, *ends]
 
 
-def allowed_values(facts: Any, ctx: SpaceContext) -> dict[str, Allowed]:
+def allowed_values(facts: Facts, ctx: SpaceContext) -> dict[str, Allowed]:
     """Every knob of the recipe's params -> the values today's space may give it (see the module doc)."""
     return _explore(facts, ctx)[0]
 
 
-def suggested(facts: Any, ctx: SpaceContext) -> dict[str, Allowed]:
+def suggested(facts: Facts, ctx: SpaceContext) -> dict[str, Allowed]:
     """The knobs the space asks the sampler for -> what it asks with (Optuna's distributions: a study
     must ask a categorical knob with the same choices in every trial)."""
     return _explore(facts, ctx)[1]
 
 
-def _explore(facts: Any, ctx: SpaceContext) -> tuple[dict[str, Allowed], dict[str, Allowed]]:
+def _explore(facts: Facts, ctx: SpaceContext) -> tuple[dict[str, Allowed], dict[str, Allowed]]:
     seen: dict[str, Allowed] = {}
     asked: dict[str, Allowed] = {}
     tried: set[tuple[str, str]] = set()
@@ -139,7 +145,7 @@ def _explore(facts: Any, ctx: SpaceContext) -> tuple[dict[str, Allowed], dict[st
     return seen, asked
 
 
-def outside(params: dict[str, Any], facts: Any, ctx: SpaceContext,
+def outside(params: dict[str, Any], facts: Facts, ctx: SpaceContext,
             allowed: dict[str, Allowed] | None = None) -> list[str]:
     """The values of ``params`` (a full recipe) that today's space cannot take, one ``knob=value
     (allowed: ...)`` each; [] when the space can run it as it is. Knobs the space does not know are

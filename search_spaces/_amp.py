@@ -8,6 +8,7 @@ bf16 emulated on an AVX2-only CPU has been seen 55x slower than fp32.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ._context import SpaceContext
@@ -84,7 +85,7 @@ def apply_process(params: Params, facts: Facts | None) -> list[str]:
     return []
 
 
-def autocast(params: dict[str, Any], device: str) -> contextlib.AbstractContextManager[Any]:
+def autocast(params: dict[str, Any], device: str) -> contextlib.AbstractContextManager[None]:
     """The context to run forward pass and loss in: autocast, or nothing for float32."""
     import torch
 
@@ -94,7 +95,7 @@ def autocast(params: dict[str, Any], device: str) -> contextlib.AbstractContextM
     return torch.autocast(device_type=device, dtype=getattr(torch, name))
 
 
-def grad_scaler(params: dict[str, Any], device: str) -> Any:
+def grad_scaler(params: dict[str, Any], device: str) -> torch.amp.GradScaler | None:
     """A GradScaler for float16 (its small range underflows gradients), else None."""
     import torch
 
@@ -109,12 +110,14 @@ def prepare_model(params: Params, model: torch.nn.Module, device: str) -> Prepar
     import torch
 
     if params.get("channels_last"):
+        # torch's stubs for Module.to() leave out the memory_format keyword its implementation takes
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     return Prepared(model)
 
 
 def prepare_batch(params: dict[str, Any], batch: Any) -> Any:
-    """Inputs in the model's memory format (4-D float tensors only)."""
+    """Inputs in the model's memory format (4-D float tensors only); ``batch`` is whatever the user's
+    DataLoader yields (``Any``, like the forward pass's inputs and output below)."""
     import torch
 
     if not params.get("channels_last"):
@@ -125,7 +128,7 @@ def prepare_batch(params: dict[str, Any], batch: Any) -> Any:
     )
 
 
-def forward_in_effect(device: str, model: Any, inputs: Any, output: Any) -> dict[str, Any]:
+def forward_in_effect(device: str, model: torch.nn.Module, inputs: Any, output: Any) -> dict[str, Any]:
     """What one training forward pass of ``model`` really ran with (``Tuned`` records its first one):
     the autocast dtype in force (None: autocast off), the dtype of the model's output, and whether the
     model's 4-D floating parameters and the 4-D floating inputs it received are all channels_last in memory
@@ -136,7 +139,7 @@ def forward_in_effect(device: str, model: Any, inputs: Any, output: Any) -> dict
     autocast = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else None
     out = next(_tensors(output), None)
 
-    def channels_last(tensors: Any) -> bool | None:
+    def channels_last(tensors: Iterable[torch.Tensor]) -> bool | None:
         four_d = [t for t in tensors if t.dim() == 4 and t.is_floating_point()]
         return all(t.is_contiguous(memory_format=torch.channels_last) for t in four_d) if four_d else None
 
@@ -148,7 +151,7 @@ def forward_in_effect(device: str, model: Any, inputs: Any, output: Any) -> dict
     }
 
 
-def _tensors(value: Any) -> Any:
+def _tensors(value: object) -> Iterator[torch.Tensor]:
     """The tensors in a forward pass's inputs or output (nested tuples, lists, dicts), in order."""
     import torch
 
@@ -162,5 +165,5 @@ def _tensors(value: Any) -> Any:
             yield from _tensors(item)
 
 
-def _dtype_name(dtype: Any) -> str | None:
+def _dtype_name(dtype: torch.dtype | None) -> str | None:
     return None if dtype is None else str(dtype).removeprefix("torch.")

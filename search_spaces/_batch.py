@@ -19,6 +19,8 @@ from ._context import SpaceContext
 from ._family import NoOp, Params, SuggestingTrial
 
 if TYPE_CHECKING:
+    import torch
+
     from ..probes import Facts
 
 KEYS = ("batch_size",)
@@ -38,7 +40,8 @@ def sizes(ctx: SpaceContext) -> tuple[int, ...]:
     return tuple(candidates)
 
 
-def max_batch_size(memory_bytes: int | None, model: Any, inputs: tuple[Any, ...], samples: int) -> int | None:
+def max_batch_size(memory_bytes: int | None, model: torch.nn.Module, inputs: tuple[Any, ...],
+                   samples: int) -> int | None:
     """The largest batch that ``memory_bytes`` should hold for training ``model``, or None if unknown.
 
     Training keeps the weights, their gradients and up to two optimizer states (4x the parameters),
@@ -58,7 +61,7 @@ def max_batch_size(memory_bytes: int | None, model: Any, inputs: tuple[Any, ...]
         return None
     outputs = 0
 
-    def count(module: Any, args: Any, output: Any) -> None:
+    def count(module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
         nonlocal outputs
         for t in output if isinstance(output, (tuple, list)) else (output,):
             if isinstance(t, torch.Tensor):

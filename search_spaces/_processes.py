@@ -53,7 +53,7 @@ from ._context import SpaceContext
 from ._family import NoOp, Params, SuggestingTrial
 
 if TYPE_CHECKING:
-    from ..probes import Facts
+    from ..probes import Core, Facts, Gpu
 
 KEYS = ("processes",)
 ENV_VARS: tuple[str, ...] = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "AUTOTUNE_RANK_CPUS", "NCCL_P2P_LEVEL")
@@ -114,10 +114,11 @@ def threads_per_rank(params: dict[str, Any], facts: Facts) -> int:
     return max(1, total // count(params))
 
 
-def _slices(cores: list[Any], parts: int) -> list[list[Any]]:
+def _slices(cores: list[Core], parts: int) -> list[list[Core]]:
     """``cores`` cut into ``parts`` contiguous slices whose sizes differ by at most one."""
     size, extra = divmod(len(cores), parts)
-    out, start = [], 0
+    out: list[list[Core]] = []
+    start = 0
     for i in range(parts):
         end = start + size + (1 if i < extra else 0)
         out.append(cores[start:end])
@@ -125,7 +126,7 @@ def _slices(cores: list[Any], parts: int) -> list[list[Any]]:
     return out
 
 
-def _rank_cores(params: dict[str, Any], facts: Facts) -> list[list[Any]]:
+def _rank_cores(params: dict[str, Any], facts: Facts) -> list[list[Core]]:
     """Local rank -> its cores; on GPUs the cores local to the rank's GPU where the probe knows them."""
     cores = list(facts.cpu.allowed.core_list)
     processes = count(params)
@@ -134,7 +135,7 @@ def _rank_cores(params: dict[str, Any], facts: Facts) -> list[list[Any]]:
         groups: dict[str, list[int]] = {}
         for rank, gpu in enumerate(gpus):
             groups.setdefault(gpu.cpu_affinity or "", []).append(rank)  # never "": all have one
-        out: list[list[Any]] = [[] for _ in gpus]
+        out: list[list[Core]] = [[] for _ in gpus]
         for affinity, ranks in groups.items():
             local = parse_cpulist(affinity)
             near = [c for c in cores if set(c.cpus) <= local]
@@ -167,7 +168,7 @@ def cpus_for(params: dict[str, Any], facts: Facts) -> list[int] | None:
     return cpus or None
 
 
-def _all_nvlinked(gpus: list[Any]) -> bool:
+def _all_nvlinked(gpus: list[Gpu]) -> bool:
     pairs = [(a, b) for a in gpus for b in gpus if a.index != b.index]
     return bool(pairs) and all(a.links.get(str(b.index), "").startswith("NV") for a, b in pairs)
 

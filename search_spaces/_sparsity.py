@@ -79,7 +79,7 @@ check_environment = NoOp.check_environment
 prepare = NoOp.prepare
 
 
-def context(model: Any) -> dict[str, bool]:
+def context(model: torch.nn.Module) -> dict[str, bool]:
     """What the space needs to know about the workload's model (``SpaceContext`` fields)."""
     from .transforms import prune, semisparse
 

@@ -31,7 +31,7 @@ from ._context import SpaceContext
 from ._family import NoOp, Params, SuggestingTrial
 
 if TYPE_CHECKING:
-    from ..probes import Facts
+    from ..probes import Core, Facts
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ prepare_model = NoOp.prepare_model
 prepare = NoOp.prepare
 
 
-def _core_list(facts: Facts) -> list[Any]:
+def _core_list(facts: Facts) -> list[Core]:
     return list(facts.cpu.allowed.core_list)
 
 
@@ -88,7 +88,7 @@ def cpus_for(params: dict[str, Any], facts: Facts) -> list[int] | None:
     if not cores:
         return None
     if affinity == "spread":
-        by_node: dict[Any, list[Any]] = defaultdict(list)
+        by_node: dict[int, list[Core]] = defaultdict(list)
         for core in cores:
             by_node[core.numa_node if core.numa_node is not None else core.package].append(core)
         queues = list(by_node.values())

@@ -31,8 +31,16 @@ import logging
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+if TYPE_CHECKING:
+    import torch
+    import torch.fx
+    from torch import nn
+
+# Types: a model is an ``nn.Module`` where it is passed on; a layer whose own attributes are read or set
+# (``out_features``, ``groups``, ``num_features``, ``weight``) is ``Any``, as torch's stubs type every
+# attribute of an ``nn.Module`` as ``Tensor | Module``. Graph nodes are ``torch.fx.Node``.
 log = logging.getLogger(__name__)
 
 
@@ -94,12 +102,12 @@ def _kinds() -> tuple[Any, Any, Any, Any, Any, set[Any], set[str]]:
     return passthrough, pools, convs, norms, nn.Linear, functions, methods
 
 
-def _has_node(value: Any) -> bool:
+def _has_node(value: torch.fx.node.Argument) -> bool:
     import torch.fx
 
     found = False
 
-    def visit(arg: Any) -> Any:
+    def visit(arg: torch.fx.Node) -> torch.fx.Node:
         nonlocal found
         found = True
         return arg
@@ -108,21 +116,26 @@ def _has_node(value: Any) -> bool:
     return found
 
 
-def _only_input(node: Any, prev: Any) -> bool:
+def _only_input(node: torch.fx.Node, prev: torch.fx.Node) -> bool:
     """``node`` takes ``prev`` as its one tensor input (other arguments are constants)."""
     return bool(node.args) and node.args[0] is prev and not _has_node((node.args[1:], node.kwargs))
+
+
+def _module_name(node: torch.fx.Node) -> str:
+    """A ``call_module`` node's target: the module's qualified name (fx types any target as ``str | Callable``)."""
+    return str(node.target)
 
 
 def _units(module: Any) -> int:
     return int(getattr(module, "out_features", 0) or getattr(module, "out_channels", 0))
 
 
-def _follow(start: Any, producer: Any, modules: dict[str, Any], calls: Counter[str]) -> Pair | None:
+def _follow(start: torch.fx.Node, producer: Any, modules: dict[str, Any], calls: Counter[str]) -> Pair | None:
     """Walk from a producer's node to the one layer its units flow into, or None when unsafe."""
     passthrough, pools, convs, norms, linear, functions, methods = _kinds()
     kind = "linear" if isinstance(producer, linear) else "conv"
     units, pooled_to_one = _units(producer), False
-    found: list[Any] = []
+    found: list[str] = []
     prev = start
     while True:
         if len(prev.users) != 1:
@@ -131,15 +144,16 @@ def _follow(start: Any, producer: Any, modules: dict[str, Any], calls: Counter[s
         if not _only_input(node, prev):
             return None
         if node.op == "call_module":
-            module = modules[node.target]
-            if calls[node.target] != 1:
+            name = _module_name(node)
+            module = modules[name]
+            if calls[name] != 1:
                 return None
             if type(module) is linear and kind == "linear" and module.in_features == units:
-                return Pair(start.target, node.target, tuple(found))
+                return Pair(_module_name(start), name, tuple(found))
             if type(module) is type(producer) and kind == "conv" and module.in_channels == units and module.groups == 1:
-                return Pair(start.target, node.target, tuple(found))
+                return Pair(_module_name(start), name, tuple(found))
             if isinstance(module, norms) and module.num_features == units:
-                found.append(node.target)
+                found.append(name)
             elif isinstance(module, pools) and kind == "conv":
                 size = getattr(module, "output_size", None)
                 pooled_to_one = size is not None and all(s == 1 for s in (size if isinstance(size, tuple) else (size,)))
@@ -156,7 +170,7 @@ def _follow(start: Any, producer: Any, modules: dict[str, Any], calls: Counter[s
         prev = node
 
 
-def _known_pair(module: Any, prefix: str) -> list[Pair]:
+def _known_pair(module: nn.Module, prefix: str) -> list[Pair]:
     """torch's transformer layers cannot be traced; their feed-forward block is a known pair."""
     from torch import nn
 
@@ -168,7 +182,7 @@ def _known_pair(module: Any, prefix: str) -> list[Pair]:
     return [Pair(prefix + "linear1", prefix + "linear2")] if elementwise and linears else []
 
 
-def _trace_pairs(module: Any, prefix: str) -> list[Pair]:
+def _trace_pairs(module: nn.Module, prefix: str) -> list[Pair]:
     import torch.fx
 
     try:
@@ -196,7 +210,7 @@ def _prunable_layer(module: Any) -> bool:
     return type(module) in (nn.Conv1d, nn.Conv2d, nn.Conv3d) and module.groups == 1 and module.out_channels > 1
 
 
-def find_pairs(model: Any) -> list[Pair]:
+def find_pairs(model: nn.Module) -> list[Pair]:
     """The (producer, consumer) layer pairs of ``model`` that can lose units safely."""
     pairs = _trace_pairs(model, "")
     pairs += [p for name, m in model.named_modules() for p in _known_pair(m, f"{name}." if name else "")]
@@ -216,7 +230,7 @@ def _kept(units: int, ratio: float) -> int:
     return keep
 
 
-def _slice(module: Any, name: str, index: Any, dim: int) -> None:
+def _slice(module: nn.Module, name: str, index: torch.Tensor, dim: int) -> None:
     import torch
 
     tensor = getattr(module, name, None)
@@ -229,10 +243,11 @@ def _slice(module: Any, name: str, index: Any, dim: int) -> None:
         setattr(module, name, sliced)
 
 
-def _prune_pair(model: Any, pair: Pair, ratio: float) -> tuple[int, int]:
+def _prune_pair(model: nn.Module, pair: Pair, ratio: float) -> tuple[int, int]:
     import torch
 
-    producer, consumer = model.get_submodule(pair.producer), model.get_submodule(pair.consumer)
+    producer: Any = model.get_submodule(pair.producer)
+    consumer: Any = model.get_submodule(pair.consumer)
     units = _units(producer)
     keep_count = _kept(units, ratio)
     if keep_count >= units:
@@ -243,7 +258,7 @@ def _prune_pair(model: Any, pair: Pair, ratio: float) -> tuple[int, int]:
     _slice(producer, "bias", keep, 0)
     setattr(producer, "out_features" if hasattr(producer, "out_features") else "out_channels", keep_count)
     for norm_name in pair.norms:
-        norm = model.get_submodule(norm_name)
+        norm: Any = model.get_submodule(norm_name)
         for name in ("weight", "bias", "running_mean", "running_var"):
             _slice(norm, name, keep, 0)
         norm.num_features = keep_count
@@ -252,7 +267,7 @@ def _prune_pair(model: Any, pair: Pair, ratio: float) -> tuple[int, int]:
     return units - keep_count, units
 
 
-def prune(model: Any, ratio: float) -> PruneReport:
+def prune(model: nn.Module, ratio: float) -> PruneReport:
     """Remove ``ratio`` of the units of every prunable layer of ``model``, in place; before the optimizer."""
     if not 0 <= ratio < 1:
         raise ValueError(f"sparsity ratio {ratio} is outside [0, 1)")

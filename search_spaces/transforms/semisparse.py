@@ -19,7 +19,7 @@ from torch import nn
 MULTIPLE = 64
 
 
-def eligible(module: Any) -> bool:
+def eligible(module: nn.Module) -> bool:
     """A plain ``nn.Linear`` (not MultiheadAttention's out_proj, read by weight) the kernels accept."""
     return (
         type(module) is nn.Linear
@@ -41,8 +41,10 @@ def mask_2to4(weight: torch.Tensor) -> torch.Tensor:
 
 
 class _SemiSparseLinear(torch.autograd.Function):
+    # ctx is Any, as in torch.autograd.Function's own signatures
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, mask: torch.Tensor) -> Any:
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                mask: torch.Tensor) -> torch.Tensor:
         dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else x.dtype
         dense = (weight * mask).to(dtype)
         with torch.autocast("cuda", enabled=False):
@@ -54,7 +56,7 @@ class _SemiSparseLinear(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, None]:
         x, dense, mask = ctx.saved_tensors
         grad2 = grad.reshape(-1, grad.shape[-1])
         grad_x = (grad2 @ dense.to(grad.dtype)).reshape(*x.shape[:-1], dense.shape[1]).to(ctx.dtypes[0])
