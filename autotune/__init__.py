@@ -8,7 +8,7 @@ and in training code ``tuned = autotune.apply("best.env")``. Nothing is probed a
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # Imported eagerly: the function must shadow its module's name on the package for good.
 from .apply import apply
@@ -16,18 +16,22 @@ from .errors import AutotuneError
 from .recipe import Recipe
 from .workload import Workload
 
+if TYPE_CHECKING:
+    from .probes import Facts
+    from .study import SearchOutcome
+
 __all__ = ["AutotuneError", "Recipe", "Workload", "apply", "probe", "search"]
 __version__ = "0.1.0"
 
 
-def probe(root: str | None = None, **kwargs: Any) -> Any:
+def probe(root: str | None = None, **kwargs: Any) -> Facts:
     """The hardware facts of this machine (or of a recorded tree ``root``)."""
     from .probes import probe as _probe
 
     return _probe(root, **kwargs)
 
 
-def search(workload: str, **kwargs: Any) -> Any:
+def search(workload: str, **kwargs: Any) -> SearchOutcome:
     """Run a search study; see ``autotune.study.search``."""
     from .study import search as _search
 

@@ -29,14 +29,24 @@ import os
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from . import search_spaces as spaces
 from .errors import HardwareMismatchError, UsageError
 from .recipe import Recipe, load_recipe_file
 from .trial import distributed
 
+if TYPE_CHECKING:
+    import torch
+    from torch.utils.data.distributed import DistributedSampler
+
+    from .probes import Facts
+
 log = logging.getLogger(__name__)
+
+# What apply() takes: a recipe file, a recipe id, a Recipe, a params dict, or None (AUTOTUNE_RECIPE).
+RecipeSource: TypeAlias = str | Path | int | Recipe | dict[str, Any] | None
+# Datasets, batches and forward outputs are the user's own (any map-style dataset, any batch structure): Any.
 
 
 @dataclass
@@ -48,7 +58,7 @@ class Tuned:
     warnings: list[str] = field(default_factory=list)
     worker_cpus: list[int] | None = None  # the DataLoader workers' CPUs, apart from the compute threads'
     in_effect: dict[str, Any] = field(default_factory=dict)  # knob -> what prepare_model/prepare/a step did
-    _scaler: Any = None
+    _scaler: torch.amp.GradScaler | None = None
     _micro_step: int = 0
 
     def __post_init__(self) -> None:
@@ -73,7 +83,7 @@ class Tuned:
         """Samples of one optimizer step over all ranks and accumulated micro-batches."""
         return self.batch_size * self.world_size * self.accumulation
 
-    def sampler(self, dataset: Any, *, shuffle: bool = True, seed: int = 0) -> Any:
+    def sampler(self, dataset: Any, *, shuffle: bool = True, seed: int = 0) -> DistributedSampler[Any] | None:
         """This rank's shard of ``dataset`` (a ``DistributedSampler``), or None with one process: pass it as
         ``DataLoader(..., sampler=s, shuffle=s is None)`` and call ``s.set_epoch(epoch)`` every epoch."""
         return distributed.sampler(dataset, shuffle=shuffle, seed=seed)
@@ -92,11 +102,11 @@ class Tuned:
     def dataloader_kwargs(self) -> dict[str, Any]:
         return spaces.data.dataloader_kwargs(self.params, self.worker_cpus)
 
-    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+    def autocast(self) -> contextlib.AbstractContextManager[None]:
         """Context for the forward pass and the loss."""
         return spaces.amp.autocast(self.params, self.device)
 
-    def prepare_model(self, model: Any) -> Any:
+    def prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
         """Prune, move, convert and compile the model as the recipe says; create the optimizer after this."""
         model = self._note("sparsity", spaces.sparsity.prepare_model(self.params, model, self.device)).model
         model = model.to(self.device)
@@ -106,12 +116,12 @@ class Tuned:
         self._watch_first_step(model)
         return model
 
-    def _watch_first_step(self, model: Any) -> None:
+    def _watch_first_step(self, model: torch.nn.Module) -> None:
         """Record in ``in_effect["amp"]`` what the first training forward pass really ran with (autocast
         dtype, output dtype, memory format), then stop watching. The hook is on the outermost module, so
         it runs outside ``torch.compile``'s graph."""
 
-        def hook(module: Any, inputs: Any, output: Any) -> None:
+        def hook(module: torch.nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
             if not module.training or "amp" in self.in_effect:
                 return
             handle.remove()
@@ -119,11 +129,14 @@ class Tuned:
 
         handle = model.register_forward_hook(hook)
 
-    def prepare(self, model: Any, optimizer: Any) -> tuple[Any, Any]:
+    def prepare(
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer
+    ) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
         """What needs the model and its optimizer together (``ipex.optimize``); call after creating the
         optimizer for the model ``prepare_model`` returned: ``model, optimizer = tuned.prepare(model, optimizer)``."""
         prepared = self._note("ipex", spaces.ipex.prepare(self.params, model, optimizer))
-        return prepared.model, prepared.optimizer
+        # ipex's prepare always returns an optimizer (its own or the one given)
+        return prepared.model, prepared.optimizer if prepared.optimizer is not None else optimizer
 
     def _note(self, knob: str, prepared: spaces.Prepared) -> spaces.Prepared:
         if prepared.done:
@@ -133,26 +146,26 @@ class Tuned:
             warnings.warn(problem, stacklevel=3)
         return prepared
 
-    def scale_lr(self, optimizer: Any) -> Any:
+    def scale_lr(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         """Scale an optimizer's learning rates for this batch size (see ``lr_scale``)."""
         for group in optimizer.param_groups:
             group["lr"] = group["lr"] * self.lr_scale
         return optimizer
 
     @staticmethod
-    def unwrap(model: Any) -> Any:
+    def unwrap(model: torch.nn.Module) -> torch.nn.Module:
         """The module under ``torch.compile`` and ``DistributedDataParallel`` (for evaluation and saving)."""
         model = getattr(model, "_orig_mod", model)
         from torch.nn.parallel import DistributedDataParallel
 
         return model.module if isinstance(model, DistributedDataParallel) else model
 
-    def to_device(self, *tensors: Any) -> tuple[Any, ...]:
+    def to_device(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         non_blocking = bool(self.params.get("pin_memory"))
         moved = tuple(t.to(self.device, non_blocking=non_blocking) for t in tensors)
         return spaces.amp.prepare_batch(self.params, moved)
 
-    def step(self, loss: Any, optimizer: Any) -> bool:
+    def step(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer) -> bool:
         """Backward (scaled for float16, divided over accumulated micro-batches), then the optimizer
         step once every ``accumulation`` calls. Returns True when the optimizer stepped."""
         loss = loss / self.accumulation
@@ -172,7 +185,7 @@ class Tuned:
         return True
 
 
-def _resolve(source: Any, storage: str | None) -> Recipe:
+def _resolve(source: RecipeSource, storage: str | None) -> Recipe:
     if source is None:
         text = os.environ.get("AUTOTUNE_RECIPE")
         if not text:
@@ -204,10 +217,10 @@ def _other_hardware(recipe: Recipe, here: str) -> str:
 
 
 def apply(
-    source: Any = None,
+    source: RecipeSource = None,
     *,
     storage: str | None = None,
-    facts: Any = None,
+    facts: Facts | None = None,
     check_hardware: bool = True,
     allow_other_hardware: bool = False,
 ) -> Tuned:

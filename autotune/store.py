@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-from sqlalchemy import JSON, DateTime, Float, Integer, String, create_engine, inspect, make_url, select
+from sqlalchemy import JSON, DateTime, Engine, Float, Integer, String, create_engine, inspect, make_url, select
 from sqlalchemy.exc import ArgumentError, DatabaseError, DBAPIError, OperationalError
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.orm import DeclarativeBase, InstrumentedAttribute, Mapped, Session, mapped_column
 
 from .errors import StorageError, UsageError
 from .recipe import Recipe
@@ -93,7 +93,7 @@ def storage_errors(url: str) -> Iterator[None]:
         raise StorageError(f"no driver for {url}: pip install 'autotune[postgres]' ({e.name} missing)") from e
 
 
-def _readonly_engine(url: str) -> Any:
+def _readonly_engine(url: str) -> Engine:
     """An engine that cannot create anything: an SQLite file is opened with ``mode=ro`` (a missing one is
     an error, not a new empty database); other databases are only read from, their schema left as found."""
     parsed = make_url(url)
@@ -110,7 +110,7 @@ def _readonly_engine(url: str) -> Any:
 class RecipeStore:
     """Save and look up recipes. Use as a context manager: ``with RecipeStore.open(url) as store``."""
 
-    def __init__(self, engine: Any, *, has_table: bool = True) -> None:
+    def __init__(self, engine: Engine, *, has_table: bool = True) -> None:
         self._engine = engine
         self._has_table = has_table  # False: a read-only store of a database no search has written to
 
@@ -176,7 +176,7 @@ class RecipeStore:
         """The workload specs that have a recipe, sorted."""
         return self._distinct(_RecipeRow.workload)
 
-    def _distinct(self, column: Any) -> list[str]:
+    def _distinct(self, column: InstrumentedAttribute[str] | InstrumentedAttribute[str | None]) -> list[str]:
         if not self._has_table:
             return []
         with Session(self._engine) as session:

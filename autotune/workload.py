@@ -18,12 +18,15 @@ import pkgutil
 import sys
 import sysconfig
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import UsageError
+
+if TYPE_CHECKING:
+    import torch
 
 T = TypeVar("T")
 
@@ -55,12 +58,13 @@ class Workload:
         ...     optimizer=lambda params: torch.optim.SGD(params, lr=0.1))
     """
 
-    model: Callable[[], Any]
+    # The dataset, its batches and the model's output are the user's own (any map-style dataset): Any.
+    model: Callable[[], torch.nn.Module]
     dataset: Callable[[], Any]
-    loss: Callable[[Any, Any], Any]
-    optimizer: Callable[[Any], Any]
+    loss: Callable[[Any, Any], torch.Tensor]  # (model output, batch) -> scalar loss
+    optimizer: Callable[[Iterator[torch.nn.Parameter]], torch.optim.Optimizer]
     batch_size: int = 32
-    evaluate: Callable[[Any], float] | None = None
+    evaluate: Callable[[torch.nn.Module], float] | None = None
     inputs: Callable[[Any], tuple[Any, ...]] | None = None  # batch -> model args; default: batch[:-1]
     name: str | None = None
 

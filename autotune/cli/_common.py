@@ -2,9 +2,16 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..store import DEFAULT_STORAGE
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..recipe import Recipe
+    from ..store import RecipeStore
 
 
 def add_storage(parser: argparse.ArgumentParser) -> None:
@@ -15,7 +22,7 @@ def add_storage(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def console(stderr: bool = False) -> Any:
+def console(stderr: bool = False) -> Console:
     """Rich's console; written to a file or pipe (CI logs, tests) it is 120 columns wide rather than rich's 80,
     so tables are not wrapped mid-word. ``COLUMNS`` still decides where set."""
     import os
@@ -28,7 +35,7 @@ def console(stderr: bool = False) -> Any:
     return Console(stderr=stderr, highlight=False, width=width)
 
 
-def find_recipe(args: argparse.Namespace) -> Any:
+def find_recipe(args: argparse.Namespace) -> Recipe:
     """The recipe a verb works on: ``--recipe ID|FILE``, else the latest in the storage (``--study``/``--workload``).
     The storage is opened read-only: looking for a recipe creates no database."""
     from ..errors import UsageError
@@ -48,7 +55,7 @@ def find_recipe(args: argparse.Namespace) -> Any:
     return recipe
 
 
-def _no_recipe(store: Any, storage: str, study: str | None, workload: str | None) -> str:
+def _no_recipe(store: RecipeStore, storage: str, study: str | None, workload: str | None) -> str:
     """Why no recipe matched: an empty database, or the filters, with what the database does hold."""
     if store.latest() is None:
         return f"no recipe in {storage}: run 'autotune search' first"
@@ -63,7 +70,7 @@ def _listed(names: list[str], limit: int = 10) -> str:
     return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
-def params_table(params: dict[str, Any], title: str) -> Any:
+def params_table(params: dict[str, Any], title: str) -> Table:
     from rich.table import Table
 
     table = Table(title=title, show_header=True)

@@ -7,7 +7,7 @@ import json
 from ._common import add_storage, console, find_recipe, params_table
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("best", help="show the best recipe stored (latest, or of a study/workload)")
     p.add_argument("--recipe", default=None, metavar="ID|FILE", help="a recipe id or an exported file")
     p.add_argument("--study", default=None, metavar="NAME")

@@ -4,11 +4,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from ._common import add_storage, find_recipe
 
+if TYPE_CHECKING:
+    from ..recipe import Recipe
 
-def register(sub: argparse._SubParsersAction) -> None:
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("export", help="write the best recipe as an env file or JSON")
     p.add_argument("--format", choices=("env", "json"), default="env", help="env (default) or json")
     p.add_argument("-o", "--output", default=None, metavar="FILE", help="write here instead of standard output")
@@ -19,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def render(recipe, fmt: str) -> str:  # type: ignore[no-untyped-def]
+def render(recipe: Recipe, fmt: str) -> str:
     """The exported text of a recipe (env or json)."""
     from ..recipe import to_env
     from ..trial import launch

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "probe",
         help="read the hardware and print its facts",

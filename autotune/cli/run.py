@@ -20,7 +20,7 @@ import sys
 from ._common import add_storage, find_recipe
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "run", help="run a command (e.g. python train.py) with the recipe's environment-level knobs",
         description="Example: autotune run --recipe best.env -- python train.py --epochs 3",

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..study import (
@@ -20,8 +20,11 @@ from ..study import (
 from ..trial import TrialSettings
 from ._common import add_storage, console
 
+if TYPE_CHECKING:
+    from rich.console import Console
 
-def register(sub: argparse._SubParsersAction) -> None:
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "search", help="search the knobs that matter on this hardware for a workload",
         description="Each trial is a short, real training run of the workload in a fresh subprocess. "
@@ -105,7 +108,7 @@ def parse_fixes(items: list[str]) -> dict[str, Any]:
 class _Progress:
     """One line per trial, as it ends."""
 
-    def __init__(self, out: Any) -> None:
+    def __init__(self, out: Console) -> None:
         self.out = out
         self.defaults: dict[str, Any] = {}
 
@@ -131,7 +134,7 @@ def _knobs(params: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in sorted(params.items()) if k not in ("reference_batch", "device"))
 
 
-def _print_outcome(out: Any, outcome: SearchOutcome) -> None:
+def _print_outcome(out: Console, outcome: SearchOutcome) -> None:
     from rich.table import Table
 
     r, base, best, c = outcome.recipe, outcome.baseline, outcome.best, outcome.confirmation

@@ -106,7 +106,8 @@ def lineup(study: optuna.Study, top: int) -> tuple[TrialRecord | None, list[Tria
     baseline = next((r for r in searched if r.role == BASELINE and r.result.status == Status.OK), None)
     if baseline is None:
         return None, []
-    seen, picked = {params_key(baseline.params)}, []
+    seen = {params_key(baseline.params)}
+    picked: list[TrialRecord] = []
     for r in sorted((r for r in searched if r.feasible), key=lambda r: -(r.result.objective or 0.0)):
         if params_key(r.params) not in seen and len(picked) < top:
             seen.add(params_key(r.params))

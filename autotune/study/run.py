@@ -12,7 +12,7 @@ import logging
 import time
 import warnings
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from .. import probes
 from .. import search_spaces as spaces
@@ -33,6 +33,7 @@ from .seeds import check_fixed, history_conflict, seeds, space_digest
 
 if TYPE_CHECKING:
     import optuna
+    import torch
     from optuna.storages import RDBStorage
 
     from ..probes import Facts
@@ -128,7 +129,7 @@ def search_context(workload_spec: str, facts: Facts, options: SearchOptions) -> 
 
     model = call_user(f"{workload_spec}'s model()", workload.model)
     conv = any(isinstance(m, torch.nn.modules.conv._ConvNd) for m in model.modules())
-    device = "cuda" if facts.gpus and torch.cuda.is_available() else "cpu"
+    device: Literal["cpu", "cuda"] = "cuda" if facts.gpus and torch.cuda.is_available() else "cpu"
     ctx = spaces.SpaceContext(
         device=device, default_batch_size=workload.batch_size, conv=conv, global_batch=options.global_batch,
         allow_compile=options.compile, max_batch_size=_max_batch(workload, model, facts, device),
@@ -137,7 +138,7 @@ def search_context(workload_spec: str, facts: Facts, options: SearchOptions) -> 
     return workload, ctx
 
 
-def _max_batch(workload: Workload, model: Any, facts: Facts, device: str) -> int | None:
+def _max_batch(workload: Workload, model: torch.nn.Module, facts: Facts, device: str) -> int | None:
     """The batch size the probed memory should hold (``search_spaces.batch.max_batch_size``): a GPU's
     memory, else the RAM available now; estimated from a forward pass of two of the dataset's samples."""
     import torch

@@ -10,9 +10,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import UsageError
+
+if TYPE_CHECKING:
+    import torch
+    from torch.utils.data.distributed import DistributedSampler
+
+T = TypeVar("T")
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
 LAUNCHER = ("-m", "torch.distributed.run")
@@ -59,7 +65,7 @@ def world() -> tuple[int, int]:
     return 0, 1
 
 
-def wrap_model(model: Any, device: str) -> Any:
+def wrap_model(model: torch.nn.Module, device: str) -> torch.nn.Module:
     """The model in ``DistributedDataParallel`` when more than one rank trains, else unchanged."""
     if world()[1] == 1:
         return model
@@ -70,7 +76,7 @@ def wrap_model(model: Any, device: str) -> Any:
     return DistributedDataParallel(model, device_ids=ids)
 
 
-def sampler(dataset: Any, *, shuffle: bool = True, seed: int = 0) -> Any:
+def sampler(dataset: Any, *, shuffle: bool = True, seed: int = 0) -> DistributedSampler[Any] | None:
     """A ``DistributedSampler`` giving this rank its shard (``drop_last``: equal shards), or None."""
     rank, size = world()
     if size == 1:
@@ -100,7 +106,7 @@ def mean_over_ranks(value: float) -> float:
     return _reduce(value, "SUM") / world()[1]
 
 
-def gather(value: Any) -> list[Any]:
+def gather(value: T) -> list[T]:
     """Every rank's ``value`` (a collective: every rank must call it), in rank order."""
     import torch.distributed as dist
 

@@ -50,6 +50,8 @@ from .. import search_spaces as spaces
 from . import distributed
 
 if TYPE_CHECKING:
+    import psutil
+
     from ..probes import Facts
     from ..recipe import Recipe
 
@@ -229,7 +231,7 @@ def _stop(proc: subprocess.Popen[bytes], grace_s: float) -> None:
             return
 
 
-def _alive(process: Any) -> bool:
+def _alive(process: psutil.Process) -> bool:
     import psutil
 
     try:

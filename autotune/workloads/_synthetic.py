@@ -1,12 +1,15 @@
 """Learnable synthetic data, generated deterministically from a seed (no download)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 SEED = 1234
 
 
-def class_images(n: int, classes: int, size: int, channels: int = 3) -> Any:
+def class_images(n: int, classes: int, size: int, channels: int = 3) -> torch.utils.data.TensorDataset:
     """Images whose class decides a low-frequency pattern, plus noise: a CNN can learn them."""
     import torch
 
@@ -18,7 +21,7 @@ def class_images(n: int, classes: int, size: int, channels: int = 3) -> Any:
     return torch.utils.data.TensorDataset(images, labels)
 
 
-def markov_tokens(n: int, seq_len: int, vocab: int) -> Any:
+def markov_tokens(n: int, seq_len: int, vocab: int) -> torch.utils.data.TensorDataset:
     """Sequences from a sparse random Markov chain: next-token prediction is learnable."""
     import torch
 

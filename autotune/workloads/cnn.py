@@ -1,13 +1,17 @@
 """A small CNN classifier on synthetic 32x32 RGB images (10 classes)."""
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from ..workload import Workload
+
+if TYPE_CHECKING:
+    import torch
 from ._synthetic import class_images
 
 
-def _model() -> Any:
+def _model() -> torch.nn.Module:
     from torch import nn
 
     return nn.Sequential(
@@ -18,13 +22,13 @@ def _model() -> Any:
     )
 
 
-def _loss(output: Any, batch: Any) -> Any:
+def _loss(output: torch.Tensor, batch: Any) -> torch.Tensor:
     import torch.nn.functional as F
 
     return F.cross_entropy(output.float(), batch[1])
 
 
-def _optimizer(params: Any) -> Any:
+def _optimizer(params: Iterator[torch.nn.Parameter]) -> torch.optim.Optimizer:
     import torch
 
     return torch.optim.SGD(params, lr=0.05, momentum=0.9)

@@ -1,12 +1,16 @@
 """A two-layer MLP on synthetic features: fast enough for tests and smoke runs."""
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from ..workload import Workload
 
+if TYPE_CHECKING:
+    import torch
 
-def _dataset() -> Any:
+
+def _dataset() -> torch.utils.data.Dataset[Any]:
     import torch
 
     g = torch.Generator().manual_seed(7)
@@ -15,19 +19,19 @@ def _dataset() -> Any:
     return torch.utils.data.TensorDataset(x, (x @ w).argmax(dim=1))
 
 
-def _model() -> Any:
+def _model() -> torch.nn.Module:
     from torch import nn
 
     return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
 
 
-def _loss(output: Any, batch: Any) -> Any:
+def _loss(output: torch.Tensor, batch: Any) -> torch.Tensor:
     import torch.nn.functional as F
 
     return F.cross_entropy(output.float(), batch[1])
 
 
-def _optimizer(params: Any) -> Any:
+def _optimizer(params: Iterator[torch.nn.Parameter]) -> torch.optim.Optimizer:
     import torch
 
     return torch.optim.SGD(params, lr=0.1, momentum=0.9)
