@@ -22,8 +22,11 @@ demo: $(VENV)/.installed
 	$(BIN)/autotune search --workload $(WORKLOAD) --budget $(BUDGET)
 	$(BIN)/autotune export --format env -o best.env
 
+# Lint and types first (configured in pyproject.toml; either failing fails the target), then pytest.
 # pytest exits 5 when it collected no test: that is reported, not treated as a failure.
 test: $(VENV)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 	@tests/system-deps.sh
 	@rc=0; $(BIN)/python -m pytest -q $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; rc=0; fi; exit $$rc
