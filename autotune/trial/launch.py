@@ -190,6 +190,8 @@ def start(launch: LaunchPlan, **popen_kwargs: Any) -> subprocess.Popen[bytes]:
 
     proc = subprocess.Popen(launch.cmd, env=launch.env, preexec_fn=_prepare, start_new_session=True, **popen_kwargs)
     try:
+        # Kept on the Popen so it lives exactly as long as the process handle (stop_tree releases it);
+        # Popen declares no such attribute.
         proc._autotune_lifeline = Lifeline(proc.pid)  # type: ignore[attr-defined]
     except OSError:
         stop_tree(proc)
