@@ -20,7 +20,19 @@ from the kernel's list syntax ("0-3,8").
 from __future__ import annotations
 
 from ._cpulist import format_cpulist, parse_cpulist
-from ._facts import SCHEMA_VERSION, Allowed, Core, CpuTopology, Facts, Gpu, Memory, NumaNode, Runtime
+from ._facts import (
+    SCHEMA_VERSION,
+    Allowed,
+    Core,
+    CpuTopology,
+    CudaView,
+    Facts,
+    Gpu,
+    Memory,
+    MigDevice,
+    NumaNode,
+    Runtime,
+)
 from ._fingerprint import VERSION as FINGERPRINT_VERSION
 from ._fingerprint import fingerprint_version, outdated_fingerprint
 from ._probe import probe
@@ -34,9 +46,11 @@ __all__ = [
     "Allowed",
     "Core",
     "CpuTopology",
+    "CudaView",
     "Facts",
     "Gpu",
     "Memory",
+    "MigDevice",
     "NumaNode",
     "Runtime",
     "fingerprint_version",

@@ -11,7 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # 2: ``CpuTopology.cgroup`` (the cgroup's view, which the fingerprint hashes); schema-1 documents read with it None
-SCHEMA_VERSION = 2
+# 3: ``Facts.gpus`` are the devices CUDA can use, in CUDA's order (``Gpu.index`` is the CUDA ordinal,
+#    ``Gpu.nvml_index`` the physical GPU), with UUIDs and MIG devices, and ``Facts.cuda`` says what selected
+#    them; schema-2 documents (every GPU NVML saw, NVML's order) read with those None/empty
+SCHEMA_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -102,17 +105,44 @@ class Runtime:
 
 
 @dataclass(frozen=True)
+class MigDevice:
+    """One MIG device of a GPU in MIG mode: its UUID (``MIG-…``) and the memory of its slice."""
+
+    uuid: str
+    memory_bytes: int
+
+
+@dataclass(frozen=True)
 class Gpu:
-    index: int
+    """A device CUDA can use: a whole GPU, or one MIG device of a GPU in MIG mode (``uuid`` ``MIG-…``, the
+    slice's memory in ``memory_bytes``; the rest is its GPU's)."""
+
+    index: int  # CUDA's ordinal in a process started with the probed CUDA_VISIBLE_DEVICES/CUDA_DEVICE_ORDER
     name: str
     compute_capability: str  # "9.0"
     memory_bytes: int
     pci_bus_id: str
     numa_node: int | None = None
     cpu_affinity: str | None = None
-    mig: bool | None = None
+    mig: bool | None = None  # the GPU's MIG mode
     links: dict[str, str] = field(default_factory=dict)  # peer index -> "NV18" | "PIX" | ... | "SYS"
     p2p: dict[str, bool] = field(default_factory=dict)
+    uuid: str | None = None  # "GPU-…", or "MIG-…" for a MIG device
+    nvml_index: int | None = None  # the physical GPU in NVML's order (nvidia-smi's index)
+    mig_devices: tuple[MigDevice, ...] = ()  # every MIG device of the GPU (MIG mode on)
+
+    @property
+    def is_mig_device(self) -> bool:
+        return bool(self.uuid and self.uuid.startswith("MIG-"))
+
+
+@dataclass(frozen=True)
+class CudaView:
+    """What chose ``Facts.gpus`` out of the GPUs NVML sees: the variables (None: unset) and NVML's count."""
+
+    visible_devices: str | None
+    device_order: str | None
+    nvml_gpus: int
 
 
 @dataclass(frozen=True)
@@ -124,6 +154,7 @@ class Facts:
     fingerprint: str
     root: str | None = None  # recorded tree probed instead of "/", or None for the live machine
     schema_version: int = SCHEMA_VERSION
+    cuda: CudaView | None = None  # None: GPUs not probed (or a document of schema 2)
 
     def to_dict(self) -> dict[str, Any]:
         """The versioned JSON document: ``schema_version`` first, then every field."""
@@ -149,15 +180,20 @@ class Facts:
             cpu=CpuTopology(**cpu),
             memory=Memory(**data["memory"]),
             runtime=runtime,
-            gpus=tuple(Gpu(**g) for g in data.get("gpus", ())),
+            gpus=tuple(_gpu_from_dict(g) for g in data.get("gpus", ())),
             fingerprint=data["fingerprint"],
             root=data.get("root"),
             schema_version=data.get("schema_version", SCHEMA_VERSION),
+            cuda=CudaView(**data["cuda"]) if data.get("cuda") else None,
         )
 
     @classmethod
     def from_json(cls, text: str) -> Facts:
         return cls.from_dict(json.loads(text))
+
+
+def _gpu_from_dict(data: dict[str, Any]) -> Gpu:
+    return Gpu(**{**data, "mig_devices": tuple(MigDevice(**m) for m in data.get("mig_devices", ()))})
 
 
 def _allowed_from_dict(data: dict[str, Any]) -> Allowed:

@@ -2,9 +2,12 @@
 
 Studies and recipes carry it so a result measured on one machine is not applied to another. It covers
 the CPU model and ISA, the cores the cgroup cpuset gives (container, Slurm job: ``CpuTopology.cgroup``)
-with their package, NUMA node and thread count, the GPUs (name, compute capability, links) and torch's
+with their package, NUMA node and thread count, the GPUs CUDA can use -- those ``CUDA_VISIBLE_DEVICES``
+selects, in CUDA's order (name, compute capability, links between them, a MIG device's memory) -- and torch's
 version and build. It leaves out what varies between runs on the same machine: free memory, PCI bus ids,
-clocks, host name, and the process's CPU affinity -- ``autotune run`` pins a recipe's process to the CPUs
+clocks, host name, which GPU a rank of ``autotune run`` trains on (every rank inherits the command's
+``CUDA_VISIBLE_DEVICES``; its local rank picks the device), and the process's CPU affinity -- ``autotune run``
+pins a recipe's process to the CPUs
 it measured and libiomp5's ``KMP_AFFINITY`` pins the main thread, and ``apply()`` in that process must
 still recognise its machine. Facts probed without the runtime or the GPUs hash those parts as absent, so
 compare fingerprints of probes made the same way.
@@ -37,7 +40,9 @@ def fingerprint(cpu: CpuTopology, gpus: tuple[Gpu, ...], runtime: Runtime | None
     data = {
         "cpu": {"model": cpu.model, "arch": cpu.arch, "isa": sorted(cpu.isa), "cores": cores},
         "gpus": [
-            {"name": g.name, "cc": g.compute_capability, "links": sorted(g.links.items())}
+            # a MIG device's slice decides its memory and SMs: hashed; whole GPUs hash as before schema 3
+            {"name": g.name, "cc": g.compute_capability, "links": sorted(g.links.items()),
+             **({"mig_memory": g.memory_bytes} if g.is_mig_device else {})}
             for g in sorted(gpus, key=lambda g: g.index)
         ],
         "torch": [runtime.torch_version, runtime.torch_build] if runtime else None,

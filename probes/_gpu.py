@@ -1,16 +1,19 @@
-"""GPUs through the NVML facade: identity, locality and the link matrix of ``nvidia-smi topo -m``."""
+"""GPUs through the NVML facade: the devices CUDA can use (``_visible``), their identity, locality, MIG devices
+and the link matrix of ``nvidia-smi topo -m`` between them."""
 from __future__ import annotations
 
 import logging
+import os
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from . import _nvml
 from ._cpulist import format_cpulist
-from ._facts import Gpu
+from ._facts import CudaView, Gpu, MigDevice
 from ._nvml import Handle, Nvml, NvmlError
+from ._visible import ORDER, VISIBLE, Physical, visible
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -27,40 +30,68 @@ class _NvLinks:
     to_switch: int = 0
 
 
-def probe_gpus() -> tuple[Gpu, ...]:
-    """Every GPU NVML sees; ``()`` without a driver, library or GPU (logged at debug level, no traceback)."""
+def probe_gpus(environ: Mapping[str, str] | None = None) -> tuple[Gpu, ...]:
+    """The devices CUDA can use in a process started with ``environ`` (default ``os.environ``), in CUDA's
+    order; ``()`` without a driver, library or GPU (logged at debug level, no traceback)."""
+    return probe_devices(environ)[0]
+
+
+def probe_devices(environ: Mapping[str, str] | None = None) -> tuple[tuple[Gpu, ...], CudaView | None]:
+    """``probe_gpus`` and what chose them out of NVML's GPUs (``_visible``); ``((), None)`` without NVML."""
+    environ = os.environ if environ is None else environ
     try:
         with Nvml() as nvml:
-            return _gpus(nvml)
+            return _gpus(nvml, environ)
     except NvmlError as e:
         log.debug("no GPUs probed: %s", e)
-        return ()
+        return (), None
 
 
-def _gpus(nvml: Nvml) -> tuple[Gpu, ...]:
+def _gpus(nvml: Nvml, environ: Mapping[str, str]) -> tuple[tuple[Gpu, ...], CudaView]:
     handles = [nvml.handle(i) for i in range(nvml.device_count())]
     bus_ids = [bus_key(nvml.pci_bus_id(h)) for h in handles]
-    nvlinks = [_nvlinks(nvml, h, bus_ids) for h in handles]
+    physical = [_physical(nvml, i, h, bus_ids[i]) for i, h in enumerate(handles)]
+    devices = visible([p for p, _ in physical], environ)
+    nvlinks = {d.gpu.nvml_index: _nvlinks(nvml, handles[d.gpu.nvml_index], bus_ids) for d in devices}
     gpus = []
-    for i, h in enumerate(handles):
-        major, minor = nvml.compute_capability(h)
+    for ordinal, device in enumerate(devices):
+        i = device.gpu.nvml_index
+        h, mig_devices = handles[i], physical[i][1]
+        major, minor = device.gpu.compute_capability
         numa = _optional(nvml.memory_affinity, h)
         cpus = _optional(nvml.cpu_affinity, h)
+        # Peers are the other visible whole GPUs: MIG devices have no peer-to-peer (MIG User Guide)
+        peers = [(str(o), p.gpu.nvml_index) for o, p in enumerate(devices)
+                 if o != ordinal and device.mig_uuid is None and p.mig_uuid is None]
         gpus.append(Gpu(
-            index=i,
+            index=ordinal,
             name=nvml.name(h),
             compute_capability=f"{major}.{minor}",
-            memory_bytes=nvml.memory_total(h),
+            memory_bytes=(next(m.memory_bytes for m in mig_devices if m.uuid == device.mig_uuid)
+                          if device.mig_uuid else nvml.memory_total(h)),
             pci_bus_id=bus_ids[i],
             numa_node=min(numa) if numa else None,
             cpu_affinity=format_cpulist(cpus) if cpus else None,
-            mig=_optional(nvml.mig_enabled, h),
-            links={str(j): link for j in range(len(handles))
-                   if j != i and (link := _link(nvml, handles, nvlinks, bus_ids, i, j)) is not None},
-            p2p={str(j): ok for j in range(len(handles))
-                 if j != i and (ok := _optional(nvml.p2p_read_ok, h, handles[j])) is not None},
+            mig=device.gpu.mig if device.gpu.mig else _optional(nvml.mig_enabled, h),
+            links={peer: link for peer, j in peers
+                   if (link := _link(nvml, handles, nvlinks, bus_ids, i, j)) is not None},
+            p2p={peer: ok for peer, j in peers if (ok := _optional(nvml.p2p_read_ok, h, handles[j])) is not None},
+            uuid=device.mig_uuid or device.gpu.uuid or None,
+            nvml_index=i,
+            mig_devices=mig_devices,
         ))
-    return tuple(gpus)
+    view = CudaView(visible_devices=environ.get(VISIBLE), device_order=environ.get(ORDER), nvml_gpus=len(handles))
+    return tuple(gpus), view
+
+
+def _physical(nvml: Nvml, index: int, handle: Handle, bus_id: str) -> tuple[Physical, tuple[MigDevice, ...]]:
+    """One GPU as the choice of visible devices needs it, and its MIG devices with their memory."""
+    mig = bool(_optional(nvml.mig_enabled, handle))
+    migs = tuple(MigDevice(uuid=nvml.uuid(m), memory_bytes=nvml.memory_total(m))
+                 for m in (_optional(nvml.mig_devices, handle) or [])) if mig else ()
+    return Physical(nvml_index=index, uuid=_optional(nvml.uuid, handle) or "", bus_id=bus_id,
+                    compute_capability=nvml.compute_capability(handle), mig_uuids=tuple(m.uuid for m in migs),
+                    mig=mig), migs
 
 
 def bus_key(bus_id: str) -> str:
@@ -106,7 +137,8 @@ def _nvlinks(nvml: Nvml, handle: Handle, bus_ids: list[str]) -> _NvLinks:
     return links
 
 
-def _link(nvml: Nvml, handles: list[Handle], nvlinks: list[_NvLinks], bus_ids: list[str], i: int, j: int) -> str | None:
+def _link(nvml: Nvml, handles: list[Handle], nvlinks: dict[int, _NvLinks], bus_ids: list[str], i: int,
+          j: int) -> str | None:
     """``NV<n>`` (active NVLinks between the pair) or the PCIe distance, as ``nvidia-smi topo -m`` prints it.
 
     Through NVSwitches every GPU reaches every other over all of its switch links: nvidia-smi prints

@@ -22,6 +22,7 @@ from ._cpulist import words_to_ids
 # Codes from nvml.h (stable across NVML versions); used so a fake library needs no constants of its own.
 NVML_ERROR_UNINITIALIZED = 1
 NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_NO_PERMISSION = 4
 NVML_ERROR_DRIVER_NOT_LOADED = 9
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
@@ -76,6 +77,13 @@ _ERRORS: dict[int, type[NvmlError]] = {
     NVML_ERROR_GPU_IS_LOST: NvmlGpuLostError,
     NVML_ERROR_GPU_NOT_FOUND: NvmlGpuLostError,
 }
+
+
+class NvmlNotFoundError(NvmlError):
+    """The object asked for does not exist (an empty MIG device slot)."""
+
+
+_ERRORS[NVML_ERROR_NOT_FOUND] = NvmlNotFoundError
 
 
 def load_library() -> ModuleType:
@@ -147,9 +155,24 @@ class Nvml:
         """The NUMA nodes close to the GPU (``nvidia-smi topo -m``'s "NUMA Affinity"); 16 words: 1024 nodes."""
         return words_to_ids(self._call("nvmlDeviceGetMemoryAffinity", handle, words, NVML_AFFINITY_SCOPE_NODE))
 
+    def uuid(self, handle: Handle) -> str:
+        """``GPU-…`` for a GPU, ``MIG-…`` for a MIG device: the names ``CUDA_VISIBLE_DEVICES`` takes."""
+        return _text(self._call("nvmlDeviceGetUUID", handle))
+
     def mig_enabled(self, handle: Handle) -> bool:
         current, _pending = self._call("nvmlDeviceGetMigMode", handle)
         return current == NVML_DEVICE_MIG_ENABLE
+
+    def mig_devices(self, handle: Handle) -> list[Handle]:
+        """The MIG devices (GPU instance + compute instance) on a MIG-enabled GPU, in NVML's slot order;
+        empty slots answer NOT_FOUND and are skipped."""
+        found = []
+        for slot in range(int(self._call("nvmlDeviceGetMaxMigDeviceCount", handle))):
+            try:
+                found.append(self._call("nvmlDeviceGetMigDeviceHandleByIndex", handle, slot))
+            except NvmlNotFoundError:
+                continue
+        return found
 
     def nvlink_active(self, handle: Handle, link: int) -> bool:
         return bool(self._call("nvmlDeviceGetNvLinkState", handle, link))

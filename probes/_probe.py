@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..errors import ProbeError
 from . import _cpu, _hwloc, _isa
-from ._facts import CpuTopology, Facts, Gpu
+from ._facts import CpuTopology, CudaView, Facts, Gpu
 from ._fingerprint import fingerprint
 from ._memory import live_memory, recorded_memory
 
@@ -20,7 +20,9 @@ def probe(root: str | None = None, *, runtime: bool = True, gpus: bool = True) -
     ``root`` is a directory laid out like ``/`` (``ROOT/sys``, ``ROOT/proc``), as a
     ``hwloc-gather-topology`` tarball or ``autotune probe --record`` unpacks; the live-only facts
     (runtime, GPUs) are then not probed. ``runtime=False`` skips importing torch (seconds);
-    ``gpus=False`` skips NVML. Raises ``ProbeError`` for a root that is not a recorded tree.
+    ``gpus=False`` skips NVML. The GPUs are the devices CUDA can use in a process started with this
+    environment (``CUDA_VISIBLE_DEVICES``, ``CUDA_DEVICE_ORDER``), in CUDA's order. Raises ``ProbeError``
+    for a root that is not a recorded tree.
 
     >>> facts = probe(runtime=False, gpus=False)
     >>> facts.cpu.allowed.threads == len(os.sched_getaffinity(0))
@@ -29,18 +31,20 @@ def probe(root: str | None = None, *, runtime: bool = True, gpus: bool = True) -
     if root is not None:
         root = _check_root(root)
     cpu = cpu_topology(root)
-    gpu_facts: tuple[Gpu, ...]
+    gpu_facts: tuple[Gpu, ...] = ()
+    cuda: CudaView | None = None
     if root is not None:
         memory, rt, gpu_facts = recorded_memory(root, cpu.numa_nodes), None, ()
     else:
-        from ._gpu import probe_gpus
+        from ._gpu import probe_devices
         from ._runtime import probe_runtime
 
         memory = live_memory()
         rt = probe_runtime() if runtime else None
-        gpu_facts = probe_gpus() if gpus else ()
+        if gpus:
+            gpu_facts, cuda = probe_devices()
     return Facts(cpu=cpu, memory=memory, runtime=rt, gpus=gpu_facts,
-                 fingerprint=fingerprint(cpu, gpu_facts, rt), root=root)
+                 fingerprint=fingerprint(cpu, gpu_facts, rt), root=root, cuda=cuda)
 
 
 def cpu_topology(root: str | None) -> CpuTopology:

@@ -1,7 +1,7 @@
 """The human-readable text ``autotune probe`` prints."""
 from __future__ import annotations
 
-from ._facts import Facts, Gpu, Runtime
+from ._facts import CudaView, Facts, Gpu, Runtime
 
 _NOT_PROBED = "not probed"
 
@@ -33,7 +33,7 @@ def summary(facts: Facts) -> str:
         ("ISA", " ".join(cpu.isa) or "none of the tracked flags"),
         ("Memory", f"{_size(facts.memory.total_bytes)} total, {_size(facts.memory.available_bytes)} available"),
         *_runtime_rows(facts.runtime, facts.root),
-        *_gpu_rows(facts.gpus, facts.root),
+        *_gpu_rows(facts.gpus, facts.root, facts.cuda),
         ("Fingerprint", facts.fingerprint),
     ]
     width = max(len(label) for label, _ in rows)
@@ -59,15 +59,38 @@ def _runtime_rows(rt: Runtime | None, root: str | None) -> list[tuple[str, str]]
     ]
 
 
-def _gpu_rows(gpus: tuple[Gpu, ...], root: str | None) -> list[tuple[str, str]]:
+def _selection(cuda: CudaView | None, shown: int) -> list[tuple[str, str]]:
+    """Which GPUs CUDA can use and why, when that is not simply all of them."""
+    if cuda is None or (cuda.visible_devices is None and cuda.device_order is None and shown == cuda.nvml_gpus):
+        return []
+    chosen = ", ".join(f"{name}={value}" for name, value in (("CUDA_VISIBLE_DEVICES", cuda.visible_devices),
+                                                            ("CUDA_DEVICE_ORDER", cuda.device_order))
+                       if value is not None) or "MIG: one MIG device per process"
+    return [("CUDA", f"{_n(shown, 'device')} of {_n(cuda.nvml_gpus, 'GPU')} visible ({chosen}); "
+                     "numbered in CUDA's order, nvidia-smi's index in brackets")]
+
+
+def _gpu_row(g: Gpu) -> str:
+    mig = ""
+    if g.is_mig_device:
+        mig = f", MIG device {g.uuid}"
+    elif g.mig:
+        mig = ", MIG"
+    if g.mig_devices:
+        mig += " (" + ", ".join(f"{m.uuid} {_size(m.memory_bytes)}" for m in g.mig_devices) + ")"
+    return (f"{g.index}{f' [{g.nvml_index}]' if g.nvml_index not in (None, g.index) else ''}: {g.name}, "
+            f"cc {g.compute_capability}, {_size(g.memory_bytes)}, {g.pci_bus_id}, "
+            f"NUMA {g.numa_node if g.numa_node is not None else '?'}, cpus {g.cpu_affinity or '?'}{mig}")
+
+
+def _gpu_rows(gpus: tuple[Gpu, ...], root: str | None, cuda: CudaView | None = None) -> list[tuple[str, str]]:
     if root is not None:
         return [("GPUs", f"{_NOT_PROBED} (recorded tree)")]
     if not gpus:
-        return [("GPUs", "none (no NVIDIA driver, library or GPU)")]
-    rows = [("GPUs" if g.index == gpus[0].index else "",
-             f"{g.index}: {g.name}, cc {g.compute_capability}, {_size(g.memory_bytes)}, {g.pci_bus_id}, "
-             f"NUMA {g.numa_node if g.numa_node is not None else '?'}, cpus {g.cpu_affinity or '?'}"
-             + (", MIG" if g.mig else "")) for g in gpus]
+        seen = f" ({cuda.nvml_gpus} GPUs, none visible to CUDA)" if cuda and cuda.nvml_gpus else ""
+        return [("GPUs", f"none{seen or ' (no NVIDIA driver, library or GPU)'}"), *_selection(cuda, 0)]
+    rows = [("GPUs" if g.index == gpus[0].index else "", _gpu_row(g)) for g in gpus]
+    rows += _selection(cuda, len(gpus))
     if len(gpus) > 1:
         header = "     " + " ".join(f"{g.index:>5}" for g in gpus)
         rows.append(("Links", header))

@@ -1,8 +1,9 @@
 """A fake ``pynvml`` built by parsing real ``nvidia-smi -q`` and CUDA ``deviceQuery`` output.
 
 From the dumps (``../shared/topologies/nvidia-smi-query/NAME.*``): GPU order (NVML enumerates by PCI bus
-id, as ``nvidia-smi -q`` lists them), names, FB memory, bus ids, MIG mode, compute capability and
-peer-to-peer access.
+id, as ``nvidia-smi -q`` lists them), names, UUIDs, FB memory, bus ids, MIG mode, compute capability,
+CUDA's order (``deviceQuery``) and peer-to-peer access. No dump has MIG devices: a test gives a GPU its
+layout with ``with_mig`` (MIG mode on, one ``FakeMig`` per MIG device).
 
 Not in the dumps, so stated here as the fake's model of the machines:
 
@@ -26,7 +27,8 @@ NVLINKS_TO_SWITCH = {"H100SXMx8": 18, "A100SXMx4": 12}
 SWITCH_BUS_ID = b"00000000:05:00.0"  # what a switch-side link reports as its far end when NVML cannot type it
 
 # nvml.h codes the fake raises
-NOT_SUPPORTED, INVALID_ARGUMENT, DRIVER_NOT_LOADED = 3, 2, 9
+NOT_SUPPORTED, INVALID_ARGUMENT, NOT_FOUND, DRIVER_NOT_LOADED = 3, 2, 6, 9
+MAX_MIG_DEVICES = 7  # an A100/H100 holds at most 7 MIG devices (nvmlDeviceGetMaxMigDeviceCount)
 TOPOLOGY_NODE, TOPOLOGY_SYSTEM = 40, 50
 P2P_OK, P2P_NOT_SUPPORTED = 0, 5
 MAX_LINKS = 18
@@ -41,6 +43,20 @@ class NVMLError(Exception):
 
 
 @dataclass
+class FakeMig:
+    """One MIG device (GPU instance + compute instance): its UUID and the memory of its slice."""
+
+    uuid: str
+    memory_bytes: int
+
+
+@dataclass(frozen=True)
+class MigHandle:
+    gpu: int
+    slot: int
+
+
+@dataclass
 class FakeGpu:
     bus_id: str
     name: str
@@ -49,6 +65,8 @@ class FakeGpu:
     compute_capability: tuple[int, int] = (0, 0)
     nvlinks: int = 0
     cuda_index: int = -1
+    uuid: str = ""
+    mig_devices: list[FakeMig | None] = field(default_factory=list)  # by slot; None: an empty slot
 
     @property
     def bus(self) -> int:
@@ -79,6 +97,13 @@ class FakePynvml:
     def _gpu(self, handle: int) -> FakeGpu:
         return self.gpus[handle]
 
+    def with_mig(self, index: int, *slices: tuple[str, int]) -> FakePynvml:
+        """GPU ``index`` in MIG mode with these MIG devices (uuid, memory bytes), in slot order."""
+        gpu = self.gpus[index]
+        gpu.mig = True
+        gpu.mig_devices = [FakeMig(uuid, memory) for uuid, memory in slices]
+        return self
+
     def nvmlInit(self) -> None:  # noqa: N802 - pynvml's names
         if self.init_error is not None:
             raise NVMLError(self.init_error)
@@ -103,8 +128,32 @@ class FakePynvml:
     def nvmlDeviceGetCudaComputeCapability(self, handle: int) -> tuple[int, int]:  # noqa: N802
         return self._gpu(handle).compute_capability
 
-    def nvmlDeviceGetMemoryInfo(self, handle: int) -> _Struct:  # noqa: N802
+    def nvmlDeviceGetMemoryInfo(self, handle: int | MigHandle) -> _Struct:  # noqa: N802
+        if isinstance(handle, MigHandle):
+            return _Struct(total=self._mig(handle).memory_bytes)
         return _Struct(total=self._gpu(handle).memory_bytes)
+
+    def nvmlDeviceGetUUID(self, handle: int | MigHandle) -> str:  # noqa: N802
+        return self._mig(handle).uuid if isinstance(handle, MigHandle) else self._gpu(handle).uuid
+
+    def _mig(self, handle: MigHandle) -> FakeMig:
+        mig = self._gpu(handle.gpu).mig_devices[handle.slot]
+        if mig is None:
+            raise NVMLError(NOT_FOUND)
+        return mig
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: int) -> int:  # noqa: N802
+        if self._gpu(handle).mig is None:
+            raise NVMLError(NOT_SUPPORTED)
+        return MAX_MIG_DEVICES
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: int, slot: int) -> MigHandle:  # noqa: N802
+        gpu = self._gpu(handle)
+        if not gpu.mig:
+            raise NVMLError(INVALID_ARGUMENT)
+        if slot >= len(gpu.mig_devices) or gpu.mig_devices[slot] is None:
+            raise NVMLError(NOT_FOUND)
+        return MigHandle(handle, slot)
 
     def nvmlDeviceGetPciInfo(self, handle: int) -> _Struct:  # noqa: N802
         return _Struct(busId=self._gpu(handle).bus_id.encode())
@@ -179,6 +228,7 @@ def _gpu_from_section(section: str) -> FakeGpu:
         name=fields[("Product Name",)],
         memory_bytes=int(fields[("FB Memory Usage", "Total")].split()[0]) * 2**20,
         mig=None if mig in (None, "N/A") else mig == "Enabled",
+        uuid=fields[("GPU UUID",)],
     )
 
 

@@ -69,9 +69,12 @@ def recorded_facts(recorded_roots) -> dict[str, probes.Facts]:
 
 @pytest.fixture
 def fake_nvml(monkeypatch):
-    """Install a fake pynvml for one machine of ``nvidia-smi-query``: ``fake_nvml("H100SXMx8")``."""
+    """Install a fake pynvml for one machine of ``nvidia-smi-query``: ``fake_nvml("H100SXMx8")``; CUDA's
+    variables are unset (every GPU visible) unless a test sets them."""
     if not NVIDIA_SMI.is_dir():
         pytest.skip(f"nvidia-smi dumps not found at {NVIDIA_SMI.resolve()}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
 
     def install(machine: str | FakePynvml) -> FakePynvml:
         fake = load_machine(NVIDIA_SMI, machine) if isinstance(machine, str) else machine

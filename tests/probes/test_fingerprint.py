@@ -74,7 +74,7 @@ def test_the_fingerprint_scheme_is_marked_and_older_ones_are_named(facts) -> Non
 
 def test_facts_carry_the_cgroup_view_and_still_read_schema_1(facts) -> None:
     doc = facts.to_dict()
-    assert doc["schema_version"] == probes.SCHEMA_VERSION == 2
+    assert doc["schema_version"] == probes.SCHEMA_VERSION == 3
     assert doc["cpu"]["cgroup"]["cpus"] and probes.Facts.from_json(facts.to_json()) == facts
     del doc["cpu"]["cgroup"]
     old = probes.Facts.from_dict(json.loads(json.dumps({**doc, "schema_version": 1})))

@@ -33,7 +33,7 @@ def test_text_summary(capsys):
 
 def test_json_document(capsys, recorded_roots):
     doc = json.loads(run(capsys, "--json", "--root", str(recorded_roots["nvidiagpunumanodes"])))
-    assert list(doc) == ["schema_version", "cpu", "memory", "runtime", "gpus", "fingerprint", "root"]
+    assert list(doc) == ["schema_version", "cpu", "memory", "runtime", "gpus", "fingerprint", "root", "cuda"]
     assert doc["schema_version"] == probes.SCHEMA_VERSION
     cpu = doc["cpu"]
     assert (cpu["model"], cpu["packages"], cpu["cores"], cpu["threads"]) == ("POWER9, altivec supported", 2, 8, 32)
