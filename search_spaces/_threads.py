@@ -11,6 +11,10 @@ In-process: ``torch.set_num_threads`` / ``torch.set_num_interop_threads``.
   cores' second hardware threads.
 - ``spread``: one thread per physical core, round-robin over NUMA nodes (packages when NUMA is unknown).
 
+On CUDA (``device`` cuda, one process) the pinned cores are those local to the GPU (CUDA device 0's
+``Gpu.cpu_affinity``, its NUMA node) where the cpuset allows any, as each rank of ``processes`` takes
+the cores local to its own GPU.
+
 Memory binding is ``--membind`` (``run_cpu``'s ``-m``), not ``--preferred`` or ``--localalloc``: the
 kernel's default is already local allocation, and what binding adds is that pages never spill to a
 remote node under memory pressure; a trial that needs more than its nodes hold then fails as an OOM
@@ -26,7 +30,7 @@ import subprocess
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from ..probes import format_cpulist, memory_policy, process_cpus
+from ..probes import format_cpulist, memory_policy, parse_cpulist, process_cpus
 from ._context import SpaceContext
 from ._family import NoOp, Params, SuggestingTrial
 
@@ -46,8 +50,22 @@ prepare_model = NoOp.prepare_model
 prepare = NoOp.prepare
 
 
-def _core_list(facts: Facts) -> list[Core]:
-    return list(facts.cpu.allowed.core_list)
+def _core_list(facts: Facts, params: Params | None = None) -> list[Core]:
+    """The cores a pinned process takes its CPUs from: on CUDA (one process), those local to its GPU
+    (CUDA device 0, ``Gpu.cpu_affinity``: its NUMA node) where the cpuset has any, as the ranks of
+    ``processes`` take theirs; otherwise every allowed core."""
+    cores = list(facts.cpu.allowed.core_list)
+    local = gpu_local_cores(facts) if params is not None and params.get("device") == "cuda" else []
+    return local or cores
+
+
+def gpu_local_cores(facts: Facts) -> list[Core]:
+    """The allowed cores whose CPUs are all local to CUDA device 0; [] when unknown or none is allowed."""
+    affinity = facts.gpus[0].cpu_affinity if facts.gpus else None
+    if not affinity:
+        return []
+    local = parse_cpulist(affinity)
+    return [c for c in facts.cpu.allowed.core_list if set(c.cpus) <= local]
 
 
 def max_threads(facts: Facts) -> int:
@@ -84,7 +102,7 @@ def cpus_for(params: dict[str, Any], facts: Facts) -> list[int] | None:
     affinity = params.get("affinity", "none")
     if affinity == "none":
         return None
-    cores = _core_list(facts)
+    cores = _core_list(facts, params)
     if not cores:
         return None
     if affinity == "spread":

@@ -30,6 +30,8 @@ def hgx_host(facts, monkeypatch):
 
     fake = load_machine(NVIDIA_SMI, "H100SXMx8")
     monkeypatch.setattr(_nvml, "load_library", lambda: fake)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)  # every GPU, unless a test says otherwise
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
     cores = tuple(Core(package=c // 32, numa_node=c // 32, cpus=(c,)) for c in range(64))
     allowed = Allowed(cpus="0-63", packages=2, cores=64, threads=64, numa_nodes=(0, 1), core_list=cores)
     cpu = replace(facts.cpu, allowed=allowed, cgroup=allowed)
@@ -64,3 +66,33 @@ def test_the_env_file_and_the_run_plan_carry_the_same_variables_and_cpus(hgx_hos
     assert (f"--membind={membind}" in plan.cmd) is bool(membind)
     assert exported == {k: v for k, v in plan.env.items() if k in exported}  # every variable, the same value
     assert {k for k, v in plan.env.items() if os.environ.get(k) != v} == set(exported)  # and no other
+
+
+def test_a_single_process_gpu_recipe_pins_cpus_local_to_its_gpu(hgx_host, monkeypatch, tmp_path: Path) -> None:
+    """CUDA device 0 is NVML's GPU 5 (socket 1): its process is pinned to cores of socket 1, as a rank would be."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")
+    recipe = tmp_path / "r.json"
+    recipe.write_text(json.dumps({"params": {"threads": 4, "affinity": "compact", "device": "cuda",
+                                             "batch_size": 64}, "workload": "tiny"}))
+    assert cli.main(["export", "--format", "env", "--recipe", str(recipe), "-o", str(tmp_path / "best.env")]) == 0
+    exported = parse_env((tmp_path / "best.env").read_text())
+    assert exported["AUTOTUNE_CPUS"] == "32,33,34,35"
+    assert exported.get("AUTOTUNE_MEMBIND", "1") == "1"  # the GPU's NUMA node, where numactl is found
+
+
+def test_the_memory_cap_is_the_visible_mig_slice(hgx_host, monkeypatch) -> None:
+    """The study's batch-size cap reads the memory of the device the trials train on: a 10 GiB MIG slice caps
+    far below a whole 80 GiB H100."""
+    from autotune.study import run as study_run
+    from autotune.workloads.cnn import workload
+
+    fake = _nvml.load_library()
+    fake.with_mig(0, ("MIG-11111111-2222-3333-4444-555555555555", 9984 * 2**20))
+    wl = workload()
+    model = wl.model()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    whole = study_run._max_batch(wl, model, _probe.probe(runtime=False), "cuda")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-11111111")
+    sliced = _probe.probe(runtime=False)
+    assert sliced.gpus[0].memory_bytes == 9984 * 2**20
+    assert study_run._max_batch(wl, model, sliced, "cuda") < whole

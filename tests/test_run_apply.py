@@ -150,3 +150,59 @@ def test_a_warm_start_skips_an_old_scheme_recipe_with_a_note(facts, tmp_path: Pa
         assert warm_start(storage, "tiny", facts) == {"threads": 1}  # the newest of this scheme, not the old one
     assert f"warm start: recipe {old.id} of workload tiny is skipped: it was recorded with autotune's " \
            "fingerprint v1" in caplog.text
+
+
+# Each rank: apply() with its hardware check (it probes the fake machine itself), then what it saw. This CPU
+# build of torch has no CUDA, so a rank that passes the check fails right after it, at torch.cuda.set_device.
+RANK = """
+import json, os, traceback
+import autotune
+from autotune import probes
+from autotune.errors import HardwareMismatchError
+try:
+    autotune.apply()
+    after = "applied"
+except HardwareMismatchError as e:
+    after = "refused: " + str(e)
+except Exception as e:
+    frames = [f.name for f in traceback.extract_tb(e.__traceback__)]
+    after = "checked, then " + ("set_device" if "set_device" in frames else repr(e))
+facts = probes.probe()
+seen = {"after": after, "gpus": [g.nvml_index for g in facts.gpus], "fingerprint": facts.fingerprint,
+        "visible": os.environ.get("CUDA_VISIBLE_DEVICES")}
+json.dump(seen, open("rank%s.json" % os.environ["LOCAL_RANK"], "w"))
+"""
+
+
+def test_two_ranks_on_two_visible_gpus_of_eight_pass_the_hardware_check(facts, tmp_path: Path,
+                                                                        monkeypatch) -> None:
+    """A recipe measured with CUDA_VISIBLE_DEVICES=0,1 on the fake 8-GPU host: its fingerprint covers those two
+    GPUs, and each rank of 'autotune run' (which inherits the variable, its local rank choosing the device)
+    recognises the same machine."""
+    from autotune.probes import _nvml
+
+    from .fakes.nvml import load_machine
+    from .test_export_run import NVIDIA_SMI
+
+    if not NVIDIA_SMI.is_dir():
+        pytest.skip(f"nvidia-smi dumps not found at {NVIDIA_SMI}")
+    fake = load_machine(NVIDIA_SMI, "H100SXMx8")
+    monkeypatch.setattr(_nvml, "load_library", lambda: fake)
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    eight = autotune.probes.probe().fingerprint
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    here = autotune.probes.probe()
+    assert [g.nvml_index for g in here.gpus] == [0, 1] and here.fingerprint != eight
+    recipe = tmp_path / "best.json"
+    recipe.write_text(json.dumps({"params": {"batch_size": 8, "device": "cuda", "processes": 2, "threads": 2},
+                                  "workload": "tiny", "fingerprint": here.fingerprint}))
+    (tmp_path / "train.py").write_text(RANK)
+    env = {"PYTHONPATH": os.pathsep.join([str(Path(__file__).parent / "fakes" / "pynvml_site"),
+                                          os.environ.get("PYTHONPATH", "")]),
+           "AUTOTUNE_FAKE_NVML": str(NVIDIA_SMI / "H100SXMx8"), "CUDA_VISIBLE_DEVICES": "0,1"}
+    done = run_cli("run", "--recipe", str(recipe), "--", sys.executable, "train.py", cwd=tmp_path, timeout=180,
+                   env=env)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert ranks == [{"after": "checked, then set_device", "gpus": [0, 1], "fingerprint": here.fingerprint,
+                      "visible": "0,1"}] * 2, done.stderr

@@ -46,8 +46,9 @@ def _machine(facts, *, cores=64, sockets=2, smt=1, gpus=(), backends=("gloo",)):
                    runtime=_runtime(facts, *backends))
 
 
-def _gpus(name, count, monkeypatch):
-    """The GPUs the probe reads from the fake NVML of a recorded machine (first ``count``)."""
+def _gpus(name, count, monkeypatch, visible=None):
+    """The GPUs the probe reads from the fake NVML of a recorded machine (first ``count``), those
+    ``CUDA_VISIBLE_DEVICES=visible`` selects (every one when None)."""
     if not NVIDIA_SMI.is_dir():
         pytest.skip(f"nvidia-smi dumps not found at {NVIDIA_SMI}")
     from autotune.probes import _gpu, _nvml
@@ -56,7 +57,7 @@ def _gpus(name, count, monkeypatch):
     fake = load_machine(NVIDIA_SMI, name)
     fake.gpus = fake.gpus[:count]
     monkeypatch.setattr(_nvml, "load_library", lambda: fake)
-    return _gpu.probe_gpus()
+    return _gpu.probe_gpus({} if visible is None else {"CUDA_VISIBLE_DEVICES": visible})
 
 
 # --- where the knob is offered -------------------------------------------------------------------------
@@ -78,6 +79,26 @@ def test_offered_on_gpus_with_two_gpus_and_nccl(facts, monkeypatch) -> None:
     assert spaces.processes.choices(_machine(facts, gpus=h100, backends=("gloo",)), cuda) == (1,)
     assert spaces.processes.choices(_machine(facts, gpus=h100[:1], backends=("nccl",)), cuda) == (1,)
     assert spaces.processes.promising(_machine(facts, gpus=h100, backends=("nccl",)), cuda) == [{"processes": 8}]
+
+
+def test_offered_up_to_the_visible_gpus_only(facts, monkeypatch) -> None:
+    """CUDA_VISIBLE_DEVICES=0,1 on 8 GPUs: 8 ranks would ask for CUDA devices 2-7 ("invalid device ordinal")."""
+    two = _gpus("H100SXMx8", 8, monkeypatch, visible="0,1")
+    machine = _machine(facts, gpus=two, backends=("gloo", "nccl"))
+    assert spaces.processes.choices(machine, SpaceContext(device="cuda")) == (1, 2)
+    assert spaces.processes.promising(machine, SpaceContext(device="cuda")) == [{"processes": 2}]
+    one = _machine(facts, gpus=_gpus("H100SXMx8", 8, monkeypatch, visible="3"), backends=("nccl",))
+    assert spaces.processes.choices(one, SpaceContext(device="cuda")) == (1,)
+
+
+def test_ranks_get_the_cpus_of_their_own_visible_gpu(facts, monkeypatch) -> None:
+    """Local rank r trains on CUDA device r: with CUDA_VISIBLE_DEVICES=4,0 that is NVML GPU 4 (socket 1),
+    then GPU 0 (socket 0), not NVML's GPUs 0 and 1."""
+    machine = _machine(facts, gpus=_gpus("H100SXMx8", 8, monkeypatch, visible="4,0"), backends=("nccl",))
+    params = {"processes": 2, "threads": 8, "affinity": "compact", "device": "cuda"}
+    assert spaces.processes.rank_cpus(params, machine) == [list(range(32, 36)), list(range(0, 4))]
+    env = spaces.environment(params, machine)
+    assert env["AUTOTUNE_RANK_CPUS"] == "32-35;0-3" and env["NCCL_P2P_LEVEL"] == "NVL"
 
 
 # --- the plan: command, environment, CPU slices --------------------------------------------------------
