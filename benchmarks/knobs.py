@@ -57,7 +57,11 @@ def variants(facts: Any, ctx: Any) -> list[tuple[str, dict[str, Any]]]:
     if ctx.conv:
         add({"channels_last": True})
     if ctx.device == "cuda":
-        add({"tf32": True})
+        add({"tf32_matmul": True})
+        if ctx.conv or ctx.conv_nd:
+            add({"tf32_cudnn": False})
+            add({"cudnn_benchmark": True})
+        add({"cuda_alloc": "expandable_segments"})
     patterns = spaces.sparsity.patterns(facts, ctx)
     if "structured" in patterns:
         for ratio in (0.5, 0.8):

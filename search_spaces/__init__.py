@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from . import _amp as amp
 from . import _batch as batch
 from . import _compile as compilation
+from . import _cuda as cuda
 from . import _data as data
 from . import _ipex as ipex
 from . import _preload as preload
@@ -53,6 +54,7 @@ __all__ = [
     "check_environment",
     "compilation",
     "controlled_variables",
+    "cuda",
     "cpus_for",
     "data",
     "defaults",

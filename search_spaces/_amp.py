@@ -1,7 +1,9 @@
-"""Mixed precision: ``amp_dtype``, ``channels_last`` (conv models), ``tf32`` (CUDA, compute capability >= 8).
+"""Mixed precision: ``amp_dtype``, and ``channels_last`` (models whose convolutions are all 2-D).
 
 No environment variables. In-process: an autocast context around the forward pass and the loss,
-a GradScaler for float16, the model's memory format, and TF32 matmul precision on CUDA.
+a GradScaler for float16 and the model's memory format (TF32 is the ``cuda`` family's). channels_last is
+a 4-D memory format: a Conv1d/Conv3d weight cannot take it (``model.to`` raises), so such models are not
+offered it. On CUDA, float16 needs tensor cores (compute capability 7.0+: Volta) and bfloat16 8.0+.
 A dtype is offered only where the hardware computes it natively (probed ISA / compute capability):
 bf16 emulated on an AVX2-only CPU has been seen 55x slower than fp32.
 """
@@ -19,7 +21,7 @@ if TYPE_CHECKING:
 
     from ..probes import Facts
 
-KEYS = ("amp_dtype", "channels_last", "tf32")
+KEYS = ("amp_dtype", "channels_last")
 ENV_VARS: tuple[str, ...] = ()
 OVERRIDES: tuple[str, ...] = ()
 
@@ -37,7 +39,8 @@ def dtypes(facts: Facts, ctx: SpaceContext) -> tuple[str, ...]:
     if ctx.device == "cuda":
         if _capability(facts) >= 8.0:
             choices.append("bfloat16")
-        choices.append("float16")
+        if _capability(facts) >= 7.0:  # fp16 tensor cores: Volta on; older GPUs emulate it slower than fp32
+            choices.append("float16")
     else:
         isa = set(facts.cpu.isa)
         if isa & _CPU_BF16:
@@ -50,13 +53,11 @@ def dtypes(facts: Facts, ctx: SpaceContext) -> tuple[str, ...]:
 def space(trial: SuggestingTrial, facts: Facts, ctx: SpaceContext) -> Params:
     params: dict[str, Any] = {"amp_dtype": trial.suggest_categorical("amp_dtype", dtypes(facts, ctx))}
     params["channels_last"] = trial.suggest_categorical("channels_last", (False, True)) if ctx.conv else False
-    tf32_ok = ctx.device == "cuda" and _capability(facts) >= 8.0
-    params["tf32"] = trial.suggest_categorical("tf32", (False, True)) if tf32_ok else False
     return params
 
 
 def defaults(facts: Facts, ctx: SpaceContext) -> Params:
-    return {"amp_dtype": "float32", "channels_last": False, "tf32": False}
+    return {"amp_dtype": "float32", "channels_last": False}
 
 
 heuristic = defaults  # run_cpu does not change precision
@@ -64,6 +65,7 @@ heuristic = defaults  # run_cpu does not change precision
 # Hooks this family has nothing to do at (search_spaces._family).
 environment = NoOp.environment
 check_environment = NoOp.check_environment
+apply_process = NoOp.apply_process
 prepare = NoOp.prepare
 
 
@@ -74,15 +76,6 @@ def promising(facts: Facts, ctx: SpaceContext) -> list[Params]:
     if ctx.conv:
         seeds += [{"channels_last": True, **s} for s in [alone, *seeds]]
     return seeds
-
-
-def apply_process(params: Params, facts: Facts | None) -> list[str]:
-    import torch
-
-    if torch.cuda.is_available():
-        torch.backends.cuda.matmul.allow_tf32 = bool(params.get("tf32"))
-        torch.backends.cudnn.allow_tf32 = bool(params.get("tf32"))
-    return []
 
 
 def autocast(params: dict[str, Any], device: str) -> contextlib.AbstractContextManager[None]:

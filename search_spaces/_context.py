@@ -11,7 +11,8 @@ class SpaceContext:
 
     device: Literal["cpu", "cuda"] = "cpu"
     default_batch_size: int = 32
-    conv: bool = False  # the model has convolutions: channels_last is worth trying
+    conv: bool = False  # the model has convolutions, all 2-D: channels_last is worth trying
+    conv_nd: bool = False  # it has convolutions that are not 2-D (Conv1d, Conv3d): no channels_last
     global_batch: int | None = None  # keep the effective batch constant by gradient accumulation
     max_batch_size: int | None = None  # from probed memory; None: no cap known
     allow_compile: bool = True

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from . import _amp as amp
 from . import _batch as batch
 from . import _compile as compilation
+from . import _cuda as cuda
 from . import _data as data
 from . import _ipex as ipex
 from . import _preload as preload
@@ -23,7 +24,8 @@ if TYPE_CHECKING:
 
 # Typed as the protocol, so mypy checks every family module against it. The order is the seeds' order
 # (``promising``); which family's variable wins is declared (``OVERRIDES``), not taken from this order.
-FAMILIES: tuple[KnobFamily, ...] = (threads, preload, batch, data, amp, compilation, processes, sparsity, ipex)
+FAMILIES: tuple[KnobFamily, ...] = (threads, preload, batch, data, amp, cuda, compilation, processes, sparsity,
+                                    ipex)
 
 
 def merge_params(params: list[Params]) -> Params:

@@ -73,6 +73,8 @@ def allocator_choices(facts: Facts) -> tuple[str, ...]:
 
 
 def space(trial: SuggestingTrial, facts: Facts, ctx: SpaceContext) -> Params:
+    if ctx.device == "cuda":  # CPU-side runtimes: the budget goes to the knobs that move GPU time
+        return defaults(facts, ctx)
     runtimes, allocators = openmp_choices(facts), allocator_choices(facts)
     openmp = trial.suggest_categorical("openmp", runtimes) if len(runtimes) > 1 else "gnu"
     blocktime = trial.suggest_categorical("kmp_blocktime", BLOCKTIMES) if openmp == "intel" else None
@@ -86,7 +88,10 @@ def defaults(facts: Facts, ctx: SpaceContext) -> Params:
 
 
 def heuristic(facts: Facts, ctx: SpaceContext) -> Params:
-    """``run_cpu``'s defaults: Intel OpenMP with ``KMP_BLOCKTIME=1``, then TCMalloc, else JeMalloc."""
+    """``run_cpu``'s defaults: Intel OpenMP with ``KMP_BLOCKTIME=1``, then TCMalloc, else JeMalloc (on CPU:
+    on CUDA these stay at their defaults)."""
+    if ctx.device == "cuda":
+        return defaults(facts, ctx)
     intel = "intel" in openmp_choices(facts)
     allocators = allocator_choices(facts)
     allocator = next((a for a in ("tcmalloc", "jemalloc") if a in allocators), "default")

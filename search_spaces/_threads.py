@@ -77,12 +77,23 @@ def physical_cores(facts: Facts) -> int:
 
 
 def space(trial: SuggestingTrial, facts: Facts, ctx: SpaceContext) -> Params:
+    if ctx.device == "cuda":
+        return _gpu_space(trial, facts, ctx)
     threads = trial.suggest_int("threads", 1, max_threads(facts))
     interop = trial.suggest_int("interop_threads", 1, max(1, min(4, physical_cores(facts))))
     multi_node = len({c.numa_node for c in _core_list(facts)}) > 1 or facts.cpu.allowed.packages > 1
     choices = AFFINITIES if multi_node else ("none", "compact")
     affinity = trial.suggest_categorical("affinity", choices)
     return {"threads": threads, "interop_threads": interop, "affinity": affinity}
+
+
+def _gpu_space(trial: SuggestingTrial, facts: Facts, ctx: SpaceContext) -> Params:
+    """On CUDA the CPU feeds the GPU: threads are PyTorch's default or the cores local to the GPU (pinned
+    there by ``compact``); inter-op threads stay at the default."""
+    base = defaults(facts, ctx)
+    options = tuple(dict.fromkeys((base["threads"], len(gpu_local_cores(facts)) or base["threads"])))
+    threads = trial.suggest_categorical("threads", options) if len(options) > 1 else base["threads"]
+    return {**base, "threads": threads, "affinity": trial.suggest_categorical("affinity", ("none", "compact"))}
 
 
 def defaults(facts: Facts, ctx: SpaceContext) -> Params:
@@ -92,8 +103,11 @@ def defaults(facts: Facts, ctx: SpaceContext) -> Params:
 
 
 def heuristic(facts: Facts, ctx: SpaceContext) -> Params:
-    """What ``torch.backends.xeon.run_cpu`` does: one thread per physical core, compact pinning."""
+    """What ``torch.backends.xeon.run_cpu`` does: one thread per physical core, compact pinning (on CUDA,
+    the cores local to the GPU, inter-op threads at the default)."""
     cores = physical_cores(facts)
+    if ctx.device == "cuda":
+        return {**defaults(facts, ctx), "threads": len(gpu_local_cores(facts)) or cores, "affinity": "compact"}
     return {"threads": cores, "interop_threads": 1, "affinity": "compact"}
 
 

@@ -66,7 +66,8 @@ def test_trial_runs_on_the_gpu(gpu_facts, fast_settings):
     ctx = spaces.SpaceContext(device="cuda", default_batch_size=64, conv=True)
     base = {**spaces.defaults(gpu_facts, ctx), "device": "cuda", "reference_batch": 64}
     fp32 = run_trial("cnn", base, gpu_facts, fast_settings, timeout_s=300)
-    bf16 = run_trial("cnn", {**base, "amp_dtype": "bfloat16", "channels_last": True, "tf32": True}, gpu_facts,
+    bf16 = run_trial("cnn", {**base, "amp_dtype": "bfloat16", "channels_last": True, "tf32_matmul": True,
+                                      "cudnn_benchmark": True}, gpu_facts,
                      fast_settings, timeout_s=300)
     for result in (fp32, bf16):
         assert result.status == "ok", result.error
@@ -74,7 +75,8 @@ def test_trial_runs_on_the_gpu(gpu_facts, fast_settings):
     # What the trial process ran with (its first training step, its torch.backends flags), not the params.
     assert fp32.in_effect["amp"] == {"autocast": None, "output_dtype": "float32", "channels_last_parameters": False,
                                      "channels_last_inputs": False}
-    assert fp32.in_effect["tf32"] == {"matmul": False, "cudnn": False}
+    assert fp32.in_effect["tf32"] == {"matmul": False, "cudnn": True}  # PyTorch's defaults: the baseline
+    assert (fp32.in_effect["cudnn_benchmark"], bf16.in_effect["cudnn_benchmark"]) == (False, True)
     assert bf16.in_effect["amp"] == {"autocast": "bfloat16", "output_dtype": "bfloat16",
                                      "channels_last_parameters": True, "channels_last_inputs": True}
     assert bf16.in_effect["tf32"] == {"matmul": True, "cudnn": True}

@@ -128,10 +128,12 @@ def search_context(workload_spec: str, facts: Facts, options: SearchOptions) -> 
     import torch
 
     model = call_user(f"{workload_spec}'s model()", workload.model)
-    conv = any(isinstance(m, torch.nn.modules.conv._ConvNd) for m in model.modules())
+    convs = [m for m in model.modules() if isinstance(m, torch.nn.modules.conv._ConvNd)]
+    conv = bool(convs) and all(isinstance(m, (torch.nn.Conv2d, torch.nn.ConvTranspose2d)) for m in convs)
     device: Literal["cpu", "cuda"] = "cuda" if facts.gpus and torch.cuda.is_available() else "cpu"
     ctx = spaces.SpaceContext(
-        device=device, default_batch_size=workload.batch_size, conv=conv, global_batch=options.global_batch,
+        device=device, default_batch_size=workload.batch_size, conv=conv, conv_nd=bool(convs) and not conv,
+        global_batch=options.global_batch,
         allow_compile=options.compile, max_batch_size=_max_batch(workload, model, facts, device),
         **spaces.sparsity.context(model),
     )

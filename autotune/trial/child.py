@@ -32,7 +32,7 @@ from typing import IO, Any
 
 from ..apply import Tuned, apply
 from ..probes import memory_policy, pinned_threads, process_cpus
-from ..search_spaces import preload
+from ..search_spaces import cuda, preload
 from ..workload import Workload, held_out_split, load_workload
 from . import distributed
 from .spec import Status, TrialResult, TrialSpec
@@ -63,7 +63,8 @@ def _in_effect() -> dict[str, Any]:
         "cpus": process_cpus(),  # all threads': KMP_AFFINITY narrows the main thread to one CPU
         "pinned_threads": pinned_threads(),
         # TF32 for float32 matmuls and cuDNN convolutions, as the CUDA kernels will read them
-        "tf32": {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32},
+        "tf32": cuda.tf32_in_effect(),  # read as the family sets it: torch raises on mixed TF32 APIs
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
         "memory_policy": memory_policy(),
         **preload.in_effect(),  # which libraries serve GOMP_parallel and malloc; libiomp5's block time
         "libiomp5": "libiomp5" in maps,

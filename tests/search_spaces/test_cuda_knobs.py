@@ -1,0 +1,157 @@
+"""The knobs GPU users expect, checked on the CPU: what the space offers on fake GPUs, and what
+``apply_process`` sets in this process (torch's flags are plain process state, CUDA or not)."""
+from __future__ import annotations
+
+import textwrap
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import autotune
+from autotune import search_spaces as spaces
+from autotune.probes import Gpu
+from autotune.search_spaces import SpaceContext, allowed_values
+from autotune.study import SearchOptions
+from autotune.study.run import search_context
+
+from ..fakes.machines import two_sockets
+
+CUDA = SpaceContext(device="cuda", conv=True)
+
+
+def _gpu_machine(facts, cc="8.0"):
+    """Two sockets (CPUs 0-3,8-11 and 4-7,12-15) and one GPU local to socket 1."""
+    gpu = Gpu(0, "A100", cc, 80 * 2**30, "00000000:81:00.0", numa_node=1, cpu_affinity="4-7,12-15")
+    return replace(two_sockets(facts), gpus=(gpu,))
+
+
+def _allowed(facts, ctx, key):
+    return set(allowed_values(facts, ctx)[key].choices)
+
+
+@pytest.mark.parametrize(("cc", "expected"), [
+    ("6.1", ("float32",)),  # Pascal: no fp16 tensor cores, fp16 runs slower than fp32
+    ("7.0", ("float32", "float16")),
+    ("7.5", ("float32", "float16")),
+    ("8.0", ("float32", "bfloat16", "float16")),
+])
+def test_fp16_needs_compute_capability_7(facts, cc, expected) -> None:
+    assert spaces.amp.dtypes(_gpu_machine(facts, cc), CUDA) == expected
+
+
+@pytest.fixture
+def restore_flags():
+    """torch's process-wide flags as they were, after the test."""
+    flags = spaces.cuda.flags()
+    before = {key: flag.get() for key, flag in flags.items()}
+    yield flags
+    for key, flag in flags.items():
+        flag.set(before[key])
+
+
+def test_the_cuda_baseline_is_pytorchs_defaults(facts, restore_flags) -> None:
+    base = spaces.defaults(_gpu_machine(facts), CUDA)
+    assert {k: base[k] for k in spaces.cuda.KEYS} == {"tf32_matmul": False, "tf32_cudnn": True,
+                                                      "cudnn_benchmark": False, "cuda_alloc": "default"}
+    assert spaces.cuda.apply_process({**base, "device": "cuda"}, None) == []
+    assert spaces.cuda.tf32_in_effect() == {"matmul": False, "cudnn": True}  # cuDNN TF32 stays on
+
+
+def test_apply_sets_only_what_the_recipe_changes(facts, restore_flags) -> None:
+    base = {**spaces.defaults(_gpu_machine(facts), CUDA), "device": "cuda"}
+    assert spaces.cuda.apply_process({**base, "tf32_matmul": True, "cudnn_benchmark": True}, None) == []
+    assert spaces.cuda.tf32_in_effect() == {"matmul": True, "cudnn": True}
+    assert restore_flags["cudnn_benchmark"].get() is True
+    import torch
+
+    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):  # the current API, never mixed with allow_tf32
+        assert torch.backends.cuda.matmul.fp32_precision == "tf32"
+        assert torch.backends.cudnn.conv.fp32_precision == "tf32"
+
+
+def test_apply_warns_naming_the_flag_the_process_changed(facts, restore_flags) -> None:
+    restore_flags["tf32_cudnn"].set(False)  # the user's script turned cuDNN TF32 off before apply()
+    base = {**spaces.defaults(_gpu_machine(facts), CUDA), "device": "cuda"}
+    with pytest.warns(UserWarning) as caught:
+        tuned = autotune.apply({**base, "batch_size": 8}, facts=facts, check_hardware=False)
+    name = restore_flags["tf32_cudnn"].name
+    (problem,) = [w for w in tuned.warnings if name in w]
+    assert problem.startswith(f"{name} is ") and "the recipe was measured with" in problem
+    assert any(name in str(w.message) for w in caught)
+    assert restore_flags["tf32_cudnn"].get() is False  # a default is not forced back: it is warned about
+
+
+def test_a_recipe_from_before_the_tf32_split_applies_what_it_measured(restore_flags) -> None:
+    spaces.cuda.apply_process({"device": "cuda", "tf32": True}, None)
+    assert spaces.cuda.tf32_in_effect() == {"matmul": True, "cudnn": True}
+
+
+def test_cpu_recipes_leave_cuda_flags_alone(restore_flags) -> None:
+    restore_flags["tf32_cudnn"].set(False)
+    assert spaces.cuda.apply_process({"device": "cpu", "tf32_cudnn": True}, None) == []
+    assert restore_flags["tf32_cudnn"].get() is False
+
+
+def test_cuda_knobs_are_offered_on_cuda_only(facts) -> None:
+    gpu = _gpu_machine(facts)
+    assert _allowed(gpu, CUDA, "cudnn_benchmark") == {False, True}
+    assert _allowed(gpu, replace(CUDA, conv=False), "cudnn_benchmark") == {False}  # no convolutions
+    assert _allowed(gpu, replace(CUDA, conv=False, conv_nd=True), "cudnn_benchmark") == {False, True}
+    assert _allowed(gpu, CUDA, "tf32_matmul") == {False, True}
+    assert _allowed(_gpu_machine(facts, "7.0"), CUDA, "tf32_matmul") == {False}  # Volta has no TF32
+    assert _allowed(gpu, CUDA, "cuda_alloc") == {"default", "expandable_segments"}
+    for key in spaces.cuda.KEYS:
+        assert len(_allowed(gpu, SpaceContext(conv=True), key)) == 1, key
+    assert spaces.environment({"cuda_alloc": "expandable_segments"}, gpu) == {
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    assert "PYTORCH_CUDA_ALLOC_CONF" in spaces.controlled_variables()  # trials start without the user's
+
+
+def test_on_a_gpu_cpu_only_knobs_shrink(facts) -> None:
+    gpu = _gpu_machine(facts)
+    base = spaces.defaults(gpu, CUDA)
+    assert _allowed(gpu, CUDA, "threads") == {base["threads"], 4}  # PyTorch's default, the GPU's local cores
+    assert _allowed(gpu, CUDA, "interop_threads") == {base["interop_threads"]}
+    assert _allowed(gpu, CUDA, "affinity") == {"none", "compact"}
+    for key in ("openmp", "kmp_blocktime", "allocator"):
+        assert _allowed(gpu, CUDA, key) == {base[key]}, key
+    heuristic = spaces.heuristic(gpu, CUDA)
+    assert spaces.outside({**base, **heuristic}, gpu, CUDA) == []  # the seed is in the space
+    assert spaces.cpus_for({**heuristic, "device": "cuda"}, gpu) == [4, 5, 6, 7]  # pinned near the GPU
+
+
+CONV3D = '''
+import torch, autotune
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv3d(1, 4, 3, padding=1)
+        self.head = torch.nn.Linear(4 * 4 * 8 * 8, 2)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.conv(x)).flatten(1))
+
+def build():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 1, 4, 8, 8, generator=g)
+    y = torch.randint(0, 2, (64,), generator=g)
+    return autotune.Workload(model=Net, dataset=lambda: torch.utils.data.TensorDataset(x, y),
+                             loss=lambda out, batch: torch.nn.functional.cross_entropy(out, batch[-1]),
+                             optimizer=lambda p: torch.optim.SGD(p, lr=0.05), batch_size=8)
+'''
+
+
+def test_a_conv3d_model_is_not_offered_channels_last(facts, tmp_path: Path) -> None:
+    """channels_last is a 4-D format: a Conv3d weight cannot take it (model.to raises), so the search,
+    which used to offer it for any convolution, crashed such trials."""
+    spec = tmp_path / "video.py"
+    spec.write_text(textwrap.dedent(CONV3D))
+    _, ctx = search_context(f"{spec}:build", facts, SearchOptions())
+    assert (ctx.conv, ctx.conv_nd) == (False, True)
+    assert _allowed(facts, ctx, "channels_last") == {False}
+    assert all(not params.get("channels_last") for _, params in spaces.seeds(facts, ctx))
+    with pytest.raises(RuntimeError):  # what a channels_last trial of it did
+        autotune.apply({"batch_size": 8, "channels_last": True}, facts=facts,
+                       check_hardware=False).prepare_model(autotune.workload.load_workload(f"{spec}:build").model())
