@@ -157,3 +157,27 @@ def scripted() -> Any:
         return chosen[0](output, batch)
 
     return _with_loss(loss)
+
+
+def compiled_oom() -> Any:
+    """Runs out of CUDA memory inside torch.compile: inductor wraps the OOM (``InductorError``) and the
+    message says nothing of memory."""
+    import torch
+    from torch._inductor.exc import InductorError
+
+    def loss(output: Any, batch: Any) -> Any:
+        try:
+            raise torch.OutOfMemoryError("fake: CUDA out of memory")
+        except torch.OutOfMemoryError as e:
+            raise InductorError(e, None) from None  # as inductor wraps it: by inner_exception only
+
+    return _with_loss(loss)
+
+
+def cublas_alloc_failed() -> Any:
+    """cuBLAS cannot allocate its workspace: torch raises a plain RuntimeError naming cuBLAS's status."""
+
+    def loss(output: Any, batch: Any) -> Any:
+        raise RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`")
+
+    return _with_loss(loss)

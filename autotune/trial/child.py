@@ -35,6 +35,7 @@ from ..probes import memory_policy, pinned_threads, process_cpus
 from ..search_spaces import cuda, preload
 from ..workload import Workload, held_out_split, load_workload
 from . import distributed
+from .oom import is_out_of_memory
 from .spec import Status, TrialResult, TrialSpec
 
 _PROCESS_START = time.perf_counter()
@@ -301,12 +302,8 @@ def main(argv: list[str]) -> int:
             result = _train(spec, events)
         except NonFiniteLoss as e:
             result = _failure(Status.NAN, e)
-        except MemoryError as e:
-            result = _failure(Status.OOM, e)
-        except Exception as e:  # noqa: BLE001 - every failure becomes a recorded trial
-            import torch
-
-            result = _failure(Status.OOM if isinstance(e, torch.OutOfMemoryError) else Status.CRASH, e)
+        except Exception as e:  # noqa: BLE001 - every failure becomes a recorded trial (MemoryError too)
+            result = _failure(Status.OOM if is_out_of_memory(e) else Status.CRASH, e)
     if rank == 0:
         _write_result(spec.result, result)
     elif result.status != Status.OK:
