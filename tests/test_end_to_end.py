@@ -84,10 +84,13 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
         (("search", "--workload", "tiny", "--budget", "soon"), "bad duration"),
         (("best",), "no studies.db here: run 'autotune search' first"),
         (("export", "--recipe", "missing.env"), "cannot read recipe file"),
-        (("best", "--storage", "postgresql+psycopg://nobody@127.0.0.1:1/x"), "Connection refused"),  # nothing on port 1
+        # nothing listens on port 1: refused at once, or (seen on a loaded 2-core machine) psycopg's timeout first
+        (("best", "--storage", "postgresql+psycopg://nobody@127.0.0.1:1/x"), ("Connection refused",
+                                                                              "connection timeout expired")),
     ]:
         result = run_cli(*args, cwd=tmp_path)
         assert result.returncode == 2, result.stderr
         lines = result.stderr.strip().splitlines()
-        assert len(lines) == 1 and message in lines[0], result.stderr
+        wanted = (message,) if isinstance(message, str) else message
+        assert len(lines) == 1 and any(m in lines[0] for m in wanted), result.stderr
         assert "Traceback" not in result.stderr
