@@ -42,7 +42,7 @@ def bash_script(tmp_path: Path) -> Path:
 
 def test_bash_completes_every_verb(bash_script: Path) -> None:
     assert _complete(bash_script, "") == list(VERBS)
-    assert _complete(bash_script, "s") == ["search"]
+    assert _complete(bash_script, "s") == ["search", "studies"]
     assert set(_complete(bash_script, "-")) == {"-h", "--help", "--debug", "--version"}
 
 
