@@ -93,6 +93,28 @@ def storage_errors(url: str) -> Iterator[None]:
         raise StorageError(f"no driver for {url}: pip install 'autotune[postgres]' ({e.name} missing)") from e
 
 
+def use_wal(url: str) -> None:
+    """Put an SQLite database in WAL mode (it stays so: the mode is recorded in the file). A search writes
+    while ``autotune best``/``studies`` read: in WAL mode neither waits for the other, where SQLite's
+    default rollback journal makes a reader holding its snapshot stall the search's commits (and fail it
+    with "database is locked"). Other databases, and SQLite in memory or as a URI, are left as they are.
+
+    A read-only reader of a WAL database that no writer has open leaves its ``-wal``/``-shm`` files
+    behind (it may not check the log back in): empty, and reused by the next writer."""
+    parsed = make_url(url)
+    path = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not path or path == ":memory:" or path.startswith("file:"):
+        return
+    try:
+        connection = sqlite3.connect(path, timeout=30)  # waits for a writer's transaction to end
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+        finally:
+            connection.close()
+    except sqlite3.Error as e:
+        raise StorageError(f"cannot open the database {url}: {e}") from e
+
+
 def readonly_connect(url: str) -> Callable[[], sqlite3.Connection] | None:
     """How to open ``url`` so that nothing can be created: an SQLite file is opened with ``mode=ro`` (a
     missing one is an error, not a new empty database); None for other databases (only read from, their
@@ -129,6 +151,7 @@ class RecipeStore:
             if readonly:
                 engine = _readonly_engine(url)
                 return cls(engine, has_table=inspect(engine).has_table(_RecipeRow.__tablename__))
+            use_wal(url)
             engine = create_engine(url)
             create_schema(lambda: _Base.metadata.create_all(engine))
         return cls(engine)
