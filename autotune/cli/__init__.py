@@ -10,7 +10,7 @@ import sys
 
 from ..errors import AutotuneError
 
-VERBS = ("probe", "search", "studies", "recipes", "best", "diff", "export", "run", "completion")
+VERBS = ("probe", "search", "studies", "recipes", "best", "diff", "export", "run", "dashboard", "completion")
 
 
 def build_parser() -> argparse.ArgumentParser:
