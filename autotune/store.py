@@ -105,6 +105,11 @@ def use_wal(url: str) -> None:
     path = parsed.database
     if parsed.get_backend_name() != "sqlite" or not path or path == ":memory:" or path.startswith("file:"):
         return
+    if _is_wal(Path(path)):
+        # Already so: no connection of our own. Opening and closing one beside the connections this process
+        # already holds (a search's Optuna storage, then its recipe store) left another process that also held
+        # connections to the file reading it as "database disk image is malformed" (SQLite 3.40).
+        return
     try:
         connection = sqlite3.connect(path, timeout=30)  # waits for a writer's transaction to end
         try:
@@ -113,6 +118,17 @@ def use_wal(url: str) -> None:
             connection.close()
     except sqlite3.Error as e:
         raise StorageError(f"cannot open the database {url}: {e}") from e
+
+
+def _is_wal(path: Path) -> bool:
+    """The file is an SQLite database in WAL mode: its header's write and read versions are 2
+    (https://www.sqlite.org/fileformat2.html#the_database_header, offsets 18 and 19)."""
+    try:
+        with open(path, "rb") as f:
+            header = f.read(20)
+    except OSError:
+        return False
+    return len(header) == 20 and header.startswith(b"SQLite format 3\x00") and header[18:20] == b"\x02\x02"
 
 
 def readonly_connect(url: str) -> Callable[[], sqlite3.Connection] | None:
