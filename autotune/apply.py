@@ -219,6 +219,7 @@ def _other_hardware(recipe: Recipe, here: str) -> str:
 def apply(
     source: RecipeSource = None,
     *,
+    workload: str | None = None,
     storage: str | None = None,
     facts: Facts | None = None,
     check_hardware: bool = True,
@@ -232,16 +233,25 @@ def apply(
     recipe measured on other hardware (the machine and its cgroup cpuset: the CPUs ``autotune run`` pinned
     this process to do not count), or recorded with an older fingerprint scheme, unless
     ``allow_other_hardware``. Warns (``Tuned.warnings``) for environment-level knobs not in effect.
+    With ``workload`` (and no ``source``): the newest recipe of that workload in ``storage`` measured on
+    this machine's hardware (``autotune.service``), e.g. ``apply(workload="cnn", storage="postgresql+psycopg://…")``.
 
     >>> tuned = apply({"threads": 1, "batch_size": 8}, check_hardware=False)
     >>> tuned.batch_size
     8
     """
-    recipe = _resolve(source, storage)
+    from . import probes
+
+    if source is None and workload is not None:  # the recipe service: this machine's recipe from a store
+        from .service import fetch
+
+        facts = facts or probes.probe()
+        recipe = fetch(storage or "sqlite:///studies.db", workload, facts.fingerprint)
+        fix = f"autotune run --storage {storage or 'sqlite:///studies.db'} --workload {workload} -- python ..."
+    else:
+        recipe, fix = _resolve(source, storage), "autotune run --recipe FILE -- python ..."
     params = dict(recipe.params)
     if facts is None:
-        from . import probes
-
         facts = probes.probe()
     if check_hardware and recipe.fingerprint and recipe.fingerprint != facts.fingerprint:
         message = _other_hardware(recipe, facts.fingerprint)
@@ -253,7 +263,7 @@ def apply(
     if missing:
         problems.append(
             "environment-level knobs not in effect: " + "; ".join(missing)
-            + ". Start Python under 'autotune run --recipe FILE -- python ...' (or load the env file "
+            + f". Start Python under '{fix}' (or load the env file "
             "with 'set -a; . ./best.env; set +a' before starting Python)"
         )
     for problem in problems:

@@ -93,18 +93,62 @@ def storage_errors(url: str) -> Iterator[None]:
         raise StorageError(f"no driver for {url}: pip install 'autotune[postgres]' ({e.name} missing)") from e
 
 
-def _readonly_engine(url: str) -> Engine:
-    """An engine that cannot create anything: an SQLite file is opened with ``mode=ro`` (a missing one is
-    an error, not a new empty database); other databases are only read from, their schema left as found."""
+def use_wal(url: str) -> None:
+    """Put an SQLite database in WAL mode (it stays so: the mode is recorded in the file). A search writes
+    while ``autotune best``/``studies`` read: in WAL mode neither waits for the other, where SQLite's
+    default rollback journal makes a reader holding its snapshot stall the search's commits (and fail it
+    with "database is locked"). Other databases, and SQLite in memory or as a URI, are left as they are.
+
+    A read-only reader of a WAL database that no writer has open leaves its ``-wal``/``-shm`` files
+    behind (it may not check the log back in): empty, and reused by the next writer."""
     parsed = make_url(url)
     path = parsed.database
     if parsed.get_backend_name() != "sqlite" or not path or path == ":memory:" or path.startswith("file:"):
-        return create_engine(url)  # in memory, or an SQLite URI the user wrote: opened as written
+        return
+    if _is_wal(Path(path)):
+        # Already so: no connection of our own. Opening and closing one beside the connections this process
+        # already holds (a search's Optuna storage, then its recipe store) left another process that also held
+        # connections to the file reading it as "database disk image is malformed" (SQLite 3.40).
+        return
+    try:
+        connection = sqlite3.connect(path, timeout=30)  # waits for a writer's transaction to end
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+        finally:
+            connection.close()
+    except sqlite3.Error as e:
+        raise StorageError(f"cannot open the database {url}: {e}") from e
+
+
+def _is_wal(path: Path) -> bool:
+    """The file is an SQLite database in WAL mode: its header's write and read versions are 2
+    (https://www.sqlite.org/fileformat2.html#the_database_header, offsets 18 and 19)."""
+    try:
+        with open(path, "rb") as f:
+            header = f.read(20)
+    except OSError:
+        return False
+    return len(header) == 20 and header.startswith(b"SQLite format 3\x00") and header[18:20] == b"\x02\x02"
+
+
+def readonly_connect(url: str) -> Callable[[], sqlite3.Connection] | None:
+    """How to open ``url`` so that nothing can be created: an SQLite file is opened with ``mode=ro`` (a
+    missing one is an error, not a new empty database); None for other databases (only read from, their
+    schema left as found), an in-memory database or an SQLite URI the user wrote (opened as written)."""
+    parsed = make_url(url)
+    path = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not path or path == ":memory:" or path.startswith("file:"):
+        return None
     if not Path(path).is_file():
         where = f"{path} here" if Path(path).parent == Path(".") else f"database {path}"
         raise UsageError(f"no {where}: run 'autotune search' first")
     uri = f"file:{quote(str(Path(path).resolve()))}?mode=ro"
-    return create_engine(url, creator=lambda: sqlite3.connect(uri, uri=True))
+    return lambda: sqlite3.connect(uri, uri=True)
+
+
+def _readonly_engine(url: str) -> Engine:
+    connect = readonly_connect(url)
+    return create_engine(url) if connect is None else create_engine(url, creator=connect)
 
 
 class RecipeStore:
@@ -123,6 +167,7 @@ class RecipeStore:
             if readonly:
                 engine = _readonly_engine(url)
                 return cls(engine, has_table=inspect(engine).has_table(_RecipeRow.__tablename__))
+            use_wal(url)
             engine = create_engine(url)
             create_schema(lambda: _Base.metadata.create_all(engine))
         return cls(engine)
@@ -168,6 +213,13 @@ class RecipeStore:
             row = session.scalars(query).first()
             return _to_recipe(row) if row else None
 
+    def all(self) -> list[Recipe]:
+        """Every stored recipe, newest first."""
+        if not self._has_table:
+            return []
+        with Session(self._engine) as session:
+            return [_to_recipe(row) for row in session.scalars(select(_RecipeRow).order_by(_RecipeRow.id.desc()))]
+
     def studies(self) -> list[str]:
         """The studies that have a recipe, sorted."""
         return self._distinct(_RecipeRow.study)
@@ -188,5 +240,10 @@ def _to_recipe(row: _RecipeRow) -> Recipe:
         params=dict(row.params), workload=row.workload, fingerprint=row.fingerprint, study=row.study,
         samples_per_s=row.samples_per_s, baseline_samples_per_s=row.baseline_samples_per_s, speedup=row.speedup,
         loss=row.loss, baseline_loss=row.baseline_loss, id=row.id,
-        created=row.created.isoformat() if row.created else None, notes=list(row.notes or []),
+        created=_utc(row.created).isoformat() if row.created else None, notes=list(row.notes or []),
     )
+
+
+def _utc(moment: datetime) -> datetime:
+    """A stored creation time with its time zone: SQLite keeps no zone, and ``save`` writes UTC."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)

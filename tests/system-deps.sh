@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # System packages some tests need, from Debian's packages: jemalloc and tcmalloc (the `allocator` knob is
-# proven by preloading them), numactl (memory binding), PostgreSQL (a shared study of two workers).
+# proven by preloading them), numactl (memory binding), PostgreSQL (a shared study of two workers), zsh (its
+# completion script is loaded).
 # Installs only what is missing, and only where it can (root with apt-get); elsewhere the tests that need
 # a package say so and skip.
 set -u
@@ -9,6 +10,7 @@ want=()
 ls /usr/lib/*-linux-gnu/libtcmalloc_minimal.so.4 >/dev/null 2>&1 || want+=(libtcmalloc-minimal4)
 command -v numactl >/dev/null || want+=(numactl)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || want+=(postgresql)
+command -v zsh >/dev/null || want+=(zsh)
 [ ${#want[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
     echo "tests/system-deps.sh: not root with apt-get; tests needing ${want[*]} will skip" >&2

@@ -1,4 +1,5 @@
-"""The verbs that only read (best, export, run, apply(recipe_id)) write nothing, and say what is missing."""
+"""The verbs that only read (best, export, run, studies, recipes, diff, apply(recipe_id)) write nothing, and say
+what is missing."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,7 +12,8 @@ from autotune.store import RecipeStore
 
 from .conftest import run_cli
 
-READERS = [("best",), ("export", "--format", "env"), ("run", "--", "true")]
+READERS = [("best",), ("export", "--format", "env"), ("run", "--", "true"), ("studies",), ("recipes",),
+           ("diff", "1", "2")]
 
 
 @pytest.mark.parametrize("verb", READERS, ids=lambda v: v[0])

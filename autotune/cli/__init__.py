@@ -10,7 +10,7 @@ import sys
 
 from ..errors import AutotuneError
 
-VERBS = ("probe", "search", "best", "export", "run")
+VERBS = ("probe", "search", "studies", "recipes", "best", "diff", "export", "run", "dashboard", "completion")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,10 +22,24 @@ def build_parser() -> argparse.ArgumentParser:
         "that matter on it with real short training runs, export and apply the best recipe.",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    parser.add_argument("--version", action="version", version=f"autotune {version()}",
+                        help="print autotune's version and exit")
+    parser.set_defaults(root_parser=parser)  # for ``autotune completion``, which describes the whole command
     sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     for verb in VERBS:
         importlib.import_module(f".{verb}", __name__).register(sub)
     return parser
+
+
+def version() -> str:
+    """The installed distribution's version (``pyproject.toml``'s, as pip recorded it)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("autotune")
+    except PackageNotFoundError:  # imported from a source tree that was never installed
+        return "unknown (not installed: pip install -e .)"
 
 
 def main(argv: list[str] | None = None) -> int:

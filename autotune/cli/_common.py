@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..store import DEFAULT_STORAGE
@@ -39,20 +40,38 @@ def find_recipe(args: argparse.Namespace) -> Recipe:
     """The recipe a verb works on: ``--recipe ID|FILE``, else the latest in the storage (``--study``/``--workload``).
     The storage is opened read-only: looking for a recipe creates no database."""
     from ..errors import UsageError
-    from ..recipe import load_recipe_file
     from ..store import RecipeStore
 
     source = getattr(args, "recipe", None)
-    if source and not source.isdigit():
-        return load_recipe_file(source)
+    if source:
+        return recipe_from(source, args.storage)
     study, workload = getattr(args, "study", None), getattr(args, "workload", None)
     with RecipeStore.open(args.storage, readonly=True) as store:
-        if source:
-            return store.get(int(source))
         recipe = store.latest(study=study, workload=workload)
         if recipe is None:
             raise UsageError(_no_recipe(store, args.storage, study, workload))
     return recipe
+
+
+def recipe_from(source: str, storage: str) -> Recipe:
+    """A recipe named on the command line: a stored recipe's id, or an exported file (read-only)."""
+    from ..recipe import load_recipe_file
+    from ..store import RecipeStore
+
+    if not source.isdigit():
+        return load_recipe_file(source)
+    with RecipeStore.open(storage, readonly=True) as store:
+        return store.get(int(source))
+
+
+def when(moment: datetime | str | None) -> str:
+    """A time as the verbs print it: this machine's local time, with its zone (``2025-06-01 14:03:07 CEST``)."""
+    if moment is None:
+        return "-"
+    if isinstance(moment, str):
+        moment = datetime.fromisoformat(moment)
+    local = moment.astimezone()  # a naive time is taken as local already
+    return f"{local:%Y-%m-%d %H:%M:%S} {local.tzname() or local.strftime('%z')}"
 
 
 def _no_recipe(store: RecipeStore, storage: str, study: str | None, workload: str | None) -> str:
@@ -70,12 +89,29 @@ def _listed(names: list[str], limit: int = 10) -> str:
     return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
-def params_table(params: dict[str, Any], title: str) -> Table:
+def knobs(params: dict[str, Any]) -> dict[str, Any]:
+    """A recipe's knobs: its params without the run settings every trial of its search shared
+    (``search_spaces.RUN_KEYS``: device, reference batch, lr rule, membind), which are not choices."""
+    from ..search_spaces import RUN_KEYS
+
+    return {k: v for k, v in params.items() if k not in RUN_KEYS}
+
+
+def params_table(params: dict[str, Any], title: str, defaults: dict[str, Any] | None = None) -> Table:
+    """The knobs of a recipe; with ``defaults``, those that differ are marked ``*`` with the default beside."""
     from rich.table import Table
 
     table = Table(title=title, show_header=True)
     table.add_column("knob")
     table.add_column("value")
-    for key in sorted(params):
-        table.add_row(key, str(params[key]))
+    if defaults is not None:
+        table.add_column("PyTorch default")
+    shown = knobs(params)
+    for key in sorted(shown):
+        if defaults is None:
+            table.add_row(key, str(shown[key]))
+        elif key in defaults and defaults[key] != shown[key]:
+            table.add_row(f"* {key}", str(shown[key]), str(defaults[key]), style="bold")
+        else:
+            table.add_row(f"  {key}", str(shown[key]), "" if key in defaults else "?")
     return table

@@ -1,35 +1,48 @@
-"""``autotune best``: show the stored best recipe."""
+"""``autotune best``: show the stored best recipe, marking the knobs it changes from PyTorch's defaults."""
 from __future__ import annotations
 
 import argparse
 import json
 
-from ._common import add_storage, console, find_recipe, params_table
+from ._common import add_storage, console, find_recipe, knobs, params_table, when
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("best", help="show the best recipe stored (latest, or of a study/workload)")
+    p = sub.add_parser(
+        "best", help="show the best recipe stored (latest, or of a study/workload)",
+        description="Show a recipe's knobs; those that differ from PyTorch's defaults (its study's baseline trial, "
+        "or the defaults on this machine) are marked '*' with the default beside. Reads the storage only.",
+    )
     p.add_argument("--recipe", default=None, metavar="ID|FILE", help="a recipe id or an exported file")
     p.add_argument("--study", default=None, metavar="NAME")
     p.add_argument("--workload", default=None, metavar="W")
-    p.add_argument("--json", action="store_true", help="print the recipe as JSON")
+    p.add_argument("--json", action="store_true", help="print the recipe as JSON (every key, as stored)")
     add_storage(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..studies import pytorch_defaults
+
     recipe = find_recipe(args)
     if args.json:
         print(json.dumps(recipe.to_dict(), indent=2, sort_keys=True))
         return 0
+    defaults, source = pytorch_defaults(recipe, args.storage)
     out = console()
-    out.print(params_table(recipe.params, f"recipe {recipe.id} — workload {recipe.workload}, study {recipe.study}"))
+    out.print(params_table(recipe.params, f"recipe {recipe.id} — workload {recipe.workload}, study {recipe.study}",
+                           defaults))
+    if defaults is None:
+        out.print(f"PyTorch's defaults: {source}", markup=False, soft_wrap=True)
+    else:
+        changed = [k for k, v in knobs(recipe.params).items() if k in defaults and defaults[k] != v]
+        out.print(f"* {len(changed)} knob(s) differ from PyTorch's defaults ({source})", markup=False, soft_wrap=True)
     if recipe.speedup is not None:
         out.print(
             f"{recipe.speedup:.2f}x PyTorch defaults ({recipe.samples_per_s:.1f} vs "
             f"{recipe.baseline_samples_per_s:.1f} samples/s); loss {recipe.loss:.4f} vs {recipe.baseline_loss:.4f}"
         )
-    out.print(f"hardware {recipe.fingerprint}, created {recipe.created}")
+    out.print(f"hardware {recipe.fingerprint}, created {when(recipe.created)}")
     for note in recipe.notes:
-        out.print(f"note: {note}")
+        out.print(f"note: {note}", markup=False, soft_wrap=True)
     return 0

@@ -5,6 +5,10 @@ and memory binding (``numactl --membind``, where permitted) as the trial runner 
 starts; the script then calls ``autotune.apply()`` for the in-process knobs. A variable you already
 set is kept, with a warning naming the recipe's value.
 
+With ``--workload NAME`` (and no ``--recipe``) the recipe is the newest one in the storage for NAME
+measured on this machine's hardware (``autotune.service``): a fleet of identical machines shares one
+search through ``--storage postgresql+psycopg://…``; a recipe of other hardware is refused.
+
 A recipe with ``processes`` P > 1 starts ``python SCRIPT ARGS`` (or ``python -m MODULE ARGS``) as
 ``python -m torch.distributed.run --standalone --nproc-per-node P SCRIPT ARGS``: P ranks, each pinned
 to its own cores by ``autotune.apply()``, which also joins the process group; ``Tuned.prepare_model``
@@ -23,12 +27,16 @@ from ._common import add_storage, find_recipe
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "run", help="run a command (e.g. python train.py) with the recipe's environment-level knobs",
-        description="Example: autotune run --recipe best.env -- python train.py --epochs 3",
+        description="Example: autotune run --recipe best.env -- python train.py --epochs 3. "
+        "With --workload NAME (no --recipe): the newest recipe of NAME measured on this machine's hardware, "
+        "e.g. from a shared store: autotune run --storage postgresql+psycopg://HOST/DB --workload cnn -- "
+        "python train.py",
     )
     p.add_argument("--recipe", default=None, metavar="ID|FILE",
                    help="a recipe id or exported file (default: the latest)")
     p.add_argument("--study", default=None, metavar="NAME")
-    p.add_argument("--workload", default=None, metavar="W")
+    p.add_argument("--workload", default=None, metavar="W",
+                   help="the newest recipe of this workload measured on this machine's hardware")
     add_storage(p)
     p.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
     p.set_defaults(func=run)
@@ -41,7 +49,13 @@ def run(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         raise UsageError("no command: autotune run --recipe best.env -- python train.py")
-    recipe = find_recipe(args)
+    if args.workload and not args.recipe:
+        from .. import probes
+        from ..service import fetch
+
+        recipe = fetch(args.storage, args.workload, probes.probe().fingerprint, study=args.study)
+    else:
+        recipe = find_recipe(args)
     plan = launch.for_recipe(recipe, command, os.environ)  # as 'autotune export --format env' writes it
     for warning in plan.warnings:
         print(f"autotune run: warning: {warning}", file=sys.stderr)

@@ -18,7 +18,7 @@ from .. import probes
 from .. import search_spaces as spaces
 from ..errors import HardwareMismatchError, TrialError, UsageError
 from ..probes import outdated_fingerprint
-from ..store import RecipeStore, check_storage_url, create_schema, storage_errors
+from ..store import RecipeStore, check_storage_url, create_schema, storage_errors, use_wal
 from ..trial.runner import SubprocessMeasurer
 from ..trial.spec import Status
 from ..workload import Workload, call_user, load_workload
@@ -115,9 +115,11 @@ def _note_outdated_studies(storage: RDBStorage, name: str, workload: str) -> Non
 
 
 def rdb_storage(url: str) -> RDBStorage:
-    """Optuna's RDB storage, with heartbeats; several workers may create its schema at once."""
+    """Optuna's RDB storage, with heartbeats; several workers may create its schema at once. SQLite is put
+    in WAL mode (``store.use_wal``): ``autotune studies``/``best`` read while the search writes."""
     import optuna
 
+    use_wal(url)
     return create_schema(lambda: optuna.storages.RDBStorage(url, heartbeat_interval=5, grace_period=20))
 
 

@@ -1,0 +1,46 @@
+"""``autotune recipes``: the recipes in the storage, newest first (read-only)."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from ._common import add_storage, console, when
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "recipes", help="list the stored recipes (id, workload, study, hardware, speedup, when)",
+        description="List the recipes stored by searches, newest first; 'autotune best --recipe ID' shows one, "
+        "'autotune diff A B' compares two. Reads the storage only.",
+    )
+    p.add_argument("--study", default=None, metavar="NAME", help="only this study's recipes")
+    p.add_argument("--workload", default=None, metavar="W", help="only this workload's recipes")
+    p.add_argument("--json", action="store_true", help="print a JSON list of the recipes (every key, as stored)")
+    add_storage(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from ..store import RecipeStore
+
+    with RecipeStore.open(args.storage, readonly=True) as store:
+        found = [r for r in store.all() if args.study in (None, r.study) and args.workload in (None, r.workload)]
+    if args.json:
+        print(json.dumps([r.to_dict() for r in found], indent=2, sort_keys=True))
+        return 0
+    out = console()
+    if not found:
+        out.print(f"no recipe in {args.storage}" + (" for these filters" if args.study or args.workload else "")
+                  + ": run 'autotune search' first", markup=False)
+        return 0
+    table = Table(title=f"recipes in {args.storage}")
+    for column in ("id", "workload", "study", "hardware", "samples/s", "speedup", "created"):
+        table.add_column(column, justify="right" if column in ("id", "samples/s", "speedup") else "left")
+    for r in found:
+        table.add_row(str(r.id), r.workload, r.study or "-", r.fingerprint or "?",
+                      "-" if r.samples_per_s is None else f"{r.samples_per_s:.1f}",
+                      "-" if r.speedup is None else f"{r.speedup:.2f}x", when(r.created))
+    out.print(table)
+    return 0

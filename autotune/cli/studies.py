@@ -1,0 +1,49 @@
+"""``autotune studies``: the studies in the storage, newest activity first (read-only)."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from ._common import add_storage, console, when
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "studies", help="list the studies in the storage (workload, hardware, trials, best speedup, when)",
+        description="List the studies of the storage: workload, hardware fingerprint, measured trials (and "
+        "running ones), best speedup over PyTorch's defaults (the stored recipe's, confirmed side by side; "
+        "else the best single measurement so far, marked '?'), when it was last active (--json: also when it began). "
+        "Reads the storage only, also while a search writes to it.",
+    )
+    p.add_argument("--json", action="store_true", help="print a JSON list (times in ISO 8601 with their zone)")
+    add_storage(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from ..studies import summaries
+
+    found = summaries(args.storage)
+    if args.json:
+        print(json.dumps([s.to_dict() for s in found], indent=2))
+        return 0
+    out = console()
+    if not found:
+        out.print(f"no study in {args.storage}: run 'autotune search' first", markup=False)
+        return 0
+    table = Table(title=f"studies in {args.storage}")
+    for column in ("study", "workload", "hardware", "trials", "best speedup", "recipe", "last active"):
+        table.add_column(column, justify="right" if column in ("trials", "best speedup", "recipe") else "left",
+                         overflow="fold", no_wrap=column in ("hardware", "best speedup"))
+    for s in found:
+        trials = f"{s.trials}" + (f" (+{s.running} running)" if s.running else "")
+        speedup = "-" if s.speedup is None else f"{s.speedup:.2f}x" + ("" if s.confirmed else " ?")
+        table.add_row(s.name, s.workload or "?", s.fingerprint or "?", trials, speedup,
+                      "-" if s.recipe is None else str(s.recipe), when(s.last))
+    out.print(table)
+    if any(s.speedup is not None and not s.confirmed for s in found):
+        out.print("?: the best single measurement so far, not yet confirmed side by side with the defaults",
+                  markup=False)
+    return 0

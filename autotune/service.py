@@ -1,0 +1,39 @@
+"""A recipe service for a fleet: many identical machines tune once and share the result.
+
+One machine searches into a shared storage (``autotune search --storage postgresql+psycopg://…``); every
+other machine asks that storage for the recipe of its workload *measured on its own hardware*:
+``autotune run --storage URL --workload NAME -- python train.py`` (environment knobs included) or
+``autotune.apply(workload=NAME, storage=URL)`` in the training script. The recipe is the newest one
+stored for this hardware fingerprint and workload: the confirmed best of the newest study (a recipe is
+stored when a search ends, after its side-by-side confirmation). One measured on other hardware is
+refused with the reason; the storage is only read.
+
+>>> recipe = fetch("postgresql+psycopg://tuner@db/autotune", "cnn", "v2-1864eb12409c")   # doctest: +SKIP
+"""
+from __future__ import annotations
+
+from .errors import HardwareMismatchError, UsageError
+from .recipe import Recipe
+from .store import RecipeStore
+
+
+def fetch(storage: str, workload: str, fingerprint: str, *, study: str | None = None) -> Recipe:
+    """The newest recipe in ``storage`` for ``workload`` measured on hardware ``fingerprint`` (and of
+    ``study``, when given). Raises ``HardwareMismatchError`` when the storage holds recipes of the
+    workload for other hardware only, ``UsageError`` when it holds none."""
+    with RecipeStore.open(storage, readonly=True) as store:
+        recipe = store.latest(workload=workload, fingerprint=fingerprint, study=study)
+        if recipe is not None:
+            return recipe
+        elsewhere = store.latest(workload=workload, study=study)
+        workloads = store.workloads()
+    scope = f"workload {workload}" + (f" in study {study}" if study else "")
+    if elsewhere is not None:
+        raise HardwareMismatchError(
+            f"no recipe for {scope} measured on this machine's hardware {fingerprint} in {storage}: the newest, "
+            f"{elsewhere.label}, was measured on {elsewhere.fingerprint}; search on this hardware first: "
+            f"autotune search --workload {workload} --storage URL"
+        )
+    held = f"; workloads with recipes: {', '.join(workloads)}" if workloads else ""
+    raise UsageError(f"no recipe for {scope} in {storage}: run 'autotune search --workload {workload} "
+                     f"--storage URL' first{held}")

@@ -1,0 +1,77 @@
+"""A search writes its SQLite storage while ``autotune studies`` and ``best`` read it (WAL mode)."""
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from autotune.store import RecipeStore
+
+from .conftest import run_cli
+from .study.conftest import start_search, wait_for
+
+
+def journal_mode(path: Path) -> str:
+    with sqlite3.connect(path) as connection:
+        return connection.execute("PRAGMA journal_mode").fetchone()[0]
+
+
+def test_the_recipe_store_puts_sqlite_in_wal_mode(tmp_path: Path) -> None:
+    with RecipeStore.open(f"sqlite:///{tmp_path}/recipes.db"):
+        pass
+    assert journal_mode(tmp_path / "recipes.db") == "wal"
+
+
+def _measured(cwd: Path) -> int:
+    out = run_cli("studies", "--json", cwd=cwd)
+    assert out.returncode == 0, out.stderr
+    return sum(s["trials"] for s in json.loads(out.stdout))
+
+
+@pytest.mark.slow
+def test_readers_poll_studies_and_best_while_a_search_writes(tmp_path: Path) -> None:
+    search = start_search("--trials", "4", "--confirm", "1", "--confirm-rounds", "1", cwd=tmp_path)
+    answers: list[tuple[str, int, str]] = []
+    done = threading.Event()
+
+    def poll() -> None:  # what a user does in a second terminal
+        while not done.is_set():
+            for verb in ("studies", "best"):
+                out = run_cli(verb, cwd=tmp_path)
+                answers.append((verb, out.returncode, out.stderr.strip()))
+            time.sleep(0.5)
+
+    reader = threading.Thread(target=poll)
+    try:
+        wait_for(lambda: _measured(tmp_path) >= 1, 120, "the first measured trial")
+        assert journal_mode(tmp_path / "studies.db") == "wal"
+        reader.start()
+        # A reader that keeps its snapshot open (a long report, a dashboard's query): in SQLite's default
+        # rollback mode the search could not commit until it ends, and would fail with "database is locked".
+        held = sqlite3.connect(f"file:{tmp_path / 'studies.db'}?mode=ro", uri=True, isolation_level=None)
+        held.execute("BEGIN")
+        before = held.execute("SELECT count(*) FROM trials").fetchone()[0]
+        wait_for(lambda: _measured(tmp_path) >= 2, 120, "a trial recorded while a reader holds its snapshot")
+        assert held.execute("SELECT count(*) FROM trials").fetchone()[0] == before  # its snapshot, unchanged
+        held.execute("COMMIT")
+        held.close()
+        stdout, stderr = search.communicate(timeout=300)
+        assert search.returncode == 0, stderr
+    finally:
+        done.set()
+        if reader.is_alive():
+            reader.join(timeout=60)
+        if search.poll() is None:
+            search.kill()
+            search.communicate()
+    studies = [a for a in answers if a[0] == "studies"]
+    assert studies and all(code == 0 for _, code, _ in studies), studies
+    no_recipe_yet = "autotune best: error: no recipe in sqlite:///studies.db: run 'autotune search' first"
+    for _, code, err in (a for a in answers if a[0] == "best"):  # before the recipe is stored: it says so
+        assert code == 0 or err == no_recipe_yet
+    final = run_cli("best", cwd=tmp_path)
+    assert final.returncode == 0 and "knob(s) differ from PyTorch's defaults" in final.stdout, final.stderr
