@@ -21,7 +21,16 @@ if TYPE_CHECKING:
     from .study import SearchOutcome
 
 __all__ = ["AutotuneError", "Recipe", "Workload", "apply", "probe", "search"]
-__version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> str:
+    """``autotune.__version__``: the installed distribution's, as ``autotune --version`` prints it (one source:
+    pyproject.toml); looked up on use, so importing autotune stays light."""
+    if name == "__version__":
+        from .cli import version
+
+        return version()
+    raise AttributeError(f"module 'autotune' has no attribute {name!r}")
 
 
 def probe(root: str | None = None, **kwargs: Any) -> Facts:

@@ -94,3 +94,10 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
         wanted = (message,) if isinstance(message, str) else message
         assert len(lines) == 1 and any(m in lines[0] for m in wanted), result.stderr
         assert "Traceback" not in result.stderr
+
+
+def test_a_reader_that_closes_the_pipe_is_no_internal_error(tmp_path: Path) -> None:
+    # `autotune recipes | head`: `true` exits before autotune writes, so the write meets a closed pipe
+    out = subprocess.run(["bash", "-c", f'"{sys.executable}" -m autotune probe --no-runtime --json | true; '
+                          'echo "${PIPESTATUS[0]}"'], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "141" and out.stderr == "", out.stderr

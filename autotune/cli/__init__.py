@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from ..errors import AutotuneError
@@ -57,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
         # one line, even when a driver's message spans several (psycopg's "Is the server running...")
         print(f"autotune {args.verb}: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `autotune recipes | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so Python's flush at exit is quiet
+        return 141  # 128 + SIGPIPE, as a shell reports a command a closed pipe ended
     except KeyboardInterrupt:
         print(f"autotune {args.verb}: interrupted; everything recorded so far is kept", file=sys.stderr)
         return 130

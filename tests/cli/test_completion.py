@@ -17,6 +17,9 @@ def test_version_is_the_installed_distributions(tmp_path: Path) -> None:
     out = run_cli("--version", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout == f"autotune {version('autotune')}\n"
+    import autotune
+
+    assert autotune.__version__ == version("autotune")  # one source: pyproject.toml
 
 
 def _complete(script: Path, *words: str) -> list[str]:
