@@ -408,7 +408,7 @@ class Comparison:
 
 
 def compare(records: Sequence[PairRecord], base: ArmStatus, cand: ArmStatus, *, train_steps: int,
-            margin: float = _stats.MIN_MARGIN) -> Comparison:
+            margin: float = _stats.MIN_MARGIN, confidence: float = _stats.CONFIDENCE) -> Comparison:
     """The median ratio of ``records`` with its interval, amortised as today's objective, and a verdict."""
     if not records:
         raise ValueError(f"no pairs to compare ({base.arm}: {base.state}, {cand.arm}: {cand.state})")
@@ -416,6 +416,6 @@ def compare(records: Sequence[PairRecord], base: ArmStatus, cand: ArmStatus, *, 
     def amortised(window: WindowRecord, arm: ArmStatus) -> float:
         return _stats.amortised_rate(window.rate, arm.compile_s or 0.0, train_steps * arm.step_samples)
 
-    ratio = _stats.median_interval([r.ratio for r in records])
-    paid = _stats.median_interval([amortised(r.cand, cand) / amortised(r.base, base) for r in records])
+    ratio = _stats.median_interval([r.ratio for r in records], confidence)
+    paid = _stats.median_interval([amortised(r.cand, cand) / amortised(r.base, base) for r in records], confidence)
     return Comparison(ratio, paid, _stats.verdict(paid, margin), margin)
