@@ -248,3 +248,14 @@ def test_a_nan_or_oom_arm_fails_alone(facts: Any) -> None:
 def test_the_worker_runs_with_the_environment_it_was_planned_with(tiny_worker: PairedWorker) -> None:
     assert tiny_worker.ready is not None and tiny_worker.ready.in_effect["threads"] == 1
     assert tiny_worker.ready.in_effect["env"]["OMP_NUM_THREADS"] == "1" and tiny_worker.ready.pid != os.getpid()
+
+
+def test_a_worker_that_does_not_answer_in_time_is_stopped_with_its_whole_tree(facts: Any) -> None:
+    params = _params(facts, num_workers=1, persistent_workers=True, prefetch_factor=2)
+    with PairedWorker("tiny", params, facts, SETTINGS) as worker:
+        pids = [*worker.add_arm("a", params).worker_pids, worker.ready.pid]
+        with pytest.raises(WorkerError, match="did not answer RunPairs within 1 s"):
+            worker.run_pairs("a", "a", 1000, 0.5, timeout_s=1)
+        assert not any(_alive(pid) for pid in pids)
+        with pytest.raises(WorkerError, match="not running|gone|ended"):
+            worker.evaluate("a")
