@@ -10,7 +10,8 @@ themselves) and as many A/B comparisons (``channels_last=True`` against the defa
 - the paired method: a fresh worker per comparison holding the defaults, an identical copy and the
   candidate; ``--pairs`` pairs of windows (length from the step time, ``_paired.choose_window_s``), judged
   by the median ratio's exact 95% interval against the fixed margin (``_stats.MIN_MARGIN``).
-The two methods alternate comparison by comparison, so a neighbour's load hits both alike. Prints per
+The two methods alternate comparison by comparison, so a neighbour's load hits both alike (the JSON line
+gives the load average at start and end: with other processes on the cores every figure widens). Prints per
 method the A/A comparisons found "different" (false positives) and the A/B comparisons detected, the
 median interval widths, then one JSON line with every figure. Target: paired <= 1 false in 20 A/A and
 >= 18 of 20 detections.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -96,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     cand = {**base, "channels_last": True}
     today: list[dict[str, Any]] = []
     paired: list[dict[str, Any]] = []
-    started = time.monotonic()
+    started, load_before = time.monotonic(), os.getloadavg()
     for index in range(args.comparisons):
         for kind, other in (("aa", base), ("ab", cand)):
             today.append({"kind": kind, **_today(args.workload, base, other, facts, args.rounds)})
@@ -114,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
               f"median A/B ratio {s['ab_median_ratio']:.3f}")
     passed = figures["paired"]["false_positives"] <= max(1, n // 20) and figures["paired"]["detections"] >= 0.9 * n
     print(json.dumps({"benchmark": "noise", "workload": args.workload, "comparisons": n, "rounds": args.rounds,
-                      "pairs": args.pairs, "wall_s": round(time.monotonic() - started, 1), **figures,
+                      "pairs": args.pairs, "wall_s": round(time.monotonic() - started, 1),
+                      # the machine's load (1, 5, 15 min) at start and end: neighbours' work shows in every figure
+                      "loadavg": [load_before, os.getloadavg()], **figures,
                       "runs": {"today": today, "paired": paired}, "passed": passed}))
     return 0 if passed else 1
 
