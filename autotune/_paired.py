@@ -6,8 +6,8 @@ that apply inside a process are compared here: an ``Arm`` is one set of in-proce
 channels_last, AMP dtype, compile mode, sparsity, DataLoader settings, ipex, TF32) with its own model,
 optimizer and DataLoader, set up through ``autotune.apply()`` and ``Tuned`` exactly as a trial and the
 user's training are, seeded identically. ``pairs()`` runs two arms back to back in random order; each
-pair's ratio is candidate rate / baseline rate, and ``compare()`` gives their median with an exact
-interval (``autotune._stats``).
+pair's ratio is candidate rate / baseline rate, and ``_stats.compare()`` gives their median with an
+exact interval.
 
 Rules an arm keeps, so that its windows measure only itself:
 - every arm of a process shares its environment-level knobs (``ENVIRONMENT_KEYS``); ``Bench.add`` refuses
@@ -23,11 +23,10 @@ Rules an arm keeps, so that its windows measure only itself:
 
 Example (in a worker process; see ``autotune._pworker`` for the parent's side)::
 
-    >>> bench = Bench(spec)                                                      # doctest: +SKIP
-    >>> base, cand = bench.add("base", spec.params), bench.add("cl", {**spec.params, "channels_last": True})
-    >>> records = pairs(base, cand, 16, 0.3, random.Random(0))
-    >>> compare(records, base.status(), cand.status(), train_steps=5000).verdict
-    'faster'
+    bench = Bench(spec)
+    base, cand = bench.add("base", spec.params), bench.add("cl", {**spec.params, "channels_last": True})
+    records = pairs(base, cand, 16, 0.3, random.Random(0))
+    compare(records, base.status(), cand.status(), train_steps=5000).verdict     # 'faster'
 """
 from __future__ import annotations
 
@@ -38,10 +37,8 @@ import signal
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from . import _stats
 from . import search_spaces as spaces
 from ._pspec import ArmState, ArmStatus, PairRecord, WindowRecord, WorkerSpec
 from ._trial import NonFiniteLoss, _evaluate, _failure, _in_effect, _raise_if_a_worker_died
@@ -144,10 +141,6 @@ class Arm:
     Built and warmed up by ``Bench.add``; ``window()`` times it; ``ensure_loss()`` takes its loss."""
 
     def __init__(self, name: str, params: dict[str, Any], bench: Bench) -> None:
-        import torch
-
-        from .apply import apply
-
         self.name, self.params, self.bench = name, params, bench
         self.state: ArmState = "ok"
         self.error: str | None = None
@@ -156,24 +149,37 @@ class Arm:
         self.first_step_s: float | None = None
         self._warm_steps: list[float] = []
         self.in_effect: dict[str, Any] = {}
-        spec = bench.spec
-        torch.manual_seed(spec.seed)  # as a trial: every arm starts from the same weights and data order
-        self.tuned = apply(params, facts=bench.facts, check_hardware=False)
-        workload = bench.workload
-        model = self.tuned.prepare_model(workload.model())
-        optimizer = self.tuned.scale_lr(workload.optimizer(model.parameters()))
-        self.model, self.optimizer = self.tuned.prepare(model, optimizer)
-        loader = torch.utils.data.DataLoader(
-            bench.train, batch_size=self.tuned.batch_size, shuffle=True, drop_last=True,
-            generator=torch.Generator().manual_seed(spec.seed), **self.tuned.dataloader_kwargs)
-        self.batches = _Batches(loader)
+        self.tuned: Any = None
+        self.model: Any = None
+        self.optimizer: Any = None
+        self.batches = _Batches(None)
+        self._rng: Any = None
+        self._cuda_rng: Any = None
+        self._sync: Callable[[], None] = lambda: None
+
+    def _build(self) -> None:
+        """Model, optimizer and DataLoader through ``apply()`` and ``Tuned``, as a trial builds them. Runs
+        guarded: a model that does not fit (a second model on one GPU) fails this arm with ``oom``."""
+        import torch
+
+        from .apply import apply
+
+        bench, seed = self.bench, self.bench.spec.seed
+        torch.manual_seed(seed)  # as a trial: every arm starts from the same weights and data order
+        self.tuned = tuned = apply(self.params, facts=bench.facts, check_hardware=False)
+        model = tuned.prepare_model(bench.workload.model())
+        optimizer = tuned.scale_lr(bench.workload.optimizer(model.parameters()))
+        self.model, self.optimizer = tuned.prepare(model, optimizer)
+        self.batches = _Batches(torch.utils.data.DataLoader(
+            bench.train, batch_size=tuned.batch_size, shuffle=True, drop_last=True,
+            generator=torch.Generator().manual_seed(seed), **tuned.dataloader_kwargs))
         self._rng = torch.get_rng_state()  # the arm's own: dropout draws the same whatever the other arms do
-        self._cuda_rng = torch.cuda.get_rng_state() if self.tuned.device == "cuda" else None
-        self._sync: Callable[[], None] = torch.cuda.synchronize if self.tuned.device == "cuda" else (lambda: None)
+        if tuned.device == "cuda":
+            self._cuda_rng, self._sync = torch.cuda.get_rng_state(), torch.cuda.synchronize
 
     @property
     def step_samples(self) -> int:
-        return self.tuned.step_samples
+        return self.tuned.step_samples if self.tuned is not None else 0
 
     @property
     def step_s(self) -> float | None:
@@ -192,8 +198,9 @@ class Arm:
     def status(self) -> ArmStatus:
         return ArmStatus(
             arm=self.name, state=self.state, error=self.error, step_samples=self.step_samples, trained=self.trained,
-            first_step_s=self.first_step_s, step_s=self.step_s, compile_s=self.compile_s, loss=self.loss, loss_samples=self.loss_samples,
-            worker_pids=self.batches.worker_pids(), in_effect=self.in_effect, warnings=tuple(self.tuned.warnings))
+            first_step_s=self.first_step_s, step_s=self.step_s, compile_s=self.compile_s, loss=self.loss,
+            loss_samples=self.loss_samples, worker_pids=self.batches.worker_pids(), in_effect=self.in_effect,
+            warnings=tuple(self.tuned.warnings if self.tuned is not None else ()))
 
     # Activation: what an arm owns of the process while its window runs ------------------------------------
 
@@ -204,7 +211,8 @@ class Arm:
             raise ArmFailed(self.name, self.state, self.error or "failed earlier")
         for family in _PROCESS_GLOBAL:
             family.apply_process(self.params)
-        torch.set_rng_state(self._rng)
+        if self._rng is not None:
+            torch.set_rng_state(self._rng)
         if self._cuda_rng is not None:
             torch.cuda.set_rng_state(self._cuda_rng)
         _signal(self.batches.worker_pids(), signal.SIGCONT)
@@ -244,7 +252,7 @@ class Arm:
         """Continue and shut down its DataLoader workers; release the model (and GPU memory)."""
         self.batches.close()
         self.model = self.optimizer = None
-        if self.tuned.device == "cuda":
+        if self.tuned is not None and self.tuned.device == "cuda":
             import torch
 
             torch.cuda.empty_cache()
@@ -281,8 +289,8 @@ class Arm:
         return time.perf_counter() - start
 
     def warm_up(self) -> None:
-        """The first step (compilation: timed alone) and the other warm-up steps, untimed for the score."""
-        self._guarded(self._warm_up)
+        """Build the arm, then the first step (compilation: timed alone) and the other warm-up steps."""
+        self._guarded(lambda: (self._build(), self._warm_up()))
 
     def _warm_up(self) -> None:
         for index in range(max(1, self.bench.spec.warmup_steps)):
@@ -395,27 +403,3 @@ def pairs(base: Arm, cand: Arm, n: int, window_s: float, rng: random.Random,
             break
         records.append(PairRecord(order[0].name, runs[base.name], runs[cand.name]))
     return records
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """A paired comparison's score: the candidate's speed relative to the baseline's."""
-
-    ratio: _stats.Interval  # median per-pair ratio (cand / base) with its interval
-    amortised: _stats.Interval  # the same with each arm's compile time amortised over train_steps
-    verdict: _stats.Verdict  # from ``amortised``: what a training run of train_steps would see
-    margin: float
-
-
-def compare(records: Sequence[PairRecord], base: ArmStatus, cand: ArmStatus, *, train_steps: int,
-            margin: float = _stats.MIN_MARGIN, confidence: float = _stats.CONFIDENCE) -> Comparison:
-    """The median ratio of ``records`` with its interval, amortised as today's objective, and a verdict."""
-    if not records:
-        raise ValueError(f"no pairs to compare ({base.arm}: {base.state}, {cand.arm}: {cand.state})")
-
-    def amortised(window: WindowRecord, arm: ArmStatus) -> float:
-        return _stats.amortised_rate(window.rate, arm.compile_s or 0.0, train_steps * arm.step_samples)
-
-    ratio = _stats.median_interval([r.ratio for r in records], confidence)
-    paid = _stats.median_interval([amortised(r.cand, cand) / amortised(r.base, base) for r in records], confidence)
-    return Comparison(ratio, paid, _stats.verdict(paid, margin), margin)

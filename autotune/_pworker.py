@@ -14,7 +14,7 @@ Example::
     ...     cal = worker.calibrate("defaults", params)
     ...     worker.add_arm("cl", {**params, "channels_last": True})
     ...     run = worker.run_pairs("defaults", "cl", cal.pairs, cal.window_s, seed=1)
-    ...     compare(run.pairs, run.base, run.cand, train_steps=5000, margin=cal.margin).verdict
+    ...     _stats.compare(run.pairs, run.base, run.cand, train_steps=5000, margin=cal.margin).verdict
     'faster'
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _stats, launch
-from ._paired import ArmFailed, Bench, Comparison, EnvironmentMismatch, choose_window_s, compare, pairs
+from ._paired import ArmFailed, Bench, EnvironmentMismatch, choose_window_s, pairs
 from ._pspec import (
     AddArm,
     ArmAdded,
@@ -149,7 +149,7 @@ class Calibration:
     half_width: float
     margin: float  # the verdicts' margin (``_stats.margin_from_calibration``)
     spread: float  # max - min of the A/A per-pair ratios
-    aa: Comparison
+    aa: _stats.Comparison
     step_s: float
 
 
@@ -254,7 +254,7 @@ class PairedWorker:
         window = window_s if window_s is not None else choose_window_s(step_s, self.spec.params.get("device") or "cpu")
         run = self.run_pairs(base, base + "~aa", pairs, window, seed)
         self.drop_arm(base + "~aa")
-        aa = compare(run.pairs, run.base, run.cand, train_steps=self.spec.train_steps)
+        aa = _stats.compare(run.pairs, run.base, run.cand, train_steps=self.spec.train_steps)
         ratios = [p.ratio for p in run.pairs]
         return Calibration(window, _stats.pairs_for_width(ratios, half_width), half_width,
                            _stats.margin_from_calibration(aa.ratio), max(ratios) - min(ratios), aa, step_s)

@@ -1,4 +1,5 @@
-"""Statistics of paired A/B measurement: the median of per-pair speed ratios, its confidence interval, a verdict.
+"""Statistics of paired A/B measurement: the median of per-pair speed ratios, its confidence interval, a verdict
+(``compare``: pairs of windows in, a ``Comparison`` out).
 
 A comparison's per-pair ratios (candidate rate / baseline rate, one per pair of back-to-back windows) are
 summarised by their **median** with an **exact distribution-free interval from order statistics**: for n
@@ -31,7 +32,10 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from ._pspec import ArmStatus, PairRecord, WindowRecord
 
 Verdict = Literal["faster", "slower", "same"]
 
@@ -135,3 +139,27 @@ def margin_from_calibration(aa: Interval) -> float:
     difference the interval does not account for (e.g. which model instance sits where in memory), so
     gains up to it are not told apart; at least ``MIN_MARGIN``."""
     return max(MIN_MARGIN, abs(aa.median - 1.0))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A paired comparison's score: the candidate's speed relative to the baseline's."""
+
+    ratio: Interval  # median per-pair ratio (cand / base) with its interval
+    amortised: Interval  # the same with each arm's compile time amortised over train_steps
+    verdict: Verdict  # from ``amortised``: what a training run of train_steps would see
+    margin: float
+
+
+def compare(records: Sequence[PairRecord], base: ArmStatus, cand: ArmStatus, *, train_steps: int,
+            margin: float = MIN_MARGIN, confidence: float = CONFIDENCE) -> Comparison:
+    """The median ratio of ``records`` with its interval, amortised as today's objective, and a verdict."""
+    if not records:
+        raise ValueError(f"no pairs to compare ({base.arm}: {base.state}, {cand.arm}: {cand.state})")
+
+    def amortised(window: WindowRecord, arm: ArmStatus) -> float:
+        return amortised_rate(window.rate, arm.compile_s or 0.0, train_steps * arm.step_samples)
+
+    ratio = median_interval([r.ratio for r in records], confidence)
+    paid = median_interval([amortised(r.cand, cand) / amortised(r.base, base) for r in records], confidence)
+    return Comparison(ratio, paid, verdict(paid, margin), margin)

@@ -47,7 +47,8 @@ def _today(workload: str, base: dict[str, Any], cand: dict[str, Any], facts: Any
 
 def _paired(workload: str, base: dict[str, Any], cand: dict[str, Any], facts: Any, pairs: int,
             seed: int) -> dict[str, dict[str, Any]]:
-    from autotune._paired import choose_window_s, compare
+    from autotune._paired import choose_window_s
+    from autotune._stats import compare
     from autotune._pworker import PairedWorker
     from autotune.runner import TrialSettings
 

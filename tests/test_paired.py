@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from autotune import _pspec, _stats
-from autotune._paired import choose_window_s, compare, environment_differences
+from autotune._paired import choose_window_s, environment_differences
 from autotune._pworker import PairedWorker, WorkerError
 from autotune.runner import TrialSettings
 from autotune.search_spaces import SpaceContext, defaults
@@ -156,7 +156,7 @@ def _compare(worker: PairedWorker, base: str, cand: str, n: int, window_s: float
     """At 99%: a 95% interval misses the true ratio once in 20 by design, and a test must not flake."""
     run = worker.run_pairs(base, cand, n, window_s, seed=seed)
     assert len(run.pairs) == n, (run.base, run.cand)
-    return compare(run.pairs, run.base, run.cand, train_steps=SETTINGS.train_steps, confidence=0.99)
+    return _stats.compare(run.pairs, run.base, run.cand, train_steps=SETTINGS.train_steps, confidence=0.99)
 
 
 def test_aa_of_the_defaults_reads_same_with_one_inside(tiny_worker: PairedWorker, facts: Any) -> None:
