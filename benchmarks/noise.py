@@ -4,12 +4,12 @@
 
 For the workload (default: the bundled CNN), ``--comparisons`` A/A comparisons (the defaults against
 themselves) and as many A/B comparisons (``channels_last=True`` against the defaults), each measured with:
-- today's method: a fresh trial process per run (``autotune.runner.run_trial``), ``--rounds`` runs per
-  arm, interleaved, judged by the confirmation's rule (``autotune._confirm.beats``, either direction for
-  "different"); its "width" is the rule's noise band (twice ``_confirm.noise``);
+- today's method: a fresh trial process per run (``autotune.trial.run_trial``), ``--rounds`` runs per
+  arm, interleaved, judged by the confirmation's rule (``autotune.study.significance.beats``, either direction for
+  "different"); its "width" is the rule's noise band (twice ``significance.noise``);
 - the paired method: a fresh worker per comparison holding the defaults, an identical copy and the
-  candidate; ``--pairs`` pairs of windows (length from the step time, ``_paired.choose_window_s``), judged
-  by the median ratio's exact 95% interval against the fixed margin (``_stats.MIN_MARGIN``).
+  candidate; ``--pairs`` pairs of windows (length from the step time, ``trial.paired.choose_window_s``), judged
+  by the median ratio's exact 95% interval against the fixed margin (``trial.stats.MIN_MARGIN``).
 The two methods alternate comparison by comparison, so a neighbour's load hits both alike (the JSON line
 gives the load average at start and end: with other processes on the cores every figure widens). Prints per
 method the A/A comparisons found "different" (false positives) and the A/B comparisons detected, the
@@ -28,8 +28,8 @@ from typing import Any
 
 
 def _today(workload: str, base: dict[str, Any], cand: dict[str, Any], facts: Any, rounds: int) -> dict[str, Any]:
-    from autotune._confirm import beats, noise
-    from autotune.runner import TrialSettings, run_trial
+    from autotune.study.significance import beats, noise
+    from autotune.trial import TrialSettings, run_trial
 
     runs: dict[str, list[float]] = {"base": [], "cand": []}
     for round_ in range(rounds):
@@ -47,10 +47,8 @@ def _today(workload: str, base: dict[str, Any], cand: dict[str, Any], facts: Any
 
 def _paired(workload: str, base: dict[str, Any], cand: dict[str, Any], facts: Any, pairs: int,
             seed: int) -> dict[str, dict[str, Any]]:
-    from autotune._paired import choose_window_s
-    from autotune._stats import compare
-    from autotune._pworker import PairedWorker
-    from autotune.runner import TrialSettings
+    from autotune.trial import PairedWorker, TrialSettings, compare
+    from autotune.trial.paired import choose_window_s
 
     settings = TrialSettings()
     out = {}

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from autotune import _pspec, _stats
-from autotune._paired import choose_window_s, environment_differences
-from autotune._pworker import PairedWorker, WorkerError
-from autotune.runner import TrialSettings
 from autotune.search_spaces import SpaceContext, defaults
+from autotune.trial import protocol, stats
+from autotune.trial.paired import choose_window_s, environment_differences
+from autotune.trial.spec import TrialSettings
+from autotune.trial.worker import PairedWorker, WorkerError
 
 SETTINGS = TrialSettings(warmup_steps=2, measure_steps=6, windows=2, max_extra_windows=0, eval_samples=128)
 
@@ -33,13 +33,13 @@ def _params(facts: Any, batch_size: int = 32, **changes: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(("n", "k", "coverage"), [(5, 1, 0.9375), (6, 1, 0.96875), (8, 1, 0.9921875),
                                                   (16, 4, 0.9787292), (20, 6, 0.9586105)])
 def test_order_rank_is_the_widest_exact_interval_reaching_95_percent(n: int, k: int, coverage: float) -> None:
-    assert _stats.order_rank(n)[0] == k and _stats.order_rank(n)[1] == pytest.approx(coverage, abs=1e-6)
+    assert stats.order_rank(n)[0] == k and stats.order_rank(n)[1] == pytest.approx(coverage, abs=1e-6)
 
 
 def test_median_interval_of_known_values() -> None:
     values = [1.0 + i / 100 for i in range(16)]  # 1.00 .. 1.15, shuffled
     random.Random(3).shuffle(values)
-    interval = _stats.median_interval(values)
+    interval = stats.median_interval(values)
     assert interval.median == pytest.approx(1.075)
     assert (interval.low, interval.high) == (pytest.approx(1.03), pytest.approx(1.12))  # 4th and 13th
     assert interval.count == 16 and interval.confidence > 0.95
@@ -53,7 +53,7 @@ def test_interval_covers_the_true_median_as_often_as_it_says(true_median: float)
     for _ in range(trials):
         ratios = [true_median * math.exp(rng.gauss(0, 0.1)) * (1.3 if rng.random() < 0.1 else 1.0) for _ in range(16)]
         # the burst moves the distribution: its true median is where P(ratio <= m) = 1/2
-        covered += _stats.median_interval(ratios).contains(_true_median_of_mixture(true_median))
+        covered += stats.median_interval(ratios).contains(_true_median_of_mixture(true_median))
     assert 0.96 <= covered / trials <= 0.995  # exact: 0.979
 
 
@@ -74,14 +74,14 @@ def _true_median_of_mixture(median: float) -> float:
                                                        (0.8, 0.97, "slower"), (0.8, 0.99, "same"),
                                                        (0.97, 1.03, "same")])
 def test_verdict_needs_the_whole_interval_beyond_the_margin(low: float, high: float, expected: str) -> None:
-    assert _stats.verdict(_stats.Interval(1.0, low, high, 0.95, 16), margin=0.02) == expected
+    assert stats.verdict(stats.Interval(1.0, low, high, 0.95, 16), margin=0.02) == expected
 
 
 def test_pairs_for_width_grows_with_the_noise_and_the_precision_asked() -> None:
     quiet = [1 + 0.01 * math.sin(i) for i in range(16)]
     noisy = [1 + 0.10 * math.sin(i) for i in range(16)]
-    assert _stats.pairs_for_width(quiet, 0.03) == 8  # the floor
-    assert _stats.pairs_for_width(noisy, 0.03) > _stats.pairs_for_width(noisy, 0.06) > 8
+    assert stats.pairs_for_width(quiet, 0.03) == 8  # the floor
+    assert stats.pairs_for_width(noisy, 0.03) > stats.pairs_for_width(noisy, 0.06) > 8
 
 
 def test_window_length_holds_a_few_steps_and_the_floor() -> None:
@@ -91,29 +91,32 @@ def test_window_length_holds_a_few_steps_and_the_floor() -> None:
 def test_environment_level_knobs_must_match_the_worker() -> None:
     worker = {"threads": 2, "allocator": "default", "batch_size": 64}
     assert environment_differences(worker, {**worker, "batch_size": 8, "channels_last": True}) == []
-    assert environment_differences(worker, {**worker, "allocator": "jemalloc"}) == ["allocator='jemalloc' (worker: 'default')"]
+    assert environment_differences(worker, {**worker, "allocator": "jemalloc"}) == [
+        "allocator='jemalloc' (worker: 'default')"]
 
 
 # Protocol --------------------------------------------------------------------------------------------------
 
-_WINDOW = _pspec.WindowRecord("a", 10.0, 3, 30, 3.0, {"12": "T"})
-_STATUS = _pspec.ArmStatus("a", "nan", "NonFiniteLoss: nan", 32, 64, 0.5, 0.01, 0.49, None, None, (7, 8), {"x": 1}, ("w",))
+_WINDOW = protocol.WindowRecord("a", 10.0, 3, 30, 3.0, {"12": "T"})
+_STATUS = protocol.ArmStatus("a", "nan", "NonFiniteLoss: nan", 32, 64, 0.5, 0.01, 0.49, None, None, (7, 8), {"x": 1},
+                             ("w",))
 
 
 @pytest.mark.parametrize("message", [
-    _pspec.AddArm("a", {"batch_size": 8}), _pspec.RunPairs("a", "b", 4, 0.3, 2), _pspec.RunWindows("a", 2, 0.5),
-    _pspec.Evaluate("a"), _pspec.DropArm("a"), _pspec.Quit(), _pspec.Ready(1, {"threads": 1}), _pspec.ArmAdded(_STATUS),
-    _pspec.WindowsRun(_STATUS, (_WINDOW, _WINDOW)), _pspec.PairsRun(_STATUS, _STATUS, (_pspec.PairRecord("a", _WINDOW, _WINDOW),)),
-    _pspec.Evaluated(_STATUS), _pspec.Dropped("a"), _pspec.Refused("AddArm", "why"), _pspec.Bye(),
+    protocol.AddArm("a", {"batch_size": 8}), protocol.RunPairs("a", "b", 4, 0.3, 2), protocol.RunWindows("a", 2, 0.5),
+    protocol.Evaluate("a"), protocol.DropArm("a"), protocol.Quit(), protocol.Ready(1, {"threads": 1}),
+    protocol.ArmAdded(_STATUS), protocol.WindowsRun(_STATUS, (_WINDOW, _WINDOW)),
+    protocol.PairsRun(_STATUS, _STATUS, (protocol.PairRecord("a", _WINDOW, _WINDOW),)),
+    protocol.Evaluated(_STATUS), protocol.Dropped("a"), protocol.Refused("AddArm", "why"), protocol.Bye(),
 ])
 def test_every_message_round_trips_through_one_json_line(message: Any) -> None:
-    line = _pspec.encode(message)
-    assert "\n" not in line and _pspec.decode(line) == message
+    line = protocol.encode(message)
+    assert "\n" not in line and protocol.decode(line) == message
 
 
 def test_a_line_that_is_not_a_message_is_refused() -> None:
     with pytest.raises(ValueError, match="not a paired-worker message"):
-        _pspec.decode('{"type": "Nope"}')
+        protocol.decode('{"type": "Nope"}')
 
 
 # Real workers ----------------------------------------------------------------------------------------------
@@ -156,13 +159,13 @@ def _compare(worker: PairedWorker, base: str, cand: str, n: int, window_s: float
     """At 99%: a 95% interval misses the true ratio once in 20 by design, and a test must not flake."""
     run = worker.run_pairs(base, cand, n, window_s, seed=seed)
     assert len(run.pairs) == n, (run.base, run.cand)
-    return _stats.compare(run.pairs, run.base, run.cand, train_steps=SETTINGS.train_steps, confidence=0.99)
+    return stats.compare(run.pairs, run.base, run.cand, train_steps=SETTINGS.train_steps, confidence=0.99)
 
 
 def test_aa_of_the_defaults_reads_same_with_one_inside(tiny_worker: PairedWorker, facts: Any) -> None:
     cal = tiny_worker.calibrate("defaults", _params(facts), pairs=12, window_s=0.2)
     assert cal.aa.verdict == "same", cal.aa
-    assert cal.aa.ratio.count == 12 and cal.margin >= _stats.MIN_MARGIN and cal.pairs >= 8
+    assert cal.aa.ratio.count == 12 and cal.margin >= stats.MIN_MARGIN and cal.pairs >= 8
     assert "defaults~aa" not in tiny_worker.arms  # the copy is dropped, the base kept
     tiny_worker.add_arm("defaults~again", _params(facts))
     again = _compare(tiny_worker, "defaults", "defaults~again", 12, 0.2, seed=5)
@@ -233,7 +236,7 @@ def _state(pid: int) -> str:
 
 def test_a_nan_or_oom_arm_fails_alone(facts: Any) -> None:
     params = _params(facts)
-    with PairedWorker("tests.test_paired:faulty", params, facts, SETTINGS) as worker:
+    with PairedWorker("tests.trial.test_paired:faulty", params, facts, SETTINGS) as worker:
         assert worker.add_arm("ok", params).state == "ok"
         nan = worker.add_arm("nan", {**params, "batch_size": 64})
         oom = worker.add_arm("oom", {**params, "batch_size": 96})

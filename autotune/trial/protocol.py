@@ -17,7 +17,7 @@ import dataclasses
 import json
 import typing
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 ArmState = Literal["ok", "nan", "oom", "crash"]  # as a trial's status (``runner.Status``) for what ran
 
@@ -87,7 +87,7 @@ class Quit:
     pass
 
 
-Command = Union[AddArm, RunPairs, RunWindows, Evaluate, DropArm, Quit]
+Command = AddArm | RunPairs | RunWindows | Evaluate | DropArm | Quit
 
 # Records and replies -------------------------------------------------------------------------------------
 
@@ -187,7 +187,7 @@ class Bye:
     pass
 
 
-Reply = Union[Ready, ArmAdded, WindowsRun, PairsRun, Evaluated, Dropped, Refused, Bye]
+Reply = Ready | ArmAdded | WindowsRun | PairsRun | Evaluated | Dropped | Refused | Bye
 
 _TYPES: dict[str, type[Any]] = {cls.__name__: cls for cls in typing.get_args(Command) + typing.get_args(Reply)}
 

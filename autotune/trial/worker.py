@@ -1,10 +1,10 @@
-"""The paired worker: ``python -m autotune._pworker SPEC.json``, and ``PairedWorker``, its parent's side.
+"""The paired worker: ``python -m autotune.trial.worker SPEC.json``, and ``PairedWorker``, its parent's side.
 
 A worker holds the arms of one environment configuration (threads, interop threads, affinity, OpenMP
 runtime, allocator, one process) and lives as long as that configuration is in use, so comparing knobs
 that apply inside a process pays no process start-up. It is started exactly as a trial is
 (``launch.plan`` sets its environment and affinity before torch starts, ``launch.start`` ties it to the
-parent's life), reads one command per line on stdin and writes one reply per command (``autotune._pspec``)
+parent's life), reads one command per line on stdin and writes one reply per command (``autotune.trial.protocol``)
 on its original stdout; anything the workload prints goes to its log (stderr). It ends on ``Quit``, on the
 end of its stdin (the parent is gone), or when the parent stops its whole process tree (timeout, Ctrl-C).
 
@@ -14,7 +14,7 @@ Example::
     ...     cal = worker.calibrate("defaults", params)
     ...     worker.add_arm("cl", {**params, "channels_last": True})
     ...     run = worker.run_pairs("defaults", "cl", cal.pairs, cal.window_s, seed=1)
-    ...     _stats.compare(run.pairs, run.base, run.cand, train_steps=5000, margin=cal.margin).verdict
+    ...     stats.compare(run.pairs, run.base, run.cand, train_steps=5000, margin=cal.margin).verdict
     'faster'
 """
 from __future__ import annotations
@@ -32,9 +32,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from . import _stats, launch
-from ._paired import ArmFailed, Bench, EnvironmentMismatch, choose_window_s, pairs
-from ._pspec import (
+from ..errors import TrialError
+from . import launch, stats
+from .paired import ArmFailed, Bench, EnvironmentMismatch, choose_window_s, pairs
+from .protocol import (
     AddArm,
     ArmAdded,
     ArmStatus,
@@ -56,7 +57,7 @@ from ._pspec import (
     decode,
     encode,
 )
-from .errors import TrialError
+from .runner import _private_tmpdir, _trial_directory, loss_samples
 
 
 class WorkerError(TrialError):
@@ -110,7 +111,7 @@ def main(argv: list[str]) -> int:
         replies.write(encode(reply) + "\n")
         replies.flush()
 
-    from ._trial import _in_effect
+    from .child import _in_effect
 
     try:
         bench = Bench(WorkerSpec(**json.loads(Path(argv[0]).read_text())))
@@ -144,12 +145,12 @@ def main(argv: list[str]) -> int:
 class Calibration:
     """This machine's in-process noise, from an A/A comparison of identical arms, and what it implies."""
 
-    window_s: float  # long enough to be timed well (``_paired.choose_window_s``)
+    window_s: float  # long enough to be timed well (``paired.choose_window_s``)
     pairs: int  # pairs for an interval of about ``±half_width``
     half_width: float
-    margin: float  # the verdicts' margin (``_stats.margin_from_calibration``)
+    margin: float  # the verdicts' margin (``stats.margin_from_calibration``)
     spread: float  # max - min of the A/A per-pair ratios
-    aa: _stats.Comparison
+    aa: stats.Comparison
     step_s: float
 
 
@@ -160,8 +161,6 @@ class PairedWorker:
 
     def __init__(self, workload: str, params: dict[str, Any], facts: Any, settings: Any, *,
                  python: str = sys.executable) -> None:
-        from .runner import loss_samples
-
         self.spec = WorkerSpec(workload=workload, params=params, facts=facts.to_dict(),
                                loss_samples=loss_samples(settings, params, facts), warmup_steps=settings.warmup_steps,
                                eval_samples=settings.eval_samples, train_steps=settings.train_steps, seed=settings.seed)
@@ -180,11 +179,9 @@ class PairedWorker:
         self.close()
 
     def start(self, timeout_s: float = 120.0) -> Ready:
-        from .runner import _private_tmpdir, _trial_directory
-
         work = self.work = self._stack.enter_context(_trial_directory())
         (work / "spec.json").write_text(json.dumps(asdict(self.spec)))
-        plan = launch.plan([self.python, "-m", "autotune._pworker", str(work / "spec.json")], self.spec.params,
+        plan = launch.plan([self.python, "-m", "autotune.trial.worker", str(work / "spec.json")], self.spec.params,
                            self.facts, os.environ, keep_user_env=False)
         plan.env["TORCHINDUCTOR_CACHE_DIR"] = str(work / "inductor")
         plan.env["TRITON_CACHE_DIR"] = str(work / "triton")
@@ -254,10 +251,10 @@ class PairedWorker:
         window = window_s if window_s is not None else choose_window_s(step_s, self.spec.params.get("device") or "cpu")
         run = self.run_pairs(base, base + "~aa", pairs, window, seed)
         self.drop_arm(base + "~aa")
-        aa = _stats.compare(run.pairs, run.base, run.cand, train_steps=self.spec.train_steps)
+        aa = stats.compare(run.pairs, run.base, run.cand, train_steps=self.spec.train_steps)
         ratios = [p.ratio for p in run.pairs]
-        return Calibration(window, _stats.pairs_for_width(ratios, half_width), half_width,
-                           _stats.margin_from_calibration(aa.ratio), max(ratios) - min(ratios), aa, step_s)
+        return Calibration(window, stats.pairs_for_width(ratios, half_width), half_width,
+                           stats.margin_from_calibration(aa.ratio), max(ratios) - min(ratios), aa, step_s)
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Quit the worker (its arms' DataLoader workers end with it), then stop what is left of its tree."""

@@ -6,7 +6,7 @@ that apply inside a process are compared here: an ``Arm`` is one set of in-proce
 channels_last, AMP dtype, compile mode, sparsity, DataLoader settings, ipex, TF32) with its own model,
 optimizer and DataLoader, set up through ``autotune.apply()`` and ``Tuned`` exactly as a trial and the
 user's training are, seeded identically. ``pairs()`` runs two arms back to back in random order; each
-pair's ratio is candidate rate / baseline rate, and ``_stats.compare()`` gives their median with an
+pair's ratio is candidate rate / baseline rate, and ``stats.compare()`` gives their median with an
 exact interval.
 
 Rules an arm keeps, so that its windows measure only itself:
@@ -21,7 +21,7 @@ Rules an arm keeps, so that its windows measure only itself:
   (evaluation time is excluded from the window); later windows only time;
 - a NaN loss, an out-of-memory error or any other exception fails that arm alone (``ArmFailed``).
 
-Example (in a worker process; see ``autotune._pworker`` for the parent's side)::
+Example (in a worker process; see ``autotune.trial.worker`` for the parent's side)::
 
     bench = Bench(spec)
     base, cand = bench.add("base", spec.params), bench.add("cl", {**spec.params, "channels_last": True})
@@ -36,12 +36,13 @@ import random
 import signal
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from . import search_spaces as spaces
-from ._pspec import ArmState, ArmStatus, PairRecord, WindowRecord, WorkerSpec
-from ._trial import NonFiniteLoss, _evaluate, _failure, _in_effect, _raise_if_a_worker_died
+from .. import search_spaces as spaces
+from .child import NonFiniteLoss, _evaluate, _failure, _in_effect, _raise_if_a_worker_died
+from .protocol import ArmState, ArmStatus, PairRecord, WindowRecord, WorkerSpec
+from .spec import Status
 
 # Knobs that must be in effect before torch starts, or that decide the process itself: one worker, one set
 # of values (``search_spaces``: threads and preload families, processes; the run settings device and membind).
@@ -105,10 +106,11 @@ def _signal(pids: Sequence[int], sig: signal.Signals) -> None:
 
 class _Batches:
     """Endless batches of a DataLoader, epoch after epoch, with the pids of the workers serving them
-    (as ``_trial._batches``, which hides its iterator in a generator)."""
+    (as ``child._batches``, which hides its iterator in a generator)."""
 
     def __init__(self, loader: Any) -> None:
-        self.loader, self.iterator = loader, None
+        self.loader = loader
+        self.iterator: Iterator[Any] | None = None
 
     def next(self) -> Any:
         while True:
@@ -144,7 +146,9 @@ class Arm:
         self.name, self.params, self.bench = name, params, bench
         self.state: ArmState = "ok"
         self.error: str | None = None
-        self.trained, self.loss, self.loss_samples = 0, None, None
+        self.trained = 0
+        self.loss: float | None = None
+        self.loss_samples: int | None = None
         self.rates: list[float] = []
         self.first_step_s: float | None = None
         self._warm_steps: list[float] = []
@@ -162,7 +166,7 @@ class Arm:
         guarded: a model that does not fit (a second model on one GPU) fails this arm with ``oom``."""
         import torch
 
-        from .apply import apply
+        from ..apply import apply
 
         bench, seed = self.bench, self.bench.spec.seed
         torch.manual_seed(seed)  # as a trial: every arm starts from the same weights and data order
@@ -210,7 +214,7 @@ class Arm:
         if self.state != "ok":
             raise ArmFailed(self.name, self.state, self.error or "failed earlier")
         for family in _PROCESS_GLOBAL:
-            family.apply_process(self.params)
+            family.apply_process(self.params, self.bench.facts)
         if self._rng is not None:
             torch.set_rng_state(self._rng)
         if self._cuda_rng is not None:
@@ -244,9 +248,10 @@ class Arm:
         raise AssertionError("unreachable")  # pragma: no cover - _fail raises
 
     def _fail(self, state: ArmState, error: BaseException) -> None:
-        self.state, self.error = state, _failure(state, error)["error"]
+        message = _failure(Status(state), error).error or type(error).__name__
+        self.state, self.error = state, message
         self.close()
-        raise ArmFailed(self.name, state, self.error) from error
+        raise ArmFailed(self.name, state, message) from error
 
     def close(self) -> None:
         """Continue and shut down its DataLoader workers; release the model (and GPU memory)."""
@@ -290,7 +295,11 @@ class Arm:
 
     def warm_up(self) -> None:
         """Build the arm, then the first step (compilation: timed alone) and the other warm-up steps."""
-        self._guarded(lambda: (self._build(), self._warm_up()))
+        def run() -> None:
+            self._build()
+            self._warm_up()
+
+        self._guarded(run)
 
     def _warm_up(self) -> None:
         for index in range(max(1, self.bench.spec.warmup_steps)):
@@ -342,9 +351,9 @@ class Bench:
     """The arms of one worker process: its workload, its environment's params, its held-out split."""
 
     def __init__(self, spec: WorkerSpec) -> None:
-        from .apply import apply
-        from .probes import Facts
-        from .workload import held_out_split, load_workload
+        from ..apply import apply
+        from ..probes import Facts
+        from ..workload import held_out_split, load_workload
 
         self.spec = spec
         self.facts = Facts.from_dict(spec.facts)

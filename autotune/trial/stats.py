@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from ._pspec import ArmStatus, PairRecord, WindowRecord
+    from .protocol import ArmStatus, PairRecord, WindowRecord
 
 Verdict = Literal["faster", "slower", "same"]
 
