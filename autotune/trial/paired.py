@@ -41,6 +41,7 @@ from typing import Any
 
 from .. import search_spaces as spaces
 from .child import NonFiniteLoss, _evaluate, _failure, _in_effect, _raise_if_a_worker_died
+from .freeze import proc_state
 from .protocol import ArmState, ArmStatus, PairRecord, WindowRecord, WorkerSpec
 from .spec import Status
 
@@ -85,15 +86,6 @@ def choose_window_s(step_s: float, device: str = "cpu") -> float:
     (0.3, 0.8, 0.05)
     """
     return max(WINDOW_FLOOR_S.get(device, WINDOW_FLOOR_S["cpu"]), MIN_WINDOW_STEPS * step_s)
-
-
-def _proc_state(pid: int) -> str:
-    """The state letter of /proc/PID/stat (proc(5): ``R`` running, ``S`` sleeping, ``T`` stopped), ``?`` if gone."""
-    try:
-        text = open(f"/proc/{pid}/stat").read()
-    except OSError:
-        return "?"
-    return text[text.rindex(")") + 2]  # the command name in parentheses may hold spaces
 
 
 def _signal(pids: Sequence[int], sig: signal.Signals) -> None:
@@ -332,7 +324,7 @@ class Arm:
                 if time.perf_counter() - start - excluded >= window_s:
                     break
         elapsed = time.perf_counter() - start - excluded
-        idle_workers = {str(pid): _proc_state(pid) for arm in idle for pid in arm.batches.worker_pids()}
+        idle_workers = {str(pid): proc_state(pid) for arm in idle for pid in arm.batches.worker_pids()}
         self._check(loss)
         samples = self.trained - samples
         self.rates.append(samples / elapsed)

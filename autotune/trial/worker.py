@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import TrialError
-from . import launch, stats
+from . import freeze, launch, stats
 from .paired import ArmFailed, Bench, EnvironmentMismatch, choose_window_s, pairs
 from .protocol import (
     AddArm,
@@ -170,6 +170,7 @@ class PairedWorker:
         self._buffer = b""
         self.ready: Ready | None = None
         self.arms: list[str] = []  # the worker's arms, as its replies said
+        self.frozen: freeze.Frozen | None = None  # while its tree is stopped (``freeze()``)
 
     def __enter__(self) -> PairedWorker:
         self.start()
@@ -199,6 +200,8 @@ class PairedWorker:
         """Send one command and wait for its reply."""
         if self.proc is None or self.proc.stdin is None:
             raise WorkerError("the paired worker is not running: start() it first")
+        if self.frozen is not None:
+            raise WorkerError("the paired worker is frozen: thaw() it first")
         try:
             self.proc.stdin.write((encode(command) + "\n").encode())
             self.proc.stdin.flush()
@@ -256,9 +259,20 @@ class PairedWorker:
         return Calibration(window, stats.pairs_for_width(ratios, half_width), half_width,
                            stats.margin_from_calibration(aa.ratio), max(ratios) - min(ratios), aa, step_s)
 
+    def freeze(self) -> None:
+        """Stop the worker's whole tree (SIGSTOP) while another process is timed; ``thaw()`` before a command."""
+        if self.proc is not None and self.frozen is None:
+            self.frozen = freeze.freeze(self.proc.pid)
+
+    def thaw(self) -> None:
+        if self.frozen is not None:
+            freeze.thaw(self.frozen)
+            self.frozen = None
+
     def close(self, timeout_s: float = 30.0) -> None:
         """Quit the worker (its arms' DataLoader workers end with it), then stop what is left of its tree."""
         try:
+            self.thaw()
             if self.proc is not None and self.proc.poll() is None:
                 with contextlib.suppress(WorkerError, OSError):
                     self.request(Quit(), timeout_s)
@@ -270,6 +284,8 @@ class PairedWorker:
 
     def _stop(self) -> None:
         if self.proc is not None:
+            freeze.thaw_all(self.proc.pid)  # a stopped process would hold SIGTERM until continued
+            self.frozen = None
             launch.stop_tree(self.proc, grace_s=0.5)
 
     def log_tail(self, limit: int = 1500) -> str:
