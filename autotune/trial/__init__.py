@@ -11,7 +11,8 @@
   commands and replies), ``paired`` (arms and windows, inside the worker), ``worker`` (``python -m
   autotune.trial.worker SPEC.json`` and ``PairedWorker``, its parent's side); across processes:
   ``process_pair`` (``ProcessPair``: two live workers alternated, the idle one frozen by ``freeze``;
-  ``across_processes``: over several process pairs, more where the machine is noisier);
+  ``across_processes``: over several process pairs, more where the machine is noisier); ``score``
+  (``PairedScorer``: a candidate against the defaults, in one worker or across processes x in one);
 - ``lifeline``, ``distributed``, ``lock``: the process tree dies with its starter; DDP plumbing;
   one trial at a time on a host and who owns what a dead search left.
 """
@@ -26,12 +27,14 @@ from .stats import Comparison, Interval, Verdict, compare, median_interval, verd
 
 if TYPE_CHECKING:
     from .process_pair import AcrossProcesses, ProcessPair, across_processes
+    from .score import PairedScorer, Score
     from .worker import Calibration, PairedWorker, WorkerError
 
 # The worker's names load on first use (PEP 562): ``worker`` brings the trial process's code (``child``, which
 # needs ``autotune.apply``), and ``autotune.apply`` itself imports this package for ``distributed``.
 _LAZY = {"Calibration": "worker", "PairedWorker": "worker", "WorkerError": "worker",
-         "AcrossProcesses": "process_pair", "ProcessPair": "process_pair", "across_processes": "process_pair"}
+         "AcrossProcesses": "process_pair", "ProcessPair": "process_pair", "across_processes": "process_pair",
+         "PairedScorer": "score", "Score": "score"}
 
 
 def __getattr__(name: str) -> Any:
@@ -49,8 +52,10 @@ __all__ = [
     "Interval",
     "Measurer",
     "OnWindow",
+    "PairedScorer",
     "PairedWorker",
     "ProcessPair",
+    "Score",
     "Status",
     "SubprocessMeasurer",
     "TrialResult",
