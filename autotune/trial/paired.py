@@ -1,0 +1,406 @@
+"""Paired A/B measurement inside one process: arms trained in alternating windows, compared by ratio.
+
+Two identical trial processes differ by a factor that lasts their whole life (0.89-1.28x measured on a
+2-vCPU VM), while two identical models trained alternately in ONE process agree within 1-2%. So knobs
+that apply inside a process are compared here: an ``Arm`` is one set of in-process knobs (batch size,
+channels_last, AMP dtype, compile mode, sparsity, DataLoader settings, ipex, TF32) with its own model,
+optimizer and DataLoader, set up through ``autotune.apply()`` and ``Tuned`` exactly as a trial and the
+user's training are, seeded identically. ``pairs()`` runs two arms back to back in random order; each
+pair's ratio is candidate rate / baseline rate, and ``stats.compare()`` gives their median with an
+exact interval.
+
+Rules an arm keeps, so that its windows measure only itself:
+- every arm of a process shares its environment-level knobs (``ENVIRONMENT_KEYS``); ``Bench.add`` refuses
+  another environment (those are compared across processes);
+- process-global settings (TF32, cuDNN flags: the families in ``_PROCESS_GLOBAL``) and the torch RNG state
+  are the arm's own from the start of each of its windows;
+- its DataLoader workers are stopped (SIGSTOP) while it is idle and continued (SIGCONT) for its windows,
+  and never left stopped: ``close()`` and a failure continue them before shutting them down;
+- a window runs whole optimizer steps until at least ``window_s`` seconds have passed (CUDA synchronised);
+- its quality-guard loss is taken once, when its trained samples reach the study's ``loss_samples``
+  (evaluation time is excluded from the window); later windows only time;
+- a NaN loss, an out-of-memory error or any other exception fails that arm alone (``ArmFailed``).
+
+Example (in a worker process; see ``autotune.trial.worker`` for the parent's side)::
+
+    bench = Bench(spec)
+    base, cand = bench.add("base", spec.params), bench.add("cl", {**spec.params, "channels_last": True})
+    records = pairs(base, cand, 16, 0.3, random.Random(0))
+    compare(records, base.status(), cand.status(), train_steps=5000).verdict     # 'faster'
+"""
+from __future__ import annotations
+
+import math
+import os
+import random
+import signal
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from .. import search_spaces as spaces
+from .child import NonFiniteLoss, _evaluate, _failure, _in_effect, _raise_if_a_worker_died
+from .freeze import proc_state
+from .protocol import ArmState, ArmStatus, PairRecord, WindowRecord, WorkerSpec
+from .spec import Status
+
+# Knobs that must be in effect before torch starts, or that decide the process itself: one worker, one set
+# of values (``search_spaces``: threads and preload families, processes; the run settings device and membind).
+ENVIRONMENT_KEYS: tuple[str, ...] = (*spaces.threads.KEYS, *spaces.preload.KEYS, *spaces.processes.KEYS,
+                                     "device", "membind")
+# Families whose ``apply_process`` sets flags every model of the process reads (TF32, cuDNN): set again at
+# the start of each window of an arm. The thread families are environment-level (equal for all arms).
+_PROCESS_GLOBAL = (spaces.amp,)
+
+WINDOW_FLOOR_S = {"cpu": 0.3, "cuda": 0.05}  # timer and scheduler noise stay well under 2% of this
+MIN_WINDOW_STEPS = 4
+
+
+class ArmFailed(Exception):
+    """An arm's training failed (NaN loss, out of memory, crash); the process and other arms go on."""
+
+    def __init__(self, arm: str, state: ArmState, error: str) -> None:
+        super().__init__(f"arm {arm!r} failed ({state}): {error}")
+        self.arm, self.state, self.error = arm, state, error
+
+
+class EnvironmentMismatch(ValueError):
+    """An arm whose environment-level knobs differ from its worker's."""
+
+
+def environment_differences(worker: dict[str, Any], params: dict[str, Any]) -> list[str]:
+    """``KEY=VALUE (worker: VALUE)`` for each environment-level knob ``params`` sets otherwise.
+
+    >>> environment_differences({"threads": 2, "batch_size": 64}, {"threads": 1, "batch_size": 16})
+    ['threads=1 (worker: 2)']
+    """
+    return [f"{k}={params.get(k)!r} (worker: {worker.get(k)!r})" for k in ENVIRONMENT_KEYS
+            if params.get(k) != worker.get(k)]
+
+
+def choose_window_s(step_s: float, device: str = "cpu") -> float:
+    """A window long enough to be timed well: ``MIN_WINDOW_STEPS`` steps and at least the device's floor.
+
+    >>> choose_window_s(0.01), choose_window_s(0.2), choose_window_s(0.001, "cuda")
+    (0.3, 0.8, 0.05)
+    """
+    return max(WINDOW_FLOOR_S.get(device, WINDOW_FLOOR_S["cpu"]), MIN_WINDOW_STEPS * step_s)
+
+
+def _signal(pids: Sequence[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+class _Batches:
+    """Endless batches of a DataLoader, epoch after epoch, with the pids of the workers serving them
+    (as ``child._batches``, which hides its iterator in a generator)."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+        self.iterator: Iterator[Any] | None = None
+
+    def next(self) -> Any:
+        while True:
+            if self.iterator is None:
+                self.iterator = iter(self.loader)
+            try:
+                return next(self.iterator)
+            except StopIteration:
+                self.iterator = None  # its workers shut down at the end of the epoch (unless persistent)
+            except Exception as error:
+                if self.loader.num_workers > 0:
+                    _raise_if_a_worker_died(error)
+                raise
+
+    def worker_pids(self) -> tuple[int, ...]:
+        return tuple(w.pid for w in getattr(self.iterator, "_workers", ()) if w.pid is not None)
+
+    def close(self) -> None:
+        pids = self.worker_pids()
+        _signal(pids, signal.SIGCONT)  # a stopped worker could not exit
+        shutdown = getattr(self.iterator, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+        self.iterator = None
+
+
+class Arm:
+    """One set of in-process knobs with its own model, optimizer and DataLoader (see the module docstring).
+
+    Built and warmed up by ``Bench.add``; ``window()`` times it; ``ensure_loss()`` takes its loss."""
+
+    def __init__(self, name: str, params: dict[str, Any], bench: Bench) -> None:
+        self.name, self.params, self.bench = name, params, bench
+        self.state: ArmState = "ok"
+        self.error: str | None = None
+        self.trained = 0
+        self.loss: float | None = None
+        self.loss_samples: int | None = None
+        self.rates: list[float] = []
+        self.first_step_s: float | None = None
+        self._warm_steps: list[float] = []
+        self.in_effect: dict[str, Any] = {}
+        self.tuned: Any = None
+        self.model: Any = None
+        self.optimizer: Any = None
+        self.batches = _Batches(None)
+        self._rng: Any = None
+        self._cuda_rng: Any = None
+        self._sync: Callable[[], None] = lambda: None
+
+    def _build(self) -> None:
+        """Model, optimizer and DataLoader through ``apply()`` and ``Tuned``, as a trial builds them. Runs
+        guarded: a model that does not fit (a second model on one GPU) fails this arm with ``oom``."""
+        import torch
+
+        from ..apply import apply
+
+        bench, seed = self.bench, self.bench.spec.seed
+        torch.manual_seed(seed)  # as a trial: every arm starts from the same weights and data order
+        self.tuned = tuned = apply(self.params, facts=bench.facts, check_hardware=False)
+        model = tuned.prepare_model(bench.workload.model())
+        optimizer = tuned.scale_lr(bench.workload.optimizer(model.parameters()))
+        self.model, self.optimizer = tuned.prepare(model, optimizer)
+        self.batches = _Batches(torch.utils.data.DataLoader(
+            bench.train, batch_size=tuned.batch_size, shuffle=True, drop_last=True,
+            generator=torch.Generator().manual_seed(seed), **tuned.dataloader_kwargs))
+        self._rng = torch.get_rng_state()  # the arm's own: dropout draws the same whatever the other arms do
+        if tuned.device == "cuda":
+            self._cuda_rng, self._sync = torch.cuda.get_rng_state(), torch.cuda.synchronize
+
+    @property
+    def step_samples(self) -> int:
+        return self.tuned.step_samples if self.tuned is not None else 0
+
+    @property
+    def step_s(self) -> float | None:
+        """A normal optimizer step: from the windows' median rate, before any window the warm-up's median."""
+        if self.rates:
+            return self.step_samples / statistics.median(self.rates)
+        return statistics.median(self._warm_steps) if self._warm_steps else None
+
+    @property
+    def compile_s(self) -> float | None:
+        """First step minus a normal one."""
+        if self.first_step_s is None:
+            return None
+        return max(0.0, self.first_step_s - (self.step_s or 0.0))
+
+    def status(self) -> ArmStatus:
+        return ArmStatus(
+            arm=self.name, state=self.state, error=self.error, step_samples=self.step_samples, trained=self.trained,
+            first_step_s=self.first_step_s, step_s=self.step_s, compile_s=self.compile_s, loss=self.loss,
+            loss_samples=self.loss_samples, worker_pids=self.batches.worker_pids(), in_effect=self.in_effect,
+            warnings=tuple(self.tuned.warnings if self.tuned is not None else ()))
+
+    # Activation: what an arm owns of the process while its window runs ------------------------------------
+
+    def _enter(self) -> None:
+        import torch
+
+        if self.state != "ok":
+            raise ArmFailed(self.name, self.state, self.error or "failed earlier")
+        for family in _PROCESS_GLOBAL:
+            family.apply_process(self.params, self.bench.facts)
+        if self._rng is not None:
+            torch.set_rng_state(self._rng)
+        if self._cuda_rng is not None:
+            torch.cuda.set_rng_state(self._cuda_rng)
+        _signal(self.batches.worker_pids(), signal.SIGCONT)
+
+    def _leave(self) -> None:
+        import torch
+
+        self._rng = torch.get_rng_state()
+        if self._cuda_rng is not None:
+            self._cuda_rng = torch.cuda.get_rng_state()
+        _signal(self.batches.worker_pids(), signal.SIGSTOP)
+
+    def _guarded(self, run: Callable[[], Any]) -> Any:
+        """``run()`` with the arm active; its failure fails this arm alone (and releases what it holds)."""
+        self._enter()
+        try:
+            return run()
+        except NonFiniteLoss as e:
+            self._fail("nan", e)
+        except MemoryError as e:
+            self._fail("oom", e)
+        except Exception as e:  # noqa: BLE001 - any failure of the workload is this arm's, recorded
+            import torch
+
+            self._fail("oom" if isinstance(e, torch.OutOfMemoryError) else "crash", e)
+        finally:
+            if self.state == "ok":
+                self._leave()
+        raise AssertionError("unreachable")  # pragma: no cover - _fail raises
+
+    def _fail(self, state: ArmState, error: BaseException) -> None:
+        message = _failure(Status(state), error).error or type(error).__name__
+        self.state, self.error = state, message
+        self.close()
+        raise ArmFailed(self.name, state, message) from error
+
+    def close(self) -> None:
+        """Continue and shut down its DataLoader workers; release the model (and GPU memory)."""
+        self.batches.close()
+        self.model = self.optimizer = None
+        if self.tuned is not None and self.tuned.device == "cuda":
+            import torch
+
+            torch.cuda.empty_cache()
+
+    # Training -------------------------------------------------------------------------------------------
+
+    def _step(self) -> Any:
+        tuned, workload = self.tuned, self.bench.workload
+        stepped, loss = False, None
+        while not stepped:
+            batch = tuned.to_device(*self.batches.next())
+            self.trained += len(batch[0])
+            with tuned.autocast():
+                loss = workload.loss(self.model(*workload.model_inputs(batch)), batch)
+            stepped = tuned.step(loss, self.optimizer)
+        return loss
+
+    @staticmethod
+    def _check(loss: Any) -> None:
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            raise NonFiniteLoss(f"the loss became {value}")
+
+    def _loss_if_due(self, loss: Any) -> float:
+        """Take the loss if this step reached ``loss_samples``; returns the seconds it took (0 if not due)."""
+        if self.loss is not None or self.trained < self.bench.spec.loss_samples:
+            return 0.0
+        self._sync()
+        start = time.perf_counter()
+        self._check(loss)
+        bench = self.bench
+        self.loss, self.loss_samples = _evaluate(bench.workload, self.tuned, self.model, bench.held_out), self.trained
+        self._sync()
+        return time.perf_counter() - start
+
+    def warm_up(self) -> None:
+        """Build the arm, then the first step (compilation: timed alone) and the other warm-up steps."""
+        def run() -> None:
+            self._build()
+            self._warm_up()
+
+        self._guarded(run)
+
+    def _warm_up(self) -> None:
+        for index in range(max(1, self.bench.spec.warmup_steps)):
+            self._sync()
+            start = time.perf_counter()
+            loss = self._step()
+            self._sync()
+            spent = time.perf_counter() - start
+            if index == 0:
+                self.first_step_s = spent
+            else:
+                self._warm_steps.append(spent)
+            self._loss_if_due(loss)
+        self._check(loss)
+        self.in_effect = {**_in_effect(), **self.tuned.in_effect}  # with this arm's process-global flags set
+
+    def window(self, window_s: float, idle: Sequence[Arm] = ()) -> WindowRecord:
+        """Whole steps until at least ``window_s`` seconds (evaluation excluded) have passed."""
+        return self._guarded(lambda: self._window(window_s, idle))
+
+    def _window(self, window_s: float, idle: Sequence[Arm]) -> WindowRecord:
+        self._sync()
+        start, excluded, steps, samples = time.perf_counter(), 0.0, 0, self.trained
+        while True:
+            loss = self._step()
+            steps += 1
+            excluded += self._loss_if_due(loss)
+            if time.perf_counter() - start - excluded >= window_s:
+                self._sync()  # on a GPU the host runs ahead: the window ends when the device is done
+                if time.perf_counter() - start - excluded >= window_s:
+                    break
+        elapsed = time.perf_counter() - start - excluded
+        idle_workers = {str(pid): proc_state(pid) for arm in idle for pid in arm.batches.worker_pids()}
+        self._check(loss)
+        samples = self.trained - samples
+        self.rates.append(samples / elapsed)
+        return WindowRecord(self.name, samples / elapsed, steps, samples, elapsed, idle_workers)
+
+    def ensure_loss(self) -> None:
+        """Train (untimed) up to ``loss_samples`` if not there yet, and take the loss."""
+        def run() -> None:
+            while self.loss is None:
+                self._loss_if_due(self._step())
+
+        self._guarded(run)
+
+
+class Bench:
+    """The arms of one worker process: its workload, its environment's params, its held-out split."""
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        from ..apply import apply
+        from ..probes import Facts
+        from ..workload import held_out_split, load_workload
+
+        self.spec = spec
+        self.facts = Facts.from_dict(spec.facts)
+        if spaces.processes.count(spec.params) > 1:
+            raise EnvironmentMismatch("a paired worker trains in one process: processes must be 1")
+        apply(spec.params, facts=self.facts, check_hardware=False)  # threads, pinning: before any torch work
+        self.workload = load_workload(spec.workload)
+        self.train, self.held_out = self.workload.dataset(), None
+        if self.workload.evaluate is None:
+            self.train, self.held_out = held_out_split(self.train, spec.eval_samples)
+        self.arms: dict[str, Arm] = {}
+
+    def add(self, name: str, params: dict[str, Any]) -> Arm:
+        """Build and warm up an arm; a failed warm-up leaves a failed arm (``ArmFailed`` raised)."""
+        differences = environment_differences(self.spec.params, params)
+        if differences:
+            raise EnvironmentMismatch("environment-level knobs differ from this worker's: " + ", ".join(differences))
+        if name in self.arms:
+            raise KeyError(f"arm {name!r} exists: drop it first")
+        arm = Arm(name, params, self)
+        self.arms[name] = arm
+        arm.warm_up()
+        return arm
+
+    def get(self, name: str) -> Arm:
+        if name not in self.arms:
+            raise KeyError(f"no arm {name!r} (arms: {', '.join(self.arms) or 'none'})")
+        return self.arms[name]
+
+    def others(self, *names: str) -> list[Arm]:
+        return [arm for arm in self.arms.values() if arm.name not in names]
+
+    def windows(self, name: str, n: int, window_s: float) -> list[WindowRecord]:
+        arm = self.get(name)
+        return [arm.window(window_s, self.others(name)) for _ in range(n)]
+
+    def drop(self, name: str) -> None:
+        self.arms.pop(name).close()
+
+    def close(self) -> None:
+        for name in list(self.arms):
+            self.drop(name)
+
+
+def pairs(base: Arm, cand: Arm, n: int, window_s: float, rng: random.Random,
+          others: Sequence[Arm] = ()) -> list[PairRecord]:
+    """``n`` pairs, each the two arms' windows back to back in an order drawn from ``rng``. Stops at the
+    first failure of an arm (its ``state`` says why): the pairs before it are returned."""
+    records: list[PairRecord] = []
+    for _ in range(n):
+        order = [base, cand] if rng.random() < 0.5 else [cand, base]
+        try:
+            runs = {arm.name: arm.window(window_s, [a for a in (base, cand, *others) if a is not arm])
+                    for arm in order}
+        except ArmFailed:
+            break
+        records.append(PairRecord(order[0].name, runs[base.name], runs[cand.name]))
+    return records

@@ -1,0 +1,170 @@
+"""Environment knobs compared across processes: two live workers, alternated, over several process pairs.
+
+Knobs that must be set before torch starts (threads, affinity, OpenMP runtime, allocator) cannot share a
+process, so their comparison needs two. A ``ProcessPair`` is two live ``PairedWorker``s, one per environment
+configuration, each holding that environment's in-process defaults (one arm). Their windows alternate, the
+two of each pair in random order, and the idle worker is FROZEN (``autotune.trial.freeze``: SIGSTOP of its
+whole tree), so its spinning OpenMP threads and prefetching DataLoader workers take nothing from the one
+being timed. A pair's ratio is the candidate worker's rate / the baseline worker's.
+
+Two identical processes still differ by a factor that lasts their whole life (0.89-1.28x measured on a
+2-vCPU VM, issue 12), larger than the windows' noise. So one process pair gives one ratio (the median of its
+windows'), and ``across_processes`` repeats over fresh process pairs, at least ``least``, adding more
+until the interval of the geometric mean of those ratios (Student-t over process pairs,
+``stats.log_mean_interval``) is within ``±half_width`` or ``most`` pairs ran: noisier machines get more.
+
+    >>> result = across_processes("cnn", defaults, {**defaults, "threads": 1}, facts, settings)  # doctest: +SKIP
+    >>> result.verdict, result.ratio.low, result.ratio.high                                     # doctest: +SKIP
+    ('slower', 0.55, 0.63)
+"""
+from __future__ import annotations
+
+import random
+import sys
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from . import stats
+from .paired import choose_window_s
+from .protocol import ArmStatus, PairRecord, WindowsRun
+from .worker import PairedWorker, WorkerError
+
+Side = Literal["base", "cand"]
+ARM = "defaults"  # each worker's one arm: its environment's in-process defaults
+
+
+@dataclass(frozen=True)
+class ProcessPairRun:
+    """The windows of one process pair: ``pairs[i].cand.rate / pairs[i].base.rate`` is a pair's ratio."""
+
+    base: ArmStatus
+    cand: ArmStatus
+    pairs: tuple[PairRecord, ...]
+    pids: tuple[int, int]  # the two workers' process ids (gone once the pair is closed)
+
+    @property
+    def ratio(self) -> stats.Interval:
+        return stats.median_interval([p.ratio for p in self.pairs])
+
+
+class ProcessPair:
+    """Two live workers with different environments, run alternately; use as a context manager (leaving
+    it continues both and ends them, whatever happened: Ctrl-C, a timeout, a failed arm)."""
+
+    def __init__(self, workload: str, base_params: dict[str, Any], cand_params: dict[str, Any], facts: Any,
+                 settings: Any, *, python: str = sys.executable) -> None:
+        self.params: dict[Side, dict[str, Any]] = {"base": base_params, "cand": cand_params}
+        self.workers: dict[Side, PairedWorker] = {
+            side: PairedWorker(workload, params, facts, settings, python=python)
+            for side, params in self.params.items()}
+        self.status: dict[Side, ArmStatus] = {}
+
+    def __enter__(self) -> ProcessPair:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        """Start each worker, build and warm its arm, then freeze it: one warms up while the other is stopped."""
+        for side, worker in self.workers.items():
+            worker.start()
+            status = worker.add_arm(ARM, self.params[side])
+            if status.state != "ok":
+                raise WorkerError(f"the {side} worker's arm failed ({status.state}): {status.error}")
+            self.status[side] = status
+            worker.freeze()
+
+    @property
+    def window_s(self) -> float:
+        """A window long enough for the slower of the two arms."""
+        steps = [s.step_s or s.first_step_s or 0.0 for s in self.status.values()]
+        return choose_window_s(max(steps), self.params["base"].get("device") or "cpu")
+
+    def windows(self, side: Side, n: int, window_s: float, timeout_s: float | None = None) -> WindowsRun:
+        """``n`` windows of one worker, the other frozen; frozen again afterwards."""
+        worker = self.workers[side]
+        worker.thaw()
+        try:
+            run = worker.run_windows(ARM, n, window_s, timeout_s)
+        finally:
+            worker.freeze()
+        self.status[side] = run.status
+        return run
+
+    def run(self, n: int, window_s: float, seed: int = 0) -> ProcessPairRun:
+        """``n`` pairs of windows, each pair's two workers in an order drawn from ``seed``. Stops at the first
+        failure of an arm: its status says why."""
+        rng, records = random.Random(seed), []
+        for _ in range(n):
+            order: list[Side] = ["base", "cand"] if rng.random() < 0.5 else ["cand", "base"]
+            runs = {side: self.windows(side, 1, window_s) for side in order}
+            if any(len(r.windows) != 1 for r in runs.values()):
+                break
+            records.append(PairRecord(order[0], runs["base"].windows[0], runs["cand"].windows[0]))
+        pids = tuple(w.ready.pid if w.ready else -1 for w in self.workers.values())
+        return ProcessPairRun(self.status["base"], self.status["cand"], tuple(records), (pids[0], pids[1]))
+
+    def close(self) -> None:
+        """Continue both (a stopped process cannot act on its end), then end both."""
+        for worker in self.workers.values():
+            worker.thaw()
+        try:
+            self.workers["base"].close()
+        finally:
+            self.workers["cand"].close()
+
+
+@dataclass(frozen=True)
+class AcrossProcesses:
+    """An environment comparison over several process pairs."""
+
+    runs: tuple[ProcessPairRun, ...]
+    ratio: stats.Interval  # geometric mean of the process pairs' median ratios; t-interval over process pairs
+    verdict: stats.Verdict
+    margin: float
+    window_s: float
+
+    @property
+    def per_process(self) -> tuple[float, ...]:
+        return tuple(run.ratio.median for run in self.runs)
+
+
+def enough(ratios: list[float], half_width: float, *, least: int = 3, most: int = 8,
+           confidence: float = stats.CONFIDENCE) -> bool:
+    """Whether ``ratios`` (one per process pair) suffice: ``most`` of them, or ``least`` and an interval within
+    ``±half_width`` of their geometric mean.
+
+    >>> enough([0.99, 1.0, 1.01], 0.05), enough([0.9, 1.0, 1.1], 0.05), enough([0.9, 1.1] * 4, 0.05)
+    (True, False, True)
+    """
+    if len(ratios) >= most:
+        return True
+    if len(ratios) < least:
+        return False
+    iv = stats.log_mean_interval(ratios, confidence)
+    return (iv.high - iv.low) / 2 <= half_width * iv.median
+
+
+def across_processes(workload: str, base_params: dict[str, Any], cand_params: dict[str, Any], facts: Any,
+                     settings: Any, *, pairs: int = 8, window_s: float | None = None, least: int = 3, most: int = 8,
+                     half_width: float = 0.03, margin: float = stats.MIN_MARGIN,
+                     confidence: float = stats.CONFIDENCE, seed: int = 0,
+                     python: str = sys.executable) -> AcrossProcesses:
+    """Compare two environments over fresh process pairs until ``enough`` of them ran (see the module)."""
+    runs: list[ProcessPairRun] = []
+    while not enough([r.ratio.median for r in runs], half_width, least=least, most=most, confidence=confidence):
+        with ProcessPair(workload, base_params, cand_params, facts, settings, python=python) as pair:
+            window_s = window_s or pair.window_s
+            run = pair.run(pairs, window_s, seed=seed + len(runs))
+        if not run.pairs:
+            failed = run.base if run.base.state != "ok" else run.cand
+            raise WorkerError(f"an arm failed across processes ({failed.state}): {failed.error}")
+        runs.append(run)
+    interval = stats.log_mean_interval([r.ratio.median for r in runs], confidence)
+    return AcrossProcesses(tuple(runs), interval, stats.verdict(interval, margin), margin, window_s or 0.0)

@@ -1,0 +1,264 @@
+"""Paired in-process measurement: its statistics, its protocol, and real worker processes.
+
+The worker tests use tiny workloads and short windows and judge by verdicts with margins, not by tight
+timings, so that they hold on a loaded 2-core machine.
+"""
+from __future__ import annotations
+
+import math
+import os
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from autotune.search_spaces import SpaceContext, defaults
+from autotune.trial import protocol, stats
+from autotune.trial.paired import choose_window_s, environment_differences
+from autotune.trial.spec import TrialSettings
+from autotune.trial.worker import PairedWorker, WorkerError
+
+SETTINGS = TrialSettings(warmup_steps=2, measure_steps=6, windows=2, max_extra_windows=0, eval_samples=128)
+
+
+def _params(facts: Any, batch_size: int = 32, **changes: Any) -> dict[str, Any]:
+    base = defaults(facts, SpaceContext(default_batch_size=batch_size))
+    return {**base, "device": "cpu", "reference_batch": batch_size, "threads": 1, "interop_threads": 1, **changes}
+
+
+# Statistics ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("n", "k", "coverage"), [(5, 1, 0.9375), (6, 1, 0.96875), (8, 1, 0.9921875),
+                                                  (16, 4, 0.9787292), (20, 6, 0.9586105)])
+def test_order_rank_is_the_widest_exact_interval_reaching_95_percent(n: int, k: int, coverage: float) -> None:
+    assert stats.order_rank(n)[0] == k and stats.order_rank(n)[1] == pytest.approx(coverage, abs=1e-6)
+
+
+def test_median_interval_of_known_values() -> None:
+    values = [1.0 + i / 100 for i in range(16)]  # 1.00 .. 1.15, shuffled
+    random.Random(3).shuffle(values)
+    interval = stats.median_interval(values)
+    assert interval.median == pytest.approx(1.075)
+    assert (interval.low, interval.high) == (pytest.approx(1.03), pytest.approx(1.12))  # 4th and 13th
+    assert interval.count == 16 and interval.confidence > 0.95
+
+
+@pytest.mark.parametrize("true_median", [0.8, 1.0, 1.25])
+def test_interval_covers_the_true_median_as_often_as_it_says(true_median: float) -> None:
+    """Skewed, heavy-tailed ratios (a window hit by another tenant's burst): coverage stays exact."""
+    rng = random.Random(0)
+    trials, covered = 2000, 0
+    for _ in range(trials):
+        ratios = [true_median * math.exp(rng.gauss(0, 0.1)) * (1.3 if rng.random() < 0.1 else 1.0) for _ in range(16)]
+        # the burst moves the distribution: its true median is where P(ratio <= m) = 1/2
+        covered += stats.median_interval(ratios).contains(_true_median_of_mixture(true_median))
+    assert 0.96 <= covered / trials <= 0.995  # exact: 0.979
+
+
+def _true_median_of_mixture(median: float) -> float:
+    """Median of m * exp(N(0, 0.1)) * (1.3 with probability 0.1): solve 0.9 F(x) + 0.1 F(x / 1.3) = 1/2."""
+    def cdf(x: float) -> float:
+        z = lambda v: 0.5 * (1 + math.erf(math.log(v / median) / (0.1 * math.sqrt(2))))  # noqa: E731
+        return 0.9 * z(x) + 0.1 * z(x / 1.3)
+
+    low, high = median * 0.5, median * 2
+    for _ in range(100):
+        mid = (low + high) / 2
+        low, high = (mid, high) if cdf(mid) < 0.5 else (low, mid)
+    return (low + high) / 2
+
+
+@pytest.mark.parametrize(("low", "high", "expected"), [(1.05, 1.2, "faster"), (1.01, 1.2, "same"),
+                                                       (0.8, 0.97, "slower"), (0.8, 0.99, "same"),
+                                                       (0.97, 1.03, "same")])
+def test_verdict_needs_the_whole_interval_beyond_the_margin(low: float, high: float, expected: str) -> None:
+    assert stats.verdict(stats.Interval(1.0, low, high, 0.95, 16), margin=0.02) == expected
+
+
+def test_pairs_for_width_grows_with_the_noise_and_the_precision_asked() -> None:
+    quiet = [1 + 0.01 * math.sin(i) for i in range(16)]
+    noisy = [1 + 0.10 * math.sin(i) for i in range(16)]
+    assert stats.pairs_for_width(quiet, 0.03) == 8  # the floor
+    assert stats.pairs_for_width(noisy, 0.03) > stats.pairs_for_width(noisy, 0.06) > 8
+
+
+def test_window_length_holds_a_few_steps_and_the_floor() -> None:
+    assert choose_window_s(0.001) == 0.3 and choose_window_s(0.5) == 2.0 and choose_window_s(0.001, "cuda") == 0.05
+
+
+def test_environment_level_knobs_must_match_the_worker() -> None:
+    worker = {"threads": 2, "allocator": "default", "batch_size": 64}
+    assert environment_differences(worker, {**worker, "batch_size": 8, "channels_last": True}) == []
+    assert environment_differences(worker, {**worker, "allocator": "jemalloc"}) == [
+        "allocator='jemalloc' (worker: 'default')"]
+
+
+# Protocol --------------------------------------------------------------------------------------------------
+
+_WINDOW = protocol.WindowRecord("a", 10.0, 3, 30, 3.0, {"12": "T"})
+_STATUS = protocol.ArmStatus("a", "nan", "NonFiniteLoss: nan", 32, 64, 0.5, 0.01, 0.49, None, None, (7, 8), {"x": 1},
+                             ("w",))
+
+
+@pytest.mark.parametrize("message", [
+    protocol.AddArm("a", {"batch_size": 8}), protocol.RunPairs("a", "b", 4, 0.3, 2), protocol.RunWindows("a", 2, 0.5),
+    protocol.Evaluate("a"), protocol.DropArm("a"), protocol.Quit(), protocol.Ready(1, {"threads": 1}),
+    protocol.ArmAdded(_STATUS), protocol.WindowsRun(_STATUS, (_WINDOW, _WINDOW)),
+    protocol.PairsRun(_STATUS, _STATUS, (protocol.PairRecord("a", _WINDOW, _WINDOW),)),
+    protocol.Evaluated(_STATUS), protocol.Dropped("a"), protocol.Refused("AddArm", "why"), protocol.Bye(),
+])
+def test_every_message_round_trips_through_one_json_line(message: Any) -> None:
+    line = protocol.encode(message)
+    assert "\n" not in line and protocol.decode(line) == message
+
+
+def test_a_line_that_is_not_a_message_is_refused() -> None:
+    with pytest.raises(ValueError, match="not a paired-worker message"):
+        protocol.decode('{"type": "Nope"}')
+
+
+# Real workers ----------------------------------------------------------------------------------------------
+
+
+def faulty() -> Any:
+    """``tiny`` whose training loss is NaN at batch 64 and runs out of memory at batch 96: faults one arm has
+    (the held-out loss, in batches of 128, is fine)."""
+    import torch
+
+    from autotune.workloads import tiny
+
+    def loss(output: Any, batch: Any) -> Any:
+        if len(batch[0]) == 96:
+            raise torch.OutOfMemoryError("fake: out of memory")
+        value = torch.nn.functional.cross_entropy(output, batch[1])
+        return value * float("nan") if len(batch[0]) == 64 else value
+
+    base = tiny.workload()
+    return type(base)(model=base.model, dataset=base.dataset, loss=loss, optimizer=base.optimizer, batch_size=32,
+                      name="faulty-arms")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.fixture(scope="module")
+def tiny_worker(facts: Any) -> Iterator[PairedWorker]:
+    with PairedWorker("tiny", _params(facts), facts, SETTINGS) as worker:
+        yield worker
+    assert not _alive(worker.ready.pid)
+
+
+def _compare(worker: PairedWorker, base: str, cand: str, n: int, window_s: float, seed: int = 0) -> Any:
+    """At 99%: a 95% interval misses the true ratio once in 20 by design, and a test must not flake."""
+    run = worker.run_pairs(base, cand, n, window_s, seed=seed)
+    assert len(run.pairs) == n, (run.base, run.cand)
+    return stats.compare(run.pairs, run.base, run.cand, train_steps=SETTINGS.train_steps, confidence=0.99)
+
+
+def test_aa_of_the_defaults_reads_same_with_one_inside(tiny_worker: PairedWorker, facts: Any) -> None:
+    cal = tiny_worker.calibrate("defaults", _params(facts), pairs=12, window_s=0.2)
+    assert cal.aa.verdict == "same", cal.aa
+    assert cal.aa.ratio.count == 12 and cal.margin >= stats.MIN_MARGIN and cal.pairs >= 8
+    assert "defaults~aa" not in tiny_worker.arms  # the copy is dropped, the base kept
+    tiny_worker.add_arm("defaults~again", _params(facts))
+    again = _compare(tiny_worker, "defaults", "defaults~again", 12, 0.2, seed=5)
+    assert again.verdict == "same" and again.ratio.contains(1.0), again
+    tiny_worker.drop_arm("defaults~again")
+
+
+def test_aa_differing_only_in_a_process_global_flag_reads_same(tiny_worker: PairedWorker, facts: Any) -> None:
+    """``tf32`` has no effect on CPU, but its flags are set at the start of every window of its arm."""
+    tiny_worker.add_arm("tf32-base", _params(facts))
+    assert tiny_worker.add_arm("tf32", _params(facts, tf32=True)).state == "ok"
+    comparison = _compare(tiny_worker, "tf32-base", "tf32", 12, 0.2)
+    assert comparison.verdict == "same" and comparison.ratio.contains(1.0), comparison
+    tiny_worker.drop_arm("tf32")
+    tiny_worker.drop_arm("tf32-base")
+
+
+def test_every_arm_takes_its_loss_after_the_same_samples(tiny_worker: PairedWorker, facts: Any) -> None:
+    statuses = [tiny_worker.add_arm(name, _params(facts, batch_size=batch, reference_batch=32))
+                for name, batch in (("l32", 32), ("l32-copy", 32), ("l8", 8), ("l128", 128))]
+    tiny_worker.run_pairs("l32", "l8", 2, 0.05)  # windows cross the loss point of some arms, not others
+    losses = {s.arm: tiny_worker.evaluate(s.arm) for s in statuses}
+    loss_samples = tiny_worker.spec.loss_samples
+    assert {s.loss_samples for s in losses.values()} == {loss_samples}, losses
+    assert all(s.trained >= loss_samples and s.loss > 0 for s in losses.values())
+    # identical arms, trained alternately with others, reach the very same loss: each keeps its own RNG
+    assert losses["l32"].loss == pytest.approx(losses["l32-copy"].loss, rel=1e-6)
+    for status in statuses:
+        tiny_worker.drop_arm(status.arm)
+
+
+def test_an_arm_with_other_environment_knobs_is_refused(tiny_worker: PairedWorker, facts: Any) -> None:
+    with pytest.raises(WorkerError, match="threads=2"):
+        tiny_worker.add_arm("two-threads", _params(facts, threads=2))
+    assert "two-threads" not in tiny_worker.arms
+
+
+def test_a_knob_slow_on_purpose_is_found_slower_and_a_fast_one_faster(facts: Any) -> None:
+    """``slow`` sleeps a fixed time per forward pass: batch 16 is ~4x slower per sample than 64, 256 ~4x faster."""
+    params = _params(facts, batch_size=64)
+    with PairedWorker("tests.quality_workloads:slow", params, facts, SETTINGS) as worker:
+        for name, batch in (("b64", 64), ("b16", 16), ("b256", 256)):
+            assert worker.add_arm(name, {**params, "batch_size": batch}).state == "ok"
+        slower = _compare(worker, "b64", "b16", 8, 0.3, seed=1)
+        faster = _compare(worker, "b64", "b256", 8, 0.3, seed=2)
+    assert slower.verdict == "slower" and slower.ratio.high < 0.5, slower
+    assert faster.verdict == "faster" and faster.ratio.low > 2.0, faster
+
+
+def test_the_idle_arms_dataloader_workers_are_stopped_and_none_is_left(facts: Any) -> None:
+    params = _params(facts, num_workers=1, persistent_workers=True, prefetch_factor=2)
+    with PairedWorker("tiny", params, facts, SETTINGS) as worker:
+        worker.add_arm("a", params)
+        worker.add_arm("b", {**params, "batch_size": 16})
+        run = worker.run_pairs("a", "b", 4, 0.15, seed=3)
+        pids = [pid for status in (run.base, run.cand) for pid in status.worker_pids]
+        assert len(pids) == 2 and all(_state(pid) == "T" for pid in pids)  # both idle between commands
+        for pair in run.pairs:
+            for window, other in ((pair.base, run.cand), (pair.cand, run.base)):
+                assert set(window.idle_workers) == {str(p) for p in other.worker_pids}
+                assert set(window.idle_workers.values()) == {"T"}, window
+    assert not any(_alive(pid) for pid in [*pids, worker.ready.pid])
+
+
+def _state(pid: int) -> str:
+    return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_nan_or_oom_arm_fails_alone(facts: Any) -> None:
+    params = _params(facts)
+    with PairedWorker("tests.trial.test_paired:faulty", params, facts, SETTINGS) as worker:
+        assert worker.add_arm("ok", params).state == "ok"
+        nan = worker.add_arm("nan", {**params, "batch_size": 64})
+        oom = worker.add_arm("oom", {**params, "batch_size": 96})
+        assert (nan.state, oom.state) == ("nan", "oom") and "NonFiniteLoss" in nan.error, (nan, oom)
+        run = worker.run_pairs("ok", "nan", 3, 0.05)
+        assert run.pairs == () and run.base.state == "ok" and run.cand.state == "nan"
+        windows = worker.run_windows("ok", 2, 0.05)
+        assert len(windows.windows) == 2 and windows.status.state == "ok"
+        assert worker.evaluate("ok").loss_samples == worker.spec.loss_samples
+
+
+def test_the_worker_runs_with_the_environment_it_was_planned_with(tiny_worker: PairedWorker) -> None:
+    assert tiny_worker.ready is not None and tiny_worker.ready.in_effect["threads"] == 1
+    assert tiny_worker.ready.in_effect["env"]["OMP_NUM_THREADS"] == "1" and tiny_worker.ready.pid != os.getpid()
+
+
+def test_a_worker_that_does_not_answer_in_time_is_stopped_with_its_whole_tree(facts: Any) -> None:
+    params = _params(facts, num_workers=1, persistent_workers=True, prefetch_factor=2)
+    with PairedWorker("tiny", params, facts, SETTINGS) as worker:
+        pids = [*worker.add_arm("a", params).worker_pids, worker.ready.pid]
+        with pytest.raises(WorkerError, match="did not answer RunPairs within 1 s"):
+            worker.run_pairs("a", "a", 1000, 0.5, timeout_s=1)
+        assert not any(_alive(pid) for pid in pids)
+        with pytest.raises(WorkerError, match="not running|gone|ended"):
+            worker.evaluate("a")

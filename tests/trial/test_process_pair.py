@@ -1,0 +1,126 @@
+"""Environment knobs across processes: two live workers alternated, the idle one frozen, several process pairs.
+
+Judged by verdicts with wide margins and 99% intervals, and by a workload whose speed depends on the
+threads through a sleep (not on the neighbours' load), so that the tests hold on a loaded 2-core machine.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import pytest
+import torch
+
+from autotune import Workload
+from autotune.search_spaces import SpaceContext, defaults
+from autotune.trial import freeze, stats
+from autotune.trial.process_pair import ProcessPair, across_processes, enough
+from autotune.trial.spec import TrialSettings
+from autotune.trial.worker import WorkerError
+
+SETTINGS = TrialSettings(warmup_steps=2, measure_steps=6, windows=2, max_extra_windows=0, eval_samples=128)
+SLEEP_S = 0.1
+
+
+def _params(facts: Any, **changes: Any) -> dict[str, Any]:
+    base = defaults(facts, SpaceContext(default_batch_size=32))
+    return {**base, "device": "cpu", "reference_batch": 32, **changes}
+
+
+class _Elementwise(torch.nn.Module):
+    """Two logits from four inputs without a matmul: BLAS would start its own threads for any size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(2, 4))
+
+    def forward(self, x: Any) -> Any:
+        return (x.unsqueeze(1) * self.weight).sum(-1)
+
+
+def _dataset() -> Any:
+    g = torch.Generator().manual_seed(0)
+    return torch.utils.data.TensorDataset(torch.randn(2048, 4, generator=g), torch.randint(0, 2, (2048,), generator=g))
+
+
+def _sleepy_loss(output: Any, batch: Any) -> Any:
+    time.sleep(2 * SLEEP_S / int(os.environ["OMP_NUM_THREADS"]))  # the threads knob's variable, set before start
+    return torch.nn.functional.cross_entropy(output, batch[1])
+
+
+def threads_bound() -> Workload:
+    """Every training step sleeps ``2 * SLEEP_S / OMP_NUM_THREADS``: a perfectly parallel step, 2x slower
+    with one thread than with two, whatever else runs on the machine. Its tensors are too small for any
+    operator to start OpenMP threads (ATen's grain size) and it has no matmul, so oversubscribed cores (where
+    two spinning OpenMP threads can be several times slower than one) do not decide the comparison."""
+    return Workload(model=_Elementwise, dataset=_dataset, loss=_sleepy_loss,
+                    optimizer=lambda params: torch.optim.SGD(params, lr=0.1), batch_size=32, name="threads-bound")
+
+
+def _alive(pid: int) -> bool:
+    return freeze.proc_state(pid) not in ("?", "Z")
+
+
+def test_enough_process_pairs_grows_with_the_noise() -> None:
+    quiet = [1.0, 1.01, 0.99]
+    noisy = [1.0, 1.2, 0.85, 1.1, 0.9]
+    assert enough(quiet, 0.03) and not enough(quiet[:2], 0.03)  # at least three, even quiet
+    assert not enough(noisy, 0.03) and enough(noisy, 0.03, most=5)  # noisy: more, up to the cap
+
+
+def test_a_frozen_worker_does_not_run_while_the_other_does(facts: Any) -> None:
+    params = _params(facts, threads=1, interop_threads=1, num_workers=1, persistent_workers=True, prefetch_factor=2)
+    with ProcessPair("tiny", params, params, facts, SETTINGS) as pair:
+        pair.run(1, 0.1)
+        frozen = pair.workers["base"]
+        tree = freeze.tree(frozen.ready.pid)
+        assert len(tree) >= 2  # the worker and its arm's DataLoader worker
+        ticks = {pid: freeze.cpu_ticks(pid) for pid in tree}
+        pair.windows("cand", 4, 0.3)  # 1.2 s of training next to it
+        assert {pid: freeze.cpu_ticks(pid) for pid in tree} == ticks
+        assert all(freeze.proc_state(pid) == "T" for pid in tree)
+        assert set(freeze.thread_states(frozen.ready.pid)) == {"T"}  # every thread: OpenMP's spin-waiters too
+        running = pair.workers["cand"]
+        assert freeze.proc_state(running.ready.pid) == "T"  # frozen again after its windows
+        pids = [*tree, *freeze.tree(running.ready.pid)]
+    assert not any(_alive(pid) for pid in pids)
+
+
+def test_an_aa_across_processes_reads_same(facts: Any) -> None:
+    params = _params(facts, threads=1, interop_threads=1)
+    result = across_processes("tiny", params, params, facts, SETTINGS, pairs=6, window_s=0.2, least=3, most=3,
+                              margin=0.05, confidence=0.99)
+    assert result.verdict == "same", result.ratio
+    assert len(result.runs) == 3 and all(len(run.pairs) == 6 for run in result.runs)
+    assert result.ratio.low < result.ratio.median < result.ratio.high
+    assert not any(_alive(pid) for run in result.runs for pid in run.pids)
+
+
+def test_one_thread_against_the_defaults_two_reads_slower(facts: Any) -> None:
+    base = _params(facts)
+    assert base["threads"] == 2 or os.cpu_count() != 2, base  # this 2-CPU machine's defaults
+    result = across_processes("tests.trial.test_process_pair:threads_bound", base, {**base, "threads": 1,
+                              "interop_threads": 1}, facts, SETTINGS, pairs=4, window_s=0.5, least=3, most=3,
+                              margin=0.05)  # 95%: the truth is ~0.6, a 99% t-interval of 3 values is too wide
+    assert result.verdict == "slower" and result.ratio.high < 0.9, (result.ratio, result.per_process)
+    assert all(run.base.in_effect["threads"] == 2 and run.cand.in_effect["threads"] == 1 for run in result.runs)
+    assert not any(_alive(pid) for run in result.runs for pid in run.pids)
+
+
+def test_a_timeout_continues_and_ends_both_workers(facts: Any) -> None:
+    params = _params(facts, threads=1, interop_threads=1)
+    with ProcessPair("tiny", params, params, facts, SETTINGS) as pair:
+        pids = [*freeze.tree(pair.workers["base"].ready.pid), *freeze.tree(pair.workers["cand"].ready.pid)]
+        assert {freeze.proc_state(pid) for pid in pids} == {"T"}, pids  # both frozen between windows
+        with pytest.raises(WorkerError, match="did not answer RunWindows within 1 s"):
+            pair.windows("cand", 1000, 0.5, timeout_s=1)
+    assert not any(_alive(pid) for pid in pids)
+
+
+def test_log_mean_interval_is_a_t_interval_on_logs() -> None:
+    iv = stats.log_mean_interval([0.5, 0.5, 0.5])
+    assert (iv.median, iv.low, iv.high) == (pytest.approx(0.5), pytest.approx(0.5), pytest.approx(0.5))
+    assert stats.t_quantile(0.975, 1) == pytest.approx(12.706, abs=1e-3)
+    wide = stats.log_mean_interval([0.9, 1.1], 0.95)
+    assert wide.low < 0.5 and wide.high > 2.0 and wide.count == 2

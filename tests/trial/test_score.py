@@ -1,0 +1,67 @@
+"""A candidate's speedup over the defaults, measured paired: in one worker, or across processes x in one.
+
+Workloads whose speed answers to the knob through a sleep (``tests.quality_workloads:slow``, the
+threads-bound one of ``test_process_pair``), so that verdicts hold on a loaded 2-core machine.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from autotune.search_spaces import SpaceContext, defaults
+from autotune.trial import stats
+from autotune.trial.score import PairedScorer, combine, same_environment
+from autotune.trial.spec import TrialSettings
+
+SETTINGS = TrialSettings(warmup_steps=2, measure_steps=6, windows=2, max_extra_windows=0, eval_samples=128)
+
+
+def _params(facts: Any, batch_size: int, **changes: Any) -> dict[str, Any]:
+    base = defaults(facts, SpaceContext(default_batch_size=batch_size))
+    return {**base, "device": "cpu", "reference_batch": batch_size, "threads": 1, "interop_threads": 1, **changes}
+
+
+def test_combined_interval_is_at_least_as_wide_as_each_part() -> None:
+    env = stats.Interval(0.8, 0.7, 0.9, 0.95, 3)
+    inproc = stats.Interval(1.5, 1.4, 1.6, 0.95, 16)
+    both = combine(env, inproc)
+    assert both.median == pytest.approx(1.2)
+    for side in ("low", "high"):  # each side's log distance from the centre: at least each part's, below their sum
+        distance = [abs(math.log(getattr(iv, side) / iv.median)) for iv in (both, env, inproc)]
+        assert max(distance[1:]) <= distance[0] < distance[1] + distance[2]
+    assert same_environment({"threads": 1, "batch_size": 8}, {"threads": 1, "batch_size": 64})
+    assert not same_environment({"threads": 1}, {"threads": 2})
+
+
+def test_the_speedup_interval_comes_from_paired_windows_and_noise_is_not_offered(facts: Any) -> None:
+    """``slow`` sleeps per forward pass: batch 256 runs ~4x the samples/s of 64; ``tf32`` does nothing on CPU."""
+    base = _params(facts, 64)
+    with PairedScorer("tests.quality_workloads:slow", base, facts, SETTINGS, calibration_pairs=8,
+                      window_s=0.3) as scorer:
+        cal = scorer.cal
+        assert cal.aa.ratio.count == 8 and cal.window_s == 0.3 and scorer.margin >= stats.MIN_MARGIN
+        note = scorer.noise_note()
+        assert note.startswith("identical runs here differ by up to ") and "can tell apart is" in note
+        fast = scorer.score("b256", {**base, "batch_size": 256}, seed=1)
+        same = scorer.score("tf32", {**base, "tf32": True}, seed=2)
+    assert fast.method == "in-process pairs" and fast.environment is None
+    assert fast.speedup.count == cal.pairs and fast.speedup == fast.in_process.amortised  # the windows' pairs
+    assert fast.verdict == "faster" and fast.speedup.low > 2.0, fast.speedup
+    assert fast.loss_samples == scorer.worker.spec.loss_samples and fast.loss and fast.baseline_loss
+    assert same.verdict == "same" and same.speedup.low < 1 + scorer.margin, same.speedup  # not offered
+
+
+def test_another_environment_scores_across_processes_times_in_process(facts: Any) -> None:
+    base = _params(facts, 32, threads=2, interop_threads=2)
+    workload = "tests.trial.test_process_pair:threads_bound"
+    with PairedScorer(workload, base, facts, SETTINGS, calibration_pairs=6, window_s=0.4,
+                      process_pairs=(3, 3)) as scorer:
+        score = scorer.score("one-thread-b64", {**base, "threads": 1, "interop_threads": 1, "batch_size": 64})
+    assert score.method == "process pairs x in-process pairs" and score.environment is not None
+    env, inproc = score.environment.ratio, score.in_process.amortised
+    assert len(score.environment.runs) == 3 and env.median < 0.9, env  # one thread: slower
+    assert inproc.median > 1.5, inproc  # batch 64: half the sleeps per sample
+    assert score.speedup.median == pytest.approx(env.median * inproc.median)
+    assert score.speedup.width >= max(env.width * inproc.median, inproc.width * env.median) * 0.99
