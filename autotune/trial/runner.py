@@ -91,13 +91,7 @@ def run_trial(
             events=str(work / "events.jsonl"), result=str(work / "result.json"),
         )
         (work / "spec.json").write_text(spec.to_json())
-        child = [python, "-m", "autotune.trial.child", str(work / "spec.json")]
-        plan = launch.plan(child, params, facts, os.environ, keep_user_env=False)
-        # A cold compile cache per trial: compile time is measured as the user's first run pays it, and a
-        # trial stopped mid-compile cannot leave a truncated kernel behind for the next one.
-        plan.env["TORCHINDUCTOR_CACHE_DIR"] = str(work / "inductor")
-        plan.env["TRITON_CACHE_DIR"] = str(work / "triton")
-        _private_tmpdir(plan.env, work)
+        plan = trial_plan([python, "-m", "autotune.trial.child", str(work / "spec.json")], params, facts, work)
         started = time.monotonic()
         with open(work / "stderr.log", "wb") as stderr:
             proc = launch.start(plan, stdout=stderr, stderr=stderr, stdin=subprocess.DEVNULL)
@@ -149,6 +143,18 @@ def _trial_directory() -> Iterator[Path]:
 # multiprocessing puts AF_UNIX sockets in the temporary directory (pymp-XXXXXXXX/listener-XXXXXXXX): their
 # path must stay under the kernel's 108 bytes (unix(7)), with room for those 32 characters.
 _SOCKET_PATH_ROOM = 107 - 32
+
+
+def trial_plan(cmd: list[str], params: dict[str, Any], facts: Facts, work: Path) -> launch.LaunchPlan:
+    """How a trial process (a trial child or a paired worker) starts in its trial directory ``work``: the
+    recipe's environment and affinity (``launch.plan``), a cold compile cache of its own (compile time is
+    measured as the user's first run pays it, and a process stopped mid-compile cannot leave a truncated kernel
+    behind for the next one) and its own temporary directory."""
+    plan = launch.plan(cmd, params, facts, os.environ, keep_user_env=False)
+    plan.env["TORCHINDUCTOR_CACHE_DIR"] = str(work / "inductor")
+    plan.env["TRITON_CACHE_DIR"] = str(work / "triton")
+    _private_tmpdir(plan.env, work)
+    return plan
 
 
 def _private_tmpdir(env: dict[str, str], work: Path) -> None:

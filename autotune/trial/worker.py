@@ -57,7 +57,7 @@ from .protocol import (
     decode,
     encode,
 )
-from .runner import _private_tmpdir, _trial_directory, loss_samples
+from .runner import _trial_directory, loss_samples, trial_plan
 
 
 class WorkerError(TrialError):
@@ -182,11 +182,8 @@ class PairedWorker:
     def start(self, timeout_s: float = 120.0) -> Ready:
         work = self.work = self._stack.enter_context(_trial_directory())
         (work / "spec.json").write_text(json.dumps(asdict(self.spec)))
-        plan = launch.plan([self.python, "-m", "autotune.trial.worker", str(work / "spec.json")], self.spec.params,
-                           self.facts, os.environ, keep_user_env=False)
-        plan.env["TORCHINDUCTOR_CACHE_DIR"] = str(work / "inductor")
-        plan.env["TRITON_CACHE_DIR"] = str(work / "triton")
-        _private_tmpdir(plan.env, work)
+        plan = trial_plan([self.python, "-m", "autotune.trial.worker", str(work / "spec.json")], self.spec.params,
+                          self.facts, work)
         log = self._stack.enter_context(open(work / "stderr.log", "wb"))
         self.proc = launch.start(plan, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
         reply = self._receive(timeout_s, "start")
