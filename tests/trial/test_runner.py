@@ -62,9 +62,11 @@ def no_process_left() -> Any:
                 continue
             for child in children:
                 try:  # read again while it lives: a child is a copy of this test until it calls exec
-                    seen[child.pid] = " ".join(child.cmdline())
+                    cmdline = " ".join(child.cmdline())
                 except psutil.Error:
                     continue
+                if cmdline or child.pid not in seen:  # a killed child's zombie has an empty cmdline: keep the last
+                    seen[child.pid] = cmdline
                 processes.setdefault(child.pid, child)
             stop.wait(0.1)
 
