@@ -29,8 +29,11 @@ class Recipe:
     samples_per_s: float | None = None
     baseline_samples_per_s: float | None = None
     speedup: float | None = None
+    speedup_low: float | None = None  # the speedup's confidence interval (paired measurement)
+    speedup_high: float | None = None
     loss: float | None = None
     baseline_loss: float | None = None
+    peak_memory_bytes: int | None = None
     id: int | None = None
     created: str | None = None
     notes: list[str] = field(default_factory=list)

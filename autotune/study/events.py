@@ -43,11 +43,21 @@ class TrialFinished:
 
 
 @dataclass(frozen=True)
+class Phase:
+    """What the search is doing now, for the live display: ``name`` is one of "calibrating noise",
+    "starting", "compiling", "warm-up", "paired windows", "evaluating", "confirming"."""
+
+    name: str
+    trial: int | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
 class SearchDone:
     outcome: SearchOutcome
 
 
-Event = SearchStarted | TrialStarted | TrialFinished | SearchDone
+Event = SearchStarted | TrialStarted | Phase | TrialFinished | SearchDone
 Progress = Callable[[Event], None]
 
 
@@ -55,4 +65,4 @@ def ignore(event: Event) -> None:
     """The progress receiver of a search nobody watches."""
 
 
-__all__ = ["Event", "Progress", "SearchDone", "SearchStarted", "TrialFinished", "TrialStarted", "ignore"]
+__all__ = ["Event", "Phase", "Progress", "SearchDone", "SearchStarted", "TrialFinished", "TrialStarted", "ignore"]

@@ -39,7 +39,8 @@ class Attr:
     CONFIRMS: Final = "confirms"  # a confirmation run: the trial it re-measures
     ROUND: Final = "round"  # ... and its round
     RESULT: Final = ("status", "samples_per_s", "objective", "spread", "windows", "compile_s", "startup_s",
-                     "warmup_s", "timed_s", "loss", "wall_s", "error", "in_effect", "warnings", "log_tail")
+                     "warmup_s", "timed_s", "loss", "wall_s", "error", "in_effect", "warnings", "log_tail",
+                     "speedup_low", "speedup_high", "method", "pairs", "peak_memory_bytes")
 
 
 class StudyAttr:
@@ -51,6 +52,8 @@ class StudyAttr:
     BASELINE_LOSS: Final = "baseline_loss"
     BASELINE_SAMPLES_PER_S: Final = "baseline_samples_per_s"
     OOM_BATCH_SIZE: Final = "oom_batch_size"  # the smallest batch size that ran out of memory
+    MEASURE: Final = "measure"  # how trial values are measured: "paired-v1" = speedups; absent = samples/s (old)
+    NOISE: Final = "noise"  # the A/A calibration of this machine (dict), shown to the user
 
 
 Role = Literal["baseline", "heuristic", "warm-start", "seed", "search", "confirm"]
