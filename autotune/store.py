@@ -11,14 +11,27 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-from sqlalchemy import JSON, DateTime, Engine, Float, Integer, String, create_engine, inspect, make_url, select
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    Engine,
+    Float,
+    Integer,
+    String,
+    create_engine,
+    inspect,
+    make_url,
+    select,
+    text,
+)
 from sqlalchemy.exc import ArgumentError, DatabaseError, DBAPIError, OperationalError
-from sqlalchemy.orm import DeclarativeBase, InstrumentedAttribute, Mapped, Session, mapped_column
+from sqlalchemy.orm import DeclarativeBase, InstrumentedAttribute, Mapped, Session, defer, mapped_column
 
 from .errors import StorageError, UsageError
 from .recipe import Recipe
@@ -46,6 +59,15 @@ class _RecipeRow(_Base):
     baseline_loss: Mapped[float | None] = mapped_column(Float)
     notes: Mapped[list[str]] = mapped_column(JSON, default=list)
     created: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # Recipe fields added after the table's first version (the speedup's interval, peak memory, ...): one JSON
+    # column, so a new field needs no schema change. Added to older tables when a search opens them.
+    details: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+
+
+_COLUMNS = {"study", "workload", "fingerprint", "params", "samples_per_s", "baseline_samples_per_s", "speedup", "loss",
+            "baseline_loss", "notes", "created", "id"}
+# Recipe fields kept in ``details``: every field that has no column of its own (``source`` is where a copy was read)
+_DETAILS = tuple(f.name for f in fields(Recipe) if f.name not in _COLUMNS | {"source"})
 
 
 def check_storage_url(url: str) -> None:
@@ -62,8 +84,8 @@ def check_storage_url(url: str) -> None:
 
 
 # SQLSTATEs of a schema another worker created first: unique_violation (PostgreSQL's catalog of types),
-# duplicate_table, duplicate_object.
-_SCHEMA_RACE = {"23505", "42P07", "42710"}
+# duplicate_table, duplicate_object, duplicate_column.
+_SCHEMA_RACE = {"23505", "42P07", "42710", "42701"}
 
 
 def create_schema(create: Callable[[], T], attempts: int = 5) -> T:
@@ -154,9 +176,10 @@ def _readonly_engine(url: str) -> Engine:
 class RecipeStore:
     """Save and look up recipes. Use as a context manager: ``with RecipeStore.open(url) as store``."""
 
-    def __init__(self, engine: Engine, *, has_table: bool = True) -> None:
+    def __init__(self, engine: Engine, *, has_table: bool = True, has_details: bool = True) -> None:
         self._engine = engine
         self._has_table = has_table  # False: a read-only store of a database no search has written to
+        self._has_details = has_details  # False: a read-only store of a table older than the details column
 
     @classmethod
     def open(cls, url: str = DEFAULT_STORAGE, *, readonly: bool = False) -> RecipeStore:
@@ -166,10 +189,11 @@ class RecipeStore:
         with storage_errors(url):
             if readonly:
                 engine = _readonly_engine(url)
-                return cls(engine, has_table=inspect(engine).has_table(_RecipeRow.__tablename__))
+                columns = _columns(engine)
+                return cls(engine, has_table=columns is not None, has_details="details" in (columns or ()))
             use_wal(url)
             engine = create_engine(url)
-            create_schema(lambda: _Base.metadata.create_all(engine))
+            create_schema(lambda: _create_or_upgrade(engine))
         return cls(engine)
 
     def __enter__(self) -> RecipeStore:
@@ -185,6 +209,7 @@ class RecipeStore:
             params=json.loads(json.dumps(recipe.params)), samples_per_s=recipe.samples_per_s,
             baseline_samples_per_s=recipe.baseline_samples_per_s, speedup=recipe.speedup, loss=recipe.loss,
             baseline_loss=recipe.baseline_loss, notes=list(recipe.notes), created=datetime.now(timezone.utc),
+            details=json.loads(json.dumps({k: getattr(recipe, k) for k in _DETAILS if getattr(recipe, k) is not None})),
         )
         with Session(self._engine) as session, session.begin():
             session.add(row)
@@ -193,7 +218,7 @@ class RecipeStore:
 
     def get(self, recipe_id: int) -> Recipe:
         with Session(self._engine) as session:
-            row = session.get(_RecipeRow, recipe_id) if self._has_table else None
+            row = session.get(_RecipeRow, recipe_id, options=self._options()) if self._has_table else None
             if row is None:
                 raise UsageError(f"no recipe {recipe_id} in this database: 'autotune best' lists the latest")
             return _to_recipe(row)
@@ -204,7 +229,7 @@ class RecipeStore:
         """The newest recipe matching every filter given, or None."""
         if not self._has_table:
             return None
-        query = select(_RecipeRow).order_by(_RecipeRow.id.desc()).limit(1)
+        query = select(_RecipeRow).options(*self._options()).order_by(_RecipeRow.id.desc()).limit(1)
         filters = ((_RecipeRow.workload, workload), (_RecipeRow.fingerprint, fingerprint), (_RecipeRow.study, study))
         for column, value in filters:
             if value is not None:
@@ -218,7 +243,12 @@ class RecipeStore:
         if not self._has_table:
             return []
         with Session(self._engine) as session:
-            return [_to_recipe(row) for row in session.scalars(select(_RecipeRow).order_by(_RecipeRow.id.desc()))]
+            query = select(_RecipeRow).options(*self._options()).order_by(_RecipeRow.id.desc())
+            return [_to_recipe(row) for row in session.scalars(query)]
+
+    def _options(self) -> list[Any]:
+        """Query options: a table older than the details column is read without it (read-only: not upgraded)."""
+        return [] if self._has_details else [defer(_RecipeRow.details, raiseload=True)]
 
     def studies(self) -> list[str]:
         """The studies that have a recipe, sorted."""
@@ -235,12 +265,29 @@ class RecipeStore:
             return sorted(v for v in session.scalars(select(column).distinct()) if v is not None)
 
 
+def _columns(engine: Engine) -> set[str] | None:
+    """The recipes table's column names, or None when there is no such table."""
+    inspector = inspect(engine)
+    if not inspector.has_table(_RecipeRow.__tablename__):
+        return None
+    return {c["name"] for c in inspector.get_columns(_RecipeRow.__tablename__)}
+
+
+def _create_or_upgrade(engine: Engine) -> None:
+    """Create the table, or add the columns a table written by an older autotune lacks (its rows kept)."""
+    _Base.metadata.create_all(engine)
+    if "details" not in (_columns(engine) or {"details"}):
+        with engine.begin() as connection:
+            connection.execute(text(f"ALTER TABLE {_RecipeRow.__tablename__} ADD COLUMN details JSON"))
+
+
 def _to_recipe(row: _RecipeRow) -> Recipe:
+    details = {k: v for k, v in (row.__dict__.get("details") or {}).items() if k in _DETAILS}
     return Recipe(
         params=dict(row.params), workload=row.workload, fingerprint=row.fingerprint, study=row.study,
         samples_per_s=row.samples_per_s, baseline_samples_per_s=row.baseline_samples_per_s, speedup=row.speedup,
         loss=row.loss, baseline_loss=row.baseline_loss, id=row.id,
-        created=_utc(row.created).isoformat() if row.created else None, notes=list(row.notes or []),
+        created=_utc(row.created).isoformat() if row.created else None, notes=list(row.notes or []), **details,
     )
 
 

@@ -37,3 +37,71 @@ def test_corrupt_database_is_reported_and_left_alone(tmp_path: Path) -> None:
 def test_bad_url() -> None:
     with pytest.raises(UsageError, match="bad storage URL"):
         RecipeStore.open("nonsense://")
+
+
+def test_the_interval_and_later_fields_round_trip(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    recipe = Recipe(params={"amp_dtype": "bfloat16"}, workload="cnn", speedup=1.31, speedup_low=1.2, speedup_high=1.4,
+                    peak_memory_bytes=3 << 30)
+    with RecipeStore.open(url) as store:
+        saved = store.save(recipe)
+    with RecipeStore.open(url, readonly=True) as store:
+        again = store.get(saved.id)
+    assert (again.speedup, again.speedup_low, again.speedup_high, again.peak_memory_bytes) == (1.31, 1.2, 1.4, 3 << 30)
+
+
+# The recipes table as autotune 0.1 wrote it, before the ``details`` column.
+OLD_TABLE = """CREATE TABLE recipes (id INTEGER NOT NULL PRIMARY KEY, study VARCHAR(512), workload VARCHAR(1024) NOT NULL,
+ fingerprint VARCHAR(64), params JSON NOT NULL, samples_per_s FLOAT, baseline_samples_per_s FLOAT, speedup FLOAT,
+ loss FLOAT, baseline_loss FLOAT, notes JSON NOT NULL, created DATETIME NOT NULL)"""
+OLD_ROW = """INSERT INTO recipes VALUES (1, 'cnn-v2-x', 'cnn', 'v2-x', '{"threads": 1}', 900.0, 600.0, 1.5, 0.3, 0.3,
+ '["old"]', '2026-11-01 10:00:00.000000')"""
+
+
+def _old_database(path: Path) -> None:
+    import sqlite3
+
+    with sqlite3.connect(path) as connection:
+        connection.execute(OLD_TABLE)
+        connection.execute(OLD_ROW)
+    connection.close()
+
+
+def test_an_old_table_is_read_as_it_is_and_upgraded_by_a_writer_keeping_its_rows(tmp_path: Path) -> None:
+    path = tmp_path / "studies.db"
+    _old_database(path)
+    before = path.read_bytes()
+    url = f"sqlite:///{path}"
+    with RecipeStore.open(url, readonly=True) as store:  # best/export/run: read, never change the file
+        old = store.get(1)
+        assert (old.speedup, old.speedup_low, old.notes) == (1.5, None, ["old"])
+        assert store.latest(workload="cnn") == old and store.all() == [old]
+    assert path.read_bytes() == before
+    with RecipeStore.open(url) as store:  # a search: the column is added, the old row kept
+        new = store.save(Recipe(params={}, workload="cnn", speedup=1.2, speedup_low=1.1, speedup_high=1.3))
+        assert store.get(1).speedup == 1.5 and store.get(new.id).speedup_low == 1.1
+    with RecipeStore.open(url) as store:  # opened again: nothing left to upgrade
+        assert [r.id for r in store.all()] == [new.id, 1]
+
+
+@pytest.mark.postgres
+def test_an_old_postgresql_table_is_upgraded(postgres: str) -> None:
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(postgres)
+    with engine.begin() as connection:
+        connection.execute(sqlalchemy.text("DROP TABLE IF EXISTS recipes"))
+        table = OLD_TABLE.replace("DATETIME", "TIMESTAMP WITH TIME ZONE")
+        connection.execute(sqlalchemy.text(table.replace("id INTEGER NOT NULL PRIMARY KEY", "id SERIAL PRIMARY KEY")))
+        connection.execute(sqlalchemy.text(OLD_ROW))
+        connection.execute(sqlalchemy.text("SELECT setval('recipes_id_seq', 1)"))
+    try:
+        with RecipeStore.open(postgres, readonly=True) as store:
+            assert store.get(1).speedup == 1.5
+        with RecipeStore.open(postgres) as store:
+            new = store.save(Recipe(params={}, workload="cnn", speedup_low=1.1))
+            assert store.get(1).notes == ["old"] and store.get(new.id).speedup_low == 1.1
+    finally:
+        with engine.begin() as connection:
+            connection.execute(sqlalchemy.text("DROP TABLE recipes"))
+        engine.dispose()
