@@ -41,6 +41,11 @@ class Recipe:
     source: str | None = field(default=None, compare=False)
 
     @property
+    def speedup_text(self) -> str:
+        """``1.23x [1.15-1.31]`` (the interval when it was measured paired), ``1.23x``, or ``-``."""
+        return format_speedup(self.speedup, self.speedup_low, self.speedup_high)
+
+    @property
     def label(self) -> str:
         """How messages name it: ``recipe 7``, ``recipe 7 from best.env``, ``recipe from r.json``."""
         return " ".join(filter(None, ("recipe", str(self.id) if self.id is not None else None,
@@ -60,6 +65,17 @@ class Recipe:
         return cls(**known)
 
 
+def format_speedup(speedup: float | None, low: float | None = None, high: float | None = None) -> str:
+    """A speedup as autotune prints it: with its confidence interval when there is one.
+
+    >>> format_speedup(1.234, 1.15, 1.31), format_speedup(1.2), format_speedup(None)
+    ('1.23x [1.15-1.31]', '1.20x', '-')
+    """
+    if speedup is None:
+        return "-"
+    return f"{speedup:.2f}x" + (f" [{low:.2f}-{high:.2f}]" if low is not None and high is not None else "")
+
+
 def to_env(
     recipe: Recipe, environment: dict[str, str], cpus: list[int] | None, nodes: tuple[int, ...] | None = None
 ) -> str:
@@ -75,8 +91,9 @@ def to_env(
     ]
     if recipe.speedup is not None:
         lines.append(
-            f"# {recipe.speedup:.2f}x PyTorch defaults: {recipe.samples_per_s:.1f} vs "
-            f"{recipe.baseline_samples_per_s:.1f} samples/s"
+            f"# {recipe.speedup_text} PyTorch defaults" + (
+                f": {recipe.samples_per_s:.1f} vs {recipe.baseline_samples_per_s:.1f} samples/s"
+                if recipe.samples_per_s is not None and recipe.baseline_samples_per_s is not None else "")
         )
     lines.append("# Load in bash with: set -a; . ./THIS_FILE; set +a   (or: autotune run --recipe THIS_FILE -- CMD)")
     values = {"AUTOTUNE_RECIPE": json.dumps(recipe.to_dict(), sort_keys=True)}

@@ -40,11 +40,14 @@ class StudySummary:
     recipe: int | None  # the newest recipe stored for this study
     started: datetime | None  # with the local time zone
     last: datetime | None  # the newest trial's end (or start, while it runs)
+    speedup_low: float | None = None  # the stored recipe's interval (paired measurement)
+    speedup_high: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name, "workload": self.workload, "fingerprint": self.fingerprint, "trials": self.trials,
-            "running": self.running, "speedup": self.speedup, "confirmed": self.confirmed, "recipe": self.recipe,
+            "running": self.running, "speedup": self.speedup, "speedup_low": self.speedup_low,
+            "speedup_high": self.speedup_high, "confirmed": self.confirmed, "recipe": self.recipe,
             "started": self.started.isoformat() if self.started else None,
             "last": self.last.isoformat() if self.last else None,
         }
@@ -101,6 +104,8 @@ def _summary(study: optuna.Study, store: RecipeStore) -> StudySummary:
         running=sum(1 for t in trials if t.state == optuna.trial.TrialState.RUNNING),
         speedup=speedup, confirmed=confirmed, recipe=recipe.id if recipe else None,
         started=_local(min(starts)) if starts else None, last=_local(max(ends)) if ends else None,
+        speedup_low=recipe.speedup_low if confirmed and recipe else None,
+        speedup_high=recipe.speedup_high if confirmed and recipe else None,
     )
 
 

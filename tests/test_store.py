@@ -51,8 +51,9 @@ def test_the_interval_and_later_fields_round_trip(tmp_path: Path) -> None:
 
 
 # The recipes table as autotune 0.1 wrote it, before the ``details`` column.
-OLD_TABLE = """CREATE TABLE recipes (id INTEGER NOT NULL PRIMARY KEY, study VARCHAR(512), workload VARCHAR(1024) NOT NULL,
- fingerprint VARCHAR(64), params JSON NOT NULL, samples_per_s FLOAT, baseline_samples_per_s FLOAT, speedup FLOAT,
+OLD_TABLE = """CREATE TABLE recipes (id INTEGER NOT NULL PRIMARY KEY, study VARCHAR(512),
+ workload VARCHAR(1024) NOT NULL, fingerprint VARCHAR(64), params JSON NOT NULL, samples_per_s FLOAT,
+ baseline_samples_per_s FLOAT, speedup FLOAT,
  loss FLOAT, baseline_loss FLOAT, notes JSON NOT NULL, created DATETIME NOT NULL)"""
 OLD_ROW = """INSERT INTO recipes VALUES (1, 'cnn-v2-x', 'cnn', 'v2-x', '{"threads": 1}', 900.0, 600.0, 1.5, 0.3, 0.3,
  '["old"]', '2026-11-01 10:00:00.000000')"""

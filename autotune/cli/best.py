@@ -38,10 +38,12 @@ def run(args: argparse.Namespace) -> int:
         changed = [k for k, v in knobs(recipe.params).items() if k in defaults and defaults[k] != v]
         out.print(f"* {len(changed)} knob(s) differ from PyTorch's defaults ({source})", markup=False, soft_wrap=True)
     if recipe.speedup is not None:
-        out.print(
-            f"{recipe.speedup:.2f}x PyTorch defaults ({recipe.samples_per_s:.1f} vs "
-            f"{recipe.baseline_samples_per_s:.1f} samples/s); loss {recipe.loss:.4f} vs {recipe.baseline_loss:.4f}"
-        )
+        speeds = (f" ({recipe.samples_per_s:.1f} vs {recipe.baseline_samples_per_s:.1f} samples/s)"
+                  if recipe.samples_per_s is not None and recipe.baseline_samples_per_s is not None else "")
+        losses = (f"; loss {recipe.loss:.4f} vs {recipe.baseline_loss:.4f}"
+                  if recipe.loss is not None and recipe.baseline_loss is not None else "")
+        interval = " (95% interval)" if recipe.speedup_low is not None else ""
+        out.print(f"{recipe.speedup_text}{interval} PyTorch defaults{speeds}{losses}", markup=False, soft_wrap=True)
     out.print(f"hardware {recipe.fingerprint}, created {when(recipe.created)}")
     for note in recipe.notes:
         out.print(f"note: {note}", markup=False, soft_wrap=True)

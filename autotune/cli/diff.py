@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
                        ("hardware", lambda r: r.fingerprint or "?"), ("created", lambda r: when(r.created)),
                        ("samples/s", lambda r: _speed(r.samples_per_s)),
                        ("defaults' samples/s", lambda r: _speed(r.baseline_samples_per_s)),
-                       ("speedup", lambda r: "-" if r.speedup is None else f"{r.speedup:.2f}x")):
+                       ("speedup", lambda r: r.speedup_text)):
         table.add_row(name, show(a), show(b))
     changed = differing(a.params, b.params)
     table.add_section()

@@ -37,10 +37,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     table = Table(title=f"recipes in {args.storage}")
     for column in ("id", "workload", "study", "hardware", "samples/s", "speedup", "created"):
-        table.add_column(column, justify="right" if column in ("id", "samples/s", "speedup") else "left")
+        table.add_column(column, justify="right" if column in ("id", "samples/s", "speedup") else "left",
+                         no_wrap=column == "speedup")
     for r in found:
         table.add_row(str(r.id), r.workload, r.study or "-", r.fingerprint or "?",
                       "-" if r.samples_per_s is None else f"{r.samples_per_s:.1f}",
-                      "-" if r.speedup is None else f"{r.speedup:.2f}x", when(r.created))
+                      r.speedup_text, when(r.created))
     out.print(table)
     return 0

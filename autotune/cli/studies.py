@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..recipe import format_speedup
 from ._common import add_storage, console, when
 
 
@@ -39,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
                          overflow="fold", no_wrap=column in ("hardware", "best speedup"))
     for s in found:
         trials = f"{s.trials}" + (f" (+{s.running} running)" if s.running else "")
-        speedup = "-" if s.speedup is None else f"{s.speedup:.2f}x" + ("" if s.confirmed else " ?")
+        speedup = format_speedup(s.speedup, s.speedup_low, s.speedup_high) + ("" if s.confirmed or s.speedup is None
+                                                                               else " ?")
         table.add_row(s.name, s.workload or "?", s.fingerprint or "?", trials, speedup,
                       "-" if s.recipe is None else str(s.recipe), when(s.last))
     out.print(table)

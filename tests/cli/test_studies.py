@@ -125,3 +125,22 @@ def test_best_of_a_file_from_this_machine_compares_with_its_defaults(storage: Pa
     out = run_cli("best", "--recipe", "other.json", cwd=storage)
     assert "PyTorch's defaults: unknown: its study is not in sqlite:///studies.db and it was measured on other" \
            " hardware" in out.stdout
+
+
+def test_every_view_gives_a_paired_speedup_with_its_interval(storage: Path) -> None:
+    url = f"sqlite:///{storage}/studies.db"
+    paired = add_recipe(url, {**TUNED, "threads": 2}, study="tiny-done", speed=123.0, interval=(1.15, 1.31))
+    best = run_cli("best", "--recipe", str(paired.id), cwd=storage)
+    assert best.returncode == 0, best.stderr
+    assert "1.23x [1.15-1.31] (95% interval) PyTorch defaults (123.0 vs 100.0 samples/s)" in best.stdout
+    recipes = run_cli("recipes", cwd=storage)
+    assert "1.23x [1.15-1.31]" in recipes.stdout and "1.70x" in recipes.stdout  # an old recipe: no interval
+    studies = run_cli("studies", "--json", cwd=storage)
+    done = next(s for s in json.loads(studies.stdout) if s["name"] == "tiny-done")
+    assert (done["speedup"], done["speedup_low"], done["speedup_high"]) == (1.23, 1.15, 1.31)
+    assert "1.23x [1.15-1.31]" in run_cli("studies", cwd=storage).stdout
+    diff = run_cli("diff", "1", str(paired.id), cwd=storage)
+    assert re.search(r"speedup\s+│ 1.70x\s+│ 1.23x \[1.15-1.31\]", diff.stdout), diff.stdout
+    export = run_cli("export", "--recipe", str(paired.id), "--format", "env", "-o", "best.env", cwd=storage)
+    assert export.returncode == 0, export.stderr
+    assert "# 1.23x [1.15-1.31] PyTorch defaults: 123.0 vs 100.0 samples/s" in (storage / "best.env").read_text()
