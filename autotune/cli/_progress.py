@@ -13,6 +13,8 @@ Speedups: a paired study's trial values are speedups over the defaults with an i
 from __future__ import annotations
 
 import json
+import logging
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -166,14 +168,17 @@ class LiveView:
     def __init__(self, out: Console, clock: Callable[[], float] = time.monotonic) -> None:
         self.out, self.board = out, Board(clock=clock)
         self.live: Live | None = None
+        self.log_streams: list[tuple[logging.StreamHandler[Any], Any]] = []
 
     def __call__(self, event: Event) -> None:
         from rich.live import Live
 
         self.board.update(event)
         if isinstance(event, SearchStarted) and self.live is None:
+            stderr = sys.stderr
             self.live = Live(console=self.out, get_renderable=lambda: render(self.board), refresh_per_second=1)
-            self.live.start()
+            self.live.start()  # replaces sys.stderr by a proxy that prints above the panel
+            self._logs_through(stderr, sys.stderr)
         if isinstance(event, TrialFinished) and event.role != "confirm":
             # printed above the panel, where it stays
             self.out.print(finished_line(self.board, event), markup=False, highlight=False, soft_wrap=True)
@@ -182,7 +187,20 @@ class LiveView:
         if isinstance(event, SearchDone):
             self.close()
 
+    def _logs_through(self, stderr: Any, proxy: Any) -> None:
+        """The log handlers that write to stderr write through ``proxy`` while the panel is up: a warning
+        of the search is printed above the panel instead of through it (a handler keeps the stream it was
+        given, so Live's swap of ``sys.stderr`` alone does not reach it)."""
+        if proxy is stderr:
+            return
+        for handler in logging.getLogger().handlers:
+            if type(handler) is logging.StreamHandler and handler.stream is stderr:
+                self.log_streams.append((handler, handler.setStream(proxy)))
+
     def close(self) -> None:
+        for handler, stream in self.log_streams:
+            handler.setStream(stream)
+        self.log_streams = []
         if self.live is not None:
             self.live.stop()
             self.live = None

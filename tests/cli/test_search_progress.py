@@ -148,3 +148,22 @@ def test_json_prints_one_object_per_event_and_the_result_last(tmp_path: Path) ->
     assert result["recipe"]["params"] == next(o["params"] for o in finished if o["number"] == result["best"])
     assert Path(result["report"]).is_file()
     assert "PyTorch defaults (trial 0)" in out.stderr  # the summary, for the person watching, on stderr
+
+
+def test_a_warning_logged_under_the_live_panel_is_printed_above_it(facts) -> None:
+    import logging
+    import sys
+
+    out = Console(file=io.StringIO(), force_terminal=True, width=140)
+    handler = logging.StreamHandler(sys.stderr)  # as the CLI's logging.basicConfig sets it up
+    before = handler.stream
+    logging.getLogger().addHandler(handler)
+    try:
+        view = LiveView(out, clock=lambda: 0.0)
+        view(scripted(facts)[0])
+        logging.getLogger("autotune.study.loop").warning("trial 3 was left running by a search that died")
+        assert "trial 3 was left running by a search that died" in out.file.getvalue()  # type: ignore[attr-defined]
+        view.close()
+        assert handler.stream is before  # as it was once the panel is gone
+    finally:
+        logging.getLogger().removeHandler(handler)
