@@ -123,14 +123,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write_report(args: argparse.Namespace, study: str, facts: Facts | None) -> Path | None:
-    """The HTML report of the search; a report that cannot be written is a warning: the results are stored."""
+    """The HTML report of the search; a report that cannot be written is a warning: the results are stored,
+    and the search's exit status and ``--json`` result line stand."""
     from ..report import write_report
     from .report import default_path
 
     try:
         return write_report(args.storage, study, args.report or default_path(study), facts).resolve()
-    except (OSError, AutotuneError) as e:
-        log.warning("the report was not written (%s); the study is stored: autotune report --study %s", e, study)
+    except Exception as e:  # noqa: BLE001 - even a bug in the report must not turn a stored search into a failure
+        why = str(e) if isinstance(e, (OSError, AutotuneError)) else f"{type(e).__name__}: {e}"
+        log.warning("the report was not written (%s); the study is stored: autotune report --study %s", why, study,
+                    exc_info=args.debug)
         return None
 
 
