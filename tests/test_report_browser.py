@@ -156,6 +156,25 @@ def test_the_report_of_a_real_search_renders_in_chromium(tmp_path: Path, browser
     plots = text.count('class="plotly-graph-div"')
     assert plots >= 3 and f'data-plots="{plots}"' in text  # history, per-knob effect, budget at least
 
+    check_page(browser, report, plots, tmp_path / "report.png")
+
+
+def test_a_paired_report_with_intervals_and_importances_renders_in_chromium(tmp_path: Path, browser: DevTools,
+                                                                          facts) -> None:
+    from autotune.report import collect, write
+
+    from .test_report import add_paired_study
+
+    url = f"sqlite:///{tmp_path}/studies.db"
+    add_paired_study(url, "paired", facts)
+    report = write(collect(url, "paired", facts), tmp_path / "paired.html")
+    check_page(browser, report, 4, tmp_path / "paired.png")  # history, per-knob effect, importances, budget
+
+
+def check_page(browser: DevTools, report: Path, plots: int, screenshot: Path) -> None:
+    """Load ``report`` from file://: no exception nor console error, ``plots`` plots drawn, a screenshot (kept in
+    ``screenshot``) that is not blank."""
+    browser.events.clear()
     for domain in ("Runtime", "Log", "Page"):
         browser.send(f"{domain}.enable")
     browser.send("Page.navigate", url=report.as_uri())
@@ -168,7 +187,7 @@ def test_the_report_of_a_real_search_renders_in_chromium(tmp_path: Path, browser
     assert drawn == plots == browser.evaluate("document.querySelectorAll('.plotly-graph-div').length")
     height = browser.evaluate("document.documentElement.scrollHeight")
     full = browser.send("Page.captureScreenshot", format="png", captureBeyondViewport=True)
-    (tmp_path / "report.png").write_bytes(base64.b64decode(full["data"]))  # to look at: the whole page
+    screenshot.write_bytes(base64.b64decode(full["data"]))  # to look at: the whole page
     small = browser.send("Page.captureScreenshot", format="png", captureBeyondViewport=True,  # to decode quickly
                          clip={"x": 0, "y": 0, "width": 1280, "height": height, "scale": 0.125})
     shot = base64.b64decode(small["data"])

@@ -95,7 +95,7 @@ def _summary(data: ReportData) -> str:
     base, best, recipe = data.baseline, data.best, data.recipe
     if base is None:
         return '<p class="note">The baseline (PyTorch defaults) has not completed: nothing to compare with.</p>'
-    rows = [["PyTorch defaults", f"trial {base.number}", "1.00x", "(the defaults)"]]
+    rows = [["PyTorch defaults", f"trial {base.number}", speed(base), "(the defaults)"]]  # paired: the A/A run
     if best is not None and best.number != base.number:
         rows.append(["best trial", f"trial {best.number}", speed(best), _knobs(best.changed)])
     text = _table(["", "trial", "speedup", "differs from the defaults"], rows)
