@@ -21,8 +21,6 @@ from typing import Any
 
 import pytest
 
-from .conftest import FAST, run_cli
-
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
@@ -145,11 +143,9 @@ def test_png_decoder_tells_blank_from_drawn() -> None:
 
 
 @pytest.mark.slow
-def test_the_report_of_a_real_search_renders_in_chromium(tmp_path: Path, browser: DevTools) -> None:
-    search = run_cli("search", "--workload", "tiny", "--budget", "3m", "--trials", "3", "--confirm", "0",
-                     "--fix", "processes=1", *FAST, cwd=tmp_path)
-    assert search.returncode == 0, search.stderr
-    report = next(tmp_path.glob("report-*.html"))
+def test_the_report_of_a_real_search_renders_in_chromium(tmp_path: Path, browser: DevTools, tiny_search) -> None:
+    folder, search = tiny_search  # autotune search wrote the report at its end
+    report = next(folder.glob("report-*.html"))
     assert f"report: {report}" in search.stdout
     text = report.read_text()
     assert "<script src=" not in text and text.count("* plotly.js v") == 1  # inline, once: opens offline

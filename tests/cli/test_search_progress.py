@@ -116,10 +116,8 @@ def test_plain_lines_and_json_lines_from_the_same_events(facts) -> None:
 
 
 @pytest.mark.slow
-def test_a_search_not_on_a_terminal_prints_plain_lines(tmp_path: Path) -> None:
-    out = run_cli("search", "--workload", "tiny", "--budget", "3m", "--trials", "2", "--confirm", "0",
-                  "--fix", "processes=1", *FAST, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr
+def test_a_search_not_on_a_terminal_prints_plain_lines(tiny_search) -> None:
+    folder, out = tiny_search
     assert "\x1b[" not in out.stdout  # no colour, no cursor moves: a log reads as it was written
     lines = out.stdout.splitlines()
     assert re.fullmatch(r"study tiny-\S+ on cpu, budget 3m00s", lines[0]), lines[0]
@@ -128,7 +126,7 @@ def test_a_search_not_on_a_terminal_prints_plain_lines(tmp_path: Path) -> None:
     assert lines[3].startswith("trial   0 baseline   ok ")
     assert re.fullmatch(r"\[\d+s\] trial 1 \S+ started: .+", lines[4]), lines[4]
     report = Path(lines[-1].removeprefix("report: "))
-    assert lines[-1].startswith("report: ") and report.is_file() and report.parent == tmp_path
+    assert lines[-1].startswith("report: ") and report.is_file() and report.parent == folder
 
 
 @pytest.mark.slow
