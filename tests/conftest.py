@@ -93,3 +93,14 @@ def postgres() -> Iterator[str]:
         subprocess.run([*as_postgres, str(bin_dir / "pg_ctl"), "-D", str(data / "db"), "-m", "immediate", "stop"],
                        capture_output=True, timeout=60)
         shutil.rmtree(data, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_search(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """One real ``autotune search`` of the tiny workload (3 trials, few steps), not on a terminal, shared by the
+    tests of what it prints and of the report it writes: its folder and its completed process."""
+    folder = tmp_path_factory.mktemp("tiny-search")
+    out = run_cli("search", "--workload", "tiny", "--budget", "3m", "--trials", "3", "--confirm", "0",
+                  "--fix", "processes=1", *FAST, cwd=folder)
+    assert out.returncode == 0, out.stderr
+    return folder, out

@@ -11,6 +11,7 @@ ls /usr/lib/*-linux-gnu/libtcmalloc_minimal.so.4 >/dev/null 2>&1 || want+=(libtc
 command -v numactl >/dev/null || want+=(numactl)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || want+=(postgresql)
 command -v zsh >/dev/null || want+=(zsh)
+command -v chromium >/dev/null || want+=(chromium)
 [ ${#want[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
     echo "tests/system-deps.sh: not root with apt-get; tests needing ${want[*]} will skip" >&2

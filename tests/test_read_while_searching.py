@@ -1,4 +1,4 @@
-"""A search writes its SQLite storage while ``autotune studies`` and ``best`` read it (WAL mode)."""
+"""A search writes its SQLite storage while ``autotune studies``, ``best`` and ``report`` read it (WAL mode)."""
 from __future__ import annotations
 
 import json
@@ -33,15 +33,15 @@ def _measured(cwd: Path) -> int:
 
 
 @pytest.mark.slow
-def test_readers_poll_studies_and_best_while_a_search_writes(tmp_path: Path) -> None:
+def test_readers_poll_studies_best_and_report_while_a_search_writes(tmp_path: Path) -> None:
     search = start_search("--trials", "4", "--confirm", "1", "--confirm-rounds", "1", cwd=tmp_path)
     answers: list[tuple[str, int, str]] = []
     done = threading.Event()
 
     def poll() -> None:  # what a user does in a second terminal
         while not done.is_set():
-            for verb in ("studies", "best"):
-                out = run_cli(verb, cwd=tmp_path)
+            for verb in ("studies", "best", "report"):
+                out = run_cli(verb, *(("-o", "polled.html") if verb == "report" else ()), cwd=tmp_path)
                 answers.append((verb, out.returncode, out.stderr.strip()))
             time.sleep(0.5)
 
@@ -68,8 +68,9 @@ def test_readers_poll_studies_and_best_while_a_search_writes(tmp_path: Path) -> 
         if search.poll() is None:
             search.kill()
             search.communicate()
-    studies = [a for a in answers if a[0] == "studies"]
-    assert studies and all(code == 0 for _, code, _ in studies), studies
+    for verb in ("studies", "report"):  # the study exists from the first measured trial on
+        polled = [a for a in answers if a[0] == verb]
+        assert polled and all(code == 0 for _, code, _ in polled), polled
     no_recipe_yet = "autotune best: error: no recipe in sqlite:///studies.db: run 'autotune search' first"
     for _, code, err in (a for a in answers if a[0] == "best"):  # before the recipe is stored: it says so
         assert code == 0 or err == no_recipe_yet

@@ -11,7 +11,7 @@ import sys
 
 from ..errors import AutotuneError
 
-VERBS = ("probe", "search", "studies", "recipes", "best", "diff", "export", "run", "dashboard", "completion")
+VERBS = ("probe", "search", "studies", "recipes", "best", "diff", "report", "export", "run", "dashboard", "completion")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -3,25 +3,32 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import UsageError
+from ..errors import AutotuneError, UsageError
 from ..study import (
     Candidate,
     Event,
     SearchOptions,
     SearchOutcome,
     SearchStarted,
-    TrialFinished,
     check_options,
     parse_duration,
     search,
 )
 from ..trial import TrialSettings
 from ._common import add_storage, console
+from ._progress import JsonLines, LiveView, PlainLines
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from ..probes import Facts
+
+log = logging.getLogger(__name__)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -72,6 +79,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--confirm-rounds", type=int, default=3, metavar="R",
                    help="interleaved confirmation runs of each, at least 1 (default: 3)")
     p.add_argument("--seed", type=int, default=0, help="sampler and training seed, 0 to 2**32-1 (default: 0)")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object per event (JSON lines, each with \"event\": its name) and the "
+                   "result as the last line, for scripts; the summary and logs go to stderr")
+    p.add_argument("--report", default=None, metavar="FILE",
+                   help="write the HTML report there at the end (default: report-STUDY.html; see autotune report)")
     p.set_defaults(func=run)
 
 
@@ -85,10 +97,44 @@ def run(args: argparse.Namespace) -> int:
         confirm_top=args.confirm, confirm_rounds=args.confirm_rounds,
     )
     check_options(options)  # before anything is probed or written (search() checks again, for library callers)
-    out = console()
-    outcome = search(args.workload, options=options, progress=_Progress(out))
+    out = console(stderr=args.json)  # under --json, stdout holds JSON lines only
+    view: JsonLines | LiveView | PlainLines
+    view = JsonLines(sys.stdout) if args.json else LiveView(out) if out.is_terminal else PlainLines(out)
+    seen: list[Facts] = []
+
+    def progress(event: Event) -> None:
+        if isinstance(event, SearchStarted):
+            seen.append(event.facts)  # the report's probe summary: the machine as this search probed it
+        view(event)
+
+    try:
+        outcome = search(args.workload, options=options, progress=progress)
+    finally:
+        view.close()
     _print_outcome(out, outcome)
+    report = _write_report(args, outcome.study, seen[0] if seen else None)
+    if report is not None:
+        out.print(f"report: {report}", markup=False, soft_wrap=True)
+    if isinstance(view, JsonLines):
+        view.emit({"event": "result", "study": outcome.study, "stopped": outcome.stopped,
+                   "elapsed_s": outcome.elapsed_s, "baseline": outcome.baseline.number, "best": outcome.best.number,
+                   "recipe": outcome.recipe.to_dict(), "report": str(report) if report else None})
     return 0
+
+
+def _write_report(args: argparse.Namespace, study: str, facts: Facts | None) -> Path | None:
+    """The HTML report of the search; a report that cannot be written is a warning: the results are stored,
+    and the search's exit status and ``--json`` result line stand."""
+    from ..report import write_report
+    from .report import default_path
+
+    try:
+        return write_report(args.storage, study, args.report or default_path(study), facts).resolve()
+    except Exception as e:  # noqa: BLE001 - even a bug in the report must not turn a stored search into a failure
+        why = str(e) if isinstance(e, (OSError, AutotuneError)) else f"{type(e).__name__}: {e}"
+        log.warning("the report was not written (%s); the study is stored: autotune report --study %s", why, study,
+                    exc_info=args.debug)
+        return None
 
 
 def parse_fixes(items: list[str]) -> dict[str, Any]:
@@ -103,35 +149,6 @@ def parse_fixes(items: list[str]) -> dict[str, Any]:
         except json.JSONDecodeError:
             fixed[knob.strip()] = text
     return fixed
-
-
-class _Progress:
-    """One line per trial, as it ends."""
-
-    def __init__(self, out: Console) -> None:
-        self.out = out
-        self.defaults: dict[str, Any] = {}
-
-    def __call__(self, event: Event) -> None:
-        if isinstance(event, SearchStarted):
-            budget = f"{event.budget_s:.0f} s" if event.budget_s else "no time limit"
-            self.defaults = event.defaults
-            resumed = " (continued)" if event.resumed else ""
-            self.out.print(f"study [bold]{event.study}[/]{resumed} on {event.context.device}, budget {budget}")
-            self.out.print("PyTorch defaults: " + _knobs(self.defaults), markup=False, soft_wrap=True)
-        elif isinstance(event, TrialFinished):
-            r = event.result
-            speed = f"{r.objective:9.1f} samples/s" if r.objective else f"{'-':>9} samples/s"
-            changed = {k: v for k, v in event.params.items() if self.defaults.get(k) != v}
-            knobs = _knobs(changed) if changed else "(defaults)"
-            why = f"  [{event.reason}]" if event.reason else ""
-            setup = f" (startup {r.startup_s:.1f}s, warm-up {r.warmup_s:.1f}s)" if r.startup_s and r.warmup_s else ""
-            self.out.print(f"trial {event.number:3d} {event.role:<10} {r.status:<11} {speed} {r.wall_s:5.1f}s{setup}  "
-                           f"{knobs}{why}", markup=False, soft_wrap=True)
-
-
-def _knobs(params: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in sorted(params.items()) if k not in ("reference_batch", "device"))
 
 
 def _print_outcome(out: Console, outcome: SearchOutcome) -> None:

@@ -20,7 +20,18 @@ from ..trial.runner import SubprocessMeasurer
 from ..trial.spec import Measurer, Status, TrialResult
 from . import budget
 from .events import Progress, TrialFinished, TrialStarted
-from .records import BASELINE, CONFIRM, FULL_RUNS, MEASURED, SEARCH, Attr, StudyAttr, optuna_storage, trial_id
+from .records import (
+    BASELINE,
+    CONFIRM,
+    CONSTRAINTS,
+    FULL_RUNS,
+    MEASURED,
+    SEARCH,
+    Attr,
+    StudyAttr,
+    optuna_storage,
+    trial_id,
+)
 from .seeds import Seed, enqueue_next_seed
 
 if TYPE_CHECKING:
@@ -189,14 +200,27 @@ class SearchLoop:
             trial.set_user_attr(Attr.PARAMS, params)
         if result.status == Status.OK:
             reason = self._feasibility(trial, role, params, result)
+            self._constraints_list(trial)
             self.study.tell(trial, result.objective)
         elif result.status in (Status.OOM, Status.NAN):
+            # FAIL, not a value: 0.0 would be a measurement (TPE's worst, the dashboard's history flattened);
+            # the constraints and the status say why (``records`` reads them, not the state)
             reason = self._infeasible(trial, params, result)
-            self.study.tell(trial, 0.0)
+            self._constraints_list(trial)
+            self.study.tell(trial, state=state.FAIL)
         else:
             reason = result.error
             self.study.tell(trial, state=state.PRUNED if result.status == Status.PRUNED else state.FAIL)
         self.notify(TrialFinished(trial.number, role, params, result, reason))
+
+    def _constraints_list(self, trial: optuna.Trial) -> None:
+        """Also store the constraints as one list, in ``CONSTRAINTS`` order: optuna-dashboard 0.21 reads only
+        that (older) form, Optuna 5's ``set_constraint`` writes ``constraints:<key>`` per key; without it the
+        dashboard marks no trial infeasible. An unset constraint is 0 (not broken)."""
+        named = trial.constraints
+        values = [float(named.get(key, 0.0)) for key in CONSTRAINTS]
+        storage, _ = optuna_storage(self.study)
+        storage.set_trial_system_attr(trial_id(trial), "constraints", values)
 
     def _feasibility(self, trial: optuna.Trial, role: str, params: dict[str, Any], result: TrialResult) -> str | None:
         """The quality guard, and every knob in effect: why a trial that ran is not this recipe, or None."""

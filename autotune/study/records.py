@@ -92,8 +92,11 @@ def records(study: optuna.Study) -> list[TrialRecord]:
         if Attr.STATUS not in attrs or Attr.PARAMS not in attrs:
             continue
         result = TrialResult.from_dict(attrs)  # the result's fields among the trial's attributes
-        constraints = t.constraints or {}  # set_constraint's key -> value; feasible when all <= 0
-        named = constraints if isinstance(constraints, dict) else dict(zip(CONSTRAINTS, constraints, strict=False))
+        # set_constraint's key -> value (feasible when all <= 0); the loop also stores them as a list for
+        # optuna-dashboard, which Optuna reads back as keys "0", "1", ...: by name where named, else in order
+        constraints = t.constraints
+        named = ({k: v for k, v in constraints.items() if k in CONSTRAINTS}
+                 or dict(zip(CONSTRAINTS, constraints.values(), strict=False)))
         feasible = result.status == Status.OK and all(v <= 0 for v in named.values())
         reason = attrs.get(Attr.INFEASIBLE) or (attrs.get(Attr.ERROR) if result.status != Status.OK else None)
         broken = tuple(k for k, v in named.items() if v > 0)

@@ -66,3 +66,66 @@ def test_dashboard_of_an_unknown_study_names_those_there(storage: Path) -> None:
     assert out.returncode == 2
     assert out.stderr.strip() == ("autotune dashboard: error: no study 'nosuch' in sqlite:///studies.db; "
                                   "its studies: tiny-done")
+
+
+def _loop_study(url: str, facts) -> None:
+    """A study recorded by the real search loop (real Optuna, real SQLite); only the measurements are scripted:
+    the baseline, a trial over the quality guard, one whose loss became NaN, one out of memory."""
+    import time
+
+    from autotune.search_spaces import SpaceContext, defaults
+    from autotune.study import SearchLoop, SearchOptions
+    from autotune.trial import TrialResult
+
+    ctx = SpaceContext(default_batch_size=32)
+    script = [TrialResult("ok", samples_per_s=100.0, objective=100.0, loss=1.0),
+              TrialResult("ok", samples_per_s=150.0, objective=150.0, loss=2.0),
+              TrialResult("nan", error="the loss became nan"), TrialResult("oom", error="out of memory")]
+
+    class Scripted:
+        def measure(self, params, timeout_s, on_window=None):
+            return script.pop(0)
+
+    import optuna
+
+    study = optuna.create_study(storage=url, study_name="loop", direction="maximize")
+    options = SearchOptions(storage=url, trials=4, budget_s=None)
+    loop = SearchLoop(study, "tiny", facts, ctx, {"device": "cpu", "reference_batch": 32}, options,
+                      deadline=time.monotonic() + 600, notify=lambda event: None,
+                      seeds=[("baseline", defaults(facts, ctx))], measurer=Scripted())
+    assert loop.run() == "trials" and script == []
+
+
+def test_the_dashboard_marks_infeasible_trials_and_gives_failed_ones_no_value(tmp_path: Path, facts) -> None:
+    pytest.importorskip("optuna_dashboard", reason="optuna-dashboard is not installed")
+    from autotune.study.records import records
+
+    url = f"sqlite:///{tmp_path}/studies.db"
+    _loop_study(url, facts)
+    import optuna
+
+    recs = records(optuna.load_study(study_name="loop", storage=url))
+    assert [(r.result.status, r.feasible, r.rejected_by) for r in recs] == [
+        ("ok", True, ()), ("ok", False, ("quality",)), ("nan", False, ("finite_loss",)),
+        ("oom", False, ("fits_memory",))]
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", "dashboard", "--port", str(port)], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, detail = time.monotonic() + 60, None
+        while detail is None and time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies/1?after=0", timeout=5) as r:
+                    detail = json.load(r)
+            except OSError:
+                time.sleep(0.3)
+        assert detail is not None, f"no answer on 127.0.0.1:{port}; exit {proc.poll()}"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+    shown = [(t["number"], t["state"], t.get("values"), t["constraints"]) for t in detail["trials"]]
+    # the quality guard's rejection: measured (its value kept) and infeasible; NaN and OOM: failed, no value
+    # (constraints: quality = loss increase - 5%, fits_memory, finite_loss, applied; feasible when all <= 0)
+    assert shown == [(0, "Complete", [100.0], [pytest.approx(-0.05), 0.0, 0.0, 0.0]),
+                     (1, "Complete", [150.0], [pytest.approx(0.95), 0.0, 0.0, 0.0]),
+                     (2, "Fail", None, [0.0, 0.0, 1.0, 0.0]), (3, "Fail", None, [0.0, 1.0, 0.0, 0.0])]

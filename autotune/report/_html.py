@@ -1,0 +1,158 @@
+"""The report as one self-contained HTML file: plotly's JavaScript inline once, no network needed to open it."""
+from __future__ import annotations
+
+import html
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import _figures
+
+if TYPE_CHECKING:
+    from plotly.graph_objects import Figure
+
+    from ._data import ReportData, Row
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ccc; }
+table { border-collapse: collapse; margin: 0.5em 0; } td, th { padding: 0.25em 0.7em; text-align: left; }
+th { background: #f0f0f0; } tr:nth-child(even) td { background: #fafafa; }
+pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; } .note { color: #555; }
+.num { text-align: right; font-variant-numeric: tabular-nums; }
+"""
+TOP = 10  # trials in the table of the fastest
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value))
+
+
+def _knobs(changed: dict[str, Any]) -> str:
+    return _e(", ".join(f"{k}={v}" for k, v in sorted(changed.items())) or "(the defaults)")
+
+
+def speed(row: Row | None) -> str:
+    """``1.42x [1.30-1.55]``, or ``1.42x (no interval: measured before paired measurement)``."""
+    if row is None or row.speedup is None:
+        return "-"
+    if row.low is not None and row.high is not None:
+        return f"{row.speedup:.2f}x [{row.low:.2f}-{row.high:.2f}]"
+    return f"{row.speedup:.2f}x"
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+class _Plots:
+    """Figures as HTML divs; the first carries plotly.js (``include_plotlyjs=True``), the others use it."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def div(self, figure: Figure | None, missing: str) -> str:
+        if figure is None:
+            return f'<p class="note">{_e(missing)}</p>'
+        self.count += 1
+        return figure.to_html(full_html=False, include_plotlyjs=self.count == 1, div_id=f"plot-{self.count}",
+                              config={"displaylogo": False})
+
+
+def render(data: ReportData, now: datetime | None = None) -> str:
+    """The report's HTML text."""
+    plots = _Plots()
+    measure = ("paired: each trial's speedup over the defaults, measured in alternating windows, with its interval"
+               if data.paired else "samples/s of each trial on its own (a study measured before paired measurement: "
+               "speedups are ratios to the baseline's samples/s, without an interval)")
+    parts = [
+        f"<h1>autotune report: study {_e(data.study)}</h1>",
+        f"<p>workload <b>{_e(data.workload)}</b>, hardware {_e(data.fingerprint)} ({_e(data.cpu_set or '-')}); "
+        f"{len(data.trials)} trials, {len(data.confirmations)} confirmation runs; written "
+        f"{_e((now or datetime.now().astimezone()).strftime('%Y-%m-%d %H:%M:%S %Z'))}.</p>",
+        f'<p class="note">Measurement: {_e(measure)}.</p>',
+        "<h2>The machine</h2>", f"<pre>{_e(data.probe)}</pre>",
+        "<h2>Baseline and best</h2>", _summary(data),
+        "<h2>Fastest trials</h2>", _top(data),
+        "<h2>Optimisation history</h2>", plots.div(_figures.history(data), "No trial has a measured speed yet."),
+        "<h2>Per-knob effect</h2>",
+        plots.div(_figures.knob_effects(data), "No knob took more than one value in the feasible trials."),
+        "<h2>Parameter importances</h2>", f'<p class="note">{_e(data.importance_note)}</p>',
+        plots.div(_figures.importances(data), "") if data.importances else "",
+        "<h2>Measured noise of this machine</h2>", _noise(data),
+        "<h2>Infeasible and failed trials</h2>", _failures(data),
+        "<h2>Where the budget went</h2>", _budget(data),
+        plots.div(_figures.budget(data), "No trial recorded its timings."),
+    ]
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>autotune report: {_e(data.study)}</title><style>{STYLE}</style></head>\n"
+            f"<body data-plots=\"{plots.count}\">\n" + "\n".join(parts) + "\n</body></html>\n")
+
+
+def _summary(data: ReportData) -> str:
+    base, best, recipe = data.baseline, data.best, data.recipe
+    if base is None:
+        return '<p class="note">The baseline (PyTorch defaults) has not completed: nothing to compare with.</p>'
+    rows = [["PyTorch defaults", f"trial {base.number}", speed(base), "(the defaults)"]]  # paired: the A/A run
+    if best is not None and best.number != base.number:
+        rows.append(["best trial", f"trial {best.number}", speed(best), _knobs(best.changed)])
+    text = _table(["", "trial", "speedup", "differs from the defaults"], rows)
+    if recipe is not None and recipe.speedup is not None:
+        interval = (f" [{recipe.speedup_low:.2f}-{recipe.speedup_high:.2f}]"
+                    if recipe.speedup_low is not None and recipe.speedup_high is not None else "")
+        text += (f"<p>Stored recipe {_e(recipe.id)}: <b>{recipe.speedup:.2f}x{interval}</b> the defaults' speed; "
+                 "how it was chosen:</p>")
+        text += "".join(f'<p class="note">{_e(note)}</p>' for note in recipe.notes)
+    else:
+        text += '<p class="note">No recipe stored for this study yet (the search has not finished).</p>'
+    return text
+
+
+def _top(data: ReportData) -> str:
+    ok = sorted((t for t in data.trials if t.outcome == "ok" and t.speedup is not None),
+                key=lambda t: -(t.speedup or 0.0))
+    if not ok:
+        return '<p class="note">No feasible trial yet.</p>'
+    rows = [[str(t.number), _e(t.role), speed(t), f"{t.wall_s:.1f} s", _knobs(t.changed)] for t in ok[:TOP]]
+    return _table(["trial", "role", "speedup", "wall time", "differs from the defaults"], rows)
+
+
+def _noise(data: ReportData) -> str:
+    n = data.noise
+    if n is None:
+        return ('<p class="note">Not measured: this study was searched before the A/A calibration '
+                "(paired measurement) existed.</p>")
+    low, high = n.aa[1], n.aa[2]
+    rows = [["the defaults against themselves (A/A)", f"{n.aa[0]:.3f}x [{low:.3f}-{high:.3f}]"],
+            ["spread of identical runs", f"{n.spread:.1%}"], ["smallest gain told apart", f"{n.margin:.1%}"],
+            ["window", f"{n.window_s:.2f} s"], ["pairs per first round", str(n.pairs)]]
+    return f"<p>{_e(n.note())}.</p>" + _table(["", ""], rows)
+
+
+def _failures(data: ReportData) -> str:
+    bad = [t for t in data.trials if t.outcome != "ok"]
+    if not bad:
+        return '<p class="note">None.</p>'
+    rows = [[str(t.number), _e(t.role), _e(t.outcome), _e(t.status), _e(t.reason or "-"), _knobs(t.changed)]
+            for t in bad]
+    return _table(["trial", "role", "outcome", "status", "reason", "differs from the defaults"], rows)
+
+
+def _budget(data: ReportData) -> str:
+    parts = _figures.budget_parts(data)
+    total = sum(parts.values())
+    rows = [[_e(name), f"{seconds:.1f} s", f"{seconds / total:.0%}" if total else "-"]
+            for name, seconds in parts.items()]
+    return _table(["part", "time", "share"], rows)
+
+
+def write(data: ReportData, path: str | Path) -> Path:
+    """Write the report to ``path`` (its folder must exist); returns the path."""
+    target = Path(path)
+    target.write_text(render(data), encoding="utf-8")
+    return target
+
+
+__all__ = ["render", "speed", "write"]

@@ -1,0 +1,137 @@
+"""``autotune report``: one self-contained HTML file from a study as stored, paired or measured before, read-only."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune.recipe import Recipe
+from autotune.report import collect, render
+from autotune.store import RecipeStore
+from autotune.study.records import Attr, StudyAttr
+
+from .cli.conftest import DEFAULTS, add_recipe, add_study
+from .conftest import run_cli
+
+NOISE = {"window_s": 0.5, "pairs": 8, "half_width": 0.03, "margin": 0.04, "spread": 0.06, "aa": [1.0, 0.98, 1.02],
+         "timed_s": 8.0, "wall_s": 12.5}
+
+
+def add_paired_study(url: str, name: str, facts, feasible: int = 9) -> None:
+    """A study as a paired search records it (through Optuna's ask/tell, in real SQLite): trial values are
+    speedups with intervals, the noise of the A/A calibration, a trial over the quality guard, an OOM trial."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(storage=url, study_name=name, direction="maximize")
+    for key, value in ((StudyAttr.FINGERPRINT, facts.fingerprint), (StudyAttr.WORKLOAD, "tiny"),
+                       (StudyAttr.MEASURE, "paired-v1"), (StudyAttr.NOISE, NOISE)):
+        study.set_user_attr(key, value)
+    dist = {"threads": optuna.distributions.IntDistribution(1, 4),
+            "compile_mode": optuna.distributions.CategoricalDistribution(["none", "default"])}
+
+    def add(params: dict[str, Any], role: str, status: str, speedup: float | None, *, quality: float = -0.05,
+            oom: float = 0.0, reason: str | None = None) -> None:
+        attrs = {Attr.ROLE: role, Attr.PARAMS: {**DEFAULTS, **params}, Attr.STATUS: status, "wall_s": 10.0,
+                 "startup_s": 2.0, "warmup_s": 3.0, "timed_s": 4.0}
+        if speedup is not None:
+            attrs |= {"objective": speedup, "speedup_low": speedup - 0.1, "speedup_high": speedup + 0.1,
+                      "method": "in-process pairs", "pairs": 8}
+        if reason:
+            attrs[Attr.INFEASIBLE if status == "ok" else Attr.ERROR] = reason
+        knobs = {k: v for k, v in {**DEFAULTS, **params}.items() if k in dist}
+        state = optuna.trial.TrialState.COMPLETE if status == "ok" else optuna.trial.TrialState.FAIL
+        study.add_trial(optuna.trial.create_trial(
+            state=state, value=speedup if status == "ok" else None, params=knobs, distributions=dist,
+            user_attrs=attrs, system_attrs={"constraints:quality": quality, "constraints:fits_memory": oom}))
+
+    add({}, "baseline", "ok", 1.0)
+    for i in range(feasible - 1):
+        add({"threads": 1 + i % 4, "compile_mode": "default" if i % 2 else "none"}, "search", "ok",
+            1.0 + 0.1 * (i % 4) + (0.3 if i % 2 else 0.0))
+    add({"threads": 3, "compile_mode": "default"}, "search", "ok", 1.9, quality=0.4,
+        reason="loss 2.1 is +45% over the baseline's 1.45 (limit +5%)")
+    add({"threads": 4, "batch_size": 128}, "search", "oom", None, oom=1.0, reason="out of memory")
+    add({"threads": 4, "compile_mode": "default"}, "confirm", "ok", 1.62)
+
+
+@pytest.fixture
+def paired_db(tmp_path: Path, facts) -> str:
+    url = f"sqlite:///{tmp_path}/studies.db"
+    add_paired_study(url, "tiny-paired", facts)
+    with RecipeStore.open(url) as store:
+        store.save(Recipe(params={**DEFAULTS, "threads": 4, "compile_mode": "default"}, workload="tiny",
+                          fingerprint=facts.fingerprint, study="tiny-paired", speedup=1.6, speedup_low=1.5,
+                          speedup_high=1.7, notes=["best (trial 4) confirmed at median 1.60x"]))
+    return url
+
+
+def test_a_paired_study_reports_speedups_with_intervals_noise_importances_and_failures(paired_db: str,
+                                                                                         facts) -> None:
+    data = collect(paired_db, "tiny-paired", facts)
+    assert data.paired and data.baseline is not None and data.baseline.number == 0
+    assert data.best is not None and (data.best.number, data.best.speedup) == (4, 1.6)  # the recipe's trial
+    assert (data.best.low, data.best.high) == (pytest.approx(1.5), pytest.approx(1.7))
+    assert [(t.number, t.outcome) for t in data.trials if t.outcome != "ok"] == [(9, "infeasible"), (10, "infeasible")]
+    assert [t.number for t in data.confirmations] == [11]
+    assert data.importances is not None and set(data.importances) == {"threads", "compile_mode"}
+    assert data.importance_note == "Optuna's PED-ANOVA importances over 9 feasible trials"
+    page = render(data)
+    assert "<td>1.60x [1.50-1.70]</td>" in page  # the best trial
+    # the stored recipe, with its interval where the store keeps one
+    assert re.search(r"Stored recipe 1: <b>1\.60x( \[1\.50-1\.70\])?</b>", page)
+    assert "identical runs here differ by up to 3%; the smallest gain this budget can tell apart is 4%" in page
+    assert "loss 2.1 is +45% over the baseline&#x27;s 1.45 (limit +5%)" in page and "out of memory" in page
+    assert "best (trial 4) confirmed at median 1.60x" in page
+    assert 'data-plots="4"' in page and page.count('class="plotly-graph-div"') == 4  # history, knobs, importance, time
+    # where the budget went: 12 trials x (2 s start-up, 3 s warm-up, 4 s timed, 1 s rest), and the calibration
+    budget = re.sub(r"<[^>]+>", " ", page.split("Where the budget went</h2>")[1].split("<div")[0])
+    assert re.sub(r"\s+", " ", budget).strip() == ("part time share start-up 24.0 s 18% warm-up/compile 36.0 s 27% "
+                                                   "timed 48.0 s 36% evaluation and other 12.0 s 9% "
+                                                   "noise calibration 12.5 s 9%")  # of 132.5 s
+    assert facts.fingerprint in page.split("The machine</h2>")[1].split("</pre>")[0]  # this machine's probe
+
+
+def test_an_old_study_renders_without_intervals_or_noise(tmp_path: Path, facts) -> None:
+    url = f"sqlite:///{tmp_path}/studies.db"
+    add_study(url, "old", trials=[("baseline", DEFAULTS, "ok", 100.0),
+                                  ("seed", {**DEFAULTS, "threads": 1}, "ok", 180.0),
+                                  ("search", {**DEFAULTS, "batch_size": 128}, "crash", None)])
+    data = collect(url, "old", facts)
+    assert not data.paired and data.best is not None and data.best.speedup == pytest.approx(1.8)
+    assert data.best.low is None and data.noise is None and data.importances is None
+    page = render(data)
+    assert "1.80x" in page and "1.80x [" not in page
+    assert "Not measured: this study was searched before the A/A calibration" in page
+    assert "not computed: 2 feasible measured trial(s), fewer than 8" in page
+    assert "measured on hardware v2-aaaaaaaaaaaa; this machine is" in page  # not this machine: no probe summary
+    assert 'data-plots="2"' in page  # history and per-knob effect: no importances, no timings recorded
+
+
+def test_report_cli_writes_the_study_of_a_recipe_and_reads_only(tmp_path: Path, paired_db: str) -> None:
+    before = (tmp_path / "studies.db").read_bytes()
+    out = run_cli("report", "--recipe", "1", "-o", "r.html", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "report of study tiny-paired written to r.html\n"
+    assert "<title>autotune report: tiny-paired</title>" in (tmp_path / "r.html").read_text()
+    assert (tmp_path / "studies.db").read_bytes() == before
+    default = run_cli("report", cwd=tmp_path)  # the most recently active study, to report-STUDY.html
+    assert default.returncode == 0 and (tmp_path / "report-tiny-paired.html").is_file(), default.stderr
+
+
+def test_report_errors_are_one_line_and_create_nothing(tmp_path: Path, paired_db: str) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = run_cli("report", cwd=empty)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "run 'autotune search' first" in out.stderr
+    assert list(empty.iterdir()) == []  # no studies.db created
+    unknown = run_cli("report", "--study", "nosuch", cwd=tmp_path)
+    assert unknown.returncode == 2
+    assert unknown.stderr == ("autotune report: error: no study 'nosuch' in sqlite:///studies.db; "
+                              "its studies: tiny-paired\n")
+    add_recipe(paired_db, DEFAULTS, study=None)
+    orphan = run_cli("report", "--recipe", "2", cwd=tmp_path)
+    assert orphan.returncode == 2
+    assert orphan.stderr == "autotune report: error: recipe 2 names no study: give --study NAME\n"
