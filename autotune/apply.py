@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from . import search_spaces as spaces
 from .errors import HardwareMismatchError, UsageError
-from .recipe import Recipe, load_recipe_file
+from .recipe import Recipe, format_note, load_recipe_file
 from .trial import distributed
 
 if TYPE_CHECKING:
@@ -66,8 +66,11 @@ class Tuned:
 
     @property
     def batch_size(self) -> int:
-        """This process's DataLoader batch: the recipe's ``batch_size`` is summed over the ranks (``processes``)."""
-        return max(1, int(self.params["batch_size"]) // self.world_size)
+        """This process's DataLoader batch: the recipe's ``batch_per_rank`` (a format-1 recipe's
+        ``batch_size`` was summed over the ranks: its share)."""
+        if "batch_size" in self.params:  # format 1, or a params dict written that way
+            return max(1, int(self.params["batch_size"]) // self.world_size)
+        return spaces.batch.per_rank(self.params)
 
     @property
     def world_size(self) -> int:
@@ -96,7 +99,8 @@ class Tuned:
     @property
     def lr_scale(self) -> float:
         """Multiply the learning rate tuned at the reference batch size by this."""
-        return spaces.batch.lr_scale(self.params, int(self.params.get("reference_batch") or self.params["batch_size"]))
+        reference = self.params.get("reference_batch") or spaces.batch.global_size(self.params)
+        return spaces.batch.lr_scale(self.params, int(reference))
 
     @property
     def dataloader_kwargs(self) -> dict[str, Any]:
@@ -251,6 +255,11 @@ def apply(
     else:
         recipe, fix = _resolve(source, storage), "autotune run --recipe FILE -- python ..."
     params = dict(recipe.params)
+    note = format_note(recipe) if not isinstance(source, dict) else None  # a dict is no old recipe
+    if note and spaces.processes.count(params) > 1:  # applied as measured; where it matters, said once
+        warnings.warn(note, stacklevel=2)
+    elif note:
+        log.info(note)
     if facts is None:
         facts = probes.probe()
     if check_hardware and recipe.fingerprint and recipe.fingerprint != facts.fingerprint:

@@ -84,3 +84,27 @@ def test_apply_stays_a_function_after_its_module_is_imported() -> None:
     from autotune.apply import Tuned  # noqa: F401 - the import is the test: it must not rebind autotune.apply
 
     assert callable(autotune.apply) and autotune.apply.__name__ == "apply"
+
+
+def test_an_old_recipe_of_several_processes_says_what_its_batch_means(facts, tmp_path) -> None:
+    """A format-1 recipe applies as measured (its ``batch_size`` shared by the ranks) and says so in one line."""
+    import json
+    import warnings
+
+    for var in ("LOCAL_RANK", "WORLD_SIZE", "RANK"):
+        assert var not in __import__("os").environ
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"params": {"batch_size": 64, "processes": 2}, "workload": "tiny"}))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tuned = autotune.apply(str(path), facts=facts, check_hardware=False)
+    said = [str(w.message) for w in caught if "format 1" in str(w.message)]
+    assert said == [f"recipe from {path} is format 1: its batch_size 64 is the batch of all 2 processes together "
+                    "(32 per process); recipes searched now hold batch_per_rank"]
+    assert tuned.batch_size == 64  # trains alone here (not under torchrun): the whole batch
+    new = tmp_path / "new.json"
+    new.write_text(json.dumps({"params": {"batch_per_rank": 16, "processes": 2}, "workload": "tiny", "format": 2}))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tuned = autotune.apply(str(new), facts=facts, check_hardware=False)
+    assert not [w for w in caught if "format" in str(w.message)] and tuned.batch_size == 16

@@ -22,6 +22,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..recipe import format_note
     from ..studies import pytorch_defaults
 
     recipe = find_recipe(args)
@@ -43,6 +44,6 @@ def run(args: argparse.Namespace) -> int:
             f"{recipe.baseline_samples_per_s:.1f} samples/s); loss {recipe.loss:.4f} vs {recipe.baseline_loss:.4f}"
         )
     out.print(f"hardware {recipe.fingerprint}, created {when(recipe.created)}")
-    for note in recipe.notes:
+    for note in [*recipe.notes, *filter(None, [format_note(recipe)])]:
         out.print(f"note: {note}", markup=False, soft_wrap=True)
     return 0

@@ -124,7 +124,8 @@ class SearchLoop:
         self.claim(trial, role, params)
         if self._known_oom(params):
             trial.set_user_attr(Attr.STATUS, "skipped")
-            trial.set_user_attr(Attr.ERROR, f"batch_size {params['batch_size']} is at least one that ran out of memory")
+            trial.set_user_attr(Attr.ERROR, f"batch_per_rank {spaces.batch.per_rank(params)} is at least one that "
+                                "ran out of memory")
             self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
             return ("space" if skips + 1 >= MAX_SKIPS else None), skips + 1, None, role
         remaining = self.deadline - time.monotonic()  # the lock may have been waited for
@@ -148,7 +149,7 @@ class SearchLoop:
 
     def _known_oom(self, params: dict[str, Any]) -> bool:
         limit = self.study.user_attrs.get(StudyAttr.OOM_BATCH_SIZE)
-        return limit is not None and int(params["batch_size"]) >= int(limit)
+        return limit is not None and spaces.batch.per_rank(params) >= int(limit)
 
     def run_one(self, trial: optuna.Trial, role: str, params: dict[str, Any], timeout: float) -> TrialResult:
         """Measure a claimed trial (the host lock held) and record it; Ctrl-C records it interrupted."""
@@ -218,7 +219,7 @@ class SearchLoop:
         reason = "out of memory" if oom else "the loss became NaN/inf"
         if oom:
             limit = self.study.user_attrs.get(StudyAttr.OOM_BATCH_SIZE)
-            size = int(params["batch_size"])
+            size = spaces.batch.per_rank(params)
             self.study.set_user_attr(StudyAttr.OOM_BATCH_SIZE, size if limit is None else min(size, int(limit)))
         trial.set_user_attr(Attr.INFEASIBLE, reason)
         return reason
