@@ -133,6 +133,17 @@ def per_rank(params: dict[str, Any]) -> int:
     return int(params["batch_per_rank"])
 
 
+def upgraded(params: dict[str, Any]) -> dict[str, Any]:
+    """Format-1 params in today's form: ``batch_size`` (global) as the ``batch_per_rank`` it meant.
+
+    >>> upgraded({"batch_size": 64, "processes": 8, "threads": 2})
+    {'processes': 8, 'threads': 2, 'batch_per_rank': 8}
+    """
+    if "batch_size" not in params:
+        return dict(params)
+    return {**{k: v for k, v in params.items() if k != "batch_size"}, "batch_per_rank": per_rank(params)}
+
+
 def global_size(params: dict[str, Any]) -> int:
     """The samples of one forward/backward over all ranks (before gradient accumulation).
 
