@@ -100,6 +100,21 @@ def max_batch_size(memory_bytes: int | None, model: torch.nn.Module, inputs: tup
     return max(1, int(usable // per_sample))
 
 
+def memory_warning(peak_bytes: int | None, device_bytes: int | None) -> str | None:
+    """The warning for a recipe whose measured peak takes more than ``MEMORY_SHARE`` of its device, or None.
+
+    >>> memory_warning(75 * 2**30, 80 * 2**30)[:65]
+    "peak memory 75.0 GiB is 94% of the device's 80.0 GiB (above 90%):"
+    >>> memory_warning(10 * 2**30, 80 * 2**30), memory_warning(None, 80 * 2**30)
+    (None, None)
+    """
+    if not peak_bytes or not device_bytes or peak_bytes <= MEMORY_SHARE * device_bytes:
+        return None
+    return (f"peak memory {peak_bytes / 2**30:.1f} GiB is {peak_bytes / device_bytes:.0%} of the device's "
+            f"{device_bytes / 2**30:.1f} GiB (above {MEMORY_SHARE:.0%}): a longer run, another input shape or "
+            "fragmentation may run out of memory")
+
+
 def space(trial: SuggestingTrial, facts: Facts, ctx: SpaceContext) -> Params:
     return {"batch_per_rank": trial.suggest_categorical("batch_per_rank", sizes(ctx))}
 

@@ -72,6 +72,8 @@ def test_trial_runs_on_the_gpu(gpu_facts, fast_settings):
     for result in (fp32, bf16):
         assert result.status == "ok", result.error
         assert result.samples_per_s > 0 and result.loss == result.loss
+        # the timed windows' peak, measured on the device (max_memory_allocated after the warm-up)
+        assert 0 < result.peak_memory_bytes < result.in_effect["device_memory_bytes"]
     # What the trial process ran with (its first training step, its torch.backends flags), not the params.
     assert fp32.in_effect["amp"] == {"autocast": None, "output_dtype": "float32", "channels_last_parameters": False,
                                      "channels_last_inputs": False}

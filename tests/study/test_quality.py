@@ -155,7 +155,7 @@ def test_a_knob_that_does_not_hurt_passes_the_guard(facts, tmp_path: Path, seed:
 def test_choose_recipe_takes_a_feasible_recipe_never_a_faster_infeasible_one(tmp_path: Path, facts) -> None:
     """Under --global-batch 256 on ``slow``: batch 256 passes the guard (~4x faster), and batch 256 with
     HURTS is faster still and rejected. With and without confirmation the recipe is batch 256 alone."""
-    common = ("--global-batch", "256", "--fix", "batch_size=256", "--steps", "8", "--warmup-steps", "2")
+    common = ("--global-batch", "256", "--fix", "batch_per_rank=256", "--steps", "8", "--warmup-steps", "2")
     _search(tmp_path, "slow", *common, "--trials", "2", "--confirm", "0")
     stdout, ts = _search(tmp_path, "slow", *common, *_fixes(qw.HURTS), "--trials", "3",
                          "--confirm", "1", "--confirm-rounds", "1")
