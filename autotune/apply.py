@@ -38,6 +38,7 @@ from .trial import distributed
 
 if TYPE_CHECKING:
     import torch
+    from torch.nn.parallel import DistributedDataParallel
     from torch.utils.data.distributed import DistributedSampler
 
     from .probes import Facts
@@ -60,6 +61,7 @@ class Tuned:
     in_effect: dict[str, Any] = field(default_factory=dict)  # knob -> what prepare_model/prepare/a step did
     _scaler: torch.amp.GradScaler | None = None
     _micro_step: int = 0
+    _ddp: DistributedDataParallel | None = None  # what prepare_model wrapped the model in, with several ranks
 
     def __post_init__(self) -> None:
         self._scaler = spaces.amp.grad_scaler(self.params, self.device)
@@ -115,8 +117,14 @@ class Tuned:
         model = self._note("sparsity", spaces.sparsity.prepare_model(self.params, model, self.device)).model
         model = model.to(self.device)
         model = spaces.amp.prepare_model(self.params, model, self.device).model
-        model = distributed.wrap_model(model, self.device)  # DDP with several ranks; compiled around it
-        model = spaces.compilation.prepare_model(self.params, model, self.device).model
+        from torch.nn.parallel import DistributedDataParallel
+
+        options = spaces.ddp.ddp_options(self.params, model)
+        wrapped = distributed.wrap_model(model, self.device, options)  # DDP with several ranks; compiled around it
+        if isinstance(wrapped, DistributedDataParallel):
+            self._ddp, self.in_effect["ddp"] = wrapped, options
+            distributed.sync_next_backward(self._ddp, self._steps_next())
+        model = spaces.compilation.prepare_model(self.params, wrapped, self.device).model
         self._watch_first_step(model)
         return model
 
@@ -169,6 +177,10 @@ class Tuned:
         moved = tuple(t.to(self.device, non_blocking=non_blocking) for t in tensors)
         return spaces.amp.prepare_batch(self.params, moved)
 
+    def _steps_next(self) -> bool:
+        """Whether the next micro-batch is the one that steps the optimizer."""
+        return (self._micro_step + 1) % self.accumulation == 0
+
     def step(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer) -> bool:
         """Backward (scaled for float16, divided over accumulated micro-batches), then the optimizer
         step once every ``accumulation`` calls. Returns True when the optimizer stepped."""
@@ -178,6 +190,7 @@ class Tuned:
         else:
             loss.backward()
         self._micro_step += 1
+        distributed.sync_next_backward(self._ddp, self._steps_next())  # no all-reduce before the stepping one
         if self._micro_step % self.accumulation:
             return False
         if self._scaler is not None:
