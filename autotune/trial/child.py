@@ -32,7 +32,7 @@ from typing import IO, Any
 
 from ..apply import Tuned, apply
 from ..probes import memory_policy, pinned_threads, process_cpus
-from ..search_spaces import batch, cuda, preload
+from ..search_spaces import batch, compilation, cuda, preload
 from ..workload import Workload, held_out_split, load_workload
 from . import distributed
 from .oom import is_out_of_memory
@@ -264,10 +264,10 @@ def _train(spec: TrialSpec, events: IO[str]) -> TrialResult:
     startup_s = time.perf_counter() - _PROCESS_START
     loss, loss_samples = math.nan, 0
     first_start = time.perf_counter()
-    run.steps(1)
-    run.sync()
-    first_step_s = time.perf_counter() - first_start
-    run.steps(max(0, warmup - 1))
+    # The steps that may hold compile work (CUDA-graph capture: steps 2-3), timed one by one; the first always.
+    charged = max(1, compilation.charged_steps(run.tuned.params.get("compile_mode"), run.tuned.device))
+    first_steps = first_steps_s(run, min(charged, warmup))
+    run.steps(max(0, warmup - len(first_steps)))
     run.sync()
     warmup_s = time.perf_counter() - first_start  # compile and warm-up: what the study's budget pays per trial
     reset_peak_memory(run.tuned.device)
@@ -283,20 +283,33 @@ def _train(spec: TrialSpec, events: IO[str]) -> TrialResult:
     while _spread(windows.rates) > settings.max_spread and extra < settings.max_extra_windows:
         windows.measure()
         extra += 1
-    return _result(spec, run, windows, first_step_s, startup_s=startup_s, warmup_s=warmup_s, loss=loss,
+    return _result(spec, run, windows, first_steps, startup_s=startup_s, warmup_s=warmup_s, loss=loss,
                    loss_samples=loss_samples, steps=warmup + window_steps * len(windows.rates))
 
 
-def _result(spec: TrialSpec, run: _Run, windows: _Windows, first_step_s: float, **measured: Any) -> TrialResult:
+def first_steps_s(run: _Run, count: int) -> list[float]:
+    """The first ``count`` optimizer steps, each timed on its own (synchronised with the device)."""
+    out = []
+    for _ in range(count):
+        start = time.perf_counter()
+        run.steps(1)
+        run.sync()
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def _result(spec: TrialSpec, run: _Run, windows: _Windows, first_steps: list[float], **measured: Any) -> TrialResult:
     """The trial's result: throughput with compile time amortised, and what was in effect in every rank."""
     rates, step_samples = windows.rates, run.tuned.step_samples
     peak, device_memory = peak_memory(run.tuned.device)  # the timed windows' (and the loss's) peak
     too_full = batch.memory_warning(peak, device_memory)
     median = statistics.median(rates)
-    compile_s = max(0.0, first_step_s - step_samples / median)
+    # compile (and CUDA-graph capture) beyond a steady step; nothing for an eager run (compilation.compile_cost)
+    compile_s = compilation.compile_cost(first_steps, step_samples / median, run.tuned.params.get("compile_mode"),
+                                         run.tuned.device)
     planned = spec.settings.train_steps * step_samples
     in_effect = {**_in_effect(), "world_size": run.tuned.world_size, "device_memory_bytes": device_memory,
-                 **run.tuned.in_effect}  # + sparsity, ipex
+                 "first_steps_s": first_steps, **run.tuned.in_effect}  # + sparsity, ipex
     in_effect["ranks"] = distributed.gather({k: in_effect[k] for k in ("threads", "cpus")})
     distributed.finish()
     return TrialResult(
