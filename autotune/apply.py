@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from . import search_spaces as spaces
-from .errors import HardwareMismatchError, UsageError
+from .errors import DeviceMissingError, HardwareMismatchError, UsageError
 from .recipe import Recipe, format_note, load_recipe_file
 from .trial import distributed
 
@@ -233,6 +233,22 @@ def _other_hardware(recipe: Recipe, here: str) -> str:
             "or pass allow_other_hardware=True")
 
 
+def _cuda_missing(recipe: Recipe) -> str | None:
+    """Why a CUDA recipe cannot train in this process (torch without CUDA, or no GPU it can see), or None."""
+    import torch
+
+    if recipe.params.get("device") != "cuda" or torch.cuda.is_available():
+        return None
+    if torch.version.cuda is None:
+        what = f"this torch {torch.__version__} is built without CUDA: install a CUDA build of torch"
+    else:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        where = f" with CUDA_VISIBLE_DEVICES={visible!r}" if visible is not None else ""
+        what = (f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no GPU{where}: check the driver and "
+                "the variable")
+    return f"{recipe.label} trains on CUDA (device=cuda), but {what}"
+
+
 def apply(
     source: RecipeSource = None,
     *,
@@ -249,7 +265,9 @@ def apply(
     DataLoader kwargs, autocast context and model preparation. Raises ``HardwareMismatchError`` for a
     recipe measured on other hardware (the machine and its cgroup cpuset: the CPUs ``autotune run`` pinned
     this process to do not count), or recorded with an older fingerprint scheme, unless
-    ``allow_other_hardware``. Warns (``Tuned.warnings``) for environment-level knobs not in effect.
+    ``allow_other_hardware``; ``DeviceMissingError`` (one of them, whatever ``allow_other_hardware`` says)
+    for a CUDA recipe where torch has no CUDA or sees no GPU. Warns (``Tuned.warnings``) for
+    environment-level knobs not in effect.
     With ``workload`` (and no ``source``): the newest recipe of that workload in ``storage`` measured on
     this machine's hardware (``autotune.service``), e.g. ``apply(workload="cnn", storage="postgresql+psycopg://…")``.
 
@@ -280,6 +298,9 @@ def apply(
         if not allow_other_hardware:
             raise HardwareMismatchError(message)
         warnings.warn(message, stacklevel=2)
+    missing_cuda = _cuda_missing(recipe)  # before torch.cuda.set_device would fail with an AttributeError
+    if missing_cuda:
+        raise DeviceMissingError(missing_cuda)
     problems = spaces.apply_process(params, facts)
     missing = spaces.check_environment(params, facts)
     if missing:

@@ -108,3 +108,29 @@ def test_an_old_recipe_of_several_processes_says_what_its_batch_means(facts, tmp
         warnings.simplefilter("always")
         tuned = autotune.apply(str(new), facts=facts, check_hardware=False)
     assert not [w for w in caught if "format" in str(w.message)] and tuned.batch_size == 16
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_cuda_recipe_where_torch_has_no_cuda_is_one_line_naming_the_recipe(facts, tmp_path, monkeypatch,
+                                                                           processes: int) -> None:
+    """Was an AttributeError from torch.cuda.set_device in a rank (and torch's assertion at .to('cuda') alone)."""
+    import json
+
+    import torch
+
+    from autotune.errors import DeviceMissingError, HardwareMismatchError
+
+    if torch.cuda.is_available():
+        pytest.skip("this torch sees a GPU")
+    if processes > 1:  # a rank of torchrun, as 'autotune run' starts it
+        monkeypatch.setenv("LOCAL_RANK", "0")
+        monkeypatch.setenv("WORLD_SIZE", "2")
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps({"params": {"batch_per_rank": 8, "device": "cuda", "processes": processes},
+                                "workload": "cnn", "format": 2}))
+    with pytest.raises(DeviceMissingError) as caught:
+        autotune.apply(str(path), facts=facts, check_hardware=False)
+    assert isinstance(caught.value, HardwareMismatchError)
+    expected = (f"recipe from {path} trains on CUDA (device=cuda), but this torch {torch.__version__} is built "
+                "without CUDA: install a CUDA build of torch") if torch.version.cuda is None else None
+    assert "\n" not in str(caught.value) and (expected is None or str(caught.value) == expected)
