@@ -13,8 +13,8 @@ Detected, not searched (the same in every trial of a study, and in the recipe):
 - ``find_unused_parameters``: whether some parameter gets no gradient from the loss. DDP without it hangs
   or fails at the next step ("Expected to have finished reduction in the prior iteration") when one does,
   and with it walks the autograd graph every step. The search looks once, with one forward and backward
-  of two samples on the CPU (``unused_parameters``, ``SpaceContext.unused_parameters``), and sets it
-  where needed: https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html
+  of two samples on the CPU from the model's outputs (``unused_parameters``,
+  ``SpaceContext.unused_parameters``), and sets it where needed: https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html
 - ``broadcast_buffers`` (not a recipe key: read from the model by ``ddp_options``): DDP broadcasts rank
   0's buffers before every forward by default, which BatchNorm's running statistics need. Buffers that
   never change (2:4 masks: ``constant_buffers`` on the module) need no broadcast: off when every buffer
@@ -26,7 +26,6 @@ each forward (``autotune.apply``).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import _processes as processes
@@ -97,10 +96,24 @@ def ddp_options(params: Params, model: torch.nn.Module) -> dict[str, Any]:
     }
 
 
-def unused_parameters(model: torch.nn.Module, loss: Callable[[Any], torch.Tensor],
-                      inputs: tuple[Any, ...]) -> list[str]:
-    """The names of ``model``'s trainable parameters that get no gradient from ``loss(model(*inputs))``
-    (one forward and backward, on a copy of the model: the caller's keeps no gradients).
+def _tensors(output: Any) -> list[torch.Tensor]:
+    """The tensors of a forward's output (a tensor, or tuples, lists and dicts of them)."""
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return [output]
+    if isinstance(output, dict):
+        output = list(output.values())
+    if isinstance(output, (tuple, list)):
+        return [t for part in output for t in _tensors(part)]
+    return []
+
+
+def unused_parameters(model: torch.nn.Module, inputs: tuple[Any, ...]) -> list[str]:
+    """The names of ``model``'s trainable parameters that no output of ``model(*inputs)`` depends on: one
+    forward and a backward from every output, on a copy of the model (the caller's keeps no gradients).
+    From the outputs, as DDP's own search goes (``prepare_for_backward(outputs)``), and without the user's
+    loss, which the search process never calls.
 
     >>> import torch
     >>> class Net(torch.nn.Module):
@@ -109,12 +122,17 @@ def unused_parameters(model: torch.nn.Module, loss: Callable[[Any], torch.Tensor
     ...         self.used, self.spare = torch.nn.Linear(4, 2), torch.nn.Linear(4, 2)
     ...     def forward(self, x):
     ...         return self.used(x)
-    >>> unused_parameters(Net(), lambda out: out.sum(), (torch.zeros(2, 4),))
+    >>> unused_parameters(Net(), (torch.zeros(2, 4),))
     ['spare.weight', 'spare.bias']
     """
     import copy
 
+    import torch
+
     probe = copy.deepcopy(model)
     probe.train()
-    loss(probe(*inputs)).backward()
+    outputs = [t for t in _tensors(probe(*inputs)) if t.requires_grad]
+    if not outputs:
+        return []  # nothing to follow back: unknown, not "all unused"
+    torch.stack([t.float().sum() for t in outputs]).sum().backward()
     return [name for name, p in probe.named_parameters() if p.requires_grad and p.grad is None]

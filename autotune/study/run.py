@@ -168,14 +168,14 @@ def _max_batch(workload: Workload, model: torch.nn.Module, facts: Facts, device:
 
 def _unused_parameters(workload: Workload, model: torch.nn.Module) -> bool:
     """Whether some parameter gets no gradient (``search_spaces.ddp.unused_parameters``): DDP then needs
-    ``find_unused_parameters``. Looked at once, on two of the dataset's samples on the CPU."""
+    ``find_unused_parameters``. Looked at once, on two of the dataset's samples on the CPU (the model's
+    forward only, as the batch-size estimate runs it: the user's loss is never called here)."""
     import torch
 
     try:
         dataset = workload.dataset()
         batch = torch.utils.data.default_collate([dataset[i] for i in range(min(2, len(dataset)))])
-        unused = spaces.ddp.unused_parameters(model, lambda out: workload.loss(out, batch),
-                                              tuple(workload.model_inputs(batch)))
+        unused = spaces.ddp.unused_parameters(model, tuple(workload.model_inputs(batch)))
     except Exception as e:  # noqa: BLE001 - the trials report a broken workload with its traceback
         log.debug("unused parameters not looked for: %s", e)
         return False
