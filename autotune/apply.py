@@ -32,12 +32,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from . import search_spaces as spaces
-from .errors import HardwareMismatchError, UsageError
-from .recipe import Recipe, load_recipe_file
+from .errors import DeviceMissingError, HardwareMismatchError, UsageError
+from .recipe import Recipe, format_note, load_recipe_file
 from .trial import distributed
 
 if TYPE_CHECKING:
     import torch
+    from torch.nn.parallel import DistributedDataParallel
     from torch.utils.data.distributed import DistributedSampler
 
     from .probes import Facts
@@ -60,14 +61,18 @@ class Tuned:
     in_effect: dict[str, Any] = field(default_factory=dict)  # knob -> what prepare_model/prepare/a step did
     _scaler: torch.amp.GradScaler | None = None
     _micro_step: int = 0
+    _ddp: DistributedDataParallel | None = None  # what prepare_model wrapped the model in, with several ranks
 
     def __post_init__(self) -> None:
         self._scaler = spaces.amp.grad_scaler(self.params, self.device)
 
     @property
     def batch_size(self) -> int:
-        """This process's DataLoader batch: the recipe's ``batch_size`` is summed over the ranks (``processes``)."""
-        return max(1, int(self.params["batch_size"]) // self.world_size)
+        """This process's DataLoader batch: the recipe's ``batch_per_rank`` (a format-1 recipe's
+        ``batch_size`` was summed over the ranks: its share)."""
+        if "batch_size" in self.params:  # format 1, or a params dict written that way
+            return max(1, int(self.params["batch_size"]) // self.world_size)
+        return spaces.batch.per_rank(self.params)
 
     @property
     def world_size(self) -> int:
@@ -96,7 +101,8 @@ class Tuned:
     @property
     def lr_scale(self) -> float:
         """Multiply the learning rate tuned at the reference batch size by this."""
-        return spaces.batch.lr_scale(self.params, int(self.params.get("reference_batch") or self.params["batch_size"]))
+        reference = self.params.get("reference_batch") or spaces.batch.global_size(self.params)
+        return spaces.batch.lr_scale(self.params, int(reference))
 
     @property
     def dataloader_kwargs(self) -> dict[str, Any]:
@@ -111,8 +117,14 @@ class Tuned:
         model = self._note("sparsity", spaces.sparsity.prepare_model(self.params, model, self.device)).model
         model = model.to(self.device)
         model = spaces.amp.prepare_model(self.params, model, self.device).model
-        model = distributed.wrap_model(model, self.device)  # DDP with several ranks; compiled around it
-        model = spaces.compilation.prepare_model(self.params, model, self.device).model
+        from torch.nn.parallel import DistributedDataParallel
+
+        options = spaces.ddp.ddp_options(self.params, model)
+        wrapped = distributed.wrap_model(model, self.device, options)  # DDP with several ranks; compiled around it
+        if isinstance(wrapped, DistributedDataParallel):
+            self._ddp, self.in_effect["ddp"] = wrapped, options
+            distributed.sync_next_backward(self._ddp, self._steps_next())
+        model = spaces.compilation.prepare_model(self.params, wrapped, self.device).model
         self._watch_first_step(model)
         return model
 
@@ -165,6 +177,10 @@ class Tuned:
         moved = tuple(t.to(self.device, non_blocking=non_blocking) for t in tensors)
         return spaces.amp.prepare_batch(self.params, moved)
 
+    def _steps_next(self) -> bool:
+        """Whether the next micro-batch is the one that steps the optimizer."""
+        return (self._micro_step + 1) % self.accumulation == 0
+
     def step(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer) -> bool:
         """Backward (scaled for float16, divided over accumulated micro-batches), then the optimizer
         step once every ``accumulation`` calls. Returns True when the optimizer stepped."""
@@ -174,6 +190,7 @@ class Tuned:
         else:
             loss.backward()
         self._micro_step += 1
+        distributed.sync_next_backward(self._ddp, self._steps_next())  # no all-reduce before the stepping one
         if self._micro_step % self.accumulation:
             return False
         if self._scaler is not None:
@@ -216,6 +233,22 @@ def _other_hardware(recipe: Recipe, here: str) -> str:
             "or pass allow_other_hardware=True")
 
 
+def _cuda_missing(recipe: Recipe) -> str | None:
+    """Why a CUDA recipe cannot train in this process (torch without CUDA, or no GPU it can see), or None."""
+    import torch
+
+    if recipe.params.get("device") != "cuda" or torch.cuda.is_available():
+        return None
+    if torch.version.cuda is None:
+        what = f"this torch {torch.__version__} is built without CUDA: install a CUDA build of torch"
+    else:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        where = f" with CUDA_VISIBLE_DEVICES={visible!r}" if visible is not None else ""
+        what = (f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no GPU{where}: check the driver and "
+                "the variable")
+    return f"{recipe.label} trains on CUDA (device=cuda), but {what}"
+
+
 def apply(
     source: RecipeSource = None,
     *,
@@ -232,7 +265,9 @@ def apply(
     DataLoader kwargs, autocast context and model preparation. Raises ``HardwareMismatchError`` for a
     recipe measured on other hardware (the machine and its cgroup cpuset: the CPUs ``autotune run`` pinned
     this process to do not count), or recorded with an older fingerprint scheme, unless
-    ``allow_other_hardware``. Warns (``Tuned.warnings``) for environment-level knobs not in effect.
+    ``allow_other_hardware``; ``DeviceMissingError`` (one of them, whatever ``allow_other_hardware`` says)
+    for a CUDA recipe where torch has no CUDA or sees no GPU. Warns (``Tuned.warnings``) for
+    environment-level knobs not in effect.
     With ``workload`` (and no ``source``): the newest recipe of that workload in ``storage`` measured on
     this machine's hardware (``autotune.service``), e.g. ``apply(workload="cnn", storage="postgresql+psycopg://…")``.
 
@@ -251,6 +286,11 @@ def apply(
     else:
         recipe, fix = _resolve(source, storage), "autotune run --recipe FILE -- python ..."
     params = dict(recipe.params)
+    note = format_note(recipe) if not isinstance(source, dict) else None  # a dict is no old recipe
+    if note and spaces.processes.count(params) > 1:  # applied as measured; where it matters, said once
+        warnings.warn(note, stacklevel=2)
+    elif note:
+        log.info(note)
     if facts is None:
         facts = probes.probe()
     if check_hardware and recipe.fingerprint and recipe.fingerprint != facts.fingerprint:
@@ -258,6 +298,9 @@ def apply(
         if not allow_other_hardware:
             raise HardwareMismatchError(message)
         warnings.warn(message, stacklevel=2)
+    missing_cuda = _cuda_missing(recipe)  # before torch.cuda.set_device would fail with an AttributeError
+    if missing_cuda:
+        raise DeviceMissingError(missing_cuda)
     problems = spaces.apply_process(params, facts)
     missing = spaces.check_environment(params, facts)
     if missing:

@@ -24,3 +24,7 @@ class TrialError(AutotuneError):
 
 class HardwareMismatchError(AutotuneError):
     """A recipe or study belongs to different hardware than this machine."""
+
+
+class DeviceMissingError(HardwareMismatchError):
+    """A recipe trains on a device this process cannot use (a CUDA recipe where torch has no CUDA or sees no GPU)."""

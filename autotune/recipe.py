@@ -3,6 +3,11 @@
 The env file is both a shell file (``set -a; . ./best.env; set +a`` exports the environment-level
 knobs) and the recipe's portable form: ``autotune.apply("best.env")`` parses it (never executes it)
 and reads the full recipe back from ``AUTOTUNE_RECIPE``.
+
+Recipe formats (``Recipe.format``, in the JSON and in the env file's header): 2 holds the batch each
+process loads (``batch_per_rank``); 1, every recipe without a ``format``, holds ``batch_size``, the batch
+summed over the recipe's ``processes`` (each rank loads ``batch_size // processes``). Both apply as
+measured: ``format_note`` says in one line what a format-1 recipe means.
 """
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ from typing import Any
 
 from .errors import UsageError
 
+FORMAT = 2  # the recipe format this autotune writes (see the module docstring)
 _ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 
 
@@ -37,8 +43,13 @@ class Recipe:
     id: int | None = None
     created: str | None = None
     notes: list[str] = field(default_factory=list)
+    format: int | None = None  # None: from the params (``batch_size``: 1, else ``FORMAT``); a file without it: 1
     # where this copy was read from (a file, the AUTOTUNE_RECIPE variable), for messages; not part of its identity
     source: str | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.format is None:  # a stored row has no format column: its params say which it is
+            object.__setattr__(self, "format", 1 if "batch_size" in self.params else FORMAT)
 
     @property
     def speedup_text(self) -> str:
@@ -62,7 +73,22 @@ class Recipe:
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         if "params" not in known or "workload" not in known:
             raise UsageError("not an autotune recipe: it has no 'params' or 'workload'")
-        return cls(**known)
+        return cls(**{"format": 1, **known})  # written before recipes had a format: format 1
+
+
+def format_note(recipe: Recipe) -> str | None:
+    """One line on what a format-1 recipe's batch means, or None for a current one.
+
+    >>> format_note(Recipe(params={"batch_size": 64, "processes": 8}, workload="cnn", format=1))[:81]
+    'recipe is format 1: its batch_size 64 is the batch of all 8 processes together (8'
+    """
+    if recipe.format != 1 or "batch_size" not in recipe.params:
+        return None
+    size, processes = int(recipe.params["batch_size"]), max(1, int(recipe.params.get("processes") or 1))
+    share = (f"the batch of all {processes} processes together ({size // processes} per process)" if processes > 1
+             else "the batch of its one process")
+    return (f"{recipe.label} is format 1: its batch_size {size} is {share}; recipes searched now hold "
+            "batch_per_rank")
 
 
 def format_speedup(speedup: float | None, low: float | None = None, high: float | None = None) -> str:
@@ -88,6 +114,8 @@ def to_env(
     lines = [
         f"# autotune recipe {recipe.id or ''} for workload {recipe.workload} (study {recipe.study})",
         f"# hardware fingerprint {recipe.fingerprint}; created {recipe.created}",
+        f"# recipe format {recipe.format}: " + ("batch_size is summed over the processes" if recipe.format == 1
+                                                else "batch_per_rank is each process's batch"),
     ]
     if recipe.speedup is not None:
         lines.append(

@@ -160,5 +160,5 @@ def pytorch_defaults(recipe: Recipe, url: str) -> tuple[dict[str, Any] | None, s
     ctx = spaces.SpaceContext(device=recipe.params.get("device", "cpu"), default_batch_size=int(reference or 32))
     defaults = spaces.defaults(facts, ctx)
     if reference is None:  # the workload's own batch size is not recorded: no default to compare with
-        defaults.pop("batch_size", None)
+        defaults.pop("batch_per_rank", None)
     return defaults, "PyTorch's defaults on this machine"

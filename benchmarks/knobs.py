@@ -5,7 +5,7 @@
 
 For every bundled workload it measures the defaults and every single-knob change the search space
 offers on this machine (each value of threads, interop_threads, affinity, openmp with kmp_blocktime,
-allocator, batch_size, DataLoader workers, compile_mode, amp_dtype, channels_last, sparsity, processes,
+allocator, batch_per_rank, DataLoader workers, compile_mode, amp_dtype, channels_last, sparsity, processes,
 ipex), plus the run_cpu heuristic, each as a real trial (``autotune.trial.runner.run_trial``: a fresh
 subprocess started the way the search starts it). A round measures the defaults and then every change;
 rounds repeat that, so a neighbour's load on a shared machine hits all alike. The ratio is the median
@@ -46,7 +46,7 @@ def variants(facts: Any, ctx: Any) -> list[tuple[str, dict[str, Any]]]:
     for allocator in spaces.preload.allocator_choices(facts):
         add({"allocator": allocator})
     for size in spaces.batch.sizes(ctx):
-        add({"batch_size": size})
+        add({"batch_per_rank": size})
     workers = {"num_workers": 1, "persistent_workers": True, "prefetch_factor": 2}
     out.append(("num_workers=1 (persistent, prefetch 2" + (", pinned)" if ctx.device == "cuda" else ")"),
                 {**workers, "pin_memory": ctx.device == "cuda"}))

@@ -1,6 +1,6 @@
 """How close does autotune's search get to the best of an exhaustive grid, with a fraction of its trials?
 
-On a reduced space (threads x amp_dtype x batch_size x channels_last; compile off; every other knob
+On a reduced space (threads x amp_dtype x batch_per_rank x channels_last; compile off; every other knob
 held at PyTorch's default, in the search by ``--fix``), it measures every combination ``--grid-rounds``
 times with the trial runner (rounds interleaved; a combination's score is its median, so the grid's
 best is not just its luckiest single run on a noisy machine), then runs ``autotune.search`` with at most
@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-SEARCHED = ("threads", "amp_dtype", "batch_size", "channels_last")
+SEARCHED = ("threads", "amp_dtype", "batch_per_rank", "channels_last")
 
 
 def _grid(facts: Any, ctx: Any) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ from . import _batch as batch
 from . import _compile as compilation
 from . import _cuda as cuda
 from . import _data as data
+from . import _ddp as ddp
 from . import _ipex as ipex
 from . import _preload as preload
 from . import _processes as processes
@@ -57,6 +58,7 @@ __all__ = [
     "cuda",
     "cpus_for",
     "data",
+    "ddp",
     "defaults",
     "environment",
     "heuristic",

@@ -1,14 +1,22 @@
-"""``batch_size`` and how it keeps trials comparable.
+"""``batch_per_rank`` and how it keeps trials comparable.
+
+``batch_per_rank`` is the batch each process loads (recipe format 2): a recipe that trains in
+``processes`` P ranks takes optimizer steps of ``batch_per_rank x P`` samples (``global_size``), and
+the memory cap applies to one process, that is one GPU or MIG slice. A recipe of format 1 (before
+``batch_per_rank``) has ``batch_size`` instead: the batch summed over the ranks, each loading
+``batch_size // P`` (``per_rank``). Where a params dict holds ``batch_size`` it is read that way.
 
 With ``--global-batch N`` every trial takes optimizer steps of N samples, by gradient accumulation
-(``accumulation = N / batch_size``), and the learning rate is left alone. Otherwise the learning rate
+(``accumulation = N / (batch_per_rank x P)``; a step where ``batch_per_rank x P`` exceeds N takes that
+many), and the learning rate is left alone. Otherwise the learning rate
 follows a scaling rule relative to the workload's default batch size (``lr_scaling``):
 ``sqrt`` (default: lr * sqrt(b / b0), safe for adaptive optimizers), ``linear`` (Goyal et al. 2017,
 lr * b / b0, for SGD), or ``none``.
 
-The sizes offered stop at what the device's memory should hold (``max_batch_size``, estimated from
-the probed memory and one forward pass); a trial that still runs out of memory is recorded
-infeasible, and the study then skips every larger batch size.
+The sizes offered stop at what one process's device memory should hold (``max_batch_size``: the
+estimated peak within ``MEMORY_SHARE`` of a GPU, a MIG slice or the RAM, from one forward pass); a
+trial that still runs out of memory is recorded infeasible, and the study then skips larger batches
+with the same memory-relevant settings (``autotune.study.memory``).
 """
 from __future__ import annotations
 
@@ -23,14 +31,16 @@ if TYPE_CHECKING:
 
     from ..probes import Facts
 
-KEYS = ("batch_size",)
+KEYS = ("batch_per_rank",)
 ENV_VARS: tuple[str, ...] = ()
 OVERRIDES: tuple[str, ...] = ()
 LR_RULES = ("sqrt", "linear", "none")
+MEMORY_SHARE = 0.9  # of a device's memory a recipe's estimated (and measured) peak may take
 
 
 def sizes(ctx: SpaceContext) -> tuple[int, ...]:
-    """Powers of two from a quarter to four times the workload's default (capped by memory)."""
+    """Per-rank batches: powers of two from a quarter to four times the workload's default, up to what one
+    process's memory should hold."""
     base = max(1, ctx.default_batch_size)
     candidates = sorted({max(1, base // 4), max(1, base // 2), base, base * 2, base * 4})
     if ctx.global_batch:
@@ -47,13 +57,14 @@ def max_batch_size(memory_bytes: int | None, model: torch.nn.Module, inputs: tup
     Training keeps the weights, their gradients and up to two optimizer states (4x the parameters),
     and per sample the activations autograd saves for backward plus their gradients: about twice every
     module's output, measured here by one forward pass of ``samples`` samples (``inputs``, on the CPU).
-    Half of the memory is left for the allocator, the framework and the data: an estimate that keeps
-    the search away from sizes bound to fail, not a promise (an out-of-memory trial is still recorded).
+    The peak may take ``MEMORY_SHARE`` (90%) of the memory; the rest is the allocator's, the framework's
+    and the data's. An estimate that keeps the search away from sizes bound to fail, not a promise (an
+    out-of-memory trial is still recorded, and a trial's measured peak is checked against the same share).
 
     >>> import torch
     >>> net = torch.nn.Sequential(torch.nn.Linear(1000, 1000), torch.nn.ReLU())  # 4 MB of weights
-    >>> max_batch_size(64 * 2**20, net, (torch.zeros(2, 1000),), 2)  # (32 MiB - 16 MB) / 20 KB a sample
-    876
+    >>> max_batch_size(64 * 2**20, net, (torch.zeros(2, 1000),), 2)  # (57.6 MiB - 16 MB) / 20 KB a sample
+    2219
     """
     import torch
 
@@ -83,20 +94,35 @@ def max_batch_size(memory_bytes: int | None, model: torch.nn.Module, inputs: tup
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     input_bytes = sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))
     per_sample = (2 * outputs + input_bytes) / samples
-    usable = memory_bytes / 2 - 4 * weights
+    usable = MEMORY_SHARE * memory_bytes - 4 * weights
     if per_sample <= 0:
         return None
     return max(1, int(usable // per_sample))
 
 
+def memory_warning(peak_bytes: int | None, device_bytes: int | None) -> str | None:
+    """The warning for a recipe whose measured peak takes more than ``MEMORY_SHARE`` of its device, or None.
+
+    >>> memory_warning(75 * 2**30, 80 * 2**30)[:65]
+    "peak memory 75.0 GiB is 94% of the device's 80.0 GiB (above 90%):"
+    >>> memory_warning(10 * 2**30, 80 * 2**30), memory_warning(None, 80 * 2**30)
+    (None, None)
+    """
+    if not peak_bytes or not device_bytes or peak_bytes <= MEMORY_SHARE * device_bytes:
+        return None
+    return (f"peak memory {peak_bytes / 2**30:.1f} GiB is {peak_bytes / device_bytes:.0%} of the device's "
+            f"{device_bytes / 2**30:.1f} GiB (above {MEMORY_SHARE:.0%}): a longer run, another input shape or "
+            "fragmentation may run out of memory")
+
+
 def space(trial: SuggestingTrial, facts: Facts, ctx: SpaceContext) -> Params:
-    return {"batch_size": trial.suggest_categorical("batch_size", sizes(ctx))}
+    return {"batch_per_rank": trial.suggest_categorical("batch_per_rank", sizes(ctx))}
 
 
 def defaults(facts: Facts, ctx: SpaceContext) -> Params:
     choices = sizes(ctx)
     base = ctx.default_batch_size if ctx.default_batch_size in choices else choices[len(choices) // 2]
-    return {"batch_size": base}
+    return {"batch_per_rank": base}
 
 
 heuristic = defaults  # run_cpu leaves the batch alone
@@ -110,11 +136,43 @@ prepare_model = NoOp.prepare_model
 prepare = NoOp.prepare
 
 
+def per_rank(params: dict[str, Any]) -> int:
+    """The batch one process loads: ``batch_per_rank``, or a format-1 ``batch_size`` shared by the ranks.
+
+    >>> per_rank({"batch_per_rank": 64, "processes": 8}), per_rank({"batch_size": 64, "processes": 8})
+    (64, 8)
+    """
+    processes = max(1, int(params.get("processes") or 1))
+    if "batch_size" in params:  # format 1: the batch summed over the ranks
+        return max(1, int(params["batch_size"]) // processes)
+    return int(params["batch_per_rank"])
+
+
+def upgraded(params: dict[str, Any]) -> dict[str, Any]:
+    """Format-1 params in today's form: ``batch_size`` (global) as the ``batch_per_rank`` it meant.
+
+    >>> upgraded({"batch_size": 64, "processes": 8, "threads": 2})
+    {'processes': 8, 'threads': 2, 'batch_per_rank': 8}
+    """
+    if "batch_size" not in params:
+        return dict(params)
+    return {**{k: v for k, v in params.items() if k != "batch_size"}, "batch_per_rank": per_rank(params)}
+
+
+def global_size(params: dict[str, Any]) -> int:
+    """The samples of one forward/backward over all ranks (before gradient accumulation).
+
+    >>> global_size({"batch_per_rank": 64, "processes": 8}), global_size({"batch_size": 64, "processes": 8})
+    (512, 64)
+    """
+    return per_rank(params) * max(1, int(params.get("processes") or 1))
+
+
 def accumulation(params: dict[str, Any]) -> int:
     global_batch = params.get("global_batch")
     if not global_batch:
         return 1
-    return max(1, int(global_batch) // int(params["batch_size"]))
+    return max(1, int(global_batch) // global_size(params))
 
 
 def lr_scale(params: dict[str, Any], reference_batch: int) -> float:
@@ -122,7 +180,7 @@ def lr_scale(params: dict[str, Any], reference_batch: int) -> float:
     if params.get("global_batch"):
         return 1.0
     rule = params.get("lr_scaling", "sqrt")
-    ratio = int(params["batch_size"]) / max(1, reference_batch)
+    ratio = global_size(params) / max(1, reference_batch)
     if rule == "linear":
         return ratio
     if rule == "sqrt":

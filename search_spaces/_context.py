@@ -18,3 +18,4 @@ class SpaceContext:
     allow_compile: bool = True
     prunable: bool = False  # structured pruning finds layers that can lose units (search_spaces.transforms.prune)
     semi_structured: bool = False  # the model has Linear layers the 2:4 sparse kernels accept
+    unused_parameters: bool = False  # some parameter gets no gradient: DDP needs find_unused_parameters (_ddp)

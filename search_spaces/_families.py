@@ -11,6 +11,7 @@ from . import _batch as batch
 from . import _compile as compilation
 from . import _cuda as cuda
 from . import _data as data
+from . import _ddp as ddp
 from . import _ipex as ipex
 from . import _preload as preload
 from . import _processes as processes
@@ -24,8 +25,8 @@ if TYPE_CHECKING:
 
 # Typed as the protocol, so mypy checks every family module against it. The order is the seeds' order
 # (``promising``); which family's variable wins is declared (``OVERRIDES``), not taken from this order.
-FAMILIES: tuple[KnobFamily, ...] = (threads, preload, batch, data, amp, cuda, compilation, processes, sparsity,
-                                    ipex)
+FAMILIES: tuple[KnobFamily, ...] = (threads, preload, batch, data, amp, cuda, compilation, processes, ddp,
+                                    sparsity, ipex)
 
 
 def merge_params(params: list[Params]) -> Params:

@@ -8,11 +8,10 @@ in ``DistributedDataParallel`` and ``Tuned.sampler`` shards the data.
 
 How trials stay comparable (the numbers mean the same at every P):
 
-- ``batch_size`` is the batch of one optimizer step *summed over the ranks* (before gradient
-  accumulation): each rank loads ``batch_size // P`` samples (``Tuned.batch_size``) and DDP averages
-  the gradients, so a step is the step one process would take on ``batch_size`` samples; the learning
-  rate rule and ``--global-batch`` accumulation are unchanged. A ``batch_size`` not divisible by P
-  trains ``(batch_size // P) * P`` samples per step, and that is what is counted.
+- ``batch_per_rank`` (the batch family) is what each rank loads (``Tuned.batch_size``); DDP averages the
+  gradients, so a step is the step one process would take on ``batch_per_rank * P`` samples, and the
+  learning-rate rule and ``--global-batch`` accumulation apply to that global batch. (A format-1 recipe's
+  ``batch_size`` is the global batch: each rank loads ``batch_size // P``, and that is what is counted.)
 - ``threads`` is the total of intra-op threads of the job: each rank runs ``threads // P`` (at least 1).
 - a trial trains the same number of samples counted over all ranks; throughput is global samples/s.
 

@@ -181,3 +181,26 @@ def cublas_alloc_failed() -> Any:
         raise RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`")
 
     return _with_loss(loss)
+
+
+def _with_spare_layer() -> Any:
+    """tiny's MLP with a layer the forward never uses: its parameters get no gradient."""
+    import torch
+
+    class Spare(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net, self.spare = tiny._model(), torch.nn.Linear(64, 10)
+
+        def forward(self, x: Any) -> Any:
+            return self.net(x)
+
+    return Spare()
+
+
+def unused_parameter() -> Any:
+    """The tiny workload whose model has an unused parameter: DDP without find_unused_parameters fails at
+    the second step."""
+    base = tiny.workload()
+    return type(base)(model=_with_spare_layer, dataset=base.dataset, loss=base.loss, optimizer=base.optimizer,
+                      batch_size=base.batch_size, name="unused")

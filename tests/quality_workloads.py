@@ -7,7 +7,7 @@ same number of samples trained, with ``--lr-scaling linear`` (or ``--global-batc
 from 16 to 256 reaches about the same held-out loss (within ~2% for seeds 0-2 at the default 4 + 24
 steps), while knobs that cost quality miss it by far:
 - ``HURTS`` (structured sparsity 0.8): the hidden layer keeps 13 of its 64 units (about +150% loss);
-- ``batch_size=256`` with ``--lr-scaling none``: 7 steps at the default learning rate instead of 28 (+200%).
+- ``batch_per_rank=256`` with ``--lr-scaling none``: 7 steps at the default learning rate instead of 28 (+200%).
 Its loss falls fast, so a trial that trains 7% fewer samples than the baseline (1,664 instead of
 1,792) is ~14% worse: a biased sample count shows in the guard.
 

@@ -84,3 +84,53 @@ def test_apply_stays_a_function_after_its_module_is_imported() -> None:
     from autotune.apply import Tuned  # noqa: F401 - the import is the test: it must not rebind autotune.apply
 
     assert callable(autotune.apply) and autotune.apply.__name__ == "apply"
+
+
+def test_an_old_recipe_of_several_processes_says_what_its_batch_means(facts, tmp_path) -> None:
+    """A format-1 recipe applies as measured (its ``batch_size`` shared by the ranks) and says so in one line."""
+    import json
+    import warnings
+
+    for var in ("LOCAL_RANK", "WORLD_SIZE", "RANK"):
+        assert var not in __import__("os").environ
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"params": {"batch_size": 64, "processes": 2}, "workload": "tiny"}))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tuned = autotune.apply(str(path), facts=facts, check_hardware=False)
+    said = [str(w.message) for w in caught if "format 1" in str(w.message)]
+    assert said == [f"recipe from {path} is format 1: its batch_size 64 is the batch of all 2 processes together "
+                    "(32 per process); recipes searched now hold batch_per_rank"]
+    assert tuned.batch_size == 64  # trains alone here (not under torchrun): the whole batch
+    new = tmp_path / "new.json"
+    new.write_text(json.dumps({"params": {"batch_per_rank": 16, "processes": 2}, "workload": "tiny", "format": 2}))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tuned = autotune.apply(str(new), facts=facts, check_hardware=False)
+    assert not [w for w in caught if "format" in str(w.message)] and tuned.batch_size == 16
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_cuda_recipe_where_torch_has_no_cuda_is_one_line_naming_the_recipe(facts, tmp_path, monkeypatch,
+                                                                           processes: int) -> None:
+    """Was an AttributeError from torch.cuda.set_device in a rank (and torch's assertion at .to('cuda') alone)."""
+    import json
+
+    import torch
+
+    from autotune.errors import DeviceMissingError, HardwareMismatchError
+
+    if torch.cuda.is_available():
+        pytest.skip("this torch sees a GPU")
+    if processes > 1:  # a rank of torchrun, as 'autotune run' starts it
+        monkeypatch.setenv("LOCAL_RANK", "0")
+        monkeypatch.setenv("WORLD_SIZE", "2")
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps({"params": {"batch_per_rank": 8, "device": "cuda", "processes": processes},
+                                "workload": "cnn", "format": 2}))
+    with pytest.raises(DeviceMissingError) as caught:
+        autotune.apply(str(path), facts=facts, check_hardware=False)
+    assert isinstance(caught.value, HardwareMismatchError)
+    expected = (f"recipe from {path} trains on CUDA (device=cuda), but this torch {torch.__version__} is built "
+                "without CUDA: install a CUDA build of torch") if torch.version.cuda is None else None
+    assert "\n" not in str(caught.value) and (expected is None or str(caught.value) == expected)

@@ -37,7 +37,7 @@ def test_search_export_apply(tmp_path: Path) -> None:
     # and the speedup must come from the confirmation runs, side by side with the defaults.
     workload = f"{QUALITY}:slow"
     search = run_cli("search", "--workload", workload, "--budget", "3m", "--trials", "3", "--global-batch", "256",
-                     "--fix", "batch_size=256", "--fix", "processes=1", "--no-compile", "--confirm", "1",
+                     "--fix", "batch_per_rank=256", "--fix", "processes=1", "--no-compile", "--confirm", "1",
                      "--confirm-rounds", "2", *FAST, cwd=tmp_path)
     assert search.returncode == 0, search.stderr
     assert "PyTorch defaults (trial 0)" in search.stdout and "speedup" in search.stdout
@@ -46,7 +46,8 @@ def test_search_export_apply(tmp_path: Path) -> None:
     best = run_cli("best", "--json", cwd=tmp_path)
     stored = json.loads(best.stdout)
     assert stored["workload"] == workload and stored["baseline_samples_per_s"] > 0
-    assert stored["params"]["batch_size"] == 256 and stored["params"]["reference_batch"] == 64
+    assert stored["params"]["batch_per_rank"] == 256 and stored["params"]["reference_batch"] == 64
+    assert stored["format"] == 2 and "batch_size" not in stored["params"]
     assert stored["speedup"] > 1.3, stored
     assert any(note.startswith("best (trial ") and "confirmed at median" in note for note in stored["notes"]), stored
     assert stored["samples_per_s"] == pytest.approx(stored["speedup"] * stored["baseline_samples_per_s"])
@@ -61,7 +62,7 @@ def test_search_export_apply(tmp_path: Path) -> None:
     code = PROBE_SCRIPT.format(source="'best.env'")
     loaded = _python(code, tmp_path, ["bash", "-c", 'set -a; . ./best.env; set +a; exec "$@"', "bash"])
     assert loaded["threads"] == recipe.params["threads"]
-    assert loaded["batch_size"] == recipe.params["batch_size"]
+    assert loaded["batch_size"] == recipe.params["batch_per_rank"]
 
     # Under `autotune run`, even affinity is in effect, and apply() with no argument finds the recipe.
     under_run = _python(PROBE_SCRIPT.format(source=""), tmp_path,

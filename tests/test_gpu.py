@@ -72,6 +72,8 @@ def test_trial_runs_on_the_gpu(gpu_facts, fast_settings):
     for result in (fp32, bf16):
         assert result.status == "ok", result.error
         assert result.samples_per_s > 0 and result.loss == result.loss
+        # the timed windows' peak, measured on the device (max_memory_allocated after the warm-up)
+        assert 0 < result.peak_memory_bytes < result.in_effect["device_memory_bytes"]
     # What the trial process ran with (its first training step, its torch.backends flags), not the params.
     assert fp32.in_effect["amp"] == {"autocast": None, "output_dtype": "float32", "channels_last_parameters": False,
                                      "channels_last_inputs": False}
@@ -81,6 +83,27 @@ def test_trial_runs_on_the_gpu(gpu_facts, fast_settings):
                                      "channels_last_parameters": True, "channels_last_inputs": True}
     assert bf16.in_effect["tf32"] == {"matmul": True, "cudnn": True}
     print(json.dumps({"cnn_fp32": fp32.samples_per_s, "cnn_bf16_cl": bf16.samples_per_s}))
+
+
+def test_cuda_graph_capture_is_compile_time_and_lazy_cuda_init_is_not(gpu_facts):
+    """reduce-overhead: steps 2-3 (cudagraph trees' warm-up and capture) are charged with the compile; an
+    eager run's first step (CUDA, cuBLAS and cuDNN initialised lazily) is not charged at all."""
+    from autotune import search_spaces as spaces
+    from autotune.trial import TrialSettings, run_trial
+
+    settings = TrialSettings(warmup_steps=4, measure_steps=12, windows=2, max_extra_windows=0, eval_samples=128)
+    ctx = spaces.SpaceContext(device="cuda", default_batch_size=64, conv=True)
+    base = {**spaces.defaults(gpu_facts, ctx), "device": "cuda", "reference_batch": 64}
+    eager = run_trial("cnn", base, gpu_facts, settings, timeout_s=300)
+    graphs = run_trial("cnn", {**base, "compile_mode": "reduce-overhead"}, gpu_facts, settings, timeout_s=600)
+    assert eager.status == graphs.status == "ok", (eager.error, graphs.error)
+    assert eager.compile_s == 0.0 and eager.in_effect["first_steps_s"][0] > 0
+    steps = graphs.in_effect["first_steps_s"]
+    steady = 64 / graphs.samples_per_s
+    assert len(steps) == 3 and graphs.compile_s == pytest.approx(sum(max(0.0, s - steady) for s in steps))
+    assert graphs.compile_s > steps[0] - steady  # steps 2-3 add to it
+    print(json.dumps({"eager_first_step_s": eager.in_effect["first_steps_s"][0], "reduce_overhead_steps_s": steps,
+                      "reduce_overhead_compile_s": graphs.compile_s, "peak_memory_bytes": graphs.peak_memory_bytes}))
 
 
 def test_search_on_the_gpu_stores_a_cuda_recipe(tmp_path: Path):

@@ -53,3 +53,36 @@ def test_bad_recipe_files_give_one_clear_error(tmp_path: Path, name: str, text: 
         (tmp_path / name).write_text(text)
     with pytest.raises(UsageError, match=message):
         load_recipe_file(tmp_path / name)
+
+
+def test_a_recipe_says_its_format_and_one_without_is_format_1(tmp_path: Path) -> None:
+    """Format 2 holds the batch of one process (``batch_per_rank``); a recipe written before (no ``format``)
+    is format 1, whose ``batch_size`` is summed over the processes, and says so in one line."""
+    from autotune.recipe import FORMAT, format_note
+
+    current = Recipe(params={"batch_per_rank": 64, "processes": 8}, workload="cnn")
+    assert (FORMAT, current.format, format_note(current)) == (2, 2, None)
+    (tmp_path / "best.env").write_text(to_env(current, {}, None))
+    assert "# recipe format 2: batch_per_rank is each process's batch" in (tmp_path / "best.env").read_text()
+    assert load_recipe_file(tmp_path / "best.env").format == 2
+    old = {"params": {"batch_size": 64, "processes": 8}, "workload": "cnn"}  # as an older autotune wrote it
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    loaded = load_recipe_file(tmp_path / "old.json")
+    assert loaded.format == 1 and Recipe(params=old["params"], workload="cnn").format == 1  # a stored row, too
+    assert format_note(loaded) == (f"recipe from {tmp_path / 'old.json'} is format 1: its batch_size 64 is the batch "
+                                   "of all 8 processes together (8 per process); recipes searched now hold "
+                                   "batch_per_rank")
+
+
+def test_best_says_what_a_format_1_recipe_means(tmp_path: Path) -> None:
+    from .conftest import run_cli
+
+    (tmp_path / "old.json").write_text(json.dumps({"params": {"batch_size": 64, "processes": 2}, "workload": "cnn"}))
+    (tmp_path / "new.json").write_text(json.dumps({"params": {"batch_per_rank": 64, "processes": 2},
+                                                   "workload": "cnn", "format": 2}))
+    old = run_cli("best", "--recipe", "old.json", cwd=tmp_path)
+    assert old.returncode == 0, old.stderr
+    assert ("note: recipe from old.json is format 1: its batch_size 64 is the batch of all 2 processes together "
+            "(32 per process); recipes searched now hold batch_per_rank") in " ".join(old.stdout.split())
+    new = run_cli("best", "--recipe", "new.json", cwd=tmp_path)
+    assert new.returncode == 0 and "format 1" not in new.stdout, new.stderr

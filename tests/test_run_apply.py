@@ -158,10 +158,12 @@ RANK = """
 import json, os, traceback
 import autotune
 from autotune import probes
-from autotune.errors import HardwareMismatchError
+from autotune.errors import DeviceMissingError, HardwareMismatchError
 try:
     autotune.apply()
     after = "applied"
+except DeviceMissingError as e:  # the fake GPUs passed the hardware check; this torch has no CUDA
+    after = "checked, then " + str(e)
 except HardwareMismatchError as e:
     after = "refused: " + str(e)
 except Exception as e:
@@ -195,8 +197,8 @@ def test_two_ranks_on_two_visible_gpus_of_eight_pass_the_hardware_check(facts, t
     here = autotune.probes.probe()
     assert [g.nvml_index for g in here.gpus] == [0, 1] and here.fingerprint != eight
     recipe = tmp_path / "best.json"
-    recipe.write_text(json.dumps({"params": {"batch_size": 8, "device": "cuda", "processes": 2, "threads": 2},
-                                  "workload": "tiny", "fingerprint": here.fingerprint}))
+    recipe.write_text(json.dumps({"params": {"batch_per_rank": 4, "device": "cuda", "processes": 2, "threads": 2},
+                                  "workload": "tiny", "fingerprint": here.fingerprint, "format": 2}))
     (tmp_path / "train.py").write_text(RANK)
     env = {"PYTHONPATH": os.pathsep.join([str(Path(__file__).parent / "fakes" / "pynvml_site"),
                                           os.environ.get("PYTHONPATH", "")]),
@@ -204,5 +206,9 @@ def test_two_ranks_on_two_visible_gpus_of_eight_pass_the_hardware_check(facts, t
     done = run_cli("run", "--recipe", str(recipe), "--", sys.executable, "train.py", cwd=tmp_path, timeout=180,
                    env=env)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
-    assert ranks == [{"after": "checked, then set_device", "gpus": [0, 1], "fingerprint": here.fingerprint,
-                      "visible": "0,1"}] * 2, done.stderr
+    import torch  # the CPU build here: the fake GPUs pass the hardware check, then the one line on CUDA
+
+    missing = (f"checked, then recipe from {recipe} trains on CUDA (device=cuda), but this torch {torch.__version__} "
+               "is built without CUDA: install a CUDA build of torch")
+    assert ranks == [{"after": missing, "gpus": [0, 1], "fingerprint": here.fingerprint, "visible": "0,1"}] * 2, \
+        done.stderr

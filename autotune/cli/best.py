@@ -22,6 +22,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..recipe import format_note
     from ..studies import pytorch_defaults
 
     recipe = find_recipe(args)
@@ -45,6 +46,6 @@ def run(args: argparse.Namespace) -> int:
         interval = " (95% interval)" if recipe.speedup_low is not None else ""
         out.print(f"{recipe.speedup_text}{interval} PyTorch defaults{speeds}{losses}", markup=False, soft_wrap=True)
     out.print(f"hardware {recipe.fingerprint}, created {when(recipe.created)}")
-    for note in recipe.notes:
+    for note in [*recipe.notes, *filter(None, [format_note(recipe)])]:
         out.print(f"note: {note}", markup=False, soft_wrap=True)
     return 0

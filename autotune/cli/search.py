@@ -56,8 +56,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="quality guard: a trial whose loss is more than F (relative, 0 or more) above the baseline's "
                    "is infeasible (default: 0.05)")
     p.add_argument("--global-batch", type=int, default=None, metavar="N",
-                   help="keep N (at least 1) samples per optimizer step by gradient accumulation (otherwise the lr "
-                   "follows --lr-scaling)")
+                   help="keep N (at least 1) samples per optimizer step by gradient accumulation; a step of several "
+                   "processes takes at least batch_per_rank x processes (otherwise the lr follows --lr-scaling)")
     p.add_argument("--lr-scaling", choices=("sqrt", "linear", "none"), default="sqrt",
                    help="learning-rate rule when the batch size changes (default: sqrt)")
     p.add_argument("--train-steps", type=int, default=5000, metavar="N",

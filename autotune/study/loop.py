@@ -18,7 +18,7 @@ from .. import search_spaces as spaces
 from ..trial.lock import host_lock, owner, owner_gone
 from ..trial.runner import SubprocessMeasurer
 from ..trial.spec import Measurer, Status, TrialResult
-from . import budget
+from . import budget, memory
 from .events import Progress, TrialFinished, TrialStarted
 from .records import (
     BASELINE,
@@ -133,9 +133,10 @@ class SearchLoop:
         role = trial.user_attrs.get(Attr.ROLE, SEARCH)
         params = {**spaces.suggest(trial, self.facts, self.ctx), **self.run_settings}
         self.claim(trial, role, params)
-        if self._known_oom(params):
+        known_oom = self._known_oom(params)
+        if known_oom:
             trial.set_user_attr(Attr.STATUS, "skipped")
-            trial.set_user_attr(Attr.ERROR, f"batch_size {params['batch_size']} is at least one that ran out of memory")
+            trial.set_user_attr(Attr.ERROR, known_oom)
             self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
             return ("space" if skips + 1 >= MAX_SKIPS else None), skips + 1, None, role
         remaining = self.deadline - time.monotonic()  # the lock may have been waited for
@@ -157,9 +158,8 @@ class SearchLoop:
         if base and not isinstance(self.study.pruner, optuna.pruners.ThresholdPruner):
             self.study.pruner = optuna.pruners.ThresholdPruner(lower=PRUNE_BELOW * base, n_warmup_steps=1)
 
-    def _known_oom(self, params: dict[str, Any]) -> bool:
-        limit = self.study.user_attrs.get(StudyAttr.OOM_BATCH_SIZE)
-        return limit is not None and int(params["batch_size"]) >= int(limit)
+    def _known_oom(self, params: dict[str, Any]) -> str | None:
+        return memory.known_oom(self.study.user_attrs.get(StudyAttr.OOM_LIMITS), params)
 
     def run_one(self, trial: optuna.Trial, role: str, params: dict[str, Any], timeout: float) -> TrialResult:
         """Measure a claimed trial (the host lock held) and record it; Ctrl-C records it interrupted."""
@@ -234,16 +234,16 @@ class SearchLoop:
         return reason
 
     def _infeasible(self, trial: optuna.Trial, params: dict[str, Any], result: TrialResult) -> str:
-        """An out-of-memory or NaN trial: infeasible; an out-of-memory batch size caps the later ones."""
+        """An out-of-memory or NaN trial: infeasible; an out-of-memory batch caps the later ones with the
+        same memory-relevant settings (``memory``)."""
         oom = result.status == Status.OOM
         trial.set_constraint("quality", 0.0)
         trial.set_constraint("fits_memory", 1.0 if oom else 0.0)
         trial.set_constraint("finite_loss", 1.0 if result.status == Status.NAN else 0.0)
         reason = "out of memory" if oom else "the loss became NaN/inf"
         if oom:
-            limit = self.study.user_attrs.get(StudyAttr.OOM_BATCH_SIZE)
-            size = int(params["batch_size"])
-            self.study.set_user_attr(StudyAttr.OOM_BATCH_SIZE, size if limit is None else min(size, int(limit)))
+            limits = self.study.user_attrs.get(StudyAttr.OOM_LIMITS)
+            self.study.set_user_attr(StudyAttr.OOM_LIMITS, memory.record_oom(limits, params))
         trial.set_user_attr(Attr.INFEASIBLE, reason)
         return reason
 

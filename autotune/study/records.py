@@ -51,7 +51,8 @@ class StudyAttr:
     CPU_SET: Final = "cpu_set"
     BASELINE_LOSS: Final = "baseline_loss"
     BASELINE_SAMPLES_PER_S: Final = "baseline_samples_per_s"
-    OOM_BATCH_SIZE: Final = "oom_batch_size"  # the smallest batch size that ran out of memory
+    OOM_BATCH_SIZE: Final = "oom_batch_size"  # older studies: the smallest global batch that ran out of memory
+    OOM_LIMITS: Final = "oom_limits"  # memory-relevant settings -> the smallest batch that ran out of memory
     MEASURE: Final = "measure"  # how trial values are measured: "paired-v1" = speedups; absent = samples/s (old)
     NOISE: Final = "noise"  # the A/A calibration of this machine (dict), shown to the user
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .. import search_spaces as spaces
 from ..errors import TrialError
 from ..recipe import Recipe
 from ..trial.spec import Status
@@ -41,10 +42,12 @@ def choose_recipe(
     if unapplied:
         notes.append(f"{unapplied} trial(s) rejected: a knob they asked for was not in effect in the trial process")
     notes.append(time_note(all_records))
+    peak = best.result.peak_memory_bytes  # CUDA: the 90% warning rides with the recipe
+    notes += filter(None, [spaces.batch.memory_warning(peak, best.result.in_effect.get("device_memory_bytes"))])
     recipe = Recipe(
         params=best.params, workload=workload, fingerprint=facts.fingerprint, study=name,
         samples_per_s=speed, baseline_samples_per_s=base_speed, speedup=speed / base_speed, loss=best.result.loss,
-        baseline_loss=baseline.result.loss, notes=notes,
+        baseline_loss=baseline.result.loss, notes=notes, peak_memory_bytes=peak,
     )
     return recipe, baseline, best, all_records
 

@@ -137,7 +137,7 @@ def search_context(workload_spec: str, facts: Facts, options: SearchOptions) -> 
         device=device, default_batch_size=workload.batch_size, conv=conv, conv_nd=bool(convs) and not conv,
         global_batch=options.global_batch,
         allow_compile=options.compile, max_batch_size=_max_batch(workload, model, facts, device),
-        **spaces.sparsity.context(model),
+        unused_parameters=_unused_parameters(workload, model), **spaces.sparsity.context(model),
     )
     return workload, ctx
 
@@ -164,6 +164,24 @@ def _max_batch(workload: Workload, model: torch.nn.Module, facts: Facts, device:
         log.info("batch sizes above %d are not offered: %s of memory should not hold them", limit,
                  f"{memory / 2**30:.1f} GiB" if memory else "?")
     return limit
+
+
+def _unused_parameters(workload: Workload, model: torch.nn.Module) -> bool:
+    """Whether some parameter gets no gradient (``search_spaces.ddp.unused_parameters``): DDP then needs
+    ``find_unused_parameters``. Looked at once, on two of the dataset's samples on the CPU (the model's
+    forward only, as the batch-size estimate runs it: the user's loss is never called here)."""
+    import torch
+
+    try:
+        dataset = workload.dataset()
+        batch = torch.utils.data.default_collate([dataset[i] for i in range(min(2, len(dataset)))])
+        unused = spaces.ddp.unused_parameters(model, tuple(workload.model_inputs(batch)))
+    except Exception as e:  # noqa: BLE001 - the trials report a broken workload with its traceback
+        log.debug("unused parameters not looked for: %s", e)
+        return False
+    if unused:
+        log.info("parameters without a gradient (%s): DDP runs with find_unused_parameters", ", ".join(unused[:5]))
+    return bool(unused)
 
 
 def run_settings(ctx: spaces.SpaceContext, options: SearchOptions) -> dict[str, Any]:

@@ -66,7 +66,8 @@ def warm_start(storage: str, workload: str, facts: Facts) -> dict[str, Any] | No
         log.warning("warm start: %s of workload %s is skipped: it was %s", newest.label, workload, why)
     if recipe is None:
         return None
-    return {k: v for k, v in recipe.params.items() if k not in spaces.RUN_KEYS}
+    # a format-1 recipe's global batch_size is the batch_per_rank it meant (search_spaces.batch)
+    return {k: v for k, v in spaces.batch.upgraded(recipe.params).items() if k not in spaces.RUN_KEYS}
 
 
 def enqueue_next_seed(study: optuna.Study, seeds: list[Seed]) -> bool:

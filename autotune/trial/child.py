@@ -32,7 +32,7 @@ from typing import IO, Any
 
 from ..apply import Tuned, apply
 from ..probes import memory_policy, pinned_threads, process_cpus
-from ..search_spaces import cuda, preload
+from ..search_spaces import batch, compilation, cuda, preload
 from ..workload import Workload, held_out_split, load_workload
 from . import distributed
 from .oom import is_out_of_memory
@@ -233,6 +233,26 @@ class _Windows:
         self.events.flush()
 
 
+def peak_memory(device: str) -> tuple[int | None, int | None]:
+    """``(peak, device memory)`` in bytes since the last ``reset_peak_memory``: the most CUDA memory any
+    rank's tensors held (``torch.cuda.max_memory_allocated``, a collective over the ranks) and this rank's
+    device's memory (a MIG slice's own). ``(None, None)`` on the CPU: unknown, not 0."""
+    if device != "cuda":
+        return None, None
+    import torch
+
+    peak = int(distributed.max_over_ranks(float(torch.cuda.max_memory_allocated())))
+    return peak, int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
+
+
+def reset_peak_memory(device: str) -> None:
+    """Start the peak over again: after the warm-up, whose compilation and cuDNN autotuning are not training."""
+    if device == "cuda":
+        import torch
+
+        torch.cuda.reset_peak_memory_stats()
+
+
 def _train(spec: TrialSpec, events: IO[str]) -> TrialResult:
     """Warm up, time the windows (the loss is taken after the study's ``loss_samples``), and report."""
     run = _build(spec)
@@ -244,12 +264,13 @@ def _train(spec: TrialSpec, events: IO[str]) -> TrialResult:
     startup_s = time.perf_counter() - _PROCESS_START
     loss, loss_samples = math.nan, 0
     first_start = time.perf_counter()
-    run.steps(1)
-    run.sync()
-    first_step_s = time.perf_counter() - first_start
-    run.steps(max(0, warmup - 1))
+    # The steps that may hold compile work (CUDA-graph capture: steps 2-3), timed one by one; the first always.
+    charged = max(1, compilation.charged_steps(run.tuned.params.get("compile_mode"), run.tuned.device))
+    first_steps = first_steps_s(run, min(charged, warmup))
+    run.steps(max(0, warmup - len(first_steps)))
     run.sync()
     warmup_s = time.perf_counter() - first_start  # compile and warm-up: what the study's budget pays per trial
+    reset_peak_memory(run.tuned.device)
     if loss_window == 0:
         loss, loss_samples = run.evaluate()
     windows = _Windows(run, window_steps, events)
@@ -262,23 +283,40 @@ def _train(spec: TrialSpec, events: IO[str]) -> TrialResult:
     while _spread(windows.rates) > settings.max_spread and extra < settings.max_extra_windows:
         windows.measure()
         extra += 1
-    return _result(spec, run, windows, first_step_s, startup_s=startup_s, warmup_s=warmup_s, loss=loss,
+    return _result(spec, run, windows, first_steps, startup_s=startup_s, warmup_s=warmup_s, loss=loss,
                    loss_samples=loss_samples, steps=warmup + window_steps * len(windows.rates))
 
 
-def _result(spec: TrialSpec, run: _Run, windows: _Windows, first_step_s: float, **measured: Any) -> TrialResult:
+def first_steps_s(run: _Run, count: int) -> list[float]:
+    """The first ``count`` optimizer steps, each timed on its own (synchronised with the device)."""
+    out = []
+    for _ in range(count):
+        start = time.perf_counter()
+        run.steps(1)
+        run.sync()
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def _result(spec: TrialSpec, run: _Run, windows: _Windows, first_steps: list[float], **measured: Any) -> TrialResult:
     """The trial's result: throughput with compile time amortised, and what was in effect in every rank."""
     rates, step_samples = windows.rates, run.tuned.step_samples
+    peak, device_memory = peak_memory(run.tuned.device)  # the timed windows' (and the loss's) peak
+    too_full = batch.memory_warning(peak, device_memory)
     median = statistics.median(rates)
-    compile_s = max(0.0, first_step_s - step_samples / median)
+    # compile (and CUDA-graph capture) beyond a steady step; nothing for an eager run (compilation.compile_cost)
+    compile_s = compilation.compile_cost(first_steps, step_samples / median, run.tuned.params.get("compile_mode"),
+                                         run.tuned.device)
     planned = spec.settings.train_steps * step_samples
-    in_effect = {**_in_effect(), "world_size": run.tuned.world_size, **run.tuned.in_effect}  # + sparsity, ipex
+    in_effect = {**_in_effect(), "world_size": run.tuned.world_size, "device_memory_bytes": device_memory,
+                 "first_steps_s": first_steps, **run.tuned.in_effect}  # + sparsity, ipex
     in_effect["ranks"] = distributed.gather({k: in_effect[k] for k in ("threads", "cpus")})
     distributed.finish()
     return TrialResult(
         Status.OK, samples_per_s=median, objective=planned / (compile_s + planned / median), windows=rates,
         spread=_spread(rates), compile_s=compile_s, timed_s=sum(windows.steps * step_samples / rate for rate in rates),
-        in_effect=in_effect, warnings=run.tuned.warnings, **measured,
+        in_effect=in_effect, warnings=[*run.tuned.warnings, *filter(None, [too_full])], peak_memory_bytes=peak,
+        **measured,
     )
 
 

@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import inspect
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -16,6 +17,7 @@ from ..errors import UsageError
 
 if TYPE_CHECKING:
     import torch
+    from torch.nn.parallel import DistributedDataParallel
     from torch.utils.data.distributed import DistributedSampler
 
 T = TypeVar("T")
@@ -65,15 +67,30 @@ def world() -> tuple[int, int]:
     return 0, 1
 
 
-def wrap_model(model: torch.nn.Module, device: str) -> torch.nn.Module:
-    """The model in ``DistributedDataParallel`` when more than one rank trains, else unchanged."""
+def wrap_model(model: torch.nn.Module, device: str, options: dict[str, Any] | None = None) -> torch.nn.Module:
+    """The model in ``DistributedDataParallel`` (with ``options``, its keyword arguments:
+    ``search_spaces.ddp.ddp_options``) when more than one rank trains, else unchanged."""
     if world()[1] == 1:
         return model
     import torch
     from torch.nn.parallel import DistributedDataParallel
 
     ids = [torch.cuda.current_device()] if device == "cuda" else None
-    return DistributedDataParallel(model, device_ids=ids)
+    kwargs = dict(options or {})
+    if kwargs.pop("broadcast_buffers", True) is False:
+        # torch 2.13 deprecates broadcast_buffers (a FutureWarning) for forward_sync_buffers, which still syncs
+        # the buffers once at init: right for constant ones. Older torch has only broadcast_buffers.
+        known = inspect.signature(DistributedDataParallel.__init__).parameters
+        kwargs["forward_sync_buffers" if "forward_sync_buffers" in known else "broadcast_buffers"] = False
+    return DistributedDataParallel(model, device_ids=ids, **kwargs)
+
+
+def sync_next_backward(model: DistributedDataParallel | None, sync: bool) -> None:
+    """Whether the next backward of a DDP ``model`` all-reduces the gradients: False on the micro-batches
+    of gradient accumulation that do not step the optimizer. What ``DistributedDataParallel.no_sync()``
+    sets for its block, set here before the forward, where DDP reads it, so the user's loop stays as is."""
+    if model is not None:
+        model.require_backward_grad_sync = sync
 
 
 def sampler(dataset: Any, *, shuffle: bool = True, seed: int = 0) -> DistributedSampler[Any] | None:

@@ -47,14 +47,14 @@ def loss_samples(settings: TrialSettings, params: dict[str, Any], facts: Facts) 
 
     Depends only on the study's run settings and hardware, so it is the same for all its trials.
     """
-    reference = int(params.get("reference_batch") or params["batch_size"])
+    reference = int(params.get("reference_batch") or spaces.batch.global_size(params))
     global_batch = params.get("global_batch")
     ctx = spaces.SpaceContext(device=params.get("device") or "cpu", default_batch_size=reference,
                               global_batch=global_batch)
 
-    def step(batch: int, processes: int) -> int:  # as ``Tuned.step_samples``
-        accumulation = spaces.batch.accumulation({"batch_size": batch, "global_batch": global_batch})
-        return max(1, batch // processes) * processes * accumulation
+    def step(batch: int, processes: int) -> int:  # as ``Tuned.step_samples``: ``batch`` per rank
+        shape = {"batch_per_rank": batch, "processes": processes, "global_batch": global_batch}
+        return spaces.batch.global_size(shape) * spaces.batch.accumulation(shape)
 
     unit = math.lcm(*(step(b, p) for b in spaces.batch.sizes(ctx) for p in spaces.processes.choices(facts, ctx)))
     planned = reference * (settings.warmup_steps + settings.measure_steps)
@@ -86,7 +86,7 @@ def run_trial(
     with _trial_directory() as work:
         spec = TrialSpec(
             workload=workload, params=params, facts=facts, settings=settings,
-            reference_batch=int(params.get("reference_batch") or params["batch_size"]),
+            reference_batch=int(params.get("reference_batch") or spaces.batch.global_size(params)),
             loss_samples=loss_samples(settings, params, facts),
             events=str(work / "events.jsonl"), result=str(work / "result.json"),
         )

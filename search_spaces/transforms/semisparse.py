@@ -69,6 +69,7 @@ class SemiSparseLinear(nn.Linear):
     """An ``nn.Linear`` whose forward matmul runs 2:4 sparse; built by ``from_linear``."""
 
     mask: torch.Tensor
+    constant_buffers = ("mask",)  # chosen once: DDP need not broadcast it every step (search_spaces._ddp)
 
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> SemiSparseLinear:

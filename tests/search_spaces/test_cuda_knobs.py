@@ -70,7 +70,10 @@ def test_apply_sets_only_what_the_recipe_changes(facts, restore_flags) -> None:
         assert torch.backends.cudnn.conv.fp32_precision == "tf32"
 
 
-def test_apply_warns_naming_the_flag_the_process_changed(facts, restore_flags) -> None:
+def test_apply_warns_naming_the_flag_the_process_changed(facts, restore_flags, monkeypatch) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the flags only: no GPU is touched here
     restore_flags["tf32_cudnn"].set(False)  # the user's script turned cuDNN TF32 off before apply()
     base = {**spaces.defaults(_gpu_machine(facts), CUDA), "device": "cuda"}
     with pytest.warns(UserWarning) as caught:

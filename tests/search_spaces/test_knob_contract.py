@@ -31,7 +31,7 @@ from ..fakes.machines import two_sockets
 CONTEXTS = {
     "cpu": SpaceContext(),
     "cpu-conv": SpaceContext(default_batch_size=64, conv=True, prunable=True, global_batch=128),
-    "cuda": SpaceContext(device="cuda", conv=True, prunable=True, semi_structured=True),
+    "cuda": SpaceContext(device="cuda", conv=True, prunable=True, semi_structured=True, unused_parameters=True),
 }
 
 

@@ -174,6 +174,32 @@ def test_gpu_ranks_nccl_variables_and_gpu_local_cores(facts, monkeypatch, machin
         assert cpus and set(cpus) <= set(local)
 
 
+def test_the_batch_is_per_rank_on_eight_gpus(facts, monkeypatch) -> None:
+    """8 H100s: each rank loads the default batch (not 64 / 8), the memory cap is one GPU's (not one GPU's
+    for the batch of all eight), and a step over the ranks is ``batch_per_rank x 8`` samples."""
+    import torch
+
+    from autotune.study.run import _max_batch
+    from autotune.trial import TrialSettings, loss_samples
+    from autotune.workloads import cnn
+
+    host = _machine(facts, gpus=_gpus("H100SXMx8", 8, monkeypatch), backends=("gloo", "nccl"))
+    workload = cnn.workload()
+    cap = _max_batch(workload, workload.model(), host, "cuda")
+    one_gpu = spaces.batch.max_batch_size(host.gpus[0].memory_bytes, workload.model(),
+                                          (torch.zeros(2, 3, 32, 32),), 2)
+    assert cap == one_gpu and cap > 4 * 64  # an H100 holds 4x the default per rank: all sizes offered
+    ctx = SpaceContext(device="cuda", default_batch_size=64, conv=True, max_batch_size=cap)
+    assert spaces.batch.sizes(ctx) == (16, 32, 64, 128, 256)
+    base = spaces.defaults(host, ctx)
+    assert base["batch_per_rank"] == 64 and "batch_size" not in base
+    eight = {**base, "processes": 8, "device": "cuda", "reference_batch": 64}
+    assert (spaces.batch.per_rank(eight), spaces.batch.global_size(eight)) == (64, 512)
+    assert spaces.batch.lr_scale({**eight, "lr_scaling": "linear"}, 64) == 8.0  # the global batch's rule
+    assert spaces.batch.per_rank({"batch_size": 64, "processes": 8}) == 8  # format 1: the batch of all eight
+    assert loss_samples(TrialSettings(), eight, host) % (256 * 8) == 0  # whole steps of the largest, 8 ranks
+
+
 def test_apply_outside_torchrun_warns_and_trains_alone(facts, monkeypatch) -> None:
     import torch
 
@@ -261,8 +287,14 @@ with open(f"rank{tuned.rank}.json", "w") as f:
 """
 
 
-def test_autotune_run_starts_the_ranks_of_a_two_process_recipe(two_cores, tmp_path: Path) -> None:
-    recipe = {"params": _two(two_cores, batch_size=16), "workload": "tiny"}
+@pytest.mark.parametrize("recipe_format", [2, 1])
+def test_autotune_run_starts_the_ranks_of_a_two_process_recipe(two_cores, tmp_path: Path, recipe_format) -> None:
+    """Each rank loads ``batch_per_rank`` (format 2); a format-1 recipe's ``batch_size`` 16 is shared: 8 each,
+    with the one line that says so."""
+    params = _two(two_cores, batch_per_rank=8)
+    if recipe_format == 1:
+        params = {**{k: v for k, v in params.items() if k != "batch_per_rank"}, "batch_size": 16}
+    recipe = {"params": params, "workload": "tiny", **({"format": 2} if recipe_format == 2 else {})}
     (tmp_path / "r.json").write_text(json.dumps(recipe))
     (tmp_path / "show.py").write_text(textwrap.dedent(SCRIPT))
     out = subprocess.run([sys.executable, "-m", "autotune", "run", "--recipe", "r.json", "--", sys.executable,
@@ -273,4 +305,6 @@ def test_autotune_run_starts_the_ranks_of_a_two_process_recipe(two_cores, tmp_pa
     assert [(r["rank"], r["world"], r["threads"], r["batch"]) for r in ranks] == [(0, 2, 1, 8), (1, 2, 1, 8)]
     assert {r["model"] for r in ranks} == {"DistributedDataParallel"}
     assert ranks[0]["cpus"] and ranks[1]["cpus"] and not set(ranks[0]["cpus"]) & set(ranks[1]["cpus"])
-    assert [r["warnings"] for r in ranks] == [[], []]
+    old = [] if recipe_format == 2 else ["recipe from r.json is format 1: its batch_size 16 is the batch of all 2 "
+                                         "processes together (8 per process); recipes searched now hold batch_per_rank"]
+    assert [r["warnings"] for r in ranks] == [old, old]

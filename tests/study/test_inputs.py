@@ -43,9 +43,9 @@ SHORT = (*QUICK, "--trials", "1", "--confirm", "0")
         (("--fix", "bogus=1"), "--fix bogus: no such knob; the knobs are affinity, allocator,"),
         (("--no-compile", "--fix", "compile_mode=default"),
          "--fix compile_mode=default: not possible in this search on this machine; compile_mode may be: none"),
-        (("--fix", "batch_size=3"), "--fix batch_size=3: not possible in this search on this machine; "
-                                    "batch_size may be: 8, 16, 32, 64, 128"),  # tiny's default is 32
-        (("--global-batch", "64", "--fix", "batch_size=128"), "batch_size may be: 8, 16, 32, 64"),
+        (("--fix", "batch_per_rank=3"), "--fix batch_per_rank=3: not possible in this search on this machine; "
+                                        "batch_per_rank may be: 8, 16, 32, 64, 128"),  # tiny's default is 32
+        (("--global-batch", "64", "--fix", "batch_per_rank=128"), "batch_per_rank may be: 8, 16, 32, 64"),
         (("--fix", "pin_memory=true"), "pin_memory may be: false"),  # a CPU search: no pinned host memory
     ],
 )
@@ -80,9 +80,10 @@ def test_the_library_entry_checks_the_same_way(tmp_path: Path, options: dict, me
         (CTX, {}, []),
         (SpaceContext(default_batch_size=32, allow_compile=False), {"compile_mode": "default"},
          ["compile_mode=default (allowed: none)"]),
-        (SpaceContext(default_batch_size=32, max_batch_size=64), {"batch_size": 128},
-         ["batch_size=128 (allowed: 8, 16, 32, 64)"]),
-        (SpaceContext(default_batch_size=32, global_batch=48), {"batch_size": 32}, ["batch_size=32 (allowed: 8, 16)"]),
+        (SpaceContext(default_batch_size=32, max_batch_size=64), {"batch_per_rank": 128},
+         ["batch_per_rank=128 (allowed: 8, 16, 32, 64)"]),
+        (SpaceContext(default_batch_size=32, global_batch=48), {"batch_per_rank": 32},
+         ["batch_per_rank=32 (allowed: 8, 16)"]),
         (CTX, {"pin_memory": True}, ["pin_memory=true (allowed: false)"]),  # never on a CPU
         (CTX, {"kmp_blocktime": 1}, []),  # moot with openmp=gnu, allowed otherwise: not a reason to skip
         (CTX, {"threads": 10_000}, ["threads=10000 (allowed: 1.."]),

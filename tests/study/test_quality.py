@@ -22,6 +22,12 @@ FIXTURES = REPO / "tests" / "quality_workloads.py"
 GUARD_REASON = re.compile(r"loss \d+\.\d+ is \+\d+\.\d% over the baseline's \d+\.\d+ \(limit \+5%\)")
 
 
+def _loss_samples(facts) -> int:
+    """The default-64 workload's loss sample count on this machine: whole steps of every per-rank batch and
+    process count offered (1,792 with one process, 2,048 with 2: 256 per rank x 2)."""
+    return loss_samples(TrialSettings(max_extra_windows=0), {"reference_batch": 64, "batch_per_rank": 64}, facts)
+
+
 def _params(facts, workload, **change) -> dict:
     wl = workload()
     ctx = spaces.SpaceContext(default_batch_size=wl.batch_size, prunable=True)
@@ -65,11 +71,11 @@ SCHEDULES = [(64, b, 1, None) for b in (16, 32, 64, 128, 256)] + [
 @pytest.mark.parametrize("settings", [TrialSettings(), TrialSettings(warmup_steps=2, measure_steps=6, windows=2)])
 def test_every_offered_step_size_reaches_the_loss_sample_count_exactly(
         live_facts, default: int, batch: int, processes: int, global_batch: int | None, settings) -> None:
-    params = {"batch_size": batch, "reference_batch": default, "global_batch": global_batch}
+    params = {"batch_per_rank": batch, "processes": processes, "reference_batch": default,
+              "global_batch": global_batch}
     target = loss_samples(settings, params, live_facts(processes))
     assert target >= default * (settings.warmup_steps + settings.measure_steps)
-    accumulation = spaces.batch.accumulation(params)
-    step = max(1, batch // processes) * processes * accumulation
+    step = batch * processes * spaces.batch.accumulation(params)
     assert target % step == 0
     warmup, window_steps, loss_window = schedule(target // step, settings.warmup_steps, settings.windows)
     assert warmup >= 1 and window_steps >= 1 and 0 <= loss_window <= settings.windows
@@ -89,10 +95,11 @@ def live_facts(facts):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("change", [{"batch_size": b} for b in (16, 32, 64, 128, 256)]
-                         + [{"batch_size": 16, "global_batch": 256}, {"batch_size": 128, "processes": 2}])
+@pytest.mark.parametrize("change", [{"batch_per_rank": b} for b in (16, 32, 64, 128, 256)]
+                         + [{"batch_per_rank": 16, "global_batch": 256}, {"batch_per_rank": 64, "processes": 2}])
 def test_every_trial_takes_its_loss_after_the_same_samples(facts, change: dict) -> None:
-    """Real trials of the default-64 workload: 1,792 samples for every batch size, accumulation or rank count."""
+    """Real trials of the default-64 workload: the same samples (1,792 with one process; whole steps of 256
+    per rank x 2 ranks, 2,048, where 2 processes are offered) for every batch size, accumulation or rank count."""
     offered = spaces.processes.choices(facts, spaces.SpaceContext())
     if change.get("processes", 1) not in offered:
         pytest.skip("this machine offers no second process")
@@ -100,7 +107,7 @@ def test_every_trial_takes_its_loss_after_the_same_samples(facts, change: dict) 
     params = _params(facts, qw.regression, **change)
     result = run_trial(f"{FIXTURES}:regression", params, facts, settings, timeout_s=180)
     assert result.status == "ok", result.error
-    assert result.loss_samples == 64 * (4 + 24) == 1792
+    assert result.loss_samples == _loss_samples(facts) >= 64 * (4 + 24)
 
 
 def _search(tmp_path: Path, workload: str, *args: str, study: str = "q") -> tuple[str, list]:
@@ -116,15 +123,16 @@ def _fixes(params: dict) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("hurts", [[*_fixes(qw.HURTS), "--lr-scaling", "linear"],
-                                   ["--fix", "batch_size=256", "--lr-scaling", "none"]], ids=["sparsity", "lr-none"])
-def test_a_knob_that_hurts_quality_is_rejected_with_its_reason(tmp_path: Path, hurts: list[str]) -> None:
+                                   ["--fix", "batch_per_rank=256", "--lr-scaling", "none"]],
+                         ids=["sparsity", "lr-none"])
+def test_a_knob_that_hurts_quality_is_rejected_with_its_reason(facts, tmp_path: Path, hurts: list[str]) -> None:
     stdout, ts = _search(tmp_path, "regression", "--trials", "2", "--confirm", "0", *hurts)
     baseline, knob = ts[0], ts[1]
     assert baseline.user_attrs["role"] == "baseline" and knob.user_attrs["role"] == "heuristic"
     reason = knob.user_attrs["infeasible"]
     assert GUARD_REASON.fullmatch(reason), reason
     assert knob.user_attrs["loss"] > 1.5 * baseline.user_attrs["loss"]
-    assert knob.user_attrs["loss_samples"] == baseline.user_attrs["loss_samples"] == 1792
+    assert knob.user_attrs["loss_samples"] == baseline.user_attrs["loss_samples"] == _loss_samples(facts)
     assert f"[{reason}]" in stdout  # the trial's line in the report
     assert "1 trial(s) rejected by the quality guard" in stdout
     assert "best: the defaults" in stdout
@@ -132,22 +140,22 @@ def test_a_knob_that_hurts_quality_is_rejected_with_its_reason(tmp_path: Path, h
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_a_knob_that_does_not_hurt_passes_the_guard(tmp_path: Path, seed: int) -> None:
+def test_a_knob_that_does_not_hurt_passes_the_guard(facts, tmp_path: Path, seed: int) -> None:
     """Batch 128 with the linear lr rule reaches the defaults' loss after the same samples."""
     stdout, ts = _search(tmp_path, "regression", "--trials", "2", "--confirm", "0", "--seed", str(seed),
-                         "--fix", "batch_size=128", "--lr-scaling", "linear")
+                         "--fix", "batch_per_rank=128", "--lr-scaling", "linear")
     baseline, knob = ts[0], ts[1]
-    assert knob.user_attrs["params"]["batch_size"] == 128 and knob.user_attrs["status"] == "ok"
+    assert knob.user_attrs["params"]["batch_per_rank"] == 128 and knob.user_attrs["status"] == "ok"
     assert "infeasible" not in knob.user_attrs, knob.user_attrs["infeasible"]
     assert knob.user_attrs["loss"] == pytest.approx(baseline.user_attrs["loss"], rel=0.03)
-    assert knob.user_attrs["loss_samples"] == baseline.user_attrs["loss_samples"] == 1792
+    assert knob.user_attrs["loss_samples"] == baseline.user_attrs["loss_samples"] == _loss_samples(facts)
 
 
 @pytest.mark.slow
 def test_choose_recipe_takes_a_feasible_recipe_never_a_faster_infeasible_one(tmp_path: Path, facts) -> None:
     """Under --global-batch 256 on ``slow``: batch 256 passes the guard (~4x faster), and batch 256 with
     HURTS is faster still and rejected. With and without confirmation the recipe is batch 256 alone."""
-    common = ("--global-batch", "256", "--fix", "batch_size=256", "--steps", "8", "--warmup-steps", "2")
+    common = ("--global-batch", "256", "--fix", "batch_per_rank=256", "--steps", "8", "--warmup-steps", "2")
     _search(tmp_path, "slow", *common, "--trials", "2", "--confirm", "0")
     stdout, ts = _search(tmp_path, "slow", *common, *_fixes(qw.HURTS), "--trials", "3",
                          "--confirm", "1", "--confirm-rounds", "1")

@@ -50,7 +50,8 @@ def test_the_stored_recipe_for_this_workload_and_hardware_comes_right_after_the_
     assert queued[0] == ("baseline", defaults(facts, CTX))
     if stored_for == "this":
         assert queued[1][0] == "warm-start"
-        assert queued[1][1] == {**defaults(facts, CTX), "batch_size": 64, "threads": 1}  # run settings left out
+        # run settings left out; a format-1 recipe's batch_size (global, of one process here) as batch_per_rank
+        assert queued[1][1] == {**defaults(facts, CTX), "batch_per_rank": 64, "threads": 1}
     else:
         assert "warm-start" not in [role for role, _ in queued]
         assert queued[1][0] == "heuristic"
