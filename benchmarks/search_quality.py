@@ -147,8 +147,8 @@ def record(args: argparse.Namespace) -> int:
         recorded={"date": time.strftime("%Y-%m-%d %H:%M %Z"), "wall_s": round(wall, 1),
                   "loadavg": [list(load_before), list(load_after)], "cpus": os.cpu_count(),
                   "cpu_model": getattr(facts.cpu, "model", None), "pairs": [args.pairs, args.most_pairs],
-                  "process_pairs": [3, args.process_pairs], "window_s": args.window_s, "steps": args.steps,
-                  "warmup_steps": args.warmup_steps})
+                  "aa_pairs": args.pairs, "process_pairs": [3, args.process_pairs], "window_s": args.window_s,
+                  "steps": args.steps, "warmup_steps": args.warmup_steps})
     out = Path(args.grid)
     grid.save(out)
     print(f"recorded {len(configs)} combinations in {wall:.0f} s to {out}")
@@ -163,7 +163,7 @@ def _calibrate(worker: Any, defaults: dict[str, Any], pairs: int, window_s: floa
     started = time.monotonic()
     cal = worker.calibrate("defaults", defaults, pairs=pairs, window_s=window_s)
     noise = Noise(cal.window_s, cal.pairs, cal.half_width, cal.margin, cal.spread,
-                  (cal.aa.ratio.median, cal.aa.ratio.low, cal.aa.ratio.high),
+                  (cal.aa.amortised.median, cal.aa.amortised.low, cal.aa.amortised.high),
                   timed_s=2 * cal.aa.ratio.count * cal.window_s, wall_s=time.monotonic() - started)
     print(f"calibration: {noise.note()}; A/A {noise.aa[0]:.3f} [{noise.aa[1]:.3f}-{noise.aa[2]:.3f}], "
           f"window {noise.window_s:.2f} s, {noise.pairs} pairs", flush=True)

@@ -14,7 +14,9 @@ generator seeded by the search's seed, the combination and how often it was begu
 re-measurement draws another order), and ``more(n)`` hands out the next ``n``. When the recorded ratios
 run out, ``more`` adds nothing: an interval never claims more pairs than were measured. The environment
 factor is the geometric mean of every recorded process pair's, with its Student-t interval, combined with
-the in-process interval as the live scorer does (``score.combine``). A combination recorded as failed
+the in-process interval as the live scorer does (``score.combine``). As the live measurer, the defaults
+themselves are the baseline trial, whose speedup is the calibration's A/A, and the defaults of another
+environment are measured by their factor alone. A combination recorded as failed
 (``oom``, ``nan``, ``crash``) fails the same way: at ``begin`` when it failed before its first pair, at
 ``end`` when it failed later. A combination that is not in the grid is a ``GridMiss`` (the benchmark's
 fixed knobs and the grid disagree): a bug of the caller, not a trial's failure.
@@ -37,12 +39,15 @@ from typing import Any
 
 from ..errors import AutotuneError
 from . import stats
+from .paired import ENVIRONMENT_KEYS
 from .score import combine
 from .spec import Noise, Status, TrialResult
 from .stats import Interval
 
 FORMAT = "autotune-paired-grid-v1"
-IN_PROCESS, ACROSS = "in-process pairs", "process pairs x in-process pairs"
+# A trial's ``method`` (as the live measurer's); the baseline is the calibration's A/A
+IN_PROCESS, ACROSS, FACTOR, BASELINE = ("in-process pairs", "process pairs x in-process pairs", "process pairs",
+                                        "baseline")
 
 
 class GridMiss(AutotuneError):
@@ -146,11 +151,16 @@ class RecordedGrid:
 class _Handle:
     config: GridConfig
     order: list[float]  # its recorded ratios, shuffled for this begin
+    kind: str = IN_PROCESS  # or ACROSS, or FACTOR (its environment's defaults: the factor alone), or BASELINE
     drawn: list[float] = field(default_factory=list)
 
 
 class ReplayMeasurer:
-    """A ``PairedMeasurer`` over a ``RecordedGrid`` (see the module docstring); ``seed``: the search's."""
+    """A ``PairedMeasurer`` over a ``RecordedGrid`` (see the module docstring); ``seed``: the search's.
+
+    As the live measurer (``autotune.trial.score.LiveMeasurer``): the defaults themselves are the baseline,
+    whose speedup is the calibration's A/A; the defaults of another environment are their process-pair
+    factor alone; ``reseed`` draws new orders (the confirmation's fresh pairs)."""
 
     def __init__(self, grid: RecordedGrid, seed: int = 0) -> None:
         self.grid, self.seed = grid, seed
@@ -160,6 +170,9 @@ class ReplayMeasurer:
         n = self.grid.noise
         return Noise(**{**n, "aa": tuple(n["aa"])})
 
+    def reseed(self, seed: int) -> None:
+        self.seed = seed
+
     def begin(self, params: dict[str, Any], timeout_s: float) -> object | TrialResult:
         config = self.grid.find(params)
         key = self.grid.key(config.params)
@@ -168,25 +181,44 @@ class ReplayMeasurer:
             return self._failed(config)
         order = list(config.ratios)
         random.Random(f"{self.seed}:{key}:{times}").shuffle(order)  # str seeds are stable across runs (sha512)
-        return _Handle(config, order)
+        return _Handle(config, order, self._kind(config))
+
+    def _kind(self, config: GridConfig) -> str:
+        in_process = [k for k in self.grid.searched if k not in ENVIRONMENT_KEYS]
+        if any(config.params.get(k) != self.grid.defaults.get(k) for k in in_process):
+            return IN_PROCESS if config.environment is None else ACROSS
+        return BASELINE if config.environment is None else FACTOR
 
     def more(self, handle: object, n: int, timeout_s: float) -> Interval:
         h = self._handle(handle)
-        h.drawn.extend(h.order[len(h.drawn):len(h.drawn) + n])
-        return h.config.speedup(h.drawn)
+        if h.kind in (IN_PROCESS, ACROSS):
+            h.drawn.extend(h.order[len(h.drawn):len(h.drawn) + n])
+        return self._interval(h)
+
+    def _interval(self, h: _Handle) -> Interval:
+        if h.kind == BASELINE:
+            median, low, high = self.grid.noise["aa"]
+            pairs = self.grid.recorded.get("aa_pairs") or len(h.config.ratios)  # the defaults' copy: as many
+            return Interval(median, low, high, stats.CONFIDENCE, int(pairs))
+        if h.kind == FACTOR:
+            return h.config.environment or _NOTHING
+        return h.config.speedup(h.drawn) if h.drawn else _NOTHING
 
     def end(self, handle: object) -> TrialResult:
         h = self._handle(handle)
         c = h.config
-        if c.state != "ok" or not h.drawn:
-            return self._failed(c) if c.state != "ok" else TrialResult(Status.CRASH, error="no pairs were drawn")
-        iv = c.speedup(h.drawn)
-        timed = len(h.drawn) * (c.window_s + max(c.window_s, c.step_s or 0.0))
+        if c.state != "ok":
+            return self._failed(c)
+        if h.kind in (IN_PROCESS, ACROSS) and not h.drawn:
+            return TrialResult(Status.CRASH, error="no pair was drawn: the race asked for none, or none was recorded")
+        iv = self._interval(h)
+        n = self.grid.noise
+        timed = n.get("timed_s", 0.0) if h.kind == BASELINE else \
+            len(h.drawn) * (c.window_s + max(c.window_s, c.step_s or 0.0))
         return TrialResult(Status.OK, objective=iv.median, speedup_low=iv.low, speedup_high=iv.high,
-                           method=IN_PROCESS if c.environment is None else ACROSS, pairs=len(h.drawn),
-                           loss=c.loss, loss_samples=c.loss_samples, compile_s=c.compile_s, warmup_s=c.warmup_s,
-                           timed_s=timed, wall_s=c.warmup_s + timed,
-                           spread=_spread(h.drawn))
+                           method=IN_PROCESS if h.kind == BASELINE else h.kind, pairs=iv.count, loss=c.loss,
+                           loss_samples=c.loss_samples, compile_s=c.compile_s, warmup_s=c.warmup_s, timed_s=timed,
+                           wall_s=c.warmup_s + timed, spread=_spread(h.drawn))
 
     def close(self) -> None:
         pass
@@ -199,8 +231,11 @@ class ReplayMeasurer:
 
     @staticmethod
     def _failed(config: GridConfig) -> TrialResult:
-        return TrialResult(Status(config.state), error=config.error, loss=config.loss,
-                           loss_samples=config.loss_samples)
+        state = config.state if config.state in {s.value for s in Status} else Status.CRASH.value
+        return TrialResult(Status(state), error=config.error, loss=config.loss, loss_samples=config.loss_samples)
+
+
+_NOTHING = Interval(0.0, 0.0, 0.0, 0.0, 0)  # no pair yet: slower than anything (as the live measurer's)
 
 
 def _spread(ratios: list[float]) -> float | None:

@@ -34,6 +34,8 @@ def _grid() -> RecordedGrid:
                        loss_samples=1792, window_s=0.3, warmup_s=2.0, step_s=0.05),
             GridConfig({"threads": 1, "batch_size": 64, "channels_last": True}, ratios=[2.0] * 8,
                        process_pair_factors=FACTORS, loss=1.0, loss_samples=1792, window_s=0.3),
+            GridConfig({"threads": 1, "batch_size": 64, "channels_last": False}, ratios=AA,
+                       process_pair_factors=FACTORS, loss=1.0, loss_samples=1792, window_s=0.3),
             GridConfig({"threads": 2, "batch_size": 256, "channels_last": False}, ratios=[3.0] * 8, loss=1.5,
                        loss_samples=1792),  # fast, but its loss is 50% worse: infeasible
             GridConfig({"threads": 2, "batch_size": 128, "channels_last": False}, "oom", "CUDA out of memory",
@@ -102,6 +104,22 @@ def test_another_environment_multiplies_its_process_pair_factor() -> None:
     assert iv == combine(env, stats.median_interval([2.0] * 8))
     assert iv.median == pytest.approx(2 * statistics.geometric_mean(FACTORS)) and iv.low < iv.median < iv.high
     assert m.end(h).method == "process pairs x in-process pairs"
+    only = m.begin({**DEFAULTS, "threads": 1}, 60.0)  # that environment's defaults: the factor alone, as live
+    assert m.more(only, 8, 60.0) == env
+    assert (m.end(only).method, m.end(only).objective, m.end(only).pairs) == ("process pairs", env.median, 3)
+
+
+def test_the_baseline_is_the_calibrations_aa_as_live() -> None:
+    m = ReplayMeasurer(_grid(), seed=0)
+    noise = m.calibrate(60.0)
+    h = m.begin(dict(DEFAULTS), 60.0)
+    result = m.end(h)  # the loop ends the baseline without asking for pairs
+    assert result.status == Status.OK and (result.objective, result.speedup_low, result.speedup_high) == noise.aa
+    assert result.pairs == len(AA) and result.loss == 1.0 and result.timed_s == NOISE["timed_s"]
+    nothing = m.begin({**DEFAULTS, "channels_last": True}, 60.0)
+    assert m.end(nothing).status == Status.CRASH  # a candidate no pair was asked for: no speedup invented
+    m.reseed(11)
+    assert m.seed == 11
 
 
 def test_failures_replay_as_recorded() -> None:
@@ -128,7 +146,7 @@ def test_the_grids_scores_leave_out_failures_and_worse_losses(tmp_path: Path) ->
     grid = RecordedGrid.load(path)
     assert grid == _grid()  # every recorded figure survives the file
     scores = grid.scores(max_loss_increase=0.05)
-    assert set(scores) == {(2, 64, False), (2, 64, True), (1, 64, True)}  # not the OOM, NaN or worse loss
+    assert set(scores) == {(2, 64, False), (2, 64, True), (1, 64, True), (1, 64, False)}  # not OOM, NaN, worse loss
     assert scores[(2, 64, True)] == statistics.median(FAST)
     assert (2, 256, False) in grid.scores()  # without the guard: every configuration that measured
     (tmp_path / "other.json").write_text(json.dumps({"format": "something else"}))
