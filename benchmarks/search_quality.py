@@ -198,8 +198,13 @@ def replay(args: argparse.Namespace) -> int:
     heuristic_score = scores.get(grid.key(heuristic), 0.0) / grid_best
     fixed = {k: v for k, v in spaces.defaults(facts, ctx).items() if k not in grid.searched}
     trials = max(1, int(args.fraction * len(grid.configs)))
-    print(f"grid: {len(grid.configs)} combinations, {len(scores)} feasible; best {grid_best:.3f}x over the "
-          f"defaults {dict(zip(grid.searched, best_key, strict=True))}; {grid.note}")
+    print(f"grid: {len(grid.configs)} combinations, {len(scores)} feasible; {grid.note}")
+    shown = sorted(scores, key=lambda k: -scores[k])[:5]
+    for label, key in [*(("top", k) for k in shown), ("defaults", grid.key(grid.defaults)),
+                       ("heuristic", grid.key(heuristic))]:
+        iv = grid.find(dict(zip(grid.searched, key, strict=True))).speedup()
+        print(f"  {label:9s} {iv.median:.3f}x [{iv.low:.3f}-{iv.high:.3f}] over {iv.count} pairs: "
+              f"{dict(zip(grid.searched, key, strict=True))}")
     runs, started = [], time.monotonic()
     for seed in range(args.seeds):
         with tempfile.TemporaryDirectory() as tmp:
@@ -214,9 +219,11 @@ def replay(args: argparse.Namespace) -> int:
                          "claimed": [outcome.recipe.speedup_low, outcome.recipe.speedup_high],
                          "wall_s": time.monotonic() - t0, "recipe": dict(zip(grid.searched, key, strict=True))})
             r = runs[-1]
+            low, high = r["claimed"]
+            claimed = f"claimed [{low:.3f}-{high:.3f}]" if low is not None and high is not None else "no claim"
             print(f"seed {seed:2d}: {r['best_found']:.3f} of the grid's best (defaults {default_score:.3f}, "
-                  f"heuristic {heuristic_score:.3f}) with {r['trials']} trials + {confirms} confirmations in "
-                  f"{r['wall_s']:.1f} s: {r['recipe']}", flush=True)
+                  f"heuristic {heuristic_score:.3f}), {claimed}, with {r['trials']} trials + {confirms} "
+                  f"confirmations in {r['wall_s']:.1f} s: {r['recipe']}", flush=True)
     found = [r["best_found"] for r in runs]
     summary = {
         "benchmark": "search_quality", "workload": grid.workload, "grid": str(args.grid),

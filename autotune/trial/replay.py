@@ -114,11 +114,13 @@ class RecordedGrid:
 
     def scores(self, max_loss_increase: float | None = None) -> dict[tuple[Any, ...], float]:
         """Each feasible combination's speedup over the defaults from all its recorded ratios: ok, and (with
-        ``max_loss_increase``) a loss at most that much above the defaults'."""
+        ``max_loss_increase``) a loss at most that much above the defaults'. The defaults are the reference,
+        1.0 exactly (their recorded copy's ratios are an A/A: noise, not a speed)."""
+        home = self.key(self.defaults)
         base = self.find(self.defaults).loss
-        out = {}
+        out = {home: 1.0}
         for c in self.configs:
-            if c.state != "ok" or not c.ratios:
+            if c.state != "ok" or not c.ratios or self.key(c.params) == home:
                 continue
             if max_loss_increase is not None and base is not None and c.loss is not None \
                     and (c.loss - base) / abs(base) > max_loss_increase:

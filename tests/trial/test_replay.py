@@ -147,7 +147,7 @@ def test_the_grids_scores_leave_out_failures_and_worse_losses(tmp_path: Path) ->
     assert grid == _grid()  # every recorded figure survives the file
     scores = grid.scores(max_loss_increase=0.05)
     assert set(scores) == {(2, 64, False), (2, 64, True), (1, 64, True), (1, 64, False)}  # not OOM, NaN, worse loss
-    assert scores[(2, 64, True)] == statistics.median(FAST)
+    assert scores[(2, 64, True)] == statistics.median(FAST) and scores[(2, 64, False)] == 1.0  # the reference
     assert (2, 256, False) in grid.scores()  # without the guard: every configuration that measured
     (tmp_path / "other.json").write_text(json.dumps({"format": "something else"}))
     with pytest.raises(AutotuneError, match="not a recorded paired grid"):
