@@ -19,8 +19,13 @@ measurement of its combination (all recorded pairs); the grid's best is the fast
 passes the quality guard. Targets: median best-found >= 0.97 of the grid's best, never below the defaults
 or the heuristic.
 
-    nice -n 10 python benchmarks/search_quality.py --record      # once (about 15 min on 2 cores for the CNN)
+    nice -n 10 python benchmarks/search_quality.py --record      # once: hours of windows on a quiet machine
     python benchmarks/search_quality.py --seeds 20               # replay: the search against the file
+
+``benchmarks/grids/cnn-paired.json`` was recorded with ``nice -n 10 ... --record --pairs 10 --most-pairs 10
+--process-pairs 3 --window-s 0.5`` on a 2-core machine loaded by other jobs (load average 5-7, in the file):
+80 combinations in 33 minutes. Its ratios carry that load: two threads' OpenMP regions wait on preempted
+threads, so one thread reads 8-14x faster than two, and identical arms differ by up to +-139% (A/A).
 
 The last line printed is one JSON object with the figures.
 """
