@@ -201,7 +201,7 @@ def replay(args: argparse.Namespace) -> int:
     default_score = scores[grid.key(grid.defaults)] / grid_best
     heuristic = {**grid.defaults, **spaces.heuristic(facts, ctx)}
     heuristic_score = scores.get(grid.key(heuristic), 0.0) / grid_best
-    fixed = {k: v for k, v in spaces.defaults(facts, ctx).items() if k not in grid.searched}
+    fixed = {k: v for k, v in spaces.defaults(facts, ctx).items() if k not in grid.searched_names()}
     trials = max(1, int(args.fraction * len(grid.configs)))
     print(f"grid: {len(grid.configs)} combinations, {len(scores)} feasible; {grid.note}")
     shown = sorted(scores, key=lambda k: -scores[k])[:5]

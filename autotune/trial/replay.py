@@ -50,6 +50,11 @@ IN_PROCESS, ACROSS, FACTOR, BASELINE = ("in-process pairs", "process pairs x in-
                                         "baseline")
 
 
+# Knobs renamed since a grid was recorded: recorded name -> today's. With one process, the batch a process
+# loads (``batch_per_rank``, recipe format 2) is the recorded ``batch_size``.
+RENAMED = {"batch_size": "batch_per_rank"}
+
+
 class GridMiss(AutotuneError):
     """A combination the recorded grid does not hold."""
 
@@ -98,7 +103,13 @@ class RecordedGrid:
     format: str = FORMAT
 
     def key(self, params: dict[str, Any]) -> tuple[Any, ...]:
-        return tuple(params.get(k) for k in self.searched)
+        """The values of the searched knobs in ``params``, a knob renamed since the recording read under its
+        new name (``RENAMED``)."""
+        return tuple(params.get(k, params.get(RENAMED.get(k, k))) for k in self.searched)
+
+    def searched_names(self) -> set[str]:
+        """The searched knobs, under their recorded names and their new ones: the search must not fix them."""
+        return {*self.searched, *(RENAMED[k] for k in self.searched if k in RENAMED)}
 
     def find(self, params: dict[str, Any]) -> GridConfig:
         """The recorded combination of ``params``; ``GridMiss`` when a knob the grid holds fixed differs, or

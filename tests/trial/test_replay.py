@@ -132,6 +132,14 @@ def test_failures_replay_as_recorded() -> None:
     assert nan.status == Status.NAN and nan.error == "the loss became nan" and nan.objective is None
 
 
+def test_a_knob_renamed_since_the_recording_is_read_under_its_new_name() -> None:
+    grid = _grid()
+    today = {k: v for k, v in {**DEFAULTS, "channels_last": True}.items() if k != "batch_size"}
+    handle = ReplayMeasurer(grid).begin({**today, "batch_per_rank": 64}, 60.0)  # recipe format 2's name
+    assert handle.config.params == {"threads": 2, "batch_size": 64, "channels_last": True}  # type: ignore[attr-defined]
+    assert grid.searched_names() == {"threads", "batch_size", "batch_per_rank", "channels_last"}
+
+
 def test_a_combination_outside_the_grid_is_named() -> None:
     grid = _grid()
     with pytest.raises(GridMiss, match="not in the recorded grid: threads=2, batch_size=16, channels_last=False"):
