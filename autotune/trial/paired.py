@@ -17,6 +17,8 @@ Rules an arm keeps, so that its windows measure only itself:
 - its DataLoader workers are stopped (SIGSTOP) while it is idle and continued (SIGCONT) for its windows,
   and never left stopped: ``close()`` and a failure continue them before shutting them down;
 - a window runs whole optimizer steps until at least ``window_s`` seconds have passed (CUDA synchronised);
+- on CUDA its peak memory is its own (``autotune.trial.memory``), and ``Bench.add`` adds a second model to
+  the device only when both fit: otherwise the arm's state is ``no-room`` ("measure by process pairs");
 - its quality-guard loss is taken once, when its trained samples reach the study's ``loss_samples``
   (evaluation time is excluded from the window); later windows only time;
 - a NaN loss, an out-of-memory error or any other exception fails that arm alone (``ArmFailed``).
@@ -42,6 +44,7 @@ from typing import Any
 from .. import search_spaces as spaces
 from .child import NonFiniteLoss, _evaluate, _failure, _in_effect, _raise_if_a_worker_died
 from .freeze import proc_state
+from .memory import Footprint, device_of, no_room, out_of_room
 from .protocol import ArmState, ArmStatus, PairRecord, WindowRecord, WorkerSpec
 from .spec import Status
 
@@ -152,6 +155,7 @@ class Arm:
         self._rng: Any = None
         self._cuda_rng: Any = None
         self._sync: Callable[[], None] = lambda: None
+        self.memory = Footprint(params.get("device") == "cuda")
 
     def _build(self) -> None:
         """Model, optimizer and DataLoader through ``apply()`` and ``Tuned``, as a trial builds them. Runs
@@ -196,7 +200,7 @@ class Arm:
             arm=self.name, state=self.state, error=self.error, step_samples=self.step_samples, trained=self.trained,
             first_step_s=self.first_step_s, step_s=self.step_s, compile_s=self.compile_s, loss=self.loss,
             loss_samples=self.loss_samples, worker_pids=self.batches.worker_pids(), in_effect=self.in_effect,
-            warnings=tuple(self.tuned.warnings if self.tuned is not None else ()))
+            warnings=tuple(self.tuned.warnings if self.tuned is not None else ()), peak_memory_bytes=self.memory.peak)
 
     # Activation: what an arm owns of the process while its window runs ------------------------------------
 
@@ -211,6 +215,7 @@ class Arm:
             torch.set_rng_state(self._rng)
         if self._cuda_rng is not None:
             torch.cuda.set_rng_state(self._cuda_rng)
+        self.memory.enter()
         _signal(self.batches.worker_pids(), signal.SIGCONT)
 
     def _leave(self) -> None:
@@ -219,6 +224,7 @@ class Arm:
         self._rng = torch.get_rng_state()
         if self._cuda_rng is not None:
             self._cuda_rng = torch.cuda.get_rng_state()
+        self.memory.leave()
         _signal(self.batches.worker_pids(), signal.SIGSTOP)
 
     def _guarded(self, run: Callable[[], Any]) -> Any:
@@ -367,8 +373,27 @@ class Bench:
             raise KeyError(f"arm {name!r} exists: drop it first")
         arm = Arm(name, params, self)
         self.arms[name] = arm
-        arm.warm_up()
+        others = [a for a in self.arms.values() if a is not arm and a.state == "ok"]
+        device = self._device() if arm.memory.cuda and others else None
+        if device is not None:
+            reason = no_room([a.memory.peak or 0 for a in others], device[1], device[0])
+            if reason is not None:
+                arm.state, arm.error = "no-room", reason
+                raise ArmFailed(name, "no-room", reason)
+        try:
+            arm.warm_up()
+        except ArmFailed as e:
+            if device is None or e.state != "oom":
+                raise
+            arm.state = "no-room"  # it ran out beside the others: alone it may fit
+            arm.error = out_of_room(device[0], arm.memory.others, e.error)
+            raise ArmFailed(name, "no-room", arm.error) from e
         return arm
+
+    def _device(self) -> tuple[str, int | None]:
+        import torch
+
+        return device_of(self.facts, torch.cuda.current_device())
 
     def get(self, name: str) -> Arm:
         if name not in self.arms:

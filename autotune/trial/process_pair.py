@@ -2,10 +2,12 @@
 
 Knobs that must be set before torch starts (threads, affinity, OpenMP runtime, allocator) cannot share a
 process, so their comparison needs two. A ``ProcessPair`` is two live ``PairedWorker``s, one per environment
-configuration, each holding that environment's in-process defaults (one arm). Their windows alternate, the
-two of each pair in random order, and the idle worker is FROZEN (``autotune.trial.freeze``: SIGSTOP of its
-whole tree), so its spinning OpenMP threads and prefetching DataLoader workers take nothing from the one
-being timed. A pair's ratio is the candidate worker's rate / the baseline worker's.
+configuration, each holding that environment's in-process defaults (one arm). Which worker starts and warms
+up first, and which side runs first in each pair, are drawn from a seeded generator (an A/A across processes
+read 0.864 [0.772-0.967] when the defaults' worker always went first), and the idle worker is FROZEN
+(``autotune.trial.freeze``: SIGSTOP of its whole tree), so its spinning OpenMP threads and prefetching
+DataLoader workers take nothing from the one being timed. A pair's ratio is the candidate worker's rate /
+the baseline worker's.
 
 Two identical processes still differ by a factor that lasts their whole life (0.89-1.28x measured on a
 2-vCPU VM, issue 12), larger than the windows' noise. So one process pair gives one ratio (the median of its
@@ -39,8 +41,9 @@ class ProcessPairRun:
 
     base: ArmStatus
     cand: ArmStatus
-    pairs: tuple[PairRecord, ...]
+    pairs: tuple[PairRecord, ...]  # ``first``: the side ("base" or "cand") whose window ran first
     pids: tuple[int, int]  # the two workers' process ids (gone once the pair is closed)
+    started: tuple[Side, Side] = ("base", "cand")  # the order the workers started and warmed up in
 
     @property
     def ratio(self) -> stats.Interval:
@@ -49,10 +52,13 @@ class ProcessPairRun:
 
 class ProcessPair:
     """Two live workers with different environments, run alternately; use as a context manager (leaving
-    it continues both and ends them, whatever happened: Ctrl-C, a timeout, a failed arm)."""
+    it continues both and ends them, whatever happened: Ctrl-C, a timeout, a failed arm). ``seed`` draws
+    which worker starts first."""
 
     def __init__(self, workload: str, base_params: dict[str, Any], cand_params: dict[str, Any], facts: Any,
-                 settings: Any, *, python: str = sys.executable) -> None:
+                 settings: Any, *, seed: int = 0, python: str = sys.executable) -> None:
+        first: Side = "base" if random.Random(seed).random() < 0.5 else "cand"
+        self.started: tuple[Side, Side] = ("base", "cand") if first == "base" else ("cand", "base")
         self.params: dict[Side, dict[str, Any]] = {"base": base_params, "cand": cand_params}
         self.workers: dict[Side, PairedWorker] = {
             side: PairedWorker(workload, params, facts, settings, python=python)
@@ -71,8 +77,10 @@ class ProcessPair:
         self.close()
 
     def start(self) -> None:
-        """Start each worker, build and warm its arm, then freeze it: one warms up while the other is stopped."""
-        for side, worker in self.workers.items():
+        """Start each worker (in the drawn order), build and warm its arm, then freeze it: one warms up while the
+        other is stopped."""
+        for side in self.started:
+            worker = self.workers[side]
             worker.start()
             status = worker.add_arm(ARM, self.params[side])
             if status.state != "ok":
@@ -100,7 +108,7 @@ class ProcessPair:
     def run(self, n: int, window_s: float, seed: int = 0) -> ProcessPairRun:
         """``n`` pairs of windows, each pair's two workers in an order drawn from ``seed``. Stops at the first
         failure of an arm: its status says why."""
-        rng, records = random.Random(seed), []
+        rng, records = random.Random(f"pairs:{seed}"), []  # not the start order's stream: both drawn freely
         for _ in range(n):
             order: list[Side] = ["base", "cand"] if rng.random() < 0.5 else ["cand", "base"]
             runs = {side: self.windows(side, 1, window_s) for side in order}
@@ -108,7 +116,8 @@ class ProcessPair:
                 break
             records.append(PairRecord(order[0], runs["base"].windows[0], runs["cand"].windows[0]))
         pids = tuple(w.ready.pid if w.ready else -1 for w in self.workers.values())
-        return ProcessPairRun(self.status["base"], self.status["cand"], tuple(records), (pids[0], pids[1]))
+        return ProcessPairRun(self.status["base"], self.status["cand"], tuple(records), (pids[0], pids[1]),
+                              self.started)
 
     def close(self) -> None:
         """Continue both (a stopped process cannot act on its end), then end both."""
@@ -159,7 +168,8 @@ def across_processes(workload: str, base_params: dict[str, Any], cand_params: di
     """Compare two environments over fresh process pairs until ``enough`` of them ran (see the module)."""
     runs: list[ProcessPairRun] = []
     while not enough([r.ratio.median for r in runs], half_width, least=least, most=most, confidence=confidence):
-        with ProcessPair(workload, base_params, cand_params, facts, settings, python=python) as pair:
+        with ProcessPair(workload, base_params, cand_params, facts, settings, seed=seed + len(runs),
+                         python=python) as pair:
             window_s = window_s or pair.window_s
             run = pair.run(pairs, window_s, seed=seed + len(runs))
         if not run.pairs:

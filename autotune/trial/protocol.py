@@ -19,7 +19,9 @@ import typing
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-ArmState = Literal["ok", "nan", "oom", "crash"]  # as a trial's status (``runner.Status``) for what ran
+# As a trial's status (``runner.Status``) for what ran; "no-room": a second model would not fit on the GPU
+# beside the first (``paired.no_room``): not measured in one process, measure it by process pairs.
+ArmState = Literal["ok", "nan", "oom", "crash", "no-room"]
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,9 @@ class ArmStatus:
     worker_pids: tuple[int, ...] = ()  # its DataLoader workers now (stopped unless its window runs)
     in_effect: dict[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    # CUDA: the most device memory the arm itself allocated (torch.cuda.max_memory_allocated over its build,
+    # warm-up and windows, the other arms' resident memory taken off); None on CPU or before it ran
+    peak_memory_bytes: int | None = None
 
 
 @dataclass(frozen=True)

@@ -197,9 +197,16 @@ def compare(records: Sequence[PairRecord], base: ArmStatus, cand: ArmStatus, *, 
     if not records:
         raise ValueError(f"no pairs to compare ({base.arm}: {base.state}, {cand.arm}: {cand.state})")
 
+    ratio = median_interval([r.ratio for r in records], confidence)
+    paid = median_interval(amortised_ratios(records, base, cand, train_steps=train_steps), confidence)
+    return Comparison(ratio, paid, verdict(paid, margin), margin)
+
+
+def amortised_ratios(records: Sequence[PairRecord], base: ArmStatus, cand: ArmStatus, *,
+                     train_steps: int) -> list[float]:
+    """Each pair's ratio with each arm's compile time amortised over ``train_steps`` of its steps (what
+    ``compare`` summarises; a recorded grid keeps them one by one)."""
     def amortised(window: WindowRecord, arm: ArmStatus) -> float:
         return amortised_rate(window.rate, arm.compile_s or 0.0, train_steps * arm.step_samples)
 
-    ratio = median_interval([r.ratio for r in records], confidence)
-    paid = median_interval([amortised(r.cand, cand) / amortised(r.base, base) for r in records], confidence)
-    return Comparison(ratio, paid, verdict(paid, margin), margin)
+    return [amortised(r.cand, cand) / amortised(r.base, base) for r in records]

@@ -87,12 +87,32 @@ def test_a_frozen_worker_does_not_run_while_the_other_does(facts: Any) -> None:
     assert not any(_alive(pid) for pid in pids)
 
 
+def _started_at(pid: int) -> int:
+    """The process's start time in clock ticks since boot (proc(5): field 22 of /proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[19])
+
+
+def test_which_worker_starts_first_is_drawn_from_the_seed(facts: Any) -> None:
+    params = _params(facts, threads=1, interop_threads=1)
+    orders = {seed: ProcessPair("tiny", params, params, facts, SETTINGS, seed=seed).started for seed in range(8)}
+    assert set(orders.values()) == {("base", "cand"), ("cand", "base")}, orders  # not always the defaults first
+    seed = next(s for s, order in orders.items() if order[0] == "cand")
+    with ProcessPair("tiny", params, params, facts, SETTINGS, seed=seed) as pair:
+        run = pair.run(2, 0.1)
+        started = {side: _started_at(w.ready.pid) for side, w in pair.workers.items()}
+    assert run.started == ("cand", "base") and started["cand"] < started["base"], started  # as drawn, and recorded
+
+
 def test_an_aa_across_processes_reads_same(facts: Any) -> None:
     params = _params(facts, threads=1, interop_threads=1)
     result = across_processes("tiny", params, params, facts, SETTINGS, pairs=6, window_s=0.2, least=3, most=3,
                               margin=0.05, confidence=0.99)
     assert result.verdict == "same", result.ratio
     assert len(result.runs) == 3 and all(len(run.pairs) == 6 for run in result.runs)
+    # Neither side always goes first: not in starting and warming up, not within a pair.
+    assert {run.started for run in result.runs} == {("base", "cand"), ("cand", "base")}
+    assert {p.first for run in result.runs for p in run.pairs} == {"base", "cand"}
     assert result.ratio.low < result.ratio.median < result.ratio.high
     assert not any(_alive(pid) for run in result.runs for pid in run.pids)
 

@@ -1,0 +1,90 @@
+"""An arm's device memory on CUDA: its own peak, and whether another arm fits beside the ones there.
+
+Two models on one GPU are paired as on a CPU (synchronised windows, ``autotune.trial.paired``) only when
+both fit: every arm's peak (its model, optimizer state and activations at their largest) must fit in the
+device's memory together with one more model as large as the largest (the candidate is not built yet: a
+batch size or dtype may change its size; when it is larger after all, its build runs out of memory and
+that, too, reads "no room"). "Fit" keeps ``ROOM_FRACTION`` of the memory (a MIG device: its slice's) for
+the allocator's fragmentation and the CUDA context. When they do not fit, the arm is not added: its state
+is ``no-room`` and its error says to measure it by process pairs, which the search then does.
+
+An arm's peak is ``torch.cuda.max_memory_allocated`` over its own activity (build, warm-up, windows),
+reset when it becomes active, less what the other arms keep allocated meanwhile (they are idle, so that
+is constant while it runs): what it would need alone.
+
+    >>> no_room([30 * GIB], 80 * GIB, "cuda:0 (H100)") is None
+    True
+    >>> no_room([40 * GIB], 80 * GIB, "cuda:0 (H100)")
+    'two models do not fit on cuda:0 (H100): 2 x 40.0 GiB peak > 90% of 80.0 GiB: measure by process pairs'
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+GIB = 1 << 30
+ROOM_FRACTION = 0.9  # of the device's memory: the rest for fragmentation, the CUDA context, cuDNN workspaces
+
+
+def no_room(peaks: Sequence[int], total_bytes: int | None, device: str) -> str | None:
+    """Why one more arm does not fit beside arms with these ``peaks`` on a device of ``total_bytes``
+    (named ``device`` in the message), or None when it does (or nothing is known: no arms, no size)."""
+    if not peaks or not total_bytes:
+        return None
+    need = sum(peaks) + max(peaks)
+    if need <= ROOM_FRACTION * total_bytes:
+        return None
+    shown = f"{len(peaks) + 1} x {max(peaks) / GIB:.1f} GiB" if len(set(peaks)) == 1 else \
+        " + ".join(f"{p / GIB:.1f}" for p in (*peaks, max(peaks))) + " GiB"
+    return (f"two models do not fit on {device}: {shown} peak > {ROOM_FRACTION:.0%} of {total_bytes / GIB:.1f} "
+            f"GiB: measure by process pairs")
+
+
+def out_of_room(device: str, others: int, error: str) -> str:
+    """The reason for an arm whose build ran out of memory beside other arms (it may fit alone)."""
+    return (f"two models do not fit on {device}: out of memory beside {others / GIB:.1f} GiB of the other arms "
+            f"({error}): measure by process pairs")
+
+
+def device_of(facts: Any, index: int) -> tuple[str, int | None]:
+    """``("cuda:I (NAME)", memory in bytes)`` of CUDA device ``index``: from the probed facts (a MIG device
+    with its slice's memory), else from torch; the memory None when neither knows it."""
+    gpu = next((g for g in getattr(facts, "gpus", ()) if g.index == index), None)
+    if gpu is not None:
+        return f"cuda:{index} ({gpu.name}{', MIG ' + gpu.uuid if gpu.is_mig_device else ''})", gpu.memory_bytes
+    try:
+        import torch
+
+        props = torch.cuda.get_device_properties(index)
+        return f"cuda:{index} ({props.name})", int(props.total_memory)
+    except Exception:  # noqa: BLE001 - no CUDA: nothing known, nothing refused
+        return f"cuda:{index}", None
+
+
+class Footprint:
+    """One arm's peak device memory, kept across its active spells (see the module docstring). ``enter``
+    when the arm becomes active, ``leave`` when it goes idle; no-ops off CUDA."""
+
+    def __init__(self, cuda: bool) -> None:
+        self.cuda = cuda
+        self.peak: int | None = None
+        self.resident = 0  # what the arm keeps allocated while idle (its weights, optimizer state, caches)
+        self.others = 0  # what the other arms keep allocated while this one runs
+
+    def enter(self) -> None:
+        if not self.cuda:
+            return
+        import torch
+
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        self.others = max(0, torch.cuda.memory_allocated() - self.resident)
+
+    def leave(self) -> None:
+        if not self.cuda:
+            return
+        import torch
+
+        torch.cuda.synchronize()
+        self.peak = max(self.peak or 0, torch.cuda.max_memory_allocated() - self.others)
+        self.resident = max(0, torch.cuda.memory_allocated() - self.others)

@@ -1,0 +1,261 @@
+"""A recorded paired grid, and ``ReplayMeasurer``: the ``PairedMeasurer`` that answers from it.
+
+``benchmarks/search_quality.py`` measures every combination of a reduced space once, paired, with the
+engine the search uses live (``PairedWorker``, ``across_processes``), and writes a ``RecordedGrid`` (JSON):
+per combination every recorded per-pair ratio against its environment's defaults (compile time amortised
+over ``train_steps``, as ``stats.compare`` does), its loss at the study's sample count, and, for a
+combination in another environment than the defaults', the per-process-pair factors of that environment's
+defaults over the defaults. The search then runs against the file (``search(..., measurer=ReplayMeasurer(
+grid, seed))``) with its real sampler, seeding, race and confirmation, in seconds instead of hours, and
+every seed sees the same machine.
+
+Replay draws, it does not invent: each ``begin`` of a combination shuffles its recorded ratios with a
+generator seeded by the search's seed, the combination and how often it was begun (a confirmation's
+re-measurement draws another order), and ``more(n)`` hands out the next ``n``. When the recorded ratios
+run out, ``more`` adds nothing: an interval never claims more pairs than were measured. The environment
+factor is the geometric mean of every recorded process pair's, with its Student-t interval, combined with
+the in-process interval as the live scorer does (``score.combine``). As the live measurer, the defaults
+themselves are the baseline trial, whose speedup is the calibration's A/A, and the defaults of another
+environment are measured by their factor alone. A combination recorded as failed
+(``oom``, ``nan``, ``crash``) fails the same way: at ``begin`` when it failed before its first pair, at
+``end`` when it failed later. A combination that is not in the grid is a ``GridMiss`` (the benchmark's
+fixed knobs and the grid disagree): a bug of the caller, not a trial's failure.
+
+    >>> grid = RecordedGrid.load("benchmarks/grids/cnn-paired.json")               # doctest: +SKIP
+    >>> m = ReplayMeasurer(grid, seed=0)                                            # doctest: +SKIP
+    >>> h = m.begin({**grid.defaults, "channels_last": True}, 60.0)                 # doctest: +SKIP
+    >>> m.more(h, 8, 60.0).median, m.end(h).method                                  # doctest: +SKIP
+    (1.16, 'in-process pairs')
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import AutotuneError
+from . import stats
+from .paired import ENVIRONMENT_KEYS
+from .score import combine
+from .spec import Noise, Status, TrialResult
+from .stats import Interval
+
+FORMAT = "autotune-paired-grid-v1"
+# A trial's ``method`` (as the live measurer's); the baseline is the calibration's A/A
+IN_PROCESS, ACROSS, FACTOR, BASELINE = ("in-process pairs", "process pairs x in-process pairs", "process pairs",
+                                        "baseline")
+
+
+# Knobs renamed since a grid was recorded: recorded name -> today's. With one process, the batch a process
+# loads (``batch_per_rank``, recipe format 2) is the recorded ``batch_size``.
+RENAMED = {"batch_size": "batch_per_rank"}
+
+
+class GridMiss(AutotuneError):
+    """A combination the recorded grid does not hold."""
+
+
+@dataclass(frozen=True)
+class GridConfig:
+    """One combination as recorded: its searched knobs' values and what the paired engine measured."""
+
+    params: dict[str, Any]  # the searched knobs only; every other knob is the grid's ``defaults``
+    state: str = "ok"  # "ok", or how its arm failed ("oom", "nan", "crash": ``protocol.ArmState``)
+    error: str | None = None
+    ratios: list[float] = field(default_factory=list)  # per pair, amortised, against its environment's defaults
+    process_pair_factors: list[float] = field(default_factory=list)  # its environment over the defaults'; [] same
+    loss: float | None = None
+    loss_samples: int | None = None
+    window_s: float = 0.0
+    warmup_s: float = 0.0  # building and warming up its arm (compile included)
+    compile_s: float | None = None
+    step_s: float | None = None
+
+    @property
+    def environment(self) -> stats.Interval | None:
+        """Its environment's factor over the defaults' (None: the defaults' environment)."""
+        if not self.process_pair_factors:
+            return None
+        return stats.log_mean_interval(self.process_pair_factors)
+
+    def speedup(self, ratios: list[float] | None = None) -> stats.Interval:
+        """The speedup over the defaults from ``ratios`` (default: all recorded), with its interval."""
+        in_process = stats.median_interval(self.ratios if ratios is None else ratios)
+        env = self.environment
+        return in_process if env is None else combine(env, in_process)
+
+
+@dataclass(frozen=True)
+class RecordedGrid:
+    """A paired grid as recorded (see the module docstring); ``load``/``save`` are its JSON file."""
+
+    workload: str
+    searched: list[str]
+    defaults: dict[str, Any]  # every knob and run setting of the defaults, as the search passes them
+    noise: dict[str, Any]  # ``spec.Noise`` of the defaults' worker's A/A calibration
+    configs: list[GridConfig]
+    note: str = ""  # where and how it was recorded (machine, load average)
+    recorded: dict[str, Any] = field(default_factory=dict)  # settings, wall time, load average
+    format: str = FORMAT
+
+    def key(self, params: dict[str, Any]) -> tuple[Any, ...]:
+        """The values of the searched knobs in ``params``, a knob renamed since the recording read under its
+        new name (``RENAMED``)."""
+        return tuple(params.get(k, params.get(RENAMED.get(k, k))) for k in self.searched)
+
+    def searched_names(self) -> set[str]:
+        """The searched knobs, under their recorded names and their new ones: the search must not fix them."""
+        return {*self.searched, *(RENAMED[k] for k in self.searched if k in RENAMED)}
+
+    def find(self, params: dict[str, Any]) -> GridConfig:
+        """The recorded combination of ``params``; ``GridMiss`` when a knob the grid holds fixed differs, or
+        the combination was not recorded."""
+        fixed = [f"{k}={params[k]!r} (grid: {v!r})" for k, v in self.defaults.items()
+                 if k not in self.searched and k in params and params[k] != v]
+        if fixed:
+            raise GridMiss(f"the grid holds these knobs fixed: {', '.join(fixed)}")
+        for config in self.configs:
+            if self.key(config.params) == self.key(params):
+                return config
+        raise GridMiss("not in the recorded grid: " + ", ".join(f"{k}={params.get(k)!r}" for k in self.searched))
+
+    def scores(self, max_loss_increase: float | None = None) -> dict[tuple[Any, ...], float]:
+        """Each feasible combination's speedup over the defaults from all its recorded ratios: ok, and (with
+        ``max_loss_increase``) a loss at most that much above the defaults'. The defaults are the reference,
+        1.0 exactly (their recorded copy's ratios are an A/A: noise, not a speed)."""
+        home = self.key(self.defaults)
+        base = self.find(self.defaults).loss
+        out = {home: 1.0}
+        for c in self.configs:
+            if c.state != "ok" or not c.ratios or self.key(c.params) == home:
+                continue
+            if max_loss_increase is not None and base is not None and c.loss is not None \
+                    and (c.loss - base) / abs(base) > max_loss_increase:
+                continue
+            out[self.key(c.params)] = c.speedup().median
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RecordedGrid:
+        if data.get("format") != FORMAT:
+            raise AutotuneError(f"not a recorded paired grid (format {data.get('format')!r}, expected {FORMAT!r})")
+        return cls(**{**data, "configs": [GridConfig(**c) for c in data["configs"]]})
+
+    @classmethod
+    def load(cls, path: str | Path) -> RecordedGrid:
+        try:
+            return cls.from_dict(json.loads(Path(path).read_text()))
+        except (OSError, ValueError, TypeError, KeyError) as e:
+            raise AutotuneError(f"cannot read the recorded grid {path}: {e}") from e
+
+    def save(self, path: str | Path) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+
+
+@dataclass
+class _Handle:
+    config: GridConfig
+    order: list[float]  # its recorded ratios, shuffled for this begin
+    kind: str = IN_PROCESS  # or ACROSS, or FACTOR (its environment's defaults: the factor alone), or BASELINE
+    drawn: list[float] = field(default_factory=list)
+
+
+class ReplayMeasurer:
+    """A ``PairedMeasurer`` over a ``RecordedGrid`` (see the module docstring); ``seed``: the search's.
+
+    As the live measurer (``autotune.trial.score.LiveMeasurer``): the defaults themselves are the baseline,
+    whose speedup is the calibration's A/A; the defaults of another environment are their process-pair
+    factor alone; ``reseed`` draws new orders (the confirmation's fresh pairs)."""
+
+    def __init__(self, grid: RecordedGrid, seed: int = 0) -> None:
+        self.grid, self.seed = grid, seed
+        self.begun: dict[tuple[Any, ...], int] = {}
+
+    def calibrate(self, timeout_s: float) -> Noise:
+        n = self.grid.noise
+        return Noise(**{**n, "aa": tuple(n["aa"])})
+
+    def reseed(self, seed: int) -> None:
+        self.seed = seed
+
+    def begin(self, params: dict[str, Any], timeout_s: float) -> object | TrialResult:
+        config = self.grid.find(params)
+        key = self.grid.key(config.params)
+        times = self.begun[key] = self.begun.get(key, 0) + 1
+        if config.state != "ok" and not config.ratios:
+            return self._failed(config)
+        order = list(config.ratios)
+        random.Random(f"{self.seed}:{key}:{times}").shuffle(order)  # str seeds are stable across runs (sha512)
+        return _Handle(config, order, self._kind(config))
+
+    def _kind(self, config: GridConfig) -> str:
+        in_process = [k for k in self.grid.searched if k not in ENVIRONMENT_KEYS]
+        if any(config.params.get(k) != self.grid.defaults.get(k) for k in in_process):
+            return IN_PROCESS if config.environment is None else ACROSS
+        return BASELINE if config.environment is None else FACTOR
+
+    def more(self, handle: object, n: int, timeout_s: float) -> Interval:
+        h = self._handle(handle)
+        if h.kind in (IN_PROCESS, ACROSS):
+            h.drawn.extend(h.order[len(h.drawn):len(h.drawn) + n])
+        return self._interval(h)
+
+    def _interval(self, h: _Handle) -> Interval:
+        if h.kind == BASELINE:
+            median, low, high = self.grid.noise["aa"]
+            pairs = self.grid.recorded.get("aa_pairs") or len(h.config.ratios)  # the defaults' copy: as many
+            return Interval(median, low, high, stats.CONFIDENCE, int(pairs))
+        if h.kind == FACTOR:
+            return h.config.environment or _NOTHING
+        return h.config.speedup(h.drawn) if h.drawn else _NOTHING
+
+    def end(self, handle: object) -> TrialResult:
+        h = self._handle(handle)
+        c = h.config
+        if c.state != "ok":
+            return self._failed(c)
+        if h.kind in (IN_PROCESS, ACROSS) and not h.drawn:
+            return TrialResult(Status.CRASH, error="no pair was drawn: the race asked for none, or none was recorded")
+        iv = self._interval(h)
+        n = self.grid.noise
+        timed = n.get("timed_s", 0.0) if h.kind == BASELINE else \
+            len(h.drawn) * (c.window_s + max(c.window_s, c.step_s or 0.0))
+        return TrialResult(Status.OK, objective=iv.median, speedup_low=iv.low, speedup_high=iv.high,
+                           method=IN_PROCESS if h.kind == BASELINE else h.kind, pairs=iv.count, loss=c.loss,
+                           loss_samples=c.loss_samples, compile_s=c.compile_s, warmup_s=c.warmup_s, timed_s=timed,
+                           wall_s=c.warmup_s + timed, spread=_spread(h.drawn))
+
+    def close(self) -> None:
+        pass
+
+    @staticmethod
+    def _handle(handle: object) -> _Handle:
+        if not isinstance(handle, _Handle):
+            raise TypeError(f"not a handle of this ReplayMeasurer: {handle!r}")
+        return handle
+
+    @staticmethod
+    def _failed(config: GridConfig) -> TrialResult:
+        state = config.state if config.state in {s.value for s in Status} else Status.CRASH.value
+        return TrialResult(Status(state), error=config.error, loss=config.loss, loss_samples=config.loss_samples)
+
+
+_NOTHING = Interval(0.0, 0.0, 0.0, 0.0, 0)  # no pair yet: slower than anything (as the live measurer's)
+
+
+def _spread(ratios: list[float]) -> float | None:
+    if len(ratios) < 2:
+        return None
+    centre = statistics.median(ratios)
+    return (max(ratios) - min(ratios)) / centre if centre > 0 and math.isfinite(centre) else None
+
+
+__all__ = ["GridConfig", "GridMiss", "RecordedGrid", "ReplayMeasurer"]

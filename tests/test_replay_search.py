@@ -1,0 +1,80 @@
+"""The search replayed against a recorded paired grid: its real sampler, seeding, race and confirmation.
+
+The grid here is written by the test (a known best, known failures and a worse loss) over the whole
+reduced space of the ``tiny`` workload; ``benchmarks/search_quality.py`` does the same with the recorded CNN.
+"""
+from __future__ import annotations
+
+import inspect
+import itertools
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune import search_spaces as spaces
+from autotune.study import SearchOptions, run_settings, search, search_context
+from autotune.trial import TrialSettings
+from autotune.trial.replay import GridConfig, RecordedGrid, ReplayMeasurer
+
+pytestmark = pytest.mark.skipif("measurer" not in inspect.signature(search).parameters,
+                                reason="search() takes no measurer= on this branch (i12-search adds it)")
+
+SEARCHED = ["threads", "interop_threads", "amp_dtype", "batch_size"]
+NOISE = {"window_s": 0.3, "pairs": 8, "half_width": 0.03, "margin": 0.02, "spread": 0.06,
+         "aa": [1.0, 0.98, 1.02], "timed_s": 4.8, "wall_s": 9.0}
+
+
+def _truth(p: dict[str, Any], default_batch: int) -> float:
+    """A speedup built from known factors: bfloat16 1.3x, each doubling of the batch 1.1x, one thread 0.6x."""
+    return (1.3 if p["amp_dtype"] == "bfloat16" else 1.0) * 1.1 ** math.log2(p["batch_size"] / default_batch) \
+        * (0.6 if p["threads"] == 1 else 1.0)
+
+
+def _grid(facts: Any, ctx: Any, options: SearchOptions) -> RecordedGrid:
+    defaults = {**spaces.defaults(facts, ctx), **run_settings(ctx, options)}
+    most = spaces.threads.max_threads(facts)
+    axes = [list(range(1, most + 1)), list(range(1, max(1, min(4, spaces.threads.physical_cores(facts))) + 1)),
+            list(spaces.amp.dtypes(facts, ctx)), list(spaces.batch.sizes(ctx))]
+    configs = []
+    home = (defaults["threads"], defaults["interop_threads"])
+    for combo in itertools.product(*axes):
+        p = dict(zip(SEARCHED, combo, strict=True))
+        truth = _truth(p, ctx.default_batch_size)
+        other_env = (p["threads"], p["interop_threads"]) != home
+        factors = [0.6 * f for f in (0.97, 1.0, 1.03)] if p["threads"] == 1 else [0.99, 1.0, 1.01]
+        inner = truth / (0.6 if p["threads"] == 1 else 1.0)
+        ratios = [inner * (1 + 0.01 * ((i * 7) % 5 - 2)) for i in range(16)]  # +-2% around the truth
+        worse = p["batch_size"] > 2 * ctx.default_batch_size  # the guard's 5%: rejected
+        if p["batch_size"] == max(axes[3]) and p["amp_dtype"] == "float32":
+            configs.append(GridConfig(p, "oom", "out of memory (recorded)"))
+            continue
+        configs.append(GridConfig(p, "ok", None, ratios, factors if other_env else [],
+                                  loss=1.2 if worse else 1.0, loss_samples=512, window_s=0.3))
+    return RecordedGrid("tiny", SEARCHED, defaults, NOISE, configs, note="synthetic, written by the test",
+                        recorded={"aa_pairs": 16})
+
+
+def test_the_search_replays_a_grid_in_seconds_and_finds_its_best(facts: Any, tmp_path: Path) -> None:
+    settings = TrialSettings(warmup_steps=2, measure_steps=6, eval_samples=128)
+    base = SearchOptions(budget_s=None, settings=settings, compile=False, confirm_top=2)
+    _, ctx = search_context("tiny", facts, base)
+    grid = _grid(facts, ctx, base)
+    path = tmp_path / "grid.json"
+    grid.save(path)
+    grid = RecordedGrid.load(path)
+    scores = grid.scores(base.max_loss_increase)
+    best = max(scores.values())
+    fixed = {k: v for k, v in spaces.defaults(facts, ctx).items() if k not in SEARCHED}
+    found, started = [], time.monotonic()
+    for seed in range(3):
+        options = SearchOptions(**{**base.__dict__, "trials": max(6, len(grid.configs) // 3), "seed": seed,
+                                   "fixed": fixed, "storage": f"sqlite:///{tmp_path / 'studies.db'}",
+                                   "study": f"replay-{seed}"})
+        outcome = search("tiny", options=options, measurer=ReplayMeasurer(grid, seed))
+        found.append(scores.get(grid.key(outcome.recipe.params), 0.0) / best)
+        assert outcome.recipe.speedup_low is not None and outcome.recipe.speedup_low > 1.0
+    assert time.monotonic() - started < 60  # no training ran: the grid answered every measurement
+    assert min(found) >= 0.9, found  # bfloat16, the largest feasible batch, two threads: the known best

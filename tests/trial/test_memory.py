@@ -1,0 +1,207 @@
+"""Two models on one GPU: each arm's own peak memory, and a second arm added only when both fit.
+
+The decision is tested on the CPU with the fake NVML's machines (``tests/fakes/nvml.py``) and with an
+in-process ``Bench`` whose device is faked; the ``gpu``-marked tests measure on a real device.
+"""
+from __future__ import annotations
+
+import doctest
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from autotune import probes
+from autotune.probes import _nvml
+from autotune.search_spaces import SpaceContext, defaults
+from autotune.trial import memory, paired, protocol
+from autotune.trial.memory import GIB, Footprint, device_of, no_room
+from autotune.trial.spec import TrialSettings
+from tests.fakes.nvml import MACHINES, load_machine
+
+NVIDIA_SMI = Path(__file__).resolve().parents[2].parent / "shared" / "topologies" / "nvidia-smi-query"
+MIB = 2**20
+MIG = "MIG-4a0c6d1e-59c6-5c2f-9e8e-0f6a2b3c4d5e"
+SLICE = 40192 * MIB  # a 3g.40gb MIG device of an A100 80GB
+SETTINGS = TrialSettings(warmup_steps=2, measure_steps=6, windows=2, max_extra_windows=0, eval_samples=128)
+
+
+@pytest.fixture
+def gpu_machine(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``gpu_machine("H100SXMx8")``: that recorded machine's facts through the fake NVML."""
+    if not NVIDIA_SMI.is_dir():
+        pytest.skip(f"nvidia-smi dumps not found at {NVIDIA_SMI}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+
+    def facts(machine: str, mig: bool = False) -> Any:
+        fake = load_machine(NVIDIA_SMI, machine)
+        if mig:
+            fake.with_mig(0, (MIG, SLICE))
+        monkeypatch.setattr(_nvml, "load_library", lambda: fake)
+        return probes.probe(runtime=False)
+
+    return facts
+
+
+@pytest.mark.parametrize("machine", MACHINES)
+def test_a_second_model_is_added_only_when_both_peaks_fit_in_90_percent(gpu_machine: Any, machine: str) -> None:
+    facts = gpu_machine(machine)
+    label, total = device_of(facts, 0)
+    gpu = facts.gpus[0]
+    assert (label, total) == (f"cuda:0 ({gpu.name})", gpu.memory_bytes)
+    assert no_room([int(0.44 * total)], total, label) is None  # 2 x 44% = 88%: both fit
+    reason = no_room([int(0.46 * total)], total, label)  # 2 x 46% = 92%
+    assert reason is not None and reason.startswith(f"two models do not fit on cuda:0 ({gpu.name}): 2 x ")
+    assert reason.endswith(f"peak > 90% of {total / GIB:.1f} GiB: measure by process pairs"), reason
+    assert no_room([int(0.31 * total), int(0.31 * total)], total, label) is not None  # a third beside two: 93%
+
+
+def test_a_mig_device_counts_its_slice_not_its_gpu(gpu_machine: Any) -> None:
+    facts = gpu_machine("A100SXMx4", mig=True)
+    label, total = device_of(facts, 0)
+    assert total == SLICE and label == f"cuda:0 ({facts.gpus[0].name}, MIG {MIG})"
+    assert no_room([25 * GIB], total, label) is not None  # 50 GiB fit an A100 80GB, not its 39 GiB slice
+    assert no_room([25 * GIB], facts.gpus[1].memory_bytes, "cuda:1") is None
+
+
+def test_nothing_known_refuses_nothing_and_the_examples_hold() -> None:
+    assert no_room([], 80 * GIB, "cuda:0") is None and no_room([70 * GIB], None, "cuda:0") is None
+    assert doctest.testmod(memory).failed == 0
+    cpu = Footprint(cuda=False)
+    cpu.enter(), cpu.leave()
+    assert cpu.peak is None  # off CUDA nothing is measured: unknown, not 0
+
+
+def test_an_arms_peak_and_its_no_room_state_cross_the_protocol() -> None:
+    status = protocol.ArmStatus("cand", "no-room", "two models do not fit on cuda:0 (H100): measure by process pairs",
+                                peak_memory_bytes=None)
+    measured = protocol.ArmStatus("base", "ok", peak_memory_bytes=3 * GIB)
+    for message in (protocol.ArmAdded(status), protocol.ArmAdded(measured)):
+        assert protocol.decode(protocol.encode(message)) == message
+
+
+# The wiring in Bench.add, on the CPU: the device and each arm's footprint faked ------------------------------
+
+
+class _FakeFootprint(Footprint):
+    """An arm's footprint on a pretend GPU: its peak is set by the test, nothing is measured."""
+
+    def __init__(self, cuda: bool) -> None:
+        super().__init__(cuda=True)
+        self.peak = 30 * GIB
+        self.others = 5 * GIB
+
+    def enter(self) -> None:
+        pass
+
+    def leave(self) -> None:
+        pass
+
+
+def oom_at_96() -> Any:
+    from tests.trial.test_paired import faulty
+
+    return faulty()
+
+
+@pytest.fixture
+def bench(facts: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[paired.Bench]:
+    threads = torch.get_num_threads()
+    params = {**defaults(facts, SpaceContext(default_batch_size=32)), "device": "cpu", "reference_batch": 32,
+              "threads": 1, "interop_threads": 1}
+    spec = protocol.WorkerSpec("tests.trial.test_memory:oom_at_96", params, facts.to_dict(), loss_samples=256,
+                               warmup_steps=2, eval_samples=128)
+    monkeypatch.setattr(paired, "Footprint", _FakeFootprint)
+    b = paired.Bench(spec)
+    monkeypatch.setattr(b, "_device", lambda: ("cuda:0 (Fake 80GB)", 80 * GIB))
+    try:
+        yield b
+    finally:
+        b.close()
+        torch.set_num_threads(threads)  # Bench applied the worker's threads to this process
+
+
+def test_bench_adds_a_second_arm_only_where_it_fits(bench: paired.Bench) -> None:
+    params = bench.spec.params
+    assert bench.add("base", params).status().peak_memory_bytes == 30 * GIB  # the first arm: nothing to fit beside
+    with pytest.raises(paired.ArmFailed) as refused:
+        bench.add("cand", {**params, "batch_size": 16})  # 2 x 30 GiB fit in 72: built
+        bench.add("third", {**params, "batch_size": 8})  # 3 x 30 GiB do not: not built
+    assert "cand" in bench.arms and bench.get("cand").state == "ok"
+    third = bench.get("third").status()
+    assert refused.value.state == third.state == "no-room" and bench.get("third").model is None
+    assert third.error == ("two models do not fit on cuda:0 (Fake 80GB): 3 x 30.0 GiB peak > 90% of "
+                           "80.0 GiB: measure by process pairs")
+
+
+def test_out_of_memory_beside_another_arm_is_no_room_and_alone_is_oom(bench: paired.Bench) -> None:
+    params = bench.spec.params
+    with pytest.raises(paired.ArmFailed) as alone:
+        bench.add("b96-alone", {**params, "batch_size": 96})  # the faulty workload's fake OOM at batch 96
+    assert alone.value.state == "oom"
+    bench.drop("b96-alone")
+    bench.add("base", params)
+    with pytest.raises(paired.ArmFailed) as beside:
+        bench.add("b96", {**params, "batch_size": 96})
+    assert beside.value.state == "no-room" and bench.get("b96").state == "no-room"
+    assert bench.get("b96").error.startswith("two models do not fit on cuda:0 (Fake 80GB): out of memory beside "
+                                             "5.0 GiB of the other arms (")
+    assert bench.get("b96").error.endswith("): measure by process pairs")
+
+
+# On a real GPU -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_two_models_on_one_gpu_report_their_own_peaks() -> None:
+    from autotune.trial.worker import PairedWorker
+
+    facts = probes.probe()
+    base = {**defaults(facts, SpaceContext(device="cuda", default_batch_size=64, conv=True)), "device": "cuda",
+            "reference_batch": 64}
+    with PairedWorker("cnn", base, facts, SETTINGS) as worker:
+        a = worker.add_arm("a", base)
+        b = worker.add_arm("b", base)
+        big = worker.add_arm("big", {**base, "batch_size": 256})
+        run = worker.run_pairs("a", "b", 4, 0.05)
+    assert a.state == b.state == big.state == "ok" and len(run.pairs) == 4
+    assert a.peak_memory_bytes and b.peak_memory_bytes and big.peak_memory_bytes
+    # an identical arm's peak is its own, not the first's plus the second's
+    assert 0.8 < b.peak_memory_bytes / a.peak_memory_bytes < 1.25, (a.peak_memory_bytes, b.peak_memory_bytes)
+    assert big.peak_memory_bytes > a.peak_memory_bytes  # four times the activations
+    assert run.base.peak_memory_bytes and run.cand.peak_memory_bytes
+
+
+def huge() -> Any:
+    """A model whose weights, gradients and momentum take about half of the GPU: a second copy does not fit."""
+    from autotune.workloads import tiny
+
+    total = torch.cuda.get_device_properties(0).total_memory
+    width = int((0.5 * total / 4 / 3) ** 0.5)  # fp32 weights + gradients + SGD momentum: 3 copies of width^2
+
+    base = tiny.workload()
+    return type(base)(model=lambda: torch.nn.Sequential(torch.nn.Linear(64, width), torch.nn.Linear(width, width),
+                                                        torch.nn.Linear(width, 10)),
+                      dataset=base.dataset, loss=base.loss,
+                      optimizer=lambda p: torch.optim.SGD(p, lr=1e-4, momentum=0.9), batch_size=8, name="huge")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_second_model_that_does_not_fit_is_not_added() -> None:
+    from autotune.trial.worker import PairedWorker
+
+    facts = probes.probe()
+    base = {**defaults(facts, SpaceContext(device="cuda", default_batch_size=8)), "device": "cuda",
+            "reference_batch": 8}
+    with PairedWorker("tests.trial.test_memory:huge", base, facts, SETTINGS) as worker:
+        first = worker.add_arm("a", base)
+        second = worker.add_arm("b", base)
+    assert first.state == "ok" and first.peak_memory_bytes
+    assert first.peak_memory_bytes > 0.45 * facts.gpus[0].memory_bytes
+    assert second.state == "no-room" and second.error.startswith("two models do not fit on cuda:0 (")
+    assert second.error.endswith(": measure by process pairs")

@@ -1,0 +1,179 @@
+"""A recorded paired grid and ReplayMeasurer: the PairedMeasurer protocol answered from the file."""
+from __future__ import annotations
+
+import inspect
+import itertools
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from autotune.errors import AutotuneError
+from autotune.trial import stats
+from autotune.trial.replay import GridConfig, GridMiss, RecordedGrid, ReplayMeasurer
+from autotune.trial.score import combine
+from autotune.trial.spec import Noise, PairedMeasurer, Status, TrialResult
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULTS = {"threads": 2, "batch_size": 64, "channels_last": False, "affinity": "none", "device": "cpu"}
+NOISE = {"window_s": 0.3, "pairs": 8, "half_width": 0.03, "margin": 0.02, "spread": 0.08,
+         "aa": [1.0, 0.97, 1.03], "timed_s": 4.8, "wall_s": 9.0}
+FAST = [1.20 + i / 100 for i in range(12)]  # 1.20 .. 1.31
+AA = [0.96 + i / 100 for i in range(9)]  # 0.96 .. 1.04
+FACTORS = [0.5, 0.55, 0.6]
+
+
+def _grid() -> RecordedGrid:
+    return RecordedGrid(
+        workload="cnn", searched=["threads", "batch_size", "channels_last"], defaults=DEFAULTS, noise=NOISE,
+        configs=[
+            GridConfig({"threads": 2, "batch_size": 64, "channels_last": False}, ratios=AA, loss=1.0,
+                       loss_samples=1792, window_s=0.3),
+            GridConfig({"threads": 2, "batch_size": 64, "channels_last": True}, ratios=FAST, loss=1.01,
+                       loss_samples=1792, window_s=0.3, warmup_s=2.0, step_s=0.05),
+            GridConfig({"threads": 1, "batch_size": 64, "channels_last": True}, ratios=[2.0] * 8,
+                       process_pair_factors=FACTORS, loss=1.0, loss_samples=1792, window_s=0.3),
+            GridConfig({"threads": 1, "batch_size": 64, "channels_last": False}, ratios=AA,
+                       process_pair_factors=FACTORS, loss=1.0, loss_samples=1792, window_s=0.3),
+            GridConfig({"threads": 2, "batch_size": 256, "channels_last": False}, ratios=[3.0] * 8, loss=1.5,
+                       loss_samples=1792),  # fast, but its loss is 50% worse: infeasible
+            GridConfig({"threads": 2, "batch_size": 128, "channels_last": False}, "oom", "CUDA out of memory",
+                       loss=None),
+            GridConfig({"threads": 2, "batch_size": 32, "channels_last": False}, "nan", "the loss became nan",
+                       ratios=[1.1, 1.2, 1.15]),  # failed after 3 pairs
+        ],
+        note="synthetic: the test's own figures")
+
+
+def test_it_answers_the_paired_measurer_protocol() -> None:
+    for name in ("calibrate", "begin", "more", "end", "close"):
+        ours = inspect.signature(getattr(ReplayMeasurer, name))
+        theirs = inspect.signature(getattr(PairedMeasurer, name))
+        assert list(ours.parameters) == list(theirs.parameters), name
+        assert ours.return_annotation == theirs.return_annotation, name
+    noise = ReplayMeasurer(_grid()).calibrate(60.0)
+    assert isinstance(noise, Noise) and noise.aa == (1.0, 0.97, 1.03) and noise.pairs == 8
+    assert noise.note() == ("identical runs here differ by up to 4%; the smallest gain this budget can tell apart "
+                            "is 2%")
+
+
+def test_more_hands_out_recorded_ratios_in_a_seeded_order_and_never_more_than_recorded() -> None:
+    grid = _grid()
+    m = ReplayMeasurer(grid, seed=3)
+    h = m.begin({**DEFAULTS, "channels_last": True}, 60.0)
+    assert not isinstance(h, TrialResult)
+    first = m.more(h, 4, 60.0)
+    drawn = list(h.drawn)  # type: ignore[attr-defined]
+    assert len(drawn) == 4 and set(drawn) <= set(FAST) and first == stats.median_interval(drawn)
+    everything = m.more(h, 100, 60.0)  # 12 recorded: no interval claims more
+    assert everything.count == 12 and sorted(h.drawn) == FAST  # type: ignore[attr-defined]
+    again = ReplayMeasurer(grid, seed=3)
+    h2 = again.begin({**DEFAULTS, "channels_last": True}, 60.0)
+    again.more(h2, 4, 60.0)
+    assert h2.drawn == drawn  # type: ignore[attr-defined]  # the same seed draws the same
+    orders = set()
+    for seed in range(6):
+        other = ReplayMeasurer(grid, seed=seed)
+        handle = other.begin({**DEFAULTS, "channels_last": True}, 60.0)
+        other.more(handle, 4, 60.0)
+        orders.add(tuple(handle.drawn))  # type: ignore[attr-defined]
+    assert len(orders) > 1  # another seed, another draw
+    h3 = m.begin({**DEFAULTS, "channels_last": True}, 60.0)  # begun again (a confirmation): another order
+    m.more(h3, 12, 60.0)
+    assert h3.order != h.order and sorted(h3.order) == FAST  # type: ignore[attr-defined]
+
+
+def test_end_gives_the_trial_result_of_the_drawn_pairs() -> None:
+    m = ReplayMeasurer(_grid(), seed=0)
+    h = m.begin({**DEFAULTS, "channels_last": True}, 60.0)
+    iv = m.more(h, 8, 60.0)
+    result = m.end(h)
+    assert result.status == Status.OK and result.method == "in-process pairs" and result.pairs == 8
+    assert (result.objective, result.speedup_low, result.speedup_high) == (iv.median, iv.low, iv.high)
+    assert 1.2 <= iv.low <= iv.median <= iv.high <= 1.31
+    assert (result.loss, result.loss_samples, result.warmup_s) == (1.01, 1792, 2.0)
+    assert result.timed_s == pytest.approx(8 * (0.3 + 0.3))
+
+
+def test_another_environment_multiplies_its_process_pair_factor() -> None:
+    m = ReplayMeasurer(_grid(), seed=0)
+    h = m.begin({**DEFAULTS, "threads": 1, "channels_last": True}, 60.0)
+    iv = m.more(h, 8, 60.0)
+    env = stats.log_mean_interval(FACTORS)
+    assert iv == combine(env, stats.median_interval([2.0] * 8))
+    assert iv.median == pytest.approx(2 * statistics.geometric_mean(FACTORS)) and iv.low < iv.median < iv.high
+    assert m.end(h).method == "process pairs x in-process pairs"
+    only = m.begin({**DEFAULTS, "threads": 1}, 60.0)  # that environment's defaults: the factor alone, as live
+    assert m.more(only, 8, 60.0) == env
+    assert (m.end(only).method, m.end(only).objective, m.end(only).pairs) == ("process pairs", env.median, 3)
+
+
+def test_the_baseline_is_the_calibrations_aa_as_live() -> None:
+    m = ReplayMeasurer(_grid(), seed=0)
+    noise = m.calibrate(60.0)
+    h = m.begin(dict(DEFAULTS), 60.0)
+    result = m.end(h)  # the loop ends the baseline without asking for pairs
+    assert result.status == Status.OK and (result.objective, result.speedup_low, result.speedup_high) == noise.aa
+    assert result.pairs == len(AA) and result.loss == 1.0 and result.timed_s == NOISE["timed_s"]
+    nothing = m.begin({**DEFAULTS, "channels_last": True}, 60.0)
+    assert m.end(nothing).status == Status.CRASH  # a candidate no pair was asked for: no speedup invented
+    m.reseed(11)
+    assert m.seed == 11
+
+
+def test_failures_replay_as_recorded() -> None:
+    m = ReplayMeasurer(_grid(), seed=0)
+    oom = m.begin({**DEFAULTS, "batch_size": 128}, 60.0)
+    assert isinstance(oom, TrialResult) and oom.status == Status.OOM and oom.error == "CUDA out of memory"
+    h = m.begin({**DEFAULTS, "batch_size": 32}, 60.0)
+    assert m.more(h, 8, 60.0).count == 3  # the pairs before it failed
+    nan = m.end(h)
+    assert nan.status == Status.NAN and nan.error == "the loss became nan" and nan.objective is None
+
+
+def test_a_knob_renamed_since_the_recording_is_read_under_its_new_name() -> None:
+    grid = _grid()
+    today = {k: v for k, v in {**DEFAULTS, "channels_last": True}.items() if k != "batch_size"}
+    handle = ReplayMeasurer(grid).begin({**today, "batch_per_rank": 64}, 60.0)  # recipe format 2's name
+    assert handle.config.params == {"threads": 2, "batch_size": 64, "channels_last": True}  # type: ignore[attr-defined]
+    assert grid.searched_names() == {"threads", "batch_size", "batch_per_rank", "channels_last"}
+
+
+def test_a_combination_outside_the_grid_is_named() -> None:
+    grid = _grid()
+    with pytest.raises(GridMiss, match="not in the recorded grid: threads=2, batch_size=16, channels_last=False"):
+        ReplayMeasurer(grid).begin({**DEFAULTS, "batch_size": 16}, 60.0)
+    with pytest.raises(GridMiss, match=r"holds these knobs fixed: affinity='compact' \(grid: 'none'\)"):
+        ReplayMeasurer(grid).begin({**DEFAULTS, "affinity": "compact"}, 60.0)
+
+
+def test_the_grids_scores_leave_out_failures_and_worse_losses(tmp_path: Path) -> None:
+    path = tmp_path / "grid.json"
+    _grid().save(path)
+    grid = RecordedGrid.load(path)
+    assert grid == _grid()  # every recorded figure survives the file
+    scores = grid.scores(max_loss_increase=0.05)
+    assert set(scores) == {(2, 64, False), (2, 64, True), (1, 64, True), (1, 64, False)}  # not OOM, NaN, worse loss
+    assert scores[(2, 64, True)] == statistics.median(FAST) and scores[(2, 64, False)] == 1.0  # the reference
+    assert (2, 256, False) in grid.scores()  # without the guard: every configuration that measured
+    (tmp_path / "other.json").write_text(json.dumps({"format": "something else"}))
+    with pytest.raises(AutotuneError, match="not a recorded paired grid"):
+        RecordedGrid.load(tmp_path / "other.json")
+
+
+GRID = REPO / "benchmarks" / "grids" / "cnn-paired.json"
+
+
+@pytest.mark.skipif(not GRID.exists(), reason="the recorded grid is not in this checkout")
+def test_the_recorded_cnn_grid_holds_every_combination_once_with_its_pairs() -> None:
+    grid = RecordedGrid.load(GRID)
+    keys = [grid.key(c.params) for c in grid.configs]
+    values = [sorted({k[i] for k in keys}, key=str) for i in range(len(grid.searched))]
+    assert len(keys) == len(set(keys)) == len(list(itertools.product(*values))) >= 48
+    home = tuple(grid.defaults[k] for k in ("threads", "interop_threads"))
+    for c in grid.configs:
+        assert c.state != "ok" or len(c.ratios) >= 6, c.params
+        other_env = (c.params["threads"], c.params["interop_threads"]) != home
+        assert (len(c.process_pair_factors) >= 3) == other_env, c.params
+    assert grid.key(grid.defaults) in grid.scores() and "loaded" in grid.note and grid.recorded["loadavg"]
