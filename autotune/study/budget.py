@@ -3,7 +3,9 @@
 The policy: a full trial is estimated at 1.2x the median wall time of the finished trials that were
 not pruned (``estimate_s``), per compile mode when the trial compiles; a trial may take 5x its
 estimate (at least 60 s) within what is left (``timeout_s``); and time is kept for the confirmation
-runs at the end (``reserve_s``), so the search stops early enough to confirm its candidates.
+at the end (``reserve_s``), so the search stops early enough to confirm its candidates: per candidate,
+the confirmation's pairs at the calibration's window length plus what its search trial spent outside
+its windows (start-up, warm-up, evaluation), as measured (``confirm_s``).
 """
 from __future__ import annotations
 
@@ -11,8 +13,8 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
-from ..trial.spec import Status
-from .records import Attr, lineup
+from ..trial.spec import Noise, Status, TrialResult
+from .records import Attr, StudyAttr, lineup
 
 if TYPE_CHECKING:
     import optuna
@@ -52,17 +54,32 @@ def estimate_s(study: optuna.Study, compile_mode: str | None = None) -> float | 
     return 1.2 * walls[len(walls) // 2] if walls else None
 
 
+def confirmation_pairs(noise: Noise, options: SearchOptions) -> int:
+    """Pairs of a confirmation: ``confirm_rounds`` x the calibration's pairs, at least 4."""
+    return max(4, noise.pairs) * max(1, options.confirm_rounds)
+
+
+def confirm_s(result: TrialResult, noise: Noise | None, options: SearchOptions) -> float:
+    """How long confirming the recipe measured by ``result`` will take: its pairs' windows (two a pair, at
+    the calibration's length, 10% over for whole steps) and its trial's time outside windows once more."""
+    if noise is None:
+        return result.wall_s
+    windows = 2 * confirmation_pairs(noise, options) * noise.window_s * 1.1
+    return windows + max(0.0, result.wall_s - (result.timed_s or 0.0))
+
+
 def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | None) -> float:
-    """Time kept for the confirmation runs: (candidates + baseline) x rounds full trials."""
-    if estimate is None or options.budget_s is None:
+    """Time kept for the confirmation: ``confirm_s`` of each candidate it would confirm now."""
+    if estimate is None or options.budget_s is None or options.confirm_top <= 0:
         return 0.0
-    candidates = candidate_count(study, options)
-    return (candidates + 1) * options.confirm_rounds * estimate if candidates else 0.0
+    recorded = study.user_attrs.get(StudyAttr.NOISE)
+    noise = Noise(**{**recorded, "aa": tuple(recorded["aa"])}) if recorded else None
+    return sum(confirm_s(r.result, noise, options) for r in lineup(study, options.confirm_top)[1])
 
 
 def candidate_count(study: optuna.Study, options: SearchOptions) -> int:
     """How many candidates a confirmation would re-run now."""
-    if options.confirm_top <= 0 or options.confirm_rounds <= 0:
+    if options.confirm_top <= 0:
         return 0
     return len(lineup(study, options.confirm_top)[1])
 
@@ -79,4 +96,5 @@ def timeout_s(study: optuna.Study, options: SearchOptions, params: dict[str, Any
     return remaining if estimate is None else min(remaining, max(60.0, 5 * estimate))
 
 
-__all__ = ["candidate_count", "estimate_s", "parse_duration", "reserve_s", "timeout_s"]
+__all__ = ["candidate_count", "confirm_s", "confirmation_pairs", "estimate_s", "parse_duration", "reserve_s",
+           "timeout_s"]
