@@ -3,7 +3,9 @@
 Every value told to Optuna is a speedup over PyTorch's defaults, measured in pairs of windows
 (``autotune.trial.spec.PairedMeasurer``; live: ``autotune.trial.score.LiveMeasurer``). The baseline
 trial IS the noise calibration: the defaults against themselves (objective 1.0, the A/A's interval, its
-loss the quality guard's baseline), recorded in the study (``StudyAttr.MEASURE``, ``StudyAttr.NOISE``).
+loss the quality guard's baseline), recorded in the study (``StudyAttr.MEASURE``, ``StudyAttr.NOISE``). A
+measurer sees it as ``calibrate``, then ``begin(defaults)`` and ``end`` with no ``more`` between: its result
+is the A/A's (a replayed grid answers the same way).
 Each candidate then RACES the incumbent (the best feasible median so far): a first round of
 ``max(4, noise.pairs // 2)`` pairs, more rounds while it may still beat the incumbent and its interval is
 wider than the noise's half width, at most ``3 x noise.pairs``; it stops early when it is slower than the
@@ -31,6 +33,7 @@ from .. import search_spaces as spaces
 from ..errors import TrialError
 from ..trial.lock import host_lock, owner, owner_gone
 from ..trial.spec import Noise, PairedMeasurer, Status, TrialResult
+from ..trial.stats import Interval
 from . import budget
 from .events import Phase, Progress, TrialFinished, TrialStarted
 from .records import (
@@ -51,7 +54,6 @@ if TYPE_CHECKING:
     import optuna
 
     from ..probes import Facts
-    from ..trial.stats import Interval
     from .options import SearchOptions
 
 log = logging.getLogger(__name__)
@@ -213,10 +215,22 @@ class SearchLoop:
         return True
 
     def calibrate(self, timeout_s: float) -> Noise:
-        """The A/A of the defaults: this machine's noise, recorded in the study (``StudyAttr.NOISE``)."""
+        """The A/A of the defaults: this machine's noise, recorded in the study (``StudyAttr.NOISE``). The
+        environment factors the study's trials recorded are handed to the measurer: a continued search does
+        not measure them again."""
         self.noise = self.measurer.calibrate(max(1.0, timeout_s))
         self.study.set_user_attr(StudyAttr.NOISE, asdict(self.noise))
+        factors = self._factors()
+        for r in records(self.study):
+            recorded = self.study.trials[r.number].user_attrs.get(Attr.ENVIRONMENT_FACTOR)
+            if recorded:
+                factors.setdefault(environment_key(r.params), Interval(**recorded))
         return self.noise
+
+    def _factors(self) -> dict[str, Interval]:
+        """The measurer's environment factors by environment (``LiveMeasurer.factors``; empty for another)."""
+        factors = getattr(self.measurer, "factors", None)
+        return factors if isinstance(factors, dict) else {}
 
     def _next(self, skips: int, estimate: float | None) -> tuple[str | None, int, TrialResult | None, str]:
         """Ask the next trial and measure it (the host lock held); a batch size known to run out of memory
@@ -265,6 +279,9 @@ class SearchLoop:
         trial.set_user_attr(Attr.RUN_ENDED, time.time())
         if why:
             trial.set_user_attr(Attr.RACE, why)
+        factor = self._factors().get(environment_key(params))
+        if factor is not None and environment_key(params) != environment_key(self.defaults):
+            trial.set_user_attr(Attr.ENVIRONMENT_FACTOR, factor.to_dict())  # a resumed search reuses it
         self.record(trial, role, params, result)
         return result
 
@@ -385,6 +402,13 @@ class SearchLoop:
         reason = f"loss {loss:.4f} is {increase:+.1%} over the baseline's {base:.4f} (limit +{tolerance:.0%})"
         trial.set_user_attr(Attr.INFEASIBLE, reason)
         return reason
+
+
+def environment_key(params: dict[str, Any]) -> str:
+    """The environment a recipe runs in (``autotune.trial.score.environment_key``, without importing the worker)."""
+    from ..trial.score import environment_key as key
+
+    return key(params)
 
 
 def _has_baseline(study: optuna.Study) -> bool:

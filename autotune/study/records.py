@@ -38,6 +38,7 @@ class Attr:
     CONFIRMS: Final = "confirms"  # a confirmation run: the trial it re-measures
     ROUND: Final = "round"  # ... and its round
     RACE: Final = "race"  # why a candidate's race stopped (slower with confidence, below the incumbent, ...)
+    ENVIRONMENT_FACTOR: Final = "environment_factor"  # its environment / the defaults' (an Interval's dict)
     RESULT: Final = ("status", "samples_per_s", "objective", "spread", "windows", "compile_s", "startup_s",
                      "warmup_s", "timed_s", "loss", "wall_s", "error", "in_effect", "warnings", "log_tail",
                      "speedup_low", "speedup_high", "method", "pairs", "peak_memory_bytes")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import signal
 import statistics
 import time
 from collections.abc import Callable
@@ -36,7 +37,7 @@ from . import stats
 from .paired import ENVIRONMENT_KEYS, environment_differences
 from .process_pair import AcrossProcesses, across_processes, enough
 from .protocol import ArmStatus, PairRecord
-from .runner import run_trial
+from .runner import _ended, run_trial
 from .spec import Noise, Status, TrialResult
 from .worker import Calibration, PairedWorker, WorkerError
 
@@ -208,8 +209,8 @@ class LiveMeasurer:
     - ``processes`` > 1 (a worker holds one process), or two models that do not fit on one GPU: fresh
       trial processes, alternated with fresh runs of the defaults, ``FRESH_PAIRS`` pairs or more, ratio
       interval by ``stats.log_mean_interval``;
-    - ``begin(defaults)`` after ``calibrate`` is the baseline trial: ``end`` gives the A/A's interval and
-      the defaults arm's loss.
+    - the first ``begin(defaults)`` after ``calibrate`` is the baseline trial: ``end`` gives the A/A's interval
+      and the defaults arm's loss (no pairs run).
     A failed arm is a ``TrialResult`` (oom, nan, crash); a dead or hung worker a crash or timeout, and the
     worker is started again for the next candidate.
 
@@ -234,6 +235,7 @@ class LiveMeasurer:
         self.factors: dict[str, stats.Interval] = {}  # environment key -> its factor (``environment_key``)
         self._startup_s = 0.0  # the defaults' worker start, not yet charged to a trial
         self._count = 0
+        self._baseline_given = False
 
     # The defaults' worker --------------------------------------------------------------------------------
 
@@ -283,8 +285,8 @@ class LiveMeasurer:
         self._count += 1
         trial = _Trial(params, f"c{self._count}", self.seed + 1000 * self._count, time.monotonic())
         deadline = time.monotonic() + timeout_s
-        if params == self.defaults:
-            trial.baseline = True
+        if params == self.defaults and not self._baseline_given:
+            trial.baseline = self._baseline_given = True  # the calibration's A/A; later ones are arms like any
             return trial
         try:
             if spaces.processes.count(params) > 1:
@@ -509,16 +511,24 @@ class LiveMeasurer:
                        wall_s=time.monotonic() - trial.started, warnings=trial.warnings)
 
     def _lost(self, trial: _Trial, error: WorkerError, deadline: float) -> TrialResult:
-        """A worker that died or did not answer: the trial is a crash or a timeout, the worker is gone (the
-        next candidate starts another)."""
-        status = Status.TIMEOUT if time.monotonic() >= deadline - 1.0 else Status.CRASH
-        worker = trial.worker
+        """A worker that died or did not answer: the trial is a crash, an out-of-memory kill or a timeout (as
+        a trial process's exit is classified), and the worker is gone: the next candidate starts another."""
+        worker, status, message = trial.worker, Status.CRASH, str(error)
+        if time.monotonic() >= deadline - 1.0:
+            status = Status.TIMEOUT  # stopped by us (``PairedWorker`` stops the tree of a worker that does not answer)
+        elif worker is not None:
+            code = worker.proc.poll() if worker.proc is not None else None
+            if code == -signal.SIGKILL:  # as ``runner._classify``: only the kernel's OOM killer sends it unasked
+                status = Status.OOM
+                message = "the paired worker was killed by SIGKILL (the kernel's out-of-memory killer)"
+            elif code is not None and code != 0:
+                message = f"the paired worker {_ended(code)}: {error}"
         if worker is not None:
             worker.close(timeout_s=1.0)
             if self.env is not None and self.env[1] is worker:
                 self.env = None
         trial.worker = None
-        return TrialResult(status, error=str(error), wall_s=time.monotonic() - trial.started,
+        return TrialResult(status, error=message, wall_s=time.monotonic() - trial.started,
                            startup_s=trial.startup_s, warmup_s=trial.warmup_s, timed_s=trial.timed_s,
                            warnings=trial.warnings)
 

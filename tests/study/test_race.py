@@ -30,12 +30,19 @@ class Scripted:
         self.speed = speed or SPEED
         self.calls: list[tuple[int, list[int]]] = []  # (batch size, pairs asked per call)
         self.closed = self.calibrations = 0
+        self.factors: dict[str, Interval] = {}  # as LiveMeasurer's: environment key -> its factor
+        self.factors_measured = 0
 
     def calibrate(self, timeout_s: float) -> Noise:
         self.calibrations += 1
         return NOISE
 
     def begin(self, params: dict[str, Any], timeout_s: float) -> object:
+        from autotune.trial.score import environment_key
+
+        if params["threads"] == 1 and environment_key(params) not in self.factors:  # another environment
+            self.factors[environment_key(params)] = Interval(0.9, 0.85, 0.95, 0.95, 3)
+            self.factors_measured += 1
         self.calls.append((params["batch_size"], []))
         return {"params": params, "calls": self.calls[-1][1]}
 
@@ -153,11 +160,49 @@ def test_an_old_samples_per_s_study_is_left_untouched_and_the_search_moves_on(
     assert [t.value for t in _study(tmp_path, name).get_trials()] == [1234.5]
 
 
-def test_a_resumed_paired_study_calibrates_again_and_continues(tmp_path: Path) -> None:
-    first = _search(tmp_path, Scripted(), trials=2, confirm_top=0)
+def _environment(facts: Any, **changes: Any) -> dict[str, Any]:
+    """--fix of every environment knob: the defaults' values with ``changes``."""
+    from autotune import search_spaces as spaces
+    from autotune.trial.paired import ENVIRONMENT_KEYS
+
+    defaults = spaces.defaults(facts, spaces.SpaceContext(default_batch_size=32))
+    return {**{k: defaults[k] for k in ENVIRONMENT_KEYS if k in defaults}, **changes}
+
+
+def test_a_resumed_paired_study_calibrates_again_and_continues(tmp_path: Path, facts: Any) -> None:
+    """... and reuses the environment factors its trials recorded (one thread: another environment)."""
+    fixed = _environment(facts, threads=1, interop_threads=1)
+    first = _search(tmp_path, Scripted(), trials=2, confirm_top=0, fixed=fixed)
+    assert "environment_factor" in _study(tmp_path, first.study).get_trials()[1].user_attrs
     again = Scripted()
-    second = _search(tmp_path, again, trials=4, confirm_top=0)
+    second = _search(tmp_path, again, trials=4, confirm_top=0, fixed=fixed)
     assert second.study == first.study and again.calibrations == 1  # this search's workers: a new A/A
     assert [b for b, _ in again.calls] and again.calls[0][1]  # no baseline again: the first call is a race
+    assert again.factors_measured == 0  # the recorded factor was handed back
     trials = _study(tmp_path, second.study).get_trials(deepcopy=False)
     assert [t.user_attrs["role"] for t in trials].count("baseline") == 1 and len(trials) == 4
+
+
+def test_a_candidate_slow_on_purpose_is_stopped_after_its_first_round_live(tmp_path: Path, facts: Any) -> None:
+    """The live measurer on ``slow`` (a sleep per forward pass): batch 16 runs a quarter of the default 64's
+    samples/s, so after one round its interval lies below 1 - margin and the race stops it."""
+    from autotune import search_spaces as spaces
+    from autotune.trial import TrialSettings
+    from autotune.trial.paired import ENVIRONMENT_KEYS
+
+    defaults = spaces.defaults(facts, spaces.SpaceContext(default_batch_size=64))
+    same_environment = {k: defaults[k] for k in ENVIRONMENT_KEYS if k in defaults}
+    settings = TrialSettings(warmup_steps=2, measure_steps=6, eval_samples=128)
+    options = SearchOptions(storage=f"sqlite:///{tmp_path}/studies.db", budget_s=None, trials=2, confirm_top=0,
+                            settings=settings, fixed={**same_environment, "batch_size": 16}, compile=False)
+    outcome = search("tests.quality_workloads:slow", options=options)
+    study = _study(tmp_path, outcome.study)
+    noise = study.user_attrs["noise"]
+    base, slow = study.get_trials(deepcopy=False)
+    assert base.value == 1.0 and base.user_attrs["pairs"] == 16  # the A/A: LiveMeasurer's calibration pairs
+    assert slow.state.name == "COMPLETE" and slow.user_attrs["params"]["batch_size"] == 16
+    assert slow.value < 0.5 and slow.user_attrs["speedup_high"] < 1 - noise["margin"], slow.user_attrs
+    assert slow.user_attrs["race"] == "slower than the defaults with confidence"
+    assert slow.user_attrs["pairs"] == max(4, noise["pairs"] // 2)  # one round
+    assert slow.user_attrs["method"] == "in-process pairs" and slow.user_attrs["loss_samples"] == 1792
+    assert outcome.best.number == base.number  # nothing faster: the defaults are kept
