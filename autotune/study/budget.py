@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..trial.spec import Noise, Status, TrialResult
-from .records import Attr, StudyAttr, lineup
+from .records import BASELINE, Attr, StudyAttr, lineup
 
 if TYPE_CHECKING:
     import optuna
@@ -45,13 +45,27 @@ def parse_duration(text: str) -> float:
 
 
 def estimate_s(study: optuna.Study, compile_mode: str | None = None) -> float | None:
-    """How long one full trial will likely take: 1.2x the median wall time (startup, compile and
-    warm-up included) of the finished ones that were not pruned. With ``compile_mode``, of the trials
-    compiled that way only (compiling takes far longer than the timed steps); None if there is none."""
+    """How long one full trial will likely take: 1.2x the median wall time (start-up, compile and
+    warm-up included) of the finished candidates that were not pruned (not the baseline: its A/A is the
+    calibration, longer than a candidate's first round). With ``compile_mode``, of the trials compiled that
+    way only (compiling takes far longer than the timed steps). Before any candidate: a first round of pairs
+    at the calibration's window length, twice over for the rest; None without a calibration."""
     walls = sorted(t.user_attrs[Attr.WALL_S] for t in study.get_trials(deepcopy=False)
                    if Attr.WALL_S in t.user_attrs and t.user_attrs.get(Attr.STATUS) != Status.PRUNED
+                   and t.user_attrs.get(Attr.ROLE) != BASELINE
                    and (compile_mode is None or t.user_attrs.get(Attr.PARAMS, {}).get("compile_mode") == compile_mode))
-    return 1.2 * walls[len(walls) // 2] if walls else None
+    if walls:
+        return 1.2 * walls[len(walls) // 2]
+    noise = recorded_noise(study)
+    if noise is None or compile_mode not in (None, "none"):
+        return None
+    return 2 * (2 * max(4, noise.pairs // 2) * noise.window_s)
+
+
+def recorded_noise(study: optuna.Study) -> Noise | None:
+    """The study's calibration (``StudyAttr.NOISE``), or None."""
+    recorded = study.user_attrs.get(StudyAttr.NOISE)
+    return Noise(**{**recorded, "aa": tuple(recorded["aa"])}) if recorded else None
 
 
 def confirmation_pairs(noise: Noise, options: SearchOptions) -> int:
@@ -72,8 +86,7 @@ def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | Non
     """Time kept for the confirmation: ``confirm_s`` of each candidate it would confirm now."""
     if estimate is None or options.budget_s is None or options.confirm_top <= 0:
         return 0.0
-    recorded = study.user_attrs.get(StudyAttr.NOISE)
-    noise = Noise(**{**recorded, "aa": tuple(recorded["aa"])}) if recorded else None
+    noise = recorded_noise(study)
     return sum(confirm_s(r.result, noise, options) for r in lineup(study, options.confirm_top)[1])
 
 
