@@ -56,7 +56,7 @@ def open_study(options: SearchOptions, name: str, facts: Facts, workload: str) -
         )
         if options.fixed:
             sampler = optuna.samplers.PartialFixedSampler(options.fixed, sampler)
-        # the NopPruner: a threshold replaces it once the baseline is measured
+        # no pruner: a candidate is stopped early by the race (loop.race_stop), and told to Optuna complete
         kwargs: dict[str, Any] = dict(storage=storage, sampler=sampler, study_name=name, direction="maximize",
                                       pruner=optuna.pruners.NopPruner())
         try:  # exactly one worker of a shared study creates it, and only that one seeds it
