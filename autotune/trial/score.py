@@ -500,7 +500,8 @@ class LiveMeasurer:
         rates = [p.cand.rate for p in trial.records]
         return TrialResult(
             Status.OK, samples_per_s=statistics.median(rates) if rates else status.step_samples / (status.step_s or 1),
-            objective=interval.median, speedup_low=interval.low, speedup_high=interval.high, method=method,
+            objective=1.0 if trial.baseline else interval.median,  # the defaults against themselves: 1 by definition
+            speedup_low=interval.low, speedup_high=interval.high, method=method,
             pairs=interval.count, compile_s=status.compile_s, startup_s=trial.startup_s, warmup_s=trial.warmup_s,
             timed_s=trial.timed_s, loss=status.loss, loss_samples=status.loss_samples,
             wall_s=time.monotonic() - trial.started, in_effect={**(worker.ready.in_effect if worker.ready else {}),
