@@ -60,8 +60,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="optimizer steps of the planned training run (at least 1); compile time is amortised over them "
                    "(default: 5000)")
     p.add_argument("--steps", type=int, default=24, metavar="N",
-                   help="timed steps per trial at the default batch size, at least 3: one per timed window "
-                   "(default: 24)")
+                   help="steps at the default batch size, after the warm-up, before every trial's quality-guard "
+                   "loss is taken (the same sample count for all), at least 3 (default: 24); the windows are timed by "
+                   "length, not steps")
     p.add_argument("--warmup-steps", type=int, default=4, metavar="N",
                    help="untimed warm-up steps per trial, 0 or more (default: 4)")
     p.add_argument("--no-compile", action="store_true", help="leave torch.compile out of the search")
