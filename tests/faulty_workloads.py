@@ -5,6 +5,7 @@ The ``tiny`` MLP, with a loss function that misbehaves: the batch size tells it 
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -140,23 +141,42 @@ FAULTS = {"crash": crash, "abort": aborts, "segfault": segfaults, "nan": nan, "k
 
 
 def scripted() -> Any:
-    """Each trial process takes the next fault from the JSON list in the file ``AUTOTUNE_TEST_FAULTS`` names
-    (``"ok"``: none), at its first step: the search's own process, which never trains, takes none.
+    """Each model trained takes the next fault from the JSON list in the file ``AUTOTUNE_TEST_FAULTS`` names
+    (``"ok"``: none), at its first loss: a trial process trains one model, a paired worker one per arm (the
+    defaults', the A/A copy, each candidate's). The search's own process, which never trains, takes none.
     Trials run one at a time on a host, so reading and rewriting the file needs no lock."""
-    chosen: list[Any] = []
+    import torch
+
+    base = tiny.workload()
+    chosen: dict[int, Any] = {}  # a model's serial number -> its loss
+    serials = itertools.count()  # not id(): a dropped arm's model frees its id for the next one
+
+    class Tagged(torch.nn.Module):
+        """The tiny model; its output says which model it came from (a tensor takes attributes)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner, self.serial = base.model(), next(serials)
+
+        def forward(self, x: Any) -> Any:
+            out = self.inner(x)
+            out.autotune_model = self.serial
+            return out
 
     def loss(output: Any, batch: Any) -> Any:
-        if not chosen:
+        model = getattr(output, "autotune_model", None)
+        if model not in chosen:
             path = os.environ["AUTOTUNE_TEST_FAULTS"]
             with open(path) as f:
                 faults = json.load(f)
             name = faults.pop(0) if faults else "ok"
             with open(path, "w") as f:
                 json.dump(faults, f)
-            chosen.append(tiny._loss if name == "ok" else FAULTS[name]().loss)
-        return chosen[0](output, batch)
+            chosen[model] = tiny._loss if name == "ok" else FAULTS[name]().loss
+        return chosen[model](output, batch)
 
-    return _with_loss(loss)
+    return type(base)(model=Tagged, dataset=base.dataset, loss=loss, optimizer=base.optimizer,
+                      batch_size=base.batch_size, name="faulty")
 
 
 def compiled_oom() -> Any:

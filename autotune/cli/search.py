@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import AutotuneError, UsageError
 from ..study import (
-    Candidate,
     Event,
     SearchOptions,
     SearchOutcome,
@@ -20,6 +19,7 @@ from ..study import (
     search,
 )
 from ..trial import TrialSettings
+from ..trial.spec import Noise
 from ._common import add_storage, console
 from ._progress import JsonLines, LiveView, PlainLines
 
@@ -34,10 +34,13 @@ log = logging.getLogger(__name__)
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "search", help="search the knobs that matter on this hardware for a workload",
-        description="Each trial is a short, real training run of the workload in a fresh subprocess. "
-        "Trial 0 is PyTorch's defaults (the baseline); a recipe stored earlier for this workload and hardware "
-        "is tried next (warm start). At the end the fastest feasible trials and the baseline are re-run side by "
-        "side (--confirm); a recipe is kept only if it beats the defaults beyond noise there. Ctrl-C stops the "
+        description="Each trial measures a recipe's speedup over PyTorch's defaults, with its interval: the two "
+        "train in one worker process in alternating time windows (knobs of another environment: x its factor "
+        "from pairs of processes). Trial 0 is the defaults against themselves: this machine's noise. A "
+        "candidate gets more window pairs while it may beat the best so far, and stops early when it is slower "
+        "with confidence. A recipe stored earlier for this workload and hardware is tried next (warm start). At "
+        "the end the fastest feasible recipes are measured again with fresh pairs (--confirm); a recipe is kept "
+        "only if its confirmed speedup's low bound clears 1 by the noise margin. Ctrl-C stops the "
         "running trial and keeps every result: the same command (or --study NAME) continues the study. "
         "A stored recipe outside this search's space (e.g. compile_mode=default under --no-compile) is skipped "
         "with a warning; a default study searched with other knob choices goes on as a study of its own "
@@ -64,8 +67,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="optimizer steps of the planned training run (at least 1); compile time is amortised over them "
                    "(default: 5000)")
     p.add_argument("--steps", type=int, default=24, metavar="N",
-                   help="timed steps per trial at the default batch size, at least 3: one per timed window "
-                   "(default: 24)")
+                   help="steps at the default batch size, after the warm-up, before every trial's quality-guard "
+                   "loss is taken (the same sample count for all), at least 3 (default: 24); the windows are timed by "
+                   "length, not steps")
     p.add_argument("--warmup-steps", type=int, default=4, metavar="N",
                    help="untimed warm-up steps per trial, 0 or more (default: 4)")
     p.add_argument("--no-compile", action="store_true", help="leave torch.compile out of the search")
@@ -74,10 +78,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    "--fix num_workers=0 (repeatable; values are JSON: 2, true, null, or text). A knob this search does "
                    "not have, or a value its space cannot take here, is refused with the allowed values")
     p.add_argument("--confirm", type=int, default=3, metavar="K",
-                   help="re-run the K fastest feasible recipes and the defaults side by side before choosing; "
-                   "time for it is kept in the budget (default: 3; 0: choose from single measurements)")
-    p.add_argument("--confirm-rounds", type=int, default=3, metavar="R",
-                   help="interleaved confirmation runs of each, at least 1 (default: 3)")
+                   help="measure the K fastest feasible recipes again with fresh pairs before choosing; only these "
+                   "decide, and time for them is kept in the budget (default: 3; 0: choose from the search's own "
+                   "intervals)")
+    p.add_argument("--confirm-rounds", type=int, default=1, metavar="R",
+                   help="a confirmation measures R x the calibration's window pairs, R at least 1 (default: 1)")
     p.add_argument("--seed", type=int, default=0, help="sampler and training seed, 0 to 2**32-1 (default: 0)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object per event (JSON lines, each with \"event\": its name) and the "
@@ -154,25 +159,33 @@ def parse_fixes(items: list[str]) -> dict[str, Any]:
 def _print_outcome(out: Console, outcome: SearchOutcome) -> None:
     from rich.table import Table
 
-    r, base, best, c = outcome.recipe, outcome.baseline, outcome.best, outcome.confirmation
+    r, base, best = outcome.recipe, outcome.baseline, outcome.best
     measured = sum(1 for rec in outcome.records if rec.role != "confirm")
     confirmed = len(outcome.records) - measured
-    table = Table(title=f"study {outcome.study}: {measured} trials + {confirmed} confirmation runs, "
+    table = Table(title=f"study {outcome.study}: {measured} trials + {confirmed} confirmations, "
                         f"{outcome.elapsed_s:.0f} s, stopped by {outcome.stopped}")
-    for column in ("", "samples/s", "range (confirmation)", "loss", "speedup"):
+    for column in ("", "samples/s", "loss", "speedup over PyTorch defaults"):
         table.add_column(column, justify="right" if column else "left", no_wrap=not column)
-    chosen = None if c is None else next((x for x in (c.baseline, *c.candidates) if x.number == best.number), None)
-    table.add_row(f"PyTorch defaults (trial {base.number})", f"{r.baseline_samples_per_s:.1f}",
-                  _span(c.baseline if c else None), f"{base.result.loss:.4f}", "1.00x")
+    table.add_row(f"PyTorch defaults (trial {base.number})", _rate(r.baseline_samples_per_s), f"{base.result.loss:.4f}",
+                  "1.00x")
     label = "best: the defaults" if best.number == base.number else f"best (trial {best.number})"
-    table.add_row(label, f"{r.samples_per_s:.1f}", _span(chosen), f"{r.loss:.4f}", f"{r.speedup:.2f}x")
+    table.add_row(label, _rate(r.samples_per_s), f"{r.loss:.4f}", _speedup(r.speedup, r.speedup_low, r.speedup_high))
     out.print(table)
+    if best.number != base.number:
+        out.print(f"{_speedup(r.speedup, r.speedup_low, r.speedup_high)} over PyTorch defaults", markup=False)
+    if outcome.noise:
+        out.print(f"noise: {Noise(**{**outcome.noise, 'aa': tuple(outcome.noise['aa'])}).note()}", markup=False)
     for note in r.notes:
         out.print(f"note: {note}", markup=False, soft_wrap=True)
     out.print(f"recipe {r.id} stored; export it with: autotune export --format env -o best.env")
 
 
-def _span(candidate: Candidate | None) -> str:
-    if candidate is None or not candidate.runs:
+def _rate(value: float | None) -> str:
+    return f"{value:.1f}" if value else "-"
+
+
+def _speedup(median: float | None, low: float | None, high: float | None) -> str:
+    """``1.23x [1.15-1.31]`` (the interval when there is one)."""
+    if median is None:
         return "-"
-    return f"{candidate.low:.1f}-{candidate.high:.1f} ({len(candidate.runs)} runs)"
+    return f"{median:.2f}x [{low:.2f}-{high:.2f}]" if low is not None and high is not None else f"{median:.2f}x"

@@ -16,7 +16,6 @@ from .loop import SearchLoop, fail_orphans
 from .options import SearchOptions, check_options
 from .records import (
     CONSTRAINTS,
-    FULL_RUNS,
     MEASURED,
     Attr,
     Candidate,
@@ -34,7 +33,6 @@ from .significance import MIN_NOISE, beats, noise
 
 __all__ = [
     "CONSTRAINTS",
-    "FULL_RUNS",
     "MEASURED",
     "MIN_NOISE",
     "Attr",

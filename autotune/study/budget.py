@@ -3,7 +3,9 @@
 The policy: a full trial is estimated at 1.2x the median wall time of the finished trials that were
 not pruned (``estimate_s``), per compile mode when the trial compiles; a trial may take 5x its
 estimate (at least 60 s) within what is left (``timeout_s``); and time is kept for the confirmation
-runs at the end (``reserve_s``), so the search stops early enough to confirm its candidates.
+at the end (``reserve_s``), so the search stops early enough to confirm its candidates: per candidate,
+the confirmation's pairs at the calibration's window length plus what its search trial spent outside
+its windows (start-up, warm-up, evaluation), as measured (``confirm_s``).
 """
 from __future__ import annotations
 
@@ -11,8 +13,8 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
-from ..trial.spec import Status
-from .records import Attr, lineup
+from ..trial.spec import Noise, Status, TrialResult
+from .records import BASELINE, Attr, StudyAttr, lineup
 
 if TYPE_CHECKING:
     import optuna
@@ -43,26 +45,54 @@ def parse_duration(text: str) -> float:
 
 
 def estimate_s(study: optuna.Study, compile_mode: str | None = None) -> float | None:
-    """How long one full trial will likely take: 1.2x the median wall time (startup, compile and
-    warm-up included) of the finished ones that were not pruned. With ``compile_mode``, of the trials
-    compiled that way only (compiling takes far longer than the timed steps); None if there is none."""
+    """How long one full trial will likely take: 1.2x the median wall time (start-up, compile and
+    warm-up included) of the finished candidates that were not pruned (not the baseline: its A/A is the
+    calibration, longer than a candidate's first round). With ``compile_mode``, of the trials compiled that
+    way only (compiling takes far longer than the timed steps). Before any candidate: a first round of pairs
+    at the calibration's window length, twice over for the rest; None without a calibration."""
     walls = sorted(t.user_attrs[Attr.WALL_S] for t in study.get_trials(deepcopy=False)
                    if Attr.WALL_S in t.user_attrs and t.user_attrs.get(Attr.STATUS) != Status.PRUNED
+                   and t.user_attrs.get(Attr.ROLE) != BASELINE
                    and (compile_mode is None or t.user_attrs.get(Attr.PARAMS, {}).get("compile_mode") == compile_mode))
-    return 1.2 * walls[len(walls) // 2] if walls else None
+    if walls:
+        return 1.2 * walls[len(walls) // 2]
+    noise = recorded_noise(study)
+    if noise is None or compile_mode not in (None, "none"):
+        return None
+    return 2 * (2 * max(4, noise.pairs // 2) * noise.window_s)
+
+
+def recorded_noise(study: optuna.Study) -> Noise | None:
+    """The study's calibration (``StudyAttr.NOISE``), or None."""
+    recorded = study.user_attrs.get(StudyAttr.NOISE)
+    return Noise(**{**recorded, "aa": tuple(recorded["aa"])}) if recorded else None
+
+
+def confirmation_pairs(noise: Noise, options: SearchOptions) -> int:
+    """Pairs of a confirmation: ``confirm_rounds`` x the calibration's pairs, at least 4."""
+    return max(4, noise.pairs) * max(1, options.confirm_rounds)
+
+
+def confirm_s(result: TrialResult, noise: Noise | None, options: SearchOptions) -> float:
+    """How long confirming the recipe measured by ``result`` will take: its pairs' windows (two a pair, at
+    the calibration's length, 10% over for whole steps) and its trial's time outside windows once more."""
+    if noise is None:
+        return result.wall_s
+    windows = 2 * confirmation_pairs(noise, options) * noise.window_s * 1.1
+    return windows + max(0.0, result.wall_s - (result.timed_s or 0.0))
 
 
 def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | None) -> float:
-    """Time kept for the confirmation runs: (candidates + baseline) x rounds full trials."""
-    if estimate is None or options.budget_s is None:
+    """Time kept for the confirmation: ``confirm_s`` of each candidate it would confirm now."""
+    if estimate is None or options.budget_s is None or options.confirm_top <= 0:
         return 0.0
-    candidates = candidate_count(study, options)
-    return (candidates + 1) * options.confirm_rounds * estimate if candidates else 0.0
+    noise = recorded_noise(study)
+    return sum(confirm_s(r.result, noise, options) for r in lineup(study, options.confirm_top)[1])
 
 
 def candidate_count(study: optuna.Study, options: SearchOptions) -> int:
     """How many candidates a confirmation would re-run now."""
-    if options.confirm_top <= 0 or options.confirm_rounds <= 0:
+    if options.confirm_top <= 0:
         return 0
     return len(lineup(study, options.confirm_top)[1])
 
@@ -79,4 +109,5 @@ def timeout_s(study: optuna.Study, options: SearchOptions, params: dict[str, Any
     return remaining if estimate is None else min(remaining, max(60.0, 5 * estimate))
 
 
-__all__ = ["candidate_count", "estimate_s", "parse_duration", "reserve_s", "timeout_s"]
+__all__ = ["candidate_count", "confirm_s", "confirmation_pairs", "estimate_s", "parse_duration", "reserve_s",
+           "timeout_s"]

@@ -1,35 +1,52 @@
-"""The ask-run-tell loop of a search: budget, out-of-memory memory, quality guard, heartbeats, Ctrl-C.
+"""The ask-measure-tell loop of a search: the race, budget, out-of-memory memory, quality guard, heartbeats, Ctrl-C.
+
+Every value told to Optuna is a speedup over PyTorch's defaults, measured in pairs of windows
+(``autotune.trial.spec.PairedMeasurer``; live: ``autotune.trial.score.LiveMeasurer``). The baseline
+trial IS the noise calibration: the defaults against themselves (objective 1.0, the A/A's interval, its
+loss the quality guard's baseline), recorded in the study (``StudyAttr.MEASURE``, ``StudyAttr.NOISE``). A
+measurer sees it as ``calibrate``, then ``begin(defaults)`` and ``end`` with no ``more`` between: its result
+is the A/A's (a replayed grid answers the same way).
+Each candidate then RACES the incumbent (the best feasible median so far): a first round of
+``max(4, noise.pairs // 2)`` pairs, more rounds while it may still beat the incumbent and its interval is
+wider than the noise's half width, at most ``3 x noise.pairs``; it stops early when it is slower than the
+defaults with confidence or its interval lies below the incumbent's (``race_stop``). A stopped candidate
+is COMPLETE with its median (the sampler learns from it) and says why it stopped (``Attr.RACE``).
 
 Each trial is asked, measured and told while this host's trial lock is held
 (``autotune.trial.lock.host_lock``): a worker waiting for the lock holds no RUNNING trial whose
-heartbeat would go stale. Every trial records the host and search process that runs it, so a search
-killed with ``kill -9`` leaves a RUNNING trial that the next search on the same host fails at once
-(``fail_orphans``); other hosts' workers fail it when its heartbeat is older than the storage's grace
-period. Measurements go through a ``Measurer`` (``autotune.trial.spec``): by default a trial
-subprocess (``autotune.trial.runner.SubprocessMeasurer``).
+heartbeat would go stale; a thread records the heartbeat while the trial is measured. Every trial records
+the host and search process that runs it, so a search killed with ``kill -9`` leaves a RUNNING trial that
+the next search on the same host fails at once (``fail_orphans``); other hosts' workers fail it when its
+heartbeat is older than the storage's grace period.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import time
+from collections.abc import Iterator
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from .. import search_spaces as spaces
+from ..errors import TrialError
 from ..trial.lock import host_lock, owner, owner_gone
-from ..trial.runner import SubprocessMeasurer
-from ..trial.spec import Measurer, Status, TrialResult
+from ..trial.spec import Noise, PairedMeasurer, Status, TrialResult
+from ..trial.stats import Interval
 from . import budget, memory
-from .events import Progress, TrialFinished, TrialStarted
+from .events import Phase, Progress, TrialFinished, TrialStarted
 from .records import (
     BASELINE,
     CONFIRM,
     CONSTRAINTS,
-    FULL_RUNS,
     MEASURED,
+    PAIRED,
     SEARCH,
     Attr,
     StudyAttr,
     optuna_storage,
+    records,
     trial_id,
 )
 from .seeds import Seed, enqueue_next_seed
@@ -42,8 +59,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PRUNE_BELOW = 0.7  # a trial whose throughput falls under 70% of the baseline's is clearly slower
 MAX_SKIPS = 25  # consecutive samples that only propose batch sizes known to run out of memory
+HEARTBEAT_S = 5.0  # as the storage's heartbeat_interval (``run.rdb_storage``)
 
 
 def fail_orphans(study: optuna.Study) -> list[int]:
@@ -69,19 +86,84 @@ def fail_orphans(study: optuna.Study) -> list[int]:
     return failed
 
 
+def race_stop(interval: Interval, noise: Noise, incumbent: tuple[float, float] | None, used: int,
+              cap: int) -> str | None:
+    """Why a candidate's race ends after ``used`` pairs (or None: another round). ``incumbent``: the best
+    feasible (median, low) so far.
+
+    >>> from autotune.trial.stats import Interval
+    >>> noise = Noise(0.3, 16, 0.03, 0.02, 0.08, (1.0, 0.98, 1.02))
+    >>> race_stop(Interval(0.7, 0.6, 0.8, 0.95, 8), noise, (1.0, 0.98), 8, 48)
+    'slower than the defaults with confidence'
+    >>> race_stop(Interval(1.2, 1.0, 1.4, 0.95, 8), noise, (1.1, 1.05), 8, 48) is None
+    True
+    """
+    if interval.count == 0:
+        return "failed"
+    if interval.high < 1 - noise.margin:
+        return "slower than the defaults with confidence"
+    if incumbent is not None and interval.high < incumbent[1]:
+        return f"below the incumbent's interval (its low {incumbent[1]:.2f}x)"
+    if incumbent is not None and interval.high <= incumbent[0]:
+        return f"cannot beat the incumbent's {incumbent[0]:.2f}x"
+    if (interval.high - interval.low) / 2 <= noise.half_width * interval.median:
+        return f"interval within +-{noise.half_width:.0%}"
+    if used >= cap:
+        return f"{used} pairs, the most a candidate gets"
+    return None
+
+
+@contextlib.contextmanager
+def heartbeat(study: optuna.Study, trial: optuna.Trial, every_s: float = HEARTBEAT_S) -> Iterator[None]:
+    """Record the trial's heartbeat every ``every_s`` while it is measured (a measurement call may take
+    longer than the storage's grace period), as ``Study.optimize`` does in a thread of its own."""
+    storage, _ = optuna_storage(study)
+    if not hasattr(storage, "record_heartbeat"):
+        yield
+        return
+    stop = threading.Event()
+
+    def beat() -> None:
+        while True:
+            with contextlib.suppress(Exception):  # a storage hiccup: the next beat tries again
+                storage.record_heartbeat(trial_id(trial))
+            if stop.wait(every_s):
+                return
+
+    thread = threading.Thread(target=beat, name=f"heartbeat-{trial.number}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
 class SearchLoop:
     """Runs trials until the budget, the trial count or the space runs out; records each at once."""
 
     def __init__(
         self, study: optuna.Study, workload: str, facts: Facts, ctx: spaces.SpaceContext,
         run_settings: dict[str, Any], options: SearchOptions, deadline: float, notify: Progress,
-        seeds: list[Seed] | None = None, measurer: Measurer | None = None,
+        seeds: list[Seed] | None = None, measurer: PairedMeasurer | None = None,
     ) -> None:
         self.study, self.workload, self.facts, self.ctx = study, workload, facts, ctx
         self.run_settings, self.options, self.deadline, self.notify = run_settings, options, deadline, notify
         self.seeds = seeds or []  # (role, params) measured first, in order (``autotune.study.seeds``)
-        self.measurer = measurer or SubprocessMeasurer(workload, facts, options.settings)
+        self.defaults = {**spaces.defaults(facts, ctx), **run_settings}  # the baseline's params
+        self.current: int | None = None  # the trial being measured, for the phase events
+        if measurer is None:
+            from ..trial.score import LiveMeasurer
+
+            measurer = LiveMeasurer(workload, self.defaults, facts, options.settings, seed=options.seed,
+                                    on_phase=self.phase)
+        self.measurer = measurer
+        self.noise: Noise | None = None
         self.baseline_error: str | None = None
+
+    def phase(self, name: str, detail: str = "") -> None:
+        """What the measurement is doing now (``events.Phase``), for the live display."""
+        self.notify(Phase(name, self.current, detail))
 
     def estimate_s(self, compile_mode: str | None = None) -> float | None:
         """How long one full trial will likely take (``budget.estimate_s``)."""
@@ -92,7 +174,7 @@ class SearchLoop:
         return budget.timeout_s(self.study, self.options, params, remaining, estimate)
 
     def reserve_s(self, estimate: float | None) -> float:
-        """Time kept for the confirmation runs (``budget.reserve_s``)."""
+        """Time kept for the confirmation (``budget.reserve_s``)."""
         return budget.reserve_s(self.study, self.options, estimate)
 
     def measured(self) -> int:
@@ -113,12 +195,43 @@ class SearchLoop:
             with host_lock():
                 if self.options.trials is not None and self.measured() >= self.options.trials:
                     return "trials"  # reached by another worker while this one waited for the lock
+                if not self.calibrated():
+                    return "baseline failed"
                 stopped, skips, result, role = self._next(skips, estimate)
             if stopped:
                 return stopped
             if role == BASELINE and result is not None and result.status != Status.OK:
                 self.baseline_error = f"{result.status}: {result.error}"
                 return "baseline failed"
+
+    def calibrated(self) -> bool:
+        """A continued study has its baseline: this search's workers still need the A/A (not a trial)."""
+        if self.noise is not None or not _has_baseline(self.study):
+            return True
+        try:
+            self.calibrate(self.deadline - time.monotonic())
+        except TrialError as e:
+            self.baseline_error = f"the calibration failed: {e}"
+            return False
+        return True
+
+    def calibrate(self, timeout_s: float) -> Noise:
+        """The A/A of the defaults: this machine's noise, recorded in the study (``StudyAttr.NOISE``). The
+        environment factors the study's trials recorded are handed to the measurer: a continued search does
+        not measure them again."""
+        self.noise = self.measurer.calibrate(max(1.0, timeout_s))
+        self.study.set_user_attr(StudyAttr.NOISE, asdict(self.noise))
+        factors = self._factors()
+        for r in records(self.study):
+            recorded = self.study.trials[r.number].user_attrs.get(Attr.ENVIRONMENT_FACTOR)
+            if recorded:
+                factors.setdefault(environment_key(r.params), Interval(**recorded))
+        return self.noise
+
+    def _factors(self) -> dict[str, Interval]:
+        """The measurer's environment factors by environment (``LiveMeasurer.factors``; empty for another)."""
+        factors = getattr(self.measurer, "factors", None)
+        return factors if isinstance(factors, dict) else {}
 
     def _next(self, skips: int, estimate: float | None) -> tuple[str | None, int, TrialResult | None, str]:
         """Ask the next trial and measure it (the host lock held); a batch size known to run out of memory
@@ -127,7 +240,6 @@ class SearchLoop:
 
         optuna.storages.fail_stale_trials(self.study)  # trials of a killed search elsewhere (heartbeat)
         fail_orphans(self.study)
-        self._update_pruner()
         enqueue_next_seed(self.study, self.seeds)
         trial = self.study.ask()
         role = trial.user_attrs.get(Attr.ROLE, SEARCH)
@@ -150,40 +262,77 @@ class SearchLoop:
         for key, value in owner().items():  # host, pid, pid_started: read back by ``owner_gone``
             trial.set_user_attr(key, value)
 
-    def _update_pruner(self) -> None:
-        """Prune on intermediate throughput, from the second window on, against the baseline."""
-        import optuna
-
-        base = self.study.user_attrs.get(StudyAttr.BASELINE_SAMPLES_PER_S)
-        if base and not isinstance(self.study.pruner, optuna.pruners.ThresholdPruner):
-            self.study.pruner = optuna.pruners.ThresholdPruner(lower=PRUNE_BELOW * base, n_warmup_steps=1)
-
     def _known_oom(self, params: dict[str, Any]) -> str | None:
         return memory.known_oom(self.study.user_attrs.get(StudyAttr.OOM_LIMITS), params)
 
     def run_one(self, trial: optuna.Trial, role: str, params: dict[str, Any], timeout: float) -> TrialResult:
         """Measure a claimed trial (the host lock held) and record it; Ctrl-C records it interrupted."""
-        storage, _ = optuna_storage(self.study)
         self.notify(TrialStarted(trial.number, role, params))
-
-        def on_window(index: int, samples_per_s: float) -> bool:
-            if hasattr(storage, "record_heartbeat"):
-                storage.record_heartbeat(trial_id(trial))
-            if role in FULL_RUNS:
-                return False
-            trial.report(samples_per_s, index)
-            return trial.should_prune()
-
+        self.current = trial.number
         trial.set_user_attr(Attr.RUN_STARTED, time.time())  # wall clock: comparable between workers
         try:
-            result = self.measurer.measure(params, timeout, on_window)
+            with heartbeat(self.study, trial):
+                result, why = self._measure(role, params, time.monotonic() + timeout)
         except KeyboardInterrupt:
             trial.set_user_attr(Attr.RUN_ENDED, time.time())
             self.record(trial, role, params, TrialResult(Status.INTERRUPTED, error="stopped by Ctrl-C"))
             raise
         trial.set_user_attr(Attr.RUN_ENDED, time.time())
+        if why:
+            trial.set_user_attr(Attr.RACE, why)
+        factor = self._factors().get(environment_key(params))
+        if factor is not None and environment_key(params) != environment_key(self.defaults):
+            trial.set_user_attr(Attr.ENVIRONMENT_FACTOR, factor.to_dict())  # a resumed search reuses it
         self.record(trial, role, params, result)
         return result
+
+    def _measure(self, role: str, params: dict[str, Any], deadline: float) -> tuple[TrialResult, str | None]:
+        """The baseline: the calibration; a confirmation: a fixed number of fresh pairs; others race."""
+        if role == BASELINE:
+            try:
+                self.study.set_user_attr(StudyAttr.MEASURE, PAIRED)
+                self.calibrate(deadline - time.monotonic())
+            except TrialError as e:
+                return TrialResult(Status.CRASH, error=f"the calibration failed: {e}"), None
+        noise = self.noise
+        if noise is None:
+            return TrialResult(Status.CRASH, error="no calibration: the baseline did not complete"), None
+        handle = self.measurer.begin(params, max(1.0, deadline - time.monotonic()))
+        if isinstance(handle, TrialResult):
+            return handle, None
+        if role == BASELINE:
+            return self.measurer.end(handle), None
+        if role == CONFIRM:
+            pairs = budget.confirmation_pairs(noise, self.options)
+            self.phase("confirming", f"{pairs} fresh pairs")
+            self.measurer.more(handle, pairs, max(1.0, deadline - time.monotonic()))
+            return self.measurer.end(handle), None
+        return self._race(handle, noise, deadline)
+
+    def _race(self, handle: object, noise: Noise, deadline: float) -> tuple[TrialResult, str | None]:
+        """More pairs while the candidate may beat the incumbent and its interval is wide (``race_stop``)."""
+        incumbent = self.incumbent()
+        first, cap = max(4, noise.pairs // 2), 3 * noise.pairs
+        used, why = 0, None
+        while why is None:
+            n = first if used == 0 else min(first, cap - used)
+            left = deadline - time.monotonic()
+            if used and left < 3 * n * noise.window_s:  # two windows a pair, and the evaluation after
+                why = "the trial's time ran out"
+                break
+            interval = self.measurer.more(handle, n, max(1.0, left))
+            used += n
+            why = race_stop(interval, noise, incumbent, used, cap)
+        return self.measurer.end(handle), why
+
+    def incumbent(self) -> tuple[float, float] | None:
+        """The best feasible speedup so far (the baseline's 1.0 at least): its median and its low bound."""
+        best = max((r for r in records(self.study) if r.role != CONFIRM and r.feasible
+                    and r.result.objective is not None), key=lambda r: r.result.objective or 0.0, default=None)
+        if best is None or best.result.objective is None:
+            return None
+        low = best.result.speedup_low
+        return best.result.objective, low if low is not None else best.result.objective
 
     def record(self, trial: optuna.Trial, role: str, params: dict[str, Any], result: TrialResult) -> None:
         """Store the trial's result and constraints and tell Optuna its value (or state)."""
@@ -253,7 +402,7 @@ class SearchLoop:
         if result.loss_samples is not None:
             trial.set_user_attr(Attr.LOSS_SAMPLES, result.loss_samples)
         if role == BASELINE:
-            self.study.set_user_attr(StudyAttr.BASELINE_LOSS, result.loss)
+            self.study.set_user_attr(StudyAttr.BASELINE_LOSS, result.loss)  # the A/A's defaults arm
             self.study.set_user_attr(StudyAttr.BASELINE_SAMPLES_PER_S, result.samples_per_s)
         base = self.study.user_attrs.get(StudyAttr.BASELINE_LOSS)
         tolerance = self.options.max_loss_increase
@@ -269,4 +418,15 @@ class SearchLoop:
         return reason
 
 
-__all__ = ["MAX_SKIPS", "PRUNE_BELOW", "SearchLoop", "fail_orphans"]
+def environment_key(params: dict[str, Any]) -> str:
+    """The environment a recipe runs in (``autotune.trial.score.environment_key``, without importing the worker)."""
+    from ..trial.score import environment_key as key
+
+    return key(params)
+
+
+def _has_baseline(study: optuna.Study) -> bool:
+    return any(r.role == BASELINE and r.result.status == Status.OK for r in records(study))
+
+
+__all__ = ["MAX_SKIPS", "SearchLoop", "fail_orphans", "heartbeat", "race_stop"]

@@ -8,13 +8,12 @@ and write through these names, so a key is spelled in one place.
 from __future__ import annotations
 
 import json
-import statistics
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ..recipe import Recipe
 from ..trial.spec import Status, TrialResult
-from .significance import MIN_NOISE, beats, relative_range
+from ..trial.stats import MIN_MARGIN
 
 if TYPE_CHECKING:
     import optuna
@@ -38,6 +37,8 @@ class Attr:
     RUN_ENDED: Final = "run_ended"
     CONFIRMS: Final = "confirms"  # a confirmation run: the trial it re-measures
     ROUND: Final = "round"  # ... and its round
+    RACE: Final = "race"  # why a candidate's race stopped (slower with confidence, below the incumbent, ...)
+    ENVIRONMENT_FACTOR: Final = "environment_factor"  # its environment / the defaults' (an Interval's dict)
     RESULT: Final = ("status", "samples_per_s", "objective", "spread", "windows", "compile_s", "startup_s",
                      "warmup_s", "timed_s", "loss", "wall_s", "error", "in_effect", "warnings", "log_tail",
                      "speedup_low", "speedup_high", "method", "pairs", "peak_memory_bytes")
@@ -63,9 +64,10 @@ WARM_START: Final = "warm-start"  # the recipe stored earlier for this workload 
 SEARCH: Final = "search"  # sampled by Optuna
 CONFIRM: Final = "confirm"  # a side-by-side re-run of a candidate or the baseline
 
+PAIRED: Final = "paired-v1"  # StudyAttr.MEASURE of a study whose trial values are speedups over the defaults
+
 # Outcomes that count toward --trials.
 MEASURED = (Status.OK, Status.OOM, Status.NAN, Status.CRASH, Status.TIMEOUT, Status.PRUNED)
-FULL_RUNS = ("baseline", "heuristic", "confirm")  # never pruned: they anchor the comparison
 CONSTRAINTS = ("quality", "fits_memory", "finite_loss", "applied")  # Optuna constraints: feasible when all <= 0
 
 
@@ -124,50 +126,51 @@ def lineup(study: optuna.Study, top: int) -> tuple[TrialRecord | None, list[Tria
 
 @dataclass(frozen=True)
 class Candidate:
-    """One recipe in the confirmation: its first (search) measurement and its confirmation runs."""
+    """One recipe in the confirmation: its search trial's speedup and its confirmation's (fresh pairs)."""
 
     number: int  # the trial that measured it first
     role: str
     params: dict[str, Any]
-    first: float
-    runs: tuple[float, ...] = ()
-    failed: str | None = None  # why a confirmation run of it failed: it is out of the contest
+    first: float  # the search's median speedup
+    confirmed: TrialResult | None = None  # the confirmation's measurement: only it decides
+    failed: str | None = None  # why its confirmation failed: it is out of the contest
 
     @property
     def median(self) -> float:
-        return statistics.median(self.runs)
+        return (self.confirmed.objective or 0.0) if self.confirmed else 0.0
 
     @property
     def low(self) -> float:
-        return min(self.runs)
+        return (self.confirmed.speedup_low or 0.0) if self.confirmed else 0.0
 
     @property
     def high(self) -> float:
-        return max(self.runs)
+        return (self.confirmed.speedup_high or 0.0) if self.confirmed else 0.0
 
     @property
-    def spread(self) -> float:
-        """The runs' range relative to their median."""
-        return relative_range(self.runs)
+    def pairs(self) -> int:
+        return (self.confirmed.pairs or 0) if self.confirmed else 0
+
+    def interval(self) -> str:
+        """``1.23x [1.15-1.31]``"""
+        return f"{self.median:.2f}x [{self.low:.2f}-{self.high:.2f}]"
 
 
 @dataclass(frozen=True)
 class Confirmation:
-    baseline: Candidate
-    candidates: tuple[Candidate, ...]  # fastest confirmed median first; failed ones last
+    baseline: Candidate  # the defaults: their A/A (the calibration) is their measurement
+    candidates: tuple[Candidate, ...]  # highest confirmed median first; failed ones last
     note: str | None = None  # why it was shortened or not run
-    runs: int = 0  # confirmation runs made by this search (not earlier ones)
+    runs: int = 0  # confirmation measurements made by this search (not earlier ones)
     wall_s: float = 0.0
-    noise: float = field(default=MIN_NOISE)
+    margin: float = field(default=MIN_MARGIN)  # the calibration's: a speedup counts when its low is above 1 + margin
 
     @property
     def best(self) -> Candidate | None:
-        """The candidate that beats the baseline beyond noise, or None: keep the defaults."""
-        valid = [c for c in self.candidates if c.runs and c.failed is None]
-        if not valid or not self.baseline.runs:
-            return None
-        top = valid[0]
-        return top if beats(self.baseline.runs, top.runs) else None
+        """The fastest confirmed candidate whose speedup's LOW bound is above ``1 + margin``, or None: keep the
+        defaults."""
+        return next((c for c in self.candidates if c.confirmed is not None and c.failed is None
+                     and c.low > 1 + self.margin), None)
 
 
 @dataclass(frozen=True)
@@ -180,6 +183,8 @@ class SearchOutcome:
     stopped: str
     elapsed_s: float
     confirmation: Confirmation | None = None
+    noise: dict[str, Any] | None = None  # the calibration (``autotune.trial.spec.Noise`` as a dict)
+    spent: dict[str, float] = field(default_factory=dict)  # where the trials' time went (``report.time_spent``)
 
 
 # Optuna has no public way for what the ask/tell loop needs beyond ask and tell: recording a heartbeat,
@@ -196,7 +201,7 @@ def trial_id(trial: optuna.Trial | FrozenTrial) -> int:
 
 
 __all__ = [
-    "BASELINE", "CONFIRM", "CONSTRAINTS", "FULL_RUNS", "MEASURED", "SEARCH", "WARM_START", "Attr", "Candidate",
+    "BASELINE", "CONFIRM", "CONSTRAINTS", "MEASURED", "PAIRED", "SEARCH", "WARM_START", "Attr", "Candidate",
     "Confirmation", "Role", "SearchOutcome", "StudyAttr", "TrialRecord", "lineup", "optuna_storage", "params_key",
     "records", "trial_id",
 ]

@@ -1,14 +1,20 @@
-"""From a study's recorded trials to the recipe: feasible, faster than the defaults beyond noise."""
+"""From a study's recorded trials to the recipe: feasible, and faster than the defaults with confidence.
+
+Every value is a speedup over the defaults with its interval (``autotune.trial.score``). With a
+confirmation, only its fresh pairs decide (``Confirmation.best``: the low bound above ``1 + margin``);
+without one, the fastest feasible trial's own interval must clear the same bar. Otherwise the recipe
+keeps the defaults, and a note says why ("best candidate 1.04x [0.98-1.10]: not faster with confidence").
+"""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import search_spaces as spaces
 from ..errors import TrialError
 from ..recipe import Recipe
-from ..trial.spec import Status
-from .records import BASELINE, CONFIRM, Candidate, Confirmation, TrialRecord, records
-from .significance import allowance
+from ..trial.spec import Status, TrialResult
+from ..trial.stats import MIN_MARGIN
+from .records import BASELINE, CONFIRM, Confirmation, StudyAttr, TrialRecord, records
 
 if TYPE_CHECKING:
     import optuna
@@ -19,9 +25,8 @@ if TYPE_CHECKING:
 def choose_recipe(
     study: optuna.Study, workload: str, facts: Facts, name: str, confirmation: Confirmation | None = None
 ) -> tuple[Recipe, TrialRecord, TrialRecord, list[TrialRecord]]:
-    """The recipe (with baseline and best records). With a confirmation, its side-by-side runs decide
-    (``autotune.study.confirm``); without one, the fastest feasible trial's single measurement, which must
-    beat the defaults' by more than the noise. Otherwise the recipe keeps the defaults."""
+    """The recipe (with baseline and best records): the confirmed candidate whose speedup's low bound is above
+    ``1 + margin``, else (no confirmation) the fastest feasible trial under the same rule, else the defaults."""
     all_records = records(study)
     searched = [r for r in all_records if r.role != CONFIRM]
     baselines = [r for r in searched if r.role == BASELINE and r.result.status == Status.OK]
@@ -29,10 +34,12 @@ def choose_recipe(
         raise TrialError("the study has no completed baseline trial")
     baseline = baselines[0]
     notes: list[str] = []
-    if confirmation is not None and confirmation.baseline.runs and any(c.runs for c in confirmation.candidates):
-        best, speed, base_speed = _confirmed(confirmation, searched, baseline, notes)
+    noise = study.user_attrs.get(StudyAttr.NOISE) or {}
+    margin = confirmation.margin if confirmation is not None else float(noise.get("margin", MIN_MARGIN))
+    if confirmation is not None and any(c.confirmed for c in confirmation.candidates):
+        best, measured = _confirmed(confirmation, searched, baseline, notes)
     else:
-        best, speed, base_speed = _single(searched, baseline, notes, confirmation)
+        best, measured = _single(searched, baseline, margin, notes, confirmation)
     rejected = [r for r in searched if r.result.status == Status.OK and not r.feasible]
     worse = sum(1 for r in rejected if "quality" in r.rejected_by)
     if worse:
@@ -44,69 +51,95 @@ def choose_recipe(
     notes.append(time_note(all_records))
     peak = best.result.peak_memory_bytes  # CUDA: the 90% warning rides with the recipe
     notes += filter(None, [spaces.batch.memory_warning(peak, best.result.in_effect.get("device_memory_bytes"))])
-    recipe = Recipe(
-        params=best.params, workload=workload, fingerprint=facts.fingerprint, study=name,
-        samples_per_s=speed, baseline_samples_per_s=base_speed, speedup=speed / base_speed, loss=best.result.loss,
-        baseline_loss=baseline.result.loss, notes=notes, peak_memory_bytes=peak,
-    )
+    recipe = Recipe(params=best.params, workload=workload, fingerprint=facts.fingerprint, study=name,
+                    loss=best.result.loss, baseline_loss=baseline.result.loss, notes=notes, peak_memory_bytes=peak,
+                    **_speeds(best is baseline, measured, baseline.result))
     return recipe, baseline, best, all_records
 
 
-def _range(c: Candidate) -> str:
-    return f"median {c.median:.1f} samples/s, range {c.low:.1f}-{c.high:.1f} over {len(c.runs)} run(s)"
+def _speeds(defaults: bool, measured: TrialResult, baseline: TrialResult) -> dict[str, Any]:
+    """The recipe's speed fields from one measurement. The defaults' samples/s is the one the speedup
+    implies (``samples_per_s / speedup``): the speedup is a median of per-pair ratios, amortised."""
+    if defaults:
+        rate = baseline.samples_per_s
+        return dict(samples_per_s=rate, baseline_samples_per_s=rate, speedup=1.0)
+    speedup = measured.objective or 1.0
+    rate = measured.samples_per_s
+    return dict(samples_per_s=rate, baseline_samples_per_s=rate / speedup if rate else None, speedup=speedup,
+                speedup_low=measured.speedup_low, speedup_high=measured.speedup_high)
+
+
+def interval(result: TrialResult) -> str:
+    """``1.23x [1.15-1.31]``"""
+    return f"{result.objective or 0.0:.2f}x [{result.speedup_low or 0.0:.2f}-{result.speedup_high or 0.0:.2f}]"
 
 
 def _confirmed(confirmation: Confirmation, searched: list[TrialRecord], baseline: TrialRecord,
-               notes: list[str]) -> tuple[TrialRecord, float, float]:
-    base = confirmation.baseline
+               notes: list[str]) -> tuple[TrialRecord, TrialResult]:
     winner = confirmation.best
-    contender = next((c for c in confirmation.candidates if c.runs and c.failed is None), None)
     if confirmation.note:
         notes.append(f"confirmation: {confirmation.note}")
-    notes.append(f"defaults (trial {base.number}) confirmed at {_range(base)}")
     for c in confirmation.candidates:
         if c.failed:
             notes.append(f"trial {c.number} failed its confirmation ({c.failed}): not offered")
-    if winner is None:
+        elif c.confirmed is not None:
+            notes.append(f"trial {c.number}: {c.first:.2f}x in the search, confirmed at {c.interval()} over "
+                         f"{c.pairs} fresh pairs")
+    if winner is None or winner.confirmed is None:
+        contender = next((c for c in confirmation.candidates if c.confirmed is not None), None)
         if contender is not None:
-            notes.append(
-                f"the best candidate (trial {contender.number}, {_range(contender)}) did not beat the defaults "
-                f"beyond noise ({confirmation.noise:.0%}) side by side: the recipe keeps the defaults"
-            )
-        return baseline, base.median, base.median
-    notes.append(f"best (trial {winner.number}) confirmed at {_range(winner)}, "
-                 f"beating the defaults beyond noise ({confirmation.noise:.0%})")
+            notes.append(f"best candidate (trial {contender.number}) {contender.interval()}: not faster with "
+                         f"confidence (its low bound must be above {1 + confirmation.margin:.2f}x): "
+                         "the recipe keeps the defaults")
+        return baseline, baseline.result
     record = next(r for r in searched if r.number == winner.number)
-    return record, winner.median, base.median
+    notes.append(f"best (trial {winner.number}) confirmed at {winner.interval()} over PyTorch defaults")
+    return record, winner.confirmed
 
 
-def _single(searched: list[TrialRecord], baseline: TrialRecord, notes: list[str],
-            confirmation: Confirmation | None) -> tuple[TrialRecord, float, float]:
-    feasible = [r for r in searched if r.feasible]
-    best = max(feasible, key=lambda r: r.result.objective or 0.0)
-    noise = allowance(baseline.result.spread, best.result.spread)  # of each one's timed windows
+def _single(searched: list[TrialRecord], baseline: TrialRecord, margin: float, notes: list[str],
+            confirmation: Confirmation | None) -> tuple[TrialRecord, TrialResult]:
+    feasible = [r for r in searched if r.feasible and r.role != BASELINE]
     if confirmation is None:
-        notes.append("not confirmed side by side (confirmation off): single measurements")
+        notes.append("not confirmed with fresh pairs (confirmation off): the search's own intervals")
     elif confirmation.note:
-        notes.append(f"not confirmed side by side: {confirmation.note}")
-    speed, base_speed = best.result.objective or 0.0, baseline.result.objective or 0.0
-    if speed < base_speed * (1 + noise):
-        notes.append(f"nothing beat PyTorch's defaults beyond noise ({noise:.0%}): the recipe keeps the defaults")
-        best, speed = baseline, base_speed
-    return best, speed, base_speed
+        notes.append(f"not confirmed: {confirmation.note}")
+    best = max(feasible, key=lambda r: r.result.objective or 0.0, default=None)
+    if best is None:
+        notes.append("no feasible recipe besides the defaults: the recipe keeps the defaults")
+        return baseline, baseline.result
+    if (best.result.speedup_low or 0.0) <= 1 + margin:
+        notes.append(f"best candidate (trial {best.number}) {interval(best.result)}: not faster with confidence "
+                     f"(its low bound must be above {1 + margin:.2f}x): the recipe keeps the defaults")
+        return baseline, baseline.result
+    return best, best.result
 
 
-def time_note(all_records: list[TrialRecord]) -> str:
-    """Where the trials' time went: process startup, compile and warm-up, timed windows, the rest."""
+def time_spent(all_records: list[TrialRecord]) -> dict[str, float]:
+    """Where the trials' time went, in seconds: ``timed`` (windows), ``calibration`` (the baseline trial's A/A
+    outside its windows), ``startup`` (worker and process starts, environment factors outside their windows),
+    ``warmup`` (building arms, compiling, warm-up steps), ``evaluation`` (the rest: losses, dropping arms)."""
     def total(field: str, rows: list[TrialRecord]) -> float:
         return sum(getattr(r.result, field) or 0.0 for r in rows)
 
-    confirm = [r for r in all_records if r.role == CONFIRM]
-    wall, startup, warmup, timed = (total(f, all_records) for f in ("wall_s", "startup_s", "warmup_s", "timed_s"))
-    return (f"time in {len(all_records)} trial(s): {wall:.0f} s, of which startup {startup:.0f} s, "
-            f"compile and warm-up {warmup:.0f} s, timed {timed:.0f} s, "
-            f"evaluation and exit {max(0.0, wall - startup - warmup - timed):.0f} s; "
-            f"confirmation runs {total('wall_s', confirm):.0f} s of it")
+    base = [r for r in all_records if r.role == BASELINE]
+    others = [r for r in all_records if r.role != BASELINE]
+    wall, timed = total("wall_s", all_records), total("timed_s", all_records)
+    startup, warmup = total("startup_s", others), total("warmup_s", others)
+    calibration = max(0.0, total("wall_s", base) - total("timed_s", base))
+    return {"wall": wall, "timed": timed, "calibration": calibration, "startup": startup, "warmup": warmup,
+            "evaluation": max(0.0, wall - timed - calibration - startup - warmup),
+            "confirmation": total("wall_s", [r for r in all_records if r.role == CONFIRM])}
 
 
-__all__ = ["choose_recipe", "time_note"]
+def time_note(all_records: list[TrialRecord]) -> str:
+    """``timed X s of Y s (Z%)``, and where the rest went."""
+    t = time_spent(all_records)
+    share = t["timed"] / t["wall"] if t["wall"] else 0.0
+    return (f"timed {t['timed']:.0f} s of {t['wall']:.0f} s in {len(all_records)} trial(s) ({share:.0%}); "
+            f"the rest: calibration {t['calibration']:.0f} s, start-up {t['startup']:.0f} s, "
+            f"warm-up/compile {t['warmup']:.0f} s, evaluation {t['evaluation']:.0f} s; "
+            f"confirmation {t['confirmation']:.0f} s of the whole")
+
+
+__all__ = ["choose_recipe", "interval", "time_note", "time_spent"]

@@ -19,16 +19,15 @@ from .. import search_spaces as spaces
 from ..errors import HardwareMismatchError, TrialError, UsageError
 from ..probes import outdated_fingerprint
 from ..store import RecipeStore, check_storage_url, create_schema, storage_errors, use_wal
-from ..trial.runner import SubprocessMeasurer
-from ..trial.spec import Status
+from ..trial.spec import PairedMeasurer, Status
 from ..workload import Workload, call_user, load_workload
 from .budget import parse_duration
 from .confirm import confirm
 from .events import Progress, SearchDone, SearchStarted, ignore
 from .loop import SearchLoop, fail_orphans
 from .options import SearchOptions, check_options
-from .records import BASELINE, Attr, SearchOutcome, StudyAttr
-from .report import choose_recipe
+from .records import BASELINE, PAIRED, Attr, SearchOutcome, StudyAttr
+from .report import choose_recipe, time_spent
 from .seeds import check_fixed, history_conflict, seeds, space_digest
 
 if TYPE_CHECKING:
@@ -57,7 +56,7 @@ def open_study(options: SearchOptions, name: str, facts: Facts, workload: str) -
         )
         if options.fixed:
             sampler = optuna.samplers.PartialFixedSampler(options.fixed, sampler)
-        # the NopPruner: a threshold replaces it once the baseline is measured
+        # no pruner: a candidate is stopped early by the race (loop.race_stop), and told to Optuna complete
         kwargs: dict[str, Any] = dict(storage=storage, sampler=sampler, study_name=name, direction="maximize",
                                       pruner=optuna.pruners.NopPruner())
         try:  # exactly one worker of a shared study creates it, and only that one seeds it
@@ -65,9 +64,18 @@ def open_study(options: SearchOptions, name: str, facts: Facts, workload: str) -
         except optuna.exceptions.DuplicatedStudyError:
             study, created = optuna.load_study(**{k: v for k, v in kwargs.items() if k != "direction"}), False
     _check_hardware(study, name, facts, workload)
+    if created or (not study.get_trials(deepcopy=False) and StudyAttr.MEASURE not in study.user_attrs):
+        study.set_user_attr(StudyAttr.MEASURE, PAIRED)  # its values are speedups over the defaults
+        study.set_metric_names(["speedup"])  # how optuna-dashboard labels them
     if created:
         _note_outdated_studies(storage, name, workload)
     return study, created
+
+
+def samples_per_s_study(study: optuna.Study) -> bool:
+    """Whether the study was recorded by an older autotune: its trial values are samples/s of single
+    processes, not speedups over the defaults (``StudyAttr.MEASURE``)."""
+    return study.user_attrs.get(StudyAttr.MEASURE) != PAIRED and bool(study.get_trials(deepcopy=False))
 
 
 def _check_hardware(study: optuna.Study, name: str, facts: Facts, workload: str) -> None:
@@ -200,6 +208,17 @@ def _open_for_options(options: SearchOptions, name: str, facts: Facts, ctx: spac
     searched with other choices than these options give goes on in a study of its own, named after the
     choices, so the same command still continues it; a study named with ``--study`` is refused."""
     study, created = open_study(options, name, facts, workload)
+    if samples_per_s_study(study):
+        if options.study is not None:
+            raise UsageError(
+                f"study {name!r} holds samples/s of single processes (recorded by an older autotune), not paired "
+                "speedups over the defaults: it is kept as it is, but cannot be continued; search in a new study: "
+                f"autotune search --workload {workload} --study NEW_NAME (or without --study)"
+            )
+        old, name = name, f"{name}-{PAIRED}"
+        log.warning("study %r holds samples/s (an older autotune): kept untouched; this search goes on in study %r",
+                    old, name)
+        study, created = open_study(options, name, facts, workload)
     conflict = None if created else history_conflict(study, name, facts, ctx)
     if conflict and options.study is None:
         name = f"{name}-{space_digest(facts, ctx)}"
@@ -221,9 +240,11 @@ def _has_baseline(study: optuna.Study) -> bool:
 
 
 def search(workload: str, *, options: SearchOptions | None = None, progress: Progress | None = None,
-           budget: str | float | None = None, trials: int | None = None) -> SearchOutcome:
+           budget: str | float | None = None, trials: int | None = None,
+           measurer: PairedMeasurer | None = None) -> SearchOutcome:
     """Search the knobs for ``workload`` and store the best recipe; ``progress`` receives the events
-    of ``autotune.study.events``.
+    of ``autotune.study.events``. ``measurer`` measures the trials (default: the live paired workers,
+    ``autotune.trial.score.LiveMeasurer``; a replayed grid plugs in here); the search closes it.
 
     >>> outcome = search("tiny", budget="60s")          # doctest: +SKIP
     >>> outcome.recipe.speedup                           # doctest: +SKIP
@@ -247,21 +268,27 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
     run = run_settings(ctx, options)
     notify(SearchStarted(name, facts, ctx, options.budget_s, not created, {**spaces.defaults(facts, ctx), **run}))
     loop = SearchLoop(study, workload, facts, ctx, run, options, deadline, notify,
-                      seeds=seeds(facts, ctx, options, workload),
-                      measurer=SubprocessMeasurer(workload, facts, options.settings))
-    stopped = loop.run()
-    if not _has_baseline(study):
-        raise TrialError(
-            f"the baseline (PyTorch defaults) did not complete: {loop.baseline_error or 'not run'}; "
-            "fix the workload or give a larger --budget"
-        )
-    confirmation = confirm(loop)
+                      seeds=seeds(facts, ctx, options, workload), measurer=measurer)
+    try:
+        stopped = loop.run()
+        if not _has_baseline(study):
+            raise TrialError(
+                f"the baseline (PyTorch defaults) did not complete: {loop.baseline_error or 'not run'}; "
+                "fix the workload or give a larger --budget"
+            )
+        confirmation = confirm(loop)
+    finally:
+        loop.measurer.close()  # every worker process ends with the search (Ctrl-C included)
     recipe, baseline, best, records = choose_recipe(study, workload, facts, name, confirmation)
     with RecipeStore.open(options.storage) as store:
-        recipe = store.save(recipe)
-    outcome = SearchOutcome(name, recipe, baseline, best, records, stopped, time.monotonic() - started, confirmation)
+        stored = store.save(recipe)
+    # The interval as measured, whether or not this storage has columns for it yet (the store reads back the rest).
+    recipe = replace(stored, **{k: getattr(recipe, k) for k in ("speedup_low", "speedup_high", "peak_memory_bytes")
+                                if getattr(stored, k) is None})
+    outcome = SearchOutcome(name, recipe, baseline, best, records, stopped, time.monotonic() - started, confirmation,
+                            study.user_attrs.get(StudyAttr.NOISE), time_spent(records))
     notify(SearchDone(outcome))
     return outcome
 
 
-__all__ = ["open_study", "rdb_storage", "run_settings", "search", "search_context"]
+__all__ = ["open_study", "rdb_storage", "run_settings", "samples_per_s_study", "search", "search_context"]

@@ -1,9 +1,11 @@
 """What a search measures first, and whether today's options fit the study's space.
 
 The seeds, in order: the baseline (PyTorch's defaults), the recipe stored earlier for this workload
-and hardware (warm start), the ``run_cpu`` heuristic, then the knob families' promising single
-changes. They are enqueued one at a time (``enqueue_next_seed``), so an interrupted seed comes first
-again when the study continues. ``--fix`` is checked against the space before anything is written
+and hardware (warm start), then the seeds that keep the defaults' environment (the knob families'
+promising single changes: arms in the defaults' worker, no process start), then those that change it (the
+``run_cpu`` heuristic: its factor needs pairs of fresh processes, the dearest measurement). They are
+enqueued one at a time (``enqueue_next_seed``), so an interrupted seed comes first again when the study
+continues. ``--fix`` is checked against the space before anything is written
 (``check_fixed``), and a study whose trials asked a knob with other choices than these options give
 is told apart (``history_conflict``, ``space_digest``).
 """
@@ -18,6 +20,7 @@ from .. import search_spaces as spaces
 from ..errors import UsageError
 from ..probes import outdated_fingerprint
 from ..store import RecipeStore
+from ..trial.paired import environment_differences
 from ..trial.spec import Status
 from .records import BASELINE, WARM_START, Attr, params_key
 
@@ -52,7 +55,9 @@ def seeds(facts: Facts, ctx: spaces.SpaceContext, options: SearchOptions, worklo
         if params_key(params) not in seen:
             seen.add(params_key(params))
             out.append((role, params))
-    return out
+    # The cheap first: a seed of another environment waits for those the defaults' worker measures.
+    return out[:1] + sorted(out[1:], key=lambda seed: seed[0] != WARM_START
+                            and bool(environment_differences(found[0][1], seed[1])))
 
 
 def warm_start(storage: str, workload: str, facts: Facts) -> dict[str, Any] | None:

@@ -22,14 +22,23 @@ Every arm's loss is taken after the study's fixed sample count, for the quality 
 """
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass
+import random
+import signal
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from .. import search_spaces as spaces
 from . import stats
-from .paired import ENVIRONMENT_KEYS
-from .process_pair import AcrossProcesses, across_processes
-from .protocol import ArmStatus
+from .paired import ENVIRONMENT_KEYS, WINDOW_FLOOR_S, choose_window_s, environment_differences
+from .process_pair import AcrossProcesses, across_processes, enough
+from .protocol import ArmStatus, PairRecord
+from .runner import _ended, run_trial
+from .spec import Noise, Status, TrialResult
 from .worker import Calibration, PairedWorker, WorkerError
 
 Method = Literal["in-process pairs", "process pairs x in-process pairs"]
@@ -154,3 +163,420 @@ class PairedScorer:
         comparison = stats.compare(run.pairs, run.base, run.cand, train_steps=self.settings.train_steps,
                                    margin=self.margin)
         return comparison, worker.evaluate(name)
+
+
+# The live measurer of a search ----------------------------------------------------------------------------
+
+PhaseHook = Callable[[str, str], None]  # (phase name, detail): "starting", "compiling", "paired windows", ...
+FRESH_PAIRS = 3  # fresh-process pairs a multi-process candidate needs at least (its first call to ``more``)
+
+
+@dataclass
+class _Trial:
+    """One candidate being measured: where its arm lives and what it has cost so far."""
+
+    params: dict[str, Any]
+    name: str
+    seed: int
+    started: float
+    worker: PairedWorker | None = None  # None: fresh process pairs (``processes`` > 1) or the baseline
+    base: str = DEFAULTS  # the arm it is paired with in ``worker``
+    in_process: bool = True  # False: the candidate IS its environment's defaults arm (only the factor counts)
+    factor: stats.Interval | None = None  # its environment / the defaults, from process pairs
+    baseline: bool = False  # the defaults themselves: the calibration is their measurement
+    records: list[PairRecord] = field(default_factory=list)
+    base_status: ArmStatus | None = None
+    cand_status: ArmStatus | None = None
+    fresh: list[tuple[TrialResult, TrialResult]] = field(default_factory=list)  # (defaults, candidate) runs
+    failed: TrialResult | None = None
+    startup_s: float = 0.0
+    warmup_s: float = 0.0
+    timed_s: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+    interval: stats.Interval | None = None
+
+
+class LiveMeasurer:
+    """The search's ``PairedMeasurer`` on this machine (``autotune.trial.spec.PairedMeasurer``).
+
+    - ``calibrate``: the defaults' worker started and calibrated once (an A/A: ``Noise``);
+    - a candidate of the defaults' environment is an arm in that worker, paired with the defaults arm;
+    - another environment: its factor (its in-process defaults / the defaults, over fresh process pairs,
+      ``across_processes``) measured once per environment per search and cached (``factors``, which a
+      resumed search may fill from its trials), x its in-process ratio in a worker of that environment,
+      kept alive while consecutive candidates use it (one at most besides the defaults'; the idle one is
+      frozen);
+    - ``processes`` > 1 (a worker holds one process), or two models that do not fit on one GPU: fresh
+      trial processes, alternated with fresh runs of the defaults, ``FRESH_PAIRS`` pairs or more, ratio
+      interval by ``stats.log_mean_interval``;
+    - the first ``begin(defaults)`` after ``calibrate`` is the baseline trial: ``end`` gives the A/A's interval
+      and the defaults arm's loss (no pairs run).
+    A failed arm is a ``TrialResult`` (oom, nan, crash); a dead or hung worker a crash or timeout, and the
+    worker is started again for the next candidate.
+
+        >>> measurer = LiveMeasurer("cnn", defaults, facts, settings)            # doctest: +SKIP
+        >>> noise = measurer.calibrate(600)
+        >>> h = measurer.begin({**defaults, "channels_last": True}, 300)
+        >>> measurer.more(h, noise.pairs, 300).low > 1 + noise.margin, measurer.end(h).objective
+        (True, 1.21)
+    """
+
+    def __init__(self, workload: str, defaults: dict[str, Any], facts: Any, settings: Any, *,
+                 calibration_pairs: int = 16, half_width: float = 0.03, window_s: float | None = None,
+                 process_pairs: tuple[int, int] = (3, 8), seed: int = 0, on_phase: PhaseHook | None = None) -> None:
+        self.workload, self.defaults, self.facts, self.settings = workload, defaults, facts, settings
+        self.calibration_pairs, self.half_width, self.window_s = calibration_pairs, half_width, window_s
+        self.process_pairs, self.seed = process_pairs, seed
+        self.on_phase: PhaseHook = on_phase or (lambda name, detail: None)
+        self.worker: PairedWorker | None = None
+        self.env: tuple[str, PairedWorker] | None = None
+        self.calibration: Calibration | None = None
+        self.noise: Noise | None = None
+        self.factors: dict[str, stats.Interval] = {}  # environment key -> its factor (``environment_key``)
+        self._startup_s = 0.0  # the defaults' worker start, not yet charged to a trial
+        self._count = 0
+        self._baseline_given = False
+
+    # The defaults' worker --------------------------------------------------------------------------------
+
+    def calibrate(self, timeout_s: float) -> Noise:
+        started, timeout_s = time.monotonic(), min(timeout_s, 86_400.0)  # no budget: a day is as good
+        self.on_phase("calibrating noise", "the defaults against themselves, in one process")
+        worker = self._defaults_worker(timeout_s)
+        # The A/A within a sixth of the time given: its pairs as asked but at least 6 (a 95% interval needs them),
+        # and on a slow machine with a short budget, windows shorter than 4 steps (never under the device's floor).
+        status = self._add(worker, DEFAULTS, self.defaults, timeout_s)
+        device = self.defaults.get("device") or "cpu"
+        window = self.window_s or max(WINDOW_FLOOR_S.get(device, WINDOW_FLOOR_S["cpu"]), min(
+            choose_window_s(status.step_s or status.first_step_s or 0.0, device), timeout_s / 6 / (2 * 6)))
+        pairs = max(6, min(self.calibration_pairs, int(timeout_s / 6 / (2 * window))))
+        cal = worker.calibrate(DEFAULTS, self.defaults, pairs=pairs, half_width=self.half_width, window_s=window,
+                               seed=self.seed)
+        # A budget-sized race: a candidate's most pairs (3 x pairs, two windows each) within a quarter of the time.
+        affordable = max(8, int(timeout_s / (4 * 3 * 2 * cal.window_s)))
+        if cal.pairs > affordable:
+            cal = replace(cal, pairs=affordable)
+        self.calibration = cal
+        aa = cal.aa.amortised
+        self.noise = Noise(cal.window_s, cal.pairs, cal.half_width, cal.margin, cal.spread,
+                           (aa.median, aa.low, aa.high), timed_s=2 * aa.count * cal.window_s,
+                           wall_s=time.monotonic() - started)
+        return self.noise
+
+    def _defaults_worker(self, timeout_s: float) -> PairedWorker:
+        """The defaults' worker with its defaults arm; started (again, after a failure) when needed."""
+        if self.worker is not None and self.worker.proc is not None and self.worker.proc.poll() is None:
+            return self.worker
+        self.on_phase("starting", "the defaults' worker")
+        started = time.monotonic()
+        self.worker = PairedWorker(self.workload, self.defaults, self.facts, self.settings)
+        self.worker.start(timeout_s)
+        if self.calibration is not None:  # a restart: calibrate() adds the arm itself the first time
+            self._add(self.worker, DEFAULTS, self.defaults, timeout_s)
+        self._startup_s += time.monotonic() - started
+        return self.worker
+
+    @property
+    def cal(self) -> Calibration:
+        if self.calibration is None:
+            raise WorkerError("calibrate() first: the search starts with the defaults against themselves")
+        return self.calibration
+
+    # Candidates --------------------------------------------------------------------------------------------
+
+    def reseed(self, seed: int) -> None:
+        """New window orders, and every environment factor measured again (the confirmation's fresh pairs)."""
+        self.seed, self.factors = seed, {}
+
+    def begin(self, params: dict[str, Any], timeout_s: float) -> object | TrialResult:
+        self._count += 1
+        trial = _Trial(params, f"c{self._count}", self.seed + 1000 * self._count, time.monotonic())
+        deadline = time.monotonic() + timeout_s
+        if params == self.defaults and not self._baseline_given:
+            trial.baseline = self._baseline_given = True  # the calibration's A/A; later ones are arms like any
+            return trial
+        try:
+            if spaces.processes.count(params) > 1:
+                return trial  # fresh process pairs: ``more`` runs them
+            return self._begin_paired(trial, deadline)
+        except WorkerError as e:
+            return self._lost(trial, e, deadline)
+
+    def _begin_paired(self, trial: _Trial, deadline: float) -> _Trial | TrialResult:
+        params = trial.params
+        if same_environment(params, self.defaults):
+            trial.worker = self._use(self._defaults_worker(deadline - time.monotonic()))
+            trial.startup_s, self._startup_s = self._startup_s, 0.0
+        else:
+            key = environment_key(params)
+            trial.factor = self._factor(key, params, trial, deadline)
+            trial.worker = self._env_worker(key, params, trial, deadline)
+            trial.in_process = params != self._env_defaults(params)
+        if not trial.in_process:
+            return trial
+        compiling = (params.get("compile_mode") or "none") != "none"
+        self.on_phase("compiling" if compiling else "warm-up", trial.name)
+        started = time.monotonic()
+        status = trial.worker.add_arm(trial.name, params, max(1.0, deadline - time.monotonic()))
+        trial.warmup_s += time.monotonic() - started
+        trial.cand_status = status
+        trial.warnings += status.warnings
+        if status.state == "ok":
+            return trial
+        self._drop(trial)
+        if status.state == "oom" and params.get("device") == "cuda":
+            # Two models do not fit on this GPU next to each other: fresh processes, one model each.
+            trial.worker, trial.cand_status = None, None
+            trial.warnings.append("two models do not fit on one GPU: measured in fresh process pairs instead")
+            return trial
+        return TrialResult(Status(status.state), error=status.error, wall_s=time.monotonic() - trial.started,
+                           warmup_s=trial.warmup_s, startup_s=trial.startup_s, warnings=trial.warnings)
+
+    def _env_defaults(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The defaults in ``params``' environment (a key neither sets, e.g. ``membind``, stays unset)."""
+        env = {k: params.get(k) for k in ENVIRONMENT_KEYS if k in params or k in self.defaults}
+        return {**self.defaults, **env}
+
+    def _factor(self, key: str, params: dict[str, Any], trial: _Trial, deadline: float) -> stats.Interval:
+        """Its environment's defaults / the defaults, from fresh process pairs; once per environment. Pairs are
+        added as ``across_processes`` would (``process_pair.enough``), but not past the trial's deadline."""
+        if key in self.factors:
+            return self.factors[key]
+        for worker in self._workers():
+            worker.freeze()  # the process pairs are timed alone
+        least, most = self.process_pairs
+        ratios: list[float] = []
+        while not enough(ratios, self.cal.half_width, least=least, most=most):
+            started = time.monotonic()
+            if ratios and deadline - started < 1.5 * (trial.startup_s + trial.timed_s) / len(ratios):
+                trial.warnings.append(f"environment factor from {len(ratios)} process pair(s): time ran out")
+                return stats.log_mean_interval(ratios)  # not kept: the next candidate of it measures it whole
+            self.on_phase("starting", f"process pair {len(ratios) + 1}: "
+                          + ", ".join(environment_differences(self.defaults, params)))
+            found = across_processes(self.workload, self.defaults, self._env_defaults(params), self.facts,
+                                     self.settings, pairs=max(4, self.cal.pairs // 2), window_s=self.cal.window_s,
+                                     least=1, most=1, seed=trial.seed + len(ratios))
+            timed = sum(p.base.elapsed_s + p.cand.elapsed_s for run in found.runs for p in run.pairs)
+            trial.timed_s += timed
+            trial.startup_s += time.monotonic() - started - timed
+            ratios += found.per_process
+        self.factors[key] = stats.log_mean_interval(ratios)
+        return self.factors[key]
+
+    def _env_worker(self, key: str, params: dict[str, Any], trial: _Trial, deadline: float) -> PairedWorker:
+        """The worker of this environment, with its defaults arm: kept from the previous candidate, or new."""
+        if self.env is not None and self.env[0] == key and self.env[1].proc is not None \
+                and self.env[1].proc.poll() is None:
+            return self._use(self.env[1])
+        self._close_env()
+        self.on_phase("starting", "a worker of " + ", ".join(environment_differences(self.defaults, params)))
+        started = time.monotonic()
+        worker = PairedWorker(self.workload, self._env_defaults(params), self.facts, self.settings)
+        self.env = (key, worker)
+        self._use(worker)
+        worker.start(max(1.0, deadline - time.monotonic()))
+        trial.startup_s += time.monotonic() - started
+        started = time.monotonic()
+        self._add(worker, DEFAULTS, self._env_defaults(params), deadline - time.monotonic())
+        trial.warmup_s += time.monotonic() - started
+        return worker
+
+    def _workers(self) -> list[PairedWorker]:
+        return [w for w in (self.worker, self.env[1] if self.env else None) if w is not None]
+
+    def _use(self, worker: PairedWorker) -> PairedWorker:
+        """``worker`` runs; the other one (if any) is frozen, so its threads take nothing from it."""
+        for other in self._workers():
+            if other is not worker:
+                other.freeze()
+        worker.thaw()
+        return worker
+
+    @staticmethod
+    def _add(worker: PairedWorker, name: str, params: dict[str, Any], timeout_s: float) -> ArmStatus:
+        status = worker.add_arm(name, params, max(1.0, timeout_s))
+        if status.state != "ok":
+            raise WorkerError(f"arm {name!r} failed ({status.state}): {status.error}")
+        return status
+
+    def more(self, handle: object, n: int, timeout_s: float) -> stats.Interval:
+        trial = self._trial(handle)
+        if trial.failed is None and not trial.baseline:
+            deadline = time.monotonic() + timeout_s
+            try:
+                if trial.worker is None:
+                    self._fresh_pairs(trial, n, deadline)
+                elif trial.in_process:
+                    self._pairs(trial, n, deadline)
+            except WorkerError as e:
+                trial.failed = self._lost(trial, e, deadline)
+        trial.interval = self._interval(trial)
+        return trial.interval
+
+    def _pairs(self, trial: _Trial, n: int, deadline: float) -> None:
+        assert trial.worker is not None
+        self.on_phase("paired windows", f"{trial.name}: {n} more pair(s)")
+        self._use(trial.worker)
+        run = trial.worker.run_pairs(trial.base, trial.name, n, self.cal.window_s,
+                                     seed=trial.seed + len(trial.records),
+                                     timeout_s=max(1.0, deadline - time.monotonic()))
+        trial.records += run.pairs
+        trial.base_status, trial.cand_status = run.base, run.cand
+        trial.timed_s += sum(p.base.elapsed_s + p.cand.elapsed_s for p in run.pairs)
+        failed = run.cand if run.cand.state != "ok" else run.base if run.base.state != "ok" else None
+        if failed is not None:
+            status = Status(failed.state) if failed is run.cand else Status.CRASH
+            trial.failed = TrialResult(status, error=f"arm {failed.arm}: {failed.error}")
+
+    def _fresh_pairs(self, trial: _Trial, n: int, deadline: float) -> None:
+        """Fresh trial processes of the candidate and of the defaults, alternated: at least ``FRESH_PAIRS``."""
+        count = max(1, min(n, FRESH_PAIRS - len(trial.fresh))) if len(trial.fresh) < FRESH_PAIRS else 1
+        rng = random.Random(trial.seed + len(trial.fresh))
+        for _ in range(count):
+            self.on_phase("starting", f"{trial.name}: fresh process pair {len(trial.fresh) + 1}")
+            runs: dict[str, TrialResult] = {}
+            for side in (["base", "cand"] if rng.random() < 0.5 else ["cand", "base"]):
+                params = self.defaults if side == "base" else trial.params
+                runs[side] = run_trial(self.workload, params, self.facts, self.settings,
+                                       timeout_s=max(1.0, deadline - time.monotonic()))
+                trial.startup_s += runs[side].startup_s or 0.0
+                trial.warmup_s += runs[side].warmup_s or 0.0
+                trial.timed_s += runs[side].timed_s or 0.0
+                if runs[side].status != Status.OK:
+                    failed = runs[side]
+                    trial.failed = failed if side == "cand" else TrialResult(
+                        Status.CRASH, error=f"the defaults failed in a fresh process: {failed.error}")
+                    return
+            trial.fresh.append((runs["base"], runs["cand"]))
+            trial.warnings += [w for w in runs["cand"].warnings if w not in trial.warnings]
+
+    def _interval(self, trial: _Trial) -> stats.Interval:
+        """The candidate's speedup over the defaults so far, amortised over ``train_steps``."""
+        if trial.baseline:
+            return self.cal.aa.amortised
+        if trial.worker is None:
+            ratios = [c.objective / b.objective for b, c in trial.fresh if c.objective and b.objective]
+            return stats.log_mean_interval(ratios) if ratios else _NOTHING
+        if not trial.in_process:
+            return trial.factor or _NOTHING
+        if not trial.records or trial.base_status is None or trial.cand_status is None:
+            return _NOTHING
+        inner = stats.compare(trial.records, trial.base_status, trial.cand_status,
+                              train_steps=self.settings.train_steps, margin=self.cal.margin).amortised
+        return combine(trial.factor, inner) if trial.factor is not None else inner
+
+    def end(self, handle: object) -> TrialResult:
+        trial = self._trial(handle)
+        try:
+            return self._end(trial)
+        finally:
+            self._drop(trial)
+
+    def _end(self, trial: _Trial) -> TrialResult:
+        if trial.failed is not None:
+            return replace(trial.failed, wall_s=time.monotonic() - trial.started, startup_s=trial.startup_s,
+                           warmup_s=trial.warmup_s, timed_s=trial.timed_s, warnings=trial.warnings)
+        if trial.worker is None and not trial.baseline:
+            return self._end_fresh(trial)
+        worker = self.worker if trial.baseline else trial.worker
+        arm = DEFAULTS if trial.baseline or not trial.in_process else trial.name
+        assert worker is not None
+        self.on_phase("evaluating", trial.name)
+        try:
+            self._use(worker)
+            status = worker.evaluate(arm)
+        except WorkerError as e:
+            return replace(self._lost(trial, e, time.monotonic() + 300.0), wall_s=time.monotonic() - trial.started)
+        if status.state != "ok":
+            return TrialResult(Status(status.state), error=status.error, wall_s=time.monotonic() - trial.started)
+        interval = trial.interval or self._interval(trial)
+        if trial.baseline:
+            noise = self.noise
+            trial.startup_s, self._startup_s = self._startup_s, 0.0
+            trial.timed_s = noise.timed_s if noise else 0.0
+            trial.started = time.monotonic() - (noise.wall_s if noise else 0.0)
+        method = ("in-process pairs" if trial.factor is None else
+                  "process pairs x in-process pairs" if trial.in_process else "process pairs")
+        rates = [p.cand.rate for p in trial.records]
+        return TrialResult(
+            Status.OK, samples_per_s=statistics.median(rates) if rates else status.step_samples / (status.step_s or 1),
+            objective=1.0 if trial.baseline else interval.median,  # the defaults against themselves: 1 by definition
+            speedup_low=interval.low, speedup_high=interval.high, method=method,
+            pairs=interval.count, compile_s=status.compile_s, startup_s=trial.startup_s, warmup_s=trial.warmup_s,
+            timed_s=trial.timed_s, loss=status.loss, loss_samples=status.loss_samples,
+            wall_s=time.monotonic() - trial.started, in_effect={**(worker.ready.in_effect if worker.ready else {}),
+                                                                **status.in_effect},
+            warnings=[*trial.warnings, *(w for w in status.warnings if w not in trial.warnings)])
+
+    def _end_fresh(self, trial: _Trial) -> TrialResult:
+        interval = trial.interval or self._interval(trial)
+        runs = [c for _, c in trial.fresh]
+        first = runs[0] if runs else TrialResult(Status.CRASH, error="no fresh process pair ran")
+        if not runs:
+            return replace(first, wall_s=time.monotonic() - trial.started)
+        return replace(first, objective=interval.median, speedup_low=interval.low, speedup_high=interval.high,
+                       method="fresh process pairs", pairs=interval.count,
+                       samples_per_s=statistics.median(r.samples_per_s or 0.0 for r in runs),
+                       startup_s=trial.startup_s, warmup_s=trial.warmup_s, timed_s=trial.timed_s,
+                       wall_s=time.monotonic() - trial.started, warnings=trial.warnings)
+
+    def _lost(self, trial: _Trial, error: WorkerError, deadline: float) -> TrialResult:
+        """A worker that died or did not answer: the trial is a crash, an out-of-memory kill or a timeout (as
+        a trial process's exit is classified), and the worker is gone: the next candidate starts another."""
+        worker, status, message = trial.worker, Status.CRASH, str(error)
+        if time.monotonic() >= deadline - 1.0:
+            status = Status.TIMEOUT  # stopped by us (``PairedWorker`` stops the tree of a worker that does not answer)
+        elif worker is not None:
+            code = worker.proc.poll() if worker.proc is not None else None
+            if code == -signal.SIGKILL:  # as ``runner._classify``: only the kernel's OOM killer sends it unasked
+                status = Status.OOM
+                message = "the paired worker was killed by SIGKILL (the kernel's out-of-memory killer)"
+            elif code is not None and code != 0:
+                message = f"the paired worker {_ended(code)}: {error}"
+        if worker is not None:
+            worker.close(timeout_s=1.0)
+            if self.env is not None and self.env[1] is worker:
+                self.env = None
+        trial.worker = None
+        return TrialResult(status, error=message, wall_s=time.monotonic() - trial.started,
+                           startup_s=trial.startup_s, warmup_s=trial.warmup_s, timed_s=trial.timed_s,
+                           warnings=trial.warnings)
+
+    def _drop(self, trial: _Trial) -> None:
+        """The candidate's arm leaves its worker (a worker that died meanwhile is simply gone)."""
+        worker = trial.worker
+        if worker is None or not trial.in_process or trial.name not in worker.arms:
+            return
+        try:
+            self._use(worker)
+            worker.drop_arm(trial.name)
+        except WorkerError:
+            worker.close(timeout_s=1.0)
+
+    @staticmethod
+    def _trial(handle: object) -> _Trial:
+        if not isinstance(handle, _Trial):
+            raise TypeError(f"not a handle of this measurer: {handle!r}")
+        return handle
+
+    def _close_env(self) -> None:
+        if self.env is not None:
+            _, worker, self.env = *self.env, None
+            worker.close()
+
+    def close(self) -> None:
+        """End every worker (the defaults' and the other environment's)."""
+        try:
+            self._close_env()
+        finally:
+            if self.worker is not None:
+                self.worker.close()
+                self.worker = None
+
+
+_NOTHING = stats.Interval(0.0, 0.0, 0.0, 0.0, 0)  # no pair yet (or an arm failed before one): slower than anything
+
+
+def environment_key(params: dict[str, Any]) -> str:
+    """One string per environment configuration (threads, affinity, OpenMP, allocator, processes, device)."""
+    return json.dumps({k: params.get(k) for k in ENVIRONMENT_KEYS}, sort_keys=True, default=str)

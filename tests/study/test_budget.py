@@ -19,3 +19,29 @@ def test_durations(text: str, seconds: float) -> None:
 def test_bad_durations_say_how_to_write_one(text: str) -> None:
     with pytest.raises(UsageError, match="duration"):
         parse_duration(text)
+
+
+def test_a_candidate_is_estimated_from_candidates_or_else_from_the_calibration() -> None:
+    """The baseline (the A/A calibration) is no model of a candidate's race: before any candidate, the estimate
+    is a first round of pairs at the calibration's window, twice over; the confirmation's reserve is its pairs."""
+    from dataclasses import asdict
+
+    import optuna
+
+    from autotune.study import SearchOptions
+    from autotune.study.budget import estimate_s, reserve_s
+    from autotune.trial.spec import Noise
+
+    study = optuna.create_study(direction="maximize")
+    assert estimate_s(study) is None
+    noise = Noise(window_s=0.5, pairs=12, half_width=0.03, margin=0.02, spread=0.1, aa=(1.0, 0.97, 1.03))
+    study.set_user_attr("noise", asdict(noise))
+    study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs={
+        "wall_s": 100.0, "status": "ok", "role": "baseline", "params": {"batch_size": 32}, "objective": 1.0}))
+    assert estimate_s(study) == 2 * (2 * 6 * 0.5)
+    study.add_trial(optuna.trial.create_trial(value=1.3, user_attrs={
+        "wall_s": 20.0, "timed_s": 12.0, "status": "ok", "role": "seed", "params": {"batch_size": 64},
+        "objective": 1.3}))
+    assert estimate_s(study) == 1.2 * 20.0
+    options = SearchOptions(budget_s=120, confirm_top=3)
+    assert reserve_s(study, options, 24.0) == pytest.approx(2 * 12 * 0.5 * 1.1 + (20.0 - 12.0))

@@ -32,7 +32,7 @@ def test_two_workers_share_a_study_and_other_hardware_is_refused(postgres: str, 
     for w, (_out, err) in zip(workers, outputs, strict=True):
         assert w.returncode == 0, err
     ts = trials(postgres, "shared")
-    # Measured trials: completed, or stopped early by the pruner as clearly slower (a valid outcome too).
+    # Measured trials: completed (a candidate the race stopped early is complete too), or skipped (PRUNED).
     done = [t for t in ts if t.state.name in ("COMPLETE", "PRUNED")]
     assert len(done) == 3, [
         (t.number, t.state.name, t.user_attrs.get("role"), t.user_attrs.get("status"), t.user_attrs.get("error"))

@@ -65,3 +65,38 @@ def test_another_environment_scores_across_processes_times_in_process(facts: Any
     assert inproc.median > 1.5, inproc  # batch 64: half the sleeps per sample
     assert score.speedup.median == pytest.approx(env.median * inproc.median)
     assert score.speedup.width >= max(env.width * inproc.median, inproc.width * env.median) * 0.99
+
+
+def test_the_live_measurer_calibrates_once_and_measures_each_candidate_as_an_arm(facts: Any) -> None:
+    """``slow`` sleeps per forward pass: batch 16 runs a quarter of the default's samples/s."""
+    from autotune.trial.score import LiveMeasurer
+
+    base, phases = _params(facts, 64), []
+    measurer = LiveMeasurer("tests.quality_workloads:slow", base, facts, SETTINGS, calibration_pairs=8, window_s=0.3,
+                            on_phase=lambda name, detail: phases.append(name))
+    try:
+        noise = measurer.calibrate(300)
+        assert noise.window_s == 0.3 and noise.pairs >= 8 and noise.margin >= stats.MIN_MARGIN
+        assert noise.aa[1] <= noise.aa[0] <= noise.aa[2] and noise.wall_s > noise.timed_s > 0
+        worker = measurer.worker
+        assert worker is not None and worker.ready is not None
+
+        baseline = measurer.end(measurer.begin(base, 60))  # the baseline trial IS the calibration
+        assert baseline.status == "ok" and baseline.method == "in-process pairs" and baseline.pairs == 8
+        assert baseline.objective == 1.0 and (baseline.speedup_low, baseline.speedup_high) == noise.aa[1:]
+        assert baseline.loss and baseline.loss_samples == worker.spec.loss_samples and baseline.startup_s
+
+        handle = measurer.begin({**base, "batch_size": 16}, 120)
+        first = measurer.more(handle, 4, 120)
+        assert first.count == 4 and first.high < 0.6, first  # slower with confidence after one round
+        both = measurer.more(handle, 2, 120)
+        slow = measurer.end(handle)
+    finally:
+        measurer.close()
+    assert both.count == 6 and slow.status == "ok" and slow.method == "in-process pairs" and slow.pairs == 6
+    assert (slow.objective, slow.speedup_low, slow.speedup_high) == (both.median, both.low, both.high)
+    assert slow.loss and slow.loss_samples == baseline.loss_samples  # the guard's one sample count
+    assert slow.timed_s and slow.timed_s >= 6 * 2 * 0.3 and slow.wall_s > slow.timed_s + (slow.warmup_s or 0)
+    assert slow.startup_s == 0.0 and slow.samples_per_s and slow.in_effect["threads"] == 1  # no worker started
+    assert worker.proc is not None and worker.proc.poll() is not None  # closed with the measurer
+    assert {"calibrating noise", "starting", "warm-up", "paired windows", "evaluating"} <= set(phases)

@@ -1,0 +1,209 @@
+"""The search's race, its baseline (the A/A), the recipe rule (low bound above 1 + margin) and old studies,
+driven through ``search()`` with a scripted ``PairedMeasurer`` (the search code is real: Optuna, SQLite, the
+loop, the confirmation, the report; the measurement is a table of speedups, as a replayed grid is)."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+
+from autotune.errors import UsageError
+from autotune.study import SearchOptions, search
+from autotune.study.loop import race_stop
+from autotune.trial import TrialResult
+from autotune.trial.spec import Noise
+from autotune.trial.stats import Interval
+
+NOISE = Noise(window_s=0.3, pairs=8, half_width=0.03, margin=0.02, spread=0.06, aa=(1.0, 0.98, 1.02), timed_s=4.8,
+              wall_s=9.0)
+SPEED = {8: 0.5, 16: 0.8, 32: 1.0, 64: 1.3, 128: 1.01}  # tiny's batch sizes (32 is its default): true speedups
+
+
+class Scripted:
+    """A ``PairedMeasurer`` whose candidates' speedups come from ``SPEED`` by batch size; an interval's half width
+    is 0.4 / sqrt(pairs), about a wide machine's. Records every ``more`` call per candidate."""
+
+    def __init__(self, speed: dict[int, float] | None = None) -> None:
+        self.speed = speed or SPEED
+        self.calls: list[tuple[int, list[int]]] = []  # (batch size, pairs asked per call)
+        self.closed = self.calibrations = 0
+        self.factors: dict[str, Interval] = {}  # as LiveMeasurer's: environment key -> its factor
+        self.factors_measured = 0
+
+    def calibrate(self, timeout_s: float) -> Noise:
+        self.calibrations += 1
+        return NOISE
+
+    def begin(self, params: dict[str, Any], timeout_s: float) -> object:
+        from autotune.trial.score import environment_key
+
+        if params["threads"] == 1 and environment_key(params) not in self.factors:  # another environment
+            self.factors[environment_key(params)] = Interval(0.9, 0.85, 0.95, 0.95, 3)
+            self.factors_measured += 1
+        self.calls.append((params["batch_size"], []))
+        return {"params": params, "calls": self.calls[-1][1]}
+
+    def _interval(self, handle: Any) -> Interval:
+        pairs = sum(handle["calls"])
+        if not pairs:
+            return Interval(*NOISE.aa, 0.95, NOISE.pairs)  # the baseline: the A/A
+        median, half = self.speed[handle["params"]["batch_size"]], 0.4 / math.sqrt(pairs)
+        return Interval(median, median - half, median + half, 0.95, pairs)
+
+    def more(self, handle: Any, n: int, timeout_s: float) -> Interval:
+        handle["calls"].append(n)
+        return self._interval(handle)
+
+    def end(self, handle: Any) -> TrialResult:
+        iv = self._interval(handle)
+        return TrialResult("ok", samples_per_s=100.0 * iv.median, objective=iv.median, speedup_low=iv.low,
+                           speedup_high=iv.high, method="in-process pairs", pairs=iv.count, loss=1.0,
+                           loss_samples=1024, wall_s=10.0, timed_s=8.0, startup_s=0.5, warmup_s=1.0)
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def _search(tmp_path: Path, measurer: Scripted, **options: Any) -> Any:
+    storage = f"sqlite:///{tmp_path}/studies.db"
+    settings = dict(storage=storage, budget_s=None, trials=6, fixed={"processes": 1}, confirm_top=2, seed=1)
+    return search("tiny", options=SearchOptions(**{**settings, **options}), measurer=measurer)
+
+
+def _study(tmp_path: Path, name: str) -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{tmp_path}/studies.db")
+
+
+@pytest.mark.parametrize(
+    ("interval", "incumbent", "used", "why"),
+    [((0.7, 0.6, 0.8), (1.0, 0.98), 4, "slower than the defaults with confidence"),
+     ((1.05, 0.99, 1.1), (1.3, 1.2), 4, "below the incumbent's interval (its low 1.20x)"),
+     ((1.1, 0.9, 1.25), (1.3, 1.0), 4, "cannot beat the incumbent's 1.30x"),
+     ((1.2, 1.18, 1.22), (1.1, 1.0), 8, "interval within +-3%"),
+     ((1.2, 1.0, 1.4), (1.1, 1.0), 24, "24 pairs, the most a candidate gets"),
+     ((1.2, 1.0, 1.4), (1.1, 1.0), 8, None),  # may beat the incumbent, wide: another round
+     ((1.2, 1.0, 1.4), None, 8, None)])
+def test_race_stop(interval: tuple[float, float, float], incumbent: tuple[float, float] | None, used: int,
+                   why: str | None) -> None:
+    assert race_stop(Interval(*interval, 0.95, used), NOISE, incumbent, used, 3 * NOISE.pairs) == why
+
+
+def test_the_baseline_is_the_calibration_and_the_race_stops_slow_candidates_early(tmp_path: Path) -> None:
+    measurer = Scripted()
+    outcome = _search(tmp_path, measurer, fixed={"processes": 1, "threads": 2}, confirm_top=0)
+    study = _study(tmp_path, outcome.study)
+    assert measurer.calibrations == 1 and measurer.closed == 1
+    assert study.user_attrs["measure"] == "paired-v1" and study.metric_names == ["speedup"]
+    assert study.user_attrs["noise"]["pairs"] == NOISE.pairs and tuple(study.user_attrs["noise"]["aa"]) == NOISE.aa
+    trials = study.get_trials(deepcopy=False)
+    base = trials[0]
+    assert base.user_attrs["role"] == "baseline" and base.value == 1.0 and base.state.name == "COMPLETE"
+    assert (base.user_attrs["speedup_low"], base.user_attrs["speedup_high"]) == NOISE.aa[1:]
+    assert study.user_attrs["baseline_loss"] == 1.0
+    assert measurer.calls[0] == (32, [])  # the baseline asked no pairs: the A/A is its measurement
+    first = max(4, NOISE.pairs // 2)
+    for trial, (batch, calls) in zip(trials[1:], measurer.calls[1:], strict=True):
+        assert trial.state.name == "COMPLETE" and trial.value == pytest.approx(SPEED[batch]), trial.user_attrs
+        assert calls[0] == first and sum(calls) <= 3 * NOISE.pairs
+        why = trial.user_attrs["race"]
+        if SPEED[batch] == 0.5:  # slower than the defaults with confidence at once: one round
+            assert calls == [first] and why == "slower than the defaults with confidence", (batch, calls, why)
+        if SPEED[batch] == 0.8:  # not surely slower than the defaults, but below 1.3x's interval
+            assert calls == [first] and why.startswith(("below the incumbent's", "slower")), (batch, calls, why)
+        if SPEED[batch] == 1.3 and trial.number == trials[1].number:
+            assert len(calls) > 1  # the first candidate better than the defaults earns more rounds
+    assert outcome.recipe.speedup == pytest.approx(1.3), outcome.recipe
+    assert outcome.recipe.speedup_low > 1.02, outcome.recipe
+
+
+def test_a_recipe_is_offered_only_when_its_confirmed_low_bound_clears_the_margin(tmp_path: Path) -> None:
+    """A candidate as fast as the defaults (1.01x) is never offered; 1.3x is, with its confirmed interval."""
+    same = Scripted({**{b: 0.5 for b in SPEED}, 32: 1.0, 128: 1.01})
+    kept = _search(tmp_path, same, fixed={"processes": 1, "threads": 2, "batch_size": 128}, trials=3)
+    assert kept.best.number == kept.baseline.number and kept.recipe.speedup == 1.0
+    assert any("not faster with confidence" in n and "1.01x [" in n for n in kept.recipe.notes), kept.recipe.notes
+    confirmations = [c for c in same.calls if c[0] == 128][1:]
+    assert confirmations and confirmations[-1][1] == [NOISE.pairs]  # fresh pairs: the calibration's count
+
+    offered = _search(tmp_path, Scripted(), study="offered", fixed={"processes": 1, "threads": 2, "batch_size": 64},
+                      trials=3)
+    recipe = offered.recipe
+    assert recipe.params["batch_size"] == 64 and recipe.speedup == pytest.approx(1.3)
+    assert recipe.speedup_low == pytest.approx(1.3 - 0.4 / math.sqrt(NOISE.pairs))  # from the confirmation
+    assert recipe.samples_per_s == pytest.approx(130.0) and recipe.baseline_samples_per_s == pytest.approx(100.0)
+    assert any(n.startswith("best (trial ") and "over PyTorch defaults" in n for n in recipe.notes), recipe.notes
+    assert any(n.startswith("timed ") and "calibration" in n for n in recipe.notes), recipe.notes
+
+
+def _old_study(tmp_path: Path, name: str) -> None:
+    """A study as an older autotune left it: values in samples/s, no measure marker."""
+    study = optuna.create_study(study_name=name, storage=f"sqlite:///{tmp_path}/studies.db", direction="maximize")
+    study.add_trial(optuna.trial.create_trial(value=1234.5, user_attrs={"role": "baseline", "status": "ok"}))
+
+
+def test_an_old_samples_per_s_study_is_left_untouched_and_the_search_moves_on(
+        tmp_path: Path, facts: Any, caplog: pytest.LogCaptureFixture) -> None:
+    name = f"tiny-{facts.fingerprint}"
+    _old_study(tmp_path, name)
+    outcome = _search(tmp_path, Scripted(), trials=2, confirm_top=0)
+    assert outcome.study == f"{name}-paired-v1"
+    assert f"study {name!r} holds samples/s" in caplog.text and outcome.study in caplog.text
+    old = _study(tmp_path, name)
+    assert [t.value for t in old.get_trials()] == [1234.5] and "measure" not in old.user_attrs
+    assert _study(tmp_path, outcome.study).user_attrs["measure"] == "paired-v1"
+
+    with pytest.raises(UsageError, match=f"study {name!r} holds samples/s .* --study NEW_NAME"):
+        _search(tmp_path, Scripted(), study=name)
+    assert [t.value for t in _study(tmp_path, name).get_trials()] == [1234.5]
+
+
+def _environment(facts: Any, **changes: Any) -> dict[str, Any]:
+    """--fix of every environment knob: the defaults' values with ``changes``."""
+    from autotune import search_spaces as spaces
+    from autotune.trial.paired import ENVIRONMENT_KEYS
+
+    defaults = spaces.defaults(facts, spaces.SpaceContext(default_batch_size=32))
+    return {**{k: defaults[k] for k in ENVIRONMENT_KEYS if k in defaults}, **changes}
+
+
+def test_a_resumed_paired_study_calibrates_again_and_continues(tmp_path: Path, facts: Any) -> None:
+    """... and reuses the environment factors its trials recorded (one thread: another environment)."""
+    fixed = _environment(facts, threads=1, interop_threads=1)
+    first = _search(tmp_path, Scripted(), trials=2, confirm_top=0, fixed=fixed)
+    assert "environment_factor" in _study(tmp_path, first.study).get_trials()[1].user_attrs
+    again = Scripted()
+    second = _search(tmp_path, again, trials=4, confirm_top=0, fixed=fixed)
+    assert second.study == first.study and again.calibrations == 1  # this search's workers: a new A/A
+    assert [b for b, _ in again.calls] and again.calls[0][1]  # no baseline again: the first call is a race
+    assert again.factors_measured == 0  # the recorded factor was handed back
+    trials = _study(tmp_path, second.study).get_trials(deepcopy=False)
+    assert [t.user_attrs["role"] for t in trials].count("baseline") == 1 and len(trials) == 4
+
+
+def test_a_candidate_slow_on_purpose_is_stopped_after_its_first_round_live(tmp_path: Path, facts: Any) -> None:
+    """The live measurer on ``slow`` (a sleep per forward pass): batch 16 runs a quarter of the default 64's
+    samples/s, so after one round its interval lies below 1 - margin and the race stops it."""
+    from autotune import search_spaces as spaces
+    from autotune.trial import TrialSettings
+    from autotune.trial.paired import ENVIRONMENT_KEYS
+
+    defaults = spaces.defaults(facts, spaces.SpaceContext(default_batch_size=64))
+    same_environment = {k: defaults[k] for k in ENVIRONMENT_KEYS if k in defaults}
+    settings = TrialSettings(warmup_steps=2, measure_steps=6, eval_samples=128)
+    options = SearchOptions(storage=f"sqlite:///{tmp_path}/studies.db", budget_s=None, trials=2, confirm_top=0,
+                            settings=settings, fixed={**same_environment, "batch_size": 16}, compile=False)
+    outcome = search("tests.quality_workloads:slow", options=options)
+    study = _study(tmp_path, outcome.study)
+    noise = study.user_attrs["noise"]
+    base, slow = study.get_trials(deepcopy=False)
+    assert base.value == 1.0 and base.user_attrs["pairs"] == 16  # the A/A: LiveMeasurer's calibration pairs
+    assert slow.state.name == "COMPLETE" and slow.user_attrs["params"]["batch_size"] == 16
+    assert slow.value < 0.5 and slow.user_attrs["speedup_high"] < 1 - noise["margin"], slow.user_attrs
+    assert slow.user_attrs["race"] == "slower than the defaults with confidence"
+    assert slow.user_attrs["pairs"] == max(4, noise["pairs"] // 2)  # one round
+    assert slow.user_attrs["method"] == "in-process pairs"
+    assert slow.user_attrs["loss_samples"] == base.user_attrs["loss_samples"] == 64 * (2 + 6)  # the guard's count
+    assert outcome.best.number == base.number  # nothing faster: the defaults are kept
