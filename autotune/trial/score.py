@@ -83,6 +83,15 @@ def combine(first: stats.Interval, second: stats.Interval) -> stats.Interval:
                           min(first.confidence, second.confidence), min(first.count, second.count))
 
 
+def _status(state: str) -> Status:
+    """A failed arm's state as a trial's status (``no-room``, which is not a failure of the recipe, and
+    any state this version does not know, read as a crash)."""
+    try:
+        return Status(state)
+    except ValueError:
+        return Status.CRASH
+
+
 class PairedScorer:
     """The defaults' worker, calibrated once, and candidates scored against it (see the module docstring).
 
@@ -324,12 +333,13 @@ class LiveMeasurer:
         if status.state == "ok":
             return trial
         self._drop(trial)
-        if status.state == "oom" and params.get("device") == "cuda":
-            # Two models do not fit on this GPU next to each other: fresh processes, one model each.
+        if status.state == "no-room":
+            # Two models do not fit on this GPU next to each other (``paired``): fresh processes, one model each.
             trial.worker, trial.cand_status = None, None
-            trial.warnings.append("two models do not fit on one GPU: measured in fresh process pairs instead")
+            trial.warnings.append(f"{status.error or 'two models do not fit on one GPU'}: measured in fresh process "
+                                  "pairs instead")
             return trial
-        return TrialResult(Status(status.state), error=status.error, wall_s=time.monotonic() - trial.started,
+        return TrialResult(_status(status.state), error=status.error, wall_s=time.monotonic() - trial.started,
                            warmup_s=trial.warmup_s, startup_s=trial.startup_s, warnings=trial.warnings)
 
     def _env_defaults(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -425,7 +435,7 @@ class LiveMeasurer:
         trial.timed_s += sum(p.base.elapsed_s + p.cand.elapsed_s for p in run.pairs)
         failed = run.cand if run.cand.state != "ok" else run.base if run.base.state != "ok" else None
         if failed is not None:
-            status = Status(failed.state) if failed is run.cand else Status.CRASH
+            status = _status(failed.state) if failed is run.cand else Status.CRASH
             trial.failed = TrialResult(status, error=f"arm {failed.arm}: {failed.error}")
 
     def _fresh_pairs(self, trial: _Trial, n: int, deadline: float) -> None:
@@ -488,7 +498,7 @@ class LiveMeasurer:
         except WorkerError as e:
             return replace(self._lost(trial, e, time.monotonic() + 300.0), wall_s=time.monotonic() - trial.started)
         if status.state != "ok":
-            return TrialResult(Status(status.state), error=status.error, wall_s=time.monotonic() - trial.started)
+            return TrialResult(_status(status.state), error=status.error, wall_s=time.monotonic() - trial.started)
         interval = trial.interval or self._interval(trial)
         if trial.baseline:
             noise = self.noise
@@ -504,8 +514,8 @@ class LiveMeasurer:
             speedup_low=interval.low, speedup_high=interval.high, method=method,
             pairs=interval.count, compile_s=status.compile_s, startup_s=trial.startup_s, warmup_s=trial.warmup_s,
             timed_s=trial.timed_s, loss=status.loss, loss_samples=status.loss_samples,
-            wall_s=time.monotonic() - trial.started, in_effect={**(worker.ready.in_effect if worker.ready else {}),
-                                                                **status.in_effect},
+            peak_memory_bytes=status.peak_memory_bytes, wall_s=time.monotonic() - trial.started,
+            in_effect={**(worker.ready.in_effect if worker.ready else {}), **status.in_effect},
             warnings=[*trial.warnings, *(w for w in status.warnings if w not in trial.warnings)])
 
     def _end_fresh(self, trial: _Trial) -> TrialResult:
