@@ -99,14 +99,16 @@ def candidate_count(study: optuna.Study, options: SearchOptions) -> int:
 
 def timeout_s(study: optuna.Study, options: SearchOptions, params: dict[str, Any], remaining: float,
               estimate: float | None) -> float:
-    """The trial's time limit: 5x the estimate of its kind (at least 60 s), within the budget. A
-    compile mode not measured yet may take what the budget leaves after the confirmation runs."""
+    """The trial's time limit: 5x the estimate of its kind (at least 60 s), and never into the time kept for
+    the confirmation (``reserve_s``): a trial that would need it times out and the candidates already found
+    are still confirmed. A compile mode not measured yet may take all the budget leaves after that reserve."""
+    available = max(1.0, remaining - reserve_s(study, options, estimate_s(study)))
     mode = params.get("compile_mode") or "none"
     if mode != "none":
         estimate = estimate_s(study, mode)
         if estimate is None:
-            return max(60.0, remaining - reserve_s(study, options, estimate_s(study))) if remaining > 60 else remaining
-    return remaining if estimate is None else min(remaining, max(60.0, 5 * estimate))
+            return available
+    return available if estimate is None else min(available, max(60.0, 5 * estimate))
 
 
 __all__ = ["candidate_count", "confirm_s", "confirmation_pairs", "estimate_s", "parse_duration", "reserve_s",

@@ -45,3 +45,33 @@ def test_a_candidate_is_estimated_from_candidates_or_else_from_the_calibration()
     assert estimate_s(study) == 1.2 * 20.0
     options = SearchOptions(budget_s=120, confirm_top=3)
     assert reserve_s(study, options, 24.0) == pytest.approx(2 * 12 * 0.5 * 1.1 + (20.0 - 12.0))
+
+
+def test_no_trial_may_take_the_time_kept_for_the_confirmation() -> None:
+    """A compile trial started with 62 s left, 30 of them kept to confirm the candidates found, gets 32 s:
+    it timed out at 60 s in a 2-minute demo and left the best candidate unconfirmed."""
+    from dataclasses import asdict
+
+    import optuna
+
+    from autotune.study import SearchOptions
+    from autotune.study.budget import reserve_s, timeout_s
+    from autotune.trial.spec import Noise
+
+    study = optuna.create_study(direction="maximize")
+    noise = Noise(window_s=0.5, pairs=12, half_width=0.03, margin=0.02, spread=0.1, aa=(1.0, 0.97, 1.03))
+    study.set_user_attr("noise", asdict(noise))
+    study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs={
+        "wall_s": 12.0, "status": "ok", "role": "baseline", "params": {}, "objective": 1.0}))
+    for value in (1.5, 2.2):
+        study.add_trial(optuna.trial.create_trial(value=value, user_attrs={
+            "wall_s": 8.0, "timed_s": 6.0, "status": "ok", "role": "seed", "params": {"amp": value},
+            "objective": value, "speedup_low": value - 0.05, "speedup_high": value + 0.05}))
+    options = SearchOptions(budget_s=120, confirm_top=2)
+    reserve = reserve_s(study, options, 9.6)
+    assert reserve > 20
+    compiled = timeout_s(study, options, {"compile_mode": "default"}, 62.0, 9.6)
+    assert compiled == pytest.approx(62.0 - reserve)
+    eager = timeout_s(study, options, {"compile_mode": "none"}, 62.0, 9.6)
+    assert eager == pytest.approx(min(62.0 - reserve, 60.0))
+    assert timeout_s(study, options, {}, 600.0, 9.6) == 60.0  # far from the end: 5x the estimate, 60 s at least
