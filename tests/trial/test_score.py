@@ -91,6 +91,12 @@ def test_the_live_measurer_calibrates_once_and_measures_each_candidate_as_an_arm
         assert first.count == 4 and first.high < 0.6, first  # slower with confidence after one round
         both = measurer.more(handle, 2, 120)
         slow = measurer.end(handle)
+        measurer.reseed(7)  # the confirmation: in a fresh worker process, calibration kept
+        fresh = measurer.begin({**base, "batch_size": 16}, 120)
+        measurer.more(fresh, 4, 120)
+        again = measurer.end(fresh)
+        assert measurer.worker is not None and measurer.worker is not worker and worker.proc.poll() is not None
+        assert again.status == "ok" and again.startup_s and again.objective < 0.6  # the new worker's start, paid
     finally:
         measurer.close()
     assert both.count == 6 and slow.status == "ok" and slow.method == "in-process pairs" and slow.pairs == 6
