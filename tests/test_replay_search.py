@@ -67,7 +67,7 @@ def test_the_search_replays_a_grid_in_seconds_and_finds_its_best(facts: Any, tmp
     grid = RecordedGrid.load(path)
     scores = grid.scores(base.max_loss_increase)
     best = max(scores.values())
-    fixed = {k: v for k, v in spaces.defaults(facts, ctx).items() if k not in SEARCHED}
+    fixed = {k: v for k, v in spaces.defaults(facts, ctx).items() if k not in grid.searched_names()}
     found, started = [], time.monotonic()
     for seed in range(3):
         options = SearchOptions(**{**base.__dict__, "trials": max(6, len(grid.configs) // 3), "seed": seed,

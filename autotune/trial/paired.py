@@ -331,7 +331,11 @@ class Arm:
                     break
         elapsed = time.perf_counter() - start - excluded
         idle_workers = {str(pid): proc_state(pid) for arm in idle for pid in arm.batches.worker_pids()}
-        self._check(loss)
+        if self.loss is None:
+            # Until the guard's loss is taken. After it the arm is only timed: an arm trains far past the study's
+            # sample count in a long race, and the tiny MLP's defaults diverged to NaN there, failing candidates
+            # that had nothing wrong (the quality guard judges every arm at the one sample count).
+            self._check(loss)
         samples = self.trained - samples
         self.rates.append(samples / elapsed)
         return WindowRecord(self.name, samples / elapsed, steps, samples, elapsed, idle_workers)

@@ -105,7 +105,7 @@ class RecordedGrid:
     def key(self, params: dict[str, Any]) -> tuple[Any, ...]:
         """The values of the searched knobs in ``params``, a knob renamed since the recording read under its
         new name (``RENAMED``)."""
-        return tuple(params.get(k, params.get(RENAMED.get(k, k))) for k in self.searched)
+        return tuple(_value(params, k) for k in self.searched)
 
     def searched_names(self) -> set[str]:
         """The searched knobs, under their recorded names and their new ones: the search must not fix them."""
@@ -114,8 +114,9 @@ class RecordedGrid:
     def find(self, params: dict[str, Any]) -> GridConfig:
         """The recorded combination of ``params``; ``GridMiss`` when a knob the grid holds fixed differs, or
         the combination was not recorded."""
+        searched = self.searched_names()
         fixed = [f"{k}={params[k]!r} (grid: {v!r})" for k, v in self.defaults.items()
-                 if k not in self.searched and k in params and params[k] != v]
+                 if k not in searched and k in params and params[k] != v]
         if fixed:
             raise GridMiss(f"the grid holds these knobs fixed: {', '.join(fixed)}")
         for config in self.configs:
@@ -168,6 +169,11 @@ class _Handle:
     drawn: list[float] = field(default_factory=list)
 
 
+def _value(params: dict[str, Any], key: str) -> Any:
+    """A searched knob's value, under its recorded name or its new one (``RENAMED``)."""
+    return params.get(key, params.get(RENAMED.get(key, key)))
+
+
 class ReplayMeasurer:
     """A ``PairedMeasurer`` over a ``RecordedGrid`` (see the module docstring); ``seed``: the search's.
 
@@ -198,7 +204,7 @@ class ReplayMeasurer:
 
     def _kind(self, config: GridConfig) -> str:
         in_process = [k for k in self.grid.searched if k not in ENVIRONMENT_KEYS]
-        if any(config.params.get(k) != self.grid.defaults.get(k) for k in in_process):
+        if any(_value(config.params, k) != _value(self.grid.defaults, k) for k in in_process):
             return IN_PROCESS if config.environment is None else ACROSS
         return BASELINE if config.environment is None else FACTOR
 

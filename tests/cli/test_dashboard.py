@@ -78,13 +78,28 @@ def _loop_study(url: str, facts) -> None:
     from autotune.trial import TrialResult
 
     ctx = SpaceContext(default_batch_size=32)
-    script = [TrialResult("ok", samples_per_s=100.0, objective=100.0, loss=1.0),
-              TrialResult("ok", samples_per_s=150.0, objective=150.0, loss=2.0),
+    from autotune.trial.spec import Noise
+    from autotune.trial.stats import Interval
+
+    script = [TrialResult("ok", samples_per_s=100.0, objective=1.0, speedup_low=0.99, speedup_high=1.01, loss=1.0),
+              TrialResult("ok", samples_per_s=150.0, objective=1.5, speedup_low=1.4, speedup_high=1.6, loss=2.0),
               TrialResult("nan", error="the loss became nan"), TrialResult("oom", error="out of memory")]
 
-    class Scripted:
-        def measure(self, params, timeout_s, on_window=None):
+    class Scripted:  # a PairedMeasurer whose measurements are the script's
+        def calibrate(self, timeout_s):
+            return Noise(window_s=0.3, pairs=8, half_width=0.03, margin=0.02, spread=0.04, aa=(1.0, 0.99, 1.01))
+
+        def begin(self, params, timeout_s):  # a result at once: the loop records it as measured
             return script.pop(0)
+
+        def more(self, handle, n, timeout_s):
+            return Interval(handle.objective, handle.speedup_low, handle.speedup_high, 0.95, 8)
+
+        def end(self, handle):
+            return handle
+
+        def close(self):
+            pass
 
     import optuna
 
@@ -126,6 +141,6 @@ def test_the_dashboard_marks_infeasible_trials_and_gives_failed_ones_no_value(tm
     shown = [(t["number"], t["state"], t.get("values"), t["constraints"]) for t in detail["trials"]]
     # the quality guard's rejection: measured (its value kept) and infeasible; NaN and OOM: failed, no value
     # (constraints: quality = loss increase - 5%, fits_memory, finite_loss, applied; feasible when all <= 0)
-    assert shown == [(0, "Complete", [100.0], [pytest.approx(-0.05), 0.0, 0.0, 0.0]),
-                     (1, "Complete", [150.0], [pytest.approx(0.95), 0.0, 0.0, 0.0]),
+    assert shown == [(0, "Complete", [1.0], [pytest.approx(-0.05), 0.0, 0.0, 0.0]),
+                     (1, "Complete", [1.5], [pytest.approx(0.95), 0.0, 0.0, 0.0]),
                      (2, "Fail", None, [0.0, 0.0, 1.0, 0.0]), (3, "Fail", None, [0.0, 1.0, 0.0, 0.0])]

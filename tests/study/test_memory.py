@@ -51,9 +51,10 @@ def test_through_the_search_loop_an_oom_skips_only_its_own_settings(facts, tmp_p
     run = {"device": "cpu", "reference_batch": 32, "global_batch": None, "lr_scaling": "sqrt"}
     study = optuna.create_study(storage=f"sqlite:///{tmp_path}/studies.db", direction="maximize")
     options = SearchOptions(settings=TrialSettings(warmup_steps=2, measure_steps=6, windows=2, max_extra_windows=0,
-                                                   eval_samples=128), confirm_top=0)
+                                                   eval_samples=32), confirm_top=0)
     loop = SearchLoop(study, f"{FAULTY}:oom", facts, ctx, run, options, time.monotonic() + 300, lambda *a: None)
-    base = {**defaults(facts, ctx), "threads": 1, "processes": 1, "num_workers": 0}
+    base = defaults(facts, ctx)  # the defaults' environment: every candidate is an arm of the defaults' worker
+    loop.calibrate(120)  # the search's A/A comes first
     pruned = {"sparsity_pattern": "structured", "sparsity": 0.5}
     for changes in ({"batch_per_rank": OOM_FROM_BATCH}, {"batch_per_rank": 128}, {"batch_per_rank": 128, **pruned}):
         study.enqueue_trial({**base, **changes})

@@ -43,14 +43,14 @@ class Scripted:
         if params["threads"] == 1 and environment_key(params) not in self.factors:  # another environment
             self.factors[environment_key(params)] = Interval(0.9, 0.85, 0.95, 0.95, 3)
             self.factors_measured += 1
-        self.calls.append((params["batch_size"], []))
+        self.calls.append((params["batch_per_rank"], []))
         return {"params": params, "calls": self.calls[-1][1]}
 
     def _interval(self, handle: Any) -> Interval:
         pairs = sum(handle["calls"])
         if not pairs:
             return Interval(*NOISE.aa, 0.95, NOISE.pairs)  # the baseline: the A/A
-        median, half = self.speed[handle["params"]["batch_size"]], 0.4 / math.sqrt(pairs)
+        median, half = self.speed[handle["params"]["batch_per_rank"]], 0.4 / math.sqrt(pairs)
         return Interval(median, median - half, median + half, 0.95, pairs)
 
     def more(self, handle: Any, n: int, timeout_s: float) -> Interval:
@@ -122,16 +122,16 @@ def test_the_baseline_is_the_calibration_and_the_race_stops_slow_candidates_earl
 def test_a_recipe_is_offered_only_when_its_confirmed_low_bound_clears_the_margin(tmp_path: Path) -> None:
     """A candidate as fast as the defaults (1.01x) is never offered; 1.3x is, with its confirmed interval."""
     same = Scripted({**{b: 0.5 for b in SPEED}, 32: 1.0, 128: 1.01})
-    kept = _search(tmp_path, same, fixed={"processes": 1, "threads": 2, "batch_size": 128}, trials=3)
+    kept = _search(tmp_path, same, fixed={"processes": 1, "threads": 2, "batch_per_rank": 128}, trials=3)
     assert kept.best.number == kept.baseline.number and kept.recipe.speedup == 1.0
     assert any("not faster with confidence" in n and "1.01x [" in n for n in kept.recipe.notes), kept.recipe.notes
     confirmations = [c for c in same.calls if c[0] == 128][1:]
     assert confirmations and confirmations[-1][1] == [NOISE.pairs]  # fresh pairs: the calibration's count
 
-    offered = _search(tmp_path, Scripted(), study="offered", fixed={"processes": 1, "threads": 2, "batch_size": 64},
+    offered = _search(tmp_path, Scripted(), study="offered", fixed={"processes": 1, "threads": 2, "batch_per_rank": 64},
                       trials=3)
     recipe = offered.recipe
-    assert recipe.params["batch_size"] == 64 and recipe.speedup == pytest.approx(1.3)
+    assert recipe.params["batch_per_rank"] == 64 and recipe.speedup == pytest.approx(1.3)
     assert recipe.speedup_low == pytest.approx(1.3 - 0.4 / math.sqrt(NOISE.pairs))  # from the confirmation
     assert recipe.samples_per_s == pytest.approx(130.0) and recipe.baseline_samples_per_s == pytest.approx(100.0)
     assert any(n.startswith("best (trial ") and "over PyTorch defaults" in n for n in recipe.notes), recipe.notes
@@ -194,13 +194,13 @@ def test_a_candidate_slow_on_purpose_is_stopped_after_its_first_round_live(tmp_p
     same_environment = {k: defaults[k] for k in ENVIRONMENT_KEYS if k in defaults}
     settings = TrialSettings(warmup_steps=2, measure_steps=6, eval_samples=128)
     options = SearchOptions(storage=f"sqlite:///{tmp_path}/studies.db", budget_s=None, trials=2, confirm_top=0,
-                            settings=settings, fixed={**same_environment, "batch_size": 16}, compile=False)
+                            settings=settings, fixed={**same_environment, "batch_per_rank": 16}, compile=False)
     outcome = search("tests.quality_workloads:slow", options=options)
     study = _study(tmp_path, outcome.study)
     noise = study.user_attrs["noise"]
     base, slow = study.get_trials(deepcopy=False)
     assert base.value == 1.0 and base.user_attrs["pairs"] == 16  # the A/A: LiveMeasurer's calibration pairs
-    assert slow.state.name == "COMPLETE" and slow.user_attrs["params"]["batch_size"] == 16
+    assert slow.state.name == "COMPLETE" and slow.user_attrs["params"]["batch_per_rank"] == 16
     assert slow.value < 0.5 and slow.user_attrs["speedup_high"] < 1 - noise["margin"], slow.user_attrs
     assert slow.user_attrs["race"] == "slower than the defaults with confidence"
     assert slow.user_attrs["pairs"] == max(4, noise["pairs"] // 2)  # one round
