@@ -1,12 +1,15 @@
 """Shared fixtures: the live machine's facts, fast trial settings, the CLI in a subprocess, a real PostgreSQL."""
 from __future__ import annotations
 
+import functools
+import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +18,49 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 PG_ROOT = Path("/usr/lib/postgresql")  # Debian's postgresql package: one VERSION/bin per installed server
+
+
+def _children() -> dict[int, object]:
+    import psutil
+
+    found: dict[int, object] = {}
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE:
+                found[child.pid] = child
+        except psutil.Error:
+            pass
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _leaves_no_process() -> Iterator[None]:
+    """Every test stops what it started: a process of its own still alive 5 s after it ends (a trial worker,
+    a watchdog whose tree was never stopped) fails it here, not a later test that happens to look.
+    Session fixtures' processes (the PostgreSQL server) started before the test and are not counted."""
+    import psutil
+
+    before = set(_children())
+    yield
+    deadline = time.monotonic() + 5
+    while True:
+        left = {pid: p for pid, p in _children().items() if pid not in before}
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    lines = []
+    for process in left.values():
+        try:
+            lines.append(" ".join(process.cmdline()))  # type: ignore[attr-defined]
+        except psutil.Error:
+            continue
+    if lines:
+        for process in left.values():  # so the next test starts clean
+            try:
+                process.kill()  # type: ignore[attr-defined]
+            except psutil.Error:
+                pass
+        pytest.fail(f"the test left processes running: {lines}")
 
 
 @pytest.fixture(scope="session")
@@ -42,6 +88,19 @@ def run_cli(
 
 
 FAST = ("--steps", "6", "--warmup-steps", "2")
+
+
+@functools.cache
+def defaults_env() -> tuple[str, ...]:
+    """``--fix`` of every environment-level knob at the defaults' value on this machine: every candidate is
+    then an arm in the defaults' worker, measured in-process (no process pairs, no worker start per
+    environment). For searches whose subject is not the environment factor; a later ``--fix`` overrides."""
+    from autotune import probes
+    from autotune import search_spaces as spaces
+    from autotune.trial.paired import ENVIRONMENT_KEYS
+
+    defaults = spaces.defaults(probes.probe(), spaces.SpaceContext(default_batch_size=32))
+    return tuple(arg for k in ENVIRONMENT_KEYS if k in defaults for arg in ("--fix", f"{k}={json.dumps(defaults[k])}"))
 
 
 def pg_bin(root: Path = PG_ROOT) -> Path | None:
@@ -101,6 +160,6 @@ def tiny_search(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subproc
     tests of what it prints and of the report it writes: its folder and its completed process."""
     folder = tmp_path_factory.mktemp("tiny-search")
     out = run_cli("search", "--workload", "tiny", "--budget", "3m", "--trials", "3", "--confirm", "0",
-                  "--fix", "processes=1", *FAST, cwd=folder)
+                  *defaults_env(), *FAST, cwd=folder)
     assert out.returncode == 0, out.stderr
     return folder, out

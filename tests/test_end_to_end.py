@@ -11,7 +11,7 @@ import pytest
 
 from autotune.recipe import load_recipe_file
 
-from .conftest import FAST, REPO, run_cli
+from .conftest import FAST, REPO, defaults_env, run_cli
 
 QUALITY = REPO / "tests" / "quality_workloads.py"
 
@@ -37,8 +37,8 @@ def test_search_export_apply(tmp_path: Path) -> None:
     # the default 64 runs four (--global-batch 256), ~4x the samples/s at the same loss. The search must find it,
     # and the speedup must come from the confirmation's fresh pairs against the defaults, with its interval.
     workload = f"{QUALITY}:slow"
-    search = run_cli("search", "--workload", workload, "--budget", "3m", "--trials", "3", "--global-batch", "256",
-                     "--fix", "batch_per_rank=256", "--fix", "processes=1", "--no-compile", "--confirm", "1",
+    search = run_cli("search", "--workload", workload, "--budget", "3m", "--trials", "2", "--global-batch", "256",
+                     *defaults_env(), "--fix", "batch_per_rank=256", "--no-compile", "--confirm", "1",
                      *FAST, cwd=tmp_path)
     assert search.returncode == 0, search.stderr
     assert "PyTorch defaults (trial 0)" in search.stdout, search.stdout
@@ -55,7 +55,8 @@ def test_search_export_apply(tmp_path: Path) -> None:
     assert stored["speedup"] == pytest.approx(float(claim[1]), abs=0.005), stored
     interval = (stored["speedup_low"], stored["speedup_high"])
     assert interval == pytest.approx((float(claim[2]), float(claim[3])), abs=0.005), stored
-    assert any(note.startswith("best (trial ") and "confirmed at" in note for note in stored["notes"]), stored
+    assert any(note.startswith("best (trial ") and "confirmed at" in note for note in stored["notes"]), (
+        stored["notes"], search.stderr[-3000:])
     assert stored["samples_per_s"] == pytest.approx(stored["speedup"] * stored["baseline_samples_per_s"])
 
     assert run_cli("export", "--format", "env", "-o", "best.env", cwd=tmp_path).returncode == 0

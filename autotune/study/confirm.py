@@ -1,7 +1,8 @@
 """Confirmation: the top candidates re-measured with fresh pairs before one is declared best.
 
 A search keeps its fastest measurement, and the fastest of many noisy measurements is biased upward
-(the winner's curse). So the top ``confirm_top`` feasible recipes (by their search median) are measured
+(the winner's curse). So the top ``confirm_top`` feasible recipes (by their search median; not those
+whose search interval lies wholly below ``1 + margin``: they could not be offered) are measured
 again against the defaults with FRESH pairs: a new seed for the windows' order, ``confirm_rounds x
 noise.pairs`` pairs (at least 4), and every environment factor measured again over new process pairs.
 Only these measurements decide: a recipe is offered when its confirmed speedup's low bound is above
@@ -56,7 +57,7 @@ def confirm(loop: SearchLoop) -> Confirmation | None:
     done = _earlier(loop.study)
     note, made, started = None, 0, time.monotonic()
     if not top:
-        note = "no feasible recipe besides the defaults to confirm"
+        note = "no feasible recipe besides the defaults could be faster by the margin: nothing to confirm"
     reseed = getattr(loop.measurer, "reseed", None)  # fresh window orders and environment factors
     if reseed is not None and top:
         reseed(options.seed + 7919)

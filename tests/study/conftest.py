@@ -9,16 +9,18 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..conftest import FAST
+from ..conftest import FAST, defaults_env
 
 # Quick trials: the tiny MLP, no DataLoader processes or torchrun ranks unless a test asks for them.
 QUICK = (*FAST, "--workload", "tiny", "--budget", "10m", "--fix", "processes=1")
 
 
-def start_search(*args: str, cwd: Path, prefix: tuple[str, ...] = (),
-                 env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    """``autotune search ARGS`` started in the background, as a user would in a terminal."""
-    return subprocess.Popen([*prefix, sys.executable, "-m", "autotune", "search", *QUICK, *args], cwd=cwd,
+def start_search(*args: str, cwd: Path, prefix: tuple[str, ...] = (), env: dict[str, str] | None = None,
+                 environment: bool = False) -> subprocess.Popen[str]:
+    """``autotune search ARGS`` started in the background, as a user would in a terminal. Its candidates
+    keep the defaults' environment (``defaults_env``) unless ``environment``: the environment's knobs too."""
+    held = () if environment else defaults_env()
+    return subprocess.Popen([*prefix, sys.executable, "-m", "autotune", "search", *QUICK, *held, *args], cwd=cwd,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **(env or {})})
 

@@ -54,11 +54,15 @@ def test_through_the_search_loop_an_oom_skips_only_its_own_settings(facts, tmp_p
                                                    eval_samples=32), confirm_top=0)
     loop = SearchLoop(study, f"{FAULTY}:oom", facts, ctx, run, options, time.monotonic() + 300, lambda *a: None)
     base = defaults(facts, ctx)  # the defaults' environment: every candidate is an arm of the defaults' worker
-    loop.calibrate(120)  # the search's A/A comes first
-    pruned = {"sparsity_pattern": "structured", "sparsity": 0.5}
-    for changes in ({"batch_per_rank": OOM_FROM_BATCH}, {"batch_per_rank": 128}, {"batch_per_rank": 128, **pruned}):
-        study.enqueue_trial({**base, **changes})
-        loop._next(0, None)
+    try:
+        loop.calibrate(120)  # the search's A/A comes first
+        pruned = {"sparsity_pattern": "structured", "sparsity": 0.5}
+        for changes in ({"batch_per_rank": OOM_FROM_BATCH}, {"batch_per_rank": 128},
+                        {"batch_per_rank": 128, **pruned}):
+            study.enqueue_trial({**base, **changes})
+            loop._next(0, None)
+    finally:
+        loop.measurer.close()  # its worker and the worker's watchdog end with the test
     got = [(t.params["batch_per_rank"], t.params.get("sparsity_pattern"), t.user_attrs["status"])
            for t in study.get_trials(deepcopy=False)]
     assert got == [(64, "none", "oom"), (128, "none", "skipped"), (128, "structured", "oom")]

@@ -15,7 +15,7 @@ from autotune.trial.child import schedule
 from autotune.workload import held_out_split
 
 from .. import quality_workloads as qw
-from ..conftest import REPO, run_cli
+from ..conftest import REPO, defaults_env, run_cli
 from .conftest import trials
 
 FIXTURES = REPO / "tests" / "quality_workloads.py"
@@ -112,7 +112,7 @@ def test_every_trial_takes_its_loss_after_the_same_samples(facts, change: dict) 
 
 def _search(tmp_path: Path, workload: str, *args: str, study: str = "q") -> tuple[str, list]:
     out = run_cli("search", "--workload", f"{FIXTURES}:{workload}", "--study", study, "--budget", "10m",
-                  "--no-compile", "--fix", "processes=1", *args, cwd=tmp_path)
+                  "--no-compile", *defaults_env(), *args, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     return out.stdout, trials(f"sqlite:///{tmp_path}/studies.db", study)
 

@@ -49,7 +49,7 @@ def test_two_workers_share_a_study_and_other_hardware_is_refused(postgres: str, 
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("one CPU: no smaller CPU set to start a worker with other hardware")
     cpu = str(min(os.sched_getaffinity(0)))
-    third = start_search(*args, cwd=tmp_path, prefix=("taskset", "-c", cpu))
+    third = start_search(*args, cwd=tmp_path, prefix=("taskset", "-c", cpu), environment=True)  # 1 thread there
     out, err = third.communicate(timeout=120)
     assert third.returncode == 2
     lines = err.strip().splitlines()

@@ -169,7 +169,10 @@ def test_aa_of_the_defaults_reads_same_with_one_inside(tiny_worker: PairedWorker
     assert "defaults~aa" not in tiny_worker.arms  # the copy is dropped, the base kept
     tiny_worker.add_arm("defaults~again", _params(facts))
     again = _compare(tiny_worker, "defaults", "defaults~again", 12, 0.2, seed=5)
-    assert again.verdict == "same" and again.ratio.contains(1.0), again
+    # Same, and the whole interval within the calibrated margin: two arms of one model can differ by a real
+    # fraction of a percent (where their tensors lie in memory; seen: 0.994 [0.988-0.997]), never by the margin.
+    assert again.verdict == "same", again
+    assert 1 - cal.margin < again.ratio.low <= again.ratio.high < 1 + cal.margin, (again, cal.margin)
     tiny_worker.drop_arm("defaults~again")
 
 

@@ -51,6 +51,7 @@ def no_process_left() -> Any:
     import psutil
 
     me, stop = psutil.Process(), threading.Event()
+    before = {child.pid for child in me.children(recursive=True)}  # not this test's (session fixtures')
     processes: dict[int, psutil.Process] = {}
     seen: dict[int, str] = {}
 
@@ -60,7 +61,7 @@ def no_process_left() -> Any:
                 children = me.children(recursive=True)
             except psutil.Error:  # one of them ended while being listed: list again
                 continue
-            for child in children:
+            for child in (c for c in children if c.pid not in before):
                 try:  # read again while it lives: a child is a copy of this test until it calls exec
                     cmdline = " ".join(child.cmdline())
                 except psutil.Error:
