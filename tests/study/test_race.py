@@ -207,3 +207,13 @@ def test_a_candidate_slow_on_purpose_is_stopped_after_its_first_round_live(tmp_p
     assert slow.user_attrs["method"] == "in-process pairs"
     assert slow.user_attrs["loss_samples"] == base.user_attrs["loss_samples"] == 64 * (2 + 6)  # the guard's count
     assert outcome.best.number == base.number  # nothing faster: the defaults are kept
+
+
+def test_a_candidate_slower_with_confidence_is_not_confirmed(tmp_path: Path) -> None:
+    """Confirming a recipe whose search interval lies below 1 + margin cannot make it the recipe: no time is
+    spent on it (a 0.78x [0.68-0.80] candidate took 16 s of a tiny search), and the notes say why."""
+    slower = Scripted()
+    outcome = _search(tmp_path, slower, fixed={"processes": 1, "threads": 2, "batch_per_rank": 16}, trials=4)
+    assert [batch for batch, _ in slower.calls] == [32, 16, 16, 16], slower.calls  # no confirmation after the search
+    assert outcome.best.number == outcome.baseline.number and outcome.recipe.speedup == 1.0
+    assert any("nothing to confirm" in n for n in outcome.recipe.notes), outcome.recipe.notes
