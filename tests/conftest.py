@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -20,10 +21,8 @@ SHARED = REPO.parent / "shared"
 PG_ROOT = Path("/usr/lib/postgresql")  # Debian's postgresql package: one VERSION/bin per installed server
 
 
-def _children() -> dict[int, object]:
-    import psutil
-
-    found: dict[int, object] = {}
+def _children() -> dict[int, psutil.Process]:
+    found: dict[int, psutil.Process] = {}
     for child in psutil.Process().children(recursive=True):
         try:
             if child.status() != psutil.STATUS_ZOMBIE:
@@ -38,8 +37,6 @@ def _leaves_no_process() -> Iterator[None]:
     """Every test stops what it started: a process of its own still alive 5 s after it ends (a trial worker,
     a watchdog whose tree was never stopped) fails it here, not a later test that happens to look.
     Session fixtures' processes (the PostgreSQL server) started before the test and are not counted."""
-    import psutil
-
     before = set(_children())
     yield
     deadline = time.monotonic() + 5
@@ -51,13 +48,13 @@ def _leaves_no_process() -> Iterator[None]:
     lines = []
     for process in left.values():
         try:
-            lines.append(" ".join(process.cmdline()))  # type: ignore[attr-defined]
+            lines.append(" ".join(process.cmdline()))
         except psutil.Error:
             continue
     if lines:
         for process in left.values():  # so the next test starts clean
             try:
-                process.kill()  # type: ignore[attr-defined]
+                process.kill()
             except psutil.Error:
                 pass
         pytest.fail(f"the test left processes running: {lines}")

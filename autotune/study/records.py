@@ -108,6 +108,12 @@ def records(study: optuna.Study) -> list[TrialRecord]:
     return out
 
 
+def study_margin(study: optuna.Study) -> float:
+    """The margin a recipe's low bound must clear over 1: the study's calibrated one (``StudyAttr.NOISE``),
+    ``MIN_MARGIN`` before the calibration."""
+    return float((study.user_attrs.get(StudyAttr.NOISE) or {}).get("margin", MIN_MARGIN))
+
+
 def lineup(study: optuna.Study, top: int) -> tuple[TrialRecord | None, list[TrialRecord]]:
     """The baseline's record and the ``top`` fastest feasible distinct recipes' records: what a
     confirmation re-runs (and the budget keeps time for). A recipe whose search interval lies wholly
@@ -117,7 +123,7 @@ def lineup(study: optuna.Study, top: int) -> tuple[TrialRecord | None, list[Tria
     baseline = next((r for r in searched if r.role == BASELINE and r.result.status == Status.OK), None)
     if baseline is None:
         return None, []
-    bar = 1 + float((study.user_attrs.get(StudyAttr.NOISE) or {}).get("margin", MIN_MARGIN))
+    bar = 1 + study_margin(study)
     seen = {params_key(baseline.params)}
     picked: list[TrialRecord] = []
     for r in sorted((r for r in searched if r.feasible), key=lambda r: -(r.result.objective or 0.0)):

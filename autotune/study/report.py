@@ -13,8 +13,7 @@ from .. import search_spaces as spaces
 from ..errors import TrialError
 from ..recipe import Recipe
 from ..trial.spec import Status, TrialResult
-from ..trial.stats import MIN_MARGIN
-from .records import BASELINE, CONFIRM, Confirmation, StudyAttr, TrialRecord, records
+from .records import BASELINE, CONFIRM, Confirmation, TrialRecord, records, study_margin
 
 if TYPE_CHECKING:
     import optuna
@@ -34,8 +33,7 @@ def choose_recipe(
         raise TrialError("the study has no completed baseline trial")
     baseline = baselines[0]
     notes: list[str] = []
-    noise = study.user_attrs.get(StudyAttr.NOISE) or {}
-    margin = confirmation.margin if confirmation is not None else float(noise.get("margin", MIN_MARGIN))
+    margin = confirmation.margin if confirmation is not None else study_margin(study)
     if confirmation is not None and any(c.confirmed for c in confirmation.candidates):
         best, measured = _confirmed(confirmation, searched, baseline, notes)
     else:
