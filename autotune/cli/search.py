@@ -39,7 +39,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "from pairs of processes). Trial 0 is the defaults against themselves: this machine's noise. A "
         "candidate gets more window pairs while it may beat the best so far, and stops early when it is slower "
         "with confidence. A recipe stored earlier for this workload and hardware is tried next (warm start). At "
-        "the end the fastest feasible recipes are measured again with fresh pairs (--confirm); a recipe is kept "
+        "the end the fastest feasible recipes (not those the search found below 1 + the noise margin) are "
+        "measured again with fresh pairs (--confirm); a recipe is kept "
         "only if its confirmed speedup's low bound clears 1 by the noise margin. Ctrl-C stops the "
         "running trial and keeps every result: the same command (or --study NAME) continues the study. "
         "A stored recipe outside this search's space (e.g. compile_mode=default under --no-compile) is skipped "
@@ -78,7 +79,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    "--fix num_workers=0 (repeatable; values are JSON: 2, true, null, or text). A knob this search does "
                    "not have, or a value its space cannot take here, is refused with the allowed values")
     p.add_argument("--confirm", type=int, default=3, metavar="K",
-                   help="measure the K fastest feasible recipes again with fresh pairs before choosing; only these "
+                   help="measure the K fastest feasible recipes again with fresh pairs before choosing (fewer when "
+                   "the search found some below 1 + the noise margin: they could not be offered); only these "
                    "decide, and time for them is kept in the budget (default: 3; 0: choose from the search's own "
                    "intervals)")
     p.add_argument("--confirm-rounds", type=int, default=1, metavar="R",
