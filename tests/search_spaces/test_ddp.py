@@ -99,7 +99,8 @@ with open(f"rank{{tuned.rank}}.json", "w") as f:
     json.dump({{"accumulation": tuned.accumulation, "after": after, "ddp": tuned.in_effect["ddp"],
                "bucket_view": model.gradient_as_bucket_view, "static": model.static_graph,
                "weights": model.module.net[0].weight.sum().item()}}, f)
-torch.distributed.destroy_process_group()
+tuned.finish()
+assert not torch.distributed.is_initialized()
 """
 
 
