@@ -40,7 +40,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "candidate gets more window pairs while it may beat the best so far, and stops early when it is slower "
         "with confidence. A recipe stored earlier for this workload and hardware is tried next (warm start). At "
         "the end the fastest feasible recipes (not those the search found below 1 + the noise margin) are "
-        "measured again with fresh pairs (--confirm); a recipe is kept "
+        "measured again with fresh pairs, in --confirm-rounds rounds of fresh worker processes (--confirm); a "
+        "recipe is kept "
         "only if its confirmed speedup's low bound clears 1 by the noise margin. Ctrl-C stops the "
         "running trial and keeps every result: the same command (or --study NAME) continues the study. "
         "A stored recipe outside this search's space (e.g. compile_mode=default under --no-compile) is skipped "
@@ -83,8 +84,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    "the search found some below 1 + the noise margin: they could not be offered); only these "
                    "decide, and time for them is kept in the budget (default: 3; 0: choose from the search's own "
                    "intervals)")
-    p.add_argument("--confirm-rounds", type=int, default=1, metavar="R",
-                   help="a confirmation measures R x the calibration's window pairs, R at least 1 (default: 1)")
+    p.add_argument("--confirm-rounds", type=int, default=3, metavar="R",
+                   help="a confirmation measures each candidate in R rounds, each in fresh worker processes, the "
+                   "calibration's window pairs split over them (at least 6 a round); its speedup is the rounds' "
+                   "geometric mean, its interval includes the spread between them; R at least 1 (default: 3)")
     p.add_argument("--seed", type=int, default=0, help="sampler and training seed, 0 to 2**32-1 (default: 0)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object per event (JSON lines, each with \"event\": its name) and the "

@@ -68,26 +68,38 @@ def recorded_noise(study: optuna.Study) -> Noise | None:
     return Noise(**{**recorded, "aa": tuple(recorded["aa"])}) if recorded else None
 
 
+MIN_ROUND_PAIRS = 6  # the fewest pairs whose order-statistic interval reaches 95% (min to max: 96.9%)
+
+
 def confirmation_pairs(noise: Noise, options: SearchOptions) -> int:
-    """Pairs of a confirmation: ``confirm_rounds`` x the calibration's pairs, at least 4."""
-    return max(4, noise.pairs) * max(1, options.confirm_rounds)
+    """Pairs of one round of a confirmation: the calibration's pairs split over ``confirm_rounds`` rounds, at
+    least ``MIN_ROUND_PAIRS`` a round."""
+    rounds = max(1, options.confirm_rounds)
+    return max(MIN_ROUND_PAIRS, -(-max(4, noise.pairs) // rounds))
 
 
 def confirm_s(result: TrialResult, noise: Noise | None, options: SearchOptions) -> float:
-    """How long confirming the recipe measured by ``result`` will take: its pairs' windows (two a pair, at
-    the calibration's length, 10% over for whole steps) and its trial's time outside windows once more."""
+    """How long confirming the recipe measured by ``result`` will take, all rounds: each its pairs' windows
+    (two a pair, at the calibration's length, 10% over for whole steps) and the trial's time outside windows
+    once more (warm-up, evaluation)."""
+    rounds = max(1, options.confirm_rounds)
     if noise is None:
-        return result.wall_s
+        return rounds * result.wall_s
     windows = 2 * confirmation_pairs(noise, options) * noise.window_s * 1.1
-    return windows + max(0.0, result.wall_s - (result.timed_s or 0.0))
+    return rounds * (windows + max(0.0, result.wall_s - (result.timed_s or 0.0)))
 
 
 def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | None) -> float:
-    """Time kept for the confirmation: ``confirm_s`` of each candidate it would confirm now."""
+    """Time kept for the confirmation: ``confirm_s`` of each candidate it would confirm now, and a start of
+    the defaults' worker a round (as the baseline's was measured)."""
     if estimate is None or options.budget_s is None or options.confirm_top <= 0:
         return 0.0
     noise = recorded_noise(study)
-    return sum(confirm_s(r.result, noise, options) for r in lineup(study, options.confirm_top)[1])
+    baseline, top = lineup(study, options.confirm_top)
+    if not top:
+        return 0.0
+    starts = max(1, options.confirm_rounds) * ((baseline.result.startup_s or 0.0) if baseline is not None else 0.0)
+    return starts + sum(confirm_s(r.result, noise, options) for r in top)
 
 
 def candidate_count(study: optuna.Study, options: SearchOptions) -> int:
@@ -111,5 +123,5 @@ def timeout_s(study: optuna.Study, options: SearchOptions, params: dict[str, Any
     return available if estimate is None else min(available, max(60.0, 5 * estimate))
 
 
-__all__ = ["candidate_count", "confirm_s", "confirmation_pairs", "estimate_s", "parse_duration", "reserve_s",
-           "timeout_s"]
+__all__ = ["candidate_count", "confirm_s", "confirmation_pairs", "estimate_s", "parse_duration",
+           "reserve_s", "timeout_s"]

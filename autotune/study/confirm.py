@@ -3,24 +3,32 @@
 A search keeps its fastest measurement, and the fastest of many noisy measurements is biased upward
 (the winner's curse). So the top ``confirm_top`` feasible recipes (by their search median; not those
 whose search interval lies wholly below ``1 + margin``: they could not be offered) are measured
-again against the defaults with FRESH pairs: a new seed for the windows' order, ``confirm_rounds x
-noise.pairs`` pairs (at least 4), and every environment factor measured again over new process pairs.
-Only these measurements decide: a recipe is offered when its confirmed speedup's low bound is above
-``1 + margin`` (``Confirmation.best``); otherwise the defaults are kept, and the report says why. They
-are trials of the study with role ``confirm`` (user attribute ``confirms``: the trial they re-measure),
-so a resumed search keeps them and measures only what is missing.
+again against the defaults with FRESH pairs, in ``confirm_rounds`` rounds: each round starts
+new worker processes (a new seed for the windows' order) and measures every candidate in them,
+``budget.confirmation_pairs`` pairs each; the first also measures every environment factor again over
+new process pairs. An in-process ratio differs from one process to the next (bf16 + channels_last on the
+CNN: 1.56-2.02x; one process's ratio missed the user's own, from fresh processes, by up to 18%), so a
+candidate's confirmed
+speedup is the geometric mean of its rounds, its interval the wider of theirs and the spread between
+them (``stats.across_processes_interval``). Only these measurements decide: a recipe is offered when its
+confirmed speedup's low bound is above ``1 + margin`` (``Confirmation.best``); otherwise the defaults are
+kept, and the report says why. Each round is a trial of the study with role ``confirm`` (user attributes
+``confirms``: the trial it re-measures, ``round``), so a resumed search keeps them and measures only what
+is missing.
 
 The search loop keeps time for them in the budget (``autotune.study.budget.reserve_s``, from the measured
-pair times); when the budget still runs out, the confirmation is shortened and the report says so.
+pair times); when the budget still runs out, the confirmation is shortened (fewer rounds, then fewer
+candidates) and the report says so.
 """
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..trial.lock import host_lock
 from ..trial.spec import Status, TrialResult
-from ..trial.stats import MIN_MARGIN
+from ..trial.stats import CONFIDENCE, MIN_MARGIN, Interval, across_processes_interval
 from . import budget
 from .loop import SearchLoop
 from .records import (
@@ -40,9 +48,12 @@ if TYPE_CHECKING:
     import optuna
 
 
-def _earlier(study: optuna.Study) -> dict[str, TrialResult]:
-    """Confirmations already in the study (an earlier, perhaps interrupted, search): by recipe."""
-    return {params_key(r.params): r.result for r in records(study)
+_OK = TrialResult(Status.OK)
+
+
+def _earlier(study: optuna.Study) -> dict[tuple[str, int], TrialResult]:
+    """Confirmation rounds already in the study (an earlier, perhaps interrupted, search): by recipe and round."""
+    return {(params_key(r.params), r.round): r.result for r in records(study)
             if r.role == CONFIRM and r.result.status in MEASURED}  # an interrupted one is simply made again
 
 
@@ -58,36 +69,65 @@ def confirm(loop: SearchLoop) -> Confirmation | None:
     note, made, started = None, 0, time.monotonic()
     if not top:
         note = "no feasible recipe besides the defaults could be faster by the margin: nothing to confirm"
-    reseed = getattr(loop.measurer, "reseed", None)  # fresh window orders and environment factors
-    if reseed is not None and top:
-        reseed(options.seed + 7919)
-    for entry in top:
-        key = params_key(entry.params)
-        if key in done:
-            continue
-        remaining = loop.deadline - time.monotonic()
-        needed = budget.confirm_s(entry.result, loop.noise, options)
-        if remaining < max(1.0, 0.5 * needed):
-            note = f"the budget ran out after {made} confirmation(s): the later candidates were not confirmed"
-            break
-        with host_lock():
-            trial = new_trial(loop, entry.number)
+    reseed = getattr(loop.measurer, "reseed", None)  # fresh workers, window orders (and environment factors)
+    out_of_time = False
+    rounds = max(1, options.confirm_rounds)
+    missing_any = any((params_key(e.params), r) not in done for e in top for r in range(rounds))
+    # A continued study that had its trials already: this search's workers were never calibrated (seen: every
+    # confirmation round then failed, "no calibration").
+    if missing_any and not loop.calibrated():
+        note, rounds = f"not measured: {loop.baseline_error}", 0
+    for round_ in range(rounds):
+        # A candidate whose confirmation failed in an earlier round is out of the contest: not measured again.
+        missing = [e for e in top if (params_key(e.params), round_) not in done
+                   and all(done.get((params_key(e.params), r), _OK).status == Status.OK for r in range(round_))]
+        if reseed is not None and missing:
+            reseed(options.seed + 7919 + round_, fresh_factors=round_ == 0)
+        for entry in missing:
             remaining = loop.deadline - time.monotonic()
-            timeout = max(1.0, min(remaining, max(60.0, 3 * needed)))
-            done[key] = loop.run_one(trial, CONFIRM, entry.params, timeout)
-        made += 1
+            needed = budget.confirm_s(entry.result, loop.noise, options) / rounds
+            if remaining < max(1.0, needed):
+                out_of_time = True
+                break
+            with host_lock():
+                trial = new_trial(loop, entry.number, round_)
+                remaining = loop.deadline - time.monotonic()
+                timeout = max(1.0, min(remaining, max(60.0, 3 * needed)))
+                done[(params_key(entry.params), round_)] = loop.run_one(trial, CONFIRM, entry.params, timeout)
+            made += 1
+        if out_of_time:
+            note = (f"the budget ran out in round {round_ + 1} of {rounds} (each in fresh "
+                    "processes): later rounds and candidates were not confirmed")
+            break
 
     def candidate(record: TrialRecord) -> Candidate:
-        result = done.get(params_key(record.params))
-        failed = f"{result.status}: {result.error}" if result is not None and result.status != Status.OK else None
+        rounds = [done[k] for k in sorted(done) if k[0] == params_key(record.params)]
+        failed = next((f"{r.status}: {r.error}" for r in rounds if r.status != Status.OK), None)
+        confirmed = combine_rounds(rounds) if rounds and failed is None else None
         return Candidate(record.number, record.role, record.params, record.result.objective or 0.0,
-                         result if failed is None else None, failed)
+                         confirmed, failed, len(rounds))
 
     confirmed = sorted((candidate(r) for r in top),
                        key=lambda c: (c.failed is not None, c.confirmed is None, -c.median))
     margin = loop.noise.margin if loop.noise is not None else MIN_MARGIN
     return Confirmation(Candidate(baseline.number, baseline.role, baseline.params, 1.0, baseline.result),
                         tuple(confirmed), note, made, time.monotonic() - started, margin)
+
+
+def combine_rounds(rounds: list[TrialResult]) -> TrialResult:
+    """One confirmed measurement from a candidate's rounds (each in fresh processes): the speedup and its
+    interval across them (``stats.across_processes_interval``), their times summed, the rest the last one's."""
+    combined = across_processes_interval([Interval(r.objective or 0.0, r.speedup_low or 0.0, r.speedup_high or 0.0,
+                                                   CONFIDENCE, r.pairs or 0) for r in rounds])
+    last = rounds[-1]
+
+    def total(field: str) -> float:
+        return sum(getattr(r, field) or 0.0 for r in rounds)
+
+    return replace(last, objective=combined.median, speedup_low=combined.low, speedup_high=combined.high,
+                   pairs=combined.count, wall_s=total("wall_s"), timed_s=total("timed_s"),
+                   startup_s=total("startup_s"), warmup_s=total("warmup_s"),
+                   method=f"{last.method}, {len(rounds)} fresh process(es)" if last.method else last.method)
 
 
 def new_trial(loop: SearchLoop, source: int, round_: int = 0) -> optuna.Trial:
@@ -106,4 +146,4 @@ def new_trial(loop: SearchLoop, source: int, round_: int = 0) -> optuna.Trial:
     return trial
 
 
-__all__ = ["confirm", "new_trial"]
+__all__ = ["combine_rounds", "confirm", "new_trial"]

@@ -304,7 +304,7 @@ class SearchLoop:
             return self.measurer.end(handle), None
         if role == CONFIRM:
             pairs = budget.confirmation_pairs(noise, self.options)
-            self.phase("confirming", f"{pairs} fresh pairs")
+            self.phase("confirming", f"{pairs} fresh pairs in fresh processes")
             self.measurer.more(handle, pairs, max(1.0, deadline - time.monotonic()))
             return self.measurer.end(handle), None
         return self._race(handle, noise, deadline)

@@ -25,7 +25,7 @@ class SearchOptions:
     compile: bool = True
     fixed: dict[str, Any] = field(default_factory=dict)  # knobs held at a value (--fix KNOB=VALUE)
     confirm_top: int = 3  # candidates re-run side by side with the baseline before one is declared best
-    confirm_rounds: int = 1  # the confirmation measures confirm_rounds x the calibration's pairs
+    confirm_rounds: int = 3  # the confirmation's rounds, each in fresh worker processes (the calibration's pairs split)
 
 
 def check_options(options: SearchOptions) -> None:

@@ -85,6 +85,7 @@ class TrialRecord:
     feasible: bool
     reason: str | None = None
     rejected_by: tuple[str, ...] = ()  # the constraints (``CONSTRAINTS``) an infeasible trial broke
+    round: int = 0  # a confirmation's round (``Attr.ROUND``): each in fresh worker processes
 
 
 def records(study: optuna.Study) -> list[TrialRecord]:
@@ -104,7 +105,7 @@ def records(study: optuna.Study) -> list[TrialRecord]:
         reason = attrs.get(Attr.INFEASIBLE) or (attrs.get(Attr.ERROR) if result.status != Status.OK else None)
         broken = tuple(k for k, v in named.items() if v > 0)
         out.append(TrialRecord(t.number, attrs.get(Attr.ROLE, SEARCH), attrs[Attr.PARAMS], result, feasible, reason,
-                               broken))
+                               broken, int(attrs.get(Attr.ROUND, 0))))
     return out
 
 
@@ -143,8 +144,9 @@ class Candidate:
     role: str
     params: dict[str, Any]
     first: float  # the search's median speedup
-    confirmed: TrialResult | None = None  # the confirmation's measurement: only it decides
+    confirmed: TrialResult | None = None  # the confirmation's measurement (its rounds combined): only it decides
     failed: str | None = None  # why its confirmation failed: it is out of the contest
+    rounds: int = 0  # confirmation rounds behind ``confirmed``, each in fresh processes
 
     @property
     def median(self) -> float:

@@ -82,7 +82,7 @@ def _confirmed(confirmation: Confirmation, searched: list[TrialRecord], baseline
             notes.append(f"trial {c.number} failed its confirmation ({c.failed}): not offered")
         elif c.confirmed is not None:
             notes.append(f"trial {c.number}: {c.first:.2f}x in the search, confirmed at {c.interval()} over "
-                         f"{c.pairs} fresh pairs")
+                         f"{c.pairs} fresh pairs in {c.rounds} round(s) of fresh processes")
     if winner is None or winner.confirmed is None:
         contender = next((c for c in confirmation.candidates if c.confirmed is not None), None)
         if contender is not None:

@@ -189,8 +189,8 @@ class ReplayMeasurer:
         n = self.grid.noise
         return Noise(**{**n, "aa": tuple(n["aa"])})
 
-    def reseed(self, seed: int) -> None:
-        self.seed = seed
+    def reseed(self, seed: int, *, fresh_factors: bool = True) -> None:
+        self.seed = seed  # a recorded factor is the same in every round
 
     def begin(self, params: dict[str, Any], timeout_s: float) -> object | TrialResult:
         config = self.grid.find(params)

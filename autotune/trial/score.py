@@ -293,12 +293,14 @@ class LiveMeasurer:
 
     # Candidates --------------------------------------------------------------------------------------------
 
-    def reseed(self, seed: int) -> None:
-        """The confirmation's fresh pairs: new window orders, every environment factor measured again, and
-        fresh worker processes. A worker that had hosted a 2-minute search's arms measured bf16 at 1.45x early
-        and 1.95x at its end (its defaults' arm slower as it aged), where the user's fresh processes got 1.6x:
-        what is confirmed is measured in a process as new as the user's."""
-        self.seed, self.factors = seed, {}
+    def reseed(self, seed: int, *, fresh_factors: bool = True) -> None:
+        """A confirmation round's fresh pairs: new window orders, fresh worker processes, and (``fresh_factors``)
+        every environment factor measured again. A worker that had hosted a 2-minute search's arms measured bf16
+        at 1.45x early and 1.95x at its end (its defaults' arm slower as it aged), where the user's fresh
+        processes got 1.6x: what is confirmed is measured in processes as new as the user's."""
+        self.seed = seed
+        if fresh_factors:
+            self.factors = {}
         self.close()
 
     def begin(self, params: dict[str, Any], timeout_s: float) -> object | TrialResult:

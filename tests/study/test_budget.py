@@ -37,14 +37,19 @@ def test_a_candidate_is_estimated_from_candidates_or_else_from_the_calibration()
     noise = Noise(window_s=0.5, pairs=12, half_width=0.03, margin=0.02, spread=0.1, aa=(1.0, 0.97, 1.03))
     study.set_user_attr("noise", asdict(noise))
     study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs={
-        "wall_s": 100.0, "status": "ok", "role": "baseline", "params": {"batch_size": 32}, "objective": 1.0}))
+        "wall_s": 100.0, "startup_s": 5.0, "status": "ok", "role": "baseline", "params": {"batch_size": 32},
+        "objective": 1.0}))
     assert estimate_s(study) == 2 * (2 * 6 * 0.5)
     study.add_trial(optuna.trial.create_trial(value=1.3, user_attrs={
         "wall_s": 20.0, "timed_s": 12.0, "status": "ok", "role": "seed", "params": {"batch_size": 64},
         "objective": 1.3}))
     assert estimate_s(study) == 1.2 * 20.0
+    # Three rounds in fresh processes: each starts the defaults' worker (as the baseline's start, 5 s) and
+    # measures the candidate's pairs (12 split over 3, but 6 at least) and its time outside windows again.
     options = SearchOptions(budget_s=120, confirm_top=3)
-    assert reserve_s(study, options, 24.0) == pytest.approx(2 * 12 * 0.5 * 1.1 + (20.0 - 12.0))
+    assert reserve_s(study, options, 24.0) == pytest.approx(3 * 5.0 + 3 * (2 * 6 * 0.5 * 1.1 + (20.0 - 12.0)))
+    one = SearchOptions(budget_s=120, confirm_top=3, confirm_rounds=1)
+    assert reserve_s(study, one, 24.0) == pytest.approx(5.0 + 2 * 12 * 0.5 * 1.1 + (20.0 - 12.0))
 
 
 def test_no_trial_may_take_the_time_kept_for_the_confirmation() -> None:

@@ -4,6 +4,7 @@ loop, the confirmation, the report; the measurement is a table of speedups, as a
 from __future__ import annotations
 
 import math
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ class Scripted:
         self.closed = self.calibrations = 0
         self.factors: dict[str, Interval] = {}  # as LiveMeasurer's: environment key -> its factor
         self.factors_measured = 0
+        self.reseeds: list[tuple[int, bool]] = []
 
     def calibrate(self, timeout_s: float) -> Noise:
         self.calibrations += 1
@@ -65,6 +67,12 @@ class Scripted:
 
     def close(self) -> None:
         self.closed += 1
+
+    def reseed(self, seed: int, *, fresh_factors: bool = True) -> None:
+        """A confirmation round: new workers (as LiveMeasurer's), the factors measured again in the first."""
+        self.reseeds.append((seed, fresh_factors))
+        if fresh_factors:
+            self.factors = {}
 
 
 def _search(tmp_path: Path, measurer: Scripted, **options: Any) -> Any:
@@ -125,17 +133,68 @@ def test_a_recipe_is_offered_only_when_its_confirmed_low_bound_clears_the_margin
     kept = _search(tmp_path, same, fixed={"processes": 1, "threads": 2, "batch_per_rank": 128}, trials=3)
     assert kept.best.number == kept.baseline.number and kept.recipe.speedup == 1.0
     assert any("not faster with confidence" in n and "1.01x [" in n for n in kept.recipe.notes), kept.recipe.notes
-    confirmations = [c for c in same.calls if c[0] == 128][1:]
-    assert confirmations and confirmations[-1][1] == [NOISE.pairs]  # fresh pairs: the calibration's count
+    confirmations = [c for c in same.calls if c[0] == 128][2:]  # after the two search trials
+    # two candidates (distinct recipes of batch 128), three rounds in fresh workers each, the calibration's
+    # 8 pairs split over the rounds but at least 6 a round
+    assert [c[1] for c in confirmations] == [[6]] * 6, repr(same.calls)
+    assert [fresh for _, fresh in same.reseeds] == [True, False, False] and len({s for s, _ in same.reseeds}) == 3
 
     offered = _search(tmp_path, Scripted(), study="offered", fixed={"processes": 1, "threads": 2, "batch_per_rank": 64},
                       trials=3)
     recipe = offered.recipe
     assert recipe.params["batch_per_rank"] == 64 and recipe.speedup == pytest.approx(1.3)
-    assert recipe.speedup_low == pytest.approx(1.3 - 0.4 / math.sqrt(NOISE.pairs))  # from the confirmation
+    # from the confirmation: three rounds that agree, each 1.3x +- 0.4 / sqrt(6)
+    assert recipe.speedup_low == pytest.approx(1.3 - 0.4 / math.sqrt(6))
     assert recipe.samples_per_s == pytest.approx(130.0) and recipe.baseline_samples_per_s == pytest.approx(100.0)
     assert any(n.startswith("best (trial ") and "over PyTorch defaults" in n for n in recipe.notes), recipe.notes
     assert any(n.startswith("timed ") and "calibration" in n for n in recipe.notes), recipe.notes
+
+
+class PerProcess(Scripted):
+    """Batch 64's in-process speedup differs from one confirmation round (fresh processes) to the next."""
+
+    def __init__(self, rounds: tuple[float, ...], stop_in_round: int | None = None) -> None:
+        super().__init__()
+        self.rounds, self.stop_in_round, self.round = rounds, stop_in_round, -1
+
+    def reseed(self, seed: int, *, fresh_factors: bool = True) -> None:
+        super().reseed(seed, fresh_factors=fresh_factors)
+        self.round = 1 + (self.round if self.reseeds[1:] else -1)
+        self.speed = {**SPEED, 64: self.rounds[self.round]}
+        if self.round == self.stop_in_round:
+            raise KeyboardInterrupt  # Ctrl-C as the round starts
+
+
+def test_rounds_that_disagree_give_the_spread_between_processes(tmp_path: Path) -> None:
+    """A recipe measured 1.2x, 1.5x and 1.9x in three rounds of fresh processes is not offered (its confirmed
+    interval takes in the spread between them), where 1.45x, 1.5x, 1.55x is, at their geometric mean."""
+    from autotune.trial.stats import log_mean_interval
+
+    fixed = {"processes": 1, "threads": 2, "batch_per_rank": 64}
+    apart = _search(tmp_path, PerProcess((1.2, 1.5, 1.9)), study="apart", fixed=fixed, trials=2)
+    between = log_mean_interval([1.2, 1.5, 1.9])
+    assert apart.recipe.speedup == 1.0 and between.low < 1.0
+    assert any(f"{between.median:.2f}x [{between.low:.2f}-" in n and "3 round(s) of fresh processes" in n
+               for n in apart.recipe.notes), apart.recipe.notes
+    close = _search(tmp_path, PerProcess((1.45, 1.5, 1.55)), study="close", fixed=fixed, trials=2)
+    assert close.recipe.speedup == pytest.approx(log_mean_interval([1.45, 1.5, 1.55]).median)
+    own = math.exp(statistics.fmean(math.log(m - 0.4 / math.sqrt(6)) for m in (1.45, 1.5, 1.55)))
+    assert close.recipe.speedup_low == pytest.approx(own)  # here the rounds' own width is the wider
+
+
+def test_an_interrupted_confirmation_continues_with_its_missing_rounds(tmp_path: Path) -> None:
+    fixed = {"processes": 1, "threads": 2, "batch_per_rank": 64}
+    with pytest.raises(KeyboardInterrupt):
+        _search(tmp_path, PerProcess((1.3, 1.3, 1.3), stop_in_round=1), study="c", fixed=fixed, trials=2)
+    again = PerProcess((1.3, 1.3, 1.3))
+    outcome = _search(tmp_path, again, study="c", fixed=fixed, trials=2)
+    trials = _study(tmp_path, "c").get_trials(deepcopy=False)
+    rounds = [t.user_attrs["round"] for t in trials if t.user_attrs.get("role") == "confirm"]
+    # round 0 kept from the first run; 1 and 2 measured by the second, which calibrated its workers first
+    # (it had its trials already: it confirmed uncalibrated, every round a crash, before)
+    assert rounds == [0, 1, 2] and again.calibrations == 1, [(t.number, t.user_attrs.get("error")) for t in trials]
+    assert [n for b, n in again.calls if b == 64] == [[6], [6]]
+    assert outcome.recipe.speedup == pytest.approx(1.3) and "3 round(s)" in " ".join(outcome.recipe.notes)
 
 
 def _old_study(tmp_path: Path, name: str) -> None:
