@@ -63,3 +63,5 @@ while start is None or time.perf_counter() - start < seconds:
             break
 print(json.dumps({"samples_per_s": seen / (time.perf_counter() - start), "threads": torch.get_num_threads(),
                   "loss": float(loss.detach()), "tuned": tuned is not None}))
+if tuned:
+    tuned.finish()  # leaves the process group of a several-process recipe (nothing with one process)
