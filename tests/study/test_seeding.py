@@ -141,11 +141,12 @@ def test_a_compile_trial_gets_its_own_time_estimate(facts) -> None:
 
 
 def test_a_confirmation_of_a_compiled_recipe_gets_a_time_limit_from_its_own_trial(facts) -> None:
-    """A confirmation is limited by what its candidate's trial took (3x, at least 60 s): a compiled candidate
-    is not killed at the limit of an uncompiled one."""
+    """A confirmation round is limited by what its candidate's trial took (3x, at least 60 s): a compiled
+    candidate is not killed at the limit of an uncompiled one."""
     from autotune.study import SearchLoop
     from autotune.study.confirm import confirm
     from autotune.trial import TrialResult
+    from autotune.trial.spec import Noise
 
     study = optuna.create_study(direction="maximize")
     for role, wall, mode, speed in [("baseline", 9.0, "none", 1.0), ("search", 10.0, "none", 1.1),
@@ -154,6 +155,10 @@ def test_a_confirmation_of_a_compiled_recipe_gets_a_time_limit_from_its_own_tria
         study.add_trial(optuna.trial.create_trial(value=speed, user_attrs={
             "wall_s": wall, "status": "ok", "objective": speed, "role": role, "params": params}))
     limits: dict[str, float] = {}
+
+    class Calibrating:  # a continued study's workers are calibrated before they confirm
+        def calibrate(self, timeout_s: float) -> Noise:
+            return Noise(window_s=0.5, pairs=6, half_width=0.05, margin=0.03, spread=0.1, aa=(1.0, 0.97, 1.03))
 
     class Recording(SearchLoop):
         def run_one(self, trial, role, params, timeout):
@@ -164,7 +169,8 @@ def test_a_confirmation_of_a_compiled_recipe_gets_a_time_limit_from_its_own_tria
 
     options = SearchOptions(budget_s=10_000, confirm_top=2)
     loop = Recording(study, "tiny", facts, CTX, {}, options, deadline=time.monotonic() + 10_000, notify=lambda *a: None,
-                     measurer=object())  # type: ignore[arg-type] - never asked: run_one is replaced
+                     measurer=Calibrating())  # type: ignore[arg-type] - run_one is replaced
     confirmation = confirm(loop)
-    assert limits == {"none": 60.0, "default": pytest.approx(3 * 50.0)}
+    # a round's estimate: the trial's time outside windows and its 6 pairs of 0.5 s windows (10% over)
+    assert limits == {"none": 60.0, "default": pytest.approx(3 * (50.0 + 2 * 6 * 0.5 * 1.1))}
     assert confirmation is not None and [c.first for c in confirmation.candidates] == [1.5, 1.1]
