@@ -174,3 +174,53 @@ def test_a_confirmation_of_a_compiled_recipe_gets_a_time_limit_from_its_own_tria
     # a round's estimate: the trial's time outside windows and its 6 pairs of 0.5 s windows (10% over)
     assert limits == {"none": 60.0, "default": pytest.approx(3 * (50.0 + 2 * 6 * 0.5 * 1.1))}
     assert confirmation is not None and [c.first for c in confirmation.candidates] == [1.5, 1.1]
+
+
+def test_a_short_budget_keeps_the_later_rounds_of_the_candidates_ranked_above(facts, monkeypatch) -> None:
+    """Three candidates, a round of each taking its trial's time (10 s, 30 s, 10 s, ranked in that order), 75 s
+    left: the first is confirmed in all three rounds, the second in the one round that leaves the first its
+    others, the third in none. Before, the first candidate that did not fit ended the confirmation: the
+    2-minute demo's two fastest candidates got one round of three."""
+    from autotune.study import SearchLoop
+    from autotune.study import confirm as confirm_module
+    from autotune.study.confirm import confirm
+    from autotune.trial import TrialResult
+    from autotune.trial.spec import Noise
+
+    class Clock:  # the confirmation's time: advanced by what each round takes
+        now = 0.0
+
+        def monotonic(self) -> float:
+            return self.now
+
+    clock = Clock()
+    monkeypatch.setattr(confirm_module, "time", clock)
+    study = optuna.create_study(direction="maximize")
+    for role, wall, batch, speed in [("baseline", 9.0, 32, 1.0), ("search", 10.0, 64, 1.5), ("search", 30.0, 128, 1.4),
+                                     ("search", 10.0, 16, 1.3)]:
+        study.add_trial(optuna.trial.create_trial(value=speed, user_attrs={
+            "wall_s": wall, "status": "ok", "objective": speed, "role": role, "params": {"batch_size": batch}}))
+    walls = {64: 10.0, 128: 30.0, 16: 10.0}
+    measured: list[int] = []
+
+    class Calibrating:
+        def calibrate(self, timeout_s: float) -> Noise:  # windows of 1 ms: a round takes its trial's time
+            return Noise(window_s=0.001, pairs=6, half_width=0.05, margin=0.03, spread=0.1, aa=(1.0, 0.97, 1.03))
+
+    class Timed(SearchLoop):
+        def run_one(self, trial, role, params, timeout):
+            clock.now += walls[params["batch_size"]]
+            measured.append(params["batch_size"])
+            result = TrialResult("ok", objective=1.4, speedup_low=1.3, speedup_high=1.5, loss=1.0, wall_s=10.0)
+            self.record(trial, role, params, result)
+            return result
+
+    options = SearchOptions(budget_s=75, confirm_top=3)
+    loop = Timed(study, "tiny", facts, CTX, {}, options, deadline=75.5, notify=lambda *a: None,
+                 measurer=Calibrating())  # type: ignore[arg-type] - run_one is replaced
+    confirmation = confirm(loop)
+    assert measured == [64, 128, 64, 64], measured
+    assert confirmation is not None
+    assert {c.params["batch_size"]: c.rounds for c in confirmation.candidates} == {64: 3, 128: 1, 16: 0}
+    assert confirmation.note is not None and "trial 3 from round 1 of 3" in confirmation.note, confirmation.note
+    assert "trial 2 from round 2 of 3" in confirmation.note
