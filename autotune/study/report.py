@@ -91,6 +91,10 @@ def _confirmed(confirmation: Confirmation, searched: list[TrialRecord], baseline
                          "the recipe keeps the defaults")
         return baseline, baseline.result
     record = next(r for r in searched if r.number == winner.number)
+    fastest = confirmation.fastest
+    if fastest is not None and fastest.number != winner.number:
+        notes.append(f"trial {winner.number} chosen over trial {fastest.number} ({fastest.interval()}): as fast "
+                     f"within that interval, with the higher low bound")
     notes.append(f"best (trial {winner.number}) confirmed at {winner.interval()} over PyTorch defaults")
     return record, winner.confirmed
 

@@ -276,3 +276,23 @@ def test_a_candidate_slower_with_confidence_is_not_confirmed(tmp_path: Path) -> 
     assert [batch for batch, _ in slower.calls] == [32, 16, 16, 16], slower.calls  # no confirmation after the search
     assert outcome.best.number == outcome.baseline.number and outcome.recipe.speedup == 1.0
     assert any("nothing to confirm" in n for n in outcome.recipe.notes), outcome.recipe.notes
+
+
+def _candidate(number: int, median: float, low: float, high: float) -> Any:
+    from autotune.study.records import Candidate
+
+    result = TrialResult("ok", objective=median, speedup_low=low, speedup_high=high, pairs=18)
+    return Candidate(number, "search", {"batch_per_rank": number}, median, result, rounds=3)
+
+
+@pytest.mark.parametrize(("candidates", "chosen"), [
+    # as the 2-minute demo measured them: two alike in median, the first with rounds far apart
+    ([(3, 1.613, 1.17, 2.20), (1, 1.610, 1.48, 1.94), (2, 1.20, 1.11, 1.30)], 1),
+    ([(3, 1.6, 1.5, 1.7), (1, 1.3, 1.28, 1.32)], 3),  # the surer one's median is below the fastest's interval
+    ([(3, 1.6, 1.01, 2.2), (1, 1.5, 1.1, 1.9)], 1),  # the fastest does not clear 1 + margin
+    ([(3, 1.6, 0.9, 2.2), (1, 1.01, 1.0, 1.02)], None)])
+def test_of_candidates_alike_in_speed_the_surer_one_is_the_recipe(candidates: list[tuple], chosen: int | None) -> None:
+    from autotune.study.records import Confirmation
+
+    confirmation = Confirmation(_candidate(0, 1.0, 0.98, 1.02), tuple(_candidate(*c) for c in candidates), margin=0.02)
+    assert (confirmation.best.number if confirmation.best else None) == chosen
