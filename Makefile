@@ -32,4 +32,4 @@ test: $(VENV)/.installed
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; rc=0; fi; exit $$rc
 
 clean:
-	rm -rf $(VENV) *.egg-info studies.db best.env
+	rm -rf $(VENV) *.egg-info studies.db best.env report-*.html
