@@ -19,13 +19,17 @@ measurement of its combination (all recorded pairs); the grid's best is the fast
 passes the quality guard. Targets: median best-found >= 0.97 of the grid's best, never below the defaults
 or the heuristic.
 
-    nice -n 10 python benchmarks/search_quality.py --record      # once: hours of windows on a quiet machine
-    python benchmarks/search_quality.py --seeds 20               # replay: the search against the file
+    python benchmarks/search_quality.py --record     # once, on a quiet machine (16 minutes on 2 cores)
+    python benchmarks/search_quality.py --seeds 20   # replay: the search against the file
 
-``benchmarks/grids/cnn-paired.json`` was recorded with ``nice -n 10 ... --record --pairs 10 --most-pairs 10
---process-pairs 3 --window-s 0.5`` on a 2-core machine loaded by other jobs (load average 5-7, in the file):
-80 combinations in 33 minutes. Its ratios carry that load: two threads' OpenMP regions wait on preempted
-threads, so one thread reads 8-14x faster than two, and identical arms differ by up to +-139% (A/A).
+``benchmarks/grids/cnn-paired.json`` was recorded with ``... --record --pairs 10 --most-pairs 10
+--process-pairs 3 --window-s 0.5`` on a 2-core AMD EPYC (AVX-512 with bf16) with nothing else running (load
+average 0.28 at start, 2.03 at end: the recording's own two threads; in the file): 80 combinations in 16
+minutes, 48 of them feasible (the quality guard refuses batch 128's loss at the fixed sample count). The
+defaults' identical copy reads 0.999x [0.969-1.019]; one thread reads 0.47-0.60x of two; the best,
+bfloat16 + channels_last at batch 64, 1.750x [1.718-1.799]. (The grid it replaced was recorded on the same
+kind of machine loaded by other jobs, load average 5-7: there one thread read 8-14x faster than two, and
+the replay found 0.783 of that grid's best.)
 
 The last line printed is one JSON object with the figures.
 """
@@ -146,9 +150,10 @@ def record(args: argparse.Namespace) -> int:
     grid = RecordedGrid(
         workload=args.workload, searched=list(SEARCHED), defaults=defaults,
         noise={**noise.__dict__, "aa": list(noise.aa)}, configs=configs,
-        note=(f"recorded with nice -n 10 on a loaded {os.cpu_count()}-CPU machine shared with other jobs "
+        note=(f"recorded at niceness {os.nice(0)} on a {os.cpu_count()}-CPU machine "
               f"({platform.processor() or platform.machine()}), load average {load_before[0]:.2f} at start and "
-              f"{load_after[0]:.2f} at end: its ratios carry that machine's noise"),
+              f"{load_after[0]:.2f} at end (the recording alone keeps about as many cores busy as it uses; more "
+              f"means other jobs shared them): its ratios carry that machine's noise"),
         recorded={"date": time.strftime("%Y-%m-%d %H:%M %Z"), "wall_s": round(wall, 1),
                   "loadavg": [list(load_before), list(load_after)], "cpus": os.cpu_count(),
                   "cpu_model": getattr(facts.cpu, "model", None), "pairs": [args.pairs, args.most_pairs],

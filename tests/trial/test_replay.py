@@ -176,4 +176,4 @@ def test_the_recorded_cnn_grid_holds_every_combination_once_with_its_pairs() -> 
         assert c.state != "ok" or len(c.ratios) >= 6, c.params
         other_env = (c.params["threads"], c.params["interop_threads"]) != home
         assert (len(c.process_pair_factors) >= 3) == other_env, c.params
-    assert grid.key(grid.defaults) in grid.scores() and "loaded" in grid.note and grid.recorded["loadavg"]
+    assert grid.key(grid.defaults) in grid.scores() and "load average" in grid.note and grid.recorded["loadavg"]
