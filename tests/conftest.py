@@ -5,6 +5,7 @@ import functools
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -19,6 +20,15 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 PG_ROOT = Path("/usr/lib/postgresql")  # Debian's postgresql package: one VERSION/bin per installed server
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The Ctrl-C tests send SIGINT to the processes they start, as a terminal would. A runner started in the
+    background without job control (``nohup ... &``, some CI agents) starts pytest with SIGINT ignored, and an
+    ignored signal stays ignored in every child: their Ctrl-C did nothing (the dashboard ran on, the search
+    finished with exit 0). A handled signal is reset to its default in a child, so pytest handles it."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _children() -> dict[int, psutil.Process]:
