@@ -16,6 +16,11 @@ hidden units. Under ``--global-batch 256`` every batch size takes the same optim
 not depend on it) and batch 256 runs one forward pass per step where the default 64 runs four: about 4x
 the samples/s. ``HURTS`` is faster still (13 hidden units) and infeasible.
 
+``ramp``: ``regression`` whose process starts slow: the first model built in a process sleeps ``SLEEP_S`` in
+each of its first ``RAMP_STEPS`` training forward passes, models built after it never, as the first arm of a
+fresh process ran its first second of training slow on the CNN while a second arm ran at full speed from its
+first window (``autotune.trial.paired.SETTLE_S``).
+
 ``memorize``: one-hot inputs, random targets and a linear model that starts at zero: training learns
 each seen sample's own weight and nothing else, so the loss on samples never trained on stays exactly
 their mean squared target (``untrained_loss``).
@@ -69,6 +74,31 @@ class _Sleepy(torch.nn.Sequential):
 def slow() -> Workload:
     return Workload(model=lambda: _Sleepy(*_mlp()), dataset=_regression_data, loss=_mse, optimizer=_sgd,
                     batch_size=64, name="quality-slow")
+
+
+RAMP_STEPS = 40
+_models = 0
+
+
+class _Ramp(torch.nn.Sequential):
+    """The process's first model sleeps in its first ``RAMP_STEPS`` training forward passes; later models not."""
+
+    def __init__(self, *layers: Any) -> None:
+        global _models
+        super().__init__(*layers)
+        _models += 1
+        self.cold = RAMP_STEPS if _models == 1 else 0
+
+    def forward(self, x: Any) -> Any:
+        if self.training and self.cold > 0:
+            self.cold -= 1
+            time.sleep(SLEEP_S)
+        return super().forward(x)
+
+
+def ramp() -> Workload:
+    return Workload(model=lambda: _Ramp(*_mlp()), dataset=_regression_data, loss=_mse, optimizer=_sgd,
+                    batch_size=64, name="quality-ramp")
 
 
 MEMORIZE_SAMPLES = 1024

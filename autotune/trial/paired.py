@@ -17,6 +17,8 @@ Rules an arm keeps, so that its windows measure only itself:
 - its DataLoader workers are stopped (SIGSTOP) while it is idle and continued (SIGCONT) for its windows,
   and never left stopped: ``close()`` and a failure continue them before shutting them down;
 - a window runs whole optimizer steps until at least ``window_s`` seconds have passed (CUDA synchronised);
+- the process's first arm settles it before any window: it trains on, untimed, after its warm-up steps
+  (``SETTLE_S``, ``SETTLE_STEPS``);
 - on CUDA its peak memory is its own (``autotune.trial.memory``), and ``Bench.add`` adds a second model to
   the device only when both fit: otherwise the arm's state is ``no-room`` ("measure by process pairs");
 - its quality-guard loss is taken once, when its trained samples reach the study's ``loss_samples``
@@ -58,6 +60,14 @@ _PROCESS_GLOBAL = (spaces.amp,)
 
 WINDOW_FLOOR_S = {"cpu": 0.3, "cuda": 0.05}  # timer and scheduler noise stay well under 2% of this
 MIN_WINDOW_STEPS = 4
+# A process's first arm trains untimed after its warm-up steps until SETTLE_S seconds or SETTLE_STEPS steps,
+# whichever comes first (``Arm._settle``). Measured on the CNN (2-vCPU VM): a fresh process's first ~1 s of
+# training ran at 0.3-0.8x of its later speed, in single-arm and two-arm workers alike, while an arm added to
+# a process that had trained already ran at its full speed from its first window; a confirmation round of
+# 6 pairs of 0.3 s counted that ramp against the defaults arm only and read bf16 + channels_last at 2.0-3.1x
+# where the steady pairs read 1.75x. A step-count cap keeps tiny workloads (1 ms steps) from paying a second.
+SETTLE_S = 1.2
+SETTLE_STEPS = 100
 
 
 class ArmFailed(Exception):
@@ -147,6 +157,7 @@ class Arm:
         self.rates: list[float] = []
         self.first_step_s: float | None = None
         self._warm_steps: list[float] = []
+        self.settle_s, self.settle_steps = 0.0, 0  # the process's settling, when this arm was its first
         self.in_effect: dict[str, Any] = {}
         self.tuned: Any = None
         self.model: Any = None
@@ -200,7 +211,8 @@ class Arm:
             arm=self.name, state=self.state, error=self.error, step_samples=self.step_samples, trained=self.trained,
             first_step_s=self.first_step_s, step_s=self.step_s, compile_s=self.compile_s, loss=self.loss,
             loss_samples=self.loss_samples, worker_pids=self.batches.worker_pids(), in_effect=self.in_effect,
-            warnings=tuple(self.tuned.warnings if self.tuned is not None else ()), peak_memory_bytes=self.memory.peak)
+            warnings=tuple(self.tuned.warnings if self.tuned is not None else ()), peak_memory_bytes=self.memory.peak,
+            settle_steps=self.settle_steps)
 
     # Activation: what an arm owns of the process while its window runs ------------------------------------
 
@@ -300,6 +312,7 @@ class Arm:
         self._guarded(run)
 
     def _warm_up(self) -> None:
+        loss = None
         for index in range(max(1, self.bench.spec.warmup_steps)):
             self._sync()
             start = time.perf_counter()
@@ -311,8 +324,24 @@ class Arm:
             else:
                 self._warm_steps.append(spent)
             self._loss_if_due(loss)
+        if not self.bench.settled:
+            settled = self._settle()
+            loss = settled if settled is not None else loss
+            self.bench.settled = True
         self._check(loss)
         self.in_effect = {**_in_effect(), **self.tuned.in_effect}  # with this arm's process-global flags set
+
+    def _settle(self) -> Any:
+        """The process's first arm trains on, untimed, until ``SETTLE_S`` or ``SETTLE_STEPS`` (see there);
+        returns the last loss (None when no step was needed)."""
+        loss, steps, start = None, 0, time.perf_counter()
+        while steps < SETTLE_STEPS and time.perf_counter() - start < SETTLE_S:
+            loss = self._step()
+            steps += 1
+            self._loss_if_due(loss)
+        self._sync()
+        self.settle_s, self.settle_steps = time.perf_counter() - start, steps
+        return loss
 
     def window(self, window_s: float, idle: Sequence[Arm] = ()) -> WindowRecord:
         """Whole steps until at least ``window_s`` seconds (evaluation excluded) have passed."""
@@ -367,6 +396,7 @@ class Bench:
         if self.workload.evaluate is None:
             self.train, self.held_out = held_out_split(self.train, spec.eval_samples)
         self.arms: dict[str, Arm] = {}
+        self.settled = False  # whether an arm has settled the process (``Arm._settle``)
 
     def add(self, name: str, params: dict[str, Any]) -> Arm:
         """Build and warm up an arm; a failed warm-up leaves a failed arm (``ArmFailed`` raised)."""

@@ -140,6 +140,7 @@ class ArmStatus:
     # CUDA: the most device memory the arm itself allocated (torch.cuda.max_memory_allocated over its build,
     # warm-up and windows, the other arms' resident memory taken off); None on CPU or before it ran
     peak_memory_bytes: int | None = None
+    settle_steps: int = 0  # untimed steps it trained after its warm-up as its process's first arm (``paired.SETTLE_S``)
 
 
 @dataclass(frozen=True)

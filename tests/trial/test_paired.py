@@ -206,6 +206,22 @@ def test_an_arm_with_other_environment_knobs_is_refused(tiny_worker: PairedWorke
     assert "two-threads" not in tiny_worker.arms
 
 
+def test_a_process_that_starts_slow_is_settled_before_its_first_window(facts: Any) -> None:
+    """``ramp``: the first model of a process is ~20x slower in its first 40 steps. The first arm trains on
+    untimed until it settles, so two identical arms read the same from the first pair (not ~0.05-0.5x)."""
+    from autotune.trial.paired import SETTLE_STEPS
+    from tests.quality_workloads import RAMP_STEPS
+
+    params = _params(facts, batch_size=64)
+    with PairedWorker("tests.quality_workloads:ramp", params, facts, SETTINGS) as worker:
+        first, second = worker.add_arm("first", params), worker.add_arm("second", params)
+        assert first.state == second.state == "ok"
+        assert RAMP_STEPS < SETTINGS.warmup_steps + first.settle_steps <= SETTINGS.warmup_steps + SETTLE_STEPS
+        assert second.settle_steps == 0 and second.trained == SETTINGS.warmup_steps * 64  # only the first settles
+        aa = _compare(worker, "first", "second", 6, 0.1)
+    assert aa.verdict == "same" and aa.ratio.contains(1.0), aa
+
+
 def test_a_knob_slow_on_purpose_is_found_slower_and_a_fast_one_faster(facts: Any) -> None:
     """``slow`` sleeps a fixed time per forward pass: batch 16 is ~4x slower per sample than 64, 256 ~4x faster."""
     params = _params(facts, batch_size=64)
