@@ -13,6 +13,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
+from ..trial.process_pair import PROCESS_PAIRS
 from ..trial.spec import Noise, Status, TrialResult
 from .records import BASELINE, Attr, StudyAttr, lineup
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from .options import SearchOptions
 
 _PART = re.compile(r"(\d+(?:\.\d+)?)([hms])")
+_CUT_FACTOR = re.compile(r"environment factor from (\d+) process pair")  # ``LiveMeasurer._factor``'s warning
 _UNIT = {"h": 3600.0, "m": 60.0, "s": 1.0}
 
 
@@ -79,14 +81,31 @@ def confirmation_pairs(noise: Noise, options: SearchOptions) -> int:
 
 
 def confirm_s(result: TrialResult, noise: Noise | None, options: SearchOptions) -> float:
-    """How long confirming the recipe measured by ``result`` will take, all rounds: each its pairs' windows
+    """How long confirming the recipe measured by ``result`` will take, all its rounds (``round_s``)."""
+    return sum(round_s(result, noise, options, r) for r in range(max(1, options.confirm_rounds)))
+
+
+def round_s(result: TrialResult, noise: Noise | None, options: SearchOptions, round_: int) -> float:
+    """How long round ``round_`` of confirming the recipe measured by ``result`` will take: its pairs' windows
     (two a pair, at the calibration's length, 10% over for whole steps) and the trial's time outside windows
-    once more (warm-up, evaluation)."""
-    rounds = max(1, options.confirm_rounds)
+    once more (start-up, warm-up, evaluation). A recipe of another environment measures its environment's
+    factor again in round 0 over at least ``PROCESS_PAIRS[0]`` fresh process pairs: its time outside windows
+    there is its trial's per process pair times as many (seen: the heuristic measured 1 pair in a 2-minute
+    demo's search, 16 s, and its round 0 took 39 s for 3, past the 15 s estimated, leaving the round after
+    it 2 s); later rounds reuse that factor."""
+    outside = max(0.0, result.wall_s - (result.timed_s or 0.0))
     if noise is None:
-        return rounds * result.wall_s
+        return result.wall_s
     windows = 2 * confirmation_pairs(noise, options) * noise.window_s * 1.1
-    return rounds * (windows + max(0.0, result.wall_s - (result.timed_s or 0.0)))
+    method = result.method or ""
+    if method not in ("process pairs", "process pairs x in-process pairs"):  # ``LiveMeasurer._end``'s
+        return windows + outside
+    # The process pairs the trial ran: all its pairs when the factor was its whole measurement, else at least
+    # the fewest (a factor cut short for time says so in a warning and is counted from it).
+    ran = (result.pairs or 1) if method == "process pairs" else PROCESS_PAIRS[0]
+    ran = min([ran, *(int(m.group(1)) for w in result.warnings if (m := _CUT_FACTOR.search(w)))])
+    per_pair = outside / max(1, ran)
+    return windows + (per_pair * max(ran, PROCESS_PAIRS[0]) if round_ == 0 else per_pair)
 
 
 def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | None) -> float:
@@ -124,4 +143,4 @@ def timeout_s(study: optuna.Study, options: SearchOptions, params: dict[str, Any
 
 
 __all__ = ["candidate_count", "confirm_s", "confirmation_pairs", "estimate_s", "parse_duration",
-           "reserve_s", "timeout_s"]
+           "reserve_s", "round_s", "timeout_s"]

@@ -78,8 +78,8 @@ def confirm(loop: SearchLoop) -> Confirmation | None:
     if missing_any and not loop.calibrated():
         note, rounds = f"not measured: {loop.baseline_error}", 0
 
-    def round_s(entry: TrialRecord) -> float:
-        return budget.confirm_s(entry.result, loop.noise, options) / rounds
+    def round_s(entry: TrialRecord, round_: int) -> float:
+        return budget.round_s(entry.result, loop.noise, options, round_)
 
     cut: list[str] = []  # candidates left out of their later rounds for time
     short_of_time: set[str] = set()
@@ -95,7 +95,7 @@ def confirm(loop: SearchLoop) -> Confirmation | None:
             # fit beside them is left out (seen: the heuristic's 34 s round, its workers' start, ended a
             # 2-minute demo's confirmation after its first round, the two fastest unconfirmed in the others).
             ahead = alive[:alive.index(entry)]
-            needed = round_s(entry) + sum(round_s(e) for e in ahead) * (rounds - round_ - 1)
+            needed = round_s(entry, round_) + sum(round_s(e, r) for e in ahead for r in range(round_ + 1, rounds))
             if loop.deadline - time.monotonic() < max(1.0, needed):
                 short_of_time.add(params_key(entry.params))
                 cut.append(f"trial {entry.number} from round {round_ + 1} of {rounds} on")
@@ -103,7 +103,7 @@ def confirm(loop: SearchLoop) -> Confirmation | None:
             with host_lock():
                 trial = new_trial(loop, entry.number, round_)
                 remaining = loop.deadline - time.monotonic()
-                timeout = max(1.0, min(remaining, max(60.0, 3 * round_s(entry))))
+                timeout = max(1.0, min(remaining, max(60.0, 3 * round_s(entry, round_))))
                 done[(params_key(entry.params), round_)] = loop.run_one(trial, CONFIRM, entry.params, timeout)
             made += 1
     if cut:

@@ -32,6 +32,7 @@ from .protocol import ArmStatus, PairRecord, WindowsRun
 from .worker import PairedWorker, WorkerError
 
 Side = Literal["base", "cand"]
+PROCESS_PAIRS = (3, 8)  # the fewest and most fresh process pairs an environment comparison runs (``enough``)
 ARM = "defaults"  # each worker's one arm: its environment's in-process defaults
 
 

@@ -35,7 +35,7 @@ from typing import Any, Literal
 from .. import search_spaces as spaces
 from . import stats
 from .paired import ENVIRONMENT_KEYS, WINDOW_FLOOR_S, choose_window_s, environment_differences
-from .process_pair import AcrossProcesses, across_processes, enough
+from .process_pair import PROCESS_PAIRS, AcrossProcesses, across_processes, enough
 from .protocol import ArmStatus, PairRecord
 from .runner import _ended, run_trial
 from .spec import Noise, Status, TrialResult
@@ -99,7 +99,7 @@ class PairedScorer:
 
     def __init__(self, workload: str, defaults: dict[str, Any], facts: Any, settings: Any, *,
                  calibration_pairs: int = 16, half_width: float = 0.03, window_s: float | None = None,
-                 process_pairs: tuple[int, int] = (3, 8)) -> None:
+                 process_pairs: tuple[int, int] = PROCESS_PAIRS) -> None:
         self.workload, self.defaults, self.facts, self.settings = workload, defaults, facts, settings
         self.worker = PairedWorker(workload, defaults, facts, settings)
         self.calibration_pairs, self.half_width, self.window_s = calibration_pairs, half_width, window_s
@@ -232,7 +232,8 @@ class LiveMeasurer:
 
     def __init__(self, workload: str, defaults: dict[str, Any], facts: Any, settings: Any, *,
                  calibration_pairs: int = 16, half_width: float = 0.03, window_s: float | None = None,
-                 process_pairs: tuple[int, int] = (3, 8), seed: int = 0, on_phase: PhaseHook | None = None) -> None:
+                 process_pairs: tuple[int, int] = PROCESS_PAIRS, seed: int = 0,
+                 on_phase: PhaseHook | None = None) -> None:
         self.workload, self.defaults, self.facts, self.settings = workload, defaults, facts, settings
         self.calibration_pairs, self.half_width, self.window_s = calibration_pairs, half_width, window_s
         self.process_pairs, self.seed = process_pairs, seed
