@@ -62,7 +62,7 @@ class ProcessPair:
         self.started: tuple[Side, Side] = ("base", "cand") if first == "base" else ("cand", "base")
         self.params: dict[Side, dict[str, Any]] = {"base": base_params, "cand": cand_params}
         self.workers: dict[Side, PairedWorker] = {
-            side: PairedWorker(workload, params, facts, settings, python=python)
+            side: PairedWorker(workload, params, facts, settings, python=python, keep_heap=False)
             for side, params in self.params.items()}
         self.status: dict[Side, ArmStatus] = {}
 

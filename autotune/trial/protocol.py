@@ -38,6 +38,7 @@ class WorkerSpec:
     eval_samples: int = 512
     train_steps: int = 5000  # the planned run compile time is amortised over
     seed: int = 0
+    keep_heap: bool = False  # glibc's mmap and trim thresholds fixed before torch starts (``worker.keep_heap``)
 
 
 # Commands ------------------------------------------------------------------------------------------------

@@ -8,6 +8,12 @@ parent's life), reads one command per line on stdin and writes one reply per com
 on its original stdout; anything the workload prints goes to its log (stderr). It ends on ``Quit``, on the
 end of its stdin (the parent is gone), or when the parent stops its whole process tree (timeout, Ctrl-C).
 
+A worker that hosts in-process arms keeps its heap (``keep_heap``: glibc's mmap and trim thresholds fixed):
+several models in one process made glibc return and fault in memory every step in some processes and not
+others, a state that slowed the fp32 defaults arm alone by up to 1.6x for seconds or a process's life. The
+two workers of a process pair (``process_pair``) hold one model each, as the user's process does, and keep
+glibc's defaults: what an allocator knob gains is measured there, against them.
+
 Example::
 
     >>> with PairedWorker("cnn", params, facts, TrialSettings()) as worker:        # doctest: +SKIP
@@ -102,6 +108,32 @@ def _handle(bench: Bench, command: Command) -> Reply:
     return Bye()
 
 
+# glibc's malloc returns freed memory to the system (a freed block above the mmap threshold, a heap top above
+# the trim threshold) and faults it in again on the next step. Measured on the CNN (2-vCPU VM): a worker
+# hosting the defaults and bf16 + channels_last arms ran the fp32 defaults arm in one of two states for
+# seconds or its whole life, 2,900-3,200 samples/s at 8-20 thousand minor page faults a pair, or
+# 1,800-2,500 at 60-130 thousand (bf16 + channels_last read 2.0-2.7x there, 1.6-1.8x in the first; a
+# one-model process, as the user's, ran at the first rate in 6 of 7 processes). With these thresholds
+# fixed: under 1,400 faults a pair, the defaults arm 2,920-3,195 in every worker, the ratio 1.60-1.83x.
+KEPT_MMAP_THRESHOLD = 32 << 20  # glibc's largest (half its heap size); fixing it stops its dynamic growth
+KEPT_TRIM_THRESHOLD = 256 << 20
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # malloc.h
+
+
+def keep_heap() -> bool:
+    """Fix glibc's mmap and trim thresholds in this process (``mallopt``), so that the models it hosts keep
+    the memory they free instead of faulting it in again each step; False where malloc is not glibc's, or a
+    preloaded allocator serves it (then ``mallopt`` reaches an allocator nobody calls: harmless)."""
+    import ctypes
+    import platform
+
+    if platform.libc_ver()[0] != "glibc":
+        return False
+    libc = ctypes.CDLL(None)
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, KEPT_MMAP_THRESHOLD)
+                and libc.mallopt(_M_TRIM_THRESHOLD, KEPT_TRIM_THRESHOLD))
+
+
 def main(argv: list[str]) -> int:
     # Replies go to the original stdout; what torch or the workload prints goes to stderr (the log).
     replies = os.fdopen(os.dup(1), "w", buffering=1)
@@ -111,15 +143,18 @@ def main(argv: list[str]) -> int:
         replies.write(encode(reply) + "\n")
         replies.flush()
 
+    spec = WorkerSpec(**json.loads(Path(argv[0]).read_text()))
+    heap_kept = spec.keep_heap and keep_heap()  # before torch allocates anything
+
     from .child import _in_effect
 
     try:
-        bench = Bench(WorkerSpec(**json.loads(Path(argv[0]).read_text())))
+        bench = Bench(spec)
     except Exception as e:  # noqa: BLE001 - the parent reads why, not a traceback
         send(Refused("start", f"{type(e).__name__}: {e}"))
         return 1
     try:
-        send(Ready(os.getpid(), _in_effect()))
+        send(Ready(os.getpid(), {**_in_effect(), "heap_kept": heap_kept}))
         for line in sys.stdin:
             try:
                 command = decode(line)
@@ -160,10 +195,11 @@ class PairedWorker:
     on a timeout or Ctrl-C the worker's tree is stopped and ``WorkerError`` (or KeyboardInterrupt) raised."""
 
     def __init__(self, workload: str, params: dict[str, Any], facts: Any, settings: Any, *,
-                 python: str = sys.executable) -> None:
+                 python: str = sys.executable, keep_heap: bool = True) -> None:
         self.spec = WorkerSpec(workload=workload, params=params, facts=facts.to_dict(),
                                loss_samples=loss_samples(settings, params, facts), warmup_steps=settings.warmup_steps,
-                               eval_samples=settings.eval_samples, train_steps=settings.train_steps, seed=settings.seed)
+                               eval_samples=settings.eval_samples, train_steps=settings.train_steps, seed=settings.seed,
+                               keep_heap=keep_heap)
         self.facts, self.python = facts, python
         self.proc: subprocess.Popen[bytes] | None = None
         self._stack = contextlib.ExitStack()

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import math
 import os
+import platform
 import random
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -270,6 +273,36 @@ def test_a_nan_or_oom_arm_fails_alone(facts: Any) -> None:
 def test_the_worker_runs_with_the_environment_it_was_planned_with(tiny_worker: PairedWorker) -> None:
     assert tiny_worker.ready is not None and tiny_worker.ready.in_effect["threads"] == 1
     assert tiny_worker.ready.in_effect["env"]["OMP_NUM_THREADS"] == "1" and tiny_worker.ready.pid != os.getpid()
+
+
+def test_a_worker_hosting_arms_keeps_its_heap(tiny_worker: PairedWorker) -> None:
+    """Its models keep the memory they free (``worker.keep_heap``); a process pair's workers do not
+    (``test_process_pair``): they hold one model each, as the user's process does."""
+    assert tiny_worker.spec.keep_heap and tiny_worker.ready is not None
+    assert tiny_worker.ready.in_effect["heap_kept"] is True
+
+
+# malloc(3) of glibc: a chunk's size field (the word before the pointer) has bit 2 set when the chunk was
+# mmapped (IS_MMAPPED in malloc.c); a 1 MiB block is mmapped at glibc's starting threshold (128 KiB).
+_MMAPPED = """
+import ctypes, sys
+from autotune.trial.worker import keep_heap
+kept = keep_heap() if sys.argv[1] == "keep" else False
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+block = libc.malloc(1 << 20)
+print(kept, bool(ctypes.c_size_t.from_address(block - 8).value & 2))
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc only")
+def test_keep_heap_takes_a_megabyte_from_the_heap_not_from_mmap() -> None:
+    def run(mode: str) -> str:
+        return subprocess.run([sys.executable, "-c", _MMAPPED, mode], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    assert run("default") == "False True"  # glibc as it starts: a fresh mapping, unmapped again on free
+    assert run("keep") == "True False"
 
 
 def test_a_worker_that_does_not_answer_in_time_is_stopped_with_its_whole_tree(facts: Any) -> None:

@@ -73,6 +73,8 @@ def test_a_frozen_worker_does_not_run_while_the_other_does(facts: Any) -> None:
     params = _params(facts, threads=1, interop_threads=1, num_workers=1, persistent_workers=True, prefetch_factor=2)
     with ProcessPair("tiny", params, params, facts, SETTINGS) as pair:
         pair.run(1, 0.1)
+        # one model each, as the user's process: glibc's own heap policy (``worker.keep_heap`` is for several)
+        assert not any(w.ready.in_effect["heap_kept"] for w in pair.workers.values())
         frozen = pair.workers["base"]
         tree = freeze.tree(frozen.ready.pid)
         assert len(tree) >= 2  # the worker and its arm's DataLoader worker
