@@ -39,7 +39,7 @@ MEMORY_SHARE = 0.9  # of a device's memory a recipe's estimated (and measured) p
 
 
 def sizes(ctx: SpaceContext) -> tuple[int, ...]:
-    """Per-rank batches: powers of two from a quarter to four times the workload's default, up to what one
+    """Per-rank batches: the workload's default halved twice and doubled twice, up to what one
     process's memory should hold."""
     base = max(1, ctx.default_batch_size)
     candidates = sorted({max(1, base // 4), max(1, base // 2), base, base * 2, base * 4})

@@ -20,8 +20,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-# The knobs that change what one process holds in memory for a given batch per process.
-MEMORY_KEYS = ("device", "amp_dtype", "compile_mode", "sparsity_pattern", "sparsity", "channels_last", "processes")
+# The knobs that change what one process holds in memory for a given batch per process. ``cuda_alloc``:
+# expandable segments leave less memory fragmented, so a batch that did not fit may; ``cudnn_benchmark``:
+# cuDNN then picks among algorithms by speed, some with larger workspaces, so one that fit may not.
+MEMORY_KEYS = ("device", "amp_dtype", "compile_mode", "sparsity_pattern", "sparsity", "channels_last", "processes",
+               "cuda_alloc", "cudnn_benchmark")
 
 
 def batch_key(params: dict[str, Any]) -> str:

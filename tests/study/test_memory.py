@@ -19,7 +19,8 @@ from ..faulty_workloads import OOM_FROM_BATCH
 
 FAULTY = "tests.faulty_workloads"
 RAN_OUT = {"batch_per_rank": 64, "amp_dtype": "float32", "compile_mode": "none", "sparsity_pattern": "none",
-           "sparsity": 0.0, "channels_last": False, "processes": 1, "device": "cuda", "threads": 4}
+           "sparsity": 0.0, "channels_last": False, "processes": 1, "device": "cuda", "threads": 4,
+           "cuda_alloc": "default", "cudnn_benchmark": False}
 
 
 @pytest.mark.parametrize(
@@ -27,7 +28,9 @@ RAN_OUT = {"batch_per_rank": 64, "amp_dtype": "float32", "compile_mode": "none",
     [
         ({}, True),  # the same recipe
         ({"batch_per_rank": 128}, True),  # larger, the same settings
-        ({"batch_per_rank": 128, "threads": 8, "cudnn_benchmark": True}, True),  # knobs that hold no memory
+        ({"batch_per_rank": 128, "threads": 8, "interop_threads": 1}, True),  # knobs that hold no memory
+        ({"batch_per_rank": 128, "cuda_alloc": "expandable_segments"}, False),  # less fragmentation
+        ({"batch_per_rank": 128, "cudnn_benchmark": True}, False),  # cuDNN's workspaces may grow
         ({"batch_per_rank": 32}, False),  # smaller
         ({"batch_per_rank": 128, "amp_dtype": "bfloat16"}, False),  # half the activations
         ({"batch_per_rank": 128, "compile_mode": "default"}, False),
