@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # System packages some tests need, from Debian's packages: jemalloc and tcmalloc (the `allocator` knob is
 # proven by preloading them), numactl (memory binding), PostgreSQL (a shared study of two workers), zsh (its
-# completion script is loaded).
+# completion script is loaded), chromium (the HTML report is rendered headless).
 # Installs only what is missing, and only where it can (root with apt-get); elsewhere the tests that need
 # a package say so and skip.
 set -u
@@ -19,9 +19,18 @@ if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
 fi
 echo "tests/system-deps.sh: installing ${want[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
+log=/tmp/autotune-system-deps.log
+install() { apt-get install -y -qq --no-install-recommends "$@" >>"$log" 2>&1; }
+apt-get update -qq >"$log" 2>&1
+# All at once; if that fails, one at a time, so that a package this system lacks (chromium is a snap on
+# Ubuntu) does not leave the others out.
+if ! install "${want[@]}"; then
+    for package in "${want[@]}"; do
+        install "$package" || echo "tests/system-deps.sh: $package could not be installed (see $log); tests needing it will skip" >&2
+    done
+fi
 # Installing postgresql must not leave a cluster running: the tests start their own server on loopback.
-{ apt-get update -qq && apt-get install -y -qq --no-install-recommends "${want[@]}" && \
-  { command -v pg_ctlcluster >/dev/null && pg_lsclusters -h 2>/dev/null | awk '{print $1, $2}' | \
-    while read -r v c; do pg_ctlcluster "$v" "$c" stop 2>/dev/null; done; true; }; } >/tmp/autotune-system-deps.log 2>&1 \
-  || echo "tests/system-deps.sh: apt-get failed (see /tmp/autotune-system-deps.log); tests needing ${want[*]} will skip" >&2
+if command -v pg_ctlcluster >/dev/null; then
+    pg_lsclusters -h 2>/dev/null | awk '{print $1, $2}' | while read -r v c; do pg_ctlcluster "$v" "$c" stop >/dev/null 2>&1; done
+fi
 exit 0
