@@ -146,11 +146,20 @@ def build():
 '''
 
 
-def test_a_conv3d_model_is_not_offered_channels_last(facts, tmp_path: Path) -> None:
+# A Conv3d whose output a Conv2d reads: one 3-D convolution is enough to rule channels_last out.
+MIXED = CONV3D.replace(
+    "self.head = torch.nn.Linear(4 * 4 * 8 * 8, 2)",
+    "self.mix = torch.nn.Conv2d(16, 4, 1)\n        self.head = torch.nn.Linear(4 * 8 * 8, 2)",
+).replace("torch.relu(self.conv(x)).flatten(1)", "torch.relu(self.mix(self.conv(x).flatten(1, 2))).flatten(1)")
+
+
+@pytest.mark.parametrize("source", [CONV3D, MIXED], ids=["conv3d", "conv3d+conv2d"])
+def test_a_conv3d_model_is_not_offered_channels_last(facts, tmp_path: Path, source: str) -> None:
     """channels_last is a 4-D format: a Conv3d weight cannot take it (model.to raises), so the search,
-    which used to offer it for any convolution, crashed such trials."""
+    which used to offer it for any convolution, crashed such trials; a model that also has 2-D ones too."""
+    assert source == CONV3D or "Conv2d" in source
     spec = tmp_path / "video.py"
-    spec.write_text(textwrap.dedent(CONV3D))
+    spec.write_text(textwrap.dedent(source))
     _, ctx = search_context(f"{spec}:build", facts, SearchOptions())
     assert (ctx.conv, ctx.conv_nd) == (False, True)
     assert _allowed(facts, ctx, "channels_last") == {False}
