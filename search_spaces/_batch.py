@@ -40,9 +40,21 @@ MEMORY_SHARE = 0.9  # of a device's memory a recipe's estimated (and measured) p
 
 def sizes(ctx: SpaceContext) -> tuple[int, ...]:
     """Per-rank batches: the workload's default halved twice and doubled twice, up to what one
-    process's memory should hold."""
+    process's memory should hold. With ``--global-batch`` on a GPU, doubled on up to the global batch: a
+    GPU often trains a larger batch in fewer accumulation steps faster, and every trial still takes
+    optimizer steps of the global batch (without it, a batch many times the default is a few large steps
+    at a scaled learning rate, which the quality guard rejects).
+
+    >>> sizes(SpaceContext(device="cuda", default_batch_size=64, global_batch=2048, max_batch_size=1500))
+    (16, 32, 64, 128, 256, 512, 1024)
+    >>> sizes(SpaceContext(device="cpu", default_batch_size=64, global_batch=2048))
+    (16, 32, 64, 128, 256)
+    """
     base = max(1, ctx.default_batch_size)
-    candidates = sorted({max(1, base // 4), max(1, base // 2), base, base * 2, base * 4})
+    offered = {max(1, base // 4), max(1, base // 2), base, base * 2, base * 4}
+    if ctx.global_batch and ctx.device == "cuda":
+        offered |= {base << k for k in range(3, 64) if base << k <= ctx.global_batch}
+    candidates = sorted(offered)
     if ctx.global_batch:
         candidates = [b for b in candidates if ctx.global_batch % b == 0] or [ctx.global_batch]
     if ctx.max_batch_size:

@@ -98,6 +98,7 @@ for step in range(3 * tuned.accumulation):
 with open(f"rank{{tuned.rank}}.json", "w") as f:
     json.dump({{"accumulation": tuned.accumulation, "after": after, "ddp": tuned.in_effect["ddp"],
                "bucket_view": model.gradient_as_bucket_view, "static": model.static_graph,
+               "bucket_bytes": model.bucket_bytes_cap, "broadcast": model.broadcast_buffers,
                "weights": model.module.net[0].weight.sum().item()}}, f)
 tuned.finish()
 assert not torch.distributed.is_initialized()
@@ -134,7 +135,9 @@ def test_two_ranks_all_reduce_once_per_optimizer_step_with_an_unused_parameter(t
                                             2 * per_step, 2 * per_step, 2 * per_step, 3 * per_step]
         assert rank["ddp"] == {"gradient_as_bucket_view": True, "bucket_cap_mb": 5, "static_graph": False,
                                "find_unused_parameters": True, "broadcast_buffers": False}
-        assert (rank["bucket_view"], rank["static"]) == (True, False)
+        # what DDP itself was given, read back from it
+        assert (rank["bucket_view"], rank["static"], rank["bucket_bytes"], rank["broadcast"]) == (True, False,
+                                                                                                5 * 2**20, False)
     assert ranks[0]["weights"] == ranks[1]["weights"]  # the gradients were averaged: the ranks agree
 
 

@@ -67,6 +67,12 @@ def test_batch_sizes_respect_global_batch_and_memory() -> None:
     assert spaces.batch.sizes(spaces.SpaceContext(default_batch_size=32)) == (8, 16, 32, 64, 128)
     assert spaces.batch.sizes(spaces.SpaceContext(default_batch_size=32, global_batch=48)) == (8, 16)
     assert spaces.batch.sizes(spaces.SpaceContext(default_batch_size=32, max_batch_size=40)) == (8, 16, 32)
+    # on a GPU with a global batch: doubled on up to it (and to what memory holds); without one, as on the CPU
+    gpu = spaces.SpaceContext(device="cuda", default_batch_size=32, global_batch=1024)
+    assert spaces.batch.sizes(gpu) == (8, 16, 32, 64, 128, 256, 512, 1024)
+    assert spaces.batch.sizes(replace(gpu, max_batch_size=300)) == (8, 16, 32, 64, 128, 256)
+    assert spaces.batch.sizes(replace(gpu, global_batch=None)) == (8, 16, 32, 64, 128)
+    assert spaces.batch.sizes(replace(gpu, device="cpu")) == (8, 16, 32, 64, 128)
 
 
 def test_the_largest_batch_follows_memory_weights_and_activations() -> None:
