@@ -155,6 +155,48 @@ def test_out_of_memory_beside_another_arm_is_no_room_and_alone_is_oom(bench: pai
 # On a real GPU -----------------------------------------------------------------------------------------------
 
 
+class _Allocator:
+    """CUDA's allocated and peak counters as torch.cuda reports them, driven by the test."""
+
+    def __init__(self) -> None:
+        self.allocated = self.peak = 0
+
+    def run(self, keep: int, transient: int) -> None:
+        """An arm's activity: ``transient`` more at its largest (activations), ``keep`` left allocated after."""
+        self.peak = max(self.peak, self.allocated + transient)
+        self.allocated += keep
+
+    def reset(self) -> None:
+        self.peak = self.allocated
+
+
+def test_each_arm_keeps_its_own_peak_less_what_the_others_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two arms alternating on one (faked) device: each one's peak is what it would need alone."""
+    cuda = _Allocator()
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda *a: cuda.reset())
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a: cuda.allocated)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a: cuda.peak)
+    a, b = Footprint(cuda=True), Footprint(cuda=True)
+    a.enter()
+    cuda.run(keep=10 * GIB, transient=15 * GIB)  # built and warmed: weights and optimizer state stay
+    a.leave()
+    b.enter()
+    cuda.run(keep=8 * GIB, transient=12 * GIB)  # the second arm, beside the first's 10 GiB
+    b.leave()
+    a.enter()
+    cuda.run(keep=0, transient=5 * GIB)  # a window of the first, beside the second's 8 GiB: 10 + 5 of its own
+    a.leave()
+    assert (a.peak, a.resident, b.peak, b.resident) == (15 * GIB, 10 * GIB, 12 * GIB, 8 * GIB)
+    b.enter()
+    cuda.run(keep=0, transient=20 * GIB)  # the second's window reaches higher than before: 8 + 20
+    b.leave()
+    assert (a.peak, b.peak) == (15 * GIB, 28 * GIB)
+    off = Footprint(cuda=False)
+    off.enter(), off.leave()
+    assert off.peak is None  # off CUDA nothing is read
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_two_models_on_one_gpu_report_their_own_peaks() -> None:
