@@ -132,13 +132,15 @@ def timeout_s(study: optuna.Study, options: SearchOptions, params: dict[str, Any
               estimate: float | None) -> float:
     """The trial's time limit: 5x the estimate of its kind (at least 60 s), and never into the time kept for
     the confirmation (``reserve_s``): a trial that would need it times out and the candidates already found
-    are still confirmed. A compile mode not measured yet may take all the budget leaves after that reserve."""
+    are still confirmed. A compile mode not measured yet may take a quarter of the budget (at least 60 s):
+    in a 5-minute search on 2 cores, a first max-autotune trial ran 127 s, 42% of it, and timed out all the
+    same; a compile slower than that could not pay for itself in a run this budget is tuned for."""
     available = max(1.0, remaining - reserve_s(study, options, estimate_s(study)))
     mode = params.get("compile_mode") or "none"
     if mode != "none":
         estimate = estimate_s(study, mode)
         if estimate is None:
-            return available
+            return available if options.budget_s is None else min(available, max(60.0, options.budget_s / 4))
     return available if estimate is None else min(available, max(60.0, 5 * estimate))
 
 

@@ -118,8 +118,8 @@ def test_fix_values_are_json_or_text() -> None:
 
 
 def test_a_compile_trial_gets_its_own_time_estimate(facts) -> None:
-    """Compiling takes far longer than the timed steps: a compile mode not measured yet may use what the
-    budget leaves after the confirmation runs, not 5x the median of uncompiled trials."""
+    """Compiling takes far longer than the timed steps: a compile mode not measured yet may use a quarter of
+    the budget (or what it leaves after the confirmation runs), not 5x the median of uncompiled trials."""
     from autotune.study import SearchLoop
 
     study = optuna.create_study(direction="maximize")
@@ -131,7 +131,8 @@ def test_a_compile_trial_gets_its_own_time_estimate(facts) -> None:
     estimate = loop.estimate_s()
     assert estimate == pytest.approx(1.2 * 9.0)
     assert loop.timeout_s({"compile_mode": "none"}, 500.0, estimate) == 60.0  # max(60, 5 x 10.8)
-    assert loop.timeout_s({"compile_mode": "default"}, 500.0, estimate) == 500.0  # unmeasured: what is left
+    assert loop.timeout_s({"compile_mode": "default"}, 500.0, estimate) == 150.0  # unmeasured: a quarter of 600 s
+    assert loop.timeout_s({"compile_mode": "default"}, 100.0, estimate) == 100.0  # or what is left
     study.add_trial(optuna.trial.create_trial(
         value=1.0,
         user_attrs={"wall_s": 50.0, "status": "ok", "role": "search", "params": {"compile_mode": "default"}},
