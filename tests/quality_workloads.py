@@ -21,6 +21,13 @@ each of its first ``RAMP_STEPS`` training forward passes, models built after it 
 fresh process ran its first second of training slow on the CNN while a second arm ran at full speed from its
 first window (``autotune.trial.paired.SETTLE_S``).
 
+``conv``: a tiny CNN (one 2-D convolution, 8x8 images): the search offers it the ``channels_last`` seed on
+every CPU, so a test that needs a seed after the baseline has one wherever it runs (``tiny``'s only seed,
+bf16 autocast, exists only where the CPU has AVX512-BF16 or AMX).
+
+``contended``: ``regression`` that sleeps ``SLEEP_S`` per intra-op thread in every training forward pass, so one
+thread is about twice as fast as two on any machine: a recipe pinned to one thread beats the defaults.
+
 ``memorize``: one-hot inputs, random targets and a linear model that starts at zero: training learns
 each seen sample's own weight and nothing else, so the loss on samples never trained on stays exactly
 their mean squared target (``untrained_loss``).
@@ -123,3 +130,34 @@ def memorize() -> Workload:
 def untrained_loss(indices: list[int]) -> float:
     """The ``memorize`` model's loss on these samples if it never trained on them."""
     return float(_memorize_data().tensors[1][indices].pow(2).mean())
+
+
+def _images() -> Any:
+    g = torch.Generator().manual_seed(3)
+    return torch.utils.data.TensorDataset(torch.randn(1024, 1, 8, 8, generator=g), torch.randint(0, 10, (1024,),
+                                                                                              generator=g))
+
+
+def _tiny_cnn() -> Any:
+    return torch.nn.Sequential(torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
+                               torch.nn.Linear(8 * 8 * 8, 10))
+
+
+def conv() -> Workload:
+    return Workload(model=_tiny_cnn, dataset=_images,
+                    loss=lambda output, batch: torch.nn.functional.cross_entropy(output.float(), batch[1]),
+                    optimizer=lambda params: torch.optim.SGD(params, lr=0.05), batch_size=32, name="quality-conv")
+
+
+class _Contended(torch.nn.Sequential):
+    """Sleeps in every training forward pass in proportion to torch's intra-op threads."""
+
+    def forward(self, x: Any) -> Any:
+        if self.training:
+            time.sleep(SLEEP_S * torch.get_num_threads())
+        return super().forward(x)
+
+
+def contended() -> Workload:
+    return Workload(model=lambda: _Contended(*_mlp()), dataset=_regression_data, loss=_mse, optimizer=_sgd,
+                    batch_size=64, name="quality-contended")

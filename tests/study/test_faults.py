@@ -12,6 +12,8 @@ from ..conftest import REPO, defaults_env
 from .conftest import interrupt, running_trial, start_search, trials, wait_for
 
 FAULTY = REPO / "tests" / "faulty_workloads.py"
+# A tiny CNN: its channels_last seed comes right after the baseline on every CPU (``quality_workloads.conv``).
+CONV = f"{REPO / 'tests' / 'quality_workloads.py'}:conv"
 
 
 def _roles(ts: list, state: str | None = None) -> list[str]:
@@ -20,7 +22,7 @@ def _roles(ts: list, state: str | None = None) -> list[str]:
 
 def test_ctrl_c_records_the_running_trial_and_the_same_command_continues(tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path}/studies.db"
-    args = ("--study", "s", "--trials", "2", "--confirm", "1", "--confirm-rounds", "1")
+    args = ("--workload", CONV, "--study", "s", "--trials", "2", "--confirm", "1", "--confirm-rounds", "1")
     first = start_search(*args, cwd=tmp_path)
     wait_for(running_trial(storage, "s", 1), 120, "trial 1 to start")
     out, err = interrupt(first)
@@ -44,7 +46,7 @@ def test_ctrl_c_records_the_running_trial_and_the_same_command_continues(tmp_pat
     assert [t.number for t in searched] == [0, 2]
     assert searched[1].user_attrs["params"] == before[1].user_attrs["params"]
     # Then the confirmation: the candidate measured again with fresh pairs (if the guard let it through).
-    # A candidate slower with confidence (the seed's bf16 on the tiny MLP: 0.71x) is not confirmed.
+    # A candidate slower with confidence (bf16 autocast on a tiny MLP read 0.71x) is not confirmed.
     confirms = [t for t in after if t.user_attrs.get("role") == "confirm"]
     margin = optuna.load_study(study_name="s", storage=storage).user_attrs["noise"]["margin"]
     could_win = "infeasible" not in searched[1].user_attrs and searched[1].user_attrs["speedup_high"] >= 1 + margin

@@ -18,13 +18,14 @@ from autotune.study import SearchLoop, SearchOptions, search
 from autotune.study.records import records
 from autotune.trial import TrialSettings
 
-from ..conftest import run_cli
+from ..conftest import REPO, run_cli
 from .conftest import QUICK, trials
 
 CTX = SpaceContext(default_batch_size=32)
 RUN = {"device": "cpu", "reference_batch": 32, "global_batch": None, "lr_scaling": "sqrt"}
 # A search that would run if the bad option were accepted: short, so a regression fails fast.
 SHORT = (*QUICK, "--trials", "1", "--confirm", "0")
+CONV = f"{REPO / 'tests' / 'quality_workloads.py'}:conv"  # a tiny CNN (``quality_workloads.conv``)
 
 
 @pytest.mark.parametrize(
@@ -108,14 +109,15 @@ def test_a_stored_recipe_outside_todays_space_is_skipped_and_the_search_goes_on(
     the default study (searched with compile modes) goes on under a name of its own, and a study named
     with --study that cannot go on with these options is refused without losing anything."""
     storage = f"sqlite:///{tmp_path}/studies.db"
-    first = run_cli("search", *SHORT, cwd=tmp_path)
+    conv = (*SHORT, "--workload", CONV)  # its channels_last seed comes after the baseline on every CPU
+    first = run_cli("search", *conv, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     [old] = [s.study_name for s in optuna.get_all_study_summaries(storage)]
     with RecipeStore.open(storage) as store:  # what a search that chose torch.compile stores
-        store.save(Recipe(params={**defaults(facts, CTX), "compile_mode": "default", **RUN}, workload="tiny",
+        store.save(Recipe(params={**defaults(facts, CTX), "compile_mode": "default", **RUN}, workload=CONV,
                           fingerprint=facts.fingerprint, study=old))
 
-    second = run_cli("search", *SHORT, "--no-compile", "--trials", "2", cwd=tmp_path)
+    second = run_cli("search", *conv, "--no-compile", "--trials", "2", cwd=tmp_path)
     assert second.returncode == 0, second.stderr
     assert "warm-start seed skipped, outside this search's space: compile_mode=default (allowed: none)" in second.stderr
     assert f"this search goes on in study '{old}-" in second.stderr
@@ -124,7 +126,7 @@ def test_a_stored_recipe_outside_todays_space_is_skipped_and_the_search_goes_on(
     assert all(t.user_attrs["params"]["compile_mode"] == "none" for t in trials(storage, new))
     assert len(trials(storage, old)) == 1  # the first study is left as it was
 
-    third = run_cli("search", *SHORT, "--no-compile", "--study", old, cwd=tmp_path)
+    third = run_cli("search", *conv, "--no-compile", "--study", old, cwd=tmp_path)
     assert third.returncode == 2 and len(third.stderr.strip().splitlines()) == 1, third.stderr
     assert f"study '{old}' searched compile_mode over none, default" in third.stderr
     assert "start another with --study NAME" in third.stderr
