@@ -78,11 +78,17 @@ class ProcessPair:
         self.close()
 
     def start(self) -> None:
-        """Start each worker (in the drawn order), build and warm its arm, then freeze it: one warms up while the
-        other is stopped."""
+        """Start both workers side by side (importing torch times nothing), freeze both once ready, then, in the
+        drawn order, build and warm each one's arm and freeze it again: one warms up while the other is stopped."""
+        for side in self.started:
+            self.workers[side].launch()
+        for side in self.started:
+            self.workers[side].wait_ready()
+        for worker in self.workers.values():
+            worker.freeze()
         for side in self.started:
             worker = self.workers[side]
-            worker.start()
+            worker.thaw()
             status = worker.add_arm(ARM, self.params[side])
             if status.state != "ok":
                 raise WorkerError(f"the {side} worker's arm failed ({status.state}): {status.error}")
@@ -121,9 +127,10 @@ class ProcessPair:
                               self.started)
 
     def close(self) -> None:
-        """Continue both (a stopped process cannot act on its end), then end both."""
+        """Continue both (a stopped process cannot act on its end), ask both to quit, then wait for each to end:
+        they end side by side."""
         for worker in self.workers.values():
-            worker.thaw()
+            worker.ask_to_quit()
         try:
             self.workers["base"].close()
         finally:

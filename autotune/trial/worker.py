@@ -207,6 +207,7 @@ class PairedWorker:
         self.ready: Ready | None = None
         self.arms: list[str] = []  # the worker's arms, as its replies said
         self.frozen: freeze.Frozen | None = None  # while its tree is stopped (``freeze()``)
+        self._quitting = False  # Quit sent, its reply not yet read (``ask_to_quit``)
 
     def __enter__(self) -> PairedWorker:
         self.start()
@@ -216,12 +217,21 @@ class PairedWorker:
         self.close()
 
     def start(self, timeout_s: float = 120.0) -> Ready:
+        self.launch()
+        return self.wait_ready(timeout_s)
+
+    def launch(self) -> None:
+        """Start the worker's process and return at once: several workers can import torch side by side
+        (``wait_ready`` then waits for each)."""
         work = self.work = self._stack.enter_context(_trial_directory())
         (work / "spec.json").write_text(json.dumps(asdict(self.spec)))
         plan = trial_plan([self.python, "-m", "autotune.trial.worker", str(work / "spec.json")], self.spec.params,
                           self.facts, work)
         log = self._stack.enter_context(open(work / "stderr.log", "wb"))
         self.proc = launch.start(plan, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
+
+    def wait_ready(self, timeout_s: float = 120.0) -> Ready:
+        """Wait for the launched worker to say it is ready (it then waits for commands, using no CPU)."""
         reply = self._receive(timeout_s, "start")
         if not isinstance(reply, Ready):
             self._stop()
@@ -302,13 +312,26 @@ class PairedWorker:
             freeze.thaw(self.frozen)
             self.frozen = None
 
+    def ask_to_quit(self) -> None:
+        """Send ``Quit`` without waiting for the worker to end (``close`` then waits): several workers end side
+        by side."""
+        self.thaw()
+        if self.proc is not None and self.proc.poll() is None and self.proc.stdin is not None and not self._quitting:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.write((encode(Quit()) + "\n").encode())
+                self.proc.stdin.flush()
+                self._quitting = True
+
     def close(self, timeout_s: float = 30.0) -> None:
         """Quit the worker (its arms' DataLoader workers end with it), then stop what is left of its tree."""
         try:
             self.thaw()
             if self.proc is not None and self.proc.poll() is None:
                 with contextlib.suppress(WorkerError, OSError):
-                    self.request(Quit(), timeout_s)
+                    if self._quitting:
+                        self._receive(timeout_s, "Quit")
+                    else:
+                        self.request(Quit(), timeout_s)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self.proc.wait(timeout_s)
         finally:

@@ -17,7 +17,7 @@ from autotune.search_spaces import SpaceContext, defaults
 from autotune.trial import freeze, stats
 from autotune.trial.process_pair import ProcessPair, across_processes, enough
 from autotune.trial.spec import TrialSettings
-from autotune.trial.worker import WorkerError
+from autotune.trial.worker import PairedWorker, WorkerError
 
 SETTINGS = TrialSettings(warmup_steps=2, measure_steps=6, windows=2, max_extra_windows=0, eval_samples=128)
 SLEEP_S = 0.1
@@ -89,21 +89,27 @@ def test_a_frozen_worker_does_not_run_while_the_other_does(facts: Any) -> None:
     assert not any(_alive(pid) for pid in pids)
 
 
-def _started_at(pid: int) -> int:
-    """The process's start time in clock ticks since boot (proc(5): field 22 of /proc/PID/stat)."""
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[19])
-
-
-def test_which_worker_starts_first_is_drawn_from_the_seed(facts: Any) -> None:
+def test_which_worker_warms_up_first_is_drawn_from_the_seed(facts: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both workers start side by side (importing torch times nothing); their arms are built and warmed one
+    after the other in the drawn order, the other worker frozen meanwhile."""
     params = _params(facts, threads=1, interop_threads=1)
     orders = {seed: ProcessPair("tiny", params, params, facts, SETTINGS, seed=seed).started for seed in range(8)}
     assert set(orders.values()) == {("base", "cand"), ("cand", "base")}, orders  # not always the defaults first
     seed = next(s for s, order in orders.items() if order[0] == "cand")
-    with ProcessPair("tiny", params, params, facts, SETTINGS, seed=seed) as pair:
+    pair, warmed = ProcessPair("tiny", params, params, facts, SETTINGS, seed=seed), []
+    add_arm = PairedWorker.add_arm
+
+    def watched(worker: PairedWorker, *args: Any, **kwargs: Any) -> Any:
+        side = next(s for s, w in pair.workers.items() if w is worker)
+        other = pair.workers["base" if side == "cand" else "cand"]
+        warmed.append((side, other.ready is not None and set(freeze.thread_states(other.ready.pid))))
+        return add_arm(worker, *args, **kwargs)
+
+    monkeypatch.setattr(PairedWorker, "add_arm", watched)
+    with pair:
         run = pair.run(2, 0.1)
-        started = {side: _started_at(w.ready.pid) for side, w in pair.workers.items()}
-    assert run.started == ("cand", "base") and started["cand"] < started["base"], started  # as drawn, and recorded
+    assert run.started == ("cand", "base") == tuple(side for side, _ in warmed)  # as drawn, and recorded
+    assert [states for _, states in warmed] == [{"T"}, {"T"}]  # every thread of the other one stopped
 
 
 def test_an_aa_across_processes_reads_same(facts: Any) -> None:
