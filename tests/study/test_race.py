@@ -278,6 +278,25 @@ def test_a_candidate_slower_with_confidence_is_not_confirmed(tmp_path: Path) -> 
     assert any("nothing to confirm" in n for n in outcome.recipe.notes), outcome.recipe.notes
 
 
+def test_a_candidate_below_the_leader_with_confidence_leaves_the_later_rounds(tmp_path: Path, facts: Any) -> None:
+    """After round 1, batch 128's 1.05x [0.89-1.21] lies below batch 64's 1.6x [1.44-1.76]: it could not be
+    chosen, so rounds 2 and 3 (fresh processes each, the most costly part of a search) measure batch 64 alone."""
+    from autotune import search_spaces as spaces
+
+    fixed = {k: v for k, v in spaces.defaults(facts, spaces.SpaceContext(default_batch_size=32)).items()
+             if k != "batch_per_rank"}  # the batch alone is searched: the two candidates are 64 and 128
+    outcome = _search(tmp_path, Scripted({**SPEED, 64: 1.6, 128: 1.05}), study="race", fixed=fixed, trials=8)
+    rounds: dict[int, list[int]] = {}
+    for t in _study(tmp_path, "race").get_trials(deepcopy=False):
+        if t.user_attrs.get("role") == "confirm":
+            rounds.setdefault(t.user_attrs["params"]["batch_per_rank"], []).append(t.user_attrs["round"])
+    assert rounds == {64: [0, 1, 2], 128: [0]}, rounds
+    assert outcome.recipe.params["batch_per_rank"] == 64 and outcome.recipe.speedup == pytest.approx(1.6)
+    assert any("after round 1 (1.05x [0.89-1.21], below trial" in n and "low bound 1.44x" in n
+               and "not measured in the later rounds" in n for n in outcome.recipe.notes), outcome.recipe.notes
+    # alike within their intervals, both keep every round (see the first test: 1.01x twice, six rounds)
+
+
 def _candidate(number: int, median: float, low: float, high: float) -> Any:
     from autotune.study.records import Candidate
 
