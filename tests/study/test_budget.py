@@ -24,7 +24,7 @@ def test_bad_durations_say_how_to_write_one(text: str) -> None:
 def test_a_candidate_is_estimated_from_candidates_or_else_from_the_calibration() -> None:
     """The baseline (the A/A calibration) is no model of a candidate's race: before any candidate, the estimate
     is a first round of pairs at the calibration's window, twice over; the confirmation's reserve is its pairs."""
-    from dataclasses import asdict
+    from dataclasses import asdict, replace
 
     import optuna
 
@@ -50,6 +50,9 @@ def test_a_candidate_is_estimated_from_candidates_or_else_from_the_calibration()
     assert reserve_s(study, options, 24.0) == pytest.approx(3 * 5.0 + 3 * (2 * 6 * 0.5 * 1.1 + (20.0 - 12.0)))
     one = SearchOptions(budget_s=120, confirm_top=3, confirm_rounds=1)
     assert reserve_s(study, one, 24.0) == pytest.approx(5.0 + 2 * 12 * 0.5 * 1.1 + (20.0 - 12.0))
+    # A round starts a worker and builds its arms as the calibration did: 15 s of which 6 timed, past the 5 s start
+    study.set_user_attr("noise", asdict(replace(noise, timed_s=6.0, wall_s=15.0)))
+    assert reserve_s(study, one, 24.0) == pytest.approx(9.0 + 2 * 12 * 0.5 * 1.1 + (20.0 - 12.0))
 
 
 def test_no_trial_may_take_the_time_kept_for_the_confirmation() -> None:
