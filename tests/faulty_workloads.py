@@ -35,6 +35,17 @@ def oom() -> Any:
     return _with_loss(loss)
 
 
+def device_oom() -> Any:
+    """Asks its device for a petabyte in the loss: a real out-of-memory error where the trial runs on a GPU."""
+    import torch
+
+    def loss(output: Any, batch: Any) -> Any:
+        torch.empty(1 << 50, dtype=torch.uint8, device=output.device)
+        return torch.nn.functional.cross_entropy(output, batch[1])
+
+    return _with_loss(loss)
+
+
 def crash() -> Any:
     def loss(output: Any, batch: Any) -> Any:
         raise ValueError("fake: the user's loss has a bug")

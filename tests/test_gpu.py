@@ -129,3 +129,27 @@ def test_search_on_the_gpu_stores_a_cuda_recipe(tmp_path: Path):
     assert amp["autocast"] == (None if wanted == "float32" else wanted), amp
     assert amp["channels_last_parameters"] == bool(best["params"].get("channels_last")), amp
     print(out.stdout)
+
+
+def test_a_trial_that_runs_out_of_device_memory_is_oom(gpu_facts, fast_settings):
+    """A real CUDA allocation failure (not a faked exception, as the CPU tests raise) is ``oom``."""
+    from autotune import search_spaces as spaces
+    from autotune.trial import run_trial
+
+    ctx = spaces.SpaceContext(device="cuda", default_batch_size=32)
+    base = {**spaces.defaults(gpu_facts, ctx), "device": "cuda", "reference_batch": 32}
+    result = run_trial("tests.faulty_workloads:device_oom", base, gpu_facts, fast_settings, timeout_s=300)
+    assert result.status == "oom", (result.error, result.log_tail)
+
+
+def test_expandable_segments_are_in_effect_in_the_trial(gpu_facts, fast_settings):
+    from autotune import search_spaces as spaces
+    from autotune.trial import run_trial
+
+    ctx = spaces.SpaceContext(device="cuda", default_batch_size=32)
+    base = {**spaces.defaults(gpu_facts, ctx), "device": "cuda", "reference_batch": 32}
+    result = run_trial("tiny", {**base, "cuda_alloc": "expandable_segments"}, gpu_facts, fast_settings, timeout_s=300)
+    assert result.status == "ok", (result.error, result.log_tail)
+    assert result.in_effect["env"]["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in run_trial("tiny", base, gpu_facts, fast_settings,
+                                                      timeout_s=300).in_effect["env"]

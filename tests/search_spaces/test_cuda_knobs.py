@@ -111,6 +111,20 @@ def test_cuda_knobs_are_offered_on_cuda_only(facts) -> None:
     assert "PYTORCH_CUDA_ALLOC_CONF" in spaces.controlled_variables()  # trials start without the user's
 
 
+def test_the_allocator_setting_reaches_the_trial_process(facts, fast_settings, monkeypatch) -> None:
+    """The variable is set before torch starts, in the trial process (here on the CPU, where torch ignores it;
+    ``tests/test_gpu.py`` runs it on a GPU); a trial of the default allocator does not inherit the user's."""
+    from autotune.trial import run_trial
+
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "garbage_collection_threshold:0.6")
+    base = {**spaces.defaults(facts, SpaceContext(default_batch_size=32)), "device": "cpu", "reference_batch": 32}
+    runs = {alloc: run_trial("tiny", {**base, "cuda_alloc": alloc}, facts, fast_settings, timeout_s=120)
+            for alloc in ("expandable_segments", "default")}
+    assert all(r.status == "ok" for r in runs.values()), {a: r.error for a, r in runs.items()}
+    assert runs["expandable_segments"].in_effect["env"]["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in runs["default"].in_effect["env"]
+
+
 def test_on_a_gpu_cpu_only_knobs_shrink(facts) -> None:
     gpu = _gpu_machine(facts)
     base = spaces.defaults(gpu, CUDA)
