@@ -158,7 +158,8 @@ def record(args: argparse.Namespace) -> int:
                   "loadavg": [list(load_before), list(load_after)], "cpus": os.cpu_count(),
                   "cpu_model": getattr(facts.cpu, "model", None), "pairs": [args.pairs, args.most_pairs],
                   "aa_pairs": args.pairs, "process_pairs": [3, args.process_pairs], "window_s": args.window_s,
-                  "steps": args.steps, "warmup_steps": args.warmup_steps})
+                  "steps": args.steps, "warmup_steps": args.warmup_steps},
+        facts=facts.to_dict())
     out = Path(args.grid)
     grid.save(out)
     print(f"recorded {len(configs)} combinations in {wall:.0f} s to {out}")
@@ -194,15 +195,26 @@ def replay(args: argparse.Namespace) -> int:
         print("this autotune's search() takes no measurer= yet (issue 12): the grid can be recorded, not replayed",
               file=sys.stderr)
         return 2
-    scores = grid.scores(args.max_loss_increase)
-    best_key = max(scores, key=lambda k: scores[k])
-    grid_best = scores[best_key]
     from autotune import probes
 
-    facts = probes.probe()
+    # The space searched is the recording machine's; a grid recorded without its facts is replayed in this
+    # machine's, and scored over the combinations that space can reach (an AVX2-only machine offers no bf16).
+    facts = probes.Facts.from_dict(grid.facts) if grid.facts else probes.probe()
     base_options = SearchOptions(budget_s=None, settings=TrialSettings(), compile=False,
                                  max_loss_increase=args.max_loss_increase, confirm_top=args.confirm)
     _, ctx = search_context(grid.workload, facts, base_options)
+    scores = grid.scores(args.max_loss_increase)
+    if not grid.facts:
+        allowed = spaces.allowed_values(facts, ctx)
+        reach = {k: v for k, v in scores.items()
+                 if not spaces.outside({**grid.defaults, **dict(zip(grid.searched, k, strict=True))}, facts, ctx,
+                                       allowed)}
+        if len(reach) < len(scores):
+            print(f"the grid holds no facts of the machine that recorded it: replayed in this machine's space, "
+                  f"scored over the {len(reach)} of {len(scores)} feasible combinations it can reach")
+        scores = reach
+    best_key = max(scores, key=lambda k: scores[k])
+    grid_best = scores[best_key]
     default_score = scores[grid.key(grid.defaults)] / grid_best
     heuristic = {**grid.defaults, **spaces.heuristic(facts, ctx)}
     heuristic_score = scores.get(grid.key(heuristic), 0.0) / grid_best
@@ -223,7 +235,7 @@ def replay(args: argparse.Namespace) -> int:
             options = SearchOptions(**{**base_options.__dict__, "trials": trials, "seed": seed, "fixed": fixed,
                                        "storage": f"sqlite:///{Path(tmp) / 'studies.db'}", "study": f"quality-{seed}"})
             t0 = time.monotonic()
-            outcome = search(grid.workload, options=options, measurer=ReplayMeasurer(grid, seed))  # type: ignore[call-arg]
+            outcome = search(grid.workload, options=options, measurer=ReplayMeasurer(grid, seed), facts=facts)
             key = grid.key(outcome.recipe.params)
             confirms = sum(1 for r in outcome.records if r.role == "confirm")
             runs.append({"seed": seed, "best_found": scores.get(key, 0.0) / grid_best,

@@ -78,3 +78,25 @@ def test_the_search_replays_a_grid_in_seconds_and_finds_its_best(facts: Any, tmp
         assert outcome.recipe.speedup_low is not None and outcome.recipe.speedup_low > 1.0
     assert time.monotonic() - started < 60  # no training ran: the grid answered every measurement
     assert min(found) >= 0.9, found  # bfloat16, the largest feasible batch, two threads: the known best
+
+
+def test_a_grid_is_replayed_in_the_space_of_the_machine_that_recorded_it(facts: Any, tmp_path: Path) -> None:
+    """A grid recorded where the CPU offers bf16 autocast keeps its facts, and the replay searches that space on
+    any machine: on an AVX2-only one the search never offered bf16, and found 0.64-0.72 of the grid's best."""
+    from dataclasses import replace
+
+    from autotune.probes import Facts
+
+    recorder = replace(facts, cpu=replace(facts.cpu, isa=(*facts.cpu.isa, "avx512_bf16")))
+    settings = TrialSettings(warmup_steps=2, measure_steps=6, eval_samples=128)
+    base = SearchOptions(budget_s=None, settings=settings, compile=False, confirm_top=2)
+    _, ctx = search_context("tiny", recorder, base)
+    grid = replace(_grid(recorder, ctx, base), facts=recorder.to_dict())
+    grid.save(tmp_path / "grid.json")
+    grid = RecordedGrid.load(tmp_path / "grid.json")
+    assert Facts.from_dict(grid.facts).cpu.isa == recorder.cpu.isa
+    fixed = {k: v for k, v in spaces.defaults(recorder, ctx).items() if k not in grid.searched_names()}
+    options = SearchOptions(**{**base.__dict__, "trials": max(6, len(grid.configs) // 3), "fixed": fixed,
+                               "storage": f"sqlite:///{tmp_path / 'studies.db'}", "study": "recorded"})
+    outcome = search("tiny", options=options, measurer=ReplayMeasurer(grid, 0), facts=Facts.from_dict(grid.facts))
+    assert outcome.recipe.params["amp_dtype"] == "bfloat16", outcome.recipe.params  # the known best's 1.3x

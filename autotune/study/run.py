@@ -241,10 +241,12 @@ def _has_baseline(study: optuna.Study) -> bool:
 
 def search(workload: str, *, options: SearchOptions | None = None, progress: Progress | None = None,
            budget: str | float | None = None, trials: int | None = None,
-           measurer: PairedMeasurer | None = None) -> SearchOutcome:
+           measurer: PairedMeasurer | None = None, facts: Facts | None = None) -> SearchOutcome:
     """Search the knobs for ``workload`` and store the best recipe; ``progress`` receives the events
     of ``autotune.study.events``. ``measurer`` measures the trials (default: the live paired workers,
     ``autotune.trial.score.LiveMeasurer``; a replayed grid plugs in here); the search closes it.
+    ``facts``: the machine whose space is searched (default: this one, probed now; a replayed grid's
+    is the machine that recorded it).
 
     >>> outcome = search("tiny", budget="60s")          # doctest: +SKIP
     >>> outcome.recipe.speedup                           # doctest: +SKIP
@@ -259,7 +261,7 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
     deadline = started + options.budget_s if options.budget_s else float("inf")
     notify = progress or ignore
 
-    facts = probes.probe()
+    facts = facts or probes.probe()
     wl, ctx = search_context(workload, facts, options)
     check_fixed(options.fixed, facts, ctx)  # before the study is created: a refused --fix writes nothing
     name = options.study or f"{wl.name}-{facts.fingerprint}"

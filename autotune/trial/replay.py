@@ -101,6 +101,9 @@ class RecordedGrid:
     note: str = ""  # where and how it was recorded (machine, load average)
     recorded: dict[str, Any] = field(default_factory=dict)  # settings, wall time, load average
     format: str = FORMAT
+    # The recording machine's probed facts (``Facts.to_dict``): a replay searches that machine's space (bf16
+    # autocast is offered only where its CPU has AVX512-BF16 or AMX). Empty in a grid recorded before.
+    facts: dict[str, Any] = field(default_factory=dict)
 
     def key(self, params: dict[str, Any]) -> tuple[Any, ...]:
         """The values of the searched knobs in ``params``, a knob renamed since the recording read under its
