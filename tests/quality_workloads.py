@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -43,6 +44,12 @@ import torch
 from autotune import Workload
 
 SLEEP_S = 0.02
+
+
+def spec(name: str) -> str:
+    """The ``--workload`` of the fixture ``name`` from any working directory: this file's path and the function."""
+    return f"{Path(__file__).resolve()}:{name}"
+
 HURTS = {"sparsity_pattern": "structured", "sparsity": 0.8}
 
 

@@ -11,9 +11,8 @@ import pytest
 
 from autotune.recipe import load_recipe_file
 
-from .conftest import FAST, REPO, defaults_env, run_cli
-
-QUALITY = REPO / "tests" / "quality_workloads.py"
+from . import quality_workloads
+from .conftest import FAST, defaults_env, run_cli
 
 PROBE_SCRIPT = """
 import json, os, warnings, torch, autotune
@@ -36,7 +35,7 @@ def test_search_export_apply(tmp_path: Path) -> None:
     # A workload made slow on purpose: batch 256 runs one forward pass per optimizer step of 256 samples where
     # the default 64 runs four (--global-batch 256), ~4x the samples/s at the same loss. The search must find it,
     # and the speedup must come from the confirmation's fresh pairs against the defaults, with its interval.
-    workload = f"{QUALITY}:slow"
+    workload = quality_workloads.spec("slow")
     search = run_cli("search", "--workload", workload, "--budget", "3m", "--trials", "2", "--global-batch", "256",
                      *defaults_env(), "--fix", "batch_per_rank=256", "--no-compile", "--confirm", "1",
                      *FAST, cwd=tmp_path)

@@ -15,13 +15,14 @@ from autotune.errors import HardwareMismatchError
 from autotune.recipe import Recipe
 from autotune.store import RecipeStore
 
-from .conftest import REPO, run_cli
+from . import quality_workloads
+from .conftest import run_cli
 from .study.conftest import start_search
 
 pytestmark = pytest.mark.postgres
 # One thread is about twice as fast as two on any machine (``quality_workloads.contended``): the search's recipe
 # is the pinned one it was given to try, so there is something to see in effect on the other side.
-CONTENDED = f"{REPO / 'tests' / 'quality_workloads.py'}:contended"
+CONTENDED = quality_workloads.spec("contended")
 
 # What a training script sees once started: the recipe it got, and the threads and CPUs in effect.
 REPORT = """

@@ -8,12 +8,13 @@ from pathlib import Path
 import optuna
 import psutil
 
+from .. import quality_workloads
 from ..conftest import REPO, defaults_env
 from .conftest import interrupt, running_trial, start_search, trials, wait_for
 
 FAULTY = REPO / "tests" / "faulty_workloads.py"
 # A tiny CNN: its channels_last seed comes right after the baseline on every CPU (``quality_workloads.conv``).
-CONV = f"{REPO / 'tests' / 'quality_workloads.py'}:conv"
+CONV = quality_workloads.spec("conv")
 
 
 def _roles(ts: list, state: str | None = None) -> list[str]:

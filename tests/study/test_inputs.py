@@ -18,14 +18,15 @@ from autotune.study import SearchLoop, SearchOptions, search
 from autotune.study.records import records
 from autotune.trial import TrialSettings
 
-from ..conftest import REPO, run_cli
+from .. import quality_workloads
+from ..conftest import run_cli
 from .conftest import QUICK, trials
 
 CTX = SpaceContext(default_batch_size=32)
 RUN = {"device": "cpu", "reference_batch": 32, "global_batch": None, "lr_scaling": "sqrt"}
 # A search that would run if the bad option were accepted: short, so a regression fails fast.
 SHORT = (*QUICK, "--trials", "1", "--confirm", "0")
-CONV = f"{REPO / 'tests' / 'quality_workloads.py'}:conv"  # a tiny CNN (``quality_workloads.conv``)
+CONV = quality_workloads.spec("conv")  # a tiny CNN
 
 
 @pytest.mark.parametrize(

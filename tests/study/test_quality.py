@@ -15,10 +15,9 @@ from autotune.trial.child import schedule
 from autotune.workload import held_out_split
 
 from .. import quality_workloads as qw
-from ..conftest import REPO, defaults_env, run_cli
+from ..conftest import defaults_env, run_cli
 from .conftest import trials
 
-FIXTURES = REPO / "tests" / "quality_workloads.py"
 GUARD_REASON = re.compile(r"loss \d+\.\d+ is \+\d+\.\d% over the baseline's \d+\.\d+ \(limit \+5%\)")
 
 
@@ -52,7 +51,7 @@ def test_the_held_out_slice_is_fixed_disjoint_and_at_most_a_quarter() -> None:
 @pytest.mark.parametrize("batch_size", [32, 128])
 def test_the_loss_is_taken_on_samples_no_trial_trained_on(facts, batch_size: int) -> None:
     """``memorize`` learns only the samples it sees: on held-out samples its loss stays the untrained one."""
-    workload = f"{FIXTURES}:memorize"
+    workload = qw.spec("memorize")
     result = run_trial(workload, _params(facts, qw.memorize, batch_size=batch_size), facts, TrialSettings(),
                        timeout_s=120)
     assert result.status == "ok", result.error
@@ -105,13 +104,13 @@ def test_every_trial_takes_its_loss_after_the_same_samples(facts, change: dict) 
         pytest.skip("this machine offers no second process")
     settings = TrialSettings(max_extra_windows=0)
     params = _params(facts, qw.regression, **change)
-    result = run_trial(f"{FIXTURES}:regression", params, facts, settings, timeout_s=180)
+    result = run_trial(qw.spec("regression"), params, facts, settings, timeout_s=180)
     assert result.status == "ok", result.error
     assert result.loss_samples == _loss_samples(facts) >= 64 * (4 + 24)
 
 
 def _search(tmp_path: Path, workload: str, *args: str, study: str = "q") -> tuple[str, list]:
-    out = run_cli("search", "--workload", f"{FIXTURES}:{workload}", "--study", study, "--budget", "10m",
+    out = run_cli("search", "--workload", qw.spec(workload), "--study", study, "--budget", "10m",
                   "--no-compile", *defaults_env(), *args, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     return out.stdout, trials(f"sqlite:///{tmp_path}/studies.db", study)
