@@ -184,7 +184,10 @@ def test_aa_differing_only_in_a_process_global_flag_reads_same(tiny_worker: Pair
     tiny_worker.add_arm("tf32-base", _params(facts))
     assert tiny_worker.add_arm("tf32", _params(facts, tf32=True)).state == "ok"
     comparison = _compare(tiny_worker, "tf32-base", "tf32", 12, 0.2)
-    assert comparison.verdict == "same" and comparison.ratio.contains(1.0), comparison
+    # Not "contains 1.0": two arms of one model differ by a real fraction of a percent (CI saw 1.002
+    # [1.0003-1.0057] at 99%), so the claim is "same", with the whole interval inside the margin.
+    assert comparison.verdict == "same", comparison
+    assert 1 - comparison.margin < comparison.ratio.low <= comparison.ratio.high < 1 + comparison.margin, comparison
     tiny_worker.drop_arm("tf32")
     tiny_worker.drop_arm("tf32-base")
 
@@ -222,7 +225,8 @@ def test_a_process_that_starts_slow_is_settled_before_its_first_window(facts: An
         assert RAMP_STEPS < SETTINGS.warmup_steps + first.settle_steps <= SETTINGS.warmup_steps + SETTLE_STEPS
         assert second.settle_steps == 0 and second.trained == SETTINGS.warmup_steps * 64  # only the first settles
         aa = _compare(worker, "first", "second", 6, 0.1)
-    assert aa.verdict == "same" and aa.ratio.contains(1.0), aa
+    assert aa.verdict == "same", aa
+    assert 0.8 < aa.ratio.low <= aa.ratio.high < 1.25, aa  # six short pairs; unsettled it reads ~0.05-0.5x
 
 
 def test_a_knob_slow_on_purpose_is_found_slower_and_a_fast_one_faster(facts: Any) -> None:
