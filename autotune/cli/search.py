@@ -88,7 +88,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="a confirmation measures each candidate in R rounds, each in fresh worker processes, the "
                    "calibration's window pairs split over them (at least 6 a round); its speedup is the rounds' "
                    "geometric mean, its interval includes the spread between them; one whose interval so far lies "
-                   "below the leading candidate's low bound is left out of the later rounds; R at least 1 "
+                   "below the leading candidate's low bound is left out of the later rounds, and one whose search "
+                   "interval lies below the low bound of one confirmed before it gets no round; R at least 1 "
                    "(default: 3)")
     p.add_argument("--seed", type=int, default=0, help="sampler and training seed, 0 to 2**32-1 (default: 0)")
     p.add_argument("--json", action="store_true",

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import UsageError
 from ..trial.process_pair import PROCESS_PAIRS
 from ..trial.spec import Noise, Status, TrialResult
-from .records import BASELINE, Attr, StudyAttr, lineup
+from .records import BASELINE, Attr, StudyAttr, contenders, lineup
 
 if TYPE_CHECKING:
     import optuna
@@ -109,7 +109,8 @@ def round_s(result: TrialResult, noise: Noise | None, options: SearchOptions, ro
 
 
 def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | None) -> float:
-    """Time kept for the confirmation: ``confirm_s`` of each candidate it would confirm now, and a start of
+    """Time kept for the confirmation: ``confirm_s`` of each candidate it would likely confirm now (its
+    ``contenders``: not one whose search interval lies wholly below the first's), and a start of
     the defaults' worker a round: as the calibration's was (its time outside windows: the worker's start and
     its arms built and settled), at least the baseline's start. Counting the baseline's start alone (1.6 s,
     where a round took 4.3 s) let a 2-minute demo's heuristic run until the best candidate's third round no
@@ -118,6 +119,7 @@ def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | Non
         return 0.0
     noise = recorded_noise(study)
     baseline, top = lineup(study, options.confirm_top)
+    top = contenders(top)
     if not top:
         return 0.0
     start = (baseline.result.startup_s or 0.0) if baseline is not None else 0.0
@@ -127,10 +129,10 @@ def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | Non
 
 
 def candidate_count(study: optuna.Study, options: SearchOptions) -> int:
-    """How many candidates a confirmation would re-run now."""
+    """How many candidates a confirmation would likely re-run now (``contenders``)."""
     if options.confirm_top <= 0:
         return 0
-    return len(lineup(study, options.confirm_top)[1])
+    return len(contenders(lineup(study, options.confirm_top)[1]))
 
 
 def timeout_s(study: optuna.Study, options: SearchOptions, params: dict[str, Any], remaining: float,
