@@ -88,11 +88,12 @@ def confirm_s(result: TrialResult, noise: Noise | None, options: SearchOptions) 
 def round_s(result: TrialResult, noise: Noise | None, options: SearchOptions, round_: int) -> float:
     """How long round ``round_`` of confirming the recipe measured by ``result`` will take: its pairs' windows
     (two a pair, at the calibration's length, 10% over for whole steps) and the trial's time outside windows
-    once more (start-up, warm-up, evaluation). A recipe of another environment measures its environment's
-    factor again in round 0 over at least ``PROCESS_PAIRS[0]`` fresh process pairs: its time outside windows
-    there is its trial's per process pair times as many (seen: the heuristic measured 1 pair in a 2-minute
-    demo's search, 16 s, and its round 0 took 39 s for 3, past the 15 s estimated, leaving the round after
-    it 2 s); later rounds reuse that factor."""
+    once more (start-up, warm-up, evaluation). A recipe of another environment starts a worker of it and adds
+    one fresh process pair to its environment's factor each round (``LiveMeasurer.reseed``): a process pair
+    costs what the trial's did, at least two workers' starts (the calibration's time outside windows) and its
+    windows; a factor the search cut short for time was not kept, and round 0 measures it whole, at least
+    ``PROCESS_PAIRS[0]`` pairs (seen: the heuristic measured 1 pair in a 2-minute demo's search, 16 s, and its
+    round 0 took 39 s for 3, past the 15 s estimated, leaving the round after it 2 s)."""
     outside = max(0.0, result.wall_s - (result.timed_s or 0.0))
     if noise is None:
         return result.wall_s
@@ -100,12 +101,15 @@ def round_s(result: TrialResult, noise: Noise | None, options: SearchOptions, ro
     method = result.method or ""
     if method not in ("process pairs", "process pairs x in-process pairs"):  # ``LiveMeasurer._end``'s
         return windows + outside
+    start = max(0.0, noise.wall_s - noise.timed_s)  # a worker started, its arm built and settled
+    pair = 2 * start + 2 * max(4, noise.pairs // 2) * noise.window_s  # ``LiveMeasurer._factor``'s windows
     # The process pairs the trial ran: all its pairs when the factor was its whole measurement, else at least
     # the fewest (a factor cut short for time says so in a warning and is counted from it).
     ran = (result.pairs or 1) if method == "process pairs" else PROCESS_PAIRS[0]
-    ran = min([ran, *(int(m.group(1)) for w in result.warnings if (m := _CUT_FACTOR.search(w)))])
-    per_pair = outside / max(1, ran)
-    return windows + (per_pair * max(ran, PROCESS_PAIRS[0]) if round_ == 0 else per_pair)
+    cut = [int(m.group(1)) for w in result.warnings if (m := _CUT_FACTOR.search(w))]
+    per_pair = max(pair, outside / max(1, min([ran, *cut])))
+    pairs = PROCESS_PAIRS[0] if cut and round_ == 0 else 1
+    return windows + start + per_pair * pairs
 
 
 def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | None) -> float:

@@ -1,28 +1,27 @@
 """Confirmation: the top candidates re-measured with fresh pairs before one is declared best.
 
-A search keeps its fastest measurement, and the fastest of many noisy measurements is biased upward
-(the winner's curse). So the top ``confirm_top`` feasible recipes (by their search median; not those
-whose search interval lies wholly below ``1 + margin``: they could not be offered) are measured
-again against the defaults with FRESH pairs, in ``confirm_rounds`` rounds: each round starts
-new worker processes (a new seed for the windows' order) and measures every candidate in them,
-``budget.confirmation_pairs`` pairs each; the first also measures every environment factor again over
-new process pairs. An in-process ratio differs from one process to the next (bf16 + channels_last on the
-CNN: 1.56-2.02x; one process's ratio missed the user's own, from fresh processes, by up to 18%), so a
-candidate's confirmed
-speedup is the geometric mean of its rounds, its interval the wider of theirs and the spread between
+A search keeps its fastest measurement, and the fastest of many noisy measurements is biased upward (the
+winner's curse). So the top ``confirm_top`` feasible recipes (by their search median; not those whose search
+interval lies wholly below ``1 + margin``: they could not be offered) are measured again against the defaults
+with FRESH pairs, in ``confirm_rounds`` rounds: each round starts new worker processes (a new seed for the
+windows' order) and measures every candidate in them, ``budget.confirmation_pairs`` pairs each, and adds one
+fresh process pair to every environment factor (pooled with the search's: a process pair is always two new
+processes). An in-process ratio differs from one process to the next (bf16 + channels_last on the CNN:
+1.56-2.02x; one process's ratio missed the user's own, from fresh processes, by up to 18%), so a candidate's
+confirmed speedup is the geometric mean of its rounds, its interval the wider of theirs and the spread between
 them (``stats.across_processes_interval``). Only these measurements decide: a recipe is offered when its
 confirmed speedup's low bound is above ``1 + margin`` (``Confirmation.best``); otherwise the defaults are
 kept, and the report says why. Each round is a trial of the study with role ``confirm`` (user attributes
-``confirms``: the trial it re-measures, ``round``), so a resumed search keeps them and measures only what
-is missing.
+``confirms``: the trial it re-measures, ``round``), so a resumed search keeps them and measures only what is
+missing.
 
-The search loop keeps time for them in the budget (``autotune.study.budget.reserve_s``, from the measured
-pair times); when the budget still runs short, the candidates ranked above keep the time of their later
-rounds, a lower one that does not fit beside them is left out of the rest (confirmed over the rounds it
-had), and the report says so. A candidate whose interval over its rounds so far lies wholly below the
-leader's (the highest low bound) is left out of the later rounds too: it could not be chosen; and one whose
-search interval lies wholly below the low bound a candidate ranked above it was confirmed at in round 1 is
-not measured at all (``_below_confirmed``).
+The search loop keeps time for them in the budget (``autotune.study.budget.reserve_s``, from the measured pair
+times); when the budget still runs short, the candidates ranked above keep the time of their later rounds, a
+lower one that does not fit beside them is left out of the rest (confirmed over the rounds it had), and the
+report says so. A candidate whose interval over its rounds so far lies wholly below the leader's (the highest
+low bound) is left out of the later rounds too: it could not be chosen; and one whose search interval lies
+wholly below the low bound a candidate ranked above it was confirmed at in round 1 is not measured at all
+(``_below_confirmed``).
 """
 from __future__ import annotations
 
@@ -96,7 +95,7 @@ def confirm(loop: SearchLoop) -> Confirmation | None:
         alive = raced
         missing = [e for e in alive if (params_key(e.params), round_) not in done]
         if reseed is not None and missing:
-            reseed(options.seed + 7919 + round_, fresh_factors=round_ == 0)
+            reseed(options.seed + 7919 + round_)  # one more fresh process pair a factor, each round
         for entry in missing:
             below = _below_confirmed(entry, alive, done, round_)
             if below is not None:

@@ -212,9 +212,9 @@ class LiveMeasurer:
     - a candidate of the defaults' environment is an arm in that worker, paired with the defaults arm;
     - another environment: its factor (its in-process defaults / the defaults, over fresh process pairs,
       ``across_processes``) measured once per environment per search and cached (``factors``, which a
-      resumed search may fill from its trials), x its in-process ratio in a worker of that environment,
-      kept alive while consecutive candidates use it (one at most besides the defaults'; the idle one is
-      frozen);
+      resumed search may fill from its trials; each confirmation round adds one fresh process pair), x its
+      in-process ratio in a worker of that environment, kept alive while consecutive candidates use it (one at
+      most besides the defaults'; the idle one is frozen);
     - ``processes`` > 1 (a worker holds one process), or two models that do not fit on one GPU: fresh
       trial processes, alternated with fresh runs of the defaults, ``FRESH_PAIRS`` pairs or more, ratio
       interval by ``stats.log_mean_interval``;
@@ -243,6 +243,8 @@ class LiveMeasurer:
         self.calibration: Calibration | None = None
         self.noise: Noise | None = None
         self.factors: dict[str, stats.Interval] = {}  # environment key -> its factor (``environment_key``)
+        self.factor_ratios: dict[str, list[float]] = {}  # environment key -> one ratio per process pair run
+        self._due: set[str] = set()  # factors that get one more fresh process pair (``reseed``)
         self._startup_s = 0.0  # the defaults' worker start, not yet charged to a trial
         self._count = 0
         self._baseline_given = False
@@ -296,12 +298,15 @@ class LiveMeasurer:
 
     def reseed(self, seed: int, *, fresh_factors: bool = True) -> None:
         """A confirmation round's fresh pairs: new window orders, fresh worker processes, and (``fresh_factors``)
-        every environment factor measured again. A worker that had hosted a 2-minute search's arms measured bf16
-        at 1.45x early and 1.95x at its end (its defaults' arm slower as it aged), where the user's fresh
-        processes got 1.6x: what is confirmed is measured in processes as new as the user's."""
+        one more fresh process pair for every environment factor, pooled with its earlier ones. A worker that had
+        hosted a 2-minute search's arms measured bf16 at 1.45x early and 1.95x at its end (its defaults' arm
+        slower as it aged), where the user's fresh processes got 1.6x: what is confirmed is measured in processes
+        as new as the user's. A process pair is always two new processes, so a factor's earlier pairs stand and
+        each round adds fresh evidence; measured again whole in the first round, the heuristic's factor took 8
+        process pairs, 73 s of a 5-minute search. A factor known only as an interval (a resumed search) is reused."""
         self.seed = seed
         if fresh_factors:
-            self.factors = {}
+            self._due = set(self.factor_ratios)
         self.close()
 
     def begin(self, params: dict[str, Any], timeout_s: float) -> object | TrialResult:
@@ -357,15 +362,19 @@ class LiveMeasurer:
     def _factor(self, key: str, params: dict[str, Any], trial: _Trial, deadline: float) -> stats.Interval:
         """Its environment's defaults / the defaults, from fresh process pairs; once per environment. Pairs are
         added as ``across_processes`` would (``process_pair.enough``), but not past the trial's deadline."""
-        if key in self.factors:
+        ratios = list(self.factor_ratios.get(key, []))
+        due = key in self._due and bool(ratios)  # a confirmation round: one more fresh process pair
+        if key in self.factors and not due:
             return self.factors[key]
+        self._due.discard(key)
         for worker in self._workers():
             worker.freeze()  # the process pairs are timed alone
         least, most = self.process_pairs
-        ratios: list[float] = []
-        while not enough(ratios, self.cal.half_width, least=least, most=most):
+        before, spent = len(ratios), 0.0
+        while (due and len(ratios) == before) or not enough(ratios, self.cal.half_width, least=least, most=most):
             started = time.monotonic()
-            if ratios and deadline - started < 1.5 * (trial.startup_s + trial.timed_s) / len(ratios):
+            new = len(ratios) - before
+            if new and deadline - started < 1.5 * spent / new:
                 trial.warnings.append(f"environment factor from {len(ratios)} process pair(s): time ran out")
                 return stats.log_mean_interval(ratios)  # not kept: the next candidate of it measures it whole
             self.on_phase("starting", f"process pair {len(ratios) + 1}: "
@@ -376,7 +385,9 @@ class LiveMeasurer:
             timed = sum(p.base.elapsed_s + p.cand.elapsed_s for run in found.runs for p in run.pairs)
             trial.timed_s += timed
             trial.startup_s += time.monotonic() - started - timed
+            spent += time.monotonic() - started
             ratios += found.per_process
+        self.factor_ratios[key] = ratios
         self.factors[key] = stats.log_mean_interval(ratios)
         return self.factors[key]
 

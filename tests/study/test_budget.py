@@ -85,9 +85,12 @@ def test_no_trial_may_take_the_time_kept_for_the_confirmation() -> None:
     assert timeout_s(study, options, {}, 600.0, 9.6) == 60.0  # far from the end: 5x the estimate, 60 s at least
 
 
-def test_a_recipe_of_another_environment_pays_its_process_pairs_again_in_the_first_round() -> None:
-    """Round 0 measures an environment's factor again over at least 3 fresh process pairs: the heuristic's
-    search trial ran 1 pair in 16.1 s (5.0 timed) and its round 0 took 39 s, where 15 s had been kept."""
+def test_a_recipe_of_another_environment_pays_a_fresh_process_pair_every_round() -> None:
+    """Each round adds one fresh process pair to an environment's factor (pooled with the search's): it costs what
+    the trial's pairs did, never less than two workers' starts and the pair's windows (a combination measured in
+    the search with its factor cached spent 1.5 s outside windows); a factor the search cut short for time is
+    measured whole in round 0, 3 pairs at least (the heuristic's search ran 1 pair in 16.1 s and its round 0
+    took 39 s, where 15 s had been kept)."""
     from autotune.study import SearchOptions
     from autotune.study.budget import confirm_s, round_s
     from autotune.trial.spec import Noise, Status, TrialResult
@@ -96,16 +99,22 @@ def test_a_recipe_of_another_environment_pays_its_process_pairs_again_in_the_fir
     options = SearchOptions(budget_s=120, confirm_top=3)
     windows = 2 * 6 * 0.3 * 1.1
     heuristic = TrialResult(Status.OK, objective=1.16, method="process pairs", pairs=1, wall_s=16.1, timed_s=5.0)
-    assert round_s(heuristic, noise, options, 0) == pytest.approx(windows + 3 * 11.1)
-    assert round_s(heuristic, noise, options, 1) == pytest.approx(windows + 11.1)
-    assert confirm_s(heuristic, noise, options) == pytest.approx(3 * windows + 5 * 11.1)
-    # a factor of 5 pairs: its time outside windows is 5 pairs' already
+    assert round_s(heuristic, noise, options, 0) == round_s(heuristic, noise, options, 2) == pytest.approx(
+        windows + 11.1)
+    assert confirm_s(heuristic, noise, options) == pytest.approx(3 * (windows + 11.1))
     five = TrialResult(Status.OK, objective=1.5, method="process pairs", pairs=5, wall_s=49.3, timed_s=12.6)
-    assert round_s(five, noise, options, 0) == pytest.approx(windows + 36.7)
-    # a factor cut short for time inside a mixed measurement, and a recipe of the defaults' environment
+    assert round_s(five, noise, options, 0) == pytest.approx(windows + 36.7 / 5)
+    # a factor cut short for time inside a mixed measurement: round 0 measures it whole
     mixed = TrialResult(Status.OK, objective=1.5, method="process pairs x in-process pairs", pairs=12, wall_s=20.0,
                         timed_s=8.0, warnings=["environment factor from 2 process pair(s): time ran out"])
     assert round_s(mixed, noise, options, 0) == pytest.approx(windows + 3 * 6.0)
+    assert round_s(mixed, noise, options, 1) == pytest.approx(windows + 6.0)
+    # its factor cached in the search: a pair's cost from the calibration (a worker's start: 9.0 - 4.8 s)
+    started = Noise(window_s=0.3, pairs=16, half_width=0.03, margin=0.02, spread=0.1, aa=(1.0, 0.97, 1.03),
+                    timed_s=4.8, wall_s=9.0)
+    combined = TrialResult(Status.OK, objective=1.25, method="process pairs x in-process pairs", pairs=3,
+                           wall_s=4.5, timed_s=3.0)
+    assert round_s(combined, started, options, 1) == pytest.approx(windows + 4.2 + (2 * 4.2 + 2 * 8 * 0.3))
     in_process = TrialResult(Status.OK, objective=1.7, method="in-process pairs", pairs=16, wall_s=10.0, timed_s=9.8)
     assert round_s(in_process, noise, options, 0) == round_s(in_process, noise, options, 2) == pytest.approx(
         windows + 0.2)

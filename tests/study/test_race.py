@@ -72,7 +72,7 @@ class Scripted:
         self.closed += 1
 
     def reseed(self, seed: int, *, fresh_factors: bool = True) -> None:
-        """A confirmation round: new workers (as LiveMeasurer's), the factors measured again in the first."""
+        """A confirmation round: new workers (as LiveMeasurer's); factors measured again (live: one more pair)."""
         self.reseeds.append((seed, fresh_factors))
         if fresh_factors:
             self.factors = {}
@@ -140,7 +140,8 @@ def test_a_recipe_is_offered_only_when_its_confirmed_low_bound_clears_the_margin
     # two candidates (distinct recipes of batch 128), three rounds in fresh workers each, the calibration's
     # 8 pairs split over the rounds but at least 6 a round
     assert [c[1] for c in confirmations] == [[6]] * 6, repr(same.calls)
-    assert [fresh for _, fresh in same.reseeds] == [True, False, False] and len({s for s, _ in same.reseeds}) == 3
+    # each round adds a fresh process pair to every environment factor (none here), with new window orders
+    assert [fresh for _, fresh in same.reseeds] == [True, True, True] and len({s for s, _ in same.reseeds}) == 3
 
     offered = _search(tmp_path, Scripted(), study="offered", fixed={"processes": 1, "threads": 2, "batch_per_rank": 64},
                       trials=3)

@@ -106,3 +106,27 @@ def test_the_live_measurer_calibrates_once_and_measures_each_candidate_as_an_arm
     assert slow.startup_s == 0.0 and slow.samples_per_s and slow.in_effect["threads"] == 1  # no worker started
     assert worker.proc is not None and worker.proc.poll() is not None  # closed with the measurer
     assert {"calibrating noise", "starting", "warm-up", "paired windows", "evaluating"} <= set(phases)
+
+
+def test_each_confirmation_round_adds_one_fresh_process_pair_to_an_environment_factor(facts: Any) -> None:
+    """A process pair is always two new processes: the search's pairs stand, and a round (``reseed``) adds one
+    (measured again whole, the heuristic's factor took 8 pairs, 73 s of a 5-minute search's confirmation)."""
+    from autotune.trial.score import LiveMeasurer, environment_key
+
+    base = _params(facts, 32, threads=2, interop_threads=2)
+    one = {**base, "threads": 1, "interop_threads": 1}
+    measurer = LiveMeasurer("tests.trial.test_process_pair:threads_bound", base, facts, SETTINGS,
+                            calibration_pairs=6, window_s=0.2, process_pairs=(1, 1))
+    key, counts = environment_key(one), []
+    try:
+        measurer.calibrate(300)
+        for seed, fresh in ((None, False), (7, True), (8, False)):
+            if seed is not None:
+                measurer.reseed(seed, fresh_factors=fresh)
+            result = measurer.end(measurer.begin(one, 300))
+            assert result.status == "ok" and result.method == "process pairs", result
+            counts.append((len(measurer.factor_ratios[key]), measurer.factors[key].count, result.pairs))
+    finally:
+        measurer.close()
+    assert counts == [(1, 1, 1), (2, 2, 2), (2, 2, 2)], counts
+    assert measurer.factors[key].median < 1  # one thread here is slower: it measured what it was asked
