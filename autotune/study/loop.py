@@ -49,7 +49,7 @@ from .records import (
     records,
     trial_id,
 )
-from .seeds import Seed, enqueue_next_seed
+from .seeds import Seed, enqueue_combination, enqueue_next_seed
 
 if TYPE_CHECKING:
     import optuna
@@ -240,7 +240,8 @@ class SearchLoop:
 
         optuna.storages.fail_stale_trials(self.study)  # trials of a killed search elsewhere (heartbeat)
         fail_orphans(self.study)
-        enqueue_next_seed(self.study, self.seeds)
+        if not enqueue_next_seed(self.study, self.seeds):
+            enqueue_combination(self.study, self.facts, self.ctx, self.options.fixed)
         trial = self.study.ask()
         role = trial.user_attrs.get(Attr.ROLE, SEARCH)
         params = {**spaces.suggest(trial, self.facts, self.ctx), **self.run_settings}

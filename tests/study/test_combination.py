@@ -1,0 +1,65 @@
+"""The fastest environment and the fastest in-process knobs, measured apart, are tried together once."""
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+import pytest
+
+from autotune import search_spaces as spaces
+from autotune.study.records import Attr, params_key
+from autotune.study.seeds import combination, enqueue_combination
+
+CTX = spaces.SpaceContext(default_batch_size=32)
+
+
+def _add(study: optuna.Study, role: str, params: dict[str, Any], objective: float, status: str = "ok") -> None:
+    attrs = {Attr.ROLE: role, Attr.PARAMS: params, Attr.STATUS: status, "objective": objective}
+    study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.COMPLETE, value=objective,
+                                              user_attrs=attrs))
+
+
+@pytest.fixture
+def measured(facts: Any) -> tuple[optuna.Study, dict[str, Any]]:
+    """The defaults, a faster batch in their environment, one thread (another environment) as fast as them."""
+    study = optuna.create_study(direction="maximize")
+    defaults = spaces.defaults(facts, CTX)
+    _add(study, "baseline", defaults, 1.0)
+    _add(study, "search", {**defaults, "batch_per_rank": 64}, 1.3)
+    _add(study, "search", {**defaults, "batch_per_rank": 16}, 1.1)
+    _add(study, "heuristic", {**defaults, "threads": 1, "interop_threads": 1}, 1.04)
+    return study, defaults
+
+
+def test_the_fastest_environment_is_tried_with_the_fastest_in_process_knobs(measured: Any, facts: Any) -> None:
+    study, defaults = measured
+    both = {**defaults, "batch_per_rank": 64, "threads": 1, "interop_threads": 1}
+    assert combination(study, facts, CTX) == both
+    assert enqueue_combination(study, facts, CTX)
+    waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+    assert [t.user_attrs[Attr.ROLE] for t in waiting] == ["combined"]
+    assert params_key(waiting[0].system_attrs["fixed_params"]) == params_key(both)
+    assert not enqueue_combination(study, facts, CTX)  # one is waiting already
+    trial = study.ask()  # as the loop does: the enqueued trial is asked first, with the combination's values
+    assert params_key(spaces.suggest(trial, facts, CTX)) == params_key(both)
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    _add(study, "combined", both, 1.35)
+    assert combination(study, facts, CTX) is None  # measured: not again
+
+
+def test_no_combination_without_a_gain_on_both_sides_or_with_fixed_knobs(measured: Any, facts: Any) -> None:
+    study, defaults = measured
+    assert combination(study, facts, CTX, fixed={"batch_per_rank": 64}) is not None  # --fix holds
+    assert combination(study, facts, CTX, fixed={"threads": 2})["threads"] == 2  # type: ignore[index]
+
+    slower = optuna.create_study(direction="maximize")
+    _add(slower, "baseline", defaults, 1.0)
+    _add(slower, "search", {**defaults, "batch_per_rank": 64}, 1.3)
+    _add(slower, "heuristic", {**defaults, "threads": 1, "interop_threads": 1}, 0.8)  # slower than the defaults
+    assert combination(slower, facts, CTX) is None
+
+    within = optuna.create_study(direction="maximize")
+    _add(within, "baseline", defaults, 1.0)
+    _add(within, "search", {**defaults, "batch_per_rank": 64}, 1.01)  # within the margin of the defaults
+    _add(within, "heuristic", {**defaults, "threads": 1, "interop_threads": 1}, 1.2)
+    assert combination(within, facts, CTX) is None
