@@ -91,8 +91,8 @@ def round_s(result: TrialResult, noise: Noise | None, options: SearchOptions, ro
     once more (start-up, warm-up, evaluation). A recipe of another environment starts a worker of it and adds
     one fresh process pair to its environment's factor each round (``LiveMeasurer.reseed``): a process pair
     costs what the trial's did, at least two workers' starts (the calibration's time outside windows) and its
-    windows; a factor the search cut short for time was not kept, and round 0 measures it whole, at least
-    ``PROCESS_PAIRS[0]`` pairs (seen: the heuristic measured 1 pair in a 2-minute demo's search, 16 s, and its
+    windows; a factor the search cut short for time is completed in round 0, counted as ``PROCESS_PAIRS[0]``
+    pairs (seen: the heuristic measured 1 pair in a 2-minute demo's search, 16 s, and its
     round 0 took 39 s for 3, past the 15 s estimated, leaving the round after it 2 s)."""
     outside = max(0.0, result.wall_s - (result.timed_s or 0.0))
     if noise is None:

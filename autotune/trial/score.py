@@ -361,7 +361,8 @@ class LiveMeasurer:
 
     def _factor(self, key: str, params: dict[str, Any], trial: _Trial, deadline: float) -> stats.Interval:
         """Its environment's defaults / the defaults, from fresh process pairs; once per environment. Pairs are
-        added as ``across_processes`` would (``process_pair.enough``), but not past the trial's deadline."""
+        added as ``across_processes`` would (``process_pair.enough``), but not past the trial's deadline: the
+        pairs of a factor cut short for time are kept, and the next candidate of it adds to them."""
         ratios = list(self.factor_ratios.get(key, []))
         due = key in self._due and bool(ratios)  # a confirmation round: one more fresh process pair
         if key in self.factors and not due:
@@ -376,7 +377,9 @@ class LiveMeasurer:
             new = len(ratios) - before
             if new and deadline - started < 1.5 * spent / new:
                 trial.warnings.append(f"environment factor from {len(ratios)} process pair(s): time ran out")
-                return stats.log_mean_interval(ratios)  # not kept: the next candidate of it measures it whole
+                # Its pairs are kept, the factor is not: the next candidate of it adds pairs until enough (seen:
+                # measured whole again, the heuristic's environment took 64 s of a 5-minute search twice).
+                return stats.log_mean_interval(ratios)
             self.on_phase("starting", f"process pair {len(ratios) + 1}: "
                           + ", ".join(environment_differences(self.defaults, params)))
             found = across_processes(self.workload, self.defaults, self._env_defaults(params), self.facts,
@@ -387,7 +390,7 @@ class LiveMeasurer:
             trial.startup_s += time.monotonic() - started - timed
             spent += time.monotonic() - started
             ratios += found.per_process
-        self.factor_ratios[key] = ratios
+            self.factor_ratios[key] = list(ratios)
         self.factors[key] = stats.log_mean_interval(ratios)
         return self.factors[key]
 

@@ -110,16 +110,22 @@ def test_the_live_measurer_calibrates_once_and_measures_each_candidate_as_an_arm
 
 def test_each_confirmation_round_adds_one_fresh_process_pair_to_an_environment_factor(facts: Any) -> None:
     """A process pair is always two new processes: the search's pairs stand, and a round (``reseed``) adds one
-    (measured again whole, the heuristic's factor took 8 pairs, 73 s of a 5-minute search's confirmation)."""
+    (measured again whole, the heuristic's factor took 8 pairs, 73 s of a 5-minute search's confirmation); the
+    pairs of a factor cut short for time are kept for the next candidate of it."""
     from autotune.trial.score import LiveMeasurer, environment_key
+    from autotune.trial.spec import TrialResult
 
     base = _params(facts, 32, threads=2, interop_threads=2)
     one = {**base, "threads": 1, "interop_threads": 1}
     measurer = LiveMeasurer("tests.trial.test_process_pair:threads_bound", base, facts, SETTINGS,
-                            calibration_pairs=6, window_s=0.2, process_pairs=(1, 1))
+                            calibration_pairs=6, window_s=0.2, process_pairs=(2, 2))
     key, counts = environment_key(one), []
     try:
         measurer.calibrate(300)
+        cut = measurer.begin(one, 1.0)  # one pair, then the time runs out: its pair is kept, not the factor
+        assert len(measurer.factor_ratios[key]) == 1 and key not in measurer.factors, cut
+        if not isinstance(cut, TrialResult):
+            measurer.end(cut)
         for seed, fresh in ((None, False), (7, True), (8, False)):
             if seed is not None:
                 measurer.reseed(seed, fresh_factors=fresh)
@@ -128,5 +134,5 @@ def test_each_confirmation_round_adds_one_fresh_process_pair_to_an_environment_f
             counts.append((len(measurer.factor_ratios[key]), measurer.factors[key].count, result.pairs))
     finally:
         measurer.close()
-    assert counts == [(1, 1, 1), (2, 2, 2), (2, 2, 2)], counts
+    assert counts == [(2, 2, 2), (3, 3, 3), (3, 3, 3)], counts  # the next candidate of it added one
     assert measurer.factors[key].median < 1  # one thread here is slower: it measured what it was asked
