@@ -192,6 +192,8 @@ class _Trial:
     base: str = DEFAULTS  # the arm it is paired with in ``worker``
     in_process: bool = True  # False: the candidate IS its environment's defaults arm (only the factor counts)
     factor: stats.Interval | None = None  # its environment / the defaults, from process pairs
+    factor_key: str | None = None  # its environment (``environment_key``) when it is not the defaults'
+    rounds: int = 0  # calls to ``more`` so far: the race's rounds
     baseline: bool = False  # the defaults themselves: the calibration is their measurement
     records: list[PairRecord] = field(default_factory=list)
     base_status: ArmStatus | None = None
@@ -245,6 +247,8 @@ class LiveMeasurer:
         self.factors: dict[str, stats.Interval] = {}  # environment key -> its factor (``environment_key``)
         self.factor_ratios: dict[str, list[float]] = {}  # environment key -> one ratio per process pair run
         self._due: set[str] = set()  # factors that get one more fresh process pair (``reseed``)
+        self._grow = True  # a search's race adds process pairs to a factor; a confirmation round only its one
+        self._pair_s = 0.0  # the last process pair's wall time
         self._startup_s = 0.0  # the defaults' worker start, not yet charged to a trial
         self._count = 0
         self._baseline_given = False
@@ -304,7 +308,7 @@ class LiveMeasurer:
         as new as the user's. A process pair is always two new processes, so a factor's earlier pairs stand and
         each round adds fresh evidence; measured again whole in the first round, the heuristic's factor took 8
         process pairs, 73 s of a 5-minute search. A factor known only as an interval (a resumed search) is reused."""
-        self.seed = seed
+        self.seed, self._grow = seed, False
         if fresh_factors:
             self._due = set(self.factor_ratios)
         self.close()
@@ -329,7 +333,7 @@ class LiveMeasurer:
             trial.worker = self._use(self._defaults_worker(deadline - time.monotonic()))
             trial.startup_s, self._startup_s = self._startup_s, 0.0
         else:
-            key = environment_key(params)
+            key = trial.factor_key = environment_key(params)
             trial.factor = self._factor(key, params, trial, deadline)
             trial.worker = self._env_worker(key, params, trial, deadline)
             trial.in_process = params != self._env_defaults(params)
@@ -359,27 +363,33 @@ class LiveMeasurer:
         env = {k: params.get(k) for k in ENVIRONMENT_KEYS if k in params or k in self.defaults}
         return {**self.defaults, **env}
 
-    def _factor(self, key: str, params: dict[str, Any], trial: _Trial, deadline: float) -> stats.Interval:
-        """Its environment's defaults / the defaults, from fresh process pairs; once per environment. Pairs are
-        added as ``across_processes`` would (``process_pair.enough``), but not past the trial's deadline: the
-        pairs of a factor cut short for time are kept, and the next candidate of it adds to them."""
+    def _factor(self, key: str, params: dict[str, Any], trial: _Trial, deadline: float, *,
+                grow: bool = False) -> stats.Interval:
+        """Its environment's defaults / the defaults, from fresh process pairs (``across_processes``, one pair at a
+        time), pooled over the candidates of that environment. In ``begin``: the fewest pairs (``least``), or one
+        more in a confirmation round; each later round of the candidate's race adds one (``grow``, from ``more``)
+        until the factor is ``enough`` (``process_pair.enough``), from then on cached. So a candidate the race
+        stops after its first round costs ``least`` pairs: measured to ``enough`` first, the heuristic took 8
+        pairs, 58 s of a 5-minute search, and was then stopped below the incumbent. Never past the trial's
+        deadline: a factor cut short for time keeps its pairs for the next candidate of it."""
         ratios = list(self.factor_ratios.get(key, []))
+        least, most = self.process_pairs
         due = key in self._due and bool(ratios)  # a confirmation round: one more fresh process pair
         if key in self.factors and not due:
             return self.factors[key]
         self._due.discard(key)
+        target = len(ratios) + 1 if grow or due else max(least, len(ratios))
         for worker in self._workers():
             worker.freeze()  # the process pairs are timed alone
-        least, most = self.process_pairs
         before, spent = len(ratios), 0.0
-        while (due and len(ratios) == before) or not enough(ratios, self.cal.half_width, least=least, most=most):
+        while len(ratios) < target:
             started = time.monotonic()
             new = len(ratios) - before
-            if new and deadline - started < 1.5 * spent / new:
-                trial.warnings.append(f"environment factor from {len(ratios)} process pair(s): time ran out")
-                # Its pairs are kept, the factor is not: the next candidate of it adds pairs until enough (seen:
-                # measured whole again, the heuristic's environment took 64 s of a 5-minute search twice).
-                return stats.log_mean_interval(ratios)
+            cost = spent / new if new else (self._pair_s if grow else 0.0)
+            if cost and deadline - started < 1.5 * cost:
+                if len(ratios) < least:
+                    trial.warnings.append(f"environment factor from {len(ratios)} process pair(s): time ran out")
+                break
             self.on_phase("starting", f"process pair {len(ratios) + 1}: "
                           + ", ".join(environment_differences(self.defaults, params)))
             found = across_processes(self.workload, self.defaults, self._env_defaults(params), self.facts,
@@ -389,10 +399,13 @@ class LiveMeasurer:
             trial.timed_s += timed
             trial.startup_s += time.monotonic() - started - timed
             spent += time.monotonic() - started
+            self._pair_s = time.monotonic() - started
             ratios += found.per_process
             self.factor_ratios[key] = list(ratios)
-        self.factors[key] = stats.log_mean_interval(ratios)
-        return self.factors[key]
+        interval = stats.log_mean_interval(ratios) if ratios else _NOTHING
+        if ratios and enough(ratios, self.cal.half_width, least=least, most=most):
+            self.factors[key] = interval
+        return interval
 
     def _env_worker(self, key: str, params: dict[str, Any], trial: _Trial, deadline: float) -> PairedWorker:
         """The worker of this environment, with its defaults arm: kept from the previous candidate, or new."""
@@ -435,6 +448,10 @@ class LiveMeasurer:
         if trial.failed is None and not trial.baseline:
             deadline = time.monotonic() + timeout_s
             try:
+                key, trial.rounds = trial.factor_key, trial.rounds + 1
+                if key is not None and trial.rounds > 1 and self._grow and key not in self.factors \
+                        and trial.worker is not None:  # a later round of the race: one more process pair
+                    trial.factor = self._factor(key, trial.params, trial, deadline, grow=True)
                 if trial.worker is None:
                     self._fresh_pairs(trial, n, deadline)
                 elif trial.in_process:

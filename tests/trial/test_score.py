@@ -108,31 +108,44 @@ def test_the_live_measurer_calibrates_once_and_measures_each_candidate_as_an_arm
     assert {"calibrating noise", "starting", "warm-up", "paired windows", "evaluating"} <= set(phases)
 
 
-def test_each_confirmation_round_adds_one_fresh_process_pair_to_an_environment_factor(facts: Any) -> None:
-    """A process pair is always two new processes: the search's pairs stand, and a round (``reseed``) adds one
-    (measured again whole, the heuristic's factor took 8 pairs, 73 s of a 5-minute search's confirmation); the
-    pairs of a factor cut short for time are kept for the next candidate of it."""
+def test_a_factor_grows_a_process_pair_a_race_round_and_one_each_confirmation_round(facts: Any) -> None:
+    """``begin`` measures the fewest pairs; each later round of the race adds one until the factor is enough (a
+    candidate stopped after its first round costs the fewest); a process pair is always two new processes, so a
+    confirmation round (``reseed``) adds one to the search's instead of measuring it again whole (the heuristic's
+    took 8 pairs, 73 s of a 5-minute search's confirmation); the pairs of a factor cut short for time are kept."""
     from autotune.trial.score import LiveMeasurer, environment_key
     from autotune.trial.spec import TrialResult
 
     base = _params(facts, 32, threads=2, interop_threads=2)
     one = {**base, "threads": 1, "interop_threads": 1}
     measurer = LiveMeasurer("tests.trial.test_process_pair:threads_bound", base, facts, SETTINGS,
-                            calibration_pairs=6, window_s=0.2, process_pairs=(2, 2))
-    key, counts = environment_key(one), []
+                            calibration_pairs=6, window_s=0.2, half_width=0.0001, process_pairs=(2, 3))
+    key = environment_key(one)
+
+    def pairs() -> tuple[int, bool]:
+        return len(measurer.factor_ratios[key]), key in measurer.factors  # pooled pairs, cached (enough)
+
     try:
-        measurer.calibrate(300)
+        measurer.calibrate(60)  # a tight half width: only ``most`` pairs are enough
         cut = measurer.begin(one, 1.0)  # one pair, then the time runs out: its pair is kept, not the factor
-        assert len(measurer.factor_ratios[key]) == 1 and key not in measurer.factors, cut
+        assert pairs() == (1, False), cut
         if not isinstance(cut, TrialResult):
             measurer.end(cut)
-        for seed, fresh in ((None, False), (7, True), (8, False)):
-            if seed is not None:
-                measurer.reseed(seed, fresh_factors=fresh)
-            result = measurer.end(measurer.begin(one, 300))
-            assert result.status == "ok" and result.method == "process pairs", result
-            counts.append((len(measurer.factor_ratios[key]), measurer.factors[key].count, result.pairs))
+        race = measurer.begin(one, 300)
+        seen = [pairs()]
+        for _ in range(2):
+            measurer.more(race, 2, 300)
+            seen.append(pairs())
+        first = measurer.end(race)
+        assert seen == [(2, False), (2, False), (3, True)], seen
+        assert first.status == "ok" and first.method == "process pairs" and first.pairs == 3, first
+        for seed, fresh in ((7, True), (8, False)):
+            measurer.reseed(seed, fresh_factors=fresh)
+            again = measurer.begin(one, 300)
+            measurer.more(again, 2, 300)
+            measurer.more(again, 2, 300)  # a confirmation grows nothing in its rounds
+            result = measurer.end(again)
+            assert result.status == "ok" and pairs() == (4, True) and result.pairs == 4, (seed, result)
     finally:
         measurer.close()
-    assert counts == [(2, 2, 2), (3, 3, 3), (3, 3, 3)], counts  # the next candidate of it added one
     assert measurer.factors[key].median < 1  # one thread here is slower: it measured what it was asked
