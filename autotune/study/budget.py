@@ -9,10 +9,12 @@ its windows (start-up, warm-up, evaluation), as measured (``confirm_s``).
 """
 from __future__ import annotations
 
+import json
 import re
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
+from ..trial.paired import ENVIRONMENT_KEYS
 from ..trial.process_pair import PROCESS_PAIRS
 from ..trial.spec import Noise, Status, TrialResult
 from .records import BASELINE, Attr, StudyAttr, contenders, lineup
@@ -86,36 +88,45 @@ def confirm_s(result: TrialResult, noise: Noise | None, options: SearchOptions) 
 
 
 def round_s(result: TrialResult, noise: Noise | None, options: SearchOptions, round_: int) -> float:
-    """How long round ``round_`` of confirming the recipe measured by ``result`` will take: its pairs' windows
-    (two a pair, at the calibration's length, 10% over for whole steps) and the trial's time outside windows
-    once more (start-up, warm-up, evaluation). A recipe of another environment starts a worker of it and adds
-    one fresh process pair to its environment's factor each round (``LiveMeasurer.reseed``): a process pair
-    costs what the trial's did, at least two workers' starts (the calibration's time outside windows) and its
-    windows; a factor the search cut short for time is completed in round 0, counted as ``PROCESS_PAIRS[0]``
-    pairs (seen: the heuristic measured 1 pair in a 2-minute demo's search, 16 s, and its
-    round 0 took 39 s for 3, past the 15 s estimated, leaving the round after it 2 s)."""
+    """How long round ``round_`` of confirming the recipe measured by ``result`` will take (``round_parts``: its
+    own part and its environment's process pairs)."""
+    own, pairs = round_parts(result, noise, options, round_)
+    return own + pairs
+
+
+def round_parts(result: TrialResult, noise: Noise | None, options: SearchOptions, round_: int) -> tuple[float, float]:
+    """Round ``round_`` of confirming the recipe measured by ``result``: (its own time, its environment's
+    process pairs' time). Its own: its pairs' windows (two a pair, at the calibration's length, 10% over for
+    whole steps) and the trial's time outside windows once more (start-up, warm-up, evaluation); a recipe of
+    another environment starts a worker of it instead. Its environment's: one fresh process pair a round
+    (``LiveMeasurer.reseed``), which costs what the trial's pairs did, at least a calibration's time outside
+    windows (two workers started side by side, each arm built) and the pair's windows; a factor the search cut
+    short for time is completed in round 0, counted as ``PROCESS_PAIRS[0]`` pairs (seen: the heuristic measured
+    1 pair in a 2-minute demo's search, 16 s, and its round 0 took 39 s for 3, past the 15 s estimated, leaving
+    the round after it 2 s). Recipes of one environment share its pair in a round (``reserve_s``)."""
     outside = max(0.0, result.wall_s - (result.timed_s or 0.0))
     if noise is None:
-        return result.wall_s
+        return result.wall_s, 0.0
     windows = 2 * confirmation_pairs(noise, options) * noise.window_s * 1.1
     method = result.method or ""
     if method not in ("process pairs", "process pairs x in-process pairs"):  # ``LiveMeasurer._end``'s
-        return windows + outside
-    start = max(0.0, noise.wall_s - noise.timed_s)  # a worker started, its arm built and settled
-    pair = 2 * start + 2 * max(4, noise.pairs // 2) * noise.window_s  # ``LiveMeasurer._factor``'s windows
+        return windows + outside, 0.0
+    start = max(0.0, noise.wall_s - noise.timed_s)  # a worker started, its arms built and settled
+    pair = start + 2 * max(4, noise.pairs // 2) * noise.window_s  # ``LiveMeasurer._factor``'s windows
     # The process pairs the trial ran: all its pairs when the factor was its whole measurement, else at least
     # the fewest (a factor cut short for time says so in a warning and is counted from it).
     ran = (result.pairs or 1) if method == "process pairs" else PROCESS_PAIRS[0]
     cut = [int(m.group(1)) for w in result.warnings if (m := _CUT_FACTOR.search(w))]
     per_pair = max(pair, outside / max(1, min([ran, *cut])))
-    pairs = PROCESS_PAIRS[0] if cut and round_ == 0 else 1
-    return windows + start + per_pair * pairs
+    return windows + start, per_pair * (PROCESS_PAIRS[0] if cut and round_ == 0 else 1)
 
 
 def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | None) -> float:
-    """Time kept for the confirmation: ``confirm_s`` of each candidate it would likely confirm now (its
-    ``contenders``: not one whose search interval lies wholly below the first's), and a start of
-    the defaults' worker a round: as the calibration's was (its time outside windows: the worker's start and
+    """Time kept for the confirmation: the rounds of each candidate it would likely confirm now (its
+    ``contenders``: not one whose search interval lies wholly below the first's), each environment's process
+    pairs once a round however many of them share it (a 5-minute search kept them for the heuristic and its
+    combination with channels_last apart, stopped at 125 s with 175 s left, and confirmed in 84 s), and a start
+    of the defaults' worker a round: as the calibration's was (its time outside windows: the worker's start and
     its arms built and settled), at least the baseline's start. Counting the baseline's start alone (1.6 s,
     where a round took 4.3 s) let a 2-minute demo's heuristic run until the best candidate's third round no
     longer fit, and two rounds that agreed (1.21x, 1.17x) left it unconfirmed."""
@@ -129,7 +140,15 @@ def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | Non
     start = (baseline.result.startup_s or 0.0) if baseline is not None else 0.0
     if noise is not None:
         start = max(start, noise.wall_s - noise.timed_s)
-    return max(1, options.confirm_rounds) * start + sum(confirm_s(r.result, noise, options) for r in top)
+    rounds = max(1, options.confirm_rounds)
+    total, pairs = rounds * start, dict[tuple[str, int], float]()
+    for r in top:
+        env = json.dumps({k: r.params.get(k) for k in ENVIRONMENT_KEYS}, sort_keys=True, default=str)
+        for round_ in range(rounds):
+            own, shared = round_parts(r.result, noise, options, round_)
+            total += own
+            pairs[(env, round_)] = max(pairs.get((env, round_), 0.0), shared)
+    return total + sum(pairs.values())
 
 
 def candidate_count(study: optuna.Study, options: SearchOptions) -> int:
@@ -156,4 +175,4 @@ def timeout_s(study: optuna.Study, options: SearchOptions, params: dict[str, Any
 
 
 __all__ = ["candidate_count", "confirm_s", "confirmation_pairs", "estimate_s", "parse_duration",
-           "reserve_s", "round_s", "timeout_s"]
+           "reserve_s", "round_parts", "round_s", "timeout_s"]

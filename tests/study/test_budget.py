@@ -87,10 +87,10 @@ def test_no_trial_may_take_the_time_kept_for_the_confirmation() -> None:
 
 def test_a_recipe_of_another_environment_pays_a_fresh_process_pair_every_round() -> None:
     """Each round adds one fresh process pair to an environment's factor (pooled with the search's): it costs what
-    the trial's pairs did, never less than two workers' starts and the pair's windows (a combination measured in
-    the search with its factor cached spent 1.5 s outside windows); a factor the search cut short for time is
-    measured whole in round 0, 3 pairs at least (the heuristic's search ran 1 pair in 16.1 s and its round 0
-    took 39 s, where 15 s had been kept)."""
+    the trial's pairs did, never less than a calibration's time outside windows and the pair's windows (a
+    combination measured in the search with its factor cached spent 1.5 s outside windows); a factor the search
+    cut short for time is completed in round 0, 3 pairs at least (the heuristic's search ran 1 pair in 16.1 s
+    and its round 0 took 39 s, where 15 s had been kept)."""
     from autotune.study import SearchOptions
     from autotune.study.budget import confirm_s, round_s
     from autotune.trial.spec import Noise, Status, TrialResult
@@ -114,7 +114,40 @@ def test_a_recipe_of_another_environment_pays_a_fresh_process_pair_every_round()
                     timed_s=4.8, wall_s=9.0)
     combined = TrialResult(Status.OK, objective=1.25, method="process pairs x in-process pairs", pairs=3,
                            wall_s=4.5, timed_s=3.0)
-    assert round_s(combined, started, options, 1) == pytest.approx(windows + 4.2 + (2 * 4.2 + 2 * 8 * 0.3))
+    assert round_s(combined, started, options, 1) == pytest.approx(windows + 4.2 + (4.2 + 2 * 8 * 0.3))
     in_process = TrialResult(Status.OK, objective=1.7, method="in-process pairs", pairs=16, wall_s=10.0, timed_s=9.8)
     assert round_s(in_process, noise, options, 0) == round_s(in_process, noise, options, 2) == pytest.approx(
         windows + 0.2)
+
+
+def test_candidates_of_one_environment_share_its_process_pair_in_the_time_kept() -> None:
+    """The heuristic and its combination with channels_last share their environment's process pair each round:
+    kept apart, a 5-minute search stopped at 125 s with 175 s left and then confirmed in 84 s."""
+    from dataclasses import asdict
+
+    import optuna
+
+    from autotune.study import SearchOptions
+    from autotune.study.budget import reserve_s, round_parts
+    from autotune.trial.spec import Noise, TrialResult
+
+    noise = Noise(window_s=0.3, pairs=16, half_width=0.03, margin=0.02, spread=0.1, aa=(1.0, 0.97, 1.03),
+                  timed_s=5.0, wall_s=9.0)
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr("noise", asdict(noise))
+    env = {"threads": 1, "openmp": "intel"}
+    recipes = [({}, 1.0, "in-process pairs", 14.0, 5.0),  # the baseline
+               ({**env}, 1.08, "process pairs", 37.0, 8.0),
+               ({**env, "channels_last": True}, 1.24, "process pairs x in-process pairs", 70.0, 25.0)]
+    for params, value, method, wall, timed in recipes:
+        study.add_trial(optuna.trial.create_trial(value=value, user_attrs={
+            "wall_s": wall, "timed_s": timed, "status": "ok", "role": "baseline" if value == 1.0 else "search",
+            "params": params, "objective": value, "speedup_low": value - 0.04, "speedup_high": value + 0.2,
+            "method": method, "pairs": 3}))
+    options = SearchOptions(budget_s=300, confirm_top=3)
+    parts = [[round_parts(TrialResult("ok", objective=v, method=m, pairs=3, wall_s=w, timed_s=t), noise, options, r)
+              for r in range(3)] for _, v, m, w, t in recipes[1:]]
+    own = sum(o for rounds in parts for o, _ in rounds)
+    shared = sum(max(a[1], b[1]) for a, b in zip(*parts, strict=True))  # one pair a round for the two
+    assert reserve_s(study, options, 40.0) == pytest.approx(3 * 4.0 + own + shared)
+    assert shared < sum(p for rounds in parts for _, p in rounds)
