@@ -9,12 +9,11 @@ its windows (start-up, warm-up, evaluation), as measured (``confirm_s``).
 """
 from __future__ import annotations
 
-import json
 import re
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
-from ..trial.paired import ENVIRONMENT_KEYS
+from ..trial.paired import environment_key
 from ..trial.process_pair import PROCESS_PAIRS
 from ..trial.spec import Noise, Status, TrialResult
 from .records import BASELINE, Attr, StudyAttr, contenders, lineup
@@ -143,19 +142,12 @@ def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | Non
     rounds = max(1, options.confirm_rounds)
     total, pairs = rounds * start, dict[tuple[str, int], float]()
     for r in top:
-        env = json.dumps({k: r.params.get(k) for k in ENVIRONMENT_KEYS}, sort_keys=True, default=str)
+        env = environment_key(r.params)
         for round_ in range(rounds):
             own, shared = round_parts(r.result, noise, options, round_)
             total += own
             pairs[(env, round_)] = max(pairs.get((env, round_), 0.0), shared)
     return total + sum(pairs.values())
-
-
-def candidate_count(study: optuna.Study, options: SearchOptions) -> int:
-    """How many candidates a confirmation would likely re-run now (``contenders``)."""
-    if options.confirm_top <= 0:
-        return 0
-    return len(contenders(lineup(study, options.confirm_top)[1]))
 
 
 def timeout_s(study: optuna.Study, options: SearchOptions, params: dict[str, Any], remaining: float,
@@ -174,5 +166,5 @@ def timeout_s(study: optuna.Study, options: SearchOptions, params: dict[str, Any
     return available if estimate is None else min(available, max(60.0, 5 * estimate))
 
 
-__all__ = ["candidate_count", "confirm_s", "confirmation_pairs", "estimate_s", "parse_duration",
+__all__ = ["confirm_s", "confirmation_pairs", "estimate_s", "parse_duration",
            "reserve_s", "round_parts", "round_s", "timeout_s"]

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from .. import search_spaces as spaces
 from ..errors import TrialError
 from ..trial.lock import host_lock, owner, owner_gone
+from ..trial.paired import environment_key
 from ..trial.spec import Noise, PairedMeasurer, Status, TrialResult
 from ..trial.stats import Interval
 from . import budget, memory
@@ -417,13 +418,6 @@ class SearchLoop:
         reason = f"loss {loss:.4f} is {increase:+.1%} over the baseline's {base:.4f} (limit +{tolerance:.0%})"
         trial.set_user_attr(Attr.INFEASIBLE, reason)
         return reason
-
-
-def environment_key(params: dict[str, Any]) -> str:
-    """The environment a recipe runs in (``autotune.trial.score.environment_key``, without importing the worker)."""
-    from ..trial.score import environment_key as key
-
-    return key(params)
 
 
 def _has_baseline(study: optuna.Study) -> bool:

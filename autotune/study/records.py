@@ -240,6 +240,6 @@ def trial_id(trial: optuna.Trial | FrozenTrial) -> int:
 
 __all__ = [
     "BASELINE", "COMBINED", "CONFIRM", "CONSTRAINTS", "MEASURED", "PAIRED", "SEARCH", "WARM_START", "Attr", "Candidate",
-    "Confirmation", "Role", "SearchOutcome", "StudyAttr", "TrialRecord", "lineup", "optuna_storage", "params_key",
-    "records", "trial_id",
+    "Confirmation", "Role", "SearchOutcome", "StudyAttr", "TrialRecord", "contenders", "lineup", "optuna_storage",
+    "params_key", "records", "trial_id",
 ]

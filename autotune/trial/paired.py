@@ -34,6 +34,7 @@ Example (in a worker process; see ``autotune.trial.worker`` for the parent's sid
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
@@ -80,6 +81,11 @@ class ArmFailed(Exception):
 
 class EnvironmentMismatch(ValueError):
     """An arm whose environment-level knobs differ from its worker's."""
+
+
+def environment_key(params: dict[str, Any]) -> str:
+    """One string per environment configuration (threads, affinity, OpenMP, allocator, processes, device)."""
+    return json.dumps({k: params.get(k) for k in ENVIRONMENT_KEYS}, sort_keys=True, default=str)
 
 
 def environment_differences(worker: dict[str, Any], params: dict[str, Any]) -> list[str]:

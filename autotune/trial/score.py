@@ -22,7 +22,6 @@ Every arm's loss is taken after the study's fixed sample count, for the quality 
 """
 from __future__ import annotations
 
-import json
 import math
 import random
 import signal
@@ -34,7 +33,7 @@ from typing import Any, Literal
 
 from .. import search_spaces as spaces
 from . import stats
-from .paired import ENVIRONMENT_KEYS, WINDOW_FLOOR_S, choose_window_s, environment_differences
+from .paired import ENVIRONMENT_KEYS, WINDOW_FLOOR_S, choose_window_s, environment_differences, environment_key
 from .process_pair import PROCESS_PAIRS, AcrossProcesses, across_processes, enough
 from .protocol import ArmStatus, PairRecord
 from .runner import _ended, run_trial
@@ -623,8 +622,3 @@ class LiveMeasurer:
 
 
 _NOTHING = stats.Interval(0.0, 0.0, 0.0, 0.0, 0)  # no pair yet (or an arm failed before one): slower than anything
-
-
-def environment_key(params: dict[str, Any]) -> str:
-    """One string per environment configuration (threads, affinity, OpenMP, allocator, processes, device)."""
-    return json.dumps({k: params.get(k) for k in ENVIRONMENT_KEYS}, sort_keys=True, default=str)
