@@ -384,6 +384,18 @@ class Arm:
         self._guarded(run)
 
 
+def preload_lazy_modules() -> None:
+    """Import now what torch imports lazily on an arm's first build: ``torch.optim.Optimizer.__init__`` runs
+    under ``torch._disable_dynamo``, which imports ``torch._dynamo`` on its first call (1.7-1.9 s of a CNN
+    arm's 2.6 s build and warm-up, 2-vCPU VM). In the worker's start it runs before ``Ready``, while the other
+    worker of a process pair imports side by side, instead of in each arm's turn alone; every process that
+    trains with an optimizer pays it once either way, the user's too."""
+    import contextlib
+
+    with contextlib.suppress(ImportError):
+        import torch._dynamo  # noqa: F401
+
+
 class Bench:
     """The arms of one worker process: its workload, its environment's params, its held-out split."""
 
@@ -397,6 +409,7 @@ class Bench:
         if spaces.processes.count(spec.params) > 1:
             raise EnvironmentMismatch("a paired worker trains in one process: processes must be 1")
         apply(spec.params, facts=self.facts, check_hardware=False)  # threads, pinning: before any torch work
+        preload_lazy_modules()
         self.workload = load_workload(spec.workload)
         self.train, self.held_out = self.workload.dataset(), None
         if self.workload.evaluate is None:
