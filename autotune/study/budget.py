@@ -16,7 +16,7 @@ from ..errors import UsageError
 from ..trial.paired import environment_key
 from ..trial.process_pair import PROCESS_PAIRS
 from ..trial.spec import Noise, Status, TrialResult
-from .records import BASELINE, Attr, StudyAttr, contenders, lineup
+from .records import BASELINE, CONFIRM, Attr, StudyAttr, contenders, lineup
 
 if TYPE_CHECKING:
     import optuna
@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 _PART = re.compile(r"(\d+(?:\.\d+)?)([hms])")
 _CUT_FACTOR = re.compile(r"environment factor from (\d+) process pair")  # ``LiveMeasurer._factor``'s warning
 _UNIT = {"h": 3600.0, "m": 60.0, "s": 1.0}
+IN_PROCESS_METHODS = ("in-process pairs", "process pairs x in-process pairs")  # ``LiveMeasurer._end``'s
+STARTED_S = 0.5  # a candidate's start-up at least this long started a process
 
 
 def parse_duration(text: str) -> float:
@@ -59,10 +61,31 @@ def estimate_s(study: optuna.Study, compile_mode: str | None = None) -> float | 
                    and (compile_mode is None or t.user_attrs.get(Attr.PARAMS, {}).get("compile_mode") == compile_mode))
     if walls:
         return 1.2 * walls[len(walls) // 2]
-    noise = recorded_noise(study)
-    if noise is None or compile_mode not in (None, "none"):
+    if compile_mode not in (None, "none"):
         return None
-    return 2 * (2 * max(4, noise.pairs // 2) * noise.window_s)
+    return _first_rounds_s(study)
+
+
+def _first_rounds_s(study: optuna.Study) -> float | None:
+    """A first round of pairs at the calibration's window length, twice over; None without a calibration."""
+    noise = recorded_noise(study)
+    return None if noise is None else 2 * (2 * max(4, noise.pairs // 2) * noise.window_s)
+
+
+def in_process_estimate_s(study: optuna.Study) -> float | None:
+    """How long a candidate that starts no process likely takes (a ``warm`` environment's, not compiled): 1.2x
+    the median wall time of the finished candidates, not pruned, that started none and did not compile; before
+    any, as ``estimate_s`` before any candidate. In a 5-minute CNN search such a candidate took 2.8 s where the
+    median of all took 47 s (the heuristic's process pairs): the search stopped with 57 s of its budget unused."""
+    walls = sorted(t.user_attrs[Attr.WALL_S] for t in study.get_trials(deepcopy=False)
+                   if Attr.WALL_S in t.user_attrs and t.user_attrs.get(Attr.STATUS) == Status.OK
+                   and t.user_attrs.get(Attr.ROLE) not in (BASELINE, CONFIRM)
+                   and t.user_attrs.get("method") in IN_PROCESS_METHODS
+                   and (t.user_attrs.get("startup_s") or 0.0) < STARTED_S
+                   and (t.user_attrs.get(Attr.PARAMS, {}).get("compile_mode") or "none") == "none")
+    if walls:
+        return 1.2 * walls[len(walls) // 2]
+    return _first_rounds_s(study)
 
 
 def recorded_noise(study: optuna.Study) -> Noise | None:
@@ -94,41 +117,47 @@ def round_s(result: TrialResult, noise: Noise | None, options: SearchOptions, ro
 
 
 def round_parts(result: TrialResult, noise: Noise | None, options: SearchOptions, round_: int) -> tuple[float, float]:
-    """Round ``round_`` of confirming the recipe measured by ``result``: (its own time, its environment's
-    process pairs' time). Its own: its pairs' windows (two a pair, at the calibration's length, 10% over for
-    whole steps) and the trial's time outside windows once more (start-up, warm-up, evaluation); a recipe of
-    another environment starts a worker of it instead. Its environment's: one fresh process pair a round
-    (``LiveMeasurer.reseed``), which costs what the trial's pairs did, at least a calibration's time outside
-    windows (two workers started side by side, each arm built) and the pair's windows; a factor the search cut
+    """Round ``round_`` of confirming the recipe measured by ``result``: (its own time, the time its environment
+    spends on the round whichever candidates of it are confirmed). Its own: its in-process pairs' windows (two a
+    pair, at the calibration's length, 10% over for whole steps), and for a recipe of the defaults' environment
+    its time outside windows in the search once more (its arm built, evaluation); a recipe that IS its
+    environment (method ``process pairs``) has none: its environment's process pair is its measurement (seen: the
+    heuristic's round took 0.0 s beside its combination with channels_last, where 9 s had been kept). Its
+    environment's: a worker's start, as the calibration's (its time outside windows: a worker started, its arms
+    built and settled) and, for another environment, one fresh process pair (``LiveMeasurer.reseed``), which
+    costs what the trial's pairs did, at least a worker's start and the pair's windows; a factor the search cut
     short for time is completed in round 0, counted as ``PROCESS_PAIRS[0]`` pairs (seen: the heuristic measured
     1 pair in a 2-minute demo's search, 16 s, and its round 0 took 39 s for 3, past the 15 s estimated, leaving
-    the round after it 2 s). Recipes of one environment share its pair in a round (``reserve_s``)."""
+    the round after it 2 s). Recipes of one environment share its part in a round (``reserve_s``)."""
     outside = max(0.0, result.wall_s - (result.timed_s or 0.0))
     if noise is None:
         return result.wall_s, 0.0
     windows = 2 * confirmation_pairs(noise, options) * noise.window_s * 1.1
+    start = max(0.0, noise.wall_s - noise.timed_s)  # a worker started, its arms built and settled
     method = result.method or ""
     if method not in ("process pairs", "process pairs x in-process pairs"):  # ``LiveMeasurer._end``'s
-        return windows + outside, 0.0
-    start = max(0.0, noise.wall_s - noise.timed_s)  # a worker started, its arms built and settled
+        return windows + outside, start
     pair = start + 2 * max(4, noise.pairs // 2) * noise.window_s  # ``LiveMeasurer._factor``'s windows
     # The process pairs the trial ran: all its pairs when the factor was its whole measurement, else at least
     # the fewest (a factor cut short for time says so in a warning and is counted from it).
     ran = (result.pairs or 1) if method == "process pairs" else PROCESS_PAIRS[0]
     cut = [int(m.group(1)) for w in result.warnings if (m := _CUT_FACTOR.search(w))]
     per_pair = max(pair, outside / max(1, min([ran, *cut])))
-    return windows + start, per_pair * (PROCESS_PAIRS[0] if cut and round_ == 0 else 1)
+    own = 0.0 if method == "process pairs" else windows
+    return own, start + per_pair * (PROCESS_PAIRS[0] if cut and round_ == 0 else 1)
 
 
 def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | None) -> float:
     """Time kept for the confirmation: the rounds of each candidate it would likely confirm now (its
-    ``contenders``: not one whose search interval lies wholly below the first's), each environment's process
-    pairs once a round however many of them share it (a 5-minute search kept them for the heuristic and its
-    combination with channels_last apart, stopped at 125 s with 175 s left, and confirmed in 84 s), and a start
-    of the defaults' worker a round: as the calibration's was (its time outside windows: the worker's start and
-    its arms built and settled), at least the baseline's start. Counting the baseline's start alone (1.6 s,
-    where a round took 4.3 s) let a 2-minute demo's heuristic run until the best candidate's third round no
-    longer fit, and two rounds that agreed (1.21x, 1.17x) left it unconfirmed."""
+    ``contenders``: not one whose search interval lies wholly below the first's), each environment's part once a
+    round however many of them share it (``round_parts``: a 5-minute search kept the process pairs for the
+    heuristic and its combination with channels_last apart, stopped at 125 s with 175 s left, and confirmed in
+    84 s), 10% over. The defaults' worker is started in a round only for a candidate of the defaults'
+    environment: as the calibration's was, at least the baseline's start (counting the baseline's start alone,
+    1.6 s where a round took 4.3 s, let a 2-minute demo's heuristic run until the best candidate's third round no
+    longer fit, and two rounds that agreed, 1.21x and 1.17x, left it unconfirmed). Kept for a defaults' worker
+    no candidate needed and for the heuristic's own windows, a 5-minute search stopped with 128 s left, 105 s
+    kept, and confirmed in 66 s."""
     if estimate is None or options.budget_s is None or options.confirm_top <= 0:
         return 0.0
     noise = recorded_noise(study)
@@ -137,17 +166,18 @@ def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | Non
     if not top:
         return 0.0
     start = (baseline.result.startup_s or 0.0) if baseline is not None else 0.0
-    if noise is not None:
-        start = max(start, noise.wall_s - noise.timed_s)
+    defaults = environment_key(baseline.params) if baseline is not None else None
     rounds = max(1, options.confirm_rounds)
-    total, pairs = rounds * start, dict[tuple[str, int], float]()
+    total, shared = 0.0, dict[tuple[str, int], float]()
     for r in top:
         env = environment_key(r.params)
         for round_ in range(rounds):
-            own, shared = round_parts(r.result, noise, options, round_)
+            own, part = round_parts(r.result, noise, options, round_)
+            if env == defaults:
+                part = max(part, start)
             total += own
-            pairs[(env, round_)] = max(pairs.get((env, round_), 0.0), shared)
-    return total + sum(pairs.values())
+            shared[(env, round_)] = max(shared.get((env, round_), 0.0), part)
+    return 1.1 * (total + sum(shared.values()))
 
 
 def timeout_s(study: optuna.Study, options: SearchOptions, params: dict[str, Any], remaining: float,
@@ -166,5 +196,5 @@ def timeout_s(study: optuna.Study, options: SearchOptions, params: dict[str, Any
     return available if estimate is None else min(available, max(60.0, 5 * estimate))
 
 
-__all__ = ["confirm_s", "confirmation_pairs", "estimate_s", "parse_duration",
+__all__ = ["confirm_s", "confirmation_pairs", "estimate_s", "in_process_estimate_s", "parse_duration",
            "reserve_s", "round_parts", "round_s", "timeout_s"]
