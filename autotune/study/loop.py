@@ -32,15 +32,17 @@ from typing import TYPE_CHECKING, Any
 from .. import search_spaces as spaces
 from ..errors import TrialError
 from ..trial.lock import host_lock, owner, owner_gone
-from ..trial.paired import environment_key
+from ..trial.paired import ENVIRONMENT_KEYS, environment_differences, environment_key
 from ..trial.spec import Noise, PairedMeasurer, Status, TrialResult
 from ..trial.stats import Interval
 from . import budget, memory
 from .events import Phase, Progress, TrialFinished, TrialStarted
 from .records import (
     BASELINE,
+    COMBINED,
     CONFIRM,
     CONSTRAINTS,
+    IN_PROCESS,
     MEASURED,
     PAIRED,
     SEARCH,
@@ -50,7 +52,7 @@ from .records import (
     records,
     trial_id,
 )
-from .seeds import Seed, enqueue_combination, enqueue_next_seed
+from .seeds import Seed, combination, enqueue_combination, enqueue_next_seed, next_seed
 
 if TYPE_CHECKING:
     import optuna
@@ -170,6 +172,33 @@ class SearchLoop:
         """How long one full trial will likely take (``budget.estimate_s``)."""
         return budget.estimate_s(self.study, compile_mode)
 
+    def next_estimate_s(self) -> float | None:
+        """How long the next trial will likely take, by its kind: the trial waiting, else the next seed, else the
+        combination, else a trial of role ``in-process`` on its turn (``in_process_turn``), else one Optuna
+        samples, which nearly always changes an environment knob. One that compiles: as that compile mode's
+        trials (``budget.estimate_s``); one that starts no process (``warm``): as those
+        (``budget.in_process_estimate_s``); else as those that started processes (``budget.started_estimate_s``).
+        None before the calibration."""
+        import optuna
+
+        general = self.estimate_s()
+        if general is None:
+            return None
+        warm = getattr(self.measurer, "warm", None) or self._defaults_environment
+        waiting = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+        seed = next_seed(self.study, self.seeds)
+        params = ({**self.defaults, **waiting[0].system_attrs.get("fixed_params", {})} if waiting
+                  else seed[1] if seed is not None
+                  else combination(self.study, self.facts, self.ctx, self.options.fixed))
+        if params is None and self.in_process_turn():
+            return budget.in_process_estimate_s(self.study)
+        if params is None:
+            return budget.started_estimate_s(self.study)
+        mode = params.get("compile_mode") or "none"
+        if mode != "none":
+            return budget.estimate_s(self.study, mode) or general
+        return budget.in_process_estimate_s(self.study) if warm(params) else budget.started_estimate_s(self.study)
+
     def timeout_s(self, params: dict[str, Any], remaining: float, estimate: float | None) -> float:
         """The trial's time limit (``budget.timeout_s``)."""
         return budget.timeout_s(self.study, self.options, params, remaining, estimate)
@@ -189,15 +218,17 @@ class SearchLoop:
         while True:
             if self.options.trials is not None and self.measured() >= self.options.trials:
                 return "trials"
-            remaining = self.deadline - time.monotonic()
-            estimate = self.estimate_s()
-            if remaining <= 1 or (estimate is not None and remaining - self.reserve_s(estimate) < estimate):
+            if self.deadline - time.monotonic() <= 1:
                 return "budget"
             with host_lock():
                 if self.options.trials is not None and self.measured() >= self.options.trials:
                     return "trials"  # reached by another worker while this one waited for the lock
                 if not self.calibrated():
                     return "baseline failed"
+                remaining, estimate = self.deadline - time.monotonic(), self.next_estimate_s()
+                if remaining <= 1 or (estimate is not None and remaining - self.reserve_s(estimate) < estimate
+                                      and not self.fill(remaining - self.reserve_s(estimate))):
+                    return "budget"
                 stopped, skips, result, role = self._next(skips, estimate)
             if stopped:
                 return stopped
@@ -229,6 +260,72 @@ class SearchLoop:
                 factors.setdefault(environment_key(r.params), Interval(**recorded))
         return self.noise
 
+    def fill(self, available: float) -> bool:
+        """The budget's end, where a typical trial no longer fits before the time kept for the confirmation: a
+        trial that starts no process still may (``budget.in_process_estimate_s``; a measurer's ``warm``). Enqueue
+        one and return True: the first seed not taken that is one, else the combination if it is one, else a
+        trial of role ``in-process`` with the environment fixed (the best recipe's when warm, else the defaults')
+        and no compilation, its in-process knobs sampled by Optuna. False when none fits, or a trial already
+        waiting would start one. A 5-minute CNN search had stopped with 57 s of its budget unused: candidates of
+        the defaults' worker took 2.8 s each, the median trial 47 s."""
+        import optuna
+
+        cheap = budget.in_process_estimate_s(self.study)
+        if cheap is None or available < cheap:
+            return False
+        warm = getattr(self.measurer, "warm", None) or self._defaults_environment
+        waiting = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+        if waiting:
+            return bool(warm({**self.defaults, **waiting[0].system_attrs.get("fixed_params", {})}))
+        seed = next_seed(self.study, self.seeds, warm)
+        combined = combination(self.study, self.facts, self.ctx, self.options.fixed)
+        if seed is not None:
+            self.study.enqueue_trial(seed[1], user_attrs={Attr.ROLE: seed[0]})
+        elif combined is not None and warm(combined):
+            self.study.enqueue_trial(combined, user_attrs={Attr.ROLE: COMBINED})
+        else:
+            self.enqueue_in_process()
+        return True
+
+    def in_process_turn(self) -> bool:
+        """Whether the next sampled trial should start no process: the search's candidates that started
+        processes (another environment's process pairs, ``processes`` > 1) have taken longer than those that
+        started none. One that starts processes costs 10-20x one that does not (the CNN on a 2-vCPU VM: 45-62 s,
+        a quarter to a third of it timed, against 2.8 s, 85% timed); a 5-minute search sampled two of them after
+        its seeds (0.90x and a crash at its time limit) and measured no other in-process knob. So the time is
+        split: as much for the in-process knobs, in the best warm environment, as for the environments."""
+        started = not_started = 0.0
+        for r in records(self.study):
+            if r.role in (BASELINE, CONFIRM):
+                continue
+            if (r.result.startup_s or 0.0) > budget.STARTED_S:
+                started += r.result.wall_s
+            else:
+                not_started += r.result.wall_s
+        return started > not_started
+
+    def enqueue_in_process(self) -> None:
+        """Enqueue a trial of role ``in-process`` (unless one waits already): the environment fixed, the best
+        recipe's when the measurer says it is warm (else the defaults'), no compilation, DDP's settings at their
+        defaults in one process (a 5-minute search measured channels_last twice there, once with
+        ``bucket_cap_mb=5``, and confirmed both), and the in-process knobs left to Optuna."""
+        import optuna
+
+        if self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+            return
+        warm = getattr(self.measurer, "warm", None) or self._defaults_environment
+        best = max((r for r in records(self.study) if r.role != CONFIRM and r.feasible
+                    and r.result.objective is not None), key=lambda r: r.result.objective or 0.0, default=None)
+        env = best.params if best is not None and warm(best.params) else self.defaults
+        params = {**{k: env[k] for k in ENVIRONMENT_KEYS if k in env}, "compile_mode": "none"}
+        if spaces.processes.count(params) == 1:  # DDP's settings do nothing in one process: not sampled as knobs
+            params.update(spaces.ddp.defaults(self.facts, self.ctx))
+        self.study.enqueue_trial({**params, **self.options.fixed}, user_attrs={Attr.ROLE: IN_PROCESS})
+
+    def _defaults_environment(self, params: dict[str, Any]) -> bool:
+        """A measurer that says nothing of its workers: only the defaults' environment is taken as warm."""
+        return not environment_differences(self.defaults, params) and spaces.processes.count(params) == 1
+
     def _factors(self) -> dict[str, Interval]:
         """The measurer's environment factors by environment (``LiveMeasurer.factors``; empty for another)."""
         factors = getattr(self.measurer, "factors", None)
@@ -241,8 +338,10 @@ class SearchLoop:
 
         optuna.storages.fail_stale_trials(self.study)  # trials of a killed search elsewhere (heartbeat)
         fail_orphans(self.study)
-        if not enqueue_next_seed(self.study, self.seeds):
-            enqueue_combination(self.study, self.facts, self.ctx, self.options.fixed)
+        if not enqueue_next_seed(self.study, self.seeds) \
+                and not enqueue_combination(self.study, self.facts, self.ctx, self.options.fixed) \
+                and self.in_process_turn():
+            self.enqueue_in_process()
         trial = self.study.ask()
         role = trial.user_attrs.get(Attr.ROLE, SEARCH)
         params = {**spaces.suggest(trial, self.facts, self.ctx), **self.run_settings}

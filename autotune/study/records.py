@@ -58,10 +58,11 @@ class StudyAttr:
     NOISE: Final = "noise"  # the A/A calibration of this machine (dict), shown to the user
 
 
-Role = Literal["baseline", "heuristic", "warm-start", "seed", "combined", "search", "confirm"]
+Role = Literal["baseline", "heuristic", "warm-start", "seed", "combined", "search", "in-process", "confirm"]
 BASELINE: Final = "baseline"  # PyTorch's defaults: what every trial is compared with
 WARM_START: Final = "warm-start"  # the recipe stored earlier for this workload and hardware
 SEARCH: Final = "search"  # sampled by Optuna
+IN_PROCESS: Final = "in-process"  # sampled by Optuna in an environment that starts no process (the budget's end)
 COMBINED: Final = "combined"  # the fastest environment with the fastest in-process knobs (``seeds.combination``)
 CONFIRM: Final = "confirm"  # a side-by-side re-run of a candidate or the baseline
 
@@ -239,7 +240,7 @@ def trial_id(trial: optuna.Trial | FrozenTrial) -> int:
 
 
 __all__ = [
-    "BASELINE", "COMBINED", "CONFIRM", "CONSTRAINTS", "MEASURED", "PAIRED", "SEARCH", "WARM_START", "Attr", "Candidate",
-    "Confirmation", "Role", "SearchOutcome", "StudyAttr", "TrialRecord", "contenders", "lineup", "optuna_storage",
-    "params_key", "records", "trial_id",
+    "BASELINE", "COMBINED", "CONFIRM", "CONSTRAINTS", "IN_PROCESS", "MEASURED", "PAIRED", "SEARCH", "WARM_START",
+    "Attr", "Candidate", "Confirmation", "Role", "SearchOutcome", "StudyAttr", "TrialRecord", "contenders", "lineup",
+    "optuna_storage", "params_key", "records", "trial_id",
 ]

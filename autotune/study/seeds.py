@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import search_spaces as spaces
@@ -81,24 +82,32 @@ def enqueue_next_seed(study: optuna.Study, seeds: list[Seed]) -> bool:
     whose trial was interrupted (Ctrl-C) or lost with a killed search is free again and comes first
     when the study continues. Workers sharing a study skip the seeds another one has taken (on one
     host the trial lock serialises this; two hosts asking at the same instant may measure a seed twice)."""
+    seed = next_seed(study, seeds)
+    if seed is None:
+        return False
+    study.enqueue_trial(seed[1], user_attrs={Attr.ROLE: seed[0]})
+    return True
+
+
+def next_seed(study: optuna.Study, seeds: list[Seed],
+              where: Callable[[dict[str, Any]], bool] = lambda params: True) -> Seed | None:
+    """The first seed that no trial of the study has taken (see ``enqueue_next_seed``), of those ``where`` takes;
+    None when there is none or a trial is already waiting."""
     import optuna
 
     state = optuna.trial.TrialState
     taken = set()
     for t in study.get_trials(deepcopy=False):
         if t.state == state.WAITING:
-            return False
+            return None
         key = (t.user_attrs.get(Attr.ROLE), params_key(t.system_attrs.get("fixed_params", {})))
         interrupted = t.state == state.FAIL and (
             t.user_attrs.get(Attr.STATUS) in (None, Status.INTERRUPTED) or key[0] == BASELINE  # a baseline is retried
         )
         if not interrupted:
             taken.add(key)
-    for role, params in seeds:
-        if (role, params_key(params)) not in taken:
-            study.enqueue_trial(params, user_attrs={Attr.ROLE: role})
-            return True
-    return False
+    return next(((role, params) for role, params in seeds if (role, params_key(params)) not in taken
+                 and where(params)), None)
 
 
 def combination(study: optuna.Study, facts: Facts, ctx: spaces.SpaceContext,
@@ -181,4 +190,4 @@ def space_digest(facts: Facts, ctx: spaces.SpaceContext) -> str:
 
 
 __all__ = ["Seed", "check_fixed", "combination", "enqueue_combination", "enqueue_next_seed", "history_conflict",
-           "seeds", "space_digest", "warm_start"]
+           "next_seed", "seeds", "space_digest", "warm_start"]

@@ -299,6 +299,19 @@ class LiveMeasurer:
 
     # Candidates --------------------------------------------------------------------------------------------
 
+    def warm(self, params: dict[str, Any]) -> bool:
+        """Whether a candidate of ``params``' environment would start no process: the defaults' (their worker
+        lives as long as the search) or the environment whose worker is alive, its factor settled (``enough``
+        process pairs: a later round adds none). The search's end is filled with such candidates."""
+        if spaces.processes.count(params) > 1:
+            return False
+        if same_environment(params, self.defaults):
+            return True
+        key = environment_key(params)
+        return self.env is not None and self.env[0] == key and key in self.factors \
+            and self.env[1].proc is not None and self.env[1].proc.poll() is None
+
+
     def reseed(self, seed: int, *, fresh_factors: bool = True) -> None:
         """A confirmation round's fresh pairs: new window orders, fresh worker processes, and (``fresh_factors``)
         one more fresh process pair for every environment factor, pooled with its earlier ones. A worker that had

@@ -1,0 +1,148 @@
+"""The budget's end: when a typical trial no longer fits before the time kept for the confirmation, a trial that
+starts no process still may (``SearchLoop.fill``). A 5-minute CNN search had stopped with 57 s of 300 unused: its
+median trial took 47 s (the heuristic's process pairs), a candidate of the defaults' worker 2.8 s."""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from typing import Any
+
+import optuna
+import pytest
+
+from autotune import search_spaces as spaces
+from autotune.study import SearchOptions
+from autotune.study.budget import estimate_s, in_process_estimate_s
+from autotune.study.loop import SearchLoop
+from autotune.study.records import Attr
+from autotune.trial.paired import ENVIRONMENT_KEYS
+from autotune.trial.spec import Noise
+
+CTX = spaces.SpaceContext(default_batch_size=32, conv=True)
+NOISE = Noise(window_s=0.3, pairs=16, half_width=0.03, margin=0.02, spread=0.06, aa=(1.0, 0.98, 1.02), timed_s=9.6,
+              wall_s=15.0)
+HEURISTIC = {"threads": 1, "interop_threads": 1}  # another environment than the defaults'
+
+
+class Warm:
+    """A measurer's ``warm``: the defaults' environment, and the environments named warm."""
+
+    def __init__(self, defaults: dict[str, Any], *warm: dict[str, Any]) -> None:
+        self.defaults, self.warm_envs = defaults, [{k: p.get(k) for k in ENVIRONMENT_KEYS} for p in warm]
+
+    def warm(self, params: dict[str, Any]) -> bool:
+        env = {k: params.get(k) for k in ENVIRONMENT_KEYS}
+        return env == {k: self.defaults.get(k) for k in ENVIRONMENT_KEYS} or env in self.warm_envs
+
+
+def _add(study: optuna.Study, role: str, params: dict[str, Any], objective: float, wall_s: float, method: str,
+         startup_s: float) -> None:
+    attrs = {Attr.ROLE: role, Attr.PARAMS: params, Attr.STATUS: "ok", "objective": objective, "wall_s": wall_s,
+             "method": method, "startup_s": startup_s, "timed_s": wall_s - startup_s, "speedup_low": objective - 0.03,
+             "speedup_high": objective + 0.03}
+    study.add_trial(optuna.trial.create_trial(value=objective, user_attrs=attrs))
+
+
+@pytest.fixture
+def searched(facts: Any) -> tuple[optuna.Study, dict[str, Any]]:
+    """As the 5-minute search had it: the baseline, channels_last in the defaults' worker (2.8 s), the heuristic's
+    environment (47 s, process pairs) and its combination with channels_last (59 s), the fastest."""
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr("noise", asdict(NOISE))
+    defaults = spaces.defaults(facts, CTX)
+    _add(study, "baseline", defaults, 1.0, 15.0, "in-process pairs", 1.6)
+    _add(study, "seed", {**defaults, "channels_last": True}, 1.2, 2.8, "in-process pairs", 0.0)
+    _add(study, "heuristic", {**defaults, **HEURISTIC}, 1.1, 47.3, "process pairs", 33.6)
+    _add(study, "combined", {**defaults, **HEURISTIC, "channels_last": True}, 1.3, 58.9,
+         "process pairs x in-process pairs", 32.3)
+    return study, defaults
+
+
+def _loop(study: optuna.Study, facts: Any, measurer: Any, seeds: list | None = None) -> SearchLoop:
+    options = SearchOptions(budget_s=300, storage="sqlite://", study="fill", seed=1)
+    return SearchLoop(study, "cnn", facts, CTX, {}, options, time.monotonic() + 60, lambda event: None,
+                      seeds=seeds, measurer=measurer)
+
+
+def _waiting(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    return study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+
+
+def test_a_candidate_that_starts_no_process_is_estimated_from_those_alone(searched: Any) -> None:
+    study, _ = searched
+    assert estimate_s(study) == pytest.approx(1.2 * 47.3)  # the median of the three candidates
+    assert in_process_estimate_s(study) == pytest.approx(1.2 * 2.8)  # channels_last only: the others started some
+    empty = optuna.create_study(direction="maximize")
+    empty.set_user_attr("noise", asdict(NOISE))
+    assert in_process_estimate_s(empty) == pytest.approx(2 * 2 * 8 * 0.3)  # a first round, twice over
+
+
+def test_the_end_of_the_budget_is_filled_in_the_best_warm_environment(searched: Any, facts: Any) -> None:
+    study, defaults = searched
+    loop = _loop(study, facts, Warm(defaults, {**defaults, **HEURISTIC}))
+    assert not loop.fill(3.0)  # not even a candidate of a warm environment fits
+    assert not _waiting(study)
+    assert loop.fill(20.0)
+    waiting = _waiting(study)
+    assert [t.user_attrs[Attr.ROLE] for t in waiting] == ["in-process"]
+    trial = study.ask()  # as the loop does: the environment and compile mode fixed, the rest sampled by TPE
+    params = spaces.suggest(trial, facts, CTX)
+    assert {k: params[k] for k in ("threads", "interop_threads", "openmp", "allocator", "processes")} == {
+        "threads": 1, "interop_threads": 1, "openmp": defaults["openmp"], "allocator": defaults["allocator"],
+        "processes": 1}
+    assert params["compile_mode"] == "none"
+    assert params["bucket_cap_mb"] == 25 and params["static_graph"] is False  # DDP's: nothing in one process
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+
+
+def test_without_the_best_environment_warm_the_defaults_worker_fills_it(searched: Any, facts: Any) -> None:
+    study, defaults = searched
+    loop = _loop(study, facts, Warm(defaults))  # the heuristic's worker is gone, or its factor is not settled
+    assert loop.fill(20.0)
+    params = spaces.suggest(study.ask(), facts, CTX)
+    assert {k: params[k] for k in ("threads", "interop_threads", "affinity", "openmp", "allocator")} == {
+        k: defaults[k] for k in ("threads", "interop_threads", "affinity", "openmp", "allocator")}
+
+
+def test_a_waiting_seed_that_starts_processes_ends_the_search_and_a_warm_one_is_taken(searched: Any,
+                                                                                     facts: Any) -> None:
+    study, defaults = searched
+    other = {**defaults, "threads": 1, "interop_threads": 2}
+    study.enqueue_trial(other, user_attrs={Attr.ROLE: "seed"})
+    assert not _loop(study, facts, Warm(defaults)).fill(20.0)  # it would start processes: the search ends
+    assert len(_waiting(study)) == 1
+
+    fresh = optuna.create_study(direction="maximize")
+    fresh.set_user_attr("noise", asdict(NOISE))
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        fresh.add_trial(t)
+    seeds = [("seed", other), ("seed", {**defaults, "batch_per_rank": 64})]
+    loop = _loop(fresh, facts, Warm(defaults), seeds=seeds)
+    assert loop.fill(20.0)  # the first seed not taken that starts no process: batch 64 in the defaults' worker
+    waiting = _waiting(fresh)
+    assert [t.user_attrs[Attr.ROLE] for t in waiting] == ["seed"]
+    assert waiting[0].system_attrs["fixed_params"]["batch_per_rank"] == 64
+
+
+def test_candidates_that_start_processes_get_as_much_time_as_those_that_start_none(searched: Any,
+                                                                                 facts: Any) -> None:
+    """After the heuristic and its combination (106 s of process starts and pairs), sampled trials start no
+    process until those have taken as long: then Optuna samples every knob again."""
+    study, defaults = searched
+    loop = _loop(study, facts, Warm(defaults))
+    assert loop.in_process_turn()
+    assert loop.next_estimate_s() == pytest.approx(1.2 * 2.8)  # what it will sample: one that starts none
+    loop.enqueue_in_process()
+    loop.enqueue_in_process()  # one waits already: not two
+    assert [t.user_attrs[Attr.ROLE] for t in _waiting(study)] == ["in-process"]
+    study.tell(study.ask(), state=optuna.trial.TrialState.FAIL)
+    for batch in (16, 32, 64, 128):
+        _add(study, "in-process", {**defaults, "batch_per_rank": batch}, 1.0, 25.0, "in-process pairs", 0.0)
+    assert loop.in_process_turn()  # 2.8 + 100 s against 106 s
+    _add(study, "in-process", {**defaults, "batch_per_rank": 8}, 1.0, 25.0, "in-process pairs", 0.0)
+    assert not loop.in_process_turn()
+    assert loop.next_estimate_s() == pytest.approx(1.2 * 58.9)  # one sampled freely: as those that started some
+    # the scripted measurers' trials (0.5 s of start-up) and the replayed grids' (none) started no process
+    _add(study, "search", {**defaults, "threads": 1}, 1.0, 200.0, "process pairs", 0.5)
+    assert not loop.in_process_turn()
+
