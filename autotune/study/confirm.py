@@ -30,6 +30,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..trial.lock import host_lock
+from ..trial.paired import environment_key
 from ..trial.spec import Status, TrialResult
 from ..trial.stats import CONFIDENCE, MIN_MARGIN, Interval, across_processes_interval
 from . import budget
@@ -83,6 +84,22 @@ def confirm(loop: SearchLoop) -> Confirmation | None:
     def round_s(entry: TrialRecord, round_: int) -> float:
         return budget.round_s(entry.result, loop.noise, options, round_)
 
+    def needed_s(entries: list[tuple[TrialRecord, int]], spent: set[tuple[str, int]]) -> float:
+        """The rounds ``(candidate, round)`` of ``entries``, an environment's part (its worker's start, its
+        process pair) once a round, none where ``spent`` says it was paid already (``budget.round_parts``): a
+        candidate of the environment measured before it in the round took 4.3 s where 20 s were counted, and
+        the best recipe lost its later rounds for time while 17 s of the budget were left."""
+        total, shared = 0.0, dict[tuple[str, int], float]()
+        for entry, r in entries:
+            own, part = budget.round_parts(entry.result, loop.noise, options, r)
+            total += own
+            if (environment_key(entry.params), r) not in spent:
+                key = (environment_key(entry.params), r)
+                shared[key] = max(shared.get(key, 0.0), part)
+        return total + sum(shared.values())
+
+    spent: set[tuple[str, int]] = set()  # (environment, round): its part of that round paid
+
     cut: list[str] = []  # candidates left out of their later rounds for time
     left_out: set[str] = set()  # out of the later rounds: for time, or below the leader (``_race``)
     outpaced: list[str] = []  # candidates left out of their later rounds: below the leader with confidence
@@ -106,7 +123,7 @@ def confirm(loop: SearchLoop) -> Confirmation | None:
             # fit beside them is left out (seen: the heuristic's 34 s round, its workers' start, ended a
             # 2-minute demo's confirmation after its first round, the two fastest unconfirmed in the others).
             ahead = alive[:alive.index(entry)]
-            needed = round_s(entry, round_) + sum(round_s(e, r) for e in ahead for r in range(round_ + 1, rounds))
+            needed = needed_s([(entry, round_), *((e, r) for e in ahead for r in range(round_ + 1, rounds))], spent)
             if loop.deadline - time.monotonic() < max(1.0, needed):
                 left_out.add(params_key(entry.params))
                 cut.append(f"trial {entry.number} from round {round_ + 1} of {rounds} on")
@@ -116,6 +133,7 @@ def confirm(loop: SearchLoop) -> Confirmation | None:
                 remaining = loop.deadline - time.monotonic()
                 timeout = max(1.0, min(remaining, max(60.0, 3 * round_s(entry, round_))))
                 done[(params_key(entry.params), round_)] = loop.run_one(trial, CONFIRM, entry.params, timeout)
+            spent.add((environment_key(entry.params), round_))
             made += 1
     if cut:
         note = (f"the budget was short: {', '.join(cut)} left out (each round in fresh processes; the "

@@ -146,3 +146,63 @@ def test_candidates_that_start_processes_get_as_much_time_as_those_that_start_no
     _add(study, "search", {**defaults, "threads": 1}, 1.0, 200.0, "process pairs", 0.5)
     assert not loop.in_process_turn()
 
+
+class Slow:
+    """A measurer whose confirmation rounds take ``sleep_s`` each, measuring ``speed`` (mixed: an environment
+    factor and in-process pairs)."""
+
+    def __init__(self, sleep_s: float) -> None:
+        self.sleep_s, self.measured = sleep_s, []
+
+    def begin(self, params: dict[str, Any], timeout_s: float) -> object:
+        self.measured.append(params["channels_last"])
+        return params
+
+    def more(self, handle: object, n: int, timeout_s: float) -> Any:
+        time.sleep(self.sleep_s)
+        from autotune.trial.stats import Interval
+
+        return Interval(1.3, 1.25, 1.35, 0.95, n)
+
+    def end(self, handle: object) -> Any:
+        from autotune.trial.spec import TrialResult
+
+        return TrialResult("ok", objective=1.3, speedup_low=1.25, speedup_high=1.35, method="in-process pairs",
+                           pairs=6, loss=1.0, loss_samples=1024, wall_s=self.sleep_s, timed_s=self.sleep_s)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_candidate_sharing_its_environments_round_is_not_left_out_for_that_time(tmp_path: Any, facts: Any) -> None:
+    """Two candidates of the heuristic's environment (channels_last with and without): the second's round pays
+    no process pair and no worker's start once the first's did (4.3 s where 20 s were counted): with 17.5 s
+    left it is measured, not left out for time."""
+    from autotune.study.confirm import confirm
+
+    storage = f"sqlite:///{tmp_path}/studies.db"
+    study = optuna.create_study(study_name="shared", storage=storage, direction="maximize")
+    study.set_user_attr("noise", asdict(NOISE))
+    defaults = spaces.defaults(facts, CTX)
+    env = {**defaults, **HEURISTIC}
+    _add(study, "baseline", defaults, 1.0, 15.0, "in-process pairs", 1.6)
+    _add(study, "combined", {**env, "channels_last": True}, 1.33, 40.0, "process pairs x in-process pairs", 25.0)
+    _add(study, "search", env, 1.3, 40.0, "process pairs x in-process pairs", 25.0)
+    measurer = Slow(2.0)
+    options = SearchOptions(budget_s=300, storage=storage, study="shared", confirm_top=2, confirm_rounds=1)
+    loop = SearchLoop(study, "cnn", facts, CTX, {}, options, time.monotonic() + 60, lambda event: None,
+                      measurer=measurer)
+    loop.noise = NOISE
+    from autotune.study.budget import round_s
+
+    first = round_s(next(r for r in _records(study) if r.number == 1).result, NOISE, options, 0)
+    loop.deadline = time.monotonic() + first + 1.5  # the first fits; after it, less than a whole round is left
+    outcome = confirm(loop)
+    assert outcome is not None and outcome.note is None, outcome.note
+    assert measurer.measured == [True, False]
+
+
+def _records(study: optuna.Study) -> list[Any]:
+    from autotune.study.records import records
+
+    return records(study)
