@@ -473,6 +473,15 @@ class LiveMeasurer:
         trial.interval = self._interval(trial)
         return trial.interval
 
+    def loss(self, handle: object) -> float | None:
+        """The candidate's quality-guard loss, once taken (at the study's sample count, in its first windows or
+        its first fresh process): the race stops a candidate the guard will reject (``SearchLoop._race``). None
+        before, and for a candidate that is its environment's defaults (the model and data of the defaults')."""
+        trial = self._trial(handle)
+        if trial.fresh:
+            return trial.fresh[0][1].loss
+        return trial.cand_status.loss if trial.in_process and trial.cand_status is not None else None
+
     def _pairs(self, trial: _Trial, n: int, deadline: float) -> None:
         assert trial.worker is not None
         self.on_phase("paired windows", f"{trial.name}: {n} more pair(s)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -355,3 +356,30 @@ def test_of_candidates_alike_in_speed_the_surer_one_is_the_recipe(candidates: li
 
     confirmation = Confirmation(_candidate(0, 1.0, 0.98, 1.02), tuple(_candidate(*c) for c in candidates), margin=0.02)
     assert (confirmation.best.number if confirmation.best else None) == chosen
+
+
+class Lossy(Scripted):
+    """Batch 128 is the fastest by far but trains to a loss twice the defaults' (the guard allows 5%)."""
+
+    def end(self, handle: Any) -> TrialResult:
+        result = super().end(handle)
+        return replace(result, loss=self.loss(handle) or result.loss)
+
+    def loss(self, handle: Any) -> float | None:
+        return 2.0 if handle["params"]["batch_per_rank"] == 128 and handle["calls"] else None
+
+
+def test_a_candidate_the_quality_guard_rejects_is_not_raced_further(tmp_path: Path, facts: Any) -> None:
+    """Its loss known after its first round, a candidate over the guard cannot be the recipe: no more pairs (a
+    5-minute CNN search raced batch 128 in two processes for 84 s, its loss +477%)."""
+    measurer = Lossy({**SPEED, 128: 3.0})
+    outcome = _search(tmp_path, measurer, study="lossy", fixed=_batch_alone(facts), trials=12)
+    study = _study(tmp_path, "lossy")
+    rejected = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("params", {}).get("batch_per_rank")
+                == 128 and t.user_attrs.get("role") != "confirm"]
+    assert rejected, "TPE never sampled batch 128"
+    for t in rejected:
+        assert t.user_attrs["race"].startswith("loss 2.0000 is +100.0% over the baseline's"), t.user_attrs["race"]
+        assert "over the baseline's" in t.user_attrs["infeasible"]  # and the guard rejects it when recorded
+    assert all(calls == [max(4, NOISE.pairs // 2)] for batch, calls in measurer.calls if batch == 128)
+    assert outcome.recipe.params["batch_per_rank"] != 128

@@ -90,6 +90,7 @@ def test_the_live_measurer_calibrates_once_and_measures_each_candidate_as_an_arm
         first = measurer.more(handle, 4, 120)
         assert first.count == 4 and first.high < 0.6, first  # slower with confidence after one round
         both = measurer.more(handle, 2, 120)
+        early = measurer.loss(handle)  # what the race reads: the guard's loss once the arm has trained to it
         slow = measurer.end(handle)
         measurer.reseed(7)  # the confirmation: in a fresh worker process, calibration kept
         fresh = measurer.begin({**base, "batch_size": 16}, 120)
@@ -102,6 +103,7 @@ def test_the_live_measurer_calibrates_once_and_measures_each_candidate_as_an_arm
     assert both.count == 6 and slow.status == "ok" and slow.method == "in-process pairs" and slow.pairs == 6
     assert (slow.objective, slow.speedup_low, slow.speedup_high) == (both.median, both.low, both.high)
     assert slow.loss and slow.loss_samples == baseline.loss_samples  # the guard's one sample count
+    assert early in (None, slow.loss)
     assert slow.timed_s and slow.timed_s >= 6 * 2 * 0.3 and slow.wall_s > slow.timed_s + (slow.warmup_s or 0)
     assert slow.startup_s == 0.0 and slow.samples_per_s and slow.in_effect["threads"] == 1  # no worker started
     assert worker.proc is not None and worker.proc.poll() is not None  # closed with the measurer
