@@ -5,6 +5,8 @@ intervals; an older one stores samples/s, shown as the ratio to its baseline's, 
 """
 from __future__ import annotations
 
+import re
+import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -165,12 +167,17 @@ def _importances(study: optuna.Study, trials: list[Row]) -> tuple[dict[str, floa
     subset = optuna.create_study(direction="maximize")
     subset.add_trials([t for t in study.get_trials(deepcopy=False) if t.number in numbers and t.value is not None])
     try:
-        found = optuna.importance.get_param_importances(subset)
+        with warnings.catch_warnings(record=True) as caught:  # said in the note, not on the user's terminal
+            warnings.simplefilter("always")
+            found = optuna.importance.get_param_importances(subset)
     except (RuntimeError, ValueError) as e:
         return None, f"not computed: {e}"
     if not found:
         return None, "not computed: the trials share no knob that varied"
-    return dict(found), f"Optuna's PED-ANOVA importances over {len(measured)} feasible trials"
+    few = sorted({m.group(1) for w in caught if (m := re.search(r"parameter `([^`]+)` have less than",
+                                                                    str(w.message)))})
+    rough = f"; rough for {', '.join(few)}: a value of it was tried once" if few else ""
+    return dict(found), f"Optuna's PED-ANOVA importances over {len(measured)} feasible trials{rough}"
 
 
 __all__ = ["MIN_IMPORTANCE_TRIALS", "PAIRED", "ReportData", "Row", "collect"]
