@@ -1,11 +1,13 @@
 """A search's time: durations on the command line (``parse_duration``) and how the budget is spent.
 
-The policy: a full trial is estimated at 1.2x the median wall time of the finished trials that were
-not pruned (``estimate_s``), per compile mode when the trial compiles; a trial may take 5x its
-estimate (at least 60 s) within what is left (``timeout_s``); and time is kept for the confirmation
-at the end (``reserve_s``), so the search stops early enough to confirm its candidates: per candidate,
-the confirmation's pairs at the calibration's window length plus what its search trial spent outside
-its windows (start-up, warm-up, evaluation), as measured (``confirm_s``).
+The policy: a trial is estimated at 1.2x the median wall time of the finished trials of its kind that were
+not pruned: all candidates (``estimate_s``), per compile mode when the trial compiles, those that started
+processes (``started_estimate_s``) or those that started none (``in_process_estimate_s``; the search loop
+picks the kind, ``SearchLoop.next_estimate_s``); a trial may take 5x its estimate (at least 60 s) within
+what is left (``timeout_s``); and time is kept for the confirmation at the end (``reserve_s``), so the
+search stops early enough to confirm its candidates: per candidate and round, its pairs at the calibration's
+window length and its time outside windows, and per environment and round its worker's start and process
+pair, once however many candidates share them (``round_parts``), as measured.
 """
 from __future__ import annotations
 
