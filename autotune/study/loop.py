@@ -49,6 +49,7 @@ from .records import (
     SEARCH,
     Attr,
     StudyAttr,
+    TrialRecord,
     optuna_storage,
     records,
     trial_id,
@@ -180,13 +181,11 @@ class SearchLoop:
         trials (``budget.estimate_s``); one that starts no process (``warm``): as those
         (``budget.in_process_estimate_s``); else as those that started processes (``budget.started_estimate_s``).
         None before the calibration."""
-        import optuna
 
         general = self.estimate_s()
         if general is None:
             return None
-        warm = getattr(self.measurer, "warm", None) or self._defaults_environment
-        waiting = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+        waiting = self._waiting()
         seed = next_seed(self.study, self.seeds)
         params = ({**self.defaults, **waiting[0].system_attrs.get("fixed_params", {})} if waiting
                   else seed[1] if seed is not None
@@ -198,7 +197,7 @@ class SearchLoop:
         mode = params.get("compile_mode") or "none"
         if mode != "none":
             return budget.estimate_s(self.study, mode) or general
-        return budget.in_process_estimate_s(self.study) if warm(params) else budget.started_estimate_s(self.study)
+        return budget.in_process_estimate_s(self.study) if self._warm(params) else budget.started_estimate_s(self.study)
 
     def timeout_s(self, params: dict[str, Any], remaining: float, estimate: float | None) -> float:
         """The trial's time limit (``budget.timeout_s``)."""
@@ -227,8 +226,8 @@ class SearchLoop:
                 if not self.calibrated():
                     return "baseline failed"
                 remaining, estimate = self.deadline - time.monotonic(), self.next_estimate_s()
-                if remaining <= 1 or (estimate is not None and remaining - self.reserve_s(estimate) < estimate
-                                      and not self.fill(remaining - self.reserve_s(estimate))):
+                available = remaining - self.reserve_s(estimate) if estimate is not None else remaining
+                if remaining <= 1 or (estimate is not None and available < estimate and not self.fill(available)):
                     return "budget"
                 stopped, skips, result, role = self._next(skips, estimate)
             if stopped:
@@ -269,20 +268,19 @@ class SearchLoop:
         and no compilation, its in-process knobs sampled by Optuna. False when none fits, or a trial already
         waiting would start one. A 5-minute CNN search had stopped with 57 s of its budget unused: candidates of
         the defaults' worker took 2.8 s each, the median trial 47 s."""
-        import optuna
 
         cheap = budget.in_process_estimate_s(self.study)
         if cheap is None or available < cheap:
             return False
-        warm = getattr(self.measurer, "warm", None) or self._defaults_environment
-        waiting = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+        waiting = self._waiting()
         if waiting:
-            return bool(warm({**self.defaults, **waiting[0].system_attrs.get("fixed_params", {})}))
-        seed = next_seed(self.study, self.seeds, warm)
-        combined = combination(self.study, self.facts, self.ctx, self.options.fixed)
+            return self._warm({**self.defaults, **waiting[0].system_attrs.get("fixed_params", {})})
+        seed = next_seed(self.study, self.seeds, self._warm)
         if seed is not None:
             self.study.enqueue_trial(seed[1], user_attrs={Attr.ROLE: seed[0]})
-        elif combined is not None and warm(combined):
+            return True
+        combined = combination(self.study, self.facts, self.ctx, self.options.fixed)
+        if combined is not None and self._warm(combined):
             self.study.enqueue_trial(combined, user_attrs={Attr.ROLE: COMBINED})
         else:
             self.enqueue_in_process()
@@ -310,22 +308,29 @@ class SearchLoop:
         recipe's when the measurer says it is warm (else the defaults'), no compilation, DDP's settings at their
         defaults in one process (a 5-minute search measured channels_last twice there, once with
         ``bucket_cap_mb=5``, and confirmed both), and the in-process knobs left to Optuna."""
-        import optuna
 
-        if self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+        if self._waiting():
             return
-        warm = getattr(self.measurer, "warm", None) or self._defaults_environment
-        best = max((r for r in records(self.study) if r.role != CONFIRM and r.feasible
-                    and r.result.objective is not None), key=lambda r: r.result.objective or 0.0, default=None)
-        env = best.params if best is not None and warm(best.params) else self.defaults
+        best = self._best()
+        env = best.params if best is not None and self._warm(best.params) else self.defaults
         params = {**{k: env[k] for k in ENVIRONMENT_KEYS if k in env}, "compile_mode": "none"}
         if spaces.processes.count(params) == 1:  # DDP's settings do nothing in one process: not sampled as knobs
             params.update(spaces.ddp.defaults(self.facts, self.ctx))
         self.study.enqueue_trial({**params, **self.options.fixed}, user_attrs={Attr.ROLE: IN_PROCESS})
 
-    def _defaults_environment(self, params: dict[str, Any]) -> bool:
-        """A measurer that says nothing of its workers: only the defaults' environment is taken as warm."""
+    def _warm(self, params: dict[str, Any]) -> bool:
+        """Whether a trial of ``params`` would start no process (the measurer's ``warm``); for a measurer that
+        says nothing of its workers, only the defaults' environment is taken as warm."""
+        warm = getattr(self.measurer, "warm", None)
+        if warm is not None:
+            return bool(warm(params))
         return not environment_differences(self.defaults, params) and spaces.processes.count(params) == 1
+
+    def _waiting(self) -> list[optuna.trial.FrozenTrial]:
+        """The study's enqueued trials not asked yet (a seed, the combination, an in-process trial)."""
+        import optuna
+
+        return self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
 
     def _factors(self) -> dict[str, Interval]:
         """The measurer's environment factors by environment (``LiveMeasurer.factors``; empty for another)."""
@@ -432,22 +437,30 @@ class SearchLoop:
         None: it cannot be the recipe, so no more pairs. A 5-minute CNN search raced batch 128 in two processes
         for 84 s of its 300, loss +477% over the defaults' (the guard allows 5%)."""
         loss = getattr(self.measurer, "loss", lambda handle: None)(handle)
+        return None if loss is None or not math.isfinite(loss) else self._quality(loss)[1]
+
+    def _quality(self, loss: float) -> tuple[float, str | None]:
+        """The loss's increase over the baseline's (relative), and why the quality guard rejects it (None: it
+        does not, or there is no baseline loss yet)."""
         base = self.study.user_attrs.get(StudyAttr.BASELINE_LOSS)
-        if loss is None or not base or not math.isfinite(loss):
-            return None
-        increase = (loss - base) / abs(base)
-        if increase <= self.options.max_loss_increase:
-            return None
-        return f"loss {loss:.4f} is {increase:+.1%} over the baseline's (limit +{self.options.max_loss_increase:.0%})"
+        tolerance = self.options.max_loss_increase
+        increase = (loss - base) / abs(base) if base else 0.0
+        if increase <= tolerance:
+            return increase, None
+        return increase, f"loss {loss:.4f} is {increase:+.1%} over the baseline's {base:.4f} (limit +{tolerance:.0%})"
 
     def incumbent(self) -> tuple[float, float] | None:
         """The best feasible speedup so far (the baseline's 1.0 at least): its median and its low bound."""
-        best = max((r for r in records(self.study) if r.role != CONFIRM and r.feasible
-                    and r.result.objective is not None), key=lambda r: r.result.objective or 0.0, default=None)
+        best = self._best()
         if best is None or best.result.objective is None:
             return None
         low = best.result.speedup_low
         return best.result.objective, low if low is not None else best.result.objective
+
+    def _best(self) -> TrialRecord | None:
+        """The record of the fastest feasible trial measured so far (not a confirmation), or None."""
+        return max((r for r in records(self.study) if r.role != CONFIRM and r.feasible
+                    and r.result.objective is not None), key=lambda r: r.result.objective or 0.0, default=None)
 
     def record(self, trial: optuna.Trial, role: str, params: dict[str, Any], result: TrialResult) -> None:
         """Store the trial's result and constraints and tell Optuna its value (or state)."""
@@ -519,17 +532,12 @@ class SearchLoop:
         if role == BASELINE:
             self.study.set_user_attr(StudyAttr.BASELINE_LOSS, result.loss)  # the A/A's defaults arm
             self.study.set_user_attr(StudyAttr.BASELINE_SAMPLES_PER_S, result.samples_per_s)
-        base = self.study.user_attrs.get(StudyAttr.BASELINE_LOSS)
-        tolerance = self.options.max_loss_increase
-        loss = result.loss if result.loss is not None else float("nan")
-        increase = (loss - base) / abs(base) if base else 0.0
-        trial.set_constraint("quality", increase - tolerance)
+        increase, reason = self._quality(result.loss if result.loss is not None else float("nan"))
+        trial.set_constraint("quality", increase - self.options.max_loss_increase)
         trial.set_constraint("fits_memory", 0.0)
         trial.set_constraint("finite_loss", 0.0)
-        if increase <= tolerance:
-            return None
-        reason = f"loss {loss:.4f} is {increase:+.1%} over the baseline's {base:.4f} (limit +{tolerance:.0%})"
-        trial.set_user_attr(Attr.INFEASIBLE, reason)
+        if reason is not None:
+            trial.set_user_attr(Attr.INFEASIBLE, reason)
         return reason
 
 
