@@ -12,6 +12,7 @@ pair, once however many candidates share them (``round_parts``), as measured.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
@@ -57,15 +58,20 @@ def estimate_s(study: optuna.Study, compile_mode: str | None = None) -> float | 
     calibration, longer than a candidate's first round). With ``compile_mode``, of the trials compiled that
     way only (compiling takes far longer than the timed steps). Before any candidate: a first round of pairs
     at the calibration's window length, twice over for the rest; None without a calibration."""
-    walls = sorted(t.user_attrs[Attr.WALL_S] for t in study.get_trials(deepcopy=False)
-                   if Attr.WALL_S in t.user_attrs and t.user_attrs.get(Attr.STATUS) != Status.PRUNED
-                   and t.user_attrs.get(Attr.ROLE) != BASELINE
-                   and (compile_mode is None or t.user_attrs.get(Attr.PARAMS, {}).get("compile_mode") == compile_mode))
-    if walls:
-        return 1.2 * walls[len(walls) // 2]
+    found = _median_wall_s(study, lambda a: a.get(Attr.STATUS) != Status.PRUNED and a.get(Attr.ROLE) != BASELINE
+                           and (compile_mode is None or a.get(Attr.PARAMS, {}).get("compile_mode") == compile_mode))
+    if found is not None:
+        return found
     if compile_mode not in (None, "none"):
         return None
     return _first_rounds_s(study)
+
+
+def _median_wall_s(study: optuna.Study, keep: Callable[[dict[str, Any]], bool]) -> float | None:
+    """1.2x the median wall time of the study's trials whose user attributes ``keep`` takes; None if none."""
+    walls = sorted(t.user_attrs[Attr.WALL_S] for t in study.get_trials(deepcopy=False)
+                   if Attr.WALL_S in t.user_attrs and keep(t.user_attrs))
+    return 1.2 * walls[len(walls) // 2] if walls else None
 
 
 def _first_rounds_s(study: optuna.Study) -> float | None:
@@ -80,11 +86,9 @@ def started_estimate_s(study: optuna.Study) -> float | None:
     any, ``estimate_s``. Of all candidates, the median fell to 10 s once the defaults' worker had measured a
     few, and a 5-minute search sampled a trial of another environment with 59 s left before the time kept for
     the confirmation: it took 63 s."""
-    walls = sorted(t.user_attrs[Attr.WALL_S] for t in study.get_trials(deepcopy=False)
-                   if Attr.WALL_S in t.user_attrs and t.user_attrs.get(Attr.STATUS) != Status.PRUNED
-                   and t.user_attrs.get(Attr.ROLE) not in (BASELINE, CONFIRM)
-                   and (t.user_attrs.get("startup_s") or 0.0) > STARTED_S)
-    return 1.2 * walls[len(walls) // 2] if walls else estimate_s(study)
+    found = _median_wall_s(study, lambda a: a.get(Attr.STATUS) != Status.PRUNED
+                           and a.get(Attr.ROLE) not in (BASELINE, CONFIRM) and (a.get("startup_s") or 0.0) > STARTED_S)
+    return found if found is not None else estimate_s(study)
 
 
 def in_process_estimate_s(study: optuna.Study) -> float | None:
@@ -92,15 +96,11 @@ def in_process_estimate_s(study: optuna.Study) -> float | None:
     the median wall time of the finished candidates, not pruned, that started none and did not compile; before
     any, as ``estimate_s`` before any candidate. In a 5-minute CNN search such a candidate took 2.8 s where the
     median of all took 47 s (the heuristic's process pairs): the search stopped with 57 s of its budget unused."""
-    walls = sorted(t.user_attrs[Attr.WALL_S] for t in study.get_trials(deepcopy=False)
-                   if Attr.WALL_S in t.user_attrs and t.user_attrs.get(Attr.STATUS) == Status.OK
-                   and t.user_attrs.get(Attr.ROLE) not in (BASELINE, CONFIRM)
-                   and t.user_attrs.get("method") in IN_PROCESS_METHODS
-                   and (t.user_attrs.get("startup_s") or 0.0) <= STARTED_S
-                   and (t.user_attrs.get(Attr.PARAMS, {}).get("compile_mode") or "none") == "none")
-    if walls:
-        return 1.2 * walls[len(walls) // 2]
-    return _first_rounds_s(study)
+    found = _median_wall_s(study, lambda a: a.get(Attr.STATUS) == Status.OK
+                           and a.get(Attr.ROLE) not in (BASELINE, CONFIRM) and a.get("method") in IN_PROCESS_METHODS
+                           and (a.get("startup_s") or 0.0) <= STARTED_S
+                           and (a.get(Attr.PARAMS, {}).get("compile_mode") or "none") == "none")
+    return found if found is not None else _first_rounds_s(study)
 
 
 def recorded_noise(study: optuna.Study) -> Noise | None:
