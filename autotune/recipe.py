@@ -12,6 +12,7 @@ measured: ``format_note`` says in one line what a format-1 recipe means.
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 from dataclasses import asdict, dataclass, field, replace
@@ -92,14 +93,22 @@ def format_note(recipe: Recipe) -> str | None:
 
 
 def format_speedup(speedup: float | None, low: float | None = None, high: float | None = None) -> str:
-    """A speedup as autotune prints it: with its confidence interval when there is one.
+    """A speedup as autotune prints it: with its confidence interval when there is one. Every view prints
+    speedups through this function. A single process pair (say, a trial raced for one round) has no spread to
+    bound it: its interval is unbounded, and is said so rather than printed as ``[0.00-inf]``.
 
     >>> format_speedup(1.234, 1.15, 1.31), format_speedup(1.2), format_speedup(None)
     ('1.23x [1.15-1.31]', '1.20x', '-')
+    >>> format_speedup(0.97, 0.0, float("inf"))
+    '0.97x [no interval: one measurement]'
     """
     if speedup is None:
         return "-"
-    return f"{speedup:.2f}x" + (f" [{low:.2f}-{high:.2f}]" if low is not None and high is not None else "")
+    if low is None or high is None:
+        return f"{speedup:.2f}x"
+    if low <= 0.0 or math.isinf(high):
+        return f"{speedup:.2f}x [no interval: one measurement]"
+    return f"{speedup:.2f}x [{low:.2f}-{high:.2f}]"
 
 
 def to_env(

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
+from ..recipe import format_speedup
 from ..search_spaces import RUN_KEYS  # shared by every trial of a search: not a trial's settings
 from ..study.events import Event, Phase, SearchDone, SearchStarted, TrialFinished, TrialStarted
 from ..trial.spec import Status, TrialResult
@@ -67,8 +68,7 @@ class Speedup:
     high: float | None = None
 
     def __str__(self) -> str:
-        interval = f" [{self.low:.2f}-{self.high:.2f}]" if self.low is not None and self.high is not None else ""
-        return f"{self.value:.2f}x{interval}"
+        return format_speedup(self.value, self.low, self.high)
 
 
 @dataclass

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AutotuneError, UsageError
+from ..recipe import format_speedup
 from ..study import (
     Event,
     SearchOptions,
@@ -179,10 +180,11 @@ def _print_outcome(out: Console, outcome: SearchOutcome) -> None:
     table.add_row(f"PyTorch defaults (trial {base.number})", _rate(r.baseline_samples_per_s), f"{base.result.loss:.4f}",
                   "1.00x")
     label = "best: the defaults" if best.number == base.number else f"best (trial {best.number})"
-    table.add_row(label, _rate(r.samples_per_s), f"{r.loss:.4f}", _speedup(r.speedup, r.speedup_low, r.speedup_high))
+    speedup = format_speedup(r.speedup, r.speedup_low, r.speedup_high)
+    table.add_row(label, _rate(r.samples_per_s), f"{r.loss:.4f}", speedup)
     out.print(table)
     if best.number != base.number:
-        out.print(f"{_speedup(r.speedup, r.speedup_low, r.speedup_high)} over PyTorch defaults", markup=False)
+        out.print(f"{speedup} over PyTorch defaults", markup=False)
     if outcome.noise:
         out.print(f"noise: {Noise(**{**outcome.noise, 'aa': tuple(outcome.noise['aa'])}).note()}", markup=False)
     for note in r.notes:
@@ -194,8 +196,3 @@ def _rate(value: float | None) -> str:
     return f"{value:.1f}" if value else "-"
 
 
-def _speedup(median: float | None, low: float | None, high: float | None) -> str:
-    """``1.23x [1.15-1.31]`` (the interval when there is one)."""
-    if median is None:
-        return "-"
-    return f"{median:.2f}x [{low:.2f}-{high:.2f}]" if low is not None and high is not None else f"{median:.2f}x"

@@ -5,6 +5,7 @@ import math
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
+from ..recipe import format_speedup
 from ..search_spaces import RUN_KEYS
 
 if TYPE_CHECKING:
@@ -53,8 +54,7 @@ def history(data: ReportData) -> Figure | None:
 
 def _label(t: Row) -> str:
     knobs = ", ".join(f"{k}={v}" for k, v in sorted(t.changed.items())) or "defaults"
-    interval = f" [{t.low:.2f}-{t.high:.2f}]" if t.low is not None and t.high is not None else ""
-    return f"trial {t.number} ({t.role}): {t.speedup:.2f}x{interval}<br>{knobs}"
+    return f"trial {t.number} ({t.role}): {format_speedup(t.speedup, t.low, t.high)}<br>{knobs}"
 
 
 def knob_effects(data: ReportData) -> Figure | None:

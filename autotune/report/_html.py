@@ -6,6 +6,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..recipe import format_speedup
 from . import _figures
 
 if TYPE_CHECKING:
@@ -33,12 +34,8 @@ def _knobs(changed: dict[str, Any]) -> str:
 
 
 def speed(row: Row | None) -> str:
-    """``1.42x [1.30-1.55]``, or ``1.42x (no interval: measured before paired measurement)``."""
-    if row is None or row.speedup is None:
-        return "-"
-    if row.low is not None and row.high is not None:
-        return f"{row.speedup:.2f}x [{row.low:.2f}-{row.high:.2f}]"
-    return f"{row.speedup:.2f}x"
+    """``1.42x [1.30-1.55]``, or ``1.42x`` for a trial measured before paired measurement (no interval)."""
+    return "-" if row is None else format_speedup(row.speedup, row.low, row.high)
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
@@ -100,9 +97,8 @@ def _summary(data: ReportData) -> str:
         rows.append(["best trial", f"trial {best.number}", speed(best), _knobs(best.changed)])
     text = _table(["", "trial", "speedup", "differs from the defaults"], rows)
     if recipe is not None and recipe.speedup is not None:
-        interval = (f" [{recipe.speedup_low:.2f}-{recipe.speedup_high:.2f}]"
-                    if recipe.speedup_low is not None and recipe.speedup_high is not None else "")
-        text += (f"<p>Stored recipe {_e(recipe.id)}: <b>{recipe.speedup:.2f}x{interval}</b> the defaults' speed; "
+        speedup = format_speedup(recipe.speedup, recipe.speedup_low, recipe.speedup_high)
+        text += (f"<p>Stored recipe {_e(recipe.id)}: <b>{_e(speedup)}</b> the defaults' speed; "
                  "how it was chosen:</p>")
         text += "".join(f'<p class="note">{_e(note)}</p>' for note in recipe.notes)
     else:

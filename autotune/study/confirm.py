@@ -29,6 +29,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from ..recipe import format_speedup
 from ..trial.lock import host_lock
 from ..trial.paired import environment_key
 from ..trial.spec import Status, TrialResult
@@ -173,8 +174,8 @@ def _race(alive: list[TrialRecord], done: dict[tuple[str, int], TrialResult], ro
         if mine is None or entry.number == leader or (mine.speedup_high or 0.0) >= floor:
             kept.append(entry)
             continue
-        outpaced.append(f"trial {entry.number} after round {round_} ({mine.objective or 0.0:.2f}x "
-                        f"[{mine.speedup_low or 0.0:.2f}-{mine.speedup_high or 0.0:.2f}], below trial {leader}'s "
+        said = format_speedup(mine.objective or 0.0, mine.speedup_low, mine.speedup_high)
+        outpaced.append(f"trial {entry.number} after round {round_} ({said}, below trial {leader}'s "
                         f"low bound {floor:.2f}x)")
     return kept
 
@@ -197,8 +198,8 @@ def _below_confirmed(entry: TrialRecord, alive: list[TrialRecord], done: dict[tu
     floor = leader.speedup_low or 0.0
     if entry.result.speedup_high >= floor:
         return None
-    return (f"trial {entry.number} before round 1 (its search: {entry.result.objective or 0.0:.2f}x "
-            f"[{entry.result.speedup_low or 0.0:.2f}-{entry.result.speedup_high:.2f}], below trial {number}'s "
+    said = format_speedup(entry.result.objective or 0.0, entry.result.speedup_low, entry.result.speedup_high)
+    return (f"trial {entry.number} before round 1 (its search: {said}, below trial {number}'s "
             f"low bound {floor:.2f}x in round 1)")
 
 

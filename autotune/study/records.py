@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from ..recipe import Recipe
+from ..recipe import Recipe, format_speedup
 from ..trial.spec import Status, TrialResult
 from ..trial.stats import MIN_MARGIN
 
@@ -180,7 +180,7 @@ class Candidate:
 
     def interval(self) -> str:
         """``1.23x [1.15-1.31]``"""
-        return f"{self.median:.2f}x [{self.low:.2f}-{self.high:.2f}]"
+        return format_speedup(self.median, self.low, self.high)
 
 
 @dataclass(frozen=True)

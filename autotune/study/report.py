@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import search_spaces as spaces
 from ..errors import TrialError
-from ..recipe import Recipe
+from ..recipe import Recipe, format_speedup
 from ..trial.spec import Status, TrialResult
 from .records import BASELINE, CONFIRM, Confirmation, TrialRecord, records, study_margin
 
@@ -69,7 +69,7 @@ def _speeds(defaults: bool, measured: TrialResult, baseline: TrialResult) -> dic
 
 def interval(result: TrialResult) -> str:
     """``1.23x [1.15-1.31]``"""
-    return f"{result.objective or 0.0:.2f}x [{result.speedup_low or 0.0:.2f}-{result.speedup_high or 0.0:.2f}]"
+    return format_speedup(result.objective or 0.0, result.speedup_low, result.speedup_high)
 
 
 def _confirmed(confirmation: Confirmation, searched: list[TrialRecord], baseline: TrialRecord,
