@@ -32,6 +32,7 @@ Example (a plan is data; nothing starts until ``start(plan)``)::
 
     >>> p = plan(["python", "train.py"], {"threads": 4, "affinity": "compact", "openmp": "intel",
     ...           "kmp_blocktime": 1, "allocator": "tcmalloc"}, facts, os.environ, keep_user_env=True)
+    ... # doctest: +SKIP
     >>> p.cmd[:2], p.env["KMP_AFFINITY"], p.cpus                      # doctest: +SKIP
     (['/usr/bin/numactl', '--membind=0'], 'granularity=fine,compact,1,0', [0, 1, 2, 3])
 """

@@ -225,9 +225,9 @@ class LiveMeasurer:
     worker is started again for the next candidate.
 
         >>> measurer = LiveMeasurer("cnn", defaults, facts, settings)            # doctest: +SKIP
-        >>> noise = measurer.calibrate(600)
-        >>> h = measurer.begin({**defaults, "channels_last": True}, 300)
-        >>> measurer.more(h, noise.pairs, 300).low > 1 + noise.margin, measurer.end(h).objective
+        >>> noise = measurer.calibrate(600)                                       # doctest: +SKIP
+        >>> h = measurer.begin({**defaults, "channels_last": True}, 300)          # doctest: +SKIP
+        >>> measurer.more(h, noise.pairs, 300).low > 1 + noise.margin, measurer.end(h).objective  # doctest: +SKIP
         (True, 1.21)
     """
 
