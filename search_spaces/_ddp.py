@@ -1,6 +1,6 @@
 """``DistributedDataParallel``'s settings, for recipes that train in several processes (``processes``).
 
-Searched where more than one process is offered (inert in a trial of one process: no DDP there):
+Searched where more than one process is offered; a one-process recipe holds PyTorch's (no DDP there: ``suggest``):
 
 | recipe key | values | PyTorch's | what it changes |
 | --- | --- | --- | --- |

@@ -38,5 +38,12 @@ def merge_params(params: list[Params]) -> Params:
 
 
 def suggest(trial: SuggestingTrial, facts: Facts, ctx: SpaceContext) -> Params:
-    """Sample every knob that matters on this hardware; returns the recipe's params."""
-    return merge_params([family.space(trial, facts, ctx) for family in FAMILIES])
+    """Sample every knob that matters on this hardware; returns the recipe's params.
+
+    DDP's settings are sampled whenever several processes are offered, but one process starts no DDP: there
+    the recipe holds PyTorch's, whatever the sampler drew. Two recipes that differed only in them ran the
+    same; a 5-minute search confirmed channels_last twice, once with ``bucket_cap_mb=5``."""
+    params = merge_params([family.space(trial, facts, ctx) for family in FAMILIES])
+    if processes.count(params) == 1:
+        params.update(ddp.defaults(facts, ctx))
+    return params

@@ -305,17 +305,14 @@ class SearchLoop:
 
     def enqueue_in_process(self) -> None:
         """Enqueue a trial of role ``in-process`` (unless one waits already): the environment fixed, the best
-        recipe's when the measurer says it is warm (else the defaults'), no compilation, DDP's settings at their
-        defaults in one process (a 5-minute search measured channels_last twice there, once with
-        ``bucket_cap_mb=5``, and confirmed both), and the in-process knobs left to Optuna."""
+        recipe's when the measurer says it is warm (else the defaults'), no compilation, and the in-process knobs
+        left to Optuna (in one process, ``spaces.suggest`` gives DDP's settings PyTorch's defaults)."""
 
         if self._waiting():
             return
         best = self._best()
         env = best.params if best is not None and self._warm(best.params) else self.defaults
         params = {**{k: env[k] for k in ENVIRONMENT_KEYS if k in env}, "compile_mode": "none"}
-        if spaces.processes.count(params) == 1:  # DDP's settings do nothing in one process: not sampled as knobs
-            params.update(spaces.ddp.defaults(self.facts, self.ctx))
         self.study.enqueue_trial({**params, **self.options.fixed}, user_attrs={Attr.ROLE: IN_PROCESS})
 
     def _warm(self, params: dict[str, Any]) -> bool:

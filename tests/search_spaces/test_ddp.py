@@ -56,6 +56,32 @@ def test_searched_only_where_several_processes_are_offered(facts) -> None:
                                              "static_graph": False, "find_unused_parameters": False}
 
 
+class _Drawn:
+    """A trial that returns ``values[name]`` where given, else the first choice."""
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.values = values
+
+    def suggest_categorical(self, name: str, choices: Any) -> Any:
+        return self.values.get(name, list(choices)[0])
+
+    def suggest_int(self, name: str, low: int, high: int, step: int = 1, log: bool = False) -> int:
+        return int(self.values.get(name, low))
+
+    def suggest_float(self, name: str, low: float, high: float, *, step: Any = None, log: bool = False) -> float:
+        return float(self.values.get(name, low))
+
+
+def test_a_one_process_recipe_holds_pytorchs_ddp_settings_whatever_was_drawn(facts) -> None:
+    several, ctx = _with_backends(facts, "gloo"), SpaceContext()
+    drawn = {"gradient_as_bucket_view": True, "bucket_cap_mb": 5, "static_graph": True}
+    one = spaces.suggest(_Drawn({**drawn, "processes": 1}), several, ctx)
+    assert {k: one[k] for k in drawn} == {"gradient_as_bucket_view": False, "bucket_cap_mb": 25,
+                                          "static_graph": False}
+    two = spaces.suggest(_Drawn({**drawn, "processes": 2}), several, ctx)
+    assert two["processes"] == 2 and {k: two[k] for k in drawn} == drawn
+
+
 def test_buffers_are_broadcast_unless_every_one_is_a_constant() -> None:
     sparse = SemiSparseLinear.from_linear(torch.nn.Linear(8, 8))  # its 2:4 mask: chosen once
     batchnorm = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8))  # running statistics
