@@ -101,13 +101,20 @@ def next_seed(study: optuna.Study, seeds: list[Seed],
         if t.state == state.WAITING:
             return None
         key = (t.user_attrs.get(Attr.ROLE), params_key(t.system_attrs.get("fixed_params", {})))
-        interrupted = t.state == state.FAIL and (
-            t.user_attrs.get(Attr.STATUS) in (None, Status.INTERRUPTED) or key[0] == BASELINE  # a baseline is retried
-        )
-        if not interrupted:
+        if not (_interrupted(t) or (t.state == state.FAIL and key[0] == BASELINE)):  # a baseline is retried
             taken.add(key)
     return next(((role, params) for role, params in seeds if (role, params_key(params)) not in taken
                  and where(params)), None)
+
+
+def _interrupted(trial: optuna.trial.FrozenTrial) -> bool:
+    """Whether ``trial`` ended without a result of its own: stopped by Ctrl-C, or failed for its search dying
+    (no status recorded). A seed or the combination so ended is measured again by the next search; one that
+    crashed, ran out of memory or was rejected is not."""
+    import optuna
+
+    return trial.state == optuna.trial.TrialState.FAIL and trial.user_attrs.get(Attr.STATUS) in (
+        None, Status.INTERRUPTED)
 
 
 def combination(study: optuna.Study, facts: Facts, ctx: spaces.SpaceContext,
@@ -135,7 +142,7 @@ def combination(study: optuna.Study, facts: Facts, ctx: spaces.SpaceContext,
         return None
     params = {**inner.params, **{k: env.params[k] for k in ENVIRONMENT_KEYS if k in env.params}, **(fixed or {})}
     taken = {params_key(t.user_attrs.get(Attr.PARAMS) or t.system_attrs.get("fixed_params", {}))
-             for t in study.get_trials(deepcopy=False)}
+             for t in study.get_trials(deepcopy=False) if not _interrupted(t)}
     if params_key(params) in taken or spaces.outside(params, facts, ctx):
         return None
     return params

@@ -63,3 +63,20 @@ def test_no_combination_without_a_gain_on_both_sides_or_with_fixed_knobs(measure
     _add(within, "search", {**defaults, "batch_per_rank": 64}, 1.01)  # within the margin of the defaults
     _add(within, "heuristic", {**defaults, "threads": 1, "interop_threads": 1}, 1.2)
     assert combination(within, facts, CTX) is None
+
+
+def test_a_combination_stopped_by_ctrl_c_is_tried_again_and_a_crashed_one_is_not(measured: Any, facts: Any) -> None:
+    study, defaults = measured
+    both = {**defaults, "batch_per_rank": 64, "threads": 1, "interop_threads": 1}
+
+    def ended(status: str) -> None:
+        assert enqueue_combination(study, facts, CTX)
+        trial = study.ask()
+        trial.set_user_attr(Attr.PARAMS, spaces.suggest(trial, facts, CTX))
+        trial.set_user_attr(Attr.STATUS, status)
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+
+    ended("interrupted")
+    assert combination(study, facts, CTX) == both  # the next search measures it
+    ended("crash")
+    assert combination(study, facts, CTX) is None
