@@ -20,7 +20,7 @@ from ..study import (
     search,
 )
 from ..trial import TrialSettings
-from ..trial.spec import Noise
+from ..trial.spec import Noise, Status
 from ._common import add_storage, console
 from ._progress import JsonLines, LiveView, PlainLines
 
@@ -171,8 +171,9 @@ def _print_outcome(out: Console, outcome: SearchOutcome) -> None:
     from rich.table import Table
 
     r, base, best = outcome.recipe, outcome.baseline, outcome.best
-    measured = sum(1 for rec in outcome.records if rec.role != "confirm")
-    confirmed = len(outcome.records) - measured
+    confirmed = sum(1 for rec in outcome.records if rec.role == "confirm")
+    measured = sum(1 for rec in outcome.records if rec.role != "confirm"
+                   and rec.result.status not in (Status.SKIPPED, Status.DUPLICATE))  # run, not known beforehand
     table = Table(title=f"study {outcome.study}: {measured} trials + {confirmed} confirmations, "
                         f"{outcome.elapsed_s:.0f} s, stopped by {outcome.stopped}")
     for column in ("", "samples/s", "loss", "speedup over PyTorch defaults"):

@@ -122,6 +122,8 @@ def _outcome(r: TrialRecord) -> str:
         return "ok" if r.feasible else "infeasible"
     if r.result.status == Status.PRUNED:
         return "stopped early"
+    if r.result.status == Status.DUPLICATE:
+        return "not measured"  # the same recipe as an earlier trial: that one's row holds the measurement
     return "infeasible" if r.result.status in (Status.OOM, Status.NAN, Status.SKIPPED) else "failed"
 
 

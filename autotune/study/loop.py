@@ -51,6 +51,7 @@ from .records import (
     StudyAttr,
     TrialRecord,
     optuna_storage,
+    params_key,
     records,
     trial_id,
 )
@@ -64,7 +65,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MAX_SKIPS = 25  # consecutive samples that only propose batch sizes known to run out of memory
+MAX_SKIPS = 25  # consecutive samples that propose only batch sizes known to run out of memory, or measured recipes
+DUPLICATES_YIELD = 5  # consecutive samples of measured recipes after which the in-process turn gives way
 HEARTBEAT_S = 5.0  # as the storage's heartbeat_interval (``run.rdb_storage``)
 
 
@@ -165,6 +167,7 @@ class SearchLoop:
         self.measurer = measurer
         self.noise: Noise | None = None
         self.baseline_error: str | None = None
+        self.duplicates = 0  # consecutive samples of a recipe measured before (``_measured_before``)
 
     def phase(self, name: str, detail: str = "") -> None:
         """What the measurement is doing now (``events.Phase``), for the live display."""
@@ -282,8 +285,10 @@ class SearchLoop:
         combined = combination(self.study, self.facts, self.ctx, self.options.fixed)
         if combined is not None and self._warm(combined):
             self.study.enqueue_trial(combined, user_attrs={Attr.ROLE: COMBINED})
-        else:
-            self.enqueue_in_process()
+            return True
+        if self.duplicates >= DUPLICATES_YIELD:
+            return False  # the in-process samples only repeat measured recipes
+        self.enqueue_in_process()
         return True
 
     def in_process_turn(self) -> bool:
@@ -292,7 +297,11 @@ class SearchLoop:
         started none. One that starts processes costs 10-20x one that does not (the CNN on a 2-vCPU VM: 45-62 s,
         a quarter to a third of it timed, against 2.8 s, 85% timed); a 5-minute search sampled two of them after
         its seeds (0.90x and a crash at its time limit) and measured no other in-process knob. So the time is
-        split: as much for the in-process knobs, in the best warm environment, as for the environments."""
+        split: as much for the in-process knobs, in the best warm environment, as for the environments. The turn
+        gives way once ``DUPLICATES_YIELD`` samples in a row were recipes measured before (a small in-process
+        space, or TPE sure of its best): a sample Optuna draws freely comes next."""
+        if self.duplicates >= DUPLICATES_YIELD:
+            return False
         started = not_started = 0.0
         for r in records(self.study):
             if r.role in (BASELINE, CONFIRM):
@@ -336,7 +345,8 @@ class SearchLoop:
 
     def _next(self, skips: int, estimate: float | None) -> tuple[str | None, int, TrialResult | None, str]:
         """Ask the next trial and measure it (the host lock held); a batch size known to run out of memory
-        is skipped. Returns why to stop (or None), the consecutive skips, the result and the trial's role."""
+        is skipped, and so is a sampled recipe measured before (``_measured_before``). Returns why to stop (or
+        None), the consecutive skips, the result and the trial's role."""
         import optuna
 
         optuna.storages.fail_stale_trials(self.study)  # trials of a killed search elsewhere (heartbeat)
@@ -350,11 +360,14 @@ class SearchLoop:
         params = {**spaces.suggest(trial, self.facts, self.ctx), **self.run_settings}
         self.claim(trial, role, params)
         known_oom = self._known_oom(params)
-        if known_oom:
-            trial.set_user_attr(Attr.STATUS, "skipped")
-            trial.set_user_attr(Attr.ERROR, known_oom)
+        same = None if known_oom else self._measured_before(role, params)
+        if known_oom or same is not None:
+            trial.set_user_attr(Attr.STATUS, str(Status.SKIPPED if known_oom else Status.DUPLICATE))
+            trial.set_user_attr(Attr.ERROR, known_oom or f"the same recipe as trial {same}, whose measurement stands")
             self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            self.duplicates = self.duplicates + 1 if same is not None else 0
             return ("space" if skips + 1 >= MAX_SKIPS else None), skips + 1, None, role
+        self.duplicates = 0
         remaining = self.deadline - time.monotonic()  # the lock may have been waited for
         timeout = max(1.0, min(remaining, self.timeout_s(params, remaining, estimate)))
         return None, 0, self.run_one(trial, role, params, timeout), role
@@ -368,6 +381,20 @@ class SearchLoop:
 
     def _known_oom(self, params: dict[str, Any]) -> str | None:
         return memory.known_oom(self.study.user_attrs.get(StudyAttr.OOM_LIMITS), params)
+
+    def _measured_before(self, role: str, params: dict[str, Any]) -> int | None:
+        """For a trial Optuna sampled (role ``search`` or ``in-process``): the earlier trial of the same recipe
+        that was measured (status ok, the baseline's included), else None. Its measurement stands: a repeat in
+        a warm worker measures the same arms against the same baseline, and the confirmation measures the
+        chosen recipes again in fresh processes anyway. One 5-minute CNN search had measured channels_last in
+        the heuristic's environment 8 times, and went on with the highest of the copies. The repeat is told
+        PRUNED, as Optuna's FAQ does for duplicates, so TPE draws elsewhere rather than the same point again;
+        the earlier trial keeps its value. A recipe that crashed or timed out is measured again."""
+        if role not in (SEARCH, IN_PROCESS):
+            return None
+        key = params_key(params)
+        return next((r.number for r in records(self.study)
+                     if r.role != CONFIRM and r.result.status == Status.OK and params_key(r.params) == key), None)
 
     def run_one(self, trial: optuna.Trial, role: str, params: dict[str, Any], timeout: float) -> TrialResult:
         """Measure a claimed trial (the host lock held) and record it; Ctrl-C records it interrupted."""

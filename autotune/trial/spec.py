@@ -34,6 +34,7 @@ class Status(str, Enum):
     PRUNED = "pruned"
     INTERRUPTED = "interrupted"
     SKIPPED = "skipped"  # never run: the search knew its batch size runs out of memory
+    DUPLICATE = "duplicate"  # never run: the same recipe as an earlier trial, whose measurement stands
 
     def __str__(self) -> str:
         return str(self.value)

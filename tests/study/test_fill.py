@@ -1,6 +1,11 @@
 """The budget's end: when a typical trial no longer fits before the time kept for the confirmation, a trial that
 starts no process still may (``SearchLoop.fill``). A 5-minute CNN search had stopped with 57 s of 300 unused: its
-median trial took 47 s (the heuristic's process pairs), a candidate of the defaults' worker 2.8 s."""
+median trial took 47 s (the heuristic's process pairs), a candidate of the defaults' worker 2.8 s.
+
+And a recipe Optuna samples again after it was measured is not measured again (``SearchLoop._measured_before``):
+one 5-minute CNN search had measured channels_last in the heuristic's environment 8 times and gone on with the
+highest of the copies. The repeat is recorded as a duplicate and told PRUNED; the in-process turn gives way once
+its samples only repeat."""
 from __future__ import annotations
 
 import time
@@ -13,10 +18,10 @@ import pytest
 from autotune import search_spaces as spaces
 from autotune.study import SearchOptions
 from autotune.study.budget import estimate_s, in_process_estimate_s
-from autotune.study.loop import SearchLoop
+from autotune.study.loop import DUPLICATES_YIELD, SearchLoop
 from autotune.study.records import Attr
 from autotune.trial.paired import ENVIRONMENT_KEYS
-from autotune.trial.spec import Noise
+from autotune.trial.spec import Noise, Status, TrialResult
 
 CTX = spaces.SpaceContext(default_batch_size=32, conv=True)
 NOISE = Noise(window_s=0.3, pairs=16, half_width=0.03, margin=0.02, spread=0.06, aa=(1.0, 0.98, 1.02), timed_s=9.6,
@@ -206,3 +211,60 @@ def _records(study: optuna.Study) -> list[Any]:
     from autotune.study.records import records
 
     return records(study)
+
+
+# Duplicates ---------------------------------------------------------------------------------------------------
+
+class Counting(Warm):
+    """``Warm``, and a ``begin`` that records what it was asked to measure (and fails it: nothing to measure)."""
+
+    def __init__(self, defaults: dict[str, Any], *warm: dict[str, Any]) -> None:
+        super().__init__(defaults, *warm)
+        self.begun: list[dict[str, Any]] = []
+
+    def begin(self, params: dict[str, Any], timeout_s: float) -> TrialResult:
+        self.begun.append(params)
+        return TrialResult(Status.CRASH, error="a scripted crash", wall_s=0.1)
+
+
+def _ended(study: optuna.Study) -> optuna.trial.FrozenTrial:
+    return study.get_trials(deepcopy=False)[-1]
+
+
+@pytest.mark.parametrize("role", ["in-process", "search"])
+def test_a_sampled_recipe_measured_before_is_not_measured_again(searched: Any, facts: Any, role: str) -> None:
+    study, defaults = searched
+    measurer = Counting(defaults, {**defaults, **HEURISTIC})
+    loop = _loop(study, facts, measurer)
+    study.enqueue_trial({**defaults, **HEURISTIC, "channels_last": True}, user_attrs={Attr.ROLE: role})
+    stopped, skips, result, asked = loop._next(0, None)
+    assert (stopped, skips, result, asked) == (None, 1, None, role)
+    assert measurer.begun == []
+    ended = _ended(study)
+    assert ended.state == optuna.trial.TrialState.PRUNED and ended.user_attrs[Attr.STATUS] == "duplicate"
+    assert ended.user_attrs[Attr.ERROR] == "the same recipe as trial 3, whose measurement stands"
+    assert loop.duplicates == 1
+
+
+def test_a_recipe_that_crashed_is_measured_again(searched: Any, facts: Any) -> None:
+    study, defaults = searched
+    measurer = Counting(defaults)
+    loop = _loop(study, facts, measurer)
+    loop.noise = NOISE
+    crashed = {**defaults, "batch_per_rank": 16}
+    study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, user_attrs={
+        Attr.ROLE: "search", Attr.PARAMS: crashed, Attr.STATUS: "crash", Attr.ERROR: "killed by SIGSEGV"}))
+    study.enqueue_trial(crashed, user_attrs={Attr.ROLE: "search"})
+    loop._next(0, None)
+    assert measurer.begun == [crashed] and loop.duplicates == 0
+
+
+def test_the_in_process_turn_gives_way_once_its_samples_only_repeat(searched: Any, facts: Any) -> None:
+    study, defaults = searched
+    loop = _loop(study, facts, Counting(defaults))
+    assert loop.in_process_turn() and loop.fill(20.0)
+    study.tell(study.ask(), state=optuna.trial.TrialState.FAIL)  # the in-process trial fill enqueued
+    loop.duplicates = DUPLICATES_YIELD
+    assert not loop.in_process_turn()
+    assert not loop.fill(20.0)  # nothing that starts no process is left to sample: the budget's end
+    assert not study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
