@@ -15,7 +15,7 @@ from autotune.study import SearchStarted, TrialFinished, TrialStarted
 from autotune.study.events import Phase
 from autotune.trial import TrialResult
 
-from ..conftest import FAST, run_cli
+from ..conftest import FAST, defaults_env, run_cli
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 DEFAULTS = {"threads": 2, "compile_mode": "none", "batch_size": 32, "device": "cpu", "reference_batch": 32}
@@ -133,9 +133,10 @@ def test_a_search_not_on_a_terminal_prints_plain_lines(tiny_search) -> None:
 
 @pytest.mark.slow
 def test_json_prints_one_object_per_event_and_the_result_last(tmp_path: Path) -> None:
-    # the report goes to a folder that does not exist: a warning, and the stored search still succeeds
+    # the report goes to a folder that does not exist: a warning, and the stored search still succeeds; the
+    # environment held at the defaults': the second trial is an arm of the defaults' worker, not process pairs
     out = run_cli("search", "--json", "--workload", "tiny", "--budget", "3m", "--trials", "2", "--confirm", "0",
-                  "--fix", "processes=1", "--report", "missing/r.html", *FAST, cwd=tmp_path)
+                  *defaults_env(), "--report", "missing/r.html", *FAST, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     objects = [json.loads(line) for line in out.stdout.splitlines()]  # every line of stdout is JSON
     events = [o["event"] for o in objects]
