@@ -12,7 +12,7 @@ pair, once however many candidates share them (``round_parts``), as measured.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Container, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
@@ -180,19 +180,24 @@ def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | Non
     top = contenders(top)
     if not top:
         return 0.0
-    start = (baseline.result.startup_s or 0.0) if baseline is not None else 0.0
-    defaults = environment_key(baseline.params) if baseline is not None else None
-    rounds = max(1, options.confirm_rounds)
+    floors = {environment_key(baseline.params): baseline.result.startup_s or 0.0} if baseline is not None else {}
+    rounds = [(r.result, environment_key(r.params), n) for r in top for n in range(max(1, options.confirm_rounds))]
+    return 1.1 * rounds_s(rounds, noise, options, floors=floors)
+
+
+def rounds_s(rounds: Iterable[tuple[TrialResult, str, int]], noise: Noise | None, options: SearchOptions, *,
+             paid: Container[tuple[str, int]] = (), floors: Mapping[str, float] | None = None) -> float:
+    """How long the confirmation rounds ``(result, environment, round)`` take: each one's own part, and each
+    environment's part once a round however many of its candidates share it (``round_parts``), none where
+    ``paid`` holds ``(environment, round)`` (paid already), at least ``floors[environment]``. What the search
+    keeps (``reserve_s``) and what the confirmation asks before each round (``confirm.confirm``) are counted here."""
     total, shared = 0.0, dict[tuple[str, int], float]()
-    for r in top:
-        env = environment_key(r.params)
-        for round_ in range(rounds):
-            own, part = round_parts(r.result, noise, options, round_)
-            if env == defaults:
-                part = max(part, start)
-            total += own
-            shared[(env, round_)] = max(shared.get((env, round_), 0.0), part)
-    return 1.1 * (total + sum(shared.values()))
+    for result, env, round_ in rounds:
+        own, part = round_parts(result, noise, options, round_)
+        total += own
+        if (env, round_) not in paid:
+            shared[(env, round_)] = max(shared.get((env, round_), 0.0), part, (floors or {}).get(env, 0.0))
+    return total + sum(shared.values())
 
 
 def timeout_s(study: optuna.Study, options: SearchOptions, params: dict[str, Any], remaining: float,

@@ -86,18 +86,11 @@ def confirm(loop: SearchLoop) -> Confirmation | None:
         return budget.round_s(entry.result, loop.noise, options, round_)
 
     def needed_s(entries: list[tuple[TrialRecord, int]], spent: set[tuple[str, int]]) -> float:
-        """The rounds ``(candidate, round)`` of ``entries``, an environment's part (its worker's start, its
-        process pair) once a round, none where ``spent`` says it was paid already (``budget.round_parts``): a
-        candidate of the environment measured before it in the round took 4.3 s where 20 s were counted, and
-        the best recipe lost its later rounds for time while 17 s of the budget were left."""
-        total, shared = 0.0, dict[tuple[str, int], float]()
-        for entry, r in entries:
-            own, part = budget.round_parts(entry.result, loop.noise, options, r)
-            total += own
-            if (environment_key(entry.params), r) not in spent:
-                key = (environment_key(entry.params), r)
-                shared[key] = max(shared.get(key, 0.0), part)
-        return total + sum(shared.values())
+        """The rounds ``(candidate, round)`` of ``entries`` (``budget.rounds_s``), an environment's part none where
+        ``spent`` says it was paid already: a candidate of the environment measured before it in the round took
+        4.3 s where 20 s were counted, and the best recipe lost its later rounds for time while 17 s were left."""
+        return budget.rounds_s([(e.result, environment_key(e.params), r) for e, r in entries], loop.noise, options,
+                               paid=spent)
 
     spent: set[tuple[str, int]] = set()  # (environment, round): its part of that round paid
 
