@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+import math
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +23,27 @@ def add_storage(parser: argparse.ArgumentParser) -> None:
         help=f"SQLAlchemy URL of the study and recipe database (default: {DEFAULT_STORAGE}; "
         "postgresql+psycopg://user@host/db to share studies between machines)",
     )
+
+
+def to_json(value: Any, **kwargs: Any) -> str:
+    """``json.dumps`` as the verbs print JSON: strict JSON (RFC 8259), a float that is not finite written as
+    ``null``. One process pair's interval is unbounded above, which Python writes as ``Infinity``: jq and
+    JavaScript's ``JSON.parse`` refuse the line.
+
+    >>> to_json({"speedup_low": 0.0, "speedup_high": float("inf"), "pairs": [1.0, float("nan")]})
+    '{"speedup_low": 0.0, "speedup_high": null, "pairs": [1.0, null]}'
+    """
+    return json.dumps(_finite(value), allow_nan=False, **kwargs)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def console(stderr: bool = False) -> Console:

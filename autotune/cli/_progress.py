@@ -12,7 +12,6 @@ Speedups: a paired study's trial values are speedups over the defaults with an i
 """
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import time
@@ -24,6 +23,7 @@ from ..recipe import format_speedup
 from ..search_spaces import RUN_KEYS  # shared by every trial of a search: not a trial's settings
 from ..study.events import Event, Phase, SearchDone, SearchStarted, TrialFinished, TrialStarted
 from ..trial.spec import Status, TrialResult
+from ._common import to_json
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -264,7 +264,7 @@ class JsonLines:
             self.emit(data)
 
     def emit(self, data: dict[str, Any]) -> None:
-        self.stream.write(json.dumps(data, default=str) + "\n")
+        self.stream.write(to_json(data, default=str) + "\n")
         self.stream.flush()
 
     def close(self) -> None:

@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 
-from ._common import add_storage, console, find_recipe, knobs, params_table, when
+from ._common import add_storage, console, find_recipe, knobs, params_table, to_json, when
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -27,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
 
     recipe = find_recipe(args)
     if args.json:
-        print(json.dumps(recipe.to_dict(), indent=2, sort_keys=True))
+        print(to_json(recipe.to_dict(), indent=2, sort_keys=True))
         return 0
     defaults, source = pytorch_defaults(recipe, args.storage)
     out = console()

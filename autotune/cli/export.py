@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import TYPE_CHECKING
 
-from ._common import add_storage, find_recipe
+from ._common import add_storage, find_recipe, to_json
 
 if TYPE_CHECKING:
     from ..recipe import Recipe
@@ -29,7 +28,7 @@ def render(recipe: Recipe, fmt: str) -> str:
     from ..trial import launch
 
     if fmt == "json":
-        return json.dumps(recipe.to_dict(), indent=2, sort_keys=True) + "\n"
+        return to_json(recipe.to_dict(), indent=2, sort_keys=True) + "\n"
     # environment-level knobs (affinity, library paths, NCCL) resolve on this machine, as 'autotune run' does
     plan = launch.for_recipe(recipe, [], {})
     for warning in plan.warnings:

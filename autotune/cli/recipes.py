@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 
-from ._common import add_storage, console, when
+from ._common import add_storage, console, to_json, when
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -28,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     with RecipeStore.open(args.storage, readonly=True) as store:
         found = [r for r in store.all() if args.study in (None, r.study) and args.workload in (None, r.workload)]
     if args.json:
-        print(json.dumps([r.to_dict() for r in found], indent=2, sort_keys=True))
+        print(to_json([r.to_dict() for r in found], indent=2, sort_keys=True))
         return 0
     out = console()
     if not found:

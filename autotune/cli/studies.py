@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from ..recipe import format_speedup
-from ._common import add_storage, console, when
+from ._common import add_storage, console, to_json, when
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -28,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
 
     found = summaries(args.storage)
     if args.json:
-        print(json.dumps([s.to_dict() for s in found], indent=2))
+        print(to_json([s.to_dict() for s in found], indent=2))
         return 0
     out = console()
     if not found:

@@ -153,6 +153,24 @@ def test_json_prints_one_object_per_event_and_the_result_last(tmp_path: Path) ->
     assert f"the study is stored: autotune report --study {result['study']}" in out.stderr
 
 
+def test_one_process_pairs_unbounded_interval_is_strict_json_and_said_in_words(facts) -> None:
+    """One process pair gives no interval (``stats.log_mean_interval``: 0 to infinity): the JSON line holds null,
+    which jq and ``JSON.parse`` read (Python's ``Infinity`` they refuse), and the log line says so in words."""
+    one = TrialResult("ok", objective=0.97, speedup_low=0.0, speedup_high=float("inf"), method="process pairs",
+                      pairs=1, wall_s=12.0)
+    event = TrialFinished(1, "search", {**DEFAULTS, "threads": 1}, one, None)
+    stream, out = io.StringIO(), Console(file=io.StringIO(), width=200)
+    JsonLines(stream)(event)
+    PlainLines(out, clock=lambda: 0.0)(event)
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"not JSON: {constant}")
+
+    line = json.loads(stream.getvalue(), parse_constant=refuse)
+    assert (line["result"]["speedup_low"], line["result"]["speedup_high"]) == (0.0, None)
+    assert "0.97x [no interval: one measurement]" in out.file.getvalue()  # type: ignore[attr-defined]
+
+
 def test_a_warning_logged_under_the_live_panel_is_printed_above_it(facts) -> None:
     import logging
     import sys
