@@ -94,6 +94,21 @@ def test_a_paired_study_reports_speedups_with_intervals_noise_importances_and_fa
     assert facts.fingerprint in page.split("The machine</h2>")[1].split("</pre>")[0]  # this machine's probe
 
 
+def test_samples_of_a_measured_recipe_are_counted_not_listed(paired_db: str, facts) -> None:
+    import optuna
+
+    study = optuna.load_study(study_name="tiny-paired", storage=paired_db)
+    for _ in range(2):
+        study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.PRUNED, user_attrs={
+            Attr.ROLE: "in-process", Attr.PARAMS: {**DEFAULTS, "threads": 2}, Attr.STATUS: "duplicate",
+            Attr.ERROR: "the same recipe as trial 2, whose measurement stands"}))
+    data = collect(paired_db, "tiny-paired", facts)
+    assert [t.outcome for t in data.trials][-2:] == ["not measured", "not measured"]
+    failures = render(data).split("Infeasible and failed trials</h2>")[1].split("<h2>")[0]
+    assert "2 sample(s) repeated a recipe measured before: not measured again" in failures
+    assert "the same recipe as trial 2" not in failures  # counted, not a row each
+
+
 def test_an_old_study_renders_without_intervals_or_noise(tmp_path: Path, facts) -> None:
     url = f"sqlite:///{tmp_path}/studies.db"
     add_study(url, "old", trials=[("baseline", DEFAULTS, "ok", 100.0),

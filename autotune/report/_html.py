@@ -128,12 +128,17 @@ def _noise(data: ReportData) -> str:
 
 
 def _failures(data: ReportData) -> str:
-    bad = [t for t in data.trials if t.outcome != "ok"]
+    """The trials that were not ok, with their reasons; samples of a recipe measured before are counted, not listed
+    (a long search has many: the in-process turn gives way after 5 in a row)."""
+    bad = [t for t in data.trials if t.outcome not in ("ok", "not measured")]
+    repeats = sum(1 for t in data.trials if t.outcome == "not measured")
+    said = (f'<p class="note">{repeats} sample(s) repeated a recipe measured before: not measured again, the '
+            "earlier trial's measurement stands.</p>") if repeats else ""
     if not bad:
-        return '<p class="note">None.</p>'
+        return '<p class="note">None.</p>' + said
     rows = [[str(t.number), _e(t.role), _e(t.outcome), _e(t.status), _e(t.reason or "-"), _knobs(t.changed)]
             for t in bad]
-    return _table(["trial", "role", "outcome", "status", "reason", "differs from the defaults"], rows)
+    return _table(["trial", "role", "outcome", "status", "reason", "differs from the defaults"], rows) + said
 
 
 def _budget(data: ReportData) -> str:
