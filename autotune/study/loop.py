@@ -387,9 +387,10 @@ class SearchLoop:
         that was measured (status ok, the baseline's included), else None. Its measurement stands: a repeat in
         a warm worker measures the same arms against the same baseline, and the confirmation measures the
         chosen recipes again in fresh processes anyway. One 5-minute CNN search had measured channels_last in
-        the heuristic's environment 8 times, and went on with the highest of the copies. The repeat is told
-        PRUNED, as Optuna's FAQ does for duplicates, so TPE draws elsewhere rather than the same point again;
-        the earlier trial keeps its value. A recipe that crashed or timed out is measured again."""
+        the heuristic's environment 8 times, and went on with the highest of the copies. The repeat is skipped
+        (as discussed in optuna/optuna#2021) and told PRUNED, which TPE ranks below every completed trial, so it
+        draws elsewhere rather than the same point again; the earlier trial keeps its value. A recipe that
+        crashed or timed out is measured again."""
         if role not in (SEARCH, IN_PROCESS):
             return None
         key = params_key(params)
