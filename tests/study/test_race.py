@@ -376,7 +376,8 @@ def test_a_candidate_the_quality_guard_rejects_is_not_raced_further(tmp_path: Pa
     outcome = _search(tmp_path, measurer, study="lossy", fixed=_batch_alone(facts), trials=12)
     study = _study(tmp_path, "lossy")
     rejected = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("params", {}).get("batch_per_rank")
-                == 128 and t.user_attrs.get("role") != "confirm"]
+                == 128 and t.user_attrs.get("role") != "confirm"
+                and t.user_attrs.get("status") != "duplicate"]  # sampled again: not measured again
     assert rejected, "TPE never sampled batch 128"
     for t in rejected:
         assert t.user_attrs["race"].startswith("loss 2.0000 is +100.0% over the baseline's"), t.user_attrs["race"]
