@@ -285,10 +285,8 @@ class SearchLoop:
         combined = combination(self.study, self.facts, self.ctx, self.options.fixed)
         if combined is not None and self._warm(combined):
             self.study.enqueue_trial(combined, user_attrs={Attr.ROLE: COMBINED})
-            return True
-        if self.duplicates >= DUPLICATES_YIELD:
-            return False  # the in-process samples only repeat measured recipes
-        self.enqueue_in_process()
+        else:  # a sample that repeats a measured recipe is skipped at once: asking again costs nothing, and
+            self.enqueue_in_process()  # MAX_SKIPS of them in a row end the search (returning False here left 44 s)
         return True
 
     def in_process_turn(self) -> bool:
