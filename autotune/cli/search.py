@@ -19,8 +19,9 @@ from ..study import (
     parse_duration,
     search,
 )
+from ..study.records import NOT_RUN
 from ..trial import TrialSettings
-from ..trial.spec import Noise, Status
+from ..trial.spec import Noise
 from ._common import add_storage, console
 from ._progress import JsonLines, LiveView, PlainLines
 
@@ -173,7 +174,7 @@ def _print_outcome(out: Console, outcome: SearchOutcome) -> None:
     r, base, best = outcome.recipe, outcome.baseline, outcome.best
     confirmed = sum(1 for rec in outcome.records if rec.role == "confirm")
     measured = sum(1 for rec in outcome.records if rec.role != "confirm"
-                   and rec.result.status not in (Status.SKIPPED, Status.DUPLICATE))  # run, not known beforehand
+                   and rec.result.status not in NOT_RUN)
     table = Table(title=f"study {outcome.study}: {measured} trials + {confirmed} confirmations, "
                         f"{outcome.elapsed_s:.0f} s, stopped by {outcome.stopped}")
     for column in ("", "samples/s", "loss", "speedup over PyTorch defaults"):

@@ -70,6 +70,7 @@ PAIRED: Final = "paired-v1"  # StudyAttr.MEASURE of a study whose trial values a
 
 # Outcomes that count toward --trials.
 MEASURED = (Status.OK, Status.OOM, Status.NAN, Status.CRASH, Status.TIMEOUT, Status.PRUNED)
+NOT_RUN = (Status.SKIPPED, Status.DUPLICATE)  # recorded without running: known to run out of memory, or a repeat
 CONSTRAINTS = ("quality", "fits_memory", "finite_loss", "applied")  # Optuna constraints: feasible when all <= 0
 
 
@@ -240,7 +241,8 @@ def trial_id(trial: optuna.Trial | FrozenTrial) -> int:
 
 
 __all__ = [
-    "BASELINE", "COMBINED", "CONFIRM", "CONSTRAINTS", "IN_PROCESS", "MEASURED", "PAIRED", "SEARCH", "WARM_START",
+    "BASELINE", "COMBINED", "CONFIRM", "CONSTRAINTS", "IN_PROCESS", "MEASURED", "NOT_RUN", "PAIRED", "SEARCH",
+    "WARM_START",
     "Attr", "Candidate", "Confirmation", "Role", "SearchOutcome", "StudyAttr", "TrialRecord", "contenders", "lineup",
     "optuna_storage", "params_key", "records", "trial_id",
 ]

@@ -13,7 +13,7 @@ from .. import search_spaces as spaces
 from ..errors import TrialError
 from ..recipe import Recipe, format_speedup
 from ..trial.spec import Status, TrialResult
-from .records import BASELINE, CONFIRM, Confirmation, TrialRecord, records, study_margin
+from .records import BASELINE, CONFIRM, NOT_RUN, Confirmation, TrialRecord, records, study_margin
 
 if TYPE_CHECKING:
     import optuna
@@ -138,7 +138,7 @@ def time_note(all_records: list[TrialRecord]) -> str:
     """``timed X s of Y s (Z%)``, and where the rest went."""
     t = time_spent(all_records)
     share = t["timed"] / t["wall"] if t["wall"] else 0.0
-    ran = sum(1 for r in all_records if r.result.status not in (Status.SKIPPED, Status.DUPLICATE))
+    ran = sum(1 for r in all_records if r.result.status not in NOT_RUN)
     return (f"timed {t['timed']:.0f} s of {t['wall']:.0f} s in {ran} trial(s) ({share:.0%}); "
             f"the rest: calibration {t['calibration']:.0f} s, start-up {t['startup']:.0f} s, "
             f"warm-up/compile {t['warmup']:.0f} s, evaluation {t['evaluation']:.0f} s; "
