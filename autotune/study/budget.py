@@ -138,9 +138,10 @@ def round_parts(result: TrialResult, noise: Noise | None, options: SearchOptions
     its time outside windows in the search once more (its arm built, evaluation); a recipe that IS its
     environment (method ``process pairs``) has none: its environment's process pair is its measurement (seen: the
     heuristic's round took 0.0 s beside its combination with channels_last, where 9 s had been kept). Its
-    environment's: a worker's start, as the calibration's (its time outside windows: a worker started, its arms
-    built and settled) and, for another environment, one fresh process pair (``LiveMeasurer.reseed``), which
-    costs what the trial's pairs did, at least a worker's start and the pair's windows; a factor the search cut
+    environment's: for the defaults', a worker's start, as the calibration's (its time outside windows: a worker
+    started, its arms built and settled); for another, one fresh process pair (``LiveMeasurer.reseed``), whose
+    environment side goes on as the round's worker (``LiveMeasurer._factor``), which costs what the trial's pairs
+    did, at least a worker's start and the pair's windows; a factor the search cut
     short for time is completed in round 0, counted as ``PROCESS_PAIRS[0]`` pairs (seen: the heuristic measured
     1 pair in a 2-minute demo's search, 16 s, and its round 0 took 39 s for 3, past the 15 s estimated, leaving
     the round after it 2 s). Recipes of one environment share its part in a round (``reserve_s``)."""
@@ -159,7 +160,7 @@ def round_parts(result: TrialResult, noise: Noise | None, options: SearchOptions
     cut = [int(m.group(1)) for w in result.warnings if (m := _CUT_FACTOR.search(w))]
     per_pair = max(pair, outside / max(1, min([ran, *cut])))
     own = 0.0 if method == "process pairs" else windows
-    return own, start + per_pair * (PROCESS_PAIRS[0] if cut and round_ == 0 else 1)
+    return own, per_pair * (PROCESS_PAIRS[0] if cut and round_ == 0 else 1)  # its last pair's worker goes on
 
 
 def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | None) -> float:

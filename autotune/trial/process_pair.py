@@ -21,6 +21,7 @@ until the interval of the geometric mean of those ratios (Student-t over process
 """
 from __future__ import annotations
 
+import contextlib
 import random
 import sys
 from dataclasses import dataclass
@@ -131,10 +132,13 @@ class ProcessPair:
         they end side by side."""
         for worker in self.workers.values():
             worker.ask_to_quit()
-        try:
-            self.workers["base"].close()
-        finally:
-            self.workers["cand"].close()
+        with contextlib.ExitStack() as stack:
+            for worker in self.workers.values():
+                stack.callback(worker.close)
+
+    def detach(self, side: Side) -> PairedWorker:
+        """Take one worker out of the pair: ``close`` leaves it running (frozen, as the pair left it)."""
+        return self.workers.pop(side)
 
 
 @dataclass(frozen=True)
@@ -168,6 +172,33 @@ def enough(ratios: list[float], half_width: float, *, least: int = 3, most: int 
     return (iv.high - iv.low) / 2 <= half_width * iv.median
 
 
+def process_pair(workload: str, base_params: dict[str, Any], cand_params: dict[str, Any], facts: Any,
+                 settings: Any, *, pairs: int = 8, window_s: float | None = None, seed: int = 0,
+                 python: str = sys.executable, keep: bool = False) -> tuple[ProcessPairRun, float, PairedWorker | None]:
+    """One process pair's ``pairs`` pairs of windows (of ``window_s``, else the pair's own ``window_s``): its run,
+    the window length and, with ``keep``, its candidate's worker, not ended: frozen, its heap fixed from now on
+    (``PairedWorker.fix_heap``), its one arm ``ARM``, for in-process arms of that environment (a search's
+    environment worker: a worker's start saved). WorkerError when an arm failed."""
+    kept = None
+    with ProcessPair(workload, base_params, cand_params, facts, settings, seed=seed, python=python) as pair:
+        window_s = window_s or pair.window_s
+        run = pair.run(pairs, window_s, seed=seed)
+        if keep and run.pairs:
+            kept = pair.detach("cand")
+    if not run.pairs:
+        failed = run.base if run.base.state != "ok" else run.cand
+        raise WorkerError(f"an arm failed across processes ({failed.state}): {failed.error}")
+    if kept is not None:
+        try:
+            kept.thaw()
+            kept.fix_heap()
+            kept.freeze()
+        except BaseException:
+            kept.close(timeout_s=1.0)
+            raise
+    return run, window_s, kept
+
+
 def across_processes(workload: str, base_params: dict[str, Any], cand_params: dict[str, Any], facts: Any,
                      settings: Any, *, pairs: int = 8, window_s: float | None = None, least: int = 3, most: int = 8,
                      half_width: float = 0.03, margin: float = stats.MIN_MARGIN,
@@ -176,13 +207,8 @@ def across_processes(workload: str, base_params: dict[str, Any], cand_params: di
     """Compare two environments over fresh process pairs until ``enough`` of them ran (see the module)."""
     runs: list[ProcessPairRun] = []
     while not enough([r.ratio.median for r in runs], half_width, least=least, most=most, confidence=confidence):
-        with ProcessPair(workload, base_params, cand_params, facts, settings, seed=seed + len(runs),
-                         python=python) as pair:
-            window_s = window_s or pair.window_s
-            run = pair.run(pairs, window_s, seed=seed + len(runs))
-        if not run.pairs:
-            failed = run.base if run.base.state != "ok" else run.cand
-            raise WorkerError(f"an arm failed across processes ({failed.state}): {failed.error}")
+        run, window_s, _ = process_pair(workload, base_params, cand_params, facts, settings, pairs=pairs,
+                                        window_s=window_s, seed=seed + len(runs), python=python)
         runs.append(run)
     interval = stats.log_mean_interval([r.ratio.median for r in runs], confidence)
     return AcrossProcesses(tuple(runs), interval, stats.verdict(interval, margin), margin, window_s or 0.0)

@@ -86,11 +86,17 @@ class DropArm:
 
 
 @dataclass(frozen=True)
+class KeepHeap:
+    """Fix glibc's heap thresholds from now on (``worker.keep_heap``): a process pair's worker, started with
+    glibc's defaults, that goes on to host in-process arms (``process_pair.process_pair``'s ``keep``)."""
+
+
+@dataclass(frozen=True)
 class Quit:
     pass
 
 
-Command = AddArm | RunPairs | RunWindows | Evaluate | DropArm | Quit
+Command = AddArm | RunPairs | RunWindows | Evaluate | DropArm | KeepHeap | Quit
 
 # Records and replies -------------------------------------------------------------------------------------
 
@@ -181,6 +187,11 @@ class Dropped:
 
 
 @dataclass(frozen=True)
+class HeapKept:
+    kept: bool  # False where malloc is not glibc's
+
+
+@dataclass(frozen=True)
 class Refused:
     """A command the worker could not carry out (unknown arm, another environment, a failed arm); the
     worker goes on."""
@@ -194,7 +205,7 @@ class Bye:
     pass
 
 
-Reply = Ready | ArmAdded | WindowsRun | PairsRun | Evaluated | Dropped | Refused | Bye
+Reply = Ready | ArmAdded | WindowsRun | PairsRun | Evaluated | Dropped | HeapKept | Refused | Bye
 
 _TYPES: dict[str, type[Any]] = {cls.__name__: cls for cls in typing.get_args(Command) + typing.get_args(Reply)}
 

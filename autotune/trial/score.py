@@ -34,7 +34,7 @@ from typing import Any, Literal
 from .. import search_spaces as spaces
 from . import stats
 from .paired import ENVIRONMENT_KEYS, WINDOW_FLOOR_S, choose_window_s, environment_differences, environment_key
-from .process_pair import PROCESS_PAIRS, AcrossProcesses, across_processes, enough
+from .process_pair import PROCESS_PAIRS, AcrossProcesses, across_processes, enough, process_pair
 from .protocol import ArmStatus, PairRecord
 from .runner import _ended, run_trial
 from .spec import Noise, Status, TrialResult
@@ -215,7 +215,8 @@ class LiveMeasurer:
       ``across_processes``) measured once per environment per search and cached (``factors``, which a
       resumed search may fill from its trials; each confirmation round adds one fresh process pair), x its
       in-process ratio in a worker of that environment, kept alive while consecutive candidates use it (one at
-      most besides the defaults'; the idle one is frozen);
+      most besides the defaults'; the idle one is frozen): the environment's side of its last process pair,
+      its heap fixed from then on (``process_pair.process_pair``'s ``keep``), where no worker of it runs;
     - ``processes`` > 1 (a worker holds one process), or two models that do not fit on one GPU: fresh
       trial processes, alternated with fresh runs of the defaults, ``FRESH_PAIRS`` pairs or more, ratio
       interval by ``stats.log_mean_interval``;
@@ -308,8 +309,7 @@ class LiveMeasurer:
         if same_environment(params, self.defaults):
             return True
         key = environment_key(params)
-        return self.env is not None and self.env[0] == key and key in self.factors \
-            and self.env[1].proc is not None and self.env[1].proc.poll() is None
+        return key in self.factors and self._env_alive(key)
 
 
     def reseed(self, seed: int, *, fresh_factors: bool = True) -> None:
@@ -383,7 +383,9 @@ class LiveMeasurer:
         until the factor is ``enough`` (``process_pair.enough``), from then on cached. So a candidate the race
         stops after its first round costs ``least`` pairs: measured to ``enough`` first, the heuristic took 8
         pairs, 58 s of a 5-minute search, and was then stopped below the incumbent. Never past the trial's
-        deadline: a factor cut short for time keeps its pairs for the next candidate of it."""
+        deadline: a factor cut short for time keeps its pairs for the next candidate of it. Where no worker of the
+        environment runs, the last pair's environment side is kept as its worker (``_env_worker``): a start of
+        3-5 s saved, for the heuristic and each confirmation round (CNN, 2-vCPU VM)."""
         ratios = list(self.factor_ratios.get(key, []))
         least, most = self.process_pairs
         due = key in self._due and bool(ratios)  # a confirmation round: one more fresh process pair
@@ -404,15 +406,19 @@ class LiveMeasurer:
                 break
             self.on_phase("starting", f"process pair {len(ratios) + 1}: "
                           + ", ".join(environment_differences(self.defaults, params)))
-            found = across_processes(self.workload, self.defaults, self._env_defaults(params), self.facts,
-                                     self.settings, pairs=max(4, self.cal.pairs // 2), window_s=self.cal.window_s,
-                                     least=1, most=1, seed=trial.seed + len(ratios))
-            timed = sum(p.base.elapsed_s + p.cand.elapsed_s for run in found.runs for p in run.pairs)
+            keep = len(ratios) + 1 == target and not self._env_alive(key)
+            run, _, kept = process_pair(self.workload, self.defaults, self._env_defaults(params), self.facts,
+                                        self.settings, pairs=max(4, self.cal.pairs // 2),
+                                        window_s=self.cal.window_s, seed=trial.seed + len(ratios), keep=keep)
+            if kept is not None:
+                self._close_env()
+                self.env = (key, kept)
+            timed = sum(p.base.elapsed_s + p.cand.elapsed_s for p in run.pairs)
             trial.timed_s += timed
             trial.startup_s += time.monotonic() - started - timed
             spent += time.monotonic() - started
             self._pair_s = time.monotonic() - started
-            ratios += found.per_process
+            ratios.append(run.ratio.median)
             self.factor_ratios[key] = list(ratios)
         interval = stats.log_mean_interval(ratios) if ratios else _NOTHING
         if ratios and enough(ratios, self.cal.half_width, least=least, most=most):
@@ -421,8 +427,8 @@ class LiveMeasurer:
 
     def _env_worker(self, key: str, params: dict[str, Any], trial: _Trial, deadline: float) -> PairedWorker:
         """The worker of this environment, with its defaults arm: kept from the previous candidate, or new."""
-        if self.env is not None and self.env[0] == key and self.env[1].proc is not None \
-                and self.env[1].proc.poll() is None:
+        if self._env_alive(key):
+            assert self.env is not None
             return self._use(self.env[1])
         self._close_env()
         self.on_phase("starting", "a worker of " + ", ".join(environment_differences(self.defaults, params)))
@@ -436,6 +442,11 @@ class LiveMeasurer:
         self._add(worker, DEFAULTS, self._env_defaults(params), deadline - time.monotonic())
         trial.warmup_s += time.monotonic() - started
         return worker
+
+    def _env_alive(self, key: str) -> bool:
+        """Whether the worker of environment ``key`` runs (kept from a candidate, or its last process pair's)."""
+        return self.env is not None and self.env[0] == key and self.env[1].proc is not None \
+            and self.env[1].proc.poll() is None
 
     def _workers(self) -> list[PairedWorker]:
         return [w for w in (self.worker, self.env[1] if self.env else None) if w is not None]

@@ -12,7 +12,9 @@ A worker that hosts in-process arms keeps its heap (``keep_heap``: glibc's mmap 
 several models in one process made glibc return and fault in memory every step in some processes and not
 others, a state that slowed the fp32 defaults arm alone by up to 1.6x for seconds or a process's life. The
 two workers of a process pair (``process_pair``) hold one model each, as the user's process does, and keep
-glibc's defaults: what an allocator knob gains is measured there, against them.
+glibc's defaults: what an allocator knob gains is measured there, against them. Once its pair is measured, a
+process pair's worker may fix its heap (``fix_heap``) and go on hosting arms: its environment's worker, one
+start saved.
 
 Example::
 
@@ -51,6 +53,8 @@ from .protocol import (
     Dropped,
     Evaluate,
     Evaluated,
+    HeapKept,
+    KeepHeap,
     PairsRun,
     Quit,
     Ready,
@@ -105,6 +109,8 @@ def _handle(bench: Bench, command: Command) -> Reply:
     if isinstance(command, DropArm):
         bench.drop(command.arm)
         return Dropped(command.arm)
+    if isinstance(command, KeepHeap):
+        return HeapKept(keep_heap())
     return Bye()
 
 
@@ -206,6 +212,7 @@ class PairedWorker:
         self._buffer = b""
         self.ready: Ready | None = None
         self.arms: list[str] = []  # the worker's arms, as its replies said
+        self.heap_fixed = False  # its heap thresholds fixed after its start (``fix_heap``)
         self.frozen: freeze.Frozen | None = None  # while its tree is stopped (``freeze()``)
         self._quitting = False  # Quit sent, its reply not yet read (``ask_to_quit``)
 
@@ -283,6 +290,14 @@ class PairedWorker:
 
     def drop_arm(self, arm: str, timeout_s: float = 60.0) -> None:
         self._expect(DropArm(arm), Dropped, timeout_s)
+
+    def fix_heap(self, timeout_s: float = 30.0) -> bool:
+        """Fix the worker's heap thresholds from now on (``keep_heap``), as a worker started with ``keep_heap``
+        has them from its start: a process pair's worker that goes on to host in-process arms. Its arm built
+        before measured alike: A/A and channels_last in 5 such workers against 5 started so (CNN, 2-vCPU VM)."""
+        reply: HeapKept = self._expect(KeepHeap(), HeapKept, timeout_s)
+        self.heap_fixed = reply.kept
+        return reply.kept
 
     def calibrate(self, base: str, params: dict[str, Any], *, pairs: int = 16, half_width: float = 0.03,
                   window_s: float | None = None, seed: int = 0) -> Calibration:

@@ -15,7 +15,7 @@ import torch
 from autotune import Workload
 from autotune.search_spaces import SpaceContext, defaults
 from autotune.trial import freeze, stats
-from autotune.trial.process_pair import ProcessPair, across_processes, enough
+from autotune.trial.process_pair import ARM, ProcessPair, across_processes, enough, process_pair
 from autotune.trial.spec import TrialSettings
 from autotune.trial.worker import PairedWorker, WorkerError
 
@@ -152,3 +152,27 @@ def test_log_mean_interval_is_a_t_interval_on_logs() -> None:
     assert stats.t_quantile(0.975, 1) == pytest.approx(12.706, abs=1e-3)
     wide = stats.log_mean_interval([0.9, 1.1], 0.95)
     assert wide.low < 0.5 and wide.high > 2.0 and wide.count == 2
+
+
+def test_a_kept_worker_goes_on_with_its_heap_fixed_and_reads_same_against_a_new_arm(facts: Any) -> None:
+    """``process_pair(keep=True)`` ends the defaults' side and hands back the other side's worker, frozen, its
+    one arm built, glibc's heap thresholds fixed from now on: a search's worker of that environment. An arm
+    added to it reads the same as the arm it already had (its A/A)."""
+    params = _params(facts, threads=1, interop_threads=1)
+    run, window_s, kept = process_pair("tiny", params, params, facts, SETTINGS, pairs=2, window_s=0.1, keep=True)
+    assert kept is not None and len(run.pairs) == 2 and window_s == 0.1
+    try:
+        base_pid, cand_pid = run.pids
+        assert not _alive(base_pid) and kept.ready is not None and kept.ready.pid == cand_pid
+        assert freeze.proc_state(cand_pid) == "T"  # frozen, as the pair left it
+        assert not kept.ready.in_effect["heap_kept"] and kept.heap_fixed  # started with glibc's policy, fixed since
+        kept.thaw()
+        cal = kept.calibrate(ARM, params, pairs=8, window_s=0.2)  # ARM is there already: only its copy is added
+        aa = cal.aa.ratio
+        assert aa.low <= 1.0 <= aa.high or (aa.low > 0.95 and aa.high < 1.05), aa
+        assert kept.arms == [ARM]
+    finally:
+        kept.close()
+    assert not _alive(cand_pid)
+    _, _, none = process_pair("tiny", params, params, facts, SETTINGS, pairs=1, window_s=0.1)
+    assert none is None  # without ``keep`` both end

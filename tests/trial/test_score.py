@@ -144,6 +144,10 @@ def test_a_factor_grows_a_process_pair_a_race_round_and_one_each_confirmation_ro
         for seed, fresh in ((7, True), (8, False)):
             measurer.reseed(seed, fresh_factors=fresh)
             again = measurer.begin(one, 300)
+            # the round's worker of that environment: its fresh process pair's environment side, its heap fixed
+            # since; without a fresh pair, one started with it fixed
+            assert measurer.env is not None and measurer.env[0] == key, measurer.env
+            assert (measurer.env[1].spec.keep_heap, measurer.env[1].heap_fixed) == (not fresh, fresh), seed
             measurer.more(again, 2, 300)
             measurer.more(again, 2, 300)  # a confirmation grows nothing in its rounds
             result = measurer.end(again)
