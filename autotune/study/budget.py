@@ -19,7 +19,7 @@ from ..errors import UsageError
 from ..trial.paired import environment_key
 from ..trial.process_pair import PROCESS_PAIRS
 from ..trial.spec import Noise, Status, TrialResult
-from .records import BASELINE, CONFIRM, Attr, StudyAttr, contenders, lineup
+from .records import BASELINE, CONFIRM, Attr, StudyAttr, contenders, lineup, records
 
 if TYPE_CHECKING:
     import optuna
@@ -181,9 +181,27 @@ def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | Non
     top = contenders(top)
     if not top:
         return 0.0
-    floors = {environment_key(baseline.params): baseline.result.startup_s or 0.0} if baseline is not None else {}
     rounds = [(r.result, environment_key(r.params), n) for r in top for n in range(max(1, options.confirm_rounds))]
-    return 1.1 * rounds_s(rounds, noise, options, floors=floors)
+    return 1.1 * rounds_s(rounds, noise, options, floors=floors(study))
+
+
+def floors(study: optuna.Study) -> dict[str, float]:
+    """The least an environment's part of a confirmation round takes, as measured in the study: the defaults', the
+    baseline's start; another's, one of its process pairs, from the trial that is that environment's defaults (its
+    wall time / its process pairs: method ``process pairs``). Counted from the calibration instead (a worker's
+    start, 5.7 s, and the pair's windows), a process pair's round was 8.1 s where it took 9.4 (two processes
+    started side by side, two arms settled, both ended): a 5-minute search's confirmation lost its third round
+    to a timeout 0.4 s short."""
+    found: dict[str, float] = {}
+    for r in records(study):
+        if r.role == CONFIRM or r.result.status != Status.OK:
+            continue
+        key = environment_key(r.params)
+        if r.role == BASELINE:
+            found[key] = max(found.get(key, 0.0), r.result.startup_s or 0.0)
+        elif r.result.method == "process pairs" and r.result.pairs:
+            found[key] = max(found.get(key, 0.0), r.result.wall_s / r.result.pairs)
+    return found
 
 
 def rounds_s(rounds: Iterable[tuple[TrialResult, str, int]], noise: Noise | None, options: SearchOptions, *,
@@ -217,5 +235,5 @@ def timeout_s(study: optuna.Study, options: SearchOptions, params: dict[str, Any
     return available if estimate is None else min(available, max(60.0, 5 * estimate))
 
 
-__all__ = ["confirm_s", "confirmation_pairs", "estimate_s", "in_process_estimate_s", "parse_duration",
+__all__ = ["confirm_s", "confirmation_pairs", "estimate_s", "floors", "in_process_estimate_s", "parse_duration",
            "reserve_s", "round_parts", "round_s", "started_estimate_s", "timeout_s"]

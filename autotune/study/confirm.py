@@ -90,8 +90,9 @@ def confirm(loop: SearchLoop) -> Confirmation | None:
         ``spent`` says it was paid already: a candidate of the environment measured before it in the round took
         4.3 s where 20 s were counted, and the best recipe lost its later rounds for time while 17 s were left."""
         return budget.rounds_s([(e.result, environment_key(e.params), r) for e, r in entries], loop.noise, options,
-                               paid=spent)
+                               paid=spent, floors=floors)
 
+    floors = budget.floors(loop.study)  # each environment's part of a round, at least as the search measured it
     spent: set[tuple[str, int]] = set()  # (environment, round): its part of that round paid
 
     cut: list[str] = []  # candidates left out of their later rounds for time

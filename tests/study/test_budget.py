@@ -154,3 +154,38 @@ def test_candidates_of_one_environment_share_its_process_pair_in_the_time_kept()
     shared = sum(max(a[1], b[1]) for a, b in zip(*parts, strict=True))  # one pair a round for the two
     assert reserve_s(study, options, 40.0) == pytest.approx(1.1 * (own + shared))
     assert shared < sum(p for rounds in parts for _, p in rounds)
+
+
+def test_an_environment_part_of_a_round_is_at_least_one_process_pair_as_the_search_measured_it() -> None:
+    """Counted from the calibration (a worker's start and the pair's windows), the heuristic's process pair was
+    8.1 s a round where it took 9.4 s: a 5-minute search kept too little and its third round timed out. Its own
+    trial measured a process pair at 28.3 s / 3."""
+    from dataclasses import asdict
+
+    import optuna
+
+    from autotune.study import SearchOptions
+    from autotune.study.budget import floors, reserve_s
+    from autotune.trial.paired import environment_key
+    from autotune.trial.spec import Noise
+
+    noise = Noise(window_s=0.3, pairs=8, half_width=0.03, margin=0.02, spread=0.1, aa=(1.0, 0.97, 1.03),
+                  timed_s=9.6, wall_s=15.3)
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr("noise", asdict(noise))
+    env = {"threads": 1, "openmp": "intel"}
+    recipes = [({}, 1.0, "in-process pairs", 15.3, 9.6, 16, "baseline", 2.6),
+               ({**env}, 1.08, "process pairs", 28.3, 7.8, 3, "heuristic", 20.5),
+               ({**env, "channels_last": True}, 1.31, "process pairs x in-process pairs", 15.7, 15.4, 24, "combined",
+                0.0)]
+    for params, value, method, wall, timed, pairs, role, startup in recipes:
+        study.add_trial(optuna.trial.create_trial(value=value, user_attrs={
+            "wall_s": wall, "timed_s": timed, "status": "ok", "role": role, "params": params, "objective": value,
+            "speedup_low": value - 0.04, "speedup_high": value + 0.04, "method": method, "pairs": pairs,
+            "startup_s": startup}))
+    found = floors(study)
+    assert found == {environment_key({}): 2.6, environment_key(env): pytest.approx(28.3 / 3)}
+    options = SearchOptions(budget_s=300, confirm_top=3, confirm_rounds=3)
+    windows = 2 * 6 * 0.3 * 1.1
+    # channels_last in the heuristic's environment: its windows, and that environment's process pair, a round
+    assert reserve_s(study, options, 10.0) == pytest.approx(1.1 * 3 * (windows + 28.3 / 3))
