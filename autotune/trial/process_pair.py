@@ -180,22 +180,23 @@ def process_pair(workload: str, base_params: dict[str, Any], cand_params: dict[s
     (``PairedWorker.fix_heap``), its one arm ``ARM``, for in-process arms of that environment (a search's
     environment worker: a worker's start saved). WorkerError when an arm failed."""
     kept = None
-    with ProcessPair(workload, base_params, cand_params, facts, settings, seed=seed, python=python) as pair:
-        window_s = window_s or pair.window_s
-        run = pair.run(pairs, window_s, seed=seed)
-        if keep and run.pairs:
-            kept = pair.detach("cand")
-    if not run.pairs:
-        failed = run.base if run.base.state != "ok" else run.cand
-        raise WorkerError(f"an arm failed across processes ({failed.state}): {failed.error}")
-    if kept is not None:
-        try:
+    try:
+        with ProcessPair(workload, base_params, cand_params, facts, settings, seed=seed, python=python) as pair:
+            window_s = window_s or pair.window_s
+            run = pair.run(pairs, window_s, seed=seed)
+            if keep and run.pairs:
+                kept = pair.detach("cand")
+        if not run.pairs:
+            failed = run.base if run.base.state != "ok" else run.cand
+            raise WorkerError(f"an arm failed across processes ({failed.state}): {failed.error}")
+        if kept is not None:
             kept.thaw()
             kept.fix_heap()
             kept.freeze()
-        except BaseException:
+    except BaseException:  # Ctrl-C or a failure after the worker left the pair: it ends as the pair's did
+        if kept is not None:
             kept.close(timeout_s=1.0)
-            raise
+        raise
     return run, window_s, kept
 
 
