@@ -136,10 +136,16 @@ def test_a_stored_recipe_outside_todays_space_is_skipped_and_the_search_goes_on(
 
 def _run_one(facts, tmp_path: Path, params: dict) -> tuple[optuna.trial.FrozenTrial, object]:
     """One trial measured and recorded by the search loop, as a search runs it."""
+    from autotune.trial.score import LiveMeasurer
+
     study = optuna.create_study(storage=f"sqlite:///{tmp_path}/studies.db", direction="maximize")
     options = SearchOptions(settings=TrialSettings(warmup_steps=2, measure_steps=6, windows=2, max_extra_windows=0,
                                                    eval_samples=128), confirm_top=0)
-    loop = SearchLoop(study, "tiny", facts, CTX, RUN, options, time.monotonic() + 600, lambda *a: None)
+    # What is in effect is the subject, not the speed: the fewest pairs (one process pair), still real processes.
+    measurer = LiveMeasurer("tiny", {**defaults(facts, CTX), **RUN}, facts, options.settings, calibration_pairs=6,
+                            process_pairs=(1, 1))
+    loop = SearchLoop(study, "tiny", facts, CTX, RUN, options, time.monotonic() + 600, lambda *a: None,
+                      measurer=measurer)
     try:
         loop.calibrate(300)  # the defaults' worker, as the baseline trial starts it
         trial = study.ask()
