@@ -31,14 +31,24 @@ model = nn.Sequential(
 )
 data = torch.utils.data.TensorDataset(torch.randn(4096, 3, 32, 32), torch.randint(0, 10, (4096,)))
 batch, lr, loader_kwargs = 64, 0.05, {}
+# A plain script uses the GPU when there is one, as a user's would; a recipe says its own device.
+device = "cuda" if torch.cuda.is_available() else "cpu"
 if tuned:
     model = tuned.prepare_model(model)  # channels_last, pruning, compile, device: as measured
     lr *= tuned.lr_scale
     batch, loader_kwargs = tuned.batch_size, tuned.dataloader_kwargs
+else:
+    model = model.to(device)
 optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
 if tuned:
     model, optimizer = tuned.prepare(model, optimizer)
 loader = torch.utils.data.DataLoader(data, batch_size=batch, shuffle=True, drop_last=True, **loader_kwargs)
+
+def _sync() -> None:
+    """CUDA runs asynchronously: the clock is read only once the queued steps have run."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
 
 seconds = float(os.environ.get("TRAIN_S", "8"))
 seen, start, steps = 0, None, 0
@@ -50,17 +60,20 @@ while start is None or time.perf_counter() - start < seconds:
                 loss = nn.functional.cross_entropy(model(x).float(), y)
             tuned.step(loss, optimizer)
         else:
+            x, y = x.to(device), y.to(device)
             loss = nn.functional.cross_entropy(model(x), y)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
         steps += 1
         if steps == 5:
+            _sync()
             start, seen = time.perf_counter(), 0
         elif steps > 5:
             seen += len(x)
         if start is not None and time.perf_counter() - start >= seconds:
             break
+_sync()
 print(json.dumps({"samples_per_s": seen / (time.perf_counter() - start), "threads": torch.get_num_threads(),
                   "loss": float(loss.detach()), "tuned": tuned is not None}))
 if tuned:
