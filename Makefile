@@ -17,18 +17,24 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[test]"
 	touch $@
 
+# The Debian packages some tests use (idempotent: installs only what is missing), before the timed target runs.
+$(VENV)/.system-deps: tests/system-deps.sh $(VENV)/.installed
+	@tests/system-deps.sh
+	touch $@
+
 demo: $(VENV)/.installed
 	$(BIN)/autotune probe
 	$(BIN)/autotune search --workload $(WORKLOAD) --budget $(BUDGET)
 	$(BIN)/autotune export --format env -o best.env
 
-# Lint and types first (configured in pyproject.toml; either failing fails the target), then pytest.
+# Lint and types first (configured in pyproject.toml; either failing fails the target), then pytest, which
+# lists the 15 slowest tests and every skip with its reason. The system packages some tests need
+# (tests/system-deps.sh) are installed by a prerequisite, once, not in the timed part.
 # pytest exits 5 when it collected no test: that is reported, not treated as a failure.
-test: $(VENV)/.installed
+test: $(VENV)/.installed $(VENV)/.system-deps
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	@tests/system-deps.sh
-	@rc=0; $(BIN)/python -m pytest -q $(PYTEST_ARGS) || rc=$$?; \
+	@rc=0; $(BIN)/python -m pytest -q --durations=15 -rs $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; rc=0; fi; exit $$rc
 
 clean:

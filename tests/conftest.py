@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import os
 import shutil
@@ -13,6 +14,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, NoReturn
 
 import psutil
 import pytest
@@ -29,6 +31,35 @@ def pytest_configure(config: pytest.Config) -> None:
     finished with exit 0). A handled signal is reset to its default in a child, so pytest handles it."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # Under pytest-xdist each worker gets a temporary directory of its own, and with it its own host lock
+    # (autotune.trial.lock): the workers' searches run side by side as the tests' subjects, each its own host.
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        os.environ["TMPDIR"] = tempfile.mkdtemp(prefix=f"autotune-tests-{worker}-")
+        tempfile.tempdir = None
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    worker_tmp = os.environ.get("TMPDIR", "")
+    if os.environ.get("PYTEST_XDIST_WORKER") and "autotune-tests-" in worker_tmp:
+        shutil.rmtree(worker_tmp, ignore_errors=True)
+
+
+def missing(reason: str) -> NoReturn:
+    """A test that needs what ``tests/system-deps.sh`` or ``pip install -e '.[test]'`` installs, and finds it
+    missing: a skip with the reason on a developer's machine; under CI (``CI=true``), where the install step
+    ran, a failure, so that a broken install step cannot turn tests into skips unnoticed."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{reason} (CI=true: the install step should have provided it)", pytrace=False)
+    pytest.skip(reason)
+
+
+def needs_module(name: str, reason: str) -> Any:
+    """``pytest.importorskip`` for a package of the test extra: a failure under CI (``missing``)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        missing(reason)
 
 
 def _children() -> dict[int, psutil.Process]:
@@ -135,7 +166,7 @@ def postgres() -> Iterator[str]:
     unprivileged ``postgres`` user (the server refuses root); its SQLAlchemy URL."""
     bin_dir = pg_bin()
     if bin_dir is None:
-        pytest.skip(f"PostgreSQL server binaries not found in {PG_ROOT}/*/bin (tests/system-deps.sh installs them)")
+        missing(f"PostgreSQL server binaries not found in {PG_ROOT}/*/bin (tests/system-deps.sh installs them)")
     as_postgres: list[str] = []
     if os.geteuid() == 0:
         if shutil.which("runuser") is None:

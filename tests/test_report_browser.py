@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from .conftest import missing, needs_module
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
@@ -61,9 +63,9 @@ class DevTools:
 @pytest.fixture
 def browser(tmp_path: Path) -> Iterator[DevTools]:
     if CHROMIUM is None:
-        pytest.skip("chromium is not installed (tests/system-deps.sh installs Debian's chromium where it is root "
+        missing("chromium is not installed (tests/system-deps.sh installs Debian's chromium where it is root "
                     "with apt-get)")
-    pytest.importorskip("websocket", reason="websocket-client is not installed: pip install -e '.[test]'")
+    needs_module("websocket", "websocket-client is not installed: pip install -e '.[test]'")
     profile = tmp_path / "chromium-profile"  # throwaway: no state from or for another run
     proc = subprocess.Popen(
         [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--no-default-browser-check",

@@ -19,7 +19,7 @@ from autotune.recipe import Recipe, to_env
 from autotune.store import RecipeStore
 from autotune.study import SearchOptions, open_study, warm_start
 
-from .conftest import FAST, run_cli
+from .conftest import FAST, missing, run_cli
 
 # One step of the tiny workload. The torch work before apply() (building the model, as any script does) runs
 # a parallel region: with KMP_AFFINITY that is where libiomp5 pins the main thread to one CPU.
@@ -66,7 +66,7 @@ def test_autotune_run_with_one_pinned_thread_applies_and_trains(facts, tmp_path:
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: libiomp5 has no other CPU to leave")
 def test_autotune_run_with_libiomp5_pinning_applies_and_trains(facts, tmp_path: Path) -> None:
     if facts.runtime is None or facts.runtime.iomp5_path is None:
-        pytest.skip("libiomp5 not found by the probe (pip install intel-openmp)")
+        missing("libiomp5 not found by the probe (pip install intel-openmp)")
     threads = facts.cpu.allowed.cores  # autotune run narrows nothing: libiomp5 pins the main thread itself
     recipe = _env_file(tmp_path / "best.env", facts, threads=threads, affinity="compact", openmp="intel",
                        kmp_blocktime=1)

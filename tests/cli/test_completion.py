@@ -10,7 +10,7 @@ import pytest
 
 from autotune.cli import VERBS
 
-from ..conftest import run_cli
+from ..conftest import missing, run_cli
 
 
 def test_version_is_the_installed_distributions(tmp_path: Path) -> None:
@@ -75,7 +75,7 @@ def test_zsh_script_lists_every_verb_and_parses(tmp_path: Path) -> None:
     assert "'--lr-scaling=[learning-rate rule when the batch size changes (default\\: sqrt)]:LR_SCALING:" \
            "(sqrt linear none)'" in out.stdout
     if shutil.which("zsh") is None:
-        pytest.skip("zsh is not installed here (tests/system-deps.sh installs it): the script was not loaded in zsh")
+        missing("zsh is not installed here (tests/system-deps.sh installs it): the script was not loaded in zsh")
     script = tmp_path / "_autotune"
     script.write_text(out.stdout)
     subprocess.run(["zsh", "-n", str(script)], check=True, timeout=30)

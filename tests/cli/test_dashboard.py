@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import _free_port, run_cli
+from ..conftest import _free_port, needs_module, run_cli
 from .conftest import DEFAULTS, add_study
 
 
@@ -24,8 +24,8 @@ def storage(tmp_path: Path) -> Path:
 
 
 def test_dashboard_serves_the_studies_on_loopback(storage: Path) -> None:
-    pytest.importorskip("optuna_dashboard", reason="optuna-dashboard is not installed: pip install "
-                        "'autotune[dashboard]' (the extra) to run this test")
+    needs_module("optuna_dashboard", "optuna-dashboard is not installed: pip install "
+                 "'autotune[dashboard]' (the extra) to run this test")
     port = _free_port()
     command = [sys.executable, "-m", "autotune", "dashboard", "--port", str(port), "--study", "tiny-done"]
     proc = subprocess.Popen(command, cwd=storage, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -61,7 +61,7 @@ def test_without_optuna_dashboard_it_names_the_install_command(storage: Path) ->
 
 
 def test_dashboard_of_an_unknown_study_names_those_there(storage: Path) -> None:
-    pytest.importorskip("optuna_dashboard", reason="optuna-dashboard is not installed")
+    needs_module("optuna_dashboard", "optuna-dashboard is not installed")
     out = run_cli("dashboard", "--study", "nosuch", "--port", str(_free_port()), cwd=storage)
     assert out.returncode == 2
     assert out.stderr.strip() == ("autotune dashboard: error: no study 'nosuch' in sqlite:///studies.db; "
@@ -112,7 +112,7 @@ def _loop_study(url: str, facts) -> None:
 
 
 def test_the_dashboard_marks_infeasible_trials_and_gives_failed_ones_no_value(tmp_path: Path, facts) -> None:
-    pytest.importorskip("optuna_dashboard", reason="optuna-dashboard is not installed")
+    needs_module("optuna_dashboard", "optuna-dashboard is not installed")
     from autotune.study.records import records
 
     url = f"sqlite:///{tmp_path}/studies.db"

@@ -18,6 +18,7 @@ from autotune.probes import Runtime, format_cpulist
 from autotune.recipe import load_recipe_file, to_env
 from autotune.trial import launch, run_trial
 
+from .. import conftest
 from ..fakes.machines import two_sockets
 
 IOMP5, JEMALLOC = "/opt/lib/libiomp5.so", "/usr/lib/libjemalloc.so.2"
@@ -162,9 +163,9 @@ def test_heuristic_is_run_cpus_choice(facts, runtime, expected) -> None:
 # ---- Real processes on this machine -------------------------------------------------------------------
 
 def _need(facts, *paths: str) -> None:
-    missing = [p for p in paths if not getattr(facts.runtime, p)]
-    if missing:
-        pytest.skip(f"not installed here: {', '.join(missing)} (tests/system-deps.sh, pip install intel-openmp)")
+    absent = [p for p in paths if not getattr(facts.runtime, p)]
+    if absent:
+        conftest.missing(f"not installed here: {', '.join(absent)} (tests/system-deps.sh, pip install intel-openmp)")
 
 
 def test_trial_runs_on_libiomp5_and_tcmalloc_pinned_and_bound(facts, fast_settings, monkeypatch) -> None:
