@@ -1,7 +1,10 @@
 """Paired in-process measurement: its statistics, its protocol, and real worker processes.
 
 The worker tests use tiny workloads and short windows and judge by verdicts with margins, not by tight
-timings, so that they hold on a loaded 2-core machine.
+timings, so that they hold on a loaded 2-core machine. A worker's start (importing torch) is most of a worker
+test's cost: the tests whose subject is not the start share one worker (``tiny_worker``). A knob's real effect
+(slower, faster) is measured through the same worker and ``stats.compare`` by the scorer and the live measurer
+(``test_score``), which cannot score a candidate without measuring one.
 """
 from __future__ import annotations
 
@@ -153,7 +156,8 @@ def _alive(pid: int) -> bool:
 
 @pytest.fixture(scope="module")
 def tiny_worker(facts: Any) -> Iterator[PairedWorker]:
-    with PairedWorker("tiny", _params(facts), facts, SETTINGS) as worker:
+    """``tiny``, whose arms of batch 64 and 96 fail (``faulty``): one worker for every test that is not of a start."""
+    with PairedWorker("tests.trial.test_paired:faulty", _params(facts), facts, SETTINGS) as worker:
         yield worker
     assert not _alive(worker.ready.pid)
 
@@ -171,15 +175,15 @@ def _reads_one(ratio: stats.Interval, margin: float) -> bool:
 
 
 def test_aa_of_the_defaults_reads_same_with_one_inside(tiny_worker: PairedWorker, facts: Any) -> None:
-    cal = tiny_worker.calibrate("defaults", _params(facts), pairs=12, window_s=0.2)
+    cal = tiny_worker.calibrate("defaults", _params(facts), pairs=8, window_s=0.1)
     assert cal.aa.verdict == "same", cal.aa
-    assert cal.aa.ratio.count == 12 and cal.margin >= stats.MIN_MARGIN and cal.pairs >= 8
+    assert cal.aa.ratio.count == 8 and cal.margin >= stats.MIN_MARGIN and cal.pairs >= 8
     assert "defaults~aa" not in tiny_worker.arms  # the copy is dropped, the base kept
     tiny_worker.add_arm("defaults~again", _params(facts))
-    again = _compare(tiny_worker, "defaults", "defaults~again", 12, 0.2, seed=5)
+    again = _compare(tiny_worker, "defaults", "defaults~again", 8, 0.1, seed=5)
     # Same, and 1.0 within the interval or the whole interval within the calibrated margin: two arms of one model
     # can differ by a real fraction of a percent (where their tensors lie in memory; seen: 0.994 [0.988-0.997]),
-    # and 12 pairs at 99% give about the extreme ratios (seen: 0.994 [0.978-1.040]), never a gap past the margin.
+    # and 8 pairs at 99% give the extreme ratios (12 pairs gave 0.994 [0.978-1.040]), never a gap past the margin.
     assert again.verdict == "same", again
     assert _reads_one(again.ratio, cal.margin), (again, cal.margin)
     tiny_worker.drop_arm("defaults~again")
@@ -189,7 +193,7 @@ def test_aa_differing_only_in_a_process_global_flag_reads_same(tiny_worker: Pair
     """``tf32`` has no effect on CPU, but its flags are set at the start of every window of its arm."""
     tiny_worker.add_arm("tf32-base", _params(facts))
     assert tiny_worker.add_arm("tf32", _params(facts, tf32=True)).state == "ok"
-    comparison = _compare(tiny_worker, "tf32-base", "tf32", 12, 0.2)
+    comparison = _compare(tiny_worker, "tf32-base", "tf32", 8, 0.1)
     # Not "contains 1.0": two arms of one model differ by a real fraction of a percent (CI saw 1.002
     # [1.0003-1.0057] at 99%), so the claim is "same", with 1.0 or the whole interval inside the margin.
     assert comparison.verdict == "same", comparison
@@ -230,21 +234,9 @@ def test_a_process_that_starts_slow_is_settled_before_its_first_window(facts: An
         assert first.state == second.state == "ok"
         assert RAMP_STEPS < SETTINGS.warmup_steps + first.settle_steps <= SETTINGS.warmup_steps + SETTLE_STEPS
         assert second.settle_steps == 0 and second.trained == SETTINGS.warmup_steps * 64  # only the first settles
-        aa = _compare(worker, "first", "second", 6, 0.1)
+        aa = _compare(worker, "first", "second", 6, 0.3)  # 0.1 s windows beside a busy neighbour read 0.76-1.48
     assert aa.verdict == "same", aa
-    assert 0.8 < aa.ratio.low <= aa.ratio.high < 1.25, aa  # six short pairs; unsettled it reads ~0.05-0.5x
-
-
-def test_a_knob_slow_on_purpose_is_found_slower_and_a_fast_one_faster(facts: Any) -> None:
-    """``slow`` sleeps a fixed time per forward pass: batch 16 is ~4x slower per sample than 64, 256 ~4x faster."""
-    params = _params(facts, batch_size=64)
-    with PairedWorker("tests.quality_workloads:slow", params, facts, SETTINGS) as worker:
-        for name, batch in (("b64", 64), ("b16", 16), ("b256", 256)):
-            assert worker.add_arm(name, {**params, "batch_size": batch}).state == "ok"
-        slower = _compare(worker, "b64", "b16", 8, 0.3, seed=1)
-        faster = _compare(worker, "b64", "b256", 8, 0.3, seed=2)
-    assert slower.verdict == "slower" and slower.ratio.high < 0.5, slower
-    assert faster.verdict == "faster" and faster.ratio.low > 2.0, faster
+    assert 0.8 < aa.ratio.low <= aa.ratio.high < 1.25, aa  # six pairs; unsettled it reads ~0.05-0.5x
 
 
 def test_the_idle_arms_dataloader_workers_are_stopped_and_none_is_left(facts: Any) -> None:
@@ -266,18 +258,20 @@ def _state(pid: int) -> str:
     return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
 
 
-def test_a_nan_or_oom_arm_fails_alone(facts: Any) -> None:
-    params = _params(facts)
-    with PairedWorker("tests.trial.test_paired:faulty", params, facts, SETTINGS) as worker:
-        assert worker.add_arm("ok", params).state == "ok"
-        nan = worker.add_arm("nan", {**params, "batch_size": 64})
-        oom = worker.add_arm("oom", {**params, "batch_size": 96})
-        assert (nan.state, oom.state) == ("nan", "oom") and "NonFiniteLoss" in nan.error, (nan, oom)
-        run = worker.run_pairs("ok", "nan", 3, 0.05)
-        assert run.pairs == () and run.base.state == "ok" and run.cand.state == "nan"
-        windows = worker.run_windows("ok", 2, 0.05)
-        assert len(windows.windows) == 2 and windows.status.state == "ok"
-        assert worker.evaluate("ok").loss_samples == worker.spec.loss_samples
+def test_a_nan_or_oom_arm_fails_alone(tiny_worker: PairedWorker, facts: Any) -> None:
+    params, worker = _params(facts), tiny_worker
+    assert worker.add_arm("ok", params).state == "ok"
+    nan = worker.add_arm("nan", {**params, "batch_size": 64})
+    oom = worker.add_arm("oom", {**params, "batch_size": 96})
+    assert (nan.state, oom.state) == ("nan", "oom") and "NonFiniteLoss" in nan.error, (nan, oom)
+    run = worker.run_pairs("ok", "nan", 3, 0.05)
+    assert run.pairs == () and run.base.state == "ok" and run.cand.state == "nan"
+    windows = worker.run_windows("ok", 2, 0.05)
+    assert len(windows.windows) == 2 and windows.status.state == "ok"
+    assert worker.evaluate("ok").loss_samples == worker.spec.loss_samples
+    for arm in ("ok", "nan", "oom"):
+        if arm in worker.arms:
+            worker.drop_arm(arm)
 
 
 def test_the_worker_runs_with_the_environment_it_was_planned_with(tiny_worker: PairedWorker) -> None:

@@ -2,6 +2,9 @@
 
 Judged by verdicts with wide margins and 99% intervals, and by a workload whose speed depends on the
 threads through a sleep (not on the neighbours' load), so that the tests hold on a loaded 2-core machine.
+That workload's real difference (one thread against two) is measured once, by ``across_processes`` inside the
+scorer (``test_score``): a scorer of another environment runs it, so a second measurement here would add a
+minute and test nothing new.
 """
 from __future__ import annotations
 
@@ -69,7 +72,8 @@ def test_enough_process_pairs_grows_with_the_noise() -> None:
     assert not enough(noisy, 0.03) and enough(noisy, 0.03, most=5)  # noisy: more, up to the cap
 
 
-def test_a_frozen_worker_does_not_run_while_the_other_does(facts: Any) -> None:
+def test_a_frozen_worker_does_not_run_while_the_other_does_and_a_timeout_ends_both(facts: Any) -> None:
+    """One pair for both (a worker's start is most of either's cost): the timeout is the pair's last command."""
     params = _params(facts, threads=1, interop_threads=1, num_workers=1, persistent_workers=True, prefetch_factor=2)
     with ProcessPair("tiny", params, params, facts, SETTINGS) as pair:
         pair.run(1, 0.1)
@@ -86,7 +90,10 @@ def test_a_frozen_worker_does_not_run_while_the_other_does(facts: Any) -> None:
         running = pair.workers["cand"]
         assert freeze.proc_state(running.ready.pid) == "T"  # frozen again after its windows
         pids = [*tree, *freeze.tree(running.ready.pid)]
-    assert not any(_alive(pid) for pid in pids)
+        assert {freeze.proc_state(pid) for pid in pids} == {"T"}, pids  # both trees frozen between windows
+        with pytest.raises(WorkerError, match="did not answer RunWindows within 1 s"):
+            pair.windows("cand", 1000, 0.5, timeout_s=1)
+    assert not any(_alive(pid) for pid in pids)  # the timed-out tree stopped, the frozen one continued and ended
 
 
 def test_which_worker_warms_up_first_is_drawn_from_the_seed(facts: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -114,36 +121,15 @@ def test_which_worker_warms_up_first_is_drawn_from_the_seed(facts: Any, monkeypa
 
 def test_an_aa_across_processes_reads_same(facts: Any) -> None:
     params = _params(facts, threads=1, interop_threads=1)
-    result = across_processes("tiny", params, params, facts, SETTINGS, pairs=6, window_s=0.2, least=3, most=3,
+    result = across_processes("tiny", params, params, facts, SETTINGS, pairs=4, window_s=0.1, least=3, most=3,
                               margin=0.05, confidence=0.99)
     assert result.verdict == "same", result.ratio
-    assert len(result.runs) == 3 and all(len(run.pairs) == 6 for run in result.runs)
+    assert len(result.runs) == 3 and all(len(run.pairs) == 4 for run in result.runs)
     # Neither side always goes first: not in starting and warming up, not within a pair.
     assert {run.started for run in result.runs} == {("base", "cand"), ("cand", "base")}
     assert {p.first for run in result.runs for p in run.pairs} == {"base", "cand"}
     assert result.ratio.low < result.ratio.median < result.ratio.high
     assert not any(_alive(pid) for run in result.runs for pid in run.pids)
-
-
-def test_one_thread_against_the_defaults_two_reads_slower(facts: Any) -> None:
-    base = _params(facts)
-    assert base["threads"] == 2 or os.cpu_count() != 2, base  # this 2-CPU machine's defaults
-    result = across_processes("tests.trial.test_process_pair:threads_bound", base, {**base, "threads": 1,
-                              "interop_threads": 1}, facts, SETTINGS, pairs=4, window_s=0.5, least=3, most=3,
-                              margin=0.05)  # 95%: the truth is ~0.6, a 99% t-interval of 3 values is too wide
-    assert result.verdict == "slower" and result.ratio.high < 0.9, (result.ratio, result.per_process)
-    assert all(run.base.in_effect["threads"] == 2 and run.cand.in_effect["threads"] == 1 for run in result.runs)
-    assert not any(_alive(pid) for run in result.runs for pid in run.pids)
-
-
-def test_a_timeout_continues_and_ends_both_workers(facts: Any) -> None:
-    params = _params(facts, threads=1, interop_threads=1)
-    with ProcessPair("tiny", params, params, facts, SETTINGS) as pair:
-        pids = [*freeze.tree(pair.workers["base"].ready.pid), *freeze.tree(pair.workers["cand"].ready.pid)]
-        assert {freeze.proc_state(pid) for pid in pids} == {"T"}, pids  # both frozen between windows
-        with pytest.raises(WorkerError, match="did not answer RunWindows within 1 s"):
-            pair.windows("cand", 1000, 0.5, timeout_s=1)
-    assert not any(_alive(pid) for pid in pids)
 
 
 def test_log_mean_interval_is_a_t_interval_on_logs() -> None:
@@ -167,7 +153,7 @@ def test_a_kept_worker_goes_on_with_its_heap_fixed_and_reads_same_against_a_new_
         assert freeze.proc_state(cand_pid) == "T"  # frozen, as the pair left it
         assert not kept.ready.in_effect["heap_kept"] and kept.heap_fixed  # started with glibc's policy, fixed since
         kept.thaw()
-        cal = kept.calibrate(ARM, params, pairs=8, window_s=0.2)  # ARM is there already: only its copy is added
+        cal = kept.calibrate(ARM, params, pairs=8, window_s=0.1)  # ARM is there already: only its copy is added
         aa = cal.aa.ratio
         assert aa.low <= 1.0 <= aa.high or (aa.low > 0.95 and aa.high < 1.05), aa
         assert kept.arms == [ARM]
