@@ -2,19 +2,110 @@
 running, and it continues."""
 from __future__ import annotations
 
+import contextlib
 import json
+import re
+import signal
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import optuna
 import psutil
 
 from .. import quality_workloads
 from ..conftest import REPO, defaults_env
-from .conftest import interrupt, running_trial, start_search, trials, wait_for
+from .conftest import running_trial, start_search, trials, wait_for
 
 FAULTY = REPO / "tests" / "faulty_workloads.py"
 # A tiny CNN: its channels_last seed comes right after the baseline on every CPU (``quality_workloads.conv``).
 CONV = quality_workloads.spec("conv")
+# QUICK's --budget 10m: a search stops by itself then, so no wait on one is longer. Waits are on what a search
+# prints; the first is bounded by this, later ones by what the first measured (the machine's speed and load).
+BUDGET_S = 600
+SEARCH_S = BUDGET_S + 60  # a whole search: its budget, then its report
+BASELINE = r"^trial +0 baseline "  # its line when recorded (``finished_line``)
+
+
+def _host(tmp_path: Path) -> dict[str, str]:
+    """The searches' temporary directory, which holds the host lock: theirs alone, so that no other search on
+    the machine (another test run's) makes them wait."""
+    temp = tmp_path / "tmp"
+    temp.mkdir(exist_ok=True)
+    return {"TMPDIR": str(temp)}
+
+
+class Watched:
+    """A search started in the background whose output is read as it comes (a thread per stream): a test
+    waits for a line it prints, and fails at once with its stderr if it ends first. ``stop`` ends it and its
+    trial processes whatever happened: a failing test does not leave its search running."""
+
+    def __init__(self, *args: str, cwd: Path, env: dict[str, str] | None = None) -> None:
+        self.proc = start_search(*args, cwd=cwd, env=env)
+        self.started = time.monotonic()
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self._new = threading.Condition()
+        self._readers = [threading.Thread(target=self._read, args=(stream, into), daemon=True)
+                         for stream, into in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
+        for reader in self._readers:
+            reader.start()
+
+    def _read(self, stream: IO[str], into: list[str]) -> None:
+        for line in stream:
+            with self._new:
+                into.append(line)
+                self._new.notify_all()
+        with self._new:
+            self._new.notify_all()
+
+    def wait_line(self, pattern: str, timeout: float, what: str) -> float:
+        """Seconds since the start, once a line of stdout matches ``pattern``."""
+        regex, seen, deadline = re.compile(pattern), 0, time.monotonic() + timeout
+        with self._new:
+            while True:
+                if any(regex.search(line) for line in self.out[seen:]):
+                    return time.monotonic() - self.started
+                seen = len(self.out)
+                if not self._readers[0].is_alive():  # its stdout closed: it ended
+                    raise AssertionError(f"the search ended before {what}:\n{''.join(self.out)}{''.join(self.err)}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}:\n{''.join(self.out)}")
+                self._new.wait(min(left, 1.0))
+
+    def communicate(self, timeout: float) -> tuple[str, str]:
+        self.proc.wait(timeout=timeout)
+        for reader in self._readers:
+            reader.join(timeout=30)
+        return "".join(self.out), "".join(self.err)
+
+    def interrupt(self, timeout: float) -> tuple[str, str]:
+        self.proc.send_signal(signal.SIGINT)
+        return self.communicate(timeout)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                tree = psutil.Process(self.proc.pid).children(recursive=True)
+            except psutil.Error:
+                tree = []
+            self.proc.kill()
+            for process in tree:
+                with contextlib.suppress(psutil.Error):
+                    process.kill()
+        self.communicate(timeout=60)
+
+
+@contextlib.contextmanager
+def watched(*args: str, cwd: Path, env: dict[str, str] | None = None) -> Iterator[Watched]:
+    search = Watched(*args, cwd=cwd, env=env)
+    try:
+        yield search
+    finally:
+        search.stop()
 
 
 def _roles(ts: list, state: str | None = None) -> list[str]:
@@ -24,19 +115,23 @@ def _roles(ts: list, state: str | None = None) -> list[str]:
 def test_ctrl_c_records_the_running_trial_and_the_same_command_continues(tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path}/studies.db"
     args = ("--workload", CONV, "--study", "s", "--trials", "2", "--confirm", "1", "--confirm-rounds", "1")
-    first = start_search(*args, cwd=tmp_path)
-    wait_for(running_trial(storage, "s", 1), 120, "trial 1 to start")
-    out, err = interrupt(first)
-    assert first.returncode == 130, err
+    with watched(*args, cwd=tmp_path, env=_host(tmp_path)) as first:
+        baseline_s = first.wait_line(BASELINE, BUDGET_S, "the baseline to be recorded")
+        # Trial 1 comes right after the baseline: a limit as long as the search took to get there.
+        patience = max(30.0, baseline_s)
+        first.wait_line(r"\] trial 1 \S+ started", patience, "trial 1 to start")
+        wait_for(running_trial(storage, "s", 1), patience, "trial 1 to be measured")
+        out, err = first.interrupt(timeout=patience)
+    assert first.proc.returncode == 130, err
     assert "interrupted; everything recorded so far is kept" in err
     before = trials(storage, "s")
     assert [(t.number, t.state.name) for t in before] == [(0, "COMPLETE"), (1, "FAIL")]
     assert before[1].user_attrs["status"] == "interrupted" and before[1].user_attrs["role"] == "seed"
     assert "run_ended" in before[1].user_attrs  # the trial was stopped and recorded, not abandoned
 
-    second = start_search(*args, cwd=tmp_path)
-    out, err = second.communicate(timeout=300)
-    assert second.returncode == 0, err
+    with watched(*args, cwd=tmp_path, env=_host(tmp_path)) as second:  # a calibration, a trial, a confirmation
+        out, err = second.communicate(timeout=SEARCH_S)
+    assert second.proc.returncode == 0, err
     assert "(continued)" in out
     after = trials(storage, "s")
     assert [t.state.name for t in after[:2]] == ["COMPLETE", "FAIL"]  # the first run's record is kept as it was
@@ -59,27 +154,30 @@ def test_ctrl_c_records_the_running_trial_and_the_same_command_continues(tmp_pat
 def test_kill_9_leaves_no_process_and_the_next_search_fails_the_stale_trial_and_removes_its_directory(
         tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path}/studies.db"
-    temp = tmp_path / "tmp"  # the searches' temporary directory: their trial directories and host lock
-    temp.mkdir()
+    env = _host(tmp_path)  # the searches' trial directories and host lock
+    temp = Path(env["TMPDIR"])
     # DataLoader workers in every trial but the baseline: grandchildren of the search to be cleaned up.
     # The workload stalls while its workers run and the flag file exists, so the kill finds the whole tree.
     stall = tmp_path / "stall"
     stall.touch()
     args = ("--study", "k", "--trials", "2", "--confirm", "0", "--fix", "num_workers=1", "--fix", "prefetch_factor=2",
             "--fix", "persistent_workers=true", "--workload", f"{FAULTY}:stalls_with_workers")
-    env = {"AUTOTUNE_TEST_STALL": str(stall), "TMPDIR": str(temp)}
-    first = start_search(*args, cwd=tmp_path, env=env)
-    wait_for(running_trial(storage, "k", 1), 120, "trial 1 to start")
-    search = psutil.Process(first.pid)
+    env["AUTOTUNE_TEST_STALL"] = str(stall)
+    with watched(*args, cwd=tmp_path, env=env) as first:
+        baseline_s = first.wait_line(BASELINE, BUDGET_S, "the baseline to be recorded")
+        patience = max(30.0, baseline_s)  # trial 1 and its DataLoader worker start right after
+        first.wait_line(r"\] trial 1 \S+ started", patience, "trial 1 to start")
+        wait_for(running_trial(storage, "k", 1), patience, "trial 1 to be measured")
+        search = psutil.Process(first.proc.pid)
 
-    def trial_tree() -> list[psutil.Process]:
-        kids = search.children(recursive=True)
-        worker = [p for p in kids if "autotune.trial.worker" in " ".join(p.cmdline())]
-        return kids if worker and worker[0].children() else []  # the paired worker and its arm's DataLoader worker
+        def trial_tree() -> list[psutil.Process]:
+            kids = search.children(recursive=True)
+            worker = [p for p in kids if "autotune.trial.worker" in " ".join(p.cmdline())]
+            return kids if worker and worker[0].children() else []  # the paired worker and its arm's DataLoader worker
 
-    tree = wait_for(trial_tree, 120, "the trial's DataLoader worker to start")
-    first.kill()
-    first.communicate(timeout=30)
+        tree = wait_for(trial_tree, patience, "the trial's DataLoader worker to start")
+        first.proc.kill()
+        first.communicate(timeout=30)
     gone, alive = psutil.wait_procs(tree, timeout=5)
     assert alive == [], [p.cmdline() for p in alive]
     stale = trials(storage, "k")[1]
@@ -88,9 +186,9 @@ def test_kill_9_leaves_no_process_and_the_next_search_fails_the_stale_trial_and_
     assert len(left) == 1 and (left[0] / "spec.json").exists()  # nor remove the trial's directory
 
     stall.unlink()
-    second = start_search(*args, cwd=tmp_path, env=env)
-    out, err = second.communicate(timeout=300)
-    assert second.returncode == 0, err
+    with watched(*args, cwd=tmp_path, env=env) as second:  # a calibration and a trial
+        out, err = second.communicate(timeout=SEARCH_S)
+    assert second.proc.returncode == 0, err
     after = trials(storage, "k")
     assert after[1].state.name == "FAIL" and after[1].user_attrs["status"] == "interrupted"
     assert "died" in after[1].user_attrs["error"]
@@ -110,9 +208,9 @@ def test_each_fault_of_a_trial_is_recorded_with_its_reason_and_the_search_goes_o
     script = tmp_path / "faults.json"
     script.write_text(json.dumps(["ok", "ok", "crash", "abort", "ok", "segfault", "ok", "nan", "killed"]))
     args = ("--study", "f", "--trials", "6", "--confirm", "0", "--workload", f"{FAULTY}:scripted", *defaults_env())
-    search = start_search(*args, cwd=tmp_path, env={"AUTOTUNE_TEST_FAULTS": str(script)})
-    out, err = search.communicate(timeout=300)
-    assert search.returncode == 0, err
+    with watched(*args, cwd=tmp_path, env={**_host(tmp_path), "AUTOTUNE_TEST_FAULTS": str(script)}) as search:
+        out, err = search.communicate(timeout=SEARCH_S)
+    assert search.proc.returncode == 0, err
     assert json.loads(script.read_text()) == []  # every fault was met by a trial
     # Optuna's state is the loop's business (nan and oom: infeasible, so the sampler learns); the status and
     # the reason are what the report shows.

@@ -13,6 +13,28 @@ from autotune.store import RecipeStore
 
 from .conftest import start_search, trials
 
+BUDGET_S = 600  # QUICK's --budget 10m: a search stops by itself then
+
+
+def _host(tmp_path: Path) -> dict[str, str]:
+    """The searches' temporary directory, which holds the host lock: theirs alone, so that no other search on
+    the machine (another test run's) makes them wait, while they serialise each other as one host."""
+    temp = tmp_path / "tmp"
+    temp.mkdir(exist_ok=True)
+    return {"TMPDIR": str(temp)}
+
+
+def _finish(search: subprocess.Popen[str], *others: subprocess.Popen[str]) -> tuple[str, str]:
+    """Its output once it ends, within its budget and a minute for its report; if it does not, it and
+    ``others`` are killed, so a failing test leaves no search running."""
+    try:
+        return search.communicate(timeout=BUDGET_S + 60)
+    except BaseException:
+        for proc in (search, *others):
+            proc.kill()
+            proc.communicate()
+        raise
+
 
 def _intervals(ts: list) -> list[tuple[float, float, int]]:
     return [(t.user_attrs["run_started"], t.user_attrs["run_ended"], t.user_attrs["pid"]) for t in ts
@@ -26,11 +48,18 @@ def _assert_never_concurrent(intervals: list[tuple[float, float, int]]) -> None:
 
 @pytest.mark.postgres
 def test_two_workers_share_a_study_and_other_hardware_is_refused(postgres: str, tmp_path: Path) -> None:
+    """Beside the two workers, a search of another study in another storage (SQLite) on the same host: the host
+    lock is the host's, not a study's, so its trial runs between theirs, never beside one."""
     args = ("--storage", postgres, "--study", "shared", "--trials", "3", "--confirm", "0")
-    workers = [start_search(*args, cwd=tmp_path) for _ in range(2)]
-    outputs = [w.communicate(timeout=300) for w in workers]
-    for w, (_out, err) in zip(workers, outputs, strict=True):
-        assert w.returncode == 0, err
+    host = _host(tmp_path)
+    workers = [start_search(*args, cwd=tmp_path, env=host) for _ in range(2)]
+    other_storage = f"sqlite:///{tmp_path}/other.db"
+    other = start_search("--storage", other_storage, "--study", "other", "--trials", "1", "--confirm", "0",
+                         cwd=tmp_path, env=host)
+    searches = [*workers, other]
+    outputs = [_finish(s, *searches) for s in searches]
+    for s, (_out, err) in zip(searches, outputs, strict=True):
+        assert s.returncode == 0, err
     ts = trials(postgres, "shared")
     # Measured trials: completed (a candidate the race stopped early is complete too), or skipped (PRUNED).
     done = [t for t in ts if t.state.name in ("COMPLETE", "PRUNED")]
@@ -40,7 +69,9 @@ def test_two_workers_share_a_study_and_other_hardware_is_refused(postgres: str, 
     ]
     assert [t.user_attrs["role"] for t in done].count("baseline") == 1
     assert {t.user_attrs["pid"] for t in done} == {w.pid for w in workers}  # both contributed
-    _assert_never_concurrent(_intervals(ts))  # one host: the host lock serialises them
+    others = _intervals(trials(other_storage, "other"))
+    assert [pid for _, _, pid in others] == [other.pid]  # its baseline
+    _assert_never_concurrent(_intervals(ts) + others)  # one host: the host lock serialises them, whatever their study
     with RecipeStore.open(postgres) as store:
         assert store.latest(study="shared") is not None
 
@@ -49,8 +80,8 @@ def test_two_workers_share_a_study_and_other_hardware_is_refused(postgres: str, 
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("one CPU: no smaller CPU set to start a worker with other hardware")
     cpu = str(min(os.sched_getaffinity(0)))
-    third = start_search(*args, cwd=tmp_path, prefix=("taskset", "-c", cpu), environment=True)  # 1 thread there
-    out, err = third.communicate(timeout=120)
+    third = start_search(*args, cwd=tmp_path, prefix=("taskset", "-c", cpu), environment=True, env=host)  # 1 thread
+    out, err = _finish(third)
     assert third.returncode == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "was measured on hardware" in lines[0] and "use another --study" in lines[0], err
@@ -74,14 +105,3 @@ def test_workers_starting_together_on_an_empty_database_all_open_it(postgres: st
     for start in starts:
         _, err = start.communicate(timeout=120)
         assert start.returncode == 0, err
-
-
-def test_two_searches_on_one_host_never_run_trials_at_the_same_time(tmp_path: Path) -> None:
-    searches = [start_search("--storage", f"sqlite:///{tmp_path}/s{i}.db", "--study", f"s{i}", "--trials", "1",
-                             "--confirm", "0", cwd=tmp_path) for i in range(2)]
-    for s in searches:
-        out, err = s.communicate(timeout=300)
-        assert s.returncode == 0, err
-    intervals = [i for n in range(2) for i in _intervals(trials(f"sqlite:///{tmp_path}/s{n}.db", f"s{n}"))]
-    assert len(intervals) == 2 and {pid for _, _, pid in intervals} == {s.pid for s in searches}
-    _assert_never_concurrent(intervals)
