@@ -35,8 +35,14 @@ def pytest_configure(config: pytest.Config) -> None:
     # (autotune.trial.lock): the workers' searches run side by side as the tests' subjects, each its own host.
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:
-        os.environ["TMPDIR"] = tempfile.mkdtemp(prefix=f"autotune-tests-{worker}-")
+        temp = tempfile.mkdtemp(prefix=f"autotune-tests-{worker}-")
+        os.chmod(temp, 0o755)  # the PostgreSQL server's user reaches its data folder in it
+        os.environ["TMPDIR"] = temp
         tempfile.tempdir = None
+        # xdist gives its workers a terminal's COLUMNS=80 and LINES=24; the CLI's tables are wrapped by them,
+        # and the tests read them as a pipe (120 columns) as when pytest runs alone.
+        for name in ("COLUMNS", "LINES"):
+            os.environ.pop(name, None)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -194,10 +200,12 @@ def postgres() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def tiny_search(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
-    """One real ``autotune search`` of the tiny workload (3 trials, few steps), not on a terminal, shared by the
-    tests of what it prints and of the report it writes: its folder and its completed process."""
+    """One real ``autotune search`` of the tiny workload, not on a terminal, shared by the tests of what it prints
+    and of the report it writes: its folder and its completed process. As short as they allow: the baseline and
+    one candidate (the report's per-knob plot), both arms of the defaults' worker (no compile, no DataLoader
+    processes), and a one-minute budget, which sizes the calibration and the race (``LiveMeasurer.calibrate``)."""
     folder = tmp_path_factory.mktemp("tiny-search")
-    out = run_cli("search", "--workload", "tiny", "--budget", "3m", "--trials", "3", "--confirm", "0",
-                  *defaults_env(), *FAST, cwd=folder)
+    out = run_cli("search", "--workload", "tiny", "--budget", "1m", "--trials", "2", "--confirm", "0", "--no-compile",
+                  *defaults_env(), "--fix", "num_workers=0", *FAST, cwd=folder)
     assert out.returncode == 0, out.stderr
     return folder, out

@@ -15,14 +15,11 @@ from autotune.errors import HardwareMismatchError
 from autotune.recipe import Recipe
 from autotune.store import RecipeStore
 
-from . import quality_workloads
 from .conftest import run_cli
-from .study.conftest import start_search
 
 pytestmark = pytest.mark.postgres
-# One thread is about twice as fast as two on any machine (``quality_workloads.contended``): the search's recipe
-# is the pinned one it was given to try, so there is something to see in effect on the other side.
-CONTENDED = quality_workloads.spec("contended")
+# The workload's name is the recipe's key in the storage: nothing here loads it.
+WORKLOAD = "fleet"
 
 # What a training script sees once started: the recipe it got, and the threads and CPUs in effect.
 REPORT = """
@@ -43,25 +40,20 @@ def _script(tmp_path: Path, name: str, args: str = "") -> Path:
     return path
 
 
-@pytest.mark.slow
 def test_a_machine_runs_the_recipe_another_searched(postgres: str, tmp_path: Path, facts) -> None:
-    searcher = tmp_path / "searcher"
-    searcher.mkdir()
-    search = start_search("--workload", CONTENDED, "--storage", postgres, "--study", "fleet", "--trials", "2",
-                          "--confirm", "1", "--confirm-rounds", "1", "--fix", "threads=1", "--fix", "affinity=compact",
-                          cwd=searcher)
-    _, stderr = search.communicate(timeout=600)
-    assert search.returncode == 0, stderr
-    with RecipeStore.open(postgres, readonly=True) as store:
-        recipe = store.latest(workload=CONTENDED, fingerprint=facts.fingerprint)
-    assert recipe is not None and recipe.study == "fleet"
-    assert (recipe.params["threads"], recipe.params["affinity"]) == (1, "compact"), \
-        f"the search kept the defaults (speedup {recipe.speedup}): nothing to see in effect"
+    # What the searching machine stored (a search into PostgreSQL: tests/study/test_workers.py), pinned to one
+    # thread on one CPU, so there is something to see in effect on the other side.
+    params = {**spaces.defaults(facts, spaces.SpaceContext(default_batch_size=64)), "threads": 1,
+              "affinity": "compact", "device": "cpu", "reference_batch": 64, "global_batch": None,
+              "lr_scaling": "sqrt"}
+    with RecipeStore.open(postgres) as store:
+        recipe = store.save(Recipe(params=params, workload=WORKLOAD, fingerprint=facts.fingerprint, study="fleet",
+                                   speedup=1.9, speedup_low=1.8, speedup_high=2.0))
 
     worker = tmp_path / "worker"  # another machine of the fleet: no files, only the storage's URL
     worker.mkdir()
     script = _script(worker, "train.py")
-    out = run_cli("run", "--storage", postgres, "--workload", CONTENDED, "--", sys.executable, str(script),
+    out = run_cli("run", "--storage", postgres, "--workload", WORKLOAD, "--", sys.executable, str(script),
                   cwd=worker)
     assert out.returncode == 0, out.stderr
     seen = json.loads(out.stdout)
@@ -71,13 +63,13 @@ def test_a_machine_runs_the_recipe_another_searched(postgres: str, tmp_path: Pat
     assert seen["warnings"] == []  # every knob in effect: nothing to fix
 
     # In-process only, without 'autotune run': torch's threads are set, the environment knobs are named with the fix.
-    inproc = _script(worker, "inproc.py", f"workload={CONTENDED!r}, storage={postgres!r}")
+    inproc = _script(worker, "inproc.py", f"workload={WORKLOAD!r}, storage={postgres!r}")
     done = subprocess.run([sys.executable, str(inproc)], cwd=worker, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout)
     assert (seen["recipe"], seen["omp"], seen["threads"]) == (None, None, 1)
     assert any("environment-level knobs not in effect" in w and "OMP_NUM_THREADS" in w
-               and f"autotune run --storage {postgres} --workload {CONTENDED} -- python" in w
+               and f"autotune run --storage {postgres} --workload {WORKLOAD} -- python" in w
                for w in seen["warnings"]), \
         seen["warnings"]
 

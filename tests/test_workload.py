@@ -8,10 +8,9 @@ from pathlib import Path
 import pytest
 
 from autotune import Workload
+from autotune.cli import main
 from autotune.errors import UsageError
 from autotune.workload import load_workload
-
-from .conftest import FAST, run_cli
 
 # A user's workload that names itself nothing (the tiny model, built from its parts).
 UNNAMED = """
@@ -101,23 +100,23 @@ def test_what_the_users_code_raises_is_their_error(user_dir: Path, source: str, 
         load_workload(spec)
 
 
-def test_a_workload_file_that_raises_is_a_usage_error_and_writes_nothing(tmp_path: Path) -> None:
-    (tmp_path / "gru_tagger.py").write_text("raise ValueError('no data')\n")
-    out = run_cli("search", "--workload", "gru_tagger.py:make", "--trials", "1", cwd=tmp_path)
-    assert out.returncode == 2, out.stderr
-    assert out.stderr.strip() == (
+def test_a_workload_file_that_raises_is_a_usage_error_and_writes_nothing(
+        user_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the CLI's main() in this process (a fresh process's exit 2: tests/study/test_inputs.py)
+    (user_dir / "gru_tagger.py").write_text("raise ValueError('no data')\n")
+    assert main(["search", "--workload", "gru_tagger.py:make", "--trials", "1"]) == 2
+    assert capsys.readouterr().err.strip() == (
         "autotune search: error: your workload gru_tagger.py raised ValueError: no data (gru_tagger.py, line 1)"
     )
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["gru_tagger.py"]
+    assert sorted(p.name for p in user_dir.iterdir()) == ["gru_tagger.py"]
 
 
-def test_a_model_factory_that_raises_is_a_usage_error(tmp_path: Path) -> None:
-    (tmp_path / "gru_tagger.py").write_text(UNNAMED.replace("model=tiny._model", "model=lambda: 1 / 0"))
-    out = run_cli("search", "--workload", "gru_tagger.py:make", "--trials", "1", cwd=tmp_path)
-    assert out.returncode == 2, out.stderr
-    assert out.stderr.strip() == ("autotune search: error: your workload gru_tagger.py:make's model() raised "
-                                  "ZeroDivisionError: division by zero (gru_tagger.py, line 6)")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["gru_tagger.py"]  # nothing written
+def test_a_model_factory_that_raises_is_a_usage_error(user_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (user_dir / "gru_tagger.py").write_text(UNNAMED.replace("model=tiny._model", "model=lambda: 1 / 0"))
+    assert main(["search", "--workload", "gru_tagger.py:make", "--trials", "1"]) == 2
+    assert capsys.readouterr().err.strip() == ("autotune search: error: your workload gru_tagger.py:make's model() "
+                                               "raised ZeroDivisionError: division by zero (gru_tagger.py, line 6)")
+    assert sorted(p.name for p in user_dir.iterdir()) == ["gru_tagger.py"]  # nothing written
 
 
 def test_a_module_in_the_working_directory_is_found_without_it_on_the_path(user_dir: Path) -> None:
@@ -137,12 +136,18 @@ def test_the_default_name_comes_from_the_spec(user_dir: Path, spec: str, name: s
     assert load_workload(spec).name == name
 
 
-def test_two_unnamed_user_workloads_get_two_studies(tmp_path: Path) -> None:
+def test_two_unnamed_user_workloads_get_two_studies(user_dir: Path, facts) -> None:
+    """Naming the study is the search's logic: the trials are measured by the scripted measurer."""
     import optuna
 
+    from autotune.study import SearchOptions, search
+
+    from .study.test_race import Scripted
+
+    storage = f"sqlite:///{user_dir}/studies.db"
     for stem in ("gru_tagger", "mlp"):
-        (tmp_path / f"{stem}.py").write_text(UNNAMED)
-        out = run_cli("search", "--workload", f"{stem}.py:make", "--trials", "1", "--confirm", "0", *FAST, cwd=tmp_path)
-        assert out.returncode == 0, out.stderr
-    names = sorted(optuna.get_all_study_names(f"sqlite:///{tmp_path}/studies.db"))
+        (user_dir / f"{stem}.py").write_text(UNNAMED)
+        search(f"{stem}.py:make", options=SearchOptions(storage=storage, trials=1, confirm_top=0), measurer=Scripted(),
+               facts=facts)
+    names = sorted(optuna.get_all_study_names(storage))
     assert len(names) == 2 and names[0].startswith("gru_tagger.make-") and names[1].startswith("mlp.make-")

@@ -120,7 +120,7 @@ def test_a_search_not_on_a_terminal_prints_plain_lines(tiny_search) -> None:
     folder, out = tiny_search
     assert "\x1b[" not in out.stdout  # no colour, no cursor moves: a log reads as it was written
     lines = out.stdout.splitlines()
-    assert re.fullmatch(r"study tiny-\S+ on cpu, budget 3m00s", lines[0]), lines[0]
+    assert re.fullmatch(r"study tiny-\S+ on cpu, budget 1m00s", lines[0]), lines[0]
     assert lines[1].startswith("PyTorch defaults: ")
     assert re.fullmatch(r"\[\d+s\] trial 0 baseline started: \(defaults\)", lines[2]), lines[2]
     assert re.fullmatch(r"\[\d+s\] trial 0: calibrating noise \(the defaults against themselves, in one process\)",
@@ -135,8 +135,9 @@ def test_a_search_not_on_a_terminal_prints_plain_lines(tiny_search) -> None:
 def test_json_prints_one_object_per_event_and_the_result_last(tmp_path: Path) -> None:
     # the report goes to a folder that does not exist: a warning, and the stored search still succeeds; the
     # environment held at the defaults': the second trial is an arm of the defaults' worker, not process pairs
-    out = run_cli("search", "--json", "--workload", "tiny", "--budget", "3m", "--trials", "2", "--confirm", "0",
-                  *defaults_env(), "--report", "missing/r.html", *FAST, cwd=tmp_path)
+    out = run_cli("search", "--json", "--workload", "tiny", "--budget", "1m", "--trials", "2", "--confirm", "0",
+                  "--no-compile", *defaults_env(), "--fix", "num_workers=0", "--report", "missing/r.html", *FAST,
+                  cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     objects = [json.loads(line) for line in out.stdout.splitlines()]  # every line of stdout is JSON
     events = [o["event"] for o in objects]

@@ -2,6 +2,9 @@
 written, a stored recipe outside today's space is skipped, and a knob that did not take is not scored."""
 from __future__ import annotations
 
+import logging
+import subprocess
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -19,8 +22,8 @@ from autotune.study.records import records
 from autotune.trial import TrialSettings
 
 from .. import quality_workloads
-from ..conftest import run_cli
 from .conftest import QUICK, trials
+from .test_race import Scripted
 
 CTX = SpaceContext(default_batch_size=32)
 RUN = {"device": "cpu", "reference_batch": 32, "global_batch": None, "lr_scaling": "sqrt"}
@@ -51,11 +54,34 @@ CONV = quality_workloads.spec("conv")  # a tiny CNN
         (("--fix", "pin_memory=true"), "pin_memory may be: false"),  # a CPU search: no pinned host memory
     ],
 )
-def test_a_bad_option_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, option: tuple[str, ...],
-                                                            message: str) -> None:
-    done = run_cli("search", *SHORT, *option, cwd=tmp_path, timeout=120)
+def test_a_bad_option_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str],
+                                                            caplog: pytest.LogCaptureFixture,
+                                                            option: tuple[str, ...], message: str) -> None:
+    """The CLI's ``main()`` in this process, as the console script calls it (its exit status and the one line
+    in a fresh process: ``test_a_bad_option_refused_by_the_console_script``)."""
+    from autotune.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["search", *SHORT, *option]) == 2
+    stderr = capsys.readouterr().err
+    assert stderr.startswith("autotune search: error: ") and message in stderr, stderr
+    assert len(stderr.strip().splitlines()) == 1, stderr
+    # what a fresh process's logging would add to stderr: nothing
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert list(tmp_path.iterdir()) == []  # no studies.db
+
+
+def test_a_bad_option_refused_by_the_console_script(tmp_path: Path) -> None:
+    """The one fresh ``autotune search`` (the installed console script) with a bad option: exit 2, one line."""
+    script = Path(sys.executable).with_name("autotune")
+    if not script.exists():
+        pytest.skip(f"no console script {script}: autotune is not installed in this environment (pip install -e .)")
+    done = subprocess.run([str(script), "search", *SHORT, "--fix", "batch_per_rank=3"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr
-    assert done.stderr.startswith("autotune search: error: ") and message in done.stderr, done.stderr
+    assert done.stderr.startswith("autotune search: error: --fix batch_per_rank=3: not possible in this search on "
+                                  "this machine; batch_per_rank may be: 8, 16, 32, 64, 128"), done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert list(tmp_path.iterdir()) == []  # no studies.db
 
@@ -105,32 +131,41 @@ def test_allowed_values_come_from_the_space_itself(facts) -> None:
     assert None in allowed["prefetch_factor"] and 2 in allowed["prefetch_factor"]  # both branches of num_workers
 
 
-def test_a_stored_recipe_outside_todays_space_is_skipped_and_the_search_goes_on(facts, tmp_path: Path) -> None:
+def test_a_stored_recipe_outside_todays_space_is_skipped_and_the_search_goes_on(
+        facts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture) -> None:
     """compile_mode=default found by an earlier search, then --no-compile: that recipe is not a seed,
     the default study (searched with compile modes) goes on under a name of its own, and a study named
-    with --study that cannot go on with these options is refused without losing anything."""
+    with --study that cannot go on with these options is refused without losing anything. Study naming and
+    seeding are the search's logic: its trials are measured by the scripted measurer."""
+    from autotune.cli import main
+
     storage = f"sqlite:///{tmp_path}/studies.db"
-    conv = (*SHORT, "--workload", CONV)  # its channels_last seed comes after the baseline on every CPU
-    first = run_cli("search", *conv, cwd=tmp_path)
-    assert first.returncode == 0, first.stderr
+    # as SHORT asks it, on CONV: its channels_last seed comes after the baseline on every CPU
+    short = SearchOptions(storage=storage, trials=1, confirm_top=0, fixed={"processes": 1},
+                          settings=TrialSettings(warmup_steps=2, measure_steps=6))
+    search(CONV, options=short, measurer=Scripted(), facts=facts)
     [old] = [s.study_name for s in optuna.get_all_study_summaries(storage)]
     with RecipeStore.open(storage) as store:  # what a search that chose torch.compile stores
         store.save(Recipe(params={**defaults(facts, CTX), "compile_mode": "default", **RUN}, workload=CONV,
                           fingerprint=facts.fingerprint, study=old))
 
-    second = run_cli("search", *conv, "--no-compile", "--trials", "2", cwd=tmp_path)
-    assert second.returncode == 0, second.stderr
-    assert "warm-start seed skipped, outside this search's space: compile_mode=default (allowed: none)" in second.stderr
-    assert f"this search goes on in study '{old}-" in second.stderr
+    caplog.clear()
+    search(CONV, options=replace(short, compile=False, trials=2), measurer=Scripted(), facts=facts)
+    logged = caplog.text
+    assert "warm-start seed skipped, outside this search's space: compile_mode=default (allowed: none)" in logged
+    assert f"this search goes on in study '{old}-" in logged
     [new] = [s.study_name for s in optuna.get_all_study_summaries(storage) if s.study_name != old]
     assert [t.user_attrs["role"] for t in trials(storage, new)] == ["baseline", "seed"]  # in-process seeds first
     assert all(t.user_attrs["params"]["compile_mode"] == "none" for t in trials(storage, new))
     assert len(trials(storage, old)) == 1  # the first study is left as it was
 
-    third = run_cli("search", *conv, "--no-compile", "--study", old, cwd=tmp_path)
-    assert third.returncode == 2 and len(third.stderr.strip().splitlines()) == 1, third.stderr
-    assert f"study '{old}' searched compile_mode over none, default" in third.stderr
-    assert "start another with --study NAME" in third.stderr
+    monkeypatch.chdir(tmp_path)  # the CLI's default storage: studies.db here
+    assert main(["search", *SHORT, "--workload", CONV, "--no-compile", "--study", old]) == 2
+    stderr = capsys.readouterr().err
+    assert len(stderr.strip().splitlines()) == 1, stderr
+    assert f"study '{old}' searched compile_mode over none, default" in stderr
+    assert "start another with --study NAME" in stderr
     assert len(trials(storage, old)) == 1
 
 
