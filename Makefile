@@ -6,6 +6,7 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 WORKLOAD ?= cnn
 BUDGET ?= 2m
+TEST_WORKERS ?= 2
 BIN := $(VENV)/bin
 
 .PHONY: demo test clean
@@ -28,13 +29,15 @@ demo: $(VENV)/.installed
 	$(BIN)/autotune export --format env -o best.env
 
 # Lint and types first (configured in pyproject.toml; either failing fails the target), then pytest, which
-# lists the 15 slowest tests and every skip with its reason. The system packages some tests need
+# lists the 15 slowest tests and every skip with its reason. It runs in TEST_WORKERS processes (pytest-xdist;
+# each file's tests in one, so a module's shared worker or search is started once; each has its own TMPDIR,
+# and with it its own host lock): a test spends most of its time waiting on the trial processes it started. The system packages some tests need
 # (tests/system-deps.sh) are installed by a prerequisite, once, not in the timed part.
 # pytest exits 5 when it collected no test: that is reported, not treated as a failure.
 test: $(VENV)/.installed $(VENV)/.system-deps
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	@rc=0; $(BIN)/python -m pytest -q --durations=15 -rs $(PYTEST_ARGS) || rc=$$?; \
+	@rc=0; $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 -rs $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; rc=0; fi; exit $$rc
 
 clean:

@@ -234,9 +234,11 @@ def test_a_process_that_starts_slow_is_settled_before_its_first_window(facts: An
         assert first.state == second.state == "ok"
         assert RAMP_STEPS < SETTINGS.warmup_steps + first.settle_steps <= SETTINGS.warmup_steps + SETTLE_STEPS
         assert second.settle_steps == 0 and second.trained == SETTINGS.warmup_steps * 64  # only the first settles
-        aa = _compare(worker, "first", "second", 6, 0.3)  # 0.1 s windows beside a busy neighbour read 0.76-1.48
+        # 12 pairs: at 99% the interval is their 2nd to 11th ratio, so one window pair slowed by a busy neighbour
+        # (6 pairs beside another test run read 0.75) does not decide it
+        aa = _compare(worker, "first", "second", 12, 0.3)
     assert aa.verdict == "same", aa
-    assert 0.8 < aa.ratio.low <= aa.ratio.high < 1.25, aa  # six pairs; unsettled it reads ~0.05-0.5x
+    assert 0.8 < aa.ratio.low <= aa.ratio.high < 1.25, aa  # unsettled it reads ~0.05-0.5x
 
 
 def test_the_idle_arms_dataloader_workers_are_stopped_and_none_is_left(facts: Any) -> None:
