@@ -6,7 +6,7 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 WORKLOAD ?= cnn
 BUDGET ?= 2m
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 0
 BIN := $(VENV)/bin
 
 .PHONY: demo test clean
@@ -29,9 +29,10 @@ demo: $(VENV)/.installed
 	$(BIN)/autotune export --format env -o best.env
 
 # Lint and types first (configured in pyproject.toml; either failing fails the target), then pytest, which
-# lists the 15 slowest tests and every skip with its reason. It runs in TEST_WORKERS processes (pytest-xdist;
-# each file's tests in one, so a module's shared worker or search is started once; each has its own TMPDIR,
-# and with it its own host lock): a test spends most of its time waiting on the trial processes it started. The system packages some tests need
+# lists the 15 slowest tests and every skip with its reason. TEST_WORKERS=2 runs it in 2 pytest-xdist processes
+# (each file's tests in one; each with its own TMPDIR and host lock): 17-18 min instead of about 33 here, but two
+# speed comparisons (the quality study's, test_search_export_apply's) still fail beside a busy neighbour, so
+# the default is one process (0: no xdist) until they are robust to it. The system packages some tests need
 # (tests/system-deps.sh) are installed by a prerequisite, once, not in the timed part.
 # pytest exits 5 when it collected no test: that is reported, not treated as a failure.
 test: $(VENV)/.installed $(VENV)/.system-deps
