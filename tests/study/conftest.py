@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -55,6 +54,9 @@ def running_trial(storage: str, study: str, number: int) -> Callable[[], object]
     )
 
 
-def interrupt(proc: subprocess.Popen[str], sig: int = signal.SIGINT, timeout: float = 60) -> tuple[str, str]:
-    proc.send_signal(sig)
-    return proc.communicate(timeout=timeout)
+def own_host(tmp_path: Path) -> dict[str, str]:
+    """A TMPDIR for the searches a test starts: their host lock (``autotune.trial.lock``) is theirs alone, so no
+    other search on the machine (another test run's) makes them wait, while they serialise each other."""
+    temp = tmp_path / "tmp"
+    temp.mkdir(exist_ok=True)
+    return {"TMPDIR": str(temp)}

@@ -17,7 +17,7 @@ import psutil
 
 from .. import quality_workloads
 from ..conftest import REPO, defaults_env
-from .conftest import running_trial, start_search, trials, wait_for
+from .conftest import own_host, running_trial, start_search, trials, wait_for
 
 FAULTY = REPO / "tests" / "faulty_workloads.py"
 # A tiny CNN: its channels_last seed comes right after the baseline on every CPU (``quality_workloads.conv``).
@@ -27,14 +27,6 @@ CONV = quality_workloads.spec("conv")
 BUDGET_S = 600
 SEARCH_S = BUDGET_S + 60  # a whole search: its budget, then its report
 BASELINE = r"^trial +0 baseline "  # its line when recorded (``finished_line``)
-
-
-def _host(tmp_path: Path) -> dict[str, str]:
-    """The searches' temporary directory, which holds the host lock: theirs alone, so that no other search on
-    the machine (another test run's) makes them wait."""
-    temp = tmp_path / "tmp"
-    temp.mkdir(exist_ok=True)
-    return {"TMPDIR": str(temp)}
 
 
 class Watched:
@@ -115,7 +107,7 @@ def _roles(ts: list, state: str | None = None) -> list[str]:
 def test_ctrl_c_records_the_running_trial_and_the_same_command_continues(tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path}/studies.db"
     args = ("--workload", CONV, "--study", "s", "--trials", "2", "--confirm", "1", "--confirm-rounds", "1")
-    with watched(*args, cwd=tmp_path, env=_host(tmp_path)) as first:
+    with watched(*args, cwd=tmp_path, env=own_host(tmp_path)) as first:
         baseline_s = first.wait_line(BASELINE, BUDGET_S, "the baseline to be recorded")
         # Trial 1 comes right after the baseline: a limit as long as the search took to get there.
         patience = max(30.0, baseline_s)
@@ -129,7 +121,7 @@ def test_ctrl_c_records_the_running_trial_and_the_same_command_continues(tmp_pat
     assert before[1].user_attrs["status"] == "interrupted" and before[1].user_attrs["role"] == "seed"
     assert "run_ended" in before[1].user_attrs  # the trial was stopped and recorded, not abandoned
 
-    with watched(*args, cwd=tmp_path, env=_host(tmp_path)) as second:  # a calibration, a trial, a confirmation
+    with watched(*args, cwd=tmp_path, env=own_host(tmp_path)) as second:  # a calibration, a trial, a confirmation
         out, err = second.communicate(timeout=SEARCH_S)
     assert second.proc.returncode == 0, err
     assert "(continued)" in out
@@ -154,7 +146,7 @@ def test_ctrl_c_records_the_running_trial_and_the_same_command_continues(tmp_pat
 def test_kill_9_leaves_no_process_and_the_next_search_fails_the_stale_trial_and_removes_its_directory(
         tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path}/studies.db"
-    env = _host(tmp_path)  # the searches' trial directories and host lock
+    env = own_host(tmp_path)  # the searches' trial directories and host lock
     temp = Path(env["TMPDIR"])
     # DataLoader workers in every trial but the baseline: grandchildren of the search to be cleaned up.
     # The workload stalls while its workers run and the flag file exists, so the kill finds the whole tree.
@@ -208,7 +200,7 @@ def test_each_fault_of_a_trial_is_recorded_with_its_reason_and_the_search_goes_o
     script = tmp_path / "faults.json"
     script.write_text(json.dumps(["ok", "ok", "crash", "abort", "ok", "segfault", "ok", "nan", "killed"]))
     args = ("--study", "f", "--trials", "6", "--confirm", "0", "--workload", f"{FAULTY}:scripted", *defaults_env())
-    with watched(*args, cwd=tmp_path, env={**_host(tmp_path), "AUTOTUNE_TEST_FAULTS": str(script)}) as search:
+    with watched(*args, cwd=tmp_path, env={**own_host(tmp_path), "AUTOTUNE_TEST_FAULTS": str(script)}) as search:
         out, err = search.communicate(timeout=SEARCH_S)
     assert search.proc.returncode == 0, err
     assert json.loads(script.read_text()) == []  # every fault was met by a trial

@@ -11,17 +11,9 @@ import pytest
 
 from autotune.store import RecipeStore
 
-from .conftest import start_search, trials
+from .conftest import own_host, start_search, trials
 
 BUDGET_S = 600  # QUICK's --budget 10m: a search stops by itself then
-
-
-def _host(tmp_path: Path) -> dict[str, str]:
-    """The searches' temporary directory, which holds the host lock: theirs alone, so that no other search on
-    the machine (another test run's) makes them wait, while they serialise each other as one host."""
-    temp = tmp_path / "tmp"
-    temp.mkdir(exist_ok=True)
-    return {"TMPDIR": str(temp)}
 
 
 def _finish(search: subprocess.Popen[str], *others: subprocess.Popen[str]) -> tuple[str, str]:
@@ -51,7 +43,7 @@ def test_two_workers_share_a_study_and_other_hardware_is_refused(postgres: str, 
     """Beside the two workers, a search of another study in another storage (SQLite) on the same host: the host
     lock is the host's, not a study's, so its trial runs between theirs, never beside one."""
     args = ("--storage", postgres, "--study", "shared", "--trials", "3", "--confirm", "0")
-    host = _host(tmp_path)
+    host = own_host(tmp_path)
     workers = [start_search(*args, cwd=tmp_path, env=host) for _ in range(2)]
     other_storage = f"sqlite:///{tmp_path}/other.db"
     other = start_search("--storage", other_storage, "--study", "other", "--trials", "1", "--confirm", "0",
