@@ -1,7 +1,9 @@
-"""A search writes its SQLite storage while ``autotune studies``, ``best`` and ``report`` read it (WAL mode)."""
+"""A search writes its SQLite storage while ``autotune studies``, ``best`` and ``report`` read it (WAL mode); the
+same search prints JSON lines (``--json``)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
 import subprocess
 import threading
@@ -65,9 +67,12 @@ BUDGET_S = 600
 @pytest.mark.slow
 def test_readers_poll_studies_best_and_report_while_a_search_writes(tmp_path: Path) -> None:
     # The baseline, then one candidate: the reads below need a trial recorded, then one more while they read.
+    # Its stdout is JSON lines; its report goes to a folder that does not exist: a warning, and the stored
+    # search still succeeds.
     temp = tmp_path / "tmp"  # the search's trial directories and host lock: no other search on the machine waits
     temp.mkdir()
-    search = start_search("--trials", "2", "--confirm", "0", "--no-compile", cwd=tmp_path, env={"TMPDIR": str(temp)})
+    search = start_search("--trials", "2", "--confirm", "0", "--no-compile", "--json", "--report", "missing/r.html",
+                          cwd=tmp_path, env={"TMPDIR": str(temp)})
     answers: list[tuple[str, int, str]] = []
     done = threading.Event()
 
@@ -113,3 +118,21 @@ def test_readers_poll_studies_best_and_report_while_a_search_writes(tmp_path: Pa
         assert code == 0 or err == no_recipe_yet
     final = run_cli("best", cwd=tmp_path)
     assert final.returncode == 0 and "knob(s) differ from PyTorch's defaults" in final.stdout, final.stderr
+    _json_lines(stdout, stderr)
+
+
+def _json_lines(stdout: str, stderr: str) -> None:
+    """``--json``: every line of stdout is one event's object, the result last; the summary goes to stderr."""
+    objects = [json.loads(line) for line in stdout.splitlines()]
+    events = [o["event"] for o in objects]
+    assert events[0] == "search_started" and events[-1] == "result"
+    started = [o["number"] for o in objects if o["event"] == "trial_started"]
+    finished = [o for o in objects if o["event"] == "trial_finished"]
+    assert started == [o["number"] for o in finished] == [0, 1]
+    assert finished[0]["role"] == "baseline" and finished[0]["result"]["status"] == "ok"
+    result = objects[-1]
+    assert result["study"] == objects[0]["study"] and result["recipe"]["id"] == 1
+    assert result["recipe"]["params"] == next(o["params"] for o in finished if o["number"] == result["best"])
+    assert "PyTorch defaults (trial 0)" in stderr  # the summary, for the person watching, on stderr
+    assert result["report"] is None and "autotune: WARNING: the report was not written (" in stderr
+    assert f"the study is stored: autotune report --study {result['study']}" in stderr

@@ -15,8 +15,6 @@ from autotune.study import SearchStarted, TrialFinished, TrialStarted
 from autotune.study.events import Phase
 from autotune.trial import TrialResult
 
-from ..conftest import FAST, defaults_env, run_cli
-
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 DEFAULTS = {"threads": 2, "compile_mode": "none", "batch_size": 32, "device": "cpu", "reference_batch": 32}
 
@@ -131,27 +129,7 @@ def test_a_search_not_on_a_terminal_prints_plain_lines(tiny_search) -> None:
     assert lines[-1].startswith("report: ") and report.is_file() and report.parent == folder
 
 
-@pytest.mark.slow
-def test_json_prints_one_object_per_event_and_the_result_last(tmp_path: Path) -> None:
-    # the report goes to a folder that does not exist: a warning, and the stored search still succeeds; the
-    # environment held at the defaults': the second trial is an arm of the defaults' worker, not process pairs
-    out = run_cli("search", "--json", "--workload", "tiny", "--budget", "1m", "--trials", "2", "--confirm", "0",
-                  "--no-compile", *defaults_env(), "--fix", "num_workers=0", "--report", "missing/r.html", *FAST,
-                  cwd=tmp_path)
-    assert out.returncode == 0, out.stderr
-    objects = [json.loads(line) for line in out.stdout.splitlines()]  # every line of stdout is JSON
-    events = [o["event"] for o in objects]
-    assert events[0] == "search_started" and events[-1] == "result"
-    started = [o["number"] for o in objects if o["event"] == "trial_started"]
-    finished = [o for o in objects if o["event"] == "trial_finished"]
-    assert started == [o["number"] for o in finished] == [0, 1]
-    assert finished[0]["role"] == "baseline" and finished[0]["result"]["status"] == "ok"
-    result = objects[-1]
-    assert result["study"] == objects[0]["study"] and result["recipe"]["id"] == 1
-    assert result["recipe"]["params"] == next(o["params"] for o in finished if o["number"] == result["best"])
-    assert "PyTorch defaults (trial 0)" in out.stderr  # the summary, for the person watching, on stderr
-    assert result["report"] is None and "autotune: WARNING: the report was not written (" in out.stderr
-    assert f"the study is stored: autotune report --study {result['study']}" in out.stderr
+# --json's live test is the search that readers poll (tests/test_read_while_searching.py).
 
 
 def test_one_process_pairs_unbounded_interval_is_strict_json_and_said_in_words(facts) -> None:

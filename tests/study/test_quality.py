@@ -2,18 +2,15 @@
 that hurt (with the reason in the report) and passes the ones that do not.
 
 The losses are taken as a search takes them: arms of one paired worker (a trial process for several ranks);
-the guard's verdicts, what the search prints and the recipe chosen come from one study of two real searches
-(``slow_study``)."""
+the guard's verdicts in a search, what it prints and the recipe chosen are tested on the study of two real
+searches that the user's path shares (``tests/test_end_to_end.py``)."""
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
 
 import pytest
 
 from autotune import search_spaces as spaces
-from autotune.study import choose_recipe
 from autotune.trial import TrialSettings, loss_samples, run_trial
 from autotune.trial.child import schedule
 from autotune.trial.protocol import ArmStatus
@@ -21,8 +18,6 @@ from autotune.trial.worker import PairedWorker
 from autotune.workload import held_out_split
 
 from .. import quality_workloads as qw
-from ..conftest import defaults_env, run_cli
-from .conftest import trials
 
 GUARD_REASON = re.compile(r"loss \d+\.\d+ is \+\d+\.\d% over the baseline's \d+\.\d+ \(limit \+5%\)")
 
@@ -152,7 +147,8 @@ def test_a_trial_of_two_processes_takes_its_loss_after_the_same_samples(facts) -
 def test_a_knob_that_hurts_quality_trains_to_a_far_worse_loss(facts, regression_arms, arm: str) -> None:
     """Structured sparsity 0.8, and batch 256 at the default learning rate (7 steps where the defaults take 28),
     miss the defaults' loss by far after the same samples: what the guard must reject
-    (``test_a_knob_that_hurts_quality_is_rejected_with_its_reason``: the guard's verdict in a search)."""
+    (``tests/test_end_to_end.py::test_a_knob_that_hurts_quality_is_rejected_with_its_reason``: the verdict in a
+    search)."""
     hurt, defaults = regression_arms[arm], regression_arms["64"]
     assert hurt.loss > 1.5 * defaults.loss, (hurt, defaults)
     assert hurt.loss_samples == defaults.loss_samples == _loss_samples(facts)
@@ -161,92 +157,8 @@ def test_a_knob_that_hurts_quality_trains_to_a_far_worse_loss(facts, regression_
 @pytest.mark.slow
 def test_a_larger_batch_with_the_linear_rule_reaches_the_defaults_loss(facts, regression_arms) -> None:
     """Batch 128 with the linear lr rule reaches the defaults' loss after the same samples: a knob the guard
-    must pass (``test_a_knob_that_does_not_hurt_passes_the_guard``: the guard's verdict in a search)."""
+    must pass (``tests/test_end_to_end.py::test_a_knob_that_does_not_hurt_passes_the_guard``: the verdict in a
+    search)."""
     larger, defaults = regression_arms["128"], regression_arms["64"]
     assert larger.loss == pytest.approx(defaults.loss, rel=0.03)
     assert larger.loss_samples == defaults.loss_samples == _loss_samples(facts)
-
-
-# The guard in real searches: what they record and print, and the recipe chosen.
-
-BUDGET_S = 600
-
-
-def _search(folder: Path, workload: str, *args: str, study: str = "q") -> tuple[str, list]:
-    """A search stops at its budget (its own clock, however loaded the machine): the limit is that and its
-    start and end (``run_cli``'s default limit is a fixed 300 s)."""
-    out = run_cli("search", "--workload", qw.spec(workload), "--study", study, "--budget", f"{BUDGET_S}s",
-                  "--no-compile", *defaults_env(), *args, cwd=folder, timeout=BUDGET_S + 120)
-    assert out.returncode == 0, out.stderr
-    return out.stdout, trials(f"sqlite:///{folder}/studies.db", study)
-
-
-def _fixes(params: dict) -> list[str]:
-    return [arg for k, v in params.items() for arg in ("--fix", f"{k}={json.dumps(v)}")]
-
-
-SLOW_RUN = ("--global-batch", "256", "--fix", "batch_per_rank=256", "--steps", "8", "--warmup-steps", "2")
-
-
-@pytest.fixture(scope="module")
-def slow_study(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str, list]:
-    """Two searches of ``slow`` into one study under --global-batch 256, where every batch size takes the same
-    optimizer steps: the first holds batch 256 with ``HURTS`` (the fastest, infeasible), the second, continuing
-    it, batch 256 alone (~4x the defaults, feasible), confirmed. Its folder, both outputs and its trials."""
-    folder = tmp_path_factory.mktemp("slow-study")
-    rejected, _ = _search(folder, "slow", *SLOW_RUN, *_fixes(qw.HURTS), "--trials", "2", "--confirm", "0")
-    chosen, ts = _search(folder, "slow", *SLOW_RUN, "--trials", "3", "--confirm", "1", "--confirm-rounds", "1")
-    return folder, rejected, chosen, [t for t in ts if t.user_attrs["role"] != "confirm"]
-
-
-def _slow_loss_samples(facts) -> int:
-    return loss_samples(TrialSettings(warmup_steps=2, measure_steps=8),
-                        {"reference_batch": 64, "batch_per_rank": 64, "global_batch": 256}, facts)
-
-
-@pytest.mark.slow
-def test_a_knob_that_hurts_quality_is_rejected_with_its_reason(facts, slow_study) -> None:
-    """HURTS misses the defaults' loss after 4 steps of 256 by over the 5% the guard allows (by how much on
-    ``regression`` at the default steps: ``test_a_knob_that_hurts_quality_trains_to_a_far_worse_loss``)."""
-    _, stdout, _, (baseline, hurting, _) = slow_study
-    assert baseline.user_attrs["role"] == "baseline" and hurting.user_attrs["role"] in ("seed", "heuristic")
-    assert hurting.user_attrs["params"]["sparsity"] == 0.8
-    reason = hurting.user_attrs["infeasible"]
-    assert GUARD_REASON.fullmatch(reason), reason
-    assert hurting.user_attrs["loss"] > 1.05 * baseline.user_attrs["loss"]
-    assert hurting.user_attrs["loss_samples"] == baseline.user_attrs["loss_samples"] == _slow_loss_samples(facts)
-    assert f"[{reason}]" in stdout  # the trial's line in the report
-    assert "1 trial(s) rejected by the quality guard" in stdout
-    assert "best: the defaults" in stdout  # the only candidate was rejected
-
-
-@pytest.mark.slow
-def test_a_knob_that_does_not_hurt_passes_the_guard(facts, slow_study) -> None:
-    """Batch 256 under --global-batch 256 takes the defaults' optimizer steps: it reaches their loss."""
-    _, _, _, (baseline, _, feasible) = slow_study
-    assert feasible.user_attrs["params"]["batch_per_rank"] == 256 and feasible.user_attrs["status"] == "ok"
-    assert "infeasible" not in feasible.user_attrs, feasible.user_attrs["infeasible"]
-    assert feasible.user_attrs["loss"] == pytest.approx(baseline.user_attrs["loss"], rel=0.03)
-    assert feasible.user_attrs["loss_samples"] == baseline.user_attrs["loss_samples"] == _slow_loss_samples(facts)
-
-
-@pytest.mark.slow
-def test_choose_recipe_takes_a_feasible_recipe_never_a_faster_infeasible_one(facts, slow_study) -> None:
-    """Batch 256 with HURTS is faster than batch 256 alone, and rejected: with and without confirmation the
-    recipe is batch 256 alone."""
-    folder, _, stdout, searched = slow_study
-    hurting, feasible = searched[1], searched[2]
-    assert feasible.user_attrs["params"]["sparsity_pattern"] == "none"
-    assert GUARD_REASON.fullmatch(hurting.user_attrs["infeasible"])
-    speed = [t.user_attrs["objective"] for t in searched]
-    # the infeasible one is the fastest (by a margin: ~2x here, but the 2 cores are shared), batch 256 ~4x the default
-    assert speed[1] > 1.2 * speed[2] > 2.4 * speed[0]
-    assert f"best (trial {feasible.number}) confirmed at" in stdout, stdout  # the confirmation chose it
-
-    import optuna
-
-    study = optuna.load_study(study_name="q", storage=f"sqlite:///{folder}/studies.db")
-    recipe, _, best, _ = choose_recipe(study, "slow", facts, "q", confirmation=None)
-    assert best.number == feasible.number and recipe.params == feasible.user_attrs["params"]
-    assert recipe.speedup > 2 and recipe.loss == feasible.user_attrs["loss"]
-    assert any("rejected by the quality guard" in note for note in recipe.notes)
