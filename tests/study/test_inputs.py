@@ -22,6 +22,7 @@ from autotune.study.records import records
 from autotune.trial import TrialSettings
 
 from .. import quality_workloads
+from ..conftest import missing
 from .conftest import QUICK, trials
 from .test_race import Scripted
 
@@ -169,8 +170,9 @@ def test_a_stored_recipe_outside_todays_space_is_skipped_and_the_search_goes_on(
     assert len(trials(storage, old)) == 1
 
 
-def _run_one(facts, tmp_path: Path, params: dict) -> tuple[optuna.trial.FrozenTrial, object]:
-    """One trial measured and recorded by the search loop, as a search runs it."""
+def _run(facts, tmp_path: Path, candidates: list[dict]) -> list[tuple[optuna.trial.FrozenTrial, object]]:
+    """Trials measured and recorded by one search loop, as a search runs them, after its baseline: each trial's
+    frozen trial and record, in order."""
     from autotune.trial.score import LiveMeasurer
 
     study = optuna.create_study(storage=f"sqlite:///{tmp_path}/studies.db", direction="maximize")
@@ -183,46 +185,56 @@ def _run_one(facts, tmp_path: Path, params: dict) -> tuple[optuna.trial.FrozenTr
                       measurer=measurer)
     try:
         loop.calibrate(300)  # the defaults' worker, as the baseline trial starts it
-        trial = study.ask()
-        params = {**defaults(facts, CTX), "threads": 1, **params, **RUN}
-        loop.claim(trial, "search", params)
-        result = loop.run_one(trial, "search", params, timeout=300)
+        for params in candidates:
+            trial = study.ask()
+            params = {**defaults(facts, CTX), "threads": 1, **params, **RUN}
+            loop.claim(trial, "search", params)
+            result = loop.run_one(trial, "search", params, timeout=300)
+            assert result.status == "ok", (result.error, result.log_tail)
     finally:
         loop.measurer.close()
-    assert result.status == "ok", (result.error, result.log_tail)
-    return study.get_trials(deepcopy=False)[0], records(study)[0]
+    return list(zip(study.get_trials(deepcopy=False), records(study), strict=True))
+
+
+@pytest.fixture(scope="module")
+def inputs_run(facts, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple]:
+    """One search loop on facts where jemalloc is installed (if it is here), tcmalloc's library is missing and
+    numactl refuses --membind (as under Docker's default seccomp profile, without CAP_SYS_NICE): a trial with
+    each allocator and one pinned (affinity compact), each its own environment (a process pair)."""
+    tmp_path = tmp_path_factory.mktemp("inputs")
+    numactl = tmp_path / "numactl"
+    numactl.write_text("#!/bin/sh\necho 'set_mempolicy: Operation not permitted' >&2\nexit 1\n")
+    numactl.chmod(0o755)
+    runtime = replace(facts.runtime, tcmalloc_path=str(tmp_path / "libtcmalloc.so.4"), numactl_path=str(numactl))
+    facts = replace(facts, runtime=runtime)
+    assert spaces.memory_nodes({**defaults(facts, CTX), "affinity": "compact"}, facts)  # binding is wanted
+    candidates = {"missing": {"allocator": "tcmalloc"}, "pinned": {"affinity": "compact"}}
+    if facts.runtime.jemalloc_path:
+        candidates["installed"] = {"allocator": "jemalloc"}
+    return {"facts": facts, **dict(zip(candidates, _run(facts, tmp_path, list(candidates.values())), strict=True))}
 
 
 @pytest.mark.parametrize("library", ["installed", "missing"])
-def test_an_allocator_that_does_not_serve_malloc_makes_the_trial_infeasible(
-    facts, tmp_path: Path, library: str
-) -> None:
+def test_an_allocator_that_does_not_serve_malloc_makes_the_trial_infeasible(inputs_run, library: str) -> None:
     """The dynamic linker ignores a preloaded library it cannot open: the trial measured glibc malloc."""
-    if library == "installed" and not (facts.runtime and facts.runtime.jemalloc_path):
-        pytest.skip("jemalloc is not installed here")
-    if library == "missing":
-        facts = replace(facts, runtime=replace(facts.runtime, jemalloc_path=str(tmp_path / "libjemalloc.so.2")))
-    frozen, record = _run_one(facts, tmp_path, {"allocator": "jemalloc"})
+    if library not in inputs_run:
+        missing("jemalloc is not installed here (tests/system-deps.sh installs it)")
+    frozen, record = inputs_run[library]
     if library == "installed":
         assert record.feasible and "infeasible" not in frozen.user_attrs and record.rejected_by == ()
         assert frozen.user_attrs["in_effect"]["malloc_library"].startswith("libjemalloc")
     else:
         assert not record.feasible
-        assert record.reason == "allocator=jemalloc is not in effect: libc.so.6 serves malloc"
+        assert record.reason == "allocator=tcmalloc is not in effect: libc.so.6 serves malloc"
         assert frozen.constraints["applied"] == 1.0
         assert record.rejected_by == ("applied",)  # the report counts it apart from the quality guard
 
 
-def test_a_refused_membind_is_recorded_off_and_the_pinning_stays_feasible(facts, tmp_path: Path) -> None:
+def test_a_refused_membind_is_recorded_off_and_the_pinning_stays_feasible(inputs_run) -> None:
     """numactl --membind refused (containers without CAP_SYS_NICE): the pinned trial is valid, and the
     recipe's params say memory was not bound, so neither the env file nor 'autotune run' binds it."""
-    numactl = tmp_path / "numactl"  # refuses as numactl does under Docker's default seccomp profile
-    numactl.write_text("#!/bin/sh\necho 'set_mempolicy: Operation not permitted' >&2\nexit 1\n")
-    numactl.chmod(0o755)
-    facts = replace(facts, runtime=replace(facts.runtime, numactl_path=str(numactl)))
-    assert spaces.memory_nodes({**defaults(facts, CTX), "affinity": "compact"}, facts)  # binding is wanted
-    frozen, record = _run_one(facts, tmp_path, {"affinity": "compact"})
+    frozen, record = inputs_run["pinned"]
     assert record.feasible and record.reason is None
     assert frozen.user_attrs["in_effect"]["memory_policy"] == "default"
     assert record.params["membind"] is False and record.params["affinity"] == "compact"
-    assert spaces.memory_nodes(record.params, facts) is None
+    assert spaces.memory_nodes(record.params, inputs_run["facts"]) is None
