@@ -131,6 +131,37 @@ def run_cli(
     )
 
 
+def cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``autotune ARGS`` through the CLI's ``main()`` in this process (no Python start, no imports again), for
+    what a verb reads and prints; ``run_cli`` where the process itself is the subject (the console script, its
+    exit status, signals, log lines). Its exit status and output as ``run_cli`` gives them."""
+    import contextlib
+    import io
+
+    from autotune.cli import main
+
+    out, err, saved = io.StringIO(), io.StringIO(), {k: os.environ.get(k) for k in (env or {})}
+    here = os.getcwd()
+    try:
+        os.environ.update(env or {})
+        time.tzset()
+        os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as e:  # argparse's usage errors and --help
+                code = e.code if isinstance(e.code, int) else 2
+    finally:
+        os.chdir(here)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        time.tzset()
+    return subprocess.CompletedProcess(["autotune", *args], code, out.getvalue(), err.getvalue())
+
+
 FAST = ("--steps", "6", "--warmup-steps", "2")
 
 

@@ -15,7 +15,7 @@ from autotune.study import choose_recipe
 from autotune.trial import TrialSettings, loss_samples
 
 from . import quality_workloads as qw
-from .conftest import defaults_env, run_cli
+from .conftest import cli, defaults_env, run_cli
 from .study.conftest import trials
 
 PROBE_SCRIPT = """
@@ -129,7 +129,7 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
         (("best", "--storage", "postgresql+psycopg://nobody@127.0.0.1:1/x"), ("Connection refused",
                                                                               "connection timeout expired")),
     ]:
-        result = run_cli(*args, cwd=tmp_path)
+        result = cli(*args, cwd=tmp_path)
         assert result.returncode == 2, result.stderr
         lines = result.stderr.strip().splitlines()
         wanted = (message,) if isinstance(message, str) else message

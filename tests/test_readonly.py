@@ -10,7 +10,7 @@ from autotune.errors import UsageError
 from autotune.recipe import Recipe
 from autotune.store import RecipeStore
 
-from .conftest import run_cli
+from .conftest import cli, run_cli
 
 READERS = [("best",), ("export", "--format", "env"), ("run", "--", "true"), ("studies",), ("recipes",),
            ("diff", "1", "2")]
@@ -25,14 +25,14 @@ def test_readers_without_a_database_create_none(tmp_path: Path, verb: tuple[str,
 
 
 def test_a_recipe_id_without_a_database_creates_none(tmp_path: Path) -> None:
-    out = run_cli("best", "--recipe", "1", "--storage", f"sqlite:///{tmp_path}/sub/studies.db", cwd=tmp_path)
+    out = cli("best", "--recipe", "1", "--storage", f"sqlite:///{tmp_path}/sub/studies.db", cwd=tmp_path)
     assert out.returncode == 2 and f"no database {tmp_path}/sub/studies.db: run 'autotune search' first" in out.stderr
     assert list(tmp_path.iterdir()) == []
 
 
 def test_an_empty_database_stays_empty(tmp_path: Path) -> None:
     (tmp_path / "studies.db").touch()
-    out = run_cli("best", "--study", "s", cwd=tmp_path)
+    out = cli("best", "--study", "s", cwd=tmp_path)
     assert out.returncode == 2
     assert "no recipe in sqlite:///studies.db: run 'autotune search' first" in out.stderr
     assert (tmp_path / "studies.db").stat().st_size == 0  # no recipes table created
@@ -60,13 +60,13 @@ def test_a_missing_study_or_workload_is_named_with_what_exists(
     two_recipes: Path, filters: tuple[str, ...], message: str
 ) -> None:
     before = (two_recipes / "studies.db").read_bytes()
-    out = run_cli("best", *filters, cwd=two_recipes)
+    out = cli("best", *filters, cwd=two_recipes)
     assert out.returncode == 2 and out.stderr.strip() == f"autotune best: error: {message}"
     assert (two_recipes / "studies.db").read_bytes() == before
 
 
 def test_best_of_a_study_that_exists(two_recipes: Path) -> None:
-    out = run_cli("best", "--study", "tiny-f", "--json", cwd=two_recipes)
+    out = cli("best", "--study", "tiny-f", "--json", cwd=two_recipes)
     assert out.returncode == 0, out.stderr
     assert '"threads": 1' in out.stdout and '"study": "tiny-f"' in out.stdout
 

@@ -75,14 +75,14 @@ def test_a_recipe_says_its_format_and_one_without_is_format_1(tmp_path: Path) ->
 
 
 def test_best_says_what_a_format_1_recipe_means(tmp_path: Path) -> None:
-    from .conftest import run_cli
+    from .conftest import cli
 
     (tmp_path / "old.json").write_text(json.dumps({"params": {"batch_size": 64, "processes": 2}, "workload": "cnn"}))
     (tmp_path / "new.json").write_text(json.dumps({"params": {"batch_per_rank": 64, "processes": 2},
                                                    "workload": "cnn", "format": 2}))
-    old = run_cli("best", "--recipe", "old.json", cwd=tmp_path)
+    old = cli("best", "--recipe", "old.json", cwd=tmp_path)
     assert old.returncode == 0, old.stderr
     assert ("note: recipe from old.json is format 1: its batch_size 64 is the batch of all 2 processes together "
             "(32 per process); recipes searched now hold batch_per_rank") in " ".join(old.stdout.split())
-    new = run_cli("best", "--recipe", "new.json", cwd=tmp_path)
+    new = cli("best", "--recipe", "new.json", cwd=tmp_path)
     assert new.returncode == 0 and "format 1" not in new.stdout, new.stderr

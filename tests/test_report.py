@@ -13,7 +13,7 @@ from autotune.store import RecipeStore
 from autotune.study.records import Attr, StudyAttr
 
 from .cli.conftest import DEFAULTS, add_recipe, add_study
-from .conftest import run_cli
+from .conftest import cli, run_cli
 
 NOISE = {"window_s": 0.5, "pairs": 8, "half_width": 0.03, "margin": 0.04, "spread": 0.06, "aa": [1.0, 0.98, 1.02],
          "timed_s": 8.0, "wall_s": 12.5}
@@ -139,14 +139,14 @@ def test_report_cli_writes_the_study_of_a_recipe_and_reads_only(tmp_path: Path, 
 def test_report_errors_are_one_line_and_create_nothing(tmp_path: Path, paired_db: str) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
-    out = run_cli("report", cwd=empty)
+    out = cli("report", cwd=empty)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "run 'autotune search' first" in out.stderr
     assert list(empty.iterdir()) == []  # no studies.db created
-    unknown = run_cli("report", "--study", "nosuch", cwd=tmp_path)
+    unknown = cli("report", "--study", "nosuch", cwd=tmp_path)
     assert unknown.returncode == 2
     assert unknown.stderr == ("autotune report: error: no study 'nosuch' in sqlite:///studies.db; "
                               "its studies: tiny-paired\n")
     add_recipe(paired_db, DEFAULTS, study=None)
-    orphan = run_cli("report", "--recipe", "2", cwd=tmp_path)
+    orphan = cli("report", "--recipe", "2", cwd=tmp_path)
     assert orphan.returncode == 2
     assert orphan.stderr == "autotune report: error: recipe 2 names no study: give --study NAME\n"

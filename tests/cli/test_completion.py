@@ -10,7 +10,7 @@ import pytest
 
 from autotune.cli import VERBS
 
-from ..conftest import missing, run_cli
+from ..conftest import cli, missing, run_cli
 
 
 def test_version_is_the_installed_distributions(tmp_path: Path) -> None:
@@ -35,7 +35,7 @@ def _complete(script: Path, *words: str) -> list[str]:
 
 @pytest.fixture
 def bash_script(tmp_path: Path) -> Path:
-    out = run_cli("completion", "bash", cwd=tmp_path)
+    out = cli("completion", "bash", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     script = tmp_path / "autotune.bash"
     script.write_text(out.stdout)
@@ -67,7 +67,7 @@ def test_bash_completes_options_and_their_choices(bash_script: Path, words: tupl
 
 
 def test_zsh_script_lists_every_verb_and_parses(tmp_path: Path) -> None:
-    out = run_cli("completion", "zsh", cwd=tmp_path)
+    out = cli("completion", "zsh", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("#compdef autotune\n")
     for verb in VERBS:
@@ -85,6 +85,6 @@ def test_zsh_script_lists_every_verb_and_parses(tmp_path: Path) -> None:
 
 
 def test_an_unknown_shell_is_refused_with_the_choices(tmp_path: Path) -> None:
-    out = run_cli("completion", "fish", cwd=tmp_path)
+    out = cli("completion", "fish", cwd=tmp_path)
     assert out.returncode == 2
     assert "invalid choice: 'fish'" in out.stderr and "zsh" in out.stderr.splitlines()[-1]

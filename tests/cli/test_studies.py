@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import run_cli
+from ..conftest import cli
 from .conftest import DEFAULTS, add_recipe, add_study
 
 PARIS = {"TZ": "Europe/Paris"}  # a zone that is not UTC: times must say which one they are in
@@ -27,7 +27,7 @@ def storage(tmp_path: Path) -> Path:
 
 
 def test_studies_json_lists_each_study_from_the_storage(storage: Path) -> None:
-    out = run_cli("studies", "--json", cwd=storage, env=PARIS)
+    out = cli("studies", "--json", cwd=storage, env=PARIS)
     assert out.returncode == 0, out.stderr
     found = {s["name"]: s for s in json.loads(out.stdout)}
     assert found.keys() == {"tiny-done", "cnn-busy"}
@@ -42,7 +42,7 @@ def test_studies_json_lists_each_study_from_the_storage(storage: Path) -> None:
 
 
 def test_studies_table_says_what_is_unconfirmed(storage: Path) -> None:
-    out = run_cli("studies", cwd=storage, env=PARIS)
+    out = cli("studies", cwd=storage, env=PARIS)
     assert out.returncode == 0, out.stderr
     rows = {line.split("│")[1].strip(): line for line in out.stdout.splitlines() if line.startswith("│ ")}
     assert "1.70x" in rows["tiny-done"] and "v2-aaaaaaaaaaaa" in rows["tiny-done"]
@@ -53,7 +53,7 @@ def test_studies_table_says_what_is_unconfirmed(storage: Path) -> None:
 
 def test_studies_of_a_database_without_any(tmp_path: Path) -> None:
     (tmp_path / "studies.db").touch()
-    out = run_cli("studies", cwd=tmp_path)
+    out = cli("studies", cwd=tmp_path)
     assert out.returncode == 0 and out.stdout.strip() == "no study in sqlite:///studies.db: run 'autotune search' first"
     assert (tmp_path / "studies.db").stat().st_size == 0
 
@@ -61,12 +61,12 @@ def test_studies_of_a_database_without_any(tmp_path: Path) -> None:
 def test_recipes_lists_newest_first_and_filters(storage: Path) -> None:
     url = f"sqlite:///{storage}/studies.db"
     add_recipe(url, {**TUNED, "threads": 2}, study="cnn-busy", workload="cnn", fingerprint="v2-bbbbbbbbbbbb")
-    out = run_cli("recipes", "--json", cwd=storage)
+    out = cli("recipes", "--json", cwd=storage)
     assert out.returncode == 0, out.stderr
     assert [(r["id"], r["study"], r["speedup"]) for r in json.loads(out.stdout)] == [(2, "cnn-busy", 2.0),
                                                                                       (1, "tiny-done", 1.7)]
-    assert [r["id"] for r in json.loads(run_cli("recipes", "--json", "--workload", "tiny", cwd=storage).stdout)] == [1]
-    table = run_cli("recipes", cwd=storage, env=PARIS).stdout
+    assert [r["id"] for r in json.loads(cli("recipes", "--json", "--workload", "tiny", cwd=storage).stdout)] == [1]
+    table = cli("recipes", cwd=storage, env=PARIS).stdout
     assert re.search(r"│\s+1 │ tiny\s+│ tiny-done\s+│ v2-aaaaaaaaaaaa │\s+170.0 │\s+1.70x │ \S+ \S+ CES?T",
                      table), table
 
@@ -75,8 +75,8 @@ def test_diff_shows_the_knobs_that_differ_and_the_speeds(storage: Path) -> None:
     url = f"sqlite:///{storage}/studies.db"
     add_recipe(url, {**TUNED, "compile_mode": "default", "reference_batch": 64}, study="tiny-done", speed=250.0)
     exported = storage / "r1.json"
-    exported.write_text(run_cli("export", "--format", "json", "--recipe", "1", cwd=storage).stdout)
-    out = run_cli("diff", str(exported), "2", cwd=storage)
+    exported.write_text(cli("export", "--format", "json", "--recipe", "1", cwd=storage).stdout)
+    out = cli("diff", str(exported), "2", cwd=storage)
     assert out.returncode == 0, out.stderr
     rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in out.stdout.splitlines()
             if line.startswith("│")]
@@ -89,7 +89,7 @@ def test_diff_shows_the_knobs_that_differ_and_the_speeds(storage: Path) -> None:
 def test_diff_says_when_speeds_are_not_comparable(storage: Path) -> None:
     url = f"sqlite:///{storage}/studies.db"
     add_recipe(url, {"threads": 8}, study=None, workload="cnn", fingerprint="v2-cccccccccccc")
-    out = run_cli("diff", "1", "2", cwd=storage)
+    out = cli("diff", "1", "2", cwd=storage)
     assert out.returncode == 0, out.stderr
     assert "note: measured on different hardware (v2-aaaaaaaaaaaa vs v2-cccccccccccc)" in out.stdout
     assert "note: different workloads (tiny vs cnn)" in out.stdout
@@ -97,13 +97,13 @@ def test_diff_says_when_speeds_are_not_comparable(storage: Path) -> None:
 
 
 def test_diff_of_a_recipe_that_is_not_there(storage: Path) -> None:
-    out = run_cli("diff", "1", "9", cwd=storage)
+    out = cli("diff", "1", "9", cwd=storage)
     assert out.returncode == 2
     assert out.stderr.strip() == "autotune diff: error: no recipe 9 in this database: 'autotune best' lists the latest"
 
 
 def test_best_marks_what_differs_from_the_baseline_and_hides_run_settings(storage: Path) -> None:
-    out = run_cli("best", "--recipe", "1", cwd=storage, env=PARIS)
+    out = cli("best", "--recipe", "1", cwd=storage, env=PARIS)
     assert out.returncode == 0, out.stderr
     rows = {cells[0]: cells[1:] for cells in ([c.strip() for c in line.split("│")[1:-1]]
                                               for line in out.stdout.splitlines() if line.startswith("│"))}
@@ -117,12 +117,12 @@ def test_best_of_a_file_from_this_machine_compares_with_its_defaults(storage: Pa
     recipe = {"params": {"threads": 1, "affinity": "none", "reference_batch": 32}, "workload": "tiny",
               "fingerprint": facts.fingerprint, "study": "elsewhere"}
     (storage / "mine.json").write_text(json.dumps(recipe))
-    out = run_cli("best", "--recipe", "mine.json", cwd=storage)
+    out = cli("best", "--recipe", "mine.json", cwd=storage)
     assert out.returncode == 0, out.stderr
     assert "(PyTorch's defaults on this machine)" in out.stdout
     assert ("* threads" in out.stdout) == (facts.cpu.allowed.cores != 1)
     (storage / "other.json").write_text(json.dumps({**recipe, "fingerprint": "v2-cccccccccccc"}))
-    out = run_cli("best", "--recipe", "other.json", cwd=storage)
+    out = cli("best", "--recipe", "other.json", cwd=storage)
     assert "PyTorch's defaults: unknown: its study is not in sqlite:///studies.db and it was measured on other" \
            " hardware" in out.stdout
 
@@ -130,17 +130,17 @@ def test_best_of_a_file_from_this_machine_compares_with_its_defaults(storage: Pa
 def test_every_view_gives_a_paired_speedup_with_its_interval(storage: Path) -> None:
     url = f"sqlite:///{storage}/studies.db"
     paired = add_recipe(url, {**TUNED, "threads": 2}, study="tiny-done", speed=123.0, interval=(1.15, 1.31))
-    best = run_cli("best", "--recipe", str(paired.id), cwd=storage)
+    best = cli("best", "--recipe", str(paired.id), cwd=storage)
     assert best.returncode == 0, best.stderr
     assert "1.23x [1.15-1.31] (95% interval) PyTorch defaults (123.0 vs 100.0 samples/s)" in best.stdout
-    recipes = run_cli("recipes", cwd=storage)
+    recipes = cli("recipes", cwd=storage)
     assert "1.23x [1.15-1.31]" in recipes.stdout and "1.70x" in recipes.stdout  # an old recipe: no interval
-    studies = run_cli("studies", "--json", cwd=storage)
+    studies = cli("studies", "--json", cwd=storage)
     done = next(s for s in json.loads(studies.stdout) if s["name"] == "tiny-done")
     assert (done["speedup"], done["speedup_low"], done["speedup_high"]) == (1.23, 1.15, 1.31)
-    assert "1.23x [1.15-1.31]" in run_cli("studies", cwd=storage).stdout
-    diff = run_cli("diff", "1", str(paired.id), cwd=storage)
+    assert "1.23x [1.15-1.31]" in cli("studies", cwd=storage).stdout
+    diff = cli("diff", "1", str(paired.id), cwd=storage)
     assert re.search(r"speedup\s+│ 1.70x\s+│ 1.23x \[1.15-1.31\]", diff.stdout), diff.stdout
-    export = run_cli("export", "--recipe", str(paired.id), "--format", "env", "-o", "best.env", cwd=storage)
+    export = cli("export", "--recipe", str(paired.id), "--format", "env", "-o", "best.env", cwd=storage)
     assert export.returncode == 0, export.stderr
     assert "# 1.23x [1.15-1.31] PyTorch defaults: 123.0 vs 100.0 samples/s" in (storage / "best.env").read_text()
