@@ -11,10 +11,12 @@ steps), while knobs that cost quality miss it by far:
 Its loss falls fast, so a trial that trains 7% fewer samples than the baseline (1,664 instead of
 1,792) is ~14% worse: a biased sample count shows in the guard.
 
-``slow``: ``regression`` made slow on purpose: every training forward pass sleeps ``SLEEP_S`` per 64
-hidden units. Under ``--global-batch 256`` every batch size takes the same optimizer steps (the loss does
-not depend on it) and batch 256 runs one forward pass per step where the default 64 runs four: about 4x
-the samples/s. ``HURTS`` is faster still (13 hidden units) and infeasible.
+``slow``: ``regression`` made slow on purpose: every training forward pass of the full 64 hidden units sleeps
+``SLEEP_S``, a narrower one by the square of its share of them. Under ``--global-batch 256`` every batch size
+takes the same optimizer steps (the loss does not depend on it) and batch 256 runs one forward pass per step
+where the default 64 runs four: about 4x the samples/s. ``HURTS`` is faster still (13 hidden units: a 24th of
+the sleep, its step's compute left, which a busy neighbour slows: with the sleep linear in the width it read
+3.2x the defaults where batch 256 alone read 3.5x beside another test run) and infeasible.
 
 ``ramp``: ``regression`` whose process starts slow: the first model built in a process sleeps ``SLEEP_S`` in
 each of its first ``RAMP_STEPS`` training forward passes, models built after it never, as the first arm of a
@@ -77,11 +79,11 @@ def regression() -> Workload:
 
 
 class _Sleepy(torch.nn.Sequential):
-    """Sleeps in every training forward pass (not while evaluating), in proportion to its hidden width."""
+    """Sleeps in every training forward pass (not while evaluating), in proportion to its hidden width squared."""
 
     def forward(self, x: Any) -> Any:
         if self.training:
-            time.sleep(SLEEP_S * self[0].out_features / 64)
+            time.sleep(SLEEP_S * (self[0].out_features / 64) ** 2)
         return super().forward(x)
 
 
