@@ -201,6 +201,9 @@ def start(launch: LaunchPlan, **popen_kwargs: Any) -> subprocess.Popen[bytes]:
     return proc
 
 
+KILLED_WAIT_S = 30.0  # the most a stop waits for killed processes to be gone
+
+
 def stop_tree(proc: subprocess.Popen[bytes], grace_s: float = 3.0) -> None:
     """Stop a started process and everything it started (DataLoader workers, torchrun children)."""
     try:
@@ -228,11 +231,13 @@ def _stop(proc: subprocess.Popen[bytes], grace_s: float) -> None:
                 child.send_signal(sig)
             except psutil.NoSuchProcess:
                 pass
-        deadline = time.monotonic() + grace_s
-        while proc.poll() is None and time.monotonic() < deadline:
+        # After SIGKILL nothing can delay the end but the kernel's own teardown, which a loaded machine slows
+        # past a second: wait for it, so a caller told "stopped" finds none of them running.
+        deadline = time.monotonic() + (grace_s if sig == signal.SIGTERM else max(grace_s, KILLED_WAIT_S))
+        while time.monotonic() < deadline:
+            if proc.poll() is not None and not any(_alive(c) for c in descendants):
+                return
             time.sleep(0.05)
-        if proc.poll() is not None and not any(_alive(c) for c in descendants):
-            return
 
 
 def _alive(process: psutil.Process) -> bool:

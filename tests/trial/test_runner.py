@@ -1,7 +1,13 @@
 """Real trial subprocesses: what runs in them, and how every kind of failure is recorded."""
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -208,3 +214,29 @@ def test_amp_in_effect_is_none_where_the_model_has_no_4d_tensors(facts, fast_set
     result = run_trial("tiny", _params(facts, threads=1, channels_last=True), facts, fast_settings, timeout_s=120)
     assert result.status == "ok", result.log_tail
     assert result.in_effect["amp"]["channels_last_parameters"] is None  # an MLP: nothing to lay out
+
+
+def test_a_stopped_tree_is_gone_when_stop_tree_returns(tmp_path: Path) -> None:
+    """A descendant that takes a while to end after its signal (here: freeing 2 GB it touched; seen on a loaded
+    machine: a DataLoader worker) is waited for, not left ending after its parent was reaped."""
+    import psutil
+
+    from autotune.trial import launch
+
+    code = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
+            "'import time; b = bytes(1) * (2 << 30); time.sleep(600)']); time.sleep(600)")
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    try:
+        parent = psutil.Process(proc.pid)
+        deadline = time.monotonic() + 60
+        while not (kids := parent.children()) or kids[0].memory_info().rss < 2 << 30:
+            assert time.monotonic() < deadline, "the descendant did not touch its 2 GB in 60 s"
+            time.sleep(0.1)
+        launch.stop_tree(proc, grace_s=0.5)
+        assert proc.poll() is not None
+        with contextlib.suppress(psutil.NoSuchProcess):
+            assert kids[0].status() == psutil.STATUS_ZOMBIE, kids[0].status()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
