@@ -72,11 +72,30 @@ def test_enough_process_pairs_grows_with_the_noise() -> None:
     assert not enough(noisy, 0.03) and enough(noisy, 0.03, most=5)  # noisy: more, up to the cap
 
 
-def test_a_frozen_worker_does_not_run_while_the_other_does_and_a_timeout_ends_both(facts: Any) -> None:
-    """One pair for both (a worker's start is most of either's cost): the timeout is the pair's last command."""
+def test_a_frozen_worker_does_not_run_while_the_other_does_and_a_timeout_ends_both(
+        facts: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One pair for all of it (a worker's start is most of either's cost). Both workers start side by side
+    (importing torch times nothing); their arms are built and warmed one after the other in the order drawn
+    from the seed, the other worker frozen meanwhile; the idle worker stays frozen, its DataLoader worker too,
+    while the other trains; the timeout is the pair's last command."""
     params = _params(facts, threads=1, interop_threads=1, num_workers=1, persistent_workers=True, prefetch_factor=2)
-    with ProcessPair("tiny", params, params, facts, SETTINGS) as pair:
-        pair.run(1, 0.1)
+    orders = {seed: ProcessPair("tiny", params, params, facts, SETTINGS, seed=seed).started for seed in range(8)}
+    assert set(orders.values()) == {("base", "cand"), ("cand", "base")}, orders  # not always the defaults first
+    seed = next(s for s, order in orders.items() if order[0] == "cand")
+    pair, warmed = ProcessPair("tiny", params, params, facts, SETTINGS, seed=seed), []
+    add_arm = PairedWorker.add_arm
+
+    def watched(worker: PairedWorker, *args: Any, **kwargs: Any) -> Any:
+        side = next(s for s, w in pair.workers.items() if w is worker)
+        other = pair.workers["base" if side == "cand" else "cand"]
+        warmed.append((side, other.ready is not None and set(freeze.thread_states(other.ready.pid))))
+        return add_arm(worker, *args, **kwargs)
+
+    monkeypatch.setattr(PairedWorker, "add_arm", watched)
+    with pair:
+        run = pair.run(1, 0.1)
+        assert run.started == ("cand", "base") == tuple(side for side, _ in warmed)  # as drawn, and recorded
+        assert [states for _, states in warmed] == [{"T"}, {"T"}]  # every thread of the other one stopped
         # one model each, as the user's process: glibc's own heap policy (``worker.keep_heap`` is for several)
         assert not any(w.ready.in_effect["heap_kept"] for w in pair.workers.values())
         frozen = pair.workers["base"]
@@ -94,29 +113,6 @@ def test_a_frozen_worker_does_not_run_while_the_other_does_and_a_timeout_ends_bo
         with pytest.raises(WorkerError, match="did not answer RunWindows within 1 s"):
             pair.windows("cand", 1000, 0.5, timeout_s=1)
     assert not any(_alive(pid) for pid in pids)  # the timed-out tree stopped, the frozen one continued and ended
-
-
-def test_which_worker_warms_up_first_is_drawn_from_the_seed(facts: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Both workers start side by side (importing torch times nothing); their arms are built and warmed one
-    after the other in the drawn order, the other worker frozen meanwhile."""
-    params = _params(facts, threads=1, interop_threads=1)
-    orders = {seed: ProcessPair("tiny", params, params, facts, SETTINGS, seed=seed).started for seed in range(8)}
-    assert set(orders.values()) == {("base", "cand"), ("cand", "base")}, orders  # not always the defaults first
-    seed = next(s for s, order in orders.items() if order[0] == "cand")
-    pair, warmed = ProcessPair("tiny", params, params, facts, SETTINGS, seed=seed), []
-    add_arm = PairedWorker.add_arm
-
-    def watched(worker: PairedWorker, *args: Any, **kwargs: Any) -> Any:
-        side = next(s for s, w in pair.workers.items() if w is worker)
-        other = pair.workers["base" if side == "cand" else "cand"]
-        warmed.append((side, other.ready is not None and set(freeze.thread_states(other.ready.pid))))
-        return add_arm(worker, *args, **kwargs)
-
-    monkeypatch.setattr(PairedWorker, "add_arm", watched)
-    with pair:
-        run = pair.run(2, 0.1)
-    assert run.started == ("cand", "base") == tuple(side for side, _ in warmed)  # as drawn, and recorded
-    assert [states for _, states in warmed] == [{"T"}, {"T"}]  # every thread of the other one stopped
 
 
 def test_an_aa_across_processes_reads_same(facts: Any) -> None:
