@@ -7,12 +7,16 @@ Reach it from elsewhere through an SSH tunnel (``ssh -L 8080:127.0.0.1:8080 HOST
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from ._common import add_storage
 
 HOST = "127.0.0.1"
 INSTALL = "pip install 'autotune[dashboard]'"
+SHUTDOWN_S = 2.0  # the most a stop waits for the request being served
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -47,11 +51,36 @@ def run(args: argparse.Namespace) -> int:
         except KeyError:
             names = ", ".join(s.name for s in summaries(args.storage))
             raise UsageError(f"no study {args.study!r} in {args.storage}; its studies: {names}") from None
-    print(f"optuna-dashboard on {address} (Ctrl-C to stop)", file=sys.stderr, flush=True)
     try:
-        optuna_dashboard.run_server(storage, host=HOST, port=args.port)
+        server = make_server(HOST, args.port, optuna_dashboard.wsgi(storage), handler_class=_QuietHandler)
     except OSError as e:  # the port is taken, or not ours to bind
         raise UsageError(f"cannot listen on {HOST}:{args.port}: {e.strerror}; pick another --port") from e
-    except KeyboardInterrupt:
-        print("optuna-dashboard stopped", file=sys.stderr)
+    print(f"optuna-dashboard on {address} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    _serve_until_interrupted(server)
+    print("optuna-dashboard stopped", file=sys.stderr)
     return 0
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+        """No line per request: the terminal shows the address and the stop, as ``autotune search`` does."""
+
+
+def _serve_until_interrupted(server: WSGIServer) -> None:
+    """Serve in a thread until SIGINT or SIGTERM. Raised in the serving thread, Ctrl-C landed inside a request
+    at times, and wsgiref's handler caught it as a failed request and served on (seen on a loaded machine)."""
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    serving = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
+    serving.start()
+    try:
+        while not stop.wait(0.5) and serving.is_alive():
+            pass
+    finally:
+        # A request still being sent to a reader that does not read would hold serve_forever's loop: bounded.
+        closing = threading.Thread(target=server.shutdown, daemon=True)
+        closing.start()
+        closing.join(SHUTDOWN_S)
+        server.server_close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

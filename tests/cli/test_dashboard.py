@@ -1,9 +1,11 @@
 """``autotune dashboard``: optuna-dashboard on loopback for the storage in use, or the line to install it."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -41,11 +43,24 @@ def test_dashboard_serves_the_studies_on_loopback(storage: Path) -> None:
         assert [(s["study_name"], s["directions"]) for s in studies] == [("tiny-done", ["maximize"])]
         assert studies[0]["user_attrs"] == [{"key": "fingerprint", "value": "v2-aaaaaaaaaaaa"},
                                             {"key": "workload", "value": "tiny"}]
+        # Ctrl-C while a request is being served: a reader that does not read its 6 MB script holds the server
+        # in the middle of sending it (wsgiref took the interrupt there for a failed request and served on).
+        reader = socket.create_connection(("127.0.0.1", port))
+        reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        reader.sendall(b"GET /static/bundle.js HTTP/1.0\r\nHost: 127.0.0.1\r\nAccept-Encoding: identity\r\n\r\n")
+        time.sleep(1.0)
     finally:
         proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=30)
+        try:
+            _, stderr = proc.communicate(timeout=30)
+        finally:
+            proc.kill()
+            proc.communicate()
+            with contextlib.suppress(NameError):
+                reader.close()
     assert proc.returncode == 0, stderr
     assert stderr.startswith(f"optuna-dashboard on http://127.0.0.1:{port}/dashboard/studies/1 (Ctrl-C to stop)\n")
+    assert stderr.endswith("optuna-dashboard stopped\n"), stderr
 
 
 def test_without_optuna_dashboard_it_names_the_install_command(storage: Path) -> None:
