@@ -137,28 +137,23 @@ def cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.
     exit status, signals, log lines). Its exit status and output as ``run_cli`` gives them."""
     import contextlib
     import io
+    from unittest import mock
 
     from autotune.cli import main
 
-    out, err, saved = io.StringIO(), io.StringIO(), {k: os.environ.get(k) for k in (env or {})}
-    here = os.getcwd()
+    out, err, here = io.StringIO(), io.StringIO(), os.getcwd()
     try:
-        os.environ.update(env or {})
-        time.tzset()
-        os.chdir(cwd)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = main(list(args))
-            except SystemExit as e:  # argparse's usage errors and --help
-                code = e.code if isinstance(e.code, int) else 2
+        with mock.patch.dict(os.environ, env or {}):
+            time.tzset()
+            os.chdir(cwd)
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                try:
+                    code = main(list(args))
+                except SystemExit as e:  # argparse's usage errors and --help
+                    code = e.code if isinstance(e.code, int) else 2
     finally:
         os.chdir(here)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        time.tzset()
+        time.tzset()  # the environment is restored by now
     return subprocess.CompletedProcess(["autotune", *args], code, out.getvalue(), err.getvalue())
 
 

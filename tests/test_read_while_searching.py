@@ -16,7 +16,7 @@ import pytest
 from autotune.store import RecipeStore
 
 from .conftest import run_cli
-from .study.conftest import start_search
+from .study.conftest import own_host, start_search
 
 
 def journal_mode(path: Path) -> str:
@@ -69,10 +69,8 @@ def test_readers_poll_studies_best_and_report_while_a_search_writes(tmp_path: Pa
     # The baseline, then one candidate: the reads below need a trial recorded, then one more while they read.
     # Its stdout is JSON lines; its report goes to a folder that does not exist: a warning, and the stored
     # search still succeeds.
-    temp = tmp_path / "tmp"  # the search's trial directories and host lock: no other search on the machine waits
-    temp.mkdir()
     search = start_search("--trials", "2", "--confirm", "0", "--no-compile", "--json", "--report", "missing/r.html",
-                          cwd=tmp_path, env={"TMPDIR": str(temp)})
+                          cwd=tmp_path, env=own_host(tmp_path))
     answers: list[tuple[str, int, str]] = []
     done = threading.Event()
 
