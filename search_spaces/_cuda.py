@@ -2,25 +2,31 @@
 
 | recipe key | PyTorch's default | offered | set as |
 | --- | --- | --- | --- |
-| ``tf32_matmul`` | ``False`` | CUDA, compute capability >= 8.0 | ``torch.backends.cuda.matmul.fp32_precision`` |
-| ``tf32_cudnn`` | ``True`` | CUDA 8.0+, conv models | ``torch.backends.cudnn.conv``/``.rnn.fp32_precision`` |
+| ``tf32_matmul`` | ``False`` | CUDA, compute capability >= 8.0 | ``torch.backends.cuda.matmul.allow_tf32`` |
+| ``tf32_cudnn`` | ``True`` | CUDA 8.0+, conv models | ``torch.backends.cudnn.allow_tf32`` |
 | ``cudnn_benchmark`` | ``False`` | CUDA, conv models | ``torch.backends.cudnn.benchmark`` |
-| ``cuda_alloc`` | ``default`` | CUDA: ``expandable_segments`` | ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` |
+| ``cuda_alloc`` | ``default`` | CUDA: ``expandable_segments`` | ``PYTORCH_ALLOC_CONF``, ``PYTORCH_CUDA_ALLOC_CONF`` |
 
 Defaults are PyTorch's own ("TensorFloat-32 (TF32) on Ampere (and later) devices", PyTorch CUDA semantics:
 cuDNN convolutions use TF32 by default, float32 matmuls do not), so the baseline measures what a user's
-unchanged script runs. Where the installed torch has the ``fp32_precision`` API (2.9+) it is used and the
-legacy ``allow_tf32`` flags are never touched: torch raises when the two are mixed. A precision is
-``"tf32"`` (on) or ``"ieee"`` (off). ``cudnn.benchmark``
+unchanged script runs. TF32 is set through the ``allow_tf32`` flags: on torch 2.9+ setting the newer
+``fp32_precision`` attributes makes ``torch.get_float32_matmul_precision()`` and ``allow_tf32`` raise ("mix of
+the legacy and new APIs"), which inductor's max-autotune and a user's own code read, while ``allow_tf32``
+keeps both APIs readable (``torch.set_float32_matmul_precision`` would too, but it also switches oneDNN's
+CPU matmuls). Reading falls back to ``fp32_precision`` where the user's script set that API. ``cudnn.benchmark``
 autotunes convolution algorithms per input shape: it pays for models with fixed shapes.
 
 ``apply_process`` sets only what the recipe changes from PyTorch's defaults; where the process already
 differs from what was measured (a flag the user's script set before ``autotune.apply()``), it warns,
-naming the flag. ``PYTORCH_CUDA_ALLOC_CONF`` is read when CUDA's allocator starts, so it is an
-environment-level knob (the env file, ``autotune run``); every other knob here is in-process.
+naming the flag. ``set_flags`` sets every flag, defaults included: one model of a process with several
+(``autotune.trial.paired``) runs with its own. The allocator's variable is read when CUDA's allocator starts,
+and cuDNN's algorithm choices are cached per process whatever the benchmark flag, so ``cuda_alloc`` and
+``cudnn_benchmark`` are environment-level (``ENVIRONMENT_KEYS``: one value per process, compared across
+processes); the TF32 knobs are in-process.
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -32,12 +38,13 @@ if TYPE_CHECKING:
     from ..probes import Facts
 
 KEYS = ("tf32_matmul", "tf32_cudnn", "cudnn_benchmark", "cuda_alloc")
-ENV_VARS: tuple[str, ...] = ("PYTORCH_CUDA_ALLOC_CONF",)
+ENVIRONMENT_KEYS = ("cudnn_benchmark", "cuda_alloc")  # one value per process (see the module docstring)
+# torch 2.9+ reads the generic variable first; earlier versions read only the CUDA one
+ENV_VARS: tuple[str, ...] = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
 OVERRIDES: tuple[str, ...] = ()
 ALLOC = ("default", "expandable_segments")
 EXPANDABLE = "expandable_segments:True"
 
-check_environment = NoOp.check_environment  # the variable is checked by search_spaces.check_environment
 prepare_model = NoOp.prepare_model
 prepare = NoOp.prepare
 
@@ -79,7 +86,15 @@ def promising(facts: Facts, ctx: SpaceContext) -> list[Params]:
 
 
 def environment(params: Params, facts: Facts) -> dict[str, str]:
-    return {"PYTORCH_CUDA_ALLOC_CONF": EXPANDABLE} if params.get("cuda_alloc") == "expandable_segments" else {}
+    return dict.fromkeys(ENV_VARS, EXPANDABLE) if params.get("cuda_alloc") == "expandable_segments" else {}
+
+
+def check_environment(params: Params, facts: Facts) -> list[str]:
+    """A CUDA recipe of the default allocator run where the user's environment configures it (a recipe's
+    own value is checked by ``search_spaces.check_environment``)."""
+    if params.get("device") != "cuda" or environment(params, facts):
+        return []
+    return [f"{var} unset (is {os.environ[var]!r})" for var in ENV_VARS if os.environ.get(var)]
 
 
 @dataclass(frozen=True)
@@ -92,36 +107,32 @@ class Flag:
     default: bool
 
 
-def _precision(*owners: Any) -> tuple[Callable[[], bool], Callable[[bool], None]]:
-    """Read/write TF32 through ``fp32_precision`` ("tf32" or "ieee") of these backends: read the first."""
+def _read(legacy: Callable[[], Any], owner: Any) -> Callable[[], bool]:
+    """Read a TF32 flag through ``allow_tf32``; where the process set ``fp32_precision`` (torch 2.9+), reading
+    the legacy flag raises, and that API's answer is taken."""
 
     def get() -> bool:
-        return str(owners[0].fp32_precision) == "tf32"
+        try:
+            return bool(legacy())
+        except RuntimeError:
+            return str(owner.fp32_precision) == "tf32"
 
-    def set_(on: bool) -> None:
-        for owner in owners:
-            owner.fp32_precision = "tf32" if on else "ieee"
-
-    return get, set_
+    return get
 
 
 def flags() -> dict[str, Flag]:
-    """The recipe keys' torch flags, through the API this torch has."""
+    """The recipe keys' torch flags (see the module docstring for why ``allow_tf32``)."""
     import torch
 
     backends = torch.backends
     cudnn: Any = backends.cudnn
-    if hasattr(backends.cuda.matmul, "fp32_precision") and hasattr(cudnn, "conv"):
-        matmul = ("torch.backends.cuda.matmul.fp32_precision", *_precision(backends.cuda.matmul))
-        conv = ("torch.backends.cudnn.conv.fp32_precision", *_precision(cudnn.conv, cudnn.rnn))
-    else:  # torch before 2.9: the allow_tf32 flags
-        matmul = ("torch.backends.cuda.matmul.allow_tf32", lambda: bool(backends.cuda.matmul.allow_tf32),
-                  lambda on: setattr(backends.cuda.matmul, "allow_tf32", on))
-        conv = ("torch.backends.cudnn.allow_tf32", lambda: bool(cudnn.allow_tf32),
-                lambda on: setattr(cudnn, "allow_tf32", on))
+    matmul: Any = backends.cuda.matmul
+    conv = getattr(cudnn, "conv", cudnn)  # read only where fp32_precision exists (torch 2.9+)
     return {
-        "tf32_matmul": Flag(*matmul, default=False),
-        "tf32_cudnn": Flag(*conv, default=True),
+        "tf32_matmul": Flag("torch.backends.cuda.matmul.allow_tf32", _read(lambda: matmul.allow_tf32, matmul),
+                            lambda on: setattr(matmul, "allow_tf32", on), default=False),
+        "tf32_cudnn": Flag("torch.backends.cudnn.allow_tf32", _read(lambda: cudnn.allow_tf32, conv),
+                           lambda on: setattr(cudnn, "allow_tf32", on), default=True),
         "cudnn_benchmark": Flag("torch.backends.cudnn.benchmark", lambda: bool(cudnn.benchmark),
                                 lambda on: setattr(cudnn, "benchmark", on), default=False),
     }
@@ -151,16 +162,18 @@ def apply_process(params: Params, facts: Facts | None) -> list[str]:
         if want != flag.default:
             flag.set(want)
         elif flag.get() != want:
-            problems.append(f"{flag.name} is {_shown(flag, not want)} in this process, but the recipe was measured "
-                            f"with {_shown(flag, want)} (PyTorch's default): remove the line of your script that "
-                            "sets it, or search again with it")
+            problems.append(f"{flag.name} is {not want} in this process, but the recipe was measured with {want} "
+                            "(PyTorch's default): remove the line of your script that sets it, or search again with it")
     return problems
 
 
-def _shown(flag: Flag, on: bool) -> str:
-    if flag.name.endswith("fp32_precision"):
-        return repr("tf32" if on else "ieee")
-    return str(on)
+def set_flags(params: Params) -> None:
+    """Set every flag to the recipe's value, defaults included (CUDA recipes only): the start of a window of
+    one of several models in a process, whose flags the others' windows changed."""
+    if params.get("device") != "cuda":
+        return
+    for key, flag in flags().items():
+        flag.set(wanted(params)[key])
 
 
 def tf32_in_effect() -> dict[str, bool]:

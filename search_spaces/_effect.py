@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import _cuda as cuda
 from . import _preload as preload
 
 
@@ -46,6 +47,25 @@ def not_in_effect(params: dict[str, Any], in_effect: dict[str, Any]) -> list[str
     if pattern not in (None, "none") and float(params.get("sparsity") or 0) > 0 and "sparsity" not in in_effect:
         problems.append(f"sparsity_pattern={pattern} (sparsity={params.get('sparsity')}) is not in effect: "
                         "no layer was sparsified")
+    return problems + _cuda_not_in_effect(params, in_effect)
+
+
+def _cuda_not_in_effect(params: dict[str, Any], in_effect: dict[str, Any]) -> list[str]:
+    """TF32 and the allocator's variables of a CUDA trial, as its process reported them."""
+    if params.get("device") != "cuda":
+        return []
+    problems = []
+    tf32, want = in_effect.get("tf32") or {}, cuda.wanted(params)
+    for key, reported in (("tf32_matmul", "matmul"), ("tf32_cudnn", "cudnn")):
+        if reported in tf32 and bool(tf32[reported]) != want[key]:
+            problems.append(f"{key}={want[key]} is not in effect: the process ran with {tf32[reported]}")
+    env = in_effect.get("env")
+    if isinstance(env, dict):
+        wanted_env = cuda.environment(params, None)  # type: ignore[arg-type]  # the facts are not read
+        for var in cuda.ENV_VARS:
+            if env.get(var) != wanted_env.get(var):
+                problems.append(f"cuda_alloc={params.get('cuda_alloc')} is not in effect: {var} was "
+                                f"{env.get(var)!r}")
     return problems
 
 

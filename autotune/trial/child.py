@@ -72,7 +72,7 @@ def _in_effect() -> dict[str, Any]:
         "jemalloc": "libjemalloc" in maps,
         "tcmalloc": "libtcmalloc" in maps,
         "env": {k: v for k, v in os.environ.items() if k.startswith(("OMP_", "KMP_", "MKL_"))
-                or k in ("LD_PRELOAD", "MALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")},
+                or k in ("LD_PRELOAD", "MALLOC_CONF", *cuda.ENV_VARS)},
     }
 
 

@@ -12,7 +12,7 @@ Variables autotune sets (from the knob families in ``autotune.search_spaces``):
 | ``KMP_BLOCKTIME`` | ``kmp_blocktime`` (``openmp=intel`` only) | 0, 1 or 200 (ms a worker spins after a region) |
 | ``KMP_AFFINITY`` | ``openmp=intel`` with ``affinity`` not ``none`` | ``granularity=fine,compact,1,0`` |
 | ``MALLOC_CONF`` | ``allocator=jemalloc`` | ``oversize_threshold:1,background_thread:true,metadata_thp:auto`` |
-| ``PYTORCH_CUDA_ALLOC_CONF`` | ``cuda_alloc=expandable_segments`` (CUDA) | ``expandable_segments:True`` |
+| ``PYTORCH_ALLOC_CONF``, ``PYTORCH_CUDA_ALLOC_CONF`` | ``cuda_alloc=expandable_segments`` | ``expandable_segments`` |
 | ``numactl --membind=NODES --`` (command prefix) | ``affinity`` not ``none`` | the NUMA nodes of the pinned CPUs |
 | ``AUTOTUNE_RECIPE`` | (``autotune run``, the env file) | the recipe as JSON, for ``autotune.apply()`` |
 | ``TORCHINDUCTOR_CACHE_DIR``, ``TRITON_CACHE_DIR`` | (trials only) | a fresh directory per trial |

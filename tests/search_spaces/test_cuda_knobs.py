@@ -65,9 +65,97 @@ def test_apply_sets_only_what_the_recipe_changes(facts, restore_flags) -> None:
     assert restore_flags["cudnn_benchmark"].get() is True
     import torch
 
-    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):  # the current API, never mixed with allow_tf32
+    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):  # the newer API reads what allow_tf32 set
         assert torch.backends.cuda.matmul.fp32_precision == "tf32"
         assert torch.backends.cudnn.conv.fp32_precision == "tf32"
+
+
+def _every_tf32_view() -> dict[str, object]:
+    """Each way torch lets code read TF32: the legacy getters (inductor's max-autotune and Lightning read
+    ``get_float32_matmul_precision``) and, on torch 2.9+, ``fp32_precision``."""
+    import torch
+
+    views = {"get_float32_matmul_precision": torch.get_float32_matmul_precision,
+             "matmul.allow_tf32": lambda: torch.backends.cuda.matmul.allow_tf32,
+             "cudnn.allow_tf32": lambda: torch.backends.cudnn.allow_tf32}
+    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+        views |= {"matmul.fp32_precision": lambda: torch.backends.cuda.matmul.fp32_precision,
+                  "cudnn.conv.fp32_precision": lambda: torch.backends.cudnn.conv.fp32_precision}
+    return {name: view() for name, view in views.items()}  # a view that raises fails the test
+
+
+@pytest.mark.filterwarnings("ignore:environment-level knobs not in effect")
+@pytest.mark.parametrize("tf32", [True, False])
+def test_every_tf32_view_answers_after_apply(facts, restore_flags, monkeypatch, tf32) -> None:
+    """Setting ``fp32_precision`` made the legacy getters raise ("mix of the legacy and new APIs"; seen on an
+    H100, torch 2.11): a max-autotune trial with TF32 crashed in inductor, and so would a user's code."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the flags only: no GPU is touched here
+    base = {**spaces.defaults(_gpu_machine(facts), CUDA), "device": "cuda", "batch_size": 8}
+    for params in ({**base, "tf32_matmul": tf32, "tf32_cudnn": tf32}, base):  # then back to the defaults
+        autotune.apply(params, facts=facts, check_hardware=False)
+        views = _every_tf32_view()
+        assert views["matmul.allow_tf32"] is params["tf32_matmul"], views
+        assert views["get_float32_matmul_precision"] == ("high" if params["tf32_matmul"] else "highest"), views
+        if not params["tf32_cudnn"]:
+            assert views["cudnn.allow_tf32"] is False, views
+        spaces.cuda.set_flags(base)  # what a paired worker does between arms
+
+
+def test_tf32_set_through_the_newer_api_is_read_and_warned_about(facts, restore_flags, monkeypatch) -> None:
+    """A script that set ``fp32_precision`` itself (torch 2.9+) before ``apply()``: read, not raised."""
+    import torch
+
+    if not hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+        pytest.skip("torch before 2.9 has no fp32_precision")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    torch.backends.cuda.matmul.fp32_precision = "tf32"
+    base = {**spaces.defaults(_gpu_machine(facts), CUDA), "device": "cuda"}
+    assert spaces.cuda.tf32_in_effect()["matmul"] is True
+    (problem,) = spaces.cuda.apply_process(base, None)
+    assert problem.startswith("torch.backends.cuda.matmul.allow_tf32 is True in this process")
+
+
+def test_set_flags_sets_the_defaults_too(restore_flags) -> None:
+    """One model of a paired worker after another: ``apply_process`` leaves a default alone (the user's
+    own setting is warned about, not overridden), so a defaults arm after a TF32 arm ran with TF32."""
+    base = {"device": "cuda", "tf32_matmul": False, "tf32_cudnn": True, "cudnn_benchmark": False}
+    spaces.cuda.set_flags({**base, "tf32_matmul": True, "tf32_cudnn": False})
+    assert spaces.cuda.tf32_in_effect() == {"matmul": True, "cudnn": False}
+    spaces.cuda.set_flags(base)
+    assert spaces.cuda.tf32_in_effect() == {"matmul": False, "cudnn": True}
+    spaces.cuda.set_flags({**base, "device": "cpu", "tf32_matmul": True})  # a CPU arm reads no CUDA flag
+    assert spaces.cuda.tf32_in_effect() == {"matmul": False, "cudnn": True}
+
+
+def test_a_users_allocator_configuration_is_not_in_effect_for_a_default_recipe(facts, monkeypatch) -> None:
+    gpu = _gpu_machine(facts)
+    base = {**spaces.defaults(gpu, CUDA), "device": "cuda"}
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    monkeypatch.setenv("PYTORCH_ALLOC_CONF", "max_split_size_mb:64")  # overrides the CUDA variable on torch 2.9+
+    assert spaces.cuda.check_environment(base, gpu) == ["PYTORCH_ALLOC_CONF unset (is 'max_split_size_mb:64')"]
+    expandable = {**base, "cuda_alloc": "expandable_segments"}
+    assert [p for p in spaces.check_environment(expandable, gpu) if "ALLOC_CONF" in p] == [
+        "PYTORCH_ALLOC_CONF=expandable_segments:True (is 'max_split_size_mb:64')",
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (is None)"]
+    # and a trial whose process ran without the variable did not measure the recipe
+    assert spaces.not_in_effect(expandable, {"env": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}}) == [
+        "cuda_alloc=expandable_segments is not in effect: PYTORCH_ALLOC_CONF was None"]
+    assert spaces.not_in_effect(base, {"env": {}, "tf32": {"matmul": True, "cudnn": True}}) == [
+        "tf32_matmul=False is not in effect: the process ran with True"]
+
+
+def test_process_wide_cuda_knobs_are_compared_across_processes() -> None:
+    """The allocator's variable is read once per process, and cuDNN's algorithm cache is the process's whatever
+    the benchmark flag: an arm beside another in one worker would measure the other's."""
+    from autotune.trial.paired import ENVIRONMENT_KEYS, environment_differences
+
+    assert {"cuda_alloc", "cudnn_benchmark"} <= set(ENVIRONMENT_KEYS)
+    assert {"tf32_matmul", "tf32_cudnn"}.isdisjoint(ENVIRONMENT_KEYS)
+    assert environment_differences({"device": "cuda", "cuda_alloc": "default"},
+                                   {"device": "cuda", "cuda_alloc": "expandable_segments"}) == [
+        "cuda_alloc='expandable_segments' (worker: 'default')"]
 
 
 def test_apply_warns_naming_the_flag_the_process_changed(facts, restore_flags, monkeypatch) -> None:
@@ -106,9 +194,10 @@ def test_cuda_knobs_are_offered_on_cuda_only(facts) -> None:
     assert _allowed(gpu, CUDA, "cuda_alloc") == {"default", "expandable_segments"}
     for key in spaces.cuda.KEYS:
         assert len(_allowed(gpu, SpaceContext(conv=True), key)) == 1, key
+    # torch 2.9+ reads the generic variable before the CUDA one: both are set, and both cleared for the baseline
     assert spaces.environment({"cuda_alloc": "expandable_segments"}, gpu) == {
-        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
-    assert "PYTORCH_CUDA_ALLOC_CONF" in spaces.controlled_variables()  # trials start without the user's
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "PYTORCH_ALLOC_CONF": "expandable_segments:True"}
+    assert {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"} <= set(spaces.controlled_variables())
 
 
 def test_the_allocator_setting_reaches_the_trial_process(facts, fast_settings, monkeypatch) -> None:
