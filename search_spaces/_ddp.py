@@ -6,7 +6,7 @@ Searched where more than one process is offered; a one-process recipe holds PyTo
 | --- | --- | --- | --- |
 | ``gradient_as_bucket_view`` | false, true | false | gradients are views into the buckets: one copy less a step |
 | ``bucket_cap_mb`` | 5, 25, 100 | 25 | all-reduce size: more overlap with backward (small), fewer calls (large) |
-| ``static_graph`` | false, true | false | the used parameters never change: DDP stops re-checking them |
+| ``static_graph`` | false, true (no ``--global-batch``) | false | the used parameters never change: DDP checks less |
 
 Detected, not searched (the same in every trial of a study, and in the recipe):
 
@@ -22,12 +22,16 @@ Detected, not searched (the same in every trial of a study, and in the recipe):
 
 Gradient accumulation (``--global-batch``) all-reduces only on the micro-batch that steps the optimizer:
 ``Tuned`` sets ``require_backward_grad_sync`` (what ``DistributedDataParallel.no_sync()`` sets) before
-each forward (``autotune.apply``).
+each forward (``autotune.apply``). A static graph does not survive that: DDP asserts, or stops all-reducing
+after the first step, when ``require_backward_grad_sync`` is off before a static graph's first forward
+(pytorch/pytorch#143580, open; its fix, #187732, is not merged). So ``static_graph`` is searched only
+without ``--global-batch``, and ``ddp_options`` leaves it off whenever a recipe accumulates.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from . import _batch as batch
 from . import _processes as processes
 from ._context import SpaceContext
 from ._family import NoOp, Params, SuggestingTrial
@@ -68,7 +72,8 @@ def space(trial: SuggestingTrial, facts: Facts, ctx: SpaceContext) -> Params:
         return out  # one process only: no DDP to tune
     out["gradient_as_bucket_view"] = trial.suggest_categorical("gradient_as_bucket_view", (False, True))
     out["bucket_cap_mb"] = trial.suggest_categorical("bucket_cap_mb", BUCKET_CAP_MB)
-    out["static_graph"] = trial.suggest_categorical("static_graph", (False, True))
+    if not ctx.global_batch:  # accumulation and a static graph break DDP (the module docstring)
+        out["static_graph"] = trial.suggest_categorical("static_graph", (False, True))
     return out
 
 
@@ -90,7 +95,7 @@ def ddp_options(params: Params, model: torch.nn.Module) -> dict[str, Any]:
     return {
         "gradient_as_bucket_view": bool(params.get("gradient_as_bucket_view", False)),
         "bucket_cap_mb": int(params.get("bucket_cap_mb") or 25),
-        "static_graph": bool(params.get("static_graph", False)),
+        "static_graph": bool(params.get("static_graph", False)) and batch.accumulation(params) == 1,
         "find_unused_parameters": bool(params.get("find_unused_parameters", False)),
         "broadcast_buffers": not constant_buffers(model),
     }

@@ -56,6 +56,20 @@ def test_searched_only_where_several_processes_are_offered(facts) -> None:
                                              "static_graph": False, "find_unused_parameters": False}
 
 
+def test_a_static_graph_is_never_combined_with_gradient_accumulation(facts) -> None:
+    """DDP's static graph asserts or stops all-reducing when the first forward runs with gradient sync off
+    (pytorch/pytorch#143580), which accumulation does: not offered with ``--global-batch``, and not applied
+    by a recipe that accumulates."""
+    several = _with_backends(facts, "gloo")
+    asked = _Asked()
+    spaces.ddp.space(asked, several, SpaceContext(global_batch=512))
+    assert asked.names == ["gradient_as_bucket_view", "bucket_cap_mb"]
+    model = torch.nn.Linear(8, 8)
+    recipe = {"static_graph": True, "processes": 2, "batch_per_rank": 64}
+    assert spaces.ddp.ddp_options(recipe, model)["static_graph"] is True  # no accumulation: as measured
+    assert spaces.ddp.ddp_options({**recipe, "global_batch": 512}, model)["static_graph"] is False  # 4 micro-steps
+
+
 class _Drawn:
     """A trial that returns ``values[name]`` where given, else the first choice."""
 
