@@ -13,7 +13,7 @@ from . import _nvml
 from ._cpulist import format_cpulist
 from ._facts import CudaView, Gpu, MigDevice
 from ._nvml import Handle, Nvml, NvmlError
-from ._visible import ORDER, VISIBLE, Physical, visible
+from ._visible import ORDER, VISIBLE, Physical, Visible, visible
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -48,40 +48,60 @@ def probe_devices(environ: Mapping[str, str] | None = None) -> tuple[tuple[Gpu, 
 
 
 def _gpus(nvml: Nvml, environ: Mapping[str, str]) -> tuple[tuple[Gpu, ...], CudaView]:
-    handles = [nvml.handle(i) for i in range(nvml.device_count())]
-    bus_ids = [bus_key(nvml.pci_bus_id(h)) for h in handles]
-    physical = [_physical(nvml, i, h, bus_ids[i]) for i, h in enumerate(handles)]
-    devices = visible([p for p, _ in physical], environ)
-    nvlinks = {d.gpu.nvml_index: _nvlinks(nvml, handles[d.gpu.nvml_index], bus_ids) for d in devices}
+    count = nvml.device_count()
+    handles: dict[int, Handle] = {}
+    bus_ids: dict[int, str] = {}
+    physical: dict[int, tuple[Physical, tuple[MigDevice, ...]]] = {}
+    for i in range(count):
+        try:  # one GPU NVML cannot read (hidden by cgroups, lost) is skipped, not every GPU
+            handles[i] = nvml.handle(i)
+            bus_ids[i] = bus_key(nvml.pci_bus_id(handles[i]))
+            physical[i] = _physical(nvml, i, handles[i], bus_ids[i])
+        except NvmlError as e:
+            handles.pop(i, None), bus_ids.pop(i, None)
+            log.warning("GPU %d of %d skipped: NVML cannot read it (%s)", i, count, e)
+    devices = visible([p for p, _ in physical.values()], environ)
+    nvlinks = {d.gpu.nvml_index: _nvlinks(nvml, handles[d.gpu.nvml_index], list(bus_ids.values()))
+               for d in devices}
     gpus = []
-    for ordinal, device in enumerate(devices):
-        i = device.gpu.nvml_index
-        h, mig_devices = handles[i], physical[i][1]
-        major, minor = device.gpu.compute_capability
-        numa = _optional(nvml.memory_affinity, h)
-        cpus = _optional(nvml.cpu_affinity, h)
-        # Peers are the other visible whole GPUs: MIG devices have no peer-to-peer (MIG User Guide)
-        peers = [(str(o), p.gpu.nvml_index) for o, p in enumerate(devices)
-                 if o != ordinal and device.mig_uuid is None and p.mig_uuid is None]
-        gpus.append(Gpu(
-            index=ordinal,
-            name=nvml.name(h),
-            compute_capability=f"{major}.{minor}",
-            memory_bytes=(next(m.memory_bytes for m in mig_devices if m.uuid == device.mig_uuid)
-                          if device.mig_uuid else nvml.memory_total(h)),
-            pci_bus_id=bus_ids[i],
-            numa_node=min(numa) if numa else None,
-            cpu_affinity=format_cpulist(cpus) if cpus else None,
-            mig=device.gpu.mig if device.gpu.mig else _optional(nvml.mig_enabled, h),
-            links={peer: link for peer, j in peers
-                   if (link := _link(nvml, handles, nvlinks, bus_ids, i, j)) is not None},
-            p2p={peer: ok for peer, j in peers if (ok := _optional(nvml.p2p_read_ok, h, handles[j])) is not None},
-            uuid=device.mig_uuid or device.gpu.uuid or None,
-            nvml_index=i,
-            mig_devices=mig_devices,
-        ))
-    view = CudaView(visible_devices=environ.get(VISIBLE), device_order=environ.get(ORDER), nvml_gpus=len(handles))
+    for ordinal, device in enumerate(devices):  # CUDA enumerates a device NVML cannot name: its ordinal stays
+        try:
+            gpus.append(_gpu(nvml, device, devices, ordinal, handles, bus_ids, physical, nvlinks))
+        except NvmlError as e:
+            log.warning("GPU %d (%s) skipped: NVML cannot read it (%s)", device.gpu.nvml_index, device.gpu.bus_id, e)
+    view = CudaView(visible_devices=environ.get(VISIBLE), device_order=environ.get(ORDER), nvml_gpus=count)
     return tuple(gpus), view
+
+
+def _gpu(nvml: Nvml, device: Visible, devices: list[Visible], ordinal: int, handles: dict[int, Handle],
+         bus_ids: dict[int, str], physical: dict[int, tuple[Physical, tuple[MigDevice, ...]]],
+         nvlinks: dict[int, _NvLinks]) -> Gpu:
+    """One visible device, CUDA ordinal ``ordinal`` (NvmlError when a value it needs cannot be read)."""
+    i = device.gpu.nvml_index
+    h, mig_devices = handles[i], physical[i][1]
+    major, minor = device.gpu.compute_capability
+    numa = _optional(nvml.memory_affinity, h)
+    cpus = _optional(nvml.cpu_affinity, h)
+    # Peers are the other visible whole GPUs: MIG devices have no peer-to-peer (MIG User Guide)
+    peers = [(str(o), p.gpu.nvml_index) for o, p in enumerate(devices)
+             if p is not device and device.mig_uuid is None and p.mig_uuid is None]
+    return Gpu(
+        index=ordinal,
+        name=nvml.name(h),
+        compute_capability=f"{major}.{minor}",
+        memory_bytes=(next(m.memory_bytes for m in mig_devices if m.uuid == device.mig_uuid)
+                      if device.mig_uuid else nvml.memory_total(h)),
+        pci_bus_id=bus_ids[i],
+        numa_node=min(numa) if numa else None,
+        cpu_affinity=format_cpulist(cpus) if cpus else None,
+        mig=device.gpu.mig if device.gpu.mig else _optional(nvml.mig_enabled, h),
+        links={peer: link for peer, j in peers
+               if (link := _link(nvml, handles, nvlinks, bus_ids, i, j)) is not None},
+        p2p={peer: ok for peer, j in peers if (ok := _optional(nvml.p2p_read_ok, h, handles[j])) is not None},
+        uuid=device.mig_uuid or device.gpu.uuid or None,
+        nvml_index=i,
+        mig_devices=mig_devices,
+    )
 
 
 def _physical(nvml: Nvml, index: int, handle: Handle, bus_id: str) -> tuple[Physical, tuple[MigDevice, ...]]:
@@ -137,7 +157,7 @@ def _nvlinks(nvml: Nvml, handle: Handle, bus_ids: list[str]) -> _NvLinks:
     return links
 
 
-def _link(nvml: Nvml, handles: list[Handle], nvlinks: dict[int, _NvLinks], bus_ids: list[str], i: int,
+def _link(nvml: Nvml, handles: dict[int, Handle], nvlinks: dict[int, _NvLinks], bus_ids: dict[int, str], i: int,
           j: int) -> str | None:
     """``NV<n>`` (active NVLinks between the pair) or the PCIe distance, as ``nvidia-smi topo -m`` prints it.
 

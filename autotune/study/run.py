@@ -141,6 +141,9 @@ def search_context(workload_spec: str, facts: Facts, options: SearchOptions) -> 
     convs = [m for m in model.modules() if isinstance(m, torch.nn.modules.conv._ConvNd)]
     conv = bool(convs) and all(isinstance(m, (torch.nn.Conv2d, torch.nn.ConvTranspose2d)) for m in convs)
     device: Literal["cpu", "cuda"] = "cuda" if facts.gpus and torch.cuda.is_available() else "cpu"
+    unprobed = unprobed_devices(facts)
+    if unprobed:
+        log.warning("%s: the search runs on %s", unprobed, "the probed GPUs" if facts.gpus else "the CPU")
     ctx = spaces.SpaceContext(
         device=device, default_batch_size=workload.batch_size, conv=conv, conv_nd=bool(convs) and not conv,
         global_batch=options.global_batch,
@@ -148,6 +151,17 @@ def search_context(workload_spec: str, facts: Facts, options: SearchOptions) -> 
         unused_parameters=_unused_parameters(workload, model), **spaces.sparsity.context(model),
     )
     return workload, ctx
+
+
+def unprobed_devices(facts: Facts) -> str | None:
+    """Why the probe's GPUs are fewer than the CUDA devices torch sees (NVML skipped some, see the probe's
+    warnings), or None when they agree."""
+    import torch
+
+    seen = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if seen <= len(facts.gpus):
+        return None
+    return f"torch sees {seen} CUDA device(s), the probe read {len(facts.gpus)} from NVML"
 
 
 def _max_batch(workload: Workload, model: torch.nn.Module, facts: Facts, device: str) -> int | None:

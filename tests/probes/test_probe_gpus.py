@@ -160,3 +160,41 @@ def test_unsupported_optional_values_are_none(fake_nvml):
 ])
 def test_bus_ids_have_one_spelling(raw, key):
     assert _gpu.bus_key(raw) == key
+
+
+def test_a_gpu_nvml_cannot_read_is_skipped_alone(fake_nvml, caplog, monkeypatch):
+    """One GPU hidden by cgroups (no permission for its handle) and one lost (its name fails): the other six
+    are probed, each skip is warned about, and torch seeing more devices than the probe is said."""
+    from dataclasses import replace
+
+    import torch
+
+    from autotune.study.run import unprobed_devices
+
+    fake = fake_nvml("H100SXMx8")
+    no_permission, gpu_is_lost = 4, 15
+    handle, name = fake.nvmlDeviceGetHandleByIndex, fake.nvmlDeviceGetName
+
+    def hidden(index):
+        if index == 3:
+            raise NVMLError(no_permission)
+        return handle(index)
+
+    def lost(h):
+        if h == 5:
+            raise NVMLError(gpu_is_lost)
+        return name(h)
+
+    fake.nvmlDeviceGetHandleByIndex, fake.nvmlDeviceGetName = hidden, lost
+    with caplog.at_level(logging.WARNING):
+        gpus = _gpu.probe_gpus()
+    assert [g.nvml_index for g in gpus] == [0, 1, 2, 4, 6, 7]
+    assert [g.index for g in gpus] == [0, 1, 2, 3, 5, 6]  # CUDA still enumerates the lost one (ordinal 4)
+    assert {g.name for g in gpus} == {"NVIDIA H100 80GB HBM3"}
+    skipped = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert len(skipped) == 2 and skipped[0].startswith("GPU 3 of 8 skipped: NVML cannot read it"), skipped
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 7)
+    facts = replace(probes.probe(), gpus=gpus)
+    assert unprobed_devices(facts) == "torch sees 7 CUDA device(s), the probe read 6 from NVML"
+    assert unprobed_devices(replace(facts, gpus=gpus + gpus[:1])) is None
