@@ -4,8 +4,10 @@ Two models on one GPU are paired as on a CPU (synchronised windows, ``autotune.t
 both fit: every arm's peak (its model, optimizer state and activations at their largest) must fit in the
 device's memory together with one more model as large as the largest (the candidate is not built yet: a
 batch size or dtype may change its size; when it is larger after all, its build runs out of memory and
-that, too, reads "no room"). "Fit" keeps ``ROOM_FRACTION`` of the memory (a MIG device: its slice's) for
-the allocator's fragmentation and the CUDA context. When they do not fit, the arm is not added: its state
+that, too, reads "no room"). "Fit" keeps ``ROOM_FRACTION`` of the memory this process can use for the
+allocator's fragmentation: what is free on the device plus what its own allocator holds (``room``: a MIG
+device's slice at most), not the device's total, since other processes' contexts and memory, a search's
+frozen worker's too, are not this process's to use. When they do not fit, the arm is not added: its state
 is ``no-room`` and its error says to measure it by process pairs, which the search then does.
 
 An arm's peak is ``torch.cuda.max_memory_allocated`` over its own activity (build, warm-up, windows),
@@ -26,9 +28,10 @@ GIB = 1 << 30
 ROOM_FRACTION = 0.9  # of the device's memory: the rest for fragmentation, the CUDA context, cuDNN workspaces
 
 
-def no_room(peaks: Sequence[int], total_bytes: int | None, device: str) -> str | None:
-    """Why one more arm does not fit beside arms with these ``peaks`` on a device of ``total_bytes``
-    (named ``device`` in the message), or None when it does (or nothing is known: no arms, no size)."""
+def no_room(peaks: Sequence[int], total_bytes: int | None, device: str, elsewhere: int = 0) -> str | None:
+    """Why one more arm does not fit beside arms with these ``peaks`` in ``total_bytes`` this process can use
+    (on ``device``, named in the message; ``elsewhere``: what contexts and other processes hold there), or
+    None when it does (or nothing is known: no arms, no size)."""
     if not peaks or not total_bytes:
         return None
     need = sum(peaks) + max(peaks)
@@ -36,8 +39,21 @@ def no_room(peaks: Sequence[int], total_bytes: int | None, device: str) -> str |
         return None
     shown = f"{len(peaks) + 1} x {max(peaks) / GIB:.1f} GiB" if len(set(peaks)) == 1 else \
         " + ".join(f"{p / GIB:.1f}" for p in (*peaks, max(peaks))) + " GiB"
+    held = f" ({elsewhere / GIB:.1f} GiB more held by CUDA contexts and other processes)" if elsewhere >= GIB else ""
     return (f"two models do not fit on {device}: {shown} peak > {ROOM_FRACTION:.0%} of {total_bytes / GIB:.1f} "
-            f"GiB: measure by process pairs")
+            f"GiB{held}: measure by process pairs")
+
+
+def room(index: int, total_bytes: int | None) -> tuple[int, int]:
+    """The memory of CUDA device ``index`` this process can use, and what is held outside its allocator: free
+    memory (``torch.cuda.mem_get_info``) plus what this process's allocator reserves, at most ``total_bytes``
+    (the probed size: a MIG device's slice) where known."""
+    import torch
+
+    free, device_total = torch.cuda.mem_get_info(index)
+    total = min(total_bytes or device_total, device_total)
+    usable = min(total, free + torch.cuda.memory_reserved(index))
+    return usable, total - usable
 
 
 def out_of_room(device: str, others: int, error: str) -> str:
@@ -59,6 +75,20 @@ def device_of(facts: Any, index: int) -> tuple[str, int | None]:
         return f"cuda:{index} ({props.name})", int(props.total_memory)
     except Exception:  # noqa: BLE001 - no CUDA: nothing known, nothing refused
         return f"cuda:{index}", None
+
+
+def warm_libraries() -> None:
+    """Make the process's cuBLAS and cuBLASLt workspaces before an arm's footprint starts: they are made at
+    the first matmul and kept for the process, so the first arm would be charged what every arm shares."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return  # a test's pretend GPU
+    a = torch.ones(64, 64, device="cuda")
+    for dtype in (torch.float32, torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16):
+        x = a.to(dtype)
+        torch.mm(x, x), torch.nn.functional.linear(x, x, x[0])  # cuBLAS, and cuBLASLt's fused bias
+    torch.cuda.synchronize()
 
 
 class Footprint:

@@ -12,8 +12,8 @@ exact interval.
 Rules an arm keeps, so that its windows measure only itself:
 - every arm of a process shares its environment-level knobs (``ENVIRONMENT_KEYS``); ``Bench.add`` refuses
   another environment (those are compared across processes);
-- process-global settings (TF32, cuDNN flags: the families in ``_PROCESS_GLOBAL``) and the torch RNG state
-  are the arm's own from the start of each of its windows;
+- process-global settings (the TF32 flags, set by ``search_spaces.cuda.set_flags``, defaults included) and
+  the torch RNG state are the arm's own from the start of each of its windows;
 - its DataLoader workers are stopped (SIGSTOP) while it is idle and continued (SIGCONT) for its windows,
   and never left stopped: ``close()`` and a failure continue them before shutting them down;
 - a window runs whole optimizer steps until at least ``window_s`` seconds have passed (CUDA synchronised);
@@ -34,6 +34,7 @@ Example (in a worker process; see ``autotune.trial.worker`` for the parent's sid
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -41,23 +42,22 @@ import random
 import signal
 import statistics
 import time
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from .. import search_spaces as spaces
 from .child import NonFiniteLoss, _evaluate, _failure, _in_effect, _raise_if_a_worker_died
 from .freeze import proc_state
-from .memory import Footprint, device_of, no_room, out_of_room
+from .memory import Footprint, device_of, no_room, out_of_room, room, warm_libraries
+from .oom import is_out_of_memory
 from .protocol import ArmState, ArmStatus, PairRecord, WindowRecord, WorkerSpec
 from .spec import Status
 
 # Knobs that must be in effect before torch starts, or that decide the process itself: one worker, one set
 # of values (``search_spaces``: threads and preload families, processes; the run settings device and membind).
 ENVIRONMENT_KEYS: tuple[str, ...] = (*spaces.threads.KEYS, *spaces.preload.KEYS, *spaces.processes.KEYS,
-                                     "device", "membind")
-# Families whose ``apply_process`` sets flags every model of the process reads (TF32, cuDNN): set again at
-# the start of each window of an arm. The thread families are environment-level (equal for all arms).
-_PROCESS_GLOBAL = (spaces.amp,)
+                                     *spaces.cuda.ENVIRONMENT_KEYS, "device", "membind")
 
 WINDOW_FLOOR_S = {"cpu": 0.3, "cuda": 0.05}  # timer and scheduler noise stay well under 2% of this
 MIN_WINDOW_STEPS = 4
@@ -162,6 +162,7 @@ class Arm:
         self.loss_samples: int | None = None
         self.rates: list[float] = []
         self.first_step_s: float | None = None
+        self._first_steps: list[float] = []  # the steps that may hold compile work (``compilation.charged_steps``)
         self._warm_steps: list[float] = []
         self.settle_s, self.settle_steps = 0.0, 0  # the process's settling, when this arm was its first
         self.in_effect: dict[str, Any] = {}
@@ -206,11 +207,16 @@ class Arm:
         return statistics.median(self._warm_steps) if self._warm_steps else None
 
     @property
+    def compiled(self) -> bool:
+        return (self.params.get("compile_mode") or "none") != "none"
+
+    @property
     def compile_s(self) -> float | None:
-        """First step minus a normal one."""
-        if self.first_step_s is None:
+        """The charged first steps' excess over a normal step, as a trial process charges it (``compile_cost``)."""
+        if not self._first_steps or self.tuned is None:
             return None
-        return max(0.0, self.first_step_s - (self.step_s or 0.0))
+        return spaces.compilation.compile_cost(self._first_steps, self.step_s or 0.0, self.params.get("compile_mode"),
+                                               self.tuned.device)
 
     def status(self) -> ArmStatus:
         return ArmStatus(
@@ -227,8 +233,7 @@ class Arm:
 
         if self.state != "ok":
             raise ArmFailed(self.name, self.state, self.error or "failed earlier")
-        for family in _PROCESS_GLOBAL:
-            family.apply_process(self.params, self.bench.facts)
+        spaces.cuda.set_flags(self.params)  # TF32: every model of the process reads the process's flags
         if self._rng is not None:
             torch.set_rng_state(self._rng)
         if self._cuda_rng is not None:
@@ -250,21 +255,19 @@ class Arm:
         self._enter()
         try:
             return run()
-        except NonFiniteLoss as e:
-            self._fail("nan", e)
-        except MemoryError as e:
-            self._fail("oom", e)
         except Exception as e:  # noqa: BLE001 - any failure of the workload is this arm's, recorded
-            import torch
-
-            self._fail("oom" if isinstance(e, torch.OutOfMemoryError) else "crash", e)
+            # classified as a trial process's (cuBLAS/cuDNN allocation failures are out of memory too)
+            state: ArmState = "nan" if isinstance(e, NonFiniteLoss) else "oom" if is_out_of_memory(e) else "crash"
+            message = _failure(Status(state), e).error or type(e).__name__
+            # the failed step's tensors live on in the traceback's frames: freed before close() empties the cache
+            traceback.clear_frames(e.__traceback__)
+            self._fail(state, message, e)
         finally:
             if self.state == "ok":
                 self._leave()
         raise AssertionError("unreachable")  # pragma: no cover - _fail raises
 
-    def _fail(self, state: ArmState, error: BaseException) -> None:
-        message = _failure(Status(state), error).error or type(error).__name__
+    def _fail(self, state: ArmState, message: str, error: BaseException) -> None:
         self.state, self.error = state, message
         self.close()
         raise ArmFailed(self.name, state, message) from error
@@ -319,16 +322,19 @@ class Arm:
 
     def _warm_up(self) -> None:
         loss = None
-        for index in range(max(1, self.bench.spec.warmup_steps)):
+        # the steps that may hold compile work (CUDA-graph capture: steps 2-3) are warm-up, never a window's
+        charged = max(1, spaces.compilation.charged_steps(self.params.get("compile_mode"), self.tuned.device))
+        for index in range(max(charged, self.bench.spec.warmup_steps)):
             self._sync()
             start = time.perf_counter()
             loss = self._step()
             self._sync()
             spent = time.perf_counter() - start
-            if index == 0:
-                self.first_step_s = spent
+            if index < charged:
+                self._first_steps.append(spent)
             else:
                 self._warm_steps.append(spent)
+            self.first_step_s = self._first_steps[0]
             self._loss_if_due(loss)
         if not self.bench.settled:
             settled = self._settle()
@@ -375,6 +381,15 @@ class Arm:
         self.rates.append(samples / elapsed)
         return WindowRecord(self.name, samples / elapsed, steps, samples, elapsed, idle_workers)
 
+    def recompile(self) -> None:
+        """One untimed step: after the compiler's caches were cleared for another arm, this compiled arm compiles
+        again now rather than in its next window."""
+        def run() -> None:
+            self._loss_if_due(self._step())
+            self._sync()
+
+        self._guarded(run)
+
     def ensure_loss(self) -> None:
         """Train (untimed) up to ``loss_samples`` if not there yet, and take the loss."""
         def run() -> None:
@@ -384,14 +399,31 @@ class Arm:
         self._guarded(run)
 
 
+def fresh_compiler() -> None:
+    """The compiler as in a fresh process, before a compiled arm is built or after one is dropped: dynamo's code
+    caches and CUDA-graph trees (``torch._dynamo.reset``), inductor's in-memory caches, and a new directory for
+    its and Triton's on-disk caches. Without it a later arm reused an earlier one's compiled code (its compile
+    read about 0 s), a second batch size recompiled for dynamic shapes, and a dropped arm's CUDA graphs kept
+    their memory. Shapes stay static: a process of one model never sees another batch size."""
+    import tempfile
+
+    import torch._dynamo
+    from torch._inductor.utils import clear_caches
+
+    directory = tempfile.mkdtemp(prefix="compile-")  # in the worker's own TMPDIR, removed with it
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(directory, "inductor")
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(directory, "triton")
+    torch._dynamo.reset()
+    clear_caches()
+    torch._dynamo.config.automatic_dynamic_shapes = False
+
+
 def preload_lazy_modules() -> None:
     """Import now what torch imports lazily on an arm's first build: ``torch.optim.Optimizer.__init__`` runs
     under ``torch._disable_dynamo``, which imports ``torch._dynamo`` on its first call (1.7-1.9 s of a CNN
     arm's 2.6 s build and warm-up, 2-vCPU VM). In the worker's start it runs before ``Ready``, while the other
     worker of a process pair imports side by side, instead of in each arm's turn alone; every process that
     trains with an optimizer pays it once either way, the user's too."""
-    import contextlib
-
     with contextlib.suppress(ImportError):
         import torch._dynamo  # noqa: F401
 
@@ -428,11 +460,15 @@ class Bench:
         self.arms[name] = arm
         others = [a for a in self.arms.values() if a is not arm and a.state == "ok"]
         device = self._device() if arm.memory.cuda and others else None
+        if arm.memory.cuda and not others:
+            warm_libraries()
         if device is not None:
-            reason = no_room([a.memory.peak or 0 for a in others], device[1], device[0])
+            reason = no_room([a.memory.peak or 0 for a in others], device[1], device[0], device[2])
             if reason is not None:
                 arm.state, arm.error = "no-room", reason
                 raise ArmFailed(name, "no-room", reason)
+        if arm.compiled:
+            fresh_compiler()
         try:
             arm.warm_up()
         except ArmFailed as e:
@@ -441,12 +477,26 @@ class Bench:
             arm.state = "no-room"  # it ran out beside the others: alone it may fit
             arm.error = out_of_room(device[0], arm.memory.others, e.error)
             raise ArmFailed(name, "no-room", arm.error) from e
+        finally:
+            if arm.compiled:
+                self._recompile_others(arm)
         return arm
 
-    def _device(self) -> tuple[str, int | None]:
+    def _recompile_others(self, arm: Arm) -> None:
+        """The other compiled arms compile again (their code was cleared with the caches); one that fails now
+        is failed as it would have in its window."""
+        for other in self.arms.values():
+            if other is not arm and other.compiled and other.state == "ok":
+                with contextlib.suppress(ArmFailed):
+                    other.recompile()
+
+    def _device(self) -> tuple[str, int | None, int]:
+        """The device's name, the memory this process can use there, and what others hold (``memory.room``)."""
         import torch
 
-        return device_of(self.facts, torch.cuda.current_device())
+        index = torch.cuda.current_device()
+        label, total = device_of(self.facts, index)
+        return (label, *room(index, total))
 
     def get(self, name: str) -> Arm:
         if name not in self.arms:
@@ -461,11 +511,15 @@ class Bench:
         return [arm.window(window_s, self.others(name)) for _ in range(n)]
 
     def drop(self, name: str) -> None:
-        self.arms.pop(name).close()
+        arm = self.arms.pop(name)
+        arm.close()
+        if arm.compiled:  # its compiled code and CUDA-graph memory pool go with it
+            fresh_compiler()
+            self._recompile_others(arm)
 
     def close(self) -> None:
-        for name in list(self.arms):
-            self.drop(name)
+        while self.arms:  # the process ends: nothing to compile again
+            self.arms.popitem()[1].close()
 
 
 def pairs(base: Arm, cand: Arm, n: int, window_s: float, rng: random.Random,

@@ -60,3 +60,45 @@ def test_an_eager_trial_charges_no_compile_time(facts, fast_settings) -> None:
     assert result.status == "ok", result.log_tail
     assert result.compile_s == 0.0 and len(result.in_effect["first_steps_s"]) == 1
     assert result.objective == pytest.approx(result.samples_per_s)  # nothing amortised
+
+
+def test_compiled_arms_of_one_worker_each_pay_their_own_compile_and_stay_compiled(facts, monkeypatch,
+                                                                                   tmp_path) -> None:
+    """Three compiled arms in one worker (two alike, one of another batch size): each pays its own compile,
+    as in a fresh process, and no window recompiles. Before, the second reused the first's compiled code
+    (its compile read about 0 s). Dynamo with the ``aot_eager`` backend: inductor's C++ compile would take
+    minutes here, and what is checked is the compiler's state, not its speed."""
+    import torch
+    import torch._dynamo
+
+    from autotune import search_spaces as spaces
+    from autotune.trial import paired, protocol
+
+    original = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda model, mode=None: original(model, backend="aot_eager"))
+    monkeypatch.setattr(torch._dynamo.config, "automatic_dynamic_shapes", True)  # restored after the test
+    for variable in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):  # each compiled arm sets its own
+        monkeypatch.setenv(variable, str(tmp_path / variable))
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    threads = torch.get_num_threads()
+    params = {**spaces.defaults(facts, spaces.SpaceContext(default_batch_size=32)), "device": "cpu",
+              "reference_batch": 32, "threads": 1, "interop_threads": 1, "compile_mode": "default"}
+    spec = protocol.WorkerSpec("tiny", params, facts.to_dict(), loss_samples=10_000, warmup_steps=3,
+                               eval_samples=128)
+    bench = paired.Bench(spec)
+    try:
+        arms = [bench.add("a", params), bench.add("b", params), bench.add("c", {**params, "batch_size": 16})]
+        compiles = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+        for arm in arms:
+            arm.window(0.05)
+        steady = {arm.name: arm.step_s for arm in arms}
+        paid = {arm.name: arm.compile_s for arm in arms}
+        assert all(paid[name] > 5 * steady[name] for name in paid), (paid, steady)
+        assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == compiles  # nothing compiled in a window
+        assert torch._dynamo.config.automatic_dynamic_shapes is False  # batch 16 compiled static, as alone
+        bench.drop("c")
+        assert arms[0].state == arms[1].state == "ok"
+    finally:
+        bench.close()
+        torch._dynamo.reset()
+        torch.set_num_threads(threads)

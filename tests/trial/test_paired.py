@@ -101,6 +101,69 @@ def test_environment_level_knobs_must_match_the_worker() -> None:
         "allocator='jemalloc' (worker: 'default')"]
 
 
+def test_each_arm_runs_its_windows_with_its_own_tf32_flags(facts: Any) -> None:
+    """Two arms of one CUDA worker, TF32 on and off: each arm's window starts with its own flags, the
+    defaults included (the flags are process state: read here without a GPU, the arms are not built)."""
+    from types import SimpleNamespace
+
+    from autotune import search_spaces as spaces
+    from autotune.trial.memory import Footprint
+    from autotune.trial.paired import Arm
+
+    flags = spaces.cuda.flags()
+    before = {key: flag.get() for key, flag in flags.items()}
+    bench: Any = SimpleNamespace(facts=facts)
+    cuda = {"device": "cuda", "tf32_matmul": False, "tf32_cudnn": True, "cudnn_benchmark": False}
+    arms = {"defaults": Arm("defaults", cuda, bench), "tf32": Arm("tf32", {**cuda, "tf32_matmul": True,
+                                                                            "tf32_cudnn": False}, bench)}
+    try:
+        for name in ("tf32", "defaults", "tf32", "defaults"):
+            arm = arms[name]
+            arm.memory = Footprint(cuda=False)  # no device memory to read here
+            arm._enter()
+            assert spaces.cuda.tf32_in_effect() == {"matmul": name == "tf32", "cudnn": name != "tf32"}, name
+            arm._leave()
+    finally:
+        for key, flag in flags.items():
+            flag.set(before[key])
+
+
+@pytest.mark.parametrize(("error", "state"), [
+    (RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"), "oom"),
+    (RuntimeError("cuDNN error: CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED"), "oom"),
+    (MemoryError(), "oom"),
+    (RuntimeError("shape mismatch"), "crash"),
+])
+def test_an_arm_that_fails_is_classified_as_a_trial_is_and_its_tensors_are_freed_first(
+        facts: Any, error: BaseException, state: str) -> None:
+    """A cuBLAS/cuDNN allocation failure is out of memory in a paired worker as in a trial process (so the
+    search falls back to process pairs), and the failed step's tensors, held by the traceback's frames,
+    are gone before ``close()`` empties the CUDA cache for the next process."""
+    import weakref
+    from types import SimpleNamespace
+
+    import torch
+
+    from autotune.trial.memory import Footprint
+    from autotune.trial.paired import Arm, ArmFailed
+
+    arm = Arm("a", {"device": "cpu"}, SimpleNamespace(facts=facts))  # type: ignore[arg-type]
+    arm.memory = Footprint(cuda=False)
+    held: list[Any] = []
+    closing: list[bool] = []
+    arm.close = lambda: closing.append(held[0]() is None)  # type: ignore[method-assign]
+
+    def step() -> None:
+        activations = torch.ones(1024)
+        held.append(weakref.ref(activations))
+        raise error
+
+    with pytest.raises(ArmFailed) as failed:
+        arm._guarded(step)
+    assert (failed.value.state, arm.state) == (state, state)
+    assert closing == [True]  # freed when close() ran
+
+
 # Protocol --------------------------------------------------------------------------------------------------
 
 _WINDOW = protocol.WindowRecord("a", 10.0, 3, 30, 3.0, {"12": "T"})
@@ -111,6 +174,7 @@ _STATUS = protocol.ArmStatus("a", "nan", "NonFiniteLoss: nan", 32, 64, 0.5, 0.01
 @pytest.mark.parametrize("message", [
     protocol.AddArm("a", {"batch_size": 8}), protocol.RunPairs("a", "b", 4, 0.3, 2), protocol.RunWindows("a", 2, 0.5),
     protocol.Evaluate("a"), protocol.DropArm("a"), protocol.Quit(), protocol.Ready(1, {"threads": 1}),
+    protocol.EmptyCache(), protocol.CacheEmptied(1 << 30),
     protocol.ArmAdded(_STATUS), protocol.WindowsRun(_STATUS, (_WINDOW, _WINDOW)),
     protocol.PairsRun(_STATUS, _STATUS, (protocol.PairRecord("a", _WINDOW, _WINDOW),)),
     protocol.Evaluated(_STATUS), protocol.Dropped("a"), protocol.Refused("AddArm", "why"), protocol.Bye(),
@@ -220,6 +284,7 @@ def test_an_arm_with_other_environment_knobs_is_refused(tiny_worker: PairedWorke
     with pytest.raises(WorkerError, match="threads=2"):
         tiny_worker.add_arm("two-threads", _params(facts, threads=2))
     assert "two-threads" not in tiny_worker.arms
+    assert tiny_worker.empty_cache() == 0  # the worker answers, and off CUDA has no cache to return
 
 
 def test_a_process_that_starts_slow_is_settled_before_its_first_window(facts: Any) -> None:
