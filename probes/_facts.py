@@ -130,6 +130,7 @@ class Gpu:
     uuid: str | None = None  # "GPU-…", or "MIG-…" for a MIG device
     nvml_index: int | None = None  # the physical GPU in NVML's order (nvidia-smi's index)
     mig_devices: tuple[MigDevice, ...] = ()  # every MIG device of the GPU (MIG mode on)
+    compute_mode: str | None = None  # nvidia-smi's: Default, Exclusive_Process (one CUDA context), Prohibited
 
     @property
     def is_mig_device(self) -> bool:

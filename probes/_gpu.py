@@ -101,6 +101,7 @@ def _gpu(nvml: Nvml, device: Visible, devices: list[Visible], ordinal: int, hand
         uuid=device.mig_uuid or device.gpu.uuid or None,
         nvml_index=i,
         mig_devices=mig_devices,
+        compute_mode=_optional(nvml.compute_mode, h),
     )
 
 

@@ -31,6 +31,8 @@ NVML_ERROR_GPU_IS_LOST = 15
 NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
 NVML_ERROR_GPU_NOT_FOUND = 28
 NVML_DEVICE_MIG_ENABLE = 1
+# nvmlComputeMode_t (nvml.h); EXCLUSIVE_THREAD (1) is gone since CUDA 8
+COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
 NVML_AFFINITY_SCOPE_NODE = 0
 NVML_P2P_CAPS_INDEX_READ = 0  # pynvml defines this one as the tuple ``(0,)``: a typo, not used
 NVML_P2P_STATUS_OK = 0
@@ -158,6 +160,11 @@ class Nvml:
     def uuid(self, handle: Handle) -> str:
         """``GPU-…`` for a GPU, ``MIG-…`` for a MIG device: the names ``CUDA_VISIBLE_DEVICES`` takes."""
         return _text(self._call("nvmlDeviceGetUUID", handle))
+
+    def compute_mode(self, handle: Handle) -> str:
+        """As ``nvidia-smi -q`` prints it: Default, Exclusive_Process or Prohibited (nvmlComputeMode_t)."""
+        mode = int(self._call("nvmlDeviceGetComputeMode", handle))
+        return COMPUTE_MODES.get(mode, f"mode {mode}")
 
     def mig_enabled(self, handle: Handle) -> bool:
         current, _pending = self._call("nvmlDeviceGetMigMode", handle)

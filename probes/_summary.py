@@ -80,7 +80,8 @@ def _gpu_row(g: Gpu) -> str:
         mig += " (" + ", ".join(f"{m.uuid} {_size(m.memory_bytes)}" for m in g.mig_devices) + ")"
     return (f"{g.index}{f' [{g.nvml_index}]' if g.nvml_index not in (None, g.index) else ''}: {g.name}, "
             f"cc {g.compute_capability}, {_size(g.memory_bytes)}, {g.pci_bus_id}, "
-            f"NUMA {g.numa_node if g.numa_node is not None else '?'}, cpus {g.cpu_affinity or '?'}{mig}")
+            f"NUMA {g.numa_node if g.numa_node is not None else '?'}, cpus {g.cpu_affinity or '?'}{mig}"
+            f"{f', compute mode {g.compute_mode}' if g.compute_mode not in (None, 'Default') else ''}")
 
 
 def _gpu_rows(gpus: tuple[Gpu, ...], root: str | None, cuda: CudaView | None = None) -> list[tuple[str, str]]:

@@ -141,6 +141,9 @@ def search_context(workload_spec: str, facts: Facts, options: SearchOptions) -> 
     convs = [m for m in model.modules() if isinstance(m, torch.nn.modules.conv._ConvNd)]
     conv = bool(convs) and all(isinstance(m, (torch.nn.Conv2d, torch.nn.ConvTranspose2d)) for m in convs)
     device: Literal["cpu", "cuda"] = "cuda" if facts.gpus and torch.cuda.is_available() else "cpu"
+    shared = one_context_only(facts) if device == "cuda" else None
+    if shared:
+        raise UsageError(shared)
     unprobed = unprobed_devices(facts)
     if unprobed:
         log.warning("%s: the search runs on %s", unprobed, "the probed GPUs" if facts.gpus else "the CPU")
@@ -151,6 +154,17 @@ def search_context(workload_spec: str, facts: Facts, options: SearchOptions) -> 
         unused_parameters=_unused_parameters(workload, model), **spaces.sparsity.context(model),
     )
     return workload, ctx
+
+
+def one_context_only(facts: Facts) -> str | None:
+    """Why this GPU cannot host the search: its compute mode takes one CUDA context at a time (or none), while
+    a search compares processes side by side on it (a paired worker beside process pairs); None when it can."""
+    gpu = next((g for g in facts.gpus if g.compute_mode not in (None, "Default")), None)
+    if gpu is None:
+        return None
+    return (f"GPU {gpu.index} ({gpu.name}) is in compute mode {gpu.compute_mode}: a search runs several processes "
+            f"on it side by side; set it to Default first (sudo nvidia-smi -i {gpu.nvml_index} -c DEFAULT), "
+            "or hide it (CUDA_VISIBLE_DEVICES=) to search on the CPU")
 
 
 def unprobed_devices(facts: Facts) -> str | None:

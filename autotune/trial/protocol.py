@@ -92,11 +92,17 @@ class KeepHeap:
 
 
 @dataclass(frozen=True)
+class EmptyCache:
+    """Return the CUDA memory this worker's allocator caches but does not use to the device, before the worker
+    is frozen beside other processes on its GPU (``score``)."""
+
+
+@dataclass(frozen=True)
 class Quit:
     pass
 
 
-Command = AddArm | RunPairs | RunWindows | Evaluate | DropArm | KeepHeap | Quit
+Command = AddArm | RunPairs | RunWindows | Evaluate | DropArm | KeepHeap | EmptyCache | Quit
 
 # Records and replies -------------------------------------------------------------------------------------
 
@@ -192,6 +198,11 @@ class HeapKept:
 
 
 @dataclass(frozen=True)
+class CacheEmptied:
+    released: int  # bytes returned to the device (0 off CUDA)
+
+
+@dataclass(frozen=True)
 class Refused:
     """A command the worker could not carry out (unknown arm, another environment, a failed arm); the
     worker goes on."""
@@ -205,7 +216,7 @@ class Bye:
     pass
 
 
-Reply = Ready | ArmAdded | WindowsRun | PairsRun | Evaluated | Dropped | HeapKept | Refused | Bye
+Reply = Ready | ArmAdded | WindowsRun | PairsRun | Evaluated | Dropped | HeapKept | CacheEmptied | Refused | Bye
 
 _TYPES: dict[str, type[Any]] = {cls.__name__: cls for cls in typing.get_args(Command) + typing.get_args(Reply)}
 

@@ -394,7 +394,7 @@ class LiveMeasurer:
         self._due.discard(key)
         target = len(ratios) + 1 if grow or due else max(least, len(ratios))
         for worker in self._workers():
-            worker.freeze()  # the process pairs are timed alone
+            self._set_aside(worker)  # the process pairs are timed alone
         before, spent = len(ratios), 0.0
         while len(ratios) < target:
             started = time.monotonic()
@@ -452,12 +452,20 @@ class LiveMeasurer:
         return [w for w in (self.worker, self.env[1] if self.env else None) if w is not None]
 
     def _use(self, worker: PairedWorker) -> PairedWorker:
-        """``worker`` runs; the other one (if any) is frozen, so its threads take nothing from it."""
+        """``worker`` runs; the other one (if any) is set aside, so its threads take nothing from it."""
         for other in self._workers():
             if other is not worker:
-                other.freeze()
+                self._set_aside(other)
         worker.thaw()
         return worker
+
+    def _set_aside(self, worker: PairedWorker) -> None:
+        """Frozen; on CUDA its allocator's unused cache returned to the device first: a frozen process keeps
+        its memory, beside which another process's larger batch ran out of memory and read as the batch's."""
+        if worker.frozen is None and self.defaults.get("device") == "cuda" and worker.proc is not None \
+                and worker.proc.poll() is None:
+            worker.empty_cache()
+        worker.freeze()
 
     @staticmethod
     def _add(worker: PairedWorker, name: str, params: dict[str, Any], timeout_s: float) -> ArmStatus:
@@ -512,6 +520,8 @@ class LiveMeasurer:
         """Fresh trial processes of the candidate and of the defaults, alternated: at least ``FRESH_PAIRS``."""
         count = max(1, min(n, FRESH_PAIRS - len(trial.fresh))) if len(trial.fresh) < FRESH_PAIRS else 1
         rng = random.Random(trial.seed + len(trial.fresh))
+        for worker in self._workers():
+            self._set_aside(worker)  # timed alone, as the process pairs
         for _ in range(count):
             self.on_phase("starting", f"{trial.name}: fresh process pair {len(trial.fresh) + 1}")
             runs: dict[str, TrialResult] = {}

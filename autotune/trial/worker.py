@@ -48,9 +48,11 @@ from .protocol import (
     ArmAdded,
     ArmStatus,
     Bye,
+    CacheEmptied,
     Command,
     DropArm,
     Dropped,
+    EmptyCache,
     Evaluate,
     Evaluated,
     HeapKept,
@@ -111,6 +113,8 @@ def _handle(bench: Bench, command: Command) -> Reply:
         return Dropped(command.arm)
     if isinstance(command, KeepHeap):
         return HeapKept(keep_heap())
+    if isinstance(command, EmptyCache):
+        return CacheEmptied(empty_cache())
     return Bye()
 
 
@@ -124,6 +128,17 @@ def _handle(bench: Bench, command: Command) -> Reply:
 KEPT_MMAP_THRESHOLD = 32 << 20  # glibc's largest (half its heap size); fixing it stops its dynamic growth
 KEPT_TRIM_THRESHOLD = 256 << 20
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # malloc.h
+
+
+def empty_cache() -> int:
+    """Return the CUDA allocator's unused cached memory to the device; the bytes released (0 without CUDA)."""
+    import torch
+
+    if not torch.cuda.is_initialized():
+        return 0
+    before = torch.cuda.memory_reserved()
+    torch.cuda.empty_cache()
+    return max(0, before - torch.cuda.memory_reserved())
 
 
 def keep_heap() -> bool:
@@ -290,6 +305,11 @@ class PairedWorker:
 
     def drop_arm(self, arm: str, timeout_s: float = 60.0) -> None:
         self._expect(DropArm(arm), Dropped, timeout_s)
+
+    def empty_cache(self, timeout_s: float = 30.0) -> int:
+        """Have the worker return its allocator's unused CUDA memory to the device (``worker.empty_cache``)."""
+        reply: CacheEmptied = self._expect(EmptyCache(), CacheEmptied, timeout_s)
+        return reply.released
 
     def fix_heap(self, timeout_s: float = 30.0) -> bool:
         """Fix the worker's heap thresholds from now on (``keep_heap``), as a worker started with ``keep_heap``

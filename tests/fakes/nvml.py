@@ -67,6 +67,7 @@ class FakeGpu:
     cuda_index: int = -1
     uuid: str = ""
     mig_devices: list[FakeMig | None] = field(default_factory=list)  # by slot; None: an empty slot
+    compute_mode: int = 0  # nvmlComputeMode_t
 
     @property
     def bus(self) -> int:
@@ -165,6 +166,9 @@ class FakePynvml:
     def nvmlDeviceGetMemoryAffinity(self, handle: int, words: int, scope: int) -> list[int]:  # noqa: N802
         return [1 << self._gpu(handle).socket] + [0] * (words - 1)
 
+    def nvmlDeviceGetComputeMode(self, handle: int) -> int:  # noqa: N802
+        return self._gpu(handle).compute_mode
+
     def nvmlDeviceGetMigMode(self, handle: int) -> list[int]:  # noqa: N802
         mig = self._gpu(handle).mig
         if mig is None:
@@ -229,6 +233,7 @@ def _gpu_from_section(section: str) -> FakeGpu:
         memory_bytes=int(fields[("FB Memory Usage", "Total")].split()[0]) * 2**20,
         mig=None if mig in (None, "N/A") else mig == "Enabled",
         uuid=fields[("GPU UUID",)],
+        compute_mode={"Default": 0, "Prohibited": 2, "Exclusive_Process": 3}[fields[("Compute Mode",)]],
     )
 
 

@@ -198,3 +198,24 @@ def test_a_gpu_nvml_cannot_read_is_skipped_alone(fake_nvml, caplog, monkeypatch)
     facts = replace(probes.probe(), gpus=gpus)
     assert unprobed_devices(facts) == "torch sees 7 CUDA device(s), the probe read 6 from NVML"
     assert unprobed_devices(replace(facts, gpus=gpus + gpus[:1])) is None
+
+
+def test_a_gpu_that_takes_one_context_is_probed_and_refused_for_a_search(fake_nvml):
+    """EXCLUSIVE_PROCESS takes one CUDA context at a time: a search, which runs a paired worker beside process
+    pairs on the GPU, would see every second process refused; it stops before the first with what to do."""
+    from autotune.probes._summary import _gpu_row
+    from autotune.study.run import one_context_only
+
+    fake = fake_nvml("A100SXMx4")
+    fake.gpus[1].compute_mode = 3  # NVML_COMPUTEMODE_EXCLUSIVE_PROCESS
+    gpus = _gpu.probe_gpus()
+    assert [g.compute_mode for g in gpus] == ["Default", "Exclusive_Process", "Default", "Default"]
+    assert _gpu_row(gpus[1]).endswith(", compute mode Exclusive_Process")
+    assert not _gpu_row(gpus[0]).endswith("Default")
+    facts = probes.probe(runtime=False)
+    assert one_context_only(facts) == (
+        "GPU 1 (NVIDIA A100-SXM4-80GB) is in compute mode Exclusive_Process: a search runs several processes on it "
+        "side by side; set it to Default first (sudo nvidia-smi -i 1 -c DEFAULT), or hide it "
+        "(CUDA_VISIBLE_DEVICES=) to search on the CPU")
+    fake.gpus[1].compute_mode = 0
+    assert one_context_only(probes.probe(runtime=False)) is None

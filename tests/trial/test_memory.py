@@ -114,7 +114,7 @@ def bench(facts: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[paired.Bench]
                                warmup_steps=2, eval_samples=128)
     monkeypatch.setattr(paired, "Footprint", _FakeFootprint)
     b = paired.Bench(spec)
-    monkeypatch.setattr(b, "_device", lambda: ("cuda:0 (Fake 80GB)", 80 * GIB))
+    monkeypatch.setattr(b, "_device", lambda: ("cuda:0 (Fake 80GB)", 80 * GIB, 0))
     try:
         yield b
     finally:
@@ -133,6 +133,27 @@ def test_bench_adds_a_second_arm_only_where_it_fits(bench: paired.Bench) -> None
     assert refused.value.state == third.state == "no-room" and bench.get("third").model is None
     assert third.error == ("two models do not fit on cuda:0 (Fake 80GB): 3 x 30.0 GiB peak > 90% of "
                            "80.0 GiB: measure by process pairs")
+
+
+def test_room_is_what_this_process_can_use_not_the_devices_total(bench: paired.Bench, facts: Any,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A frozen worker or another process holds 30 of the 80 GiB: two 30 GiB arms no longer fit in the 50 this
+    process can use (5 of them its own allocator's cache), though 2 x 30 is 75% of the device's total."""
+    from autotune.trial import memory
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda index=None: (45 * GIB, 80 * GIB))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda index=None: 5 * GIB)
+    assert memory.room(0, 80 * GIB) == (50 * GIB, 30 * GIB)
+    assert memory.room(0, 40 * GIB) == (40 * GIB, 0)  # a MIG slice: at most the probed size
+    monkeypatch.setattr(bench, "_device", lambda: ("cuda:0 (Fake 80GB)", *memory.room(0, 80 * GIB)))
+    params = bench.spec.params
+    bench.add("base", params)
+    with pytest.raises(paired.ArmFailed) as refused:
+        bench.add("cand", {**params, "batch_size": 16})
+    assert refused.value.state == "no-room"
+    assert refused.value.error == ("two models do not fit on cuda:0 (Fake 80GB): 2 x 30.0 GiB peak > 90% of 50.0 GiB "
+                                   "(30.0 GiB more held by CUDA contexts and other processes): measure by process "
+                                   "pairs")
 
 
 def test_out_of_memory_beside_another_arm_is_no_room_and_alone_is_oom(bench: paired.Bench) -> None:

@@ -167,3 +167,43 @@ def test_a_factor_grows_a_process_pair_a_race_round_and_one_each_confirmation_ro
     finally:
         measurer.close()
     assert measurer.factors[key].median < 1  # one thread here is slower: it measured what it was asked
+
+
+class _Worker:
+    """What the live measurer asks of a paired worker when it sets one aside: the calls, in order."""
+
+    def __init__(self) -> None:
+        from types import SimpleNamespace
+
+        self.frozen: object | None = None
+        self.proc = SimpleNamespace(poll=lambda: None)
+        self.calls: list[str] = []
+
+    def empty_cache(self) -> int:
+        self.calls.append("empty_cache")
+        return 1 << 30
+
+    def freeze(self) -> None:  # as PairedWorker's: a frozen worker stays as it is
+        if self.frozen is None:
+            self.calls.append("freeze")
+            self.frozen = object()
+
+    def thaw(self) -> None:
+        if self.frozen is not None:
+            self.calls.append("thaw")
+            self.frozen = None
+
+
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_a_worker_set_aside_on_a_gpu_returns_its_cache_first(facts: Any, device: str) -> None:
+    """A frozen worker keeps its device memory: on CUDA it returns its allocator's unused cache before it is
+    frozen beside the worker or processes that run next (on the CPU there is nothing to return)."""
+    from autotune.trial.score import LiveMeasurer
+
+    measurer = LiveMeasurer("tiny", {"device": device}, facts, TrialSettings())
+    defaults_worker, env_worker = _Worker(), _Worker()
+    measurer.worker, measurer.env = defaults_worker, ("key", env_worker)  # type: ignore[assignment]
+    measurer._use(defaults_worker)  # type: ignore[arg-type]
+    measurer._use(defaults_worker)  # type: ignore[arg-type]  # already set aside: nothing more to ask
+    assert env_worker.calls == (["empty_cache", "freeze"] if device == "cuda" else ["freeze"])
+    assert defaults_worker.calls == []  # it was not frozen: nothing to thaw
