@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MAX_SKIPS = 25  # consecutive samples that propose only batch sizes known to run out of memory, or measured recipes
+MAX_SKIPS = 25  # consecutive samples of batch sizes known to run out of memory, measured recipes, or not started
 DUPLICATES_YIELD = 5  # consecutive samples of measured recipes after which the in-process turn gives way
 IN_PROCESS_WEIGHT = 2.0  # sampled trials that start no process get this many times the time of those that do
 HEARTBEAT_S = 5.0  # as the storage's heartbeat_interval (``run.rdb_storage``)
@@ -371,7 +371,10 @@ class SearchLoop:
         self.duplicates = 0
         remaining = self.deadline - time.monotonic()  # the lock may have been waited for
         timeout = max(1.0, min(remaining, self.timeout_s(params, remaining, estimate)))
-        return None, 0, self.run_one(trial, role, params, timeout), role
+        result = self.run_one(trial, role, params, timeout)
+        if result.status == Status.SKIPPED:  # the measurer did not start it: its processes would outlast the time
+            return ("budget" if skips + 1 >= MAX_SKIPS else None), skips + 1, result, role
+        return None, 0, result, role
 
     def claim(self, trial: optuna.Trial, role: str, params: dict[str, Any]) -> None:
         """Record who runs the trial, so a search that dies leaves a trial the next one can fail."""

@@ -250,6 +250,7 @@ class LiveMeasurer:
         self._grow = True  # a search's race adds process pairs to a factor; a confirmation round only its one
         self._pair_s = 0.0  # the last process pair's wall time
         self._startup_s = 0.0  # the defaults' worker start, not yet charged to a trial
+        self._start_s = 0.0  # the last worker start measured: what another environment's worker will take
         self._count = 0
         self._baseline_given = False
 
@@ -287,6 +288,7 @@ class LiveMeasurer:
         started = time.monotonic()
         self.worker = PairedWorker(self.workload, self.defaults, self.facts, self.settings)
         self.worker.start(timeout_s)
+        self._start_s = time.monotonic() - started
         if self.calibration is not None:  # a restart: calibrate() adds the arm itself the first time
             self._add(self.worker, DEFAULTS, self.defaults, timeout_s)
         self._startup_s += time.monotonic() - started
@@ -346,6 +348,9 @@ class LiveMeasurer:
             trial.startup_s, self._startup_s = self._startup_s, 0.0
         else:
             key = trial.factor_key = environment_key(params)
+            short = self._too_short(key, deadline)
+            if short is not None:
+                return TrialResult(Status.SKIPPED, error=short, wall_s=time.monotonic() - trial.started)
             trial.factor = self._factor(key, params, trial, deadline)
             trial.worker = self._env_worker(key, params, trial, deadline)
             trial.in_process = params != self._env_defaults(params)
@@ -369,6 +374,23 @@ class LiveMeasurer:
             return trial
         return TrialResult(_status(status.state), error=status.error, wall_s=time.monotonic() - trial.started,
                            warmup_s=trial.warmup_s, startup_s=trial.startup_s, warnings=trial.warnings)
+
+    def _too_short(self, key: str, deadline: float) -> str | None:
+        """Why a candidate of another environment is not started: its process pairs (the last one's worker is kept
+        for its arms) or its worker's start would outlast ``deadline``, from the starts and pairs measured so far;
+        None when it may finish. On an H100 a worker starts in 10-13 s: a heuristic begun with 20 s left ran one
+        process pair and was stopped during its worker's start, 20 s of a 50 s search spent on nothing."""
+        if not self._start_s or self.calibration is None:
+            return None  # nothing measured yet
+        least = self.process_pairs[0]
+        missing = 0 if key in self.factors else max(0, least - len(self.factor_ratios.get(key, [])))
+        pair_s = self._pair_s or self._start_s + 2 * max(4, self.cal.pairs // 2) * self.cal.window_s
+        need = missing * pair_s if missing else (0.0 if self._env_alive(key) else self._start_s)
+        left = deadline - time.monotonic()
+        if need <= left:
+            return None
+        what = f"{missing} process pair(s)" if missing else "its worker's start"
+        return f"not started: another environment needs {what}, about {need:.0f} s; {max(0.0, left):.0f} s were left"
 
     def _env_defaults(self, params: dict[str, Any]) -> dict[str, Any]:
         """The defaults in ``params``' environment (a key neither sets, e.g. ``membind``, stays unset)."""

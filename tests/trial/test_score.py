@@ -12,6 +12,7 @@ import pytest
 
 from autotune.search_spaces import SpaceContext, defaults
 from autotune.trial import freeze, stats
+from autotune.trial.paired import environment_key
 from autotune.trial.score import PairedScorer, combine, same_environment
 from autotune.trial.spec import TrialSettings
 
@@ -207,3 +208,28 @@ def test_a_worker_set_aside_on_a_gpu_returns_its_cache_first(facts: Any, device:
     measurer._use(defaults_worker)  # type: ignore[arg-type]  # already set aside: nothing more to ask
     assert env_worker.calls == (["empty_cache", "freeze"] if device == "cuda" else ["freeze"])
     assert defaults_worker.calls == []  # it was not frozen: nothing to thaw
+
+
+def test_a_candidate_of_another_environment_is_not_started_without_the_time_its_processes_take(facts: Any) -> None:
+    """Worker starts measured at 12 s (an H100's): with 10 s left, a candidate of another environment, whose
+    process pairs start workers, is skipped at once instead of stopped halfway 20 s later."""
+    import time
+    from types import SimpleNamespace
+
+    from autotune.trial.score import LiveMeasurer
+
+    base = {**defaults(facts, SpaceContext()), "device": "cpu"}
+    measurer = LiveMeasurer("tiny", base, facts, TrialSettings())
+    measurer._start_s = 12.0
+    measurer.calibration = SimpleNamespace(pairs=16, window_s=0.05)  # type: ignore[assignment]
+    other = {**base, "affinity": "compact" if base["affinity"] != "compact" else "none"}
+    started = time.monotonic()
+    result = measurer.begin(other, timeout_s=10.0)
+    assert time.monotonic() - started < 1.0 and measurer.env is None  # nothing was started
+    assert result.status == "skipped"  # type: ignore[union-attr]
+    assert result.error == ("not started: another environment needs 3 process pair(s), about 38 s; "  # type: ignore[union-attr]
+                            "10 s were left")
+    measurer.factors[environment_key(other)] = stats.Interval(1.0, 1.0, 1.0, 0.0, 3)  # its factor measured
+    assert measurer._too_short(environment_key(other), time.monotonic() + 10.0) == (
+        "not started: another environment needs its worker's start, about 12 s; 10 s were left")
+    assert measurer._too_short(environment_key(other), time.monotonic() + 13.0) is None
