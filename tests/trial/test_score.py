@@ -142,6 +142,9 @@ def test_a_factor_grows_a_process_pair_a_race_round_and_one_each_confirmation_ro
         # A tight half width: only ``most`` pairs are enough. A 45 s budget affords a race 9 pairs of 0.2 s windows,
         # so each process pair runs the fewest pairs of windows (4): this test counts process pairs, not windows.
         measurer.calibrate(45)
+        skipped = measurer.begin(one, 1.0)  # 2 process pairs do not fit in 1 s: not started (``_too_short``)
+        assert isinstance(skipped, TrialResult) and skipped.status == "skipped" and key not in measurer.factor_ratios
+        measurer._start_s = 0.0  # no start measured: nothing to refuse by, so a pair runs and outlasts the time
         cut = measurer.begin(one, 1.0)  # one pair, then the time runs out: its pair is kept, not the factor
         assert pairs() == (1, False), cut
         if not isinstance(cut, TrialResult):
