@@ -285,10 +285,12 @@ def apply(
 
     if source is None and workload is not None:  # the recipe service: this machine's recipe from a store
         from .service import fetch
+        from .store import shown_url
 
         facts = facts or probes.probe()
         recipe = fetch(storage or "sqlite:///studies.db", workload, facts.fingerprint)
-        fix = f"autotune run --storage {storage or 'sqlite:///studies.db'} --workload {workload} -- python ..."
+        shown = shown_url(storage or "sqlite:///studies.db")
+        fix = f"autotune run --storage {shown} --workload {workload} -- python ..."
     else:
         recipe, fix = _resolve(source, storage), "autotune run --recipe FILE -- python ..."
     params = dict(recipe.params)

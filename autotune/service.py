@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from .errors import HardwareMismatchError, UsageError
 from .recipe import Recipe
-from .store import RecipeStore
+from .store import RecipeStore, shown_url
 
 
 def fetch(storage: str, workload: str, fingerprint: str, *, study: str | None = None) -> Recipe:
@@ -30,10 +30,10 @@ def fetch(storage: str, workload: str, fingerprint: str, *, study: str | None = 
     scope = f"workload {workload}" + (f" in study {study}" if study else "")
     if elsewhere is not None:
         raise HardwareMismatchError(
-            f"no recipe for {scope} measured on this machine's hardware {fingerprint} in {storage}: the newest, "
-            f"{elsewhere.label}, was measured on {elsewhere.fingerprint}; search on this hardware first: "
+            f"no recipe for {scope} measured on this machine's hardware {fingerprint} in {shown_url(storage)}: the "
+            f"newest, {elsewhere.label}, was measured on {elsewhere.fingerprint}; search on this hardware first: "
             f"autotune search --workload {workload} --storage URL"
         )
     held = f"; workloads with recipes: {', '.join(workloads)}" if workloads else ""
-    raise UsageError(f"no recipe for {scope} in {storage}: run 'autotune search --workload {workload} "
+    raise UsageError(f"no recipe for {scope} in {shown_url(storage)}: run 'autotune search --workload {workload} "
                      f"--storage URL' first{held}")

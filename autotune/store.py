@@ -7,6 +7,7 @@ machines). A file that is not a database is reported, never overwritten. The ver
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -70,6 +71,20 @@ _COLUMNS = {"study", "workload", "fingerprint", "params", "samples_per_s", "base
 _DETAILS = tuple(f.name for f in fields(Recipe) if f.name not in _COLUMNS | {"source"})
 
 
+def shown_url(url: str) -> str:
+    """``url`` as messages, logs and reports show it: its password masked (SQLAlchemy's rendering), so that it
+    lands in no terminal, CI log or report. A URL SQLAlchemy cannot parse is masked between ``:`` and ``@``.
+
+    >>> shown_url("postgresql+psycopg://u:s3cr3t@host/db"), shown_url("sqlite:///studies.db")
+    ('postgresql+psycopg://u:***@host/db', 'sqlite:///studies.db')
+    """
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):  # ValueError: a port that is no number
+        return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
+    return url if parsed.password is None else parsed.render_as_string(hide_password=True)
+
+
 def check_storage_url(url: str) -> None:
     """Refuse an SQLite path that exists but is not an SQLite database (before anyone writes to it)."""
     if not url.startswith("sqlite:///"):
@@ -108,11 +123,13 @@ def storage_errors(url: str) -> Iterator[None]:
     try:
         yield
     except ArgumentError as e:
-        raise UsageError(f"bad storage URL {url!r}: use e.g. sqlite:///studies.db or postgresql+psycopg://…") from e
+        raise UsageError(f"bad storage URL {shown_url(url)!r}: use e.g. sqlite:///studies.db or "
+                         "postgresql+psycopg://…") from e
     except (DatabaseError, OperationalError) as e:
-        raise StorageError(f"cannot open the database {url}: {e.orig}") from e
+        raise StorageError(f"cannot open the database {shown_url(url)}: {e.orig}") from e
     except ModuleNotFoundError as e:
-        raise StorageError(f"no driver for {url}: pip install 'autotune[postgres]' ({e.name} missing)") from e
+        raise StorageError(
+            f"no driver for {shown_url(url)}: pip install 'autotune[postgres]' ({e.name} missing)") from e
 
 
 def use_wal(url: str) -> None:
@@ -139,7 +156,7 @@ def use_wal(url: str) -> None:
         finally:
             connection.close()
     except sqlite3.Error as e:
-        raise StorageError(f"cannot open the database {url}: {e}") from e
+        raise StorageError(f"cannot open the database {shown_url(url)}: {e}") from e
 
 
 def _is_wal(path: Path) -> bool:

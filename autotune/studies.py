@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from .store import RecipeStore, check_storage_url, readonly_connect, storage_errors
+from .store import RecipeStore, check_storage_url, readonly_connect, shown_url, storage_errors
 from .study.records import BASELINE, CONFIRM, MEASURED, Attr, StudyAttr, TrialRecord, records
 from .trial.spec import Status
 
@@ -155,7 +155,7 @@ def pytorch_defaults(recipe: Recipe, url: str) -> tuple[dict[str, Any] | None, s
 
     facts = probes.probe()
     if recipe.fingerprint != facts.fingerprint:
-        return None, f"unknown: its study is not in {url} and it was measured on other hardware"
+        return None, f"unknown: its study is not in {shown_url(url)} and it was measured on other hardware"
     reference = recipe.params.get("reference_batch")
     ctx = spaces.SpaceContext(device=recipe.params.get("device", "cpu"), default_batch_size=int(reference or 32))
     defaults = spaces.defaults(facts, ctx)

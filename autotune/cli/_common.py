@@ -7,7 +7,7 @@ import math
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ..store import DEFAULT_STORAGE
+from ..store import DEFAULT_STORAGE, shown_url
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -100,7 +100,7 @@ def when(moment: datetime | str | None) -> str:
 def _no_recipe(store: RecipeStore, storage: str, study: str | None, workload: str | None) -> str:
     """Why no recipe matched: an empty database, or the filters, with what the database does hold."""
     if store.latest() is None:
-        return f"no recipe in {storage}: run 'autotune search' first"
+        return f"no recipe in {shown_url(storage)}: run 'autotune search' first"
     asked = " and ".join(f"{what} {value}" for what, value in (("study", study), ("workload", workload)) if value)
     held = [f"{what} with recipes: {_listed(names)}"
             for what, names, given in (("studies", store.studies(), study), ("workloads", store.workloads(), workload))

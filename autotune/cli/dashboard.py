@@ -12,7 +12,7 @@ import sys
 import threading
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from ._common import add_storage
+from ._common import add_storage, shown_url
 
 HOST = "127.0.0.1"
 INSTALL = "pip install 'autotune[dashboard]'"
@@ -43,14 +43,14 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"optuna-dashboard is not installed: {INSTALL}") from e
     storage = open_storage(args.storage)
     if storage is None:
-        raise UsageError(f"no study in {args.storage}: run 'autotune search' first")
+        raise UsageError(f"no study in {shown_url(args.storage)}: run 'autotune search' first")
     address = f"http://{HOST}:{args.port}/dashboard/"
     if args.study is not None:
         try:
             address += f"studies/{storage.get_study_id_from_name(args.study)}"
         except KeyError:
             names = ", ".join(s.name for s in summaries(args.storage))
-            raise UsageError(f"no study {args.study!r} in {args.storage}; its studies: {names}") from None
+            raise UsageError(f"no study {args.study!r} in {shown_url(args.storage)}; its studies: {names}") from None
     try:
         server = make_server(HOST, args.port, optuna_dashboard.wsgi(storage), handler_class=_QuietHandler)
     except OSError as e:  # the port is taken, or not ours to bind

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import add_storage, console, to_json, when
+from ._common import add_storage, console, shown_url, to_json, when
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,10 +31,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     out = console()
     if not found:
-        out.print(f"no recipe in {args.storage}" + (" for these filters" if args.study or args.workload else "")
-                  + ": run 'autotune search' first", markup=False)
+        filters = " for these filters" if args.study or args.workload else ""
+        out.print(f"no recipe in {shown_url(args.storage)}{filters}: run 'autotune search' first", markup=False)
         return 0
-    table = Table(title=f"recipes in {args.storage}")
+    table = Table(title=f"recipes in {shown_url(args.storage)}")
     for column in ("id", "workload", "study", "hardware", "samples/s", "speedup", "created"):
         table.add_column(column, justify="right" if column in ("id", "samples/s", "speedup") else "left",
                          no_wrap=column == "speedup")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import add_storage, recipe_from
+from ._common import add_storage, recipe_from, shown_url
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     if study is None:
         found = summaries(args.storage)
         if not found:
-            raise UsageError(f"no study in {args.storage}: run 'autotune search' first")
+            raise UsageError(f"no study in {shown_url(args.storage)}: run 'autotune search' first")
         study = found[0].name
     path = write_report(args.storage, study, args.output or default_path(study))
     print(f"report of study {study} written to {path}")

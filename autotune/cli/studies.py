@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from ..recipe import format_speedup
-from ._common import add_storage, console, to_json, when
+from ._common import add_storage, console, shown_url, to_json, when
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,9 +31,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     out = console()
     if not found:
-        out.print(f"no study in {args.storage}: run 'autotune search' first", markup=False)
+        out.print(f"no study in {shown_url(args.storage)}: run 'autotune search' first", markup=False)
         return 0
-    table = Table(title=f"studies in {args.storage}")
+    table = Table(title=f"studies in {shown_url(args.storage)}")
     for column in ("study", "workload", "hardware", "trials", "best speedup", "recipe", "last active"):
         table.add_column(column, justify="right" if column in ("trials", "best speedup", "recipe") else "left",
                          overflow="fold", no_wrap=column in ("hardware", "best speedup"))

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..search_spaces import RUN_KEYS
-from ..store import RecipeStore, storage_errors
+from ..store import RecipeStore, shown_url, storage_errors
 from ..studies import open_storage
 from ..study.records import BASELINE, CONFIRM, StudyAttr, TrialRecord, params_key, records
 from ..trial.spec import Noise, Status
@@ -73,14 +73,15 @@ def collect(url: str, study_name: str, facts: Facts | None = None) -> ReportData
 
     storage = open_storage(url)
     if storage is None:
-        raise UsageError(f"no study in {url}: run 'autotune search' first")
+        raise UsageError(f"no study in {shown_url(url)}: run 'autotune search' first")
     try:
         with storage_errors(url):
             try:
                 study = optuna.load_study(study_name=study_name, storage=storage)
             except KeyError:
                 names = ", ".join(s.study_name for s in optuna.get_all_study_summaries(storage, False))
-                raise UsageError(f"no study {study_name!r} in {url}; its studies: {names or 'none'}") from None
+                raise UsageError(
+                    f"no study {study_name!r} in {shown_url(url)}; its studies: {names or 'none'}") from None
             with RecipeStore.open(url, readonly=True) as store:
                 recipe = store.latest(study=study_name)
             return _from_study(study, recipe, facts)
