@@ -220,9 +220,9 @@ def _resolve(source: RecipeSource, storage: str | None) -> Recipe:
     if isinstance(source, dict):
         return Recipe(params=dict(source), workload="(params)")
     if isinstance(source, int) or (isinstance(source, str) and source.isdigit()):
-        from .store import RecipeStore
+        from .store import RecipeStore, default_storage
 
-        with RecipeStore.open(storage or "sqlite:///studies.db", readonly=True) as store:
+        with RecipeStore.open(storage or default_storage(), readonly=True) as store:
             return store.get(int(source))
     if isinstance(source, (str, Path)):
         return load_recipe_file(source)
@@ -274,8 +274,9 @@ def apply(
     ``allow_other_hardware``; ``DeviceMissingError`` (one of them, whatever ``allow_other_hardware`` says)
     for a CUDA recipe where torch has no CUDA or sees no GPU. Warns (``Tuned.warnings``) for
     environment-level knobs not in effect.
-    With ``workload`` (and no ``source``): the newest recipe of that workload in ``storage`` measured on
-    this machine's hardware (``autotune.service``), e.g. ``apply(workload="cnn", storage="postgresql+psycopg://…")``.
+    With ``workload`` (and no ``source``): the newest recipe of that workload in ``storage`` (default
+    ``$AUTOTUNE_STORAGE``, else ``sqlite:///studies.db``) measured on this machine's hardware
+    (``autotune.service``), e.g. ``apply(workload="cnn", storage="postgresql+psycopg://…")``.
 
     >>> tuned = apply({"threads": 1, "batch_size": 8}, check_hardware=False)
     >>> tuned.batch_size
@@ -285,11 +286,12 @@ def apply(
 
     if source is None and workload is not None:  # the recipe service: this machine's recipe from a store
         from .service import fetch
-        from .store import shown_url
+        from .store import default_storage, shown_url
 
         facts = facts or probes.probe()
-        recipe = fetch(storage or "sqlite:///studies.db", workload, facts.fingerprint)
-        shown = shown_url(storage or "sqlite:///studies.db")
+        storage = storage or default_storage()
+        recipe = fetch(storage, workload, facts.fingerprint)
+        shown = shown_url(storage)
         fix = f"autotune run --storage {shown} --workload {workload} -- python ..."
     else:
         recipe, fix = _resolve(source, storage), "autotune run --recipe FILE -- python ..."

@@ -7,6 +7,7 @@ machines). A file that is not a database is reported, never overwritten. The ver
 from __future__ import annotations
 
 import json
+import os
 import re
 import sqlite3
 import time
@@ -38,6 +39,12 @@ from .errors import StorageError, UsageError
 from .recipe import Recipe
 
 DEFAULT_STORAGE = "sqlite:///studies.db"
+STORAGE_VARIABLE = "AUTOTUNE_STORAGE"  # a shared storage's URL kept off the command line (the process list shows it)
+
+
+def default_storage() -> str:
+    """The storage when none is given: ``$AUTOTUNE_STORAGE``, else ``studies.db`` in the working directory."""
+    return os.environ.get(STORAGE_VARIABLE) or DEFAULT_STORAGE
 T = TypeVar("T")
 
 

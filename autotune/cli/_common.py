@@ -7,7 +7,7 @@ import math
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ..store import DEFAULT_STORAGE, shown_url
+from ..store import DEFAULT_STORAGE, STORAGE_VARIABLE, default_storage, shown_url
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -19,9 +19,10 @@ if TYPE_CHECKING:
 
 def add_storage(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--storage", default=DEFAULT_STORAGE, metavar="URL",
-        help=f"SQLAlchemy URL of the study and recipe database (default: {DEFAULT_STORAGE}; "
-        "postgresql+psycopg://user@host/db to share studies between machines)",
+        "--storage", default=default_storage(), metavar="URL",
+        help=f"SQLAlchemy URL of the study and recipe database (default: ${STORAGE_VARIABLE}, else {DEFAULT_STORAGE}; "
+        "postgresql+psycopg://user@host/db to share studies between machines, its password from libpq's "
+        "PGPASSWORD or ~/.pgpass)",
     )
 
 

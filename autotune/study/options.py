@@ -7,7 +7,7 @@ from typing import Any
 
 from .. import search_spaces as spaces
 from ..errors import UsageError
-from ..store import DEFAULT_STORAGE
+from ..store import default_storage
 from ..trial.spec import TrialSettings
 
 
@@ -15,7 +15,7 @@ from ..trial.spec import TrialSettings
 class SearchOptions:
     budget_s: float | None = 1800.0
     trials: int | None = None
-    storage: str = DEFAULT_STORAGE
+    storage: str = field(default_factory=default_storage)
     study: str | None = None
     settings: TrialSettings = field(default_factory=TrialSettings)
     max_loss_increase: float = 0.05  # relative to the baseline's loss

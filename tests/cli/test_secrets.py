@@ -28,3 +28,19 @@ def test_a_url_sqlalchemy_cannot_parse_is_masked_too() -> None:
 
     assert shown_url("postgresql://u:pw@host:notaport/db") == "postgresql://u:***@host:notaport/db"
     assert shown_url("sqlite:////tmp/a:b@c.db") == "sqlite:////tmp/a:b@c.db"  # no password: as given
+
+
+def test_the_storage_comes_from_the_environment_off_the_command_line(tmp_path: Path) -> None:
+    """``AUTOTUNE_STORAGE`` names the storage when ``--storage`` does not: a command line is visible to every
+    user of the machine (``ps``), the environment only to the user; ``--storage`` still wins."""
+    shared = f"sqlite:///{tmp_path / 'shared.db'}"
+    done = cli("studies", cwd=tmp_path, env={"AUTOTUNE_STORAGE": shared})
+    assert f"no database {tmp_path / 'shared.db'}:" in done.stderr, done.stdout + done.stderr
+    given = f"sqlite:///{tmp_path / 'given.db'}"
+    done = cli("studies", "--storage", given, cwd=tmp_path, env={"AUTOTUNE_STORAGE": shared})
+    assert f"no database {tmp_path / 'given.db'}:" in done.stderr, done.stdout + done.stderr
+    from autotune.study import SearchOptions
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AUTOTUNE_STORAGE", shared)
+        assert SearchOptions().storage == shared  # the API's searches too
