@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from . import search_spaces as spaces
 from .errors import DeviceMissingError, HardwareMismatchError, UsageError
-from .recipe import Recipe, format_note, load_recipe_file
+from .recipe import Recipe, checked, format_note, load_recipe_file
 from .trial import distributed
 
 if TYPE_CHECKING:
@@ -214,7 +214,7 @@ def _resolve(source: RecipeSource, storage: str | None) -> Recipe:
         if not text:
             raise UsageError("apply() without a recipe needs AUTOTUNE_RECIPE: load an env file or use 'autotune run'")
         recipe = Recipe.from_dict(json.loads(text))  # 'autotune run' keeps the file it read in ``source``
-        return recipe if recipe.source else replace(recipe, source="the AUTOTUNE_RECIPE variable")
+        return checked(recipe if recipe.source else replace(recipe, source="the AUTOTUNE_RECIPE variable"))
     if isinstance(source, Recipe):
         return source
     if isinstance(source, dict):
@@ -223,7 +223,7 @@ def _resolve(source: RecipeSource, storage: str | None) -> Recipe:
         from .store import RecipeStore, default_storage
 
         with RecipeStore.open(storage or default_storage(), readonly=True) as store:
-            return store.get(int(source))
+            return checked(store.get(int(source)))
     if isinstance(source, (str, Path)):
         return load_recipe_file(source)
     raise UsageError(f"apply() takes a recipe file, a recipe id or a Recipe, not {type(source).__name__}")

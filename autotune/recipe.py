@@ -77,6 +77,22 @@ class Recipe:
         return cls(**{"format": 1, **known})  # written before recipes had a format: format 1
 
 
+def checked(recipe: Recipe) -> Recipe:
+    """``recipe``, if a search could have written it: its format is one this autotune reads, and every param
+    a known knob with a value the search space offers on some machine (``search_spaces.recipe_problems``).
+    UsageError naming each param that is not, before anything applies it: a recipe file or a shared store's
+    recipe sets the environment and the training of whoever runs it."""
+    from . import search_spaces as spaces
+
+    if not isinstance(recipe.format, int) or recipe.format > FORMAT:
+        raise UsageError(f"{recipe.label} is format {recipe.format!r}, this autotune reads formats 1 to {FORMAT}: "
+                         "upgrade autotune, or search again")
+    problems = spaces.recipe_problems(recipe.params)
+    if problems:
+        raise UsageError(f"{recipe.label} holds what no search writes: {'; '.join(problems)}")
+    return recipe
+
+
 def format_note(recipe: Recipe) -> str | None:
     """One line on what a format-1 recipe's batch means, or None for a current one.
 
@@ -171,10 +187,10 @@ def load_recipe_file(path: str | Path) -> Recipe:
         raise UsageError(f"cannot read recipe file {path}: {e.strerror}") from e
     try:
         if path.suffix == ".json":
-            return replace(Recipe.from_dict(json.loads(text)), source=str(path))
+            return checked(replace(Recipe.from_dict(json.loads(text)), source=str(path)))
         values = parse_env(text, str(path))
         if "AUTOTUNE_RECIPE" not in values:
             raise UsageError(f"{path} has no AUTOTUNE_RECIPE line: export it with 'autotune export'")
-        return replace(Recipe.from_dict(json.loads(values["AUTOTUNE_RECIPE"])), source=str(path))
+        return checked(replace(Recipe.from_dict(json.loads(values["AUTOTUNE_RECIPE"])), source=str(path)))
     except json.JSONDecodeError as e:
         raise UsageError(f"{path}: the recipe is not valid JSON ({e.msg} at line {e.lineno})") from e

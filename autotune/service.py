@@ -13,7 +13,7 @@ refused with the reason; the storage is only read.
 from __future__ import annotations
 
 from .errors import HardwareMismatchError, UsageError
-from .recipe import Recipe
+from .recipe import Recipe, checked
 from .store import RecipeStore, shown_url
 
 
@@ -24,7 +24,7 @@ def fetch(storage: str, workload: str, fingerprint: str, *, study: str | None = 
     with RecipeStore.open(storage, readonly=True) as store:
         recipe = store.latest(workload=workload, fingerprint=fingerprint, study=study)
         if recipe is not None:
-            return recipe
+            return checked(recipe)
         elsewhere = store.latest(workload=workload, study=study)
         workloads = store.workloads()
     scope = f"workload {workload}" + (f" in study {study}" if study else "")

@@ -29,6 +29,7 @@ from . import _ddp as ddp
 from . import _ipex as ipex
 from . import _preload as preload
 from . import _processes as processes
+from . import _schema
 from . import _sparsity as sparsity
 from . import _threads as threads
 from ._allowed import Allowed, allowed_values, outside, suggested
@@ -70,6 +71,7 @@ __all__ = [
     "outside",
     "preload",
     "processes",
+    "recipe_problems",
     "seeds",
     "sparsity",
     "suggest",
@@ -82,6 +84,7 @@ __all__ = [
 # Run settings stored with every recipe (not searched): they decide how the knobs are applied. ``membind``
 # (False only) is stored when a trial ran without the memory binding its pinning implies (``membind_off``).
 RUN_KEYS = ("device", "global_batch", "lr_scaling", "reference_batch", "membind")
+recipe_problems = _schema.problems  # what in a recipe's params no search writes (``_schema``)
 
 
 def defaults(facts: Facts, ctx: SpaceContext) -> Params:

@@ -33,9 +33,12 @@ def _capability(facts: Facts) -> float:
     return min((float(g.compute_capability) for g in facts.gpus), default=0.0)
 
 
+DTYPES = ("float32", "bfloat16", "float16")  # every dtype some hardware is offered (``dtypes``)
+
+
 def dtypes(facts: Facts, ctx: SpaceContext) -> tuple[str, ...]:
     """The autocast dtypes this hardware computes natively."""
-    choices = ["float32"]
+    choices = [DTYPES[0]]
     if ctx.device == "cuda":
         if _capability(facts) >= 8.0:
             choices.append("bfloat16")

@@ -13,8 +13,9 @@ NASTY = "it's $(touch pwned) `touch pwned2` \"q\" ; rm -rf / # \\ end"
 
 
 def _recipe() -> Recipe:
-    return Recipe(params={"threads": 2, "batch_size": 64, "note": NASTY}, workload="cnn", fingerprint="abc123",
-                  study="s", samples_per_s=200.0, baseline_samples_per_s=100.0, speedup=2.0, id=7)
+    # the shell-looking text in a note: free text a recipe may hold (a param no search writes is refused)
+    return Recipe(params={"threads": 2, "batch_size": 64}, workload="cnn", fingerprint="abc123", study="s",
+                  samples_per_s=200.0, baseline_samples_per_s=100.0, speedup=2.0, id=7, notes=[NASTY])
 
 
 def test_env_file_round_trips_without_executing_anything(tmp_path: Path) -> None:
@@ -27,7 +28,7 @@ def test_env_file_round_trips_without_executing_anything(tmp_path: Path) -> None
     out = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
     threads, weird, recipe_json = out.split("\n", 2)
     assert (threads, weird) == ("2", NASTY)
-    assert json.loads(recipe_json)["params"]["note"] == NASTY
+    assert json.loads(recipe_json)["notes"] == [NASTY]
     assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned2").exists()
 
 

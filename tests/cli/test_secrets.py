@@ -44,3 +44,20 @@ def test_the_storage_comes_from_the_environment_off_the_command_line(tmp_path: P
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("AUTOTUNE_STORAGE", shared)
         assert SearchOptions().storage == shared  # the API's searches too
+
+
+def test_a_trials_directory_is_private_to_the_user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trial's directory holds its recipe, logs and compile caches: 0700 whatever the umask (issue 31)."""
+    import os
+    import stat
+    import tempfile
+
+    from autotune.trial.runner import _trial_directory
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    old = os.umask(0o002)  # a group-writable umask: the directory stays the user's alone
+    try:
+        with _trial_directory() as work:
+            assert stat.S_IMODE(work.stat().st_mode) == 0o700
+    finally:
+        os.umask(old)
