@@ -45,6 +45,8 @@ STORAGE_VARIABLE = "AUTOTUNE_STORAGE"  # a shared storage's URL kept off the com
 def default_storage() -> str:
     """The storage when none is given: ``$AUTOTUNE_STORAGE``, else ``studies.db`` in the working directory."""
     return os.environ.get(STORAGE_VARIABLE) or DEFAULT_STORAGE
+
+
 T = TypeVar("T")
 
 

@@ -32,6 +32,11 @@ CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # inductor captures CUDA
 CUDA_GRAPH_STEPS = 3  # compile in step 1; cudagraph trees warm up in step 2 and record in step 3
 
 
+def compiled(params: Params) -> bool:
+    """Whether the recipe compiles its model (an older recipe without the key does not)."""
+    return (params.get("compile_mode") or "none") != "none"
+
+
 def charged_steps(mode: str | None, device: str) -> int:
     """How many first steps hold compile work: 0 eager, 3 with CUDA graphs on CUDA, else 1.
 

@@ -326,7 +326,10 @@ def _spread(rates: list[float]) -> float:
     return (max(rates) - min(rates)) / statistics.median(rates)
 
 
-def _failure(status: Status, error: BaseException) -> TrialResult:
+def failure(error: BaseException) -> TrialResult:
+    """A failed training as a trial records it: a NaN loss, out of memory (whichever library ran out,
+    ``oom.is_out_of_memory``) or a crash, with the error in one line."""
+    status = Status.NAN if isinstance(error, NonFiniteLoss) else Status.OOM if is_out_of_memory(error) else Status.CRASH
     message = " ".join(str(error).split())[:500]
     # failed_at: of several ranks' failures the earliest is the cause, the others its consequences
     return TrialResult(status, error=f"{type(error).__name__}: {message}", failed_at=time.time())
@@ -338,10 +341,8 @@ def main(argv: list[str]) -> int:
     with open(spec.events if rank == 0 else os.devnull, "a") as events:
         try:
             result = _train(spec, events)
-        except NonFiniteLoss as e:
-            result = _failure(Status.NAN, e)
         except Exception as e:  # noqa: BLE001 - every failure becomes a recorded trial (MemoryError too)
-            result = _failure(Status.OOM if is_out_of_memory(e) else Status.CRASH, e)
+            result = failure(e)
     if rank == 0:
         _write_result(spec.result, result)
     elif result.status != Status.OK:

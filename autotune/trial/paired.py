@@ -44,15 +44,13 @@ import statistics
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 from .. import search_spaces as spaces
-from .child import NonFiniteLoss, _evaluate, _failure, _in_effect, _raise_if_a_worker_died
+from .child import NonFiniteLoss, _evaluate, _in_effect, _raise_if_a_worker_died, failure
 from .freeze import proc_state
 from .memory import Footprint, device_of, no_room, out_of_room, room, warm_libraries
-from .oom import is_out_of_memory
 from .protocol import ArmState, ArmStatus, PairRecord, WindowRecord, WorkerSpec
-from .spec import Status
 
 # Knobs that must be in effect before torch starts, or that decide the process itself: one worker, one set
 # of values (``search_spaces``: threads and preload families, processes; the run settings device and membind).
@@ -161,7 +159,6 @@ class Arm:
         self.loss: float | None = None
         self.loss_samples: int | None = None
         self.rates: list[float] = []
-        self.first_step_s: float | None = None
         self._first_steps: list[float] = []  # the steps that may hold compile work (``compilation.charged_steps``)
         self._warm_steps: list[float] = []
         self.settle_s, self.settle_steps = 0.0, 0  # the process's settling, when this arm was its first
@@ -207,8 +204,12 @@ class Arm:
         return statistics.median(self._warm_steps) if self._warm_steps else None
 
     @property
+    def first_step_s(self) -> float | None:
+        return self._first_steps[0] if self._first_steps else None
+
+    @property
     def compiled(self) -> bool:
-        return (self.params.get("compile_mode") or "none") != "none"
+        return spaces.compilation.compiled(self.params)
 
     @property
     def compile_s(self) -> float | None:
@@ -256,9 +257,8 @@ class Arm:
         try:
             return run()
         except Exception as e:  # noqa: BLE001 - any failure of the workload is this arm's, recorded
-            # classified as a trial process's (cuBLAS/cuDNN allocation failures are out of memory too)
-            state: ArmState = "nan" if isinstance(e, NonFiniteLoss) else "oom" if is_out_of_memory(e) else "crash"
-            message = _failure(Status(state), e).error or type(e).__name__
+            failed = failure(e)  # classified as a trial process's (cuBLAS/cuDNN allocation failures: out of memory)
+            state, message = cast(ArmState, str(failed.status)), failed.error or type(e).__name__
             # the failed step's tensors live on in the traceback's frames: freed before close() empties the cache
             traceback.clear_frames(e.__traceback__)
             self._fail(state, message, e)
@@ -334,7 +334,6 @@ class Arm:
                 self._first_steps.append(spent)
             else:
                 self._warm_steps.append(spent)
-            self.first_step_s = self._first_steps[0]
             self._loss_if_due(loss)
         if not self.bench.settled:
             settled = self._settle()

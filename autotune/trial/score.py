@@ -356,7 +356,7 @@ class LiveMeasurer:
             trial.in_process = params != self._env_defaults(params)
         if not trial.in_process:
             return trial
-        compiling = (params.get("compile_mode") or "none") != "none"
+        compiling = spaces.compilation.compiled(params)
         self.on_phase("compiling" if compiling else "warm-up", trial.name)
         started = time.monotonic()
         status = trial.worker.add_arm(trial.name, params, max(1.0, deadline - time.monotonic()))
