@@ -43,6 +43,16 @@ def version() -> str:
         return "unknown (not installed: pip install -e .)"
 
 
+def entry() -> None:
+    """The ``autotune`` console script and ``python -m autotune``: ``main``, then the process ends without the
+    interpreter's teardown once its output is flushed (``exit_now``: with torch loaded, 0.85 s a command)."""
+    code = main()
+    logging.shutdown()
+    from ..trial.launch import exit_now
+
+    exit_now(code)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -34,7 +34,7 @@ from ..apply import Tuned, apply
 from ..probes import memory_policy, pinned_threads, process_cpus
 from ..search_spaces import batch, compilation, cuda, preload
 from ..workload import Workload, held_out_split, load_workload
-from . import distributed
+from . import distributed, launch
 from .oom import is_out_of_memory
 from .spec import Status, TrialResult, TrialSpec
 
@@ -352,4 +352,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    launch.exit_now(main(sys.argv[1:]))

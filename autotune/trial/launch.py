@@ -43,10 +43,11 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from .. import search_spaces as spaces
 from . import distributed
@@ -199,6 +200,18 @@ def start(launch: LaunchPlan, **popen_kwargs: Any) -> subprocess.Popen[bytes]:
         stop_tree(proc)
         raise
     return proc
+
+
+def exit_now(code: int) -> NoReturn:
+    """End a trial process that has reported everything and closed what it started, skipping the
+    interpreter's teardown: with torch (and torch._dynamo) loaded that took 0.85 s of CPU per process
+    (2-vCPU VM), paid by every worker a search closes. Its parent stops what may be left of its tree."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or file: nothing more can be said on it
+            pass
+    os._exit(code)
 
 
 KILLED_WAIT_S = 30.0  # the most a stop waits for killed processes to be gone

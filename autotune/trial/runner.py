@@ -170,21 +170,29 @@ def _private_tmpdir(env: dict[str, str], work: Path) -> None:
 def _watch(proc: subprocess.Popen[bytes], events: Path, deadline: float, on_window: OnWindow | None) -> str | None:
     """Wait for the child; returns why autotune stopped it (timeout, pruned) or None."""
     seen = 0
+
+    def prune() -> bool:
+        """Pass the windows written since the last look to ``on_window``; whether it asked to stop."""
+        nonlocal seen
+        if on_window is None or not events.exists():
+            return False
+        for line in events.read_text().splitlines()[seen:]:
+            event = json.loads(line) if line.endswith("}") else None
+            if event is None:
+                break  # partially written line: read it next time
+            seen += 1
+            if on_window(event["window"], event["samples_per_s"]):
+                return True
+        return False
+
     try:
         while proc.poll() is None:
             if time.monotonic() > deadline:
                 launch.stop_tree(proc)
                 return "timeout"
-            if on_window is not None and events.exists():
-                lines = events.read_text().splitlines()
-                for line in lines[seen:]:
-                    event = json.loads(line) if line.endswith("}") else None
-                    if event is None:
-                        break  # partially written line: read it next time
-                    seen += 1
-                    if on_window(event["window"], event["samples_per_s"]):
-                        launch.stop_tree(proc)
-                        return "pruned"
+            if prune():
+                launch.stop_tree(proc)
+                return "pruned"
             if _failed(events.parent):
                 # A rank failed: the others only wait on it, and torch.distributed.run takes seconds to
                 # stop them. The earliest failure is on disk; stop the job now.
@@ -194,6 +202,7 @@ def _watch(proc: subprocess.Popen[bytes], events: Path, deadline: float, on_wind
         launch.stop_tree(proc)
         raise
     launch.stop_tree(proc, grace_s=0.5)  # DataLoader workers or other leftovers of a finished child
+    prune()  # the windows written just before it ended: every one is seen, and the trial is whole
     return None
 
 

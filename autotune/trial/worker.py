@@ -418,4 +418,4 @@ class PairedWorker:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    launch.exit_now(main(sys.argv[1:]))
