@@ -39,7 +39,7 @@ def _python(code: str, cwd: Path, prefix: list[str] | None = None) -> dict:
 # (its losses, trained as arms, in tests/study/test_quality.py).
 
 GUARD_REASON = re.compile(r"loss \d+\.\d+ is \+\d+\.\d% over the baseline's \d+\.\d+ \(limit \+5%\)")
-BUDGET_S = 600
+BUDGET_S = 150
 
 
 def _search(folder: Path, workload: str, *args: str, study: str = "q") -> tuple[str, list]:

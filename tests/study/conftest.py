@@ -10,8 +10,9 @@ from pathlib import Path
 
 from ..conftest import FAST, defaults_env
 
-# Quick trials: the tiny MLP, no DataLoader processes or torchrun ranks unless a test asks for them.
-QUICK = (*FAST, "--workload", "tiny", "--budget", "10m", "--fix", "processes=1")
+# Quick trials: the tiny MLP, no DataLoader processes or torchrun ranks unless a test asks for them, and no
+# torch.compile (a sampled compile_mode took 22 s of the fault table's 61; compile's tests are its own).
+QUICK = (*FAST, "--workload", "tiny", "--budget", "10m", "--fix", "processes=1", "--no-compile")
 
 
 def start_search(*args: str, cwd: Path, prefix: tuple[str, ...] = (), env: dict[str, str] | None = None,
