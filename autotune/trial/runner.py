@@ -143,6 +143,7 @@ def _trial_directory() -> Iterator[Path]:
 # multiprocessing puts AF_UNIX sockets in the temporary directory (pymp-XXXXXXXX/listener-XXXXXXXX): their
 # path must stay under the kernel's 108 bytes (unix(7)), with room for those 32 characters.
 _SOCKET_PATH_ROOM = 107 - 32
+SHORT_TMPDIR = "/tmp"  # where a socket's path fits whatever TMPDIR says (Linux's own temporary directory)
 
 
 def trial_plan(cmd: list[str], params: dict[str, Any], facts: Facts, work: Path) -> launch.LaunchPlan:
@@ -160,11 +161,15 @@ def trial_plan(cmd: list[str], params: dict[str, Any], facts: Facts, work: Path)
 def _private_tmpdir(env: dict[str, str], work: Path) -> None:
     """The trial's own temporary directory, inside its trial directory: what the trial leaves in TMPDIR when
     it is killed (multiprocessing's pymp-*, torchrun's torchelastic_*) goes with the trial directory.
-    Where that path would be too long for a socket, the trial keeps the inherited one."""
+    Where that path would be too long for a socket, the trial keeps the inherited one, or where that is too long
+    as well (a DataLoader worker then failed to share its first batch and the trial waited for it until its
+    time ran out), ``SHORT_TMPDIR``."""
     tmp = work / "t"
     if len(str(tmp)) < _SOCKET_PATH_ROOM:
         tmp.mkdir()
         env["TMPDIR"] = str(tmp)
+    elif len(env.get("TMPDIR") or tempfile.gettempdir()) >= _SOCKET_PATH_ROOM:
+        env["TMPDIR"] = SHORT_TMPDIR
 
 
 def _watch(proc: subprocess.Popen[bytes], events: Path, deadline: float, on_window: OnWindow | None) -> str | None:

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import replace
@@ -240,3 +242,27 @@ def test_a_stopped_tree_is_gone_when_stop_tree_returns(tmp_path: Path) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+@pytest.mark.parametrize("inherited", ["short", "long"])
+def test_a_trial_gets_a_temporary_directory_where_multiprocessing_can_open_a_socket(tmp_path, inherited) -> None:
+    """A DataLoader worker shares its batches through an AF_UNIX socket in TMPDIR (file_descriptor strategy).
+    Under a deep trial directory and a deep inherited TMPDIR (pytest-xdist's tmp_path below a test's own host
+    folder: 76 characters) the socket's path was over the kernel's limit and the trial waited for its first
+    batch until its time ran out: the temporary directory a trial is given must hold one."""
+    from autotune.trial.runner import _private_tmpdir
+
+    work = tmp_path / ("w" * 80) / "autotune-trial-xxxxxxxx"
+    work.mkdir(parents=True)
+    home = tmp_path / ("h" * 80) if inherited == "long" else Path(tempfile.mkdtemp(dir="/tmp"))
+    home.mkdir(exist_ok=True)
+    env = {**os.environ, "TMPDIR": str(home)}
+    try:
+        _private_tmpdir(env, work)
+        listen = "from multiprocessing.connection import Listener; Listener(family='AF_UNIX').close()"
+        done = subprocess.run([sys.executable, "-c", listen], env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert env["TMPDIR"] == (str(home) if inherited == "short" else "/tmp")
+    finally:
+        if inherited == "short":
+            shutil.rmtree(home)
