@@ -6,7 +6,7 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 WORKLOAD ?= cnn
 BUDGET ?= 2m
-TEST_WORKERS ?= 0
+TEST_WORKERS ?= 2
 BIN := $(VENV)/bin
 
 .PHONY: demo test clean
@@ -29,11 +29,10 @@ demo: $(VENV)/.installed
 	$(BIN)/autotune export --format env -o best.env
 
 # Lint and types first (configured in pyproject.toml; either failing fails the target), then pytest, which
-# lists the 15 slowest tests and every skip with its reason. TEST_WORKERS=2 runs it in 2 pytest-xdist processes
-# (each file's tests in one; each with its own TMPDIR and host lock): about 17 min where one process took 24 on
-# this 2-vCPU machine (21 min since), but beside stress-ng two interval checks (test_score's factor across 3
-# process pairs, test_search_export_apply's confirmation) still read too wide, so the default is one process
-# (0: no xdist) until the confirmation sizes its pairs by the noise. The system packages some tests need
+# lists the 15 slowest tests and every skip with its reason, in TEST_WORKERS pytest-xdist processes (each file's
+# tests in one, the longest files first: tests/conftest.py; each process with its own TMPDIR and host lock).
+# Two on this 2-vCPU machine: many tests wait on sleeping workloads and process starts, so two processes took
+# 16 min where one took 21 (TEST_WORKERS=0: one process, no xdist). The system packages some tests need
 # (tests/system-deps.sh) are installed by a prerequisite, once, not in the timed part.
 # pytest exits 5 when it collected no test: that is reported, not treated as a failure.
 test: $(VENV)/.installed $(VENV)/.system-deps
