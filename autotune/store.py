@@ -95,7 +95,13 @@ def shown_url(url: str) -> str:
 
 
 def check_storage_url(url: str) -> None:
-    """Refuse an SQLite path that exists but is not an SQLite database (before anyone writes to it)."""
+    """Refuse a URL SQLAlchemy cannot read (a port that is no number), and an SQLite path that exists but is not
+    an SQLite database (before anyone writes to it)."""
+    try:
+        make_url(url)
+    except (ArgumentError, ValueError) as e:
+        raise StorageError(f"not a storage URL: {shown_url(url)} (a SQLAlchemy URL such as sqlite:///studies.db or "
+                           f"postgresql+psycopg://user@host:5432/db): {type(e).__name__}") from None
     if not url.startswith("sqlite:///"):
         return
     path = Path(url.removeprefix("sqlite:///"))

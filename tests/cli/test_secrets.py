@@ -61,3 +61,12 @@ def test_a_trials_directory_is_private_to_the_user(tmp_path: Path, monkeypatch: 
             assert stat.S_IMODE(work.stat().st_mode) == 0o700
     finally:
         os.umask(old)
+
+
+@pytest.mark.parametrize("verb", VERBS, ids=[v[0] for v in VERBS])
+def test_a_url_that_is_no_url_is_a_usage_error_in_every_verb(tmp_path: Path, verb: tuple[str, ...]) -> None:
+    """A port that is no number made SQLAlchemy raise ValueError, which every verb reported as an internal error."""
+    done = cli(verb[0], "--storage", "postgresql+psycopg://u:s3cr3t@host:notaport/db", *verb[1:], cwd=tmp_path)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stdout + done.stderr
+    assert "error: not a storage URL: postgresql+psycopg://u:***@host:notaport/db" in lines[0], lines
