@@ -62,11 +62,15 @@ SLOW_RUN = ("--global-batch", "256", "--fix", "batch_per_rank=256", "--steps", "
 def slow_study(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str, list]:
     """Two searches of ``slow`` into one study under --global-batch 256, where every batch size takes the same
     optimizer steps: the first holds batch 256 with ``HURTS`` (the fastest, infeasible), the second, continuing
-    it, batch 256 alone (~4x the defaults, feasible), confirmed in two rounds of fresh processes. Its folder,
-    both outputs and its trials other than the confirmation's."""
+    it, batch 256 alone (~4x the defaults, feasible), confirmed in a round of fresh processes. Its folder,
+    both outputs and its trials other than the confirmation's.
+
+    One round: two rounds are combined by a Student-t interval over their two medians (1 degree of freedom), and
+    beside another test run rounds of 3.65x and 2.99x gave [0.93-11.75] and no recipe; that method is the
+    statistics issue's to replace. How rounds combine: ``tests/study/test_race.py`` (scripted rounds)."""
     folder = tmp_path_factory.mktemp("slow-study")
     rejected, _ = _search(folder, "slow", *SLOW_RUN, *_fixes(qw.HURTS), "--trials", "2", "--confirm", "0")
-    chosen, ts = _search(folder, "slow", *SLOW_RUN, "--trials", "3", "--confirm", "1", "--confirm-rounds", "2")
+    chosen, ts = _search(folder, "slow", *SLOW_RUN, "--trials", "3", "--confirm", "1", "--confirm-rounds", "1")
     return folder, rejected, chosen, [t for t in ts if t.user_attrs["role"] != "confirm"]
 
 
