@@ -12,7 +12,7 @@ Its loss falls fast, so a trial that trains 7% fewer samples than the baseline (
 1,792) is ~14% worse: a biased sample count shows in the guard.
 
 ``slow``: ``regression`` made slow on purpose: every training forward pass of the full 64 hidden units sleeps
-``SLEEP_S``, a narrower one by the square of its share of them. Under ``--global-batch 256`` every batch size
+``SLOW_SLEEP_S``, a narrower one by the square of its share of them. Under ``--global-batch 256`` every batch size
 takes the same optimizer steps (the loss does not depend on it) and batch 256 runs one forward pass per step
 where the default 64 runs four: about 4x the samples/s. ``HURTS`` is faster still (13 hidden units: a 24th of
 the sleep, its step's compute left, which a busy neighbour slows: with the sleep linear in the width it read
@@ -46,6 +46,9 @@ import torch
 from autotune import Workload
 
 SLEEP_S = 0.02
+# ``slow``'s sleep at full width: twice the others', so that a narrow model's step (HURTS: its compute, which two
+# OpenMP threads on cores another test run shares slowed about fivefold) stays well under batch 256's sleep.
+SLOW_SLEEP_S = 0.04
 
 
 def spec(name: str) -> str:
@@ -83,7 +86,7 @@ class _Sleepy(torch.nn.Sequential):
 
     def forward(self, x: Any) -> Any:
         if self.training:
-            time.sleep(SLEEP_S * (self[0].out_features / 64) ** 2)
+            time.sleep(SLOW_SLEEP_S * (self[0].out_features / 64) ** 2)
         return super().forward(x)
 
 
