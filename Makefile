@@ -32,8 +32,8 @@ demo: $(VENV)/.installed
 # lists the 15 slowest tests and every skip with its reason, in TEST_WORKERS pytest-xdist processes (each file's
 # tests in one, the longest files first: tests/conftest.py; each process with its own TMPDIR and host lock).
 # Two on this 2-vCPU machine: many tests wait on sleeping workloads and process starts, so two processes took
-# 16 min where one took 21 (TEST_WORKERS=0: one process, no xdist). The system packages some tests need
-# (tests/system-deps.sh) are installed by a prerequisite, once, not in the timed part.
+# 16 min where one took 21 (13 min 43 s since; TEST_WORKERS=0: one process, no xdist). The system packages
+# some tests need (tests/system-deps.sh) are installed by a prerequisite, once, not in the timed part.
 # pytest exits 5 when it collected no test: that is reported, not treated as a failure.
 test: $(VENV)/.installed $(VENV)/.system-deps
 	$(BIN)/ruff check .
