@@ -94,14 +94,18 @@ def shown_url(url: str) -> str:
     return url if parsed.password is None else parsed.render_as_string(hide_password=True)
 
 
+def bad_url(url: str) -> UsageError:
+    """The one error for a storage URL SQLAlchemy cannot read or use, the URL shown masked."""
+    return UsageError(f"bad storage URL {shown_url(url)!r}: use e.g. sqlite:///studies.db or postgresql+psycopg://…")
+
+
 def check_storage_url(url: str) -> None:
     """Refuse a URL SQLAlchemy cannot read (a port that is no number), and an SQLite path that exists but is not
     an SQLite database (before anyone writes to it)."""
     try:
         make_url(url)
     except (ArgumentError, ValueError) as e:
-        raise StorageError(f"not a storage URL: {shown_url(url)} (a SQLAlchemy URL such as sqlite:///studies.db or "
-                           f"postgresql+psycopg://user@host:5432/db): {type(e).__name__}") from None
+        raise bad_url(url) from e
     if not url.startswith("sqlite:///"):
         return
     path = Path(url.removeprefix("sqlite:///"))
@@ -138,8 +142,7 @@ def storage_errors(url: str) -> Iterator[None]:
     try:
         yield
     except ArgumentError as e:
-        raise UsageError(f"bad storage URL {shown_url(url)!r}: use e.g. sqlite:///studies.db or "
-                         "postgresql+psycopg://…") from e
+        raise bad_url(url) from e
     except (DatabaseError, OperationalError) as e:
         raise StorageError(f"cannot open the database {shown_url(url)}: {e.orig}") from e
     except ModuleNotFoundError as e:

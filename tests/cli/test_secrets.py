@@ -69,4 +69,4 @@ def test_a_url_that_is_no_url_is_a_usage_error_in_every_verb(tmp_path: Path, ver
     done = cli(verb[0], "--storage", "postgresql+psycopg://u:s3cr3t@host:notaport/db", *verb[1:], cwd=tmp_path)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1, done.stdout + done.stderr
-    assert "error: not a storage URL: postgresql+psycopg://u:***@host:notaport/db" in lines[0], lines
+    assert "error: bad storage URL 'postgresql+psycopg://u:***@host:notaport/db'" in lines[0], lines
