@@ -1,7 +1,8 @@
 """Workloads that fail on purpose, for the runner's and the study's fault handling.
 
 The ``tiny`` MLP, with a loss function that misbehaves: the batch size tells it when (``oom``), the rank
-(``killed_on_rank_1``), a file (``scripted``), or always.
+(``killed_on_rank_1``), a file (``scripted``), or always. ``sleepy``, a CNN to the search whose steps are
+sleep, serves the searches a test watches, stops or kills.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import signal
 import time
 from typing import Any
 
+from autotune.workload import Workload
 from autotune.workloads import tiny
 
 OOM_FROM_BATCH = 64
@@ -69,20 +71,46 @@ def nan() -> Any:
     return _with_loss(loss)
 
 
-def stalls_with_workers() -> Any:
-    """Stalls in the loss while DataLoader workers run and the file named by ``AUTOTUNE_TEST_STALL`` exists:
-    a trial that stays alive, workers and all, until the test removes the file (or kills it)."""
-    import multiprocessing
+SLEEP_S = 0.01  # ``sleepy``'s sleep in every training forward pass: nearly all of a step (its compute: ~1 ms)
 
+
+def sleepy() -> Any:
+    """A model whose every training forward pass sleeps ``SLEEP_S``, twice that with channels_last weights, and
+    whose compute is too small for an OpenMP team (an MSE loss: cross_entropy's kernels started one, and with the
+    defaults' two threads on two busy cores a step took 20-50 ms where one thread took 1 ms). So its steps take
+    about as long beside another test run as alone, and its A/A is narrow. Its convolution, unused, makes it a
+    CNN for the search, which offers it the channels_last seed on every CPU: a candidate slower with confidence,
+    which the race stops after its first interval and which is never confirmed. While the file named by
+    ``AUTOTUNE_TEST_STALL`` exists, a channels_last forward pass (the seed's, never the baseline's) stalls: a
+    trial that stays alive, its DataLoader workers and all, until the test removes the file (or kills it)."""
     import torch
 
-    def loss(output: Any, batch: Any) -> Any:
-        flag = os.environ.get("AUTOTUNE_TEST_STALL")
-        while flag and os.path.exists(flag) and multiprocessing.active_children():
-            time.sleep(0.1)
-        return torch.nn.functional.cross_entropy(output, batch[1])
+    class Sleepy(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3)  # what makes it a CNN; its weights show channels_last
+            self.scale = torch.nn.Parameter(torch.ones(10))
 
-    return _with_loss(loss)
+        def forward(self, x: Any) -> Any:
+            if self.training:
+                seed = self.conv.weight.is_contiguous(memory_format=torch.channels_last) \
+                    and not self.conv.weight.is_contiguous()
+                flag = os.environ.get("AUTOTUNE_TEST_STALL")
+                while seed and flag and os.path.exists(flag):
+                    time.sleep(0.1)
+                time.sleep(SLEEP_S * (2 if seed else 1))
+            return x.flatten(1)[:, :10] * self.scale
+
+    def dataset() -> Any:
+        g = torch.Generator().manual_seed(3)
+        return torch.utils.data.TensorDataset(torch.randn(1024, 3, 8, 8, generator=g),
+                                              torch.randn(1024, 10, generator=g))
+
+    def loss(output: Any, batch: Any) -> Any:
+        return torch.nn.functional.mse_loss(output.float(), batch[1])
+
+    return Workload(model=Sleepy, dataset=dataset, loss=loss, optimizer=lambda params: torch.optim.SGD(params, lr=0.05),
+                    batch_size=32, name="sleepy")
 
 
 def killed() -> Any:

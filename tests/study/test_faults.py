@@ -6,24 +6,35 @@ import contextlib
 import json
 import re
 import signal
+import subprocess
+import sys
+import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import optuna
 import psutil
+import pytest
 
-from .. import quality_workloads
+from autotune import search_spaces as spaces
+from autotune.cli.search import parse_fixes
+from autotune.probes import Facts
+from autotune.study import SearchOptions, run_settings, search, search_context
+from autotune.study.records import SearchOutcome
+from autotune.trial import TrialSettings
+
 from ..conftest import REPO, defaults_env
 from .conftest import own_host, running_trial, start_search, trials, wait_for
 
 FAULTY = REPO / "tests" / "faulty_workloads.py"
-# A tiny CNN: its channels_last seed comes right after the baseline on every CPU (``quality_workloads.conv``).
-CONV = quality_workloads.spec("conv")
+# A tiny CNN whose steps are sleep: its channels_last seed comes right after the baseline on every CPU, slower
+# with confidence (``faulty_workloads.sleepy``), and a busy neighbour hardly stretches its search.
+SLEEPY = f"{FAULTY}:sleepy"
 # QUICK's --budget 10m: a search stops by itself then, so no wait on one is longer. Waits are on what a search
-# prints; the first is bounded by this, later ones by what the first measured (the machine's speed and load).
+# prints or records; the first is bounded by this, later ones by what the first measured (the machine's speed and load).
 BUDGET_S = 600
 SEARCH_S = BUDGET_S + 60  # a whole search: its budget, then its report
 BASELINE = r"^trial +0 baseline "  # its line when recorded (``finished_line``)
@@ -104,10 +115,40 @@ def _roles(ts: list, state: str | None = None) -> list[str]:
     return [t.user_attrs.get("role") for t in ts if state is None or t.state.name == state]
 
 
+@pytest.fixture
+def own_temp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``own_host`` for a search run in this process: its host lock, its trial directories and its workers'."""
+    temp = Path(own_host(tmp_path)["TMPDIR"])
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    return temp
+
+
+def search_here(workload: str, tmp_path: Path, facts: Facts, fix: dict[str, Any] | None = None,
+                **options: Any) -> SearchOutcome:
+    """``search()`` in this process, as ``autotune search`` with ``QUICK``, ``defaults_env()`` and ``fix`` (more
+    ``--fix``) runs it, where the CLI is not the subject: the same loop, worker processes and trials, without the
+    CLI's start and report. Its A/A of the defaults takes the fewest pairs (6, as under a budget of about 40 s):
+    the noise is not the subject either."""
+    from autotune.trial.score import LiveMeasurer
+
+    fixed = {**parse_fixes(list(defaults_env()[1::2])), "processes": 1, **(fix or {})}
+    chosen = SearchOptions(**{"budget_s": 600.0, "storage": f"sqlite:///{tmp_path}/studies.db", "compile": False,
+                              "settings": TrialSettings(warmup_steps=2, measure_steps=6), "fixed": fixed, **options})
+    _, ctx = search_context(workload, facts, chosen)
+    defaults = {**spaces.defaults(facts, ctx), **run_settings(ctx, chosen)}
+    measurer = LiveMeasurer(workload, defaults, facts, chosen.settings, calibration_pairs=6, seed=chosen.seed)
+    return search(workload, options=chosen, measurer=measurer, facts=facts)
+
+
 def test_ctrl_c_records_the_running_trial_and_the_same_command_continues(tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path}/studies.db"
-    args = ("--workload", CONV, "--study", "s", "--trials", "2", "--confirm", "1", "--confirm-rounds", "1")
-    with watched(*args, cwd=tmp_path, env=own_host(tmp_path)) as first:
+    args = ("--workload", SLEEPY, "--study", "s", "--trials", "2", "--confirm", "1", "--confirm-rounds", "1")
+    # The seed (trial 1) stalls while the flag file exists (``faulty_workloads.sleepy``): Ctrl-C finds it running.
+    stall = tmp_path / "stall"
+    stall.touch()
+    env = {**own_host(tmp_path), "AUTOTUNE_TEST_STALL": str(stall)}
+    with watched(*args, cwd=tmp_path, env=env) as first:
         baseline_s = first.wait_line(BASELINE, BUDGET_S, "the baseline to be recorded")
         # Trial 1 comes right after the baseline: a limit as long as the search took to get there.
         patience = max(30.0, baseline_s)
@@ -121,7 +162,8 @@ def test_ctrl_c_records_the_running_trial_and_the_same_command_continues(tmp_pat
     assert before[1].user_attrs["status"] == "interrupted" and before[1].user_attrs["role"] == "seed"
     assert "run_ended" in before[1].user_attrs  # the trial was stopped and recorded, not abandoned
 
-    with watched(*args, cwd=tmp_path, env=own_host(tmp_path)) as second:  # a calibration, a trial, a confirmation
+    stall.unlink()
+    with watched(*args, cwd=tmp_path, env=env) as second:  # a calibration, a trial, a confirmation if it could win
         out, err = second.communicate(timeout=SEARCH_S)
     assert second.proc.returncode == 0, err
     assert "(continued)" in out
@@ -134,7 +176,8 @@ def test_ctrl_c_records_the_running_trial_and_the_same_command_continues(tmp_pat
     assert [t.number for t in searched] == [0, 2]
     assert searched[1].user_attrs["params"] == before[1].user_attrs["params"]
     # Then the confirmation: the candidate measured again with fresh pairs (if the guard let it through).
-    # A candidate slower with confidence (bf16 autocast on a tiny MLP read 0.71x) is not confirmed.
+    # A candidate slower with confidence (bf16 autocast on a tiny MLP read 0.71x; sleepy's seed, always) is not
+    # confirmed.
     confirms = [t for t in after if t.user_attrs.get("role") == "confirm"]
     margin = optuna.load_study(study_name="s", storage=storage).user_attrs["noise"]["margin"]
     could_win = "infeasible" not in searched[1].user_attrs and searched[1].user_attrs["speedup_high"] >= 1 + margin
@@ -143,72 +186,105 @@ def test_ctrl_c_records_the_running_trial_and_the_same_command_continues(tmp_pat
     assert "speedup over PyTorch defaults" in out and "noise: identical runs here differ by up to" in out, out
 
 
+# A search as ``search_here`` runs it, in a process of its own: argv is the workload, the test's folder and ``fix``.
+SEARCH_ALONE = ("import json, sys; from pathlib import Path; from autotune import probes; "
+                "from tests.study.test_faults import search_here; "
+                "search_here(sys.argv[1], Path(sys.argv[2]), probes.probe(), json.loads(sys.argv[3]), study='k', "
+                "trials=2, confirm_top=0)")
+
+
+def _while_searching(search: subprocess.Popen[Any], condition: Callable[[], Any], timeout: float, what: str,
+                     log: Path) -> Any:
+    """``wait_for`` that fails at once, with the search's log, when the search ends first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = condition()
+        except Exception:  # noqa: BLE001 - the study may not exist yet
+            value = None
+        if value:
+            return value
+        if search.poll() is not None:
+            raise AssertionError(f"the search ended (exit {search.returncode}) before {what}:\n{log.read_text()}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.2)
+
+
 def test_kill_9_leaves_no_process_and_the_next_search_fails_the_stale_trial_and_removes_its_directory(
-        tmp_path: Path) -> None:
+        tmp_path: Path, own_temp: Path, facts: Facts, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both searches run ``search()`` as ``autotune search`` does (``search_here``), the first in a process of its
+    own that the test kills: the CLI is not the subject (the Ctrl-C test's searches are the CLI's)."""
     storage = f"sqlite:///{tmp_path}/studies.db"
-    env = own_host(tmp_path)  # the searches' trial directories and host lock
-    temp = Path(env["TMPDIR"])
-    # DataLoader workers in every trial but the baseline: grandchildren of the search to be cleaned up.
-    # The workload stalls while its workers run and the flag file exists, so the kill finds the whole tree.
+    # DataLoader workers in every trial but the baseline: grandchildren of the search to be cleaned up. The seed
+    # (trial 1) stalls while the flag file exists (``faulty_workloads.sleepy``), so the kill finds the whole tree.
     stall = tmp_path / "stall"
     stall.touch()
-    args = ("--study", "k", "--trials", "2", "--confirm", "0", "--fix", "num_workers=1", "--fix", "prefetch_factor=2",
-            "--fix", "persistent_workers=true", "--workload", f"{FAULTY}:stalls_with_workers")
-    env["AUTOTUNE_TEST_STALL"] = str(stall)
-    with watched(*args, cwd=tmp_path, env=env) as first:
-        baseline_s = first.wait_line(BASELINE, BUDGET_S, "the baseline to be recorded")
-        patience = max(30.0, baseline_s)  # trial 1 and its DataLoader worker start right after
-        first.wait_line(r"\] trial 1 \S+ started", patience, "trial 1 to start")
-        wait_for(running_trial(storage, "k", 1), patience, "trial 1 to be measured")
-        search = psutil.Process(first.proc.pid)
+    monkeypatch.setenv("AUTOTUNE_TEST_STALL", str(stall))
+    workers = {"num_workers": 1, "prefetch_factor": 2, "persistent_workers": True}
+    log = tmp_path / "first.log"
+    with log.open("w") as out:
+        first = subprocess.Popen([sys.executable, "-c", SEARCH_ALONE, SLEEPY, str(tmp_path), json.dumps(workers)],
+                                 cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        started = time.monotonic()
+        # QUICK's budget: the search stops by itself then, so no wait is longer; it fails at once if the search ends.
+        _while_searching(first, running_trial(storage, "k", 1), BUDGET_S, "trial 1 to be measured", log)
+        search = psutil.Process(first.pid)
 
         def trial_tree() -> list[psutil.Process]:
             kids = search.children(recursive=True)
             worker = [p for p in kids if "autotune.trial.worker" in " ".join(p.cmdline())]
             return kids if worker and worker[0].children() else []  # the paired worker and its arm's DataLoader worker
 
-        tree = wait_for(trial_tree, patience, "the trial's DataLoader worker to start")
-        first.proc.kill()
-        first.communicate(timeout=30)
+        # Its DataLoader worker starts right after: a limit as long as the search took to get here.
+        tree = _while_searching(first, trial_tree, max(30.0, time.monotonic() - started),
+                                "the trial's DataLoader worker to start", log)
+    finally:
+        first.kill()
+        first.wait(timeout=30)
     gone, alive = psutil.wait_procs(tree, timeout=5)
     assert alive == [], [p.cmdline() for p in alive]
     stale = trials(storage, "k")[1]
     assert stale.state.name == "RUNNING"  # nobody could record it: the next search must
-    left = list(temp.glob("autotune-trial-*"))
+    left = list(own_temp.glob("autotune-trial-*"))
     assert len(left) == 1 and (left[0] / "spec.json").exists()  # nor remove the trial's directory
 
     stall.unlink()
-    with watched(*args, cwd=tmp_path, env=env) as second:  # a calibration and a trial
-        out, err = second.communicate(timeout=SEARCH_S)
-    assert second.proc.returncode == 0, err
+    outcome = search_here(SLEEPY, tmp_path, facts, study="k", trials=2, confirm_top=0, fix=workers)
     after = trials(storage, "k")
     assert after[1].state.name == "FAIL" and after[1].user_attrs["status"] == "interrupted"
     assert "died" in after[1].user_attrs["error"]
     assert [(t.user_attrs["role"], t.state.name) for t in after[2:]] == [(after[1].user_attrs["role"], "COMPLETE")]
     assert after[2].user_attrs["params"]["num_workers"] == 1
-    assert "recipe 1 stored" in out
-    assert list(temp.glob("autotune-trial-*")) == []  # the dead search's directory and the second's own
-    survivors = [p for p in psutil.process_iter(["cmdline"]) if str(temp) in " ".join(p.info["cmdline"] or [])]
+    assert outcome.stopped == "trials" and outcome.recipe.id == 1  # stored
+    assert list(own_temp.glob("autotune-trial-*")) == []  # the dead search's directory and the second's own
+    survivors = [p for p in psutil.process_iter(["cmdline"]) if str(own_temp) in " ".join(p.info["cmdline"] or [])]
     assert survivors == []  # no trial process of either search (their command lines name their spec in temp)
 
 
-def test_each_fault_of_a_trial_is_recorded_with_its_reason_and_the_search_goes_on(tmp_path: Path) -> None:
+def test_each_fault_of_a_trial_is_recorded_with_its_reason_and_the_search_goes_on(
+        tmp_path: Path, own_temp: Path, facts: Facts, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each way a candidate's arm fails in the defaults' worker, once: an exception in the user's code and a NaN
+    loss (the arm fails, its worker goes on), a worker killed by a signal (a crash named by its signal: SIGSEGV
+    takes the same path as SIGABRT here, and a trial process's SIGSEGV is named in
+    tests/trial/test_runner.py::test_failures_are_classified) and by SIGKILL (out of memory), after which the
+    search starts another worker. The search runs in this process (``search_here``): the CLI is not the subject."""
     storage = f"sqlite:///{tmp_path}/studies.db"
     # One fault per model trained, in order (tests/faulty_workloads.py:scripted): the defaults' arm and its A/A copy
     # (the baseline), then each candidate's arm in the defaults' worker; a worker that died is started again for the
-    # next candidate, with a defaults arm of its own ("ok"). The environment is held at the defaults' (--fix).
+    # next candidate, with a defaults arm of its own ("ok"). The environment is held at the defaults' (fixed).
     script = tmp_path / "faults.json"
-    script.write_text(json.dumps(["ok", "ok", "crash", "abort", "ok", "segfault", "ok", "nan", "killed"]))
-    args = ("--study", "f", "--trials", "6", "--confirm", "0", "--workload", f"{FAULTY}:scripted", *defaults_env())
-    with watched(*args, cwd=tmp_path, env={**own_host(tmp_path), "AUTOTUNE_TEST_FAULTS": str(script)}) as search:
-        out, err = search.communicate(timeout=SEARCH_S)
-    assert search.proc.returncode == 0, err
+    script.write_text(json.dumps(["ok", "ok", "crash", "abort", "ok", "nan", "killed"]))
+    monkeypatch.setenv("AUTOTUNE_TEST_FAULTS", str(script))
+    outcome = search_here(f"{FAULTY}:scripted", tmp_path, facts, study="f", trials=5, confirm_top=0)
+    assert outcome.stopped == "trials"  # it went on to its last trial
     assert json.loads(script.read_text()) == []  # every fault was met by a trial
     # Optuna's state is the loop's business (nan and oom: infeasible, so the sampler learns); the status and
     # the reason are what the report shows.
     recorded = [(t.user_attrs["status"], t.user_attrs.get("error") or "") for t in trials(storage, "f")]
     expected = [("ok", ""), ("crash", "ValueError: fake: the user's loss has a bug"), ("crash", "killed by SIGABRT"),
-                ("crash", "killed by SIGSEGV"), ("nan", "the loss became nan"), ("oom", "killed by SIGKILL")]
+                ("nan", "the loss became nan"), ("oom", "killed by SIGKILL")]
     assert [status for status, _ in recorded] == [status for status, _ in expected]
     for (_, error), (_, reason) in zip(recorded, expected, strict=True):
         assert reason in error
