@@ -6,7 +6,6 @@ import contextlib
 import json
 import sqlite3
 import subprocess
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +14,7 @@ import pytest
 
 from autotune.store import RecipeStore
 
-from .conftest import run_cli
+from .conftest import REPO, run_cli
 from .study.conftest import own_host, start_search
 
 
@@ -34,15 +33,19 @@ def _finished(connection: sqlite3.Connection) -> int:
     return connection.execute("SELECT count(*) FROM trials WHERE state != 'RUNNING'").fetchone()[0]
 
 
-def _finished_now(db: Path) -> int:
-    """Finished trials as a new reader sees them. Read with sqlite3, not by polling ``autotune studies``:
-    a Python start every 0.2 s on 2 cores starved the search (CI timed out waiting for its second trial)."""
+def _now(db: Path, count: Callable[[sqlite3.Connection], int]) -> int:
+    """``count`` as a new reader sees it; 0 before the search has created Optuna's tables. Read with sqlite3, not
+    by polling ``autotune studies``: a Python start every 0.2 s on 2 cores starved the search."""
     if not db.exists():
         return 0
     with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as connection:
         if not connection.execute("SELECT 1 FROM sqlite_master WHERE name = 'trials'").fetchone():
-            return 0  # the search has not created Optuna's tables yet
-        return _finished(connection)
+            return 0
+        return count(connection)
+
+
+def _trials(connection: sqlite3.Connection) -> int:
+    return connection.execute("SELECT count(*) FROM trials").fetchone()[0]
 
 
 def _wait_while_searching(search: subprocess.Popen[str], condition: Callable[[], bool], timeout: float,
@@ -62,39 +65,39 @@ def _wait_while_searching(search: subprocess.Popen[str], condition: Callable[[],
 # QUICK's --budget 10m: the search stops by itself then, so no wait on it is longer; a wait fails at once when
 # the search ends without what it waits for.
 BUDGET_S = 600
+# A tiny CNN whose steps are sleep: a busy neighbour hardly stretches the search. Its seed, trial 1, stalls while
+# the flag file exists (``faulty_workloads.sleepy``): the search cannot end before the readers are done.
+SLEEPY = f"{REPO / 'tests' / 'faulty_workloads.py'}:sleepy"
 
 
 @pytest.mark.slow
 def test_readers_poll_studies_best_and_report_while_a_search_writes(tmp_path: Path) -> None:
-    # The baseline, then one candidate: the reads below need a trial recorded, then one more while they read.
+    # The baseline, then one candidate: the reads below need the study, then a trial recorded while one reads.
     # Its stdout is JSON lines; its report goes to a folder that does not exist: a warning, and the stored
     # search still succeeds.
-    search = start_search("--trials", "2", "--confirm", "0", "--no-compile", "--json", "--report", "missing/r.html",
-                          cwd=tmp_path, env=own_host(tmp_path))
+    stall = tmp_path / "stall"
+    stall.touch()
+    search = start_search("--workload", SLEEPY, "--trials", "2", "--confirm", "0", "--json",
+                          "--report", "missing/r.html", cwd=tmp_path,
+                          env={**own_host(tmp_path), "AUTOTUNE_TEST_STALL": str(stall)})
     answers: list[tuple[str, int, str]] = []
-    done = threading.Event()
-
-    def poll() -> None:  # what a user does in a second terminal
-        while not done.is_set():
-            for verb in ("studies", "best", "report"):
-                out = run_cli(verb, *(("-o", "polled.html") if verb == "report" else ()), cwd=tmp_path)
-                answers.append((verb, out.returncode, out.stderr.strip()))
-            time.sleep(1.5)  # each reader is a Python start: on 2 cores, polling faster slows the search
-
-    reader = threading.Thread(target=poll)
     try:
         db = tmp_path / "studies.db"
-        _wait_while_searching(search, lambda: _finished_now(db) >= 1, BUDGET_S, "the first measured trial")
+        _wait_while_searching(search, lambda: _now(db, _trials) >= 1, BUDGET_S, "the baseline to start")
         assert journal_mode(db) == "wal"
-        reader.start()
         # A reader that keeps its snapshot open (a long report, a dashboard's query): in SQLite's default
         # rollback mode the search could not commit until it ends, and would fail with "database is locked".
         held = sqlite3.connect(f"file:{db}?mode=ro", uri=True, isolation_level=None)
         held.execute("BEGIN")
         before = _finished(held)
-        # No limit of its own: the readers' Python starts compete with the search for the CPU (on a loaded
-        # 2-core machine the candidate took longer than the start and the calibration before it).
-        _wait_while_searching(search, lambda: _finished_now(db) > before, BUDGET_S,
+        # What a user does in a second terminal, while the search calibrates and measures: each reader is a
+        # Python start, so once each (on 2 cores, polling them starved the search).
+        for verb in ("studies", "best", "report"):
+            out = run_cli(verb, *(("-o", "polled.html") if verb == "report" else ()), cwd=tmp_path)
+            answers.append((verb, out.returncode, out.stderr.strip()))
+        assert search.poll() is None  # they read while it ran: its seed cannot be recorded before the flag goes
+        stall.unlink()
+        _wait_while_searching(search, lambda: _now(db, _finished) > before, BUDGET_S,
                               "a trial recorded while a reader holds its snapshot")
         assert _finished(held) == before  # its snapshot, unchanged
         held.execute("COMMIT")
@@ -102,18 +105,13 @@ def test_readers_poll_studies_best_and_report_while_a_search_writes(tmp_path: Pa
         stdout, stderr = search.communicate(timeout=BUDGET_S + 60)
         assert search.returncode == 0, stderr
     finally:
-        done.set()
-        if reader.is_alive():
-            reader.join(timeout=60)
         if search.poll() is None:
             search.kill()
             search.communicate()
-    for verb in ("studies", "report"):  # the study exists from the first measured trial on
-        polled = [a for a in answers if a[0] == verb]
-        assert polled and all(code == 0 for _, code, _ in polled), polled
+    # The study exists from its first trial on; the recipe is stored last: until then ``best`` says so.
     no_recipe_yet = "autotune best: error: no recipe in sqlite:///studies.db: run 'autotune search' first"
-    for _, code, err in (a for a in answers if a[0] == "best"):  # before the recipe is stored: it says so
-        assert code == 0 or err == no_recipe_yet
+    assert [(verb, code) for verb, code, _ in answers] == [("studies", 0), ("best", 2), ("report", 0)], answers
+    assert answers[1][2] == no_recipe_yet
     final = run_cli("best", cwd=tmp_path)
     assert final.returncode == 0 and "knob(s) differ from PyTorch's defaults" in final.stdout, final.stderr
     _json_lines(stdout, stderr)
