@@ -1,6 +1,7 @@
 """Several searches: one study shared through PostgreSQL, other hardware refused, one trial at a time per host."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -9,24 +10,67 @@ from pathlib import Path
 
 import pytest
 
+from autotune.cli.search import parse_fixes
 from autotune.store import RecipeStore
 from autotune.study import MEASURED
 
-from .conftest import own_host, start_search, trials
+from .. import quality_workloads
+from ..conftest import defaults_env
+from .conftest import own_host, running_trial, start_search, trials, wait_for
 
-BUDGET_S = 600  # QUICK's --budget 10m: a search stops by itself then
+BUDGET_S = 600  # a search stops by itself then
+SLOW = quality_workloads.spec("slow")  # sleep-bound: batch 16 runs a quarter of its default's speed, however busy
+# A worker: ``search()`` in a process of its own, as ``autotune search`` runs it, without the CLI's start and report
+# (the CLI's searches: tests/test_end_to_end.py; its one-line refusal: the third worker below). The noise is not
+# the subject: the A/A takes the fewest pairs (6), sized as a one-minute budget sizes it, so that a race's round
+# is 4 pairs however busy the machine (given the whole budget, a busy one asked 23; the test took 286 s).
+SEARCH = """
+import json, sys
+from autotune import probes, search_spaces as spaces
+from autotune.study import SearchOptions, search
+from autotune.study.run import run_settings, search_context
+from autotune.trial import TrialSettings
+from autotune.trial.score import LiveMeasurer
+
+class Measurer(LiveMeasurer):
+    def calibrate(self, timeout_s):
+        return super().calibrate(min(timeout_s, 60.0))
+
+workload, options = sys.argv[1], SearchOptions(**json.loads(sys.argv[2]), settings=TrialSettings(warmup_steps=2,
+                                                                                                 measure_steps=6))
+facts = probes.probe()
+_, ctx = search_context(workload, facts, options)
+defaults = {**spaces.defaults(facts, ctx), **run_settings(ctx, options)}
+search(workload, options=options, facts=facts,
+       measurer=Measurer(workload, defaults, facts, options.settings, calibration_pairs=6, seed=options.seed))
+"""
+
+
+def _start(storage: str, study: str, trials: int, env: dict[str, str]) -> subprocess.Popen[str]:
+    """A search of ``SLOW`` whose every candidate is batch 16 in the defaults' environment: a quarter of the
+    defaults' speed, stopped after its first round (4 pairs), whatever else it changes."""
+    fixed = {**parse_fixes(list(defaults_env()[1::2])), "processes": 1, "batch_per_rank": 16,
+             "sparsity_pattern": "none"}  # a narrower model sleeps less: pruned, batch 16 could keep up
+    options = dict(storage=storage, study=study, trials=trials, budget_s=BUDGET_S, confirm_top=0, compile=False,
+                   fixed=fixed)
+    return subprocess.Popen([sys.executable, "-c", SEARCH, SLOW, json.dumps(options)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
 
 
 def _finish(search: subprocess.Popen[str], *others: subprocess.Popen[str]) -> tuple[str, str]:
-    """Its output once it ends, within its budget and a minute for its report; if it does not, it and
-    ``others`` are killed, so a failing test leaves no search running."""
+    """Its output once it ends, within its budget and a minute; if it does not, it and ``others`` are killed,
+    so a failing test leaves no search running."""
     try:
         return search.communicate(timeout=BUDGET_S + 60)
     except BaseException:
-        for proc in (search, *others):
-            proc.kill()
-            proc.communicate()
+        _kill(search, *others)
         raise
+
+
+def _kill(*searches: subprocess.Popen[str]) -> None:
+    for proc in searches:
+        proc.kill()
+        proc.communicate()
 
 
 def _intervals(ts: list) -> list[tuple[float, float, int]]:
@@ -42,16 +86,30 @@ def _assert_never_concurrent(intervals: list[tuple[float, float, int]]) -> None:
 @pytest.mark.postgres
 def test_two_workers_share_a_study_and_other_hardware_is_refused(postgres: str, tmp_path: Path) -> None:
     """Beside the two workers, a search of another study in another storage (SQLite) on the same host: the host
-    lock is the host's, not a study's, so its trial runs between theirs, never beside one."""
-    args = ("--storage", postgres, "--study", "shared", "--trials", "3", "--confirm", "0")
+    lock is the host's, not a study's, so its trial runs between theirs, never beside one. A third worker of the
+    study, started once the study is recorded, is refused: its CPU set differs."""
     host = own_host(tmp_path)
-    workers = [start_search(*args, cwd=tmp_path, env=host) for _ in range(2)]
+    workers = [_start(postgres, "shared", 3, host) for _ in range(2)]
     other_storage = f"sqlite:///{tmp_path}/other.db"
-    other = start_search("--storage", other_storage, "--study", "other", "--trials", "1", "--confirm", "0",
-                         cwd=tmp_path, env=host)
+    other = _start(other_storage, "other", 1, host)
     searches = [*workers, other]
+
+    # A worker with another CPU set (taskset) is the same machine for the fingerprint, but the study refuses it:
+    # its trials would be measured on other CPUs. ``autotune search`` itself: its one line and exit status 2.
+    third = None
+    if len(os.sched_getaffinity(0)) > 1:
+        try:
+            wait_for(running_trial(postgres, "shared", 0), 300, "the shared study's baseline")
+        except BaseException:
+            _kill(*searches)
+            raise
+        cpu = str(min(os.sched_getaffinity(0)))
+        third = start_search("--storage", postgres, "--study", "shared", "--workload", SLOW, "--trials", "3",
+                             "--confirm", "0", cwd=tmp_path, prefix=("taskset", "-c", cpu), environment=True,
+                             env=host)  # one thread
+        searches.append(third)
     outputs = [_finish(s, *searches) for s in searches]
-    for s, (_out, err) in zip(searches, outputs, strict=True):
+    for s, (_out, err) in zip([*workers, other], outputs, strict=False):
         assert s.returncode == 0, err
     ts = trials(postgres, "shared")
     # Measured trials as --trials counts them (a candidate the race stopped early is one); not a sampled repeat
@@ -69,17 +127,12 @@ def test_two_workers_share_a_study_and_other_hardware_is_refused(postgres: str, 
     with RecipeStore.open(postgres) as store:
         assert store.latest(study="shared") is not None
 
-    # A worker with another CPU set (taskset) is the same machine for the fingerprint, but the study refuses it:
-    # its trials would be measured on other CPUs.
-    if len(os.sched_getaffinity(0)) < 2:
+    if third is None:
         pytest.skip("one CPU: no smaller CPU set to start a worker with other hardware")
-    cpu = str(min(os.sched_getaffinity(0)))
-    third = start_search(*args, cwd=tmp_path, prefix=("taskset", "-c", cpu), environment=True, env=host)  # 1 thread
-    out, err = _finish(third)
     assert third.returncode == 2
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and "was measured on hardware" in lines[0] and "use another --study" in lines[0], err
-    assert len(trials(postgres, "shared")) == len(ts)  # it ran nothing
+    lines = outputs[3][1].strip().splitlines()
+    assert len(lines) == 1 and "was measured on hardware" in lines[0] and "use another --study" in lines[0], lines
+    assert third.pid not in {t.user_attrs.get("pid") for t in ts}  # it ran nothing
 
 
 @pytest.mark.postgres
