@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -23,7 +24,7 @@ from autotune.trial import TrialSettings
 
 from .. import quality_workloads
 from ..conftest import missing
-from .conftest import QUICK, trials
+from .conftest import QUICK, own_host, trials
 from .test_race import Scripted
 
 CTX = SpaceContext(default_batch_size=32)
@@ -138,9 +139,14 @@ def test_a_stored_recipe_outside_todays_space_is_skipped_and_the_search_goes_on(
     """compile_mode=default found by an earlier search, then --no-compile: that recipe is not a seed,
     the default study (searched with compile modes) goes on under a name of its own, and a study named
     with --study that cannot go on with these options is refused without losing anything. Study naming and
-    seeding are the search's logic: its trials are measured by the scripted measurer."""
+    seeding are the search's logic: its trials are measured by the scripted measurer (live: the searches of
+    tests/test_end_to_end.py), under a host lock of its own (``own_host``: run alone, the lock in /tmp is
+    every other search's on the machine)."""
     from autotune.cli import main
 
+    temp = own_host(tmp_path)["TMPDIR"]
+    monkeypatch.setenv("TMPDIR", temp)
+    monkeypatch.setattr(tempfile, "tempdir", temp)
     storage = f"sqlite:///{tmp_path}/studies.db"
     # as SHORT asks it, on CONV: its channels_last seed comes after the baseline on every CPU
     short = SearchOptions(storage=storage, trials=1, confirm_top=0, fixed={"processes": 1},
@@ -184,7 +190,9 @@ def _run(facts, tmp_path: Path, candidates: list[dict]) -> list[tuple[optuna.tri
     loop = SearchLoop(study, "tiny", facts, CTX, RUN, options, time.monotonic() + 600, lambda *a: None,
                       measurer=measurer)
     try:
-        loop.calibrate(300)  # the defaults' worker, as the baseline trial starts it
+        # The defaults' worker, as the baseline trial starts it, calibrated as a one-minute budget sizes it: a
+        # process pair's windows are 4 pairs however noisy the machine (given 300 s, a busy one asked 20).
+        loop.calibrate(60)
         for params in candidates:
             trial = study.ask()
             params = {**defaults(facts, CTX), "threads": 1, **params, **RUN}
@@ -199,8 +207,10 @@ def _run(facts, tmp_path: Path, candidates: list[dict]) -> list[tuple[optuna.tri
 @pytest.fixture(scope="module")
 def inputs_run(facts, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple]:
     """One search loop on facts where jemalloc is installed (if it is here), tcmalloc's library is missing and
-    numactl refuses --membind (as under Docker's default seccomp profile, without CAP_SYS_NICE): a trial with
-    each allocator and one pinned (affinity compact), each its own environment (a process pair)."""
+    numactl refuses --membind (as under Docker's default seccomp profile, without CAP_SYS_NICE): a trial with the
+    missing allocator, and one pinned (affinity compact) with jemalloc where it is installed, each its own
+    environment (a process pair: two worker starts, the most of this fixture's time; both knobs of the second
+    must be in effect for it to be feasible)."""
     tmp_path = tmp_path_factory.mktemp("inputs")
     numactl = tmp_path / "numactl"
     numactl.write_text("#!/bin/sh\necho 'set_mempolicy: Operation not permitted' >&2\nexit 1\n")
@@ -208,10 +218,9 @@ def inputs_run(facts, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tup
     runtime = replace(facts.runtime, tcmalloc_path=str(tmp_path / "libtcmalloc.so.4"), numactl_path=str(numactl))
     facts = replace(facts, runtime=runtime)
     assert spaces.memory_nodes({**defaults(facts, CTX), "affinity": "compact"}, facts)  # binding is wanted
-    candidates = {"missing": {"allocator": "tcmalloc"}, "pinned": {"affinity": "compact"}}
-    if facts.runtime.jemalloc_path:
-        candidates["installed"] = {"allocator": "jemalloc"}
-    return {"facts": facts, **dict(zip(candidates, _run(facts, tmp_path, list(candidates.values())), strict=True))}
+    installed = {"allocator": "jemalloc"} if facts.runtime.jemalloc_path else {}
+    missing, pinned = _run(facts, tmp_path, [{"allocator": "tcmalloc"}, {"affinity": "compact", **installed}])
+    return {"facts": facts, "missing": missing, "pinned": pinned, **({"installed": pinned} if installed else {})}
 
 
 @pytest.mark.parametrize("library", ["installed", "missing"])
