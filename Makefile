@@ -28,18 +28,23 @@ demo: $(VENV)/.installed
 	$(BIN)/autotune search --workload $(WORKLOAD) --budget $(BUDGET)
 	$(BIN)/autotune export --format env -o best.env
 
-# Lint and types first (configured in pyproject.toml; either failing fails the target), then pytest, which
-# lists the 15 slowest tests and every skip with its reason, in TEST_WORKERS pytest-xdist processes (each file's
-# tests in one, the longest files first: tests/conftest.py; each process with its own TMPDIR and host lock).
-# Two on this 2-vCPU machine: many tests wait on sleeping workloads and process starts, so two processes took
-# 16 min where one took 21 (13 min 43 s since; TEST_WORKERS=0: one process, no xdist). The system packages
-# some tests need (tests/system-deps.sh) are installed by a prerequisite, once, not in the timed part.
+# Lint first, then pytest with mypy beside it (configured in pyproject.toml; either failing fails the target:
+# mypy's lines come after pytest's, and a fresh clone's mypy without its cache takes 30-50 s of one CPU that
+# pytest's first minute leaves idle). pytest lists the 15 slowest tests and every skip with its reason, in
+# TEST_WORKERS pytest-xdist processes (each file's tests in one, the longest files first: tests/conftest.py's
+# order, which --no-loadscope-reorder keeps: xdist otherwise hands out the files with the most tests first, and
+# the longest, with few tests, ran last; each process with its own TMPDIR and host lock). Two on this 2-vCPU
+# machine: most of the suite's time is CPU (a process start is 4-5 s of it), and a third process only made the
+# two CPUs' tests slower (TEST_WORKERS=0: one process, no xdist). The system packages some tests need
+# (tests/system-deps.sh) are installed by a prerequisite, once, not in the timed part.
 # pytest exits 5 when it collected no test: that is reported, not treated as a failure.
 test: $(VENV)/.installed $(VENV)/.system-deps
 	$(BIN)/ruff check .
-	$(BIN)/mypy
-	@rc=0; $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 -rs $(PYTEST_ARGS) || rc=$$?; \
-	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; rc=0; fi; exit $$rc
+	@types=$$(mktemp); $(BIN)/mypy > $$types 2>&1 & mypy=$$!; \
+	rc=0; $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 -rs \
+		$(PYTEST_ARGS) || rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; rc=0; fi; \
+	wait $$mypy || rc=1; echo "mypy:"; cat $$types; rm -f $$types; exit $$rc
 
 clean:
 	rm -rf $(VENV) *.egg-info studies.db best.env report-*.html

@@ -174,6 +174,8 @@ def cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.
 
 
 FAST = ("--steps", "6", "--warmup-steps", "2")
+# A tiny CNN whose steps are sleep, its channels_last seed slower with confidence (``faulty_workloads.sleepy``).
+SLEEPY = f"{REPO / 'tests' / 'faulty_workloads.py'}:sleepy"
 
 
 @functools.cache
@@ -241,13 +243,15 @@ def postgres() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def tiny_search(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
-    """One real ``autotune search`` of the tiny workload, not on a terminal, shared by the tests of what it prints
-    and of the report it writes: its folder and its completed process. As short as they allow: the baseline and
-    one candidate (the report's per-knob plot), both arms of the defaults' worker (no compile, no DataLoader
-    processes), and a one-minute budget, which sizes the calibration and the race (``LiveMeasurer.calibrate``)."""
-    folder = tmp_path_factory.mktemp("tiny-search")
-    out = run_cli("search", "--workload", "tiny", "--budget", "1m", "--trials", "2", "--confirm", "0", "--no-compile",
+def live_search(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """One real ``autotune search``, not on a terminal, shared by the tests of what it prints and of the report it
+    writes: its folder and its completed process. As short as they allow: the baseline and one candidate (the
+    report's per-knob plot), both arms of the defaults' worker (no compile, no DataLoader processes), and a
+    one-minute budget, which sizes the calibration and the race (``LiveMeasurer.calibrate``). Its workload's
+    steps are sleep (``faulty_workloads.sleepy``): on ``tiny`` two OpenMP threads took 27-33 s of CPU in a 22 s
+    search, and under pytest-xdist the two files that use it may each run it."""
+    folder = tmp_path_factory.mktemp("live-search")
+    out = run_cli("search", "--workload", SLEEPY, "--budget", "1m", "--trials", "2", "--confirm", "0", "--no-compile",
                   *defaults_env(), "--fix", "num_workers=0", *FAST, cwd=folder)
     assert out.returncode == 0, out.stderr
     return folder, out

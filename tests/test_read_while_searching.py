@@ -14,7 +14,7 @@ import pytest
 
 from autotune.store import RecipeStore
 
-from .conftest import REPO, run_cli
+from .conftest import SLEEPY, run_cli
 from .study.conftest import own_host, start_search
 
 
@@ -65,9 +65,8 @@ def _wait_while_searching(search: subprocess.Popen[str], condition: Callable[[],
 # QUICK's --budget 10m: the search stops by itself then, so no wait on it is longer; a wait fails at once when
 # the search ends without what it waits for.
 BUDGET_S = 600
-# A tiny CNN whose steps are sleep: a busy neighbour hardly stretches the search. Its seed, trial 1, stalls while
-# the flag file exists (``faulty_workloads.sleepy``): the search cannot end before the readers are done.
-SLEEPY = f"{REPO / 'tests' / 'faulty_workloads.py'}:sleepy"
+# SLEEPY: a busy neighbour hardly stretches the search. Its seed, trial 1, stalls while the flag file exists
+# (``faulty_workloads.sleepy``): the search cannot end before the readers are done.
 
 
 @pytest.mark.slow

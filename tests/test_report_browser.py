@@ -145,8 +145,8 @@ def test_png_decoder_tells_blank_from_drawn() -> None:
 
 
 @pytest.mark.slow
-def test_the_report_of_a_real_search_renders_in_chromium(tmp_path: Path, browser: DevTools, tiny_search) -> None:
-    folder, search = tiny_search  # autotune search wrote the report at its end
+def test_the_report_of_a_real_search_renders_in_chromium(tmp_path: Path, browser: DevTools, live_search) -> None:
+    folder, search = live_search  # autotune search wrote the report at its end
     report = next(folder.glob("report-*.html"))
     assert f"report: {report}" in search.stdout
     text = report.read_text()

@@ -114,11 +114,11 @@ def test_plain_lines_and_json_lines_from_the_same_events(facts) -> None:
 
 
 @pytest.mark.slow
-def test_a_search_not_on_a_terminal_prints_plain_lines(tiny_search) -> None:
-    folder, out = tiny_search
+def test_a_search_not_on_a_terminal_prints_plain_lines(live_search) -> None:
+    folder, out = live_search
     assert "\x1b[" not in out.stdout  # no colour, no cursor moves: a log reads as it was written
     lines = out.stdout.splitlines()
-    assert re.fullmatch(r"study tiny-\S+ on cpu, budget 1m00s", lines[0]), lines[0]
+    assert re.fullmatch(r"study sleepy-\S+ on cpu, budget 1m00s", lines[0]), lines[0]
     assert lines[1].startswith("PyTorch defaults: ")
     assert re.fullmatch(r"\[\d+s\] trial 0 baseline started: \(defaults\)", lines[2]), lines[2]
     assert re.fullmatch(r"\[\d+s\] trial 0: calibrating noise \(the defaults against themselves, in one process\)",

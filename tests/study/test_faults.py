@@ -26,13 +26,12 @@ from autotune.study import SearchOptions, run_settings, search, search_context
 from autotune.study.records import SearchOutcome
 from autotune.trial import TrialSettings
 
-from ..conftest import REPO, defaults_env
+from ..conftest import REPO, SLEEPY, defaults_env
 from .conftest import own_host, running_trial, start_search, trials, wait_for
 
 FAULTY = REPO / "tests" / "faulty_workloads.py"
-# A tiny CNN whose steps are sleep: its channels_last seed comes right after the baseline on every CPU, slower
-# with confidence (``faulty_workloads.sleepy``), and a busy neighbour hardly stretches its search.
-SLEEPY = f"{FAULTY}:sleepy"
+# SLEEPY's channels_last seed comes right after the baseline on every CPU, slower with confidence
+# (``faulty_workloads.sleepy``), and a busy neighbour hardly stretches its search.
 # QUICK's --budget 10m: a search stops by itself then, so no wait on one is longer. Waits are on what a search
 # prints or records; the first is bounded by this, later ones by what the first measured (the machine's speed and load).
 BUDGET_S = 600
