@@ -15,7 +15,7 @@ import pytest
 from autotune.store import RecipeStore
 
 from .conftest import SLEEPY, run_cli
-from .study.conftest import own_host, start_search
+from .study.conftest import BUDGET_S, own_host, start_search
 
 
 def journal_mode(path: Path) -> str:
@@ -62,10 +62,8 @@ def _wait_while_searching(search: subprocess.Popen[str], condition: Callable[[],
     return time.monotonic() - started
 
 
-# QUICK's --budget 10m: the search stops by itself then, so no wait on it is longer; a wait fails at once when
-# the search ends without what it waits for.
-BUDGET_S = 600
-# SLEEPY: a busy neighbour hardly stretches the search. Its seed, trial 1, stalls while the flag file exists
+# BUDGET_S, QUICK's: the search stops by itself then, so no wait on it is longer; a wait fails at once when
+# the search ends without what it waits for. SLEEPY: a busy neighbour hardly stretches the search. Its seed, trial 1, stalls while the flag file exists
 # (``faulty_workloads.sleepy``): the search cannot end before the readers are done.
 
 

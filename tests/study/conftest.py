@@ -4,15 +4,31 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune import search_spaces as spaces
+from autotune.cli.search import parse_fixes
+from autotune.probes import Facts
+from autotune.study import SearchOptions, run_settings, search, search_context
+from autotune.study.records import SearchOutcome
+from autotune.trial import TrialSettings
+from autotune.trial.score import LiveMeasurer
+from autotune.trial.spec import Noise
 
 from ..conftest import FAST, defaults_env
 
 # Quick trials: the tiny MLP, no DataLoader processes or torchrun ranks unless a test asks for them, and no
-# torch.compile (a sampled compile_mode took 22 s of the fault table's 61; compile's tests are its own).
-QUICK = (*FAST, "--workload", "tiny", "--budget", "10m", "--fix", "processes=1", "--no-compile")
+# torch.compile (compile's tests are its own). A search stops by itself at its budget, so no wait on one is longer.
+BUDGET_S = 600
+QUICK = (*FAST, "--workload", "tiny", "--budget", f"{BUDGET_S}s", "--fix", "processes=1", "--no-compile")
+QUICK_SETTINGS = TrialSettings(warmup_steps=2, measure_steps=6)  # FAST's
+MINUTE_S = 60.0
 
 
 def start_search(*args: str, cwd: Path, prefix: tuple[str, ...] = (), env: dict[str, str] | None = None,
@@ -61,3 +77,45 @@ def own_host(tmp_path: Path) -> dict[str, str]:
     temp = tmp_path / "tmp"
     temp.mkdir(exist_ok=True)
     return {"TMPDIR": str(temp)}
+
+
+@pytest.fixture
+def own_temp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``own_host`` for searches run in this process: their host lock, trial directories and workers' are the
+    test's own. Run alone (not under pytest-xdist) the lock in /tmp is every other search's on the machine:
+    beside another test run a scripted search took 115 s waiting for it, 8 s with a lock of its own."""
+    temp = Path(own_host(tmp_path)["TMPDIR"])
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    return temp
+
+
+
+class QuickMeasurer(LiveMeasurer):
+    """The live measurer ``search()`` builds for ``options``, with the fewest A/A pairs (6) and a race sized as a
+    one-minute budget sizes it (``LiveMeasurer.calibrate``), for searches whose subject is not the noise: a race
+    round is then 4 pairs however busy the machine, where given 10 minutes a busy one asked for up to 30."""
+
+    def __init__(self, workload: str, facts: Facts, options: SearchOptions) -> None:
+        _, ctx = search_context(workload, facts, options)
+        defaults = {**spaces.defaults(facts, ctx), **run_settings(ctx, options)}
+        super().__init__(workload, defaults, facts, options.settings, calibration_pairs=6, seed=options.seed)
+
+    def calibrate(self, timeout_s: float) -> Noise:
+        return super().calibrate(min(timeout_s, MINUTE_S))
+
+
+def search_here(workload: str, facts: Facts, **options: Any) -> SearchOutcome:
+    """``search()`` in this process as ``autotune search`` runs it with ``QUICK`` (``defaults_env()`` and
+    ``processes=1`` held, more in ``fixed``), measured by ``QuickMeasurer``: the same loop, worker processes and
+    trials, without the CLI's start and report, for tests whose subject is not the CLI (its searches:
+    ``start_search``, tests/test_end_to_end.py)."""
+    fixed = {**parse_fixes(list(defaults_env()[1::2])), "processes": 1, **options.pop("fixed", {})}
+    chosen = SearchOptions(**{"budget_s": BUDGET_S, "compile": False, "settings": QUICK_SETTINGS, "fixed": fixed,
+                              **options})
+    return search(workload, options=chosen, measurer=QuickMeasurer(workload, facts, chosen), facts=facts)
+
+
+# ``search_here`` in a process of its own: ``python -c SEARCH_ALONE WORKLOAD OPTIONS`` (JSON) from the repository.
+SEARCH_ALONE = ("import json, sys; from autotune import probes; from tests.study.conftest import search_here; "
+                "search_here(sys.argv[1], probes.probe(), **json.loads(sys.argv[2]))")

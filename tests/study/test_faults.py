@@ -8,7 +8,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,22 +18,16 @@ import optuna
 import psutil
 import pytest
 
-from autotune import search_spaces as spaces
-from autotune.cli.search import parse_fixes
 from autotune.probes import Facts
-from autotune.study import SearchOptions, run_settings, search, search_context
-from autotune.study.records import SearchOutcome
-from autotune.trial import TrialSettings
 
-from ..conftest import REPO, SLEEPY, defaults_env
-from .conftest import own_host, running_trial, start_search, trials, wait_for
+from ..conftest import REPO, SLEEPY
+from .conftest import BUDGET_S, SEARCH_ALONE, own_host, running_trial, search_here, start_search, trials, wait_for
 
 FAULTY = REPO / "tests" / "faulty_workloads.py"
 # SLEEPY's channels_last seed comes right after the baseline on every CPU, slower with confidence
 # (``faulty_workloads.sleepy``), and a busy neighbour hardly stretches its search.
 # QUICK's --budget 10m: a search stops by itself then, so no wait on one is longer. Waits are on what a search
 # prints or records; the first is bounded by this, later ones by what the first measured (the machine's speed and load).
-BUDGET_S = 600
 SEARCH_S = BUDGET_S + 60  # a whole search: its budget, then its report
 BASELINE = r"^trial +0 baseline "  # its line when recorded (``finished_line``)
 
@@ -114,32 +107,6 @@ def _roles(ts: list, state: str | None = None) -> list[str]:
     return [t.user_attrs.get("role") for t in ts if state is None or t.state.name == state]
 
 
-@pytest.fixture
-def own_temp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """``own_host`` for a search run in this process: its host lock, its trial directories and its workers'."""
-    temp = Path(own_host(tmp_path)["TMPDIR"])
-    monkeypatch.setenv("TMPDIR", str(temp))
-    monkeypatch.setattr(tempfile, "tempdir", str(temp))
-    return temp
-
-
-def search_here(workload: str, tmp_path: Path, facts: Facts, fix: dict[str, Any] | None = None,
-                **options: Any) -> SearchOutcome:
-    """``search()`` in this process, as ``autotune search`` with ``QUICK``, ``defaults_env()`` and ``fix`` (more
-    ``--fix``) runs it, where the CLI is not the subject: the same loop, worker processes and trials, without the
-    CLI's start and report. Its A/A of the defaults takes the fewest pairs (6, as under a budget of about 40 s):
-    the noise is not the subject either."""
-    from autotune.trial.score import LiveMeasurer
-
-    fixed = {**parse_fixes(list(defaults_env()[1::2])), "processes": 1, **(fix or {})}
-    chosen = SearchOptions(**{"budget_s": 600.0, "storage": f"sqlite:///{tmp_path}/studies.db", "compile": False,
-                              "settings": TrialSettings(warmup_steps=2, measure_steps=6), "fixed": fixed, **options})
-    _, ctx = search_context(workload, facts, chosen)
-    defaults = {**spaces.defaults(facts, ctx), **run_settings(ctx, chosen)}
-    measurer = LiveMeasurer(workload, defaults, facts, chosen.settings, calibration_pairs=6, seed=chosen.seed)
-    return search(workload, options=chosen, measurer=measurer, facts=facts)
-
-
 def test_ctrl_c_records_the_running_trial_and_the_same_command_continues(tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path}/studies.db"
     args = ("--workload", SLEEPY, "--study", "s", "--trials", "2", "--confirm", "1", "--confirm-rounds", "1")
@@ -185,13 +152,6 @@ def test_ctrl_c_records_the_running_trial_and_the_same_command_continues(tmp_pat
     assert "speedup over PyTorch defaults" in out and "noise: identical runs here differ by up to" in out, out
 
 
-# A search as ``search_here`` runs it, in a process of its own: argv is the workload, the test's folder and ``fix``.
-SEARCH_ALONE = ("import json, sys; from pathlib import Path; from autotune import probes; "
-                "from tests.study.test_faults import search_here; "
-                "search_here(sys.argv[1], Path(sys.argv[2]), probes.probe(), json.loads(sys.argv[3]), study='k', "
-                "trials=2, confirm_top=0)")
-
-
 def _while_searching(search: subprocess.Popen[Any], condition: Callable[[], Any], timeout: float, what: str,
                      log: Path) -> Any:
     """``wait_for`` that fails at once, with the search's log, when the search ends first."""
@@ -223,7 +183,8 @@ def test_kill_9_leaves_no_process_and_the_next_search_fails_the_stale_trial_and_
     workers = {"num_workers": 1, "prefetch_factor": 2, "persistent_workers": True}
     log = tmp_path / "first.log"
     with log.open("w") as out:
-        first = subprocess.Popen([sys.executable, "-c", SEARCH_ALONE, SLEEPY, str(tmp_path), json.dumps(workers)],
+        options = {"storage": storage, "study": "k", "trials": 2, "confirm_top": 0, "fixed": workers}
+        first = subprocess.Popen([sys.executable, "-c", SEARCH_ALONE, SLEEPY, json.dumps(options)],
                                  cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
     try:
         started = time.monotonic()
@@ -250,7 +211,7 @@ def test_kill_9_leaves_no_process_and_the_next_search_fails_the_stale_trial_and_
     assert len(left) == 1 and (left[0] / "spec.json").exists()  # nor remove the trial's directory
 
     stall.unlink()
-    outcome = search_here(SLEEPY, tmp_path, facts, study="k", trials=2, confirm_top=0, fix=workers)
+    outcome = search_here(SLEEPY, facts, **options)
     after = trials(storage, "k")
     assert after[1].state.name == "FAIL" and after[1].user_attrs["status"] == "interrupted"
     assert "died" in after[1].user_attrs["error"]
@@ -276,7 +237,7 @@ def test_each_fault_of_a_trial_is_recorded_with_its_reason_and_the_search_goes_o
     script = tmp_path / "faults.json"
     script.write_text(json.dumps(["ok", "ok", "crash", "abort", "ok", "nan", "killed"]))
     monkeypatch.setenv("AUTOTUNE_TEST_FAULTS", str(script))
-    outcome = search_here(f"{FAULTY}:scripted", tmp_path, facts, study="f", trials=5, confirm_top=0)
+    outcome = search_here(f"{FAULTY}:scripted", facts, storage=storage, study="f", trials=5, confirm_top=0)
     assert outcome.stopped == "trials"  # it went on to its last trial
     assert json.loads(script.read_text()) == []  # every fault was met by a trial
     # Optuna's state is the loop's business (nan and oom: infeasible, so the sampler learns); the status and

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -24,7 +23,7 @@ from autotune.trial import TrialSettings
 
 from .. import quality_workloads
 from ..conftest import missing
-from .conftest import QUICK, own_host, trials
+from .conftest import QUICK, trials
 from .test_race import Scripted
 
 CTX = SpaceContext(default_batch_size=32)
@@ -135,18 +134,14 @@ def test_allowed_values_come_from_the_space_itself(facts) -> None:
 
 def test_a_stored_recipe_outside_todays_space_is_skipped_and_the_search_goes_on(
         facts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-        caplog: pytest.LogCaptureFixture) -> None:
+        caplog: pytest.LogCaptureFixture, own_temp: Path) -> None:
     """compile_mode=default found by an earlier search, then --no-compile: that recipe is not a seed,
     the default study (searched with compile modes) goes on under a name of its own, and a study named
     with --study that cannot go on with these options is refused without losing anything. Study naming and
     seeding are the search's logic: its trials are measured by the scripted measurer (live: the searches of
-    tests/test_end_to_end.py), under a host lock of its own (``own_host``: run alone, the lock in /tmp is
-    every other search's on the machine)."""
+    tests/test_end_to_end.py), under a host lock of its own (``own_temp``)."""
     from autotune.cli import main
 
-    temp = own_host(tmp_path)["TMPDIR"]
-    monkeypatch.setenv("TMPDIR", temp)
-    monkeypatch.setattr(tempfile, "tempdir", temp)
     storage = f"sqlite:///{tmp_path}/studies.db"
     # as SHORT asks it, on CONV: its channels_last seed comes after the baseline on every CPU
     short = SearchOptions(storage=storage, trials=1, confirm_top=0, fixed={"processes": 1},

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from autotune.trial import TrialResult
 from autotune.trial.spec import Noise
 from autotune.trial.stats import Interval
 
-from .conftest import own_host
+from .conftest import QuickMeasurer
 
 NOISE = Noise(window_s=0.3, pairs=8, half_width=0.03, margin=0.02, spread=0.06, aa=(1.0, 0.98, 1.02), timed_s=4.8,
               wall_s=9.0)
@@ -82,14 +81,8 @@ class Scripted:
             self.factors = {}
 
 
-@pytest.fixture(autouse=True)
-def _own_host_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A host lock of this test's own (``own_host``): a search takes it for every trial, scripted or not, and
-    run alone (not under pytest-xdist) the lock in /tmp is every other search's on the machine: beside another
-    test run one of these took 115 s, 8 s with a lock of its own."""
-    temp = own_host(tmp_path)["TMPDIR"]
-    monkeypatch.setenv("TMPDIR", temp)
-    monkeypatch.setattr(tempfile, "tempdir", temp)
+# Every search here takes the host lock for each trial, scripted or not: a lock of each test's own (``own_temp``).
+pytestmark = pytest.mark.usefixtures("own_temp")
 
 
 def _search(tmp_path: Path, measurer: Scripted, **options: Any) -> Any:
@@ -266,14 +259,8 @@ def test_a_candidate_slow_on_purpose_is_stopped_after_its_first_round_live(tmp_p
     the subject: an A/A of the fewest pairs (6), sized as a one-minute budget sizes it, so that the round is 4
     pairs however busy the machine (with no budget, up to 32 on a busy one)."""
     from autotune import search_spaces as spaces
-    from autotune.study.run import run_settings, search_context
     from autotune.trial import TrialSettings
     from autotune.trial.paired import ENVIRONMENT_KEYS
-    from autotune.trial.score import LiveMeasurer
-
-    class Minute(LiveMeasurer):
-        def calibrate(self, timeout_s: float) -> Noise:
-            return super().calibrate(min(timeout_s, 60.0))
 
     workload = "tests.quality_workloads:slow"
     defaults = spaces.defaults(facts, spaces.SpaceContext(default_batch_size=64))
@@ -281,9 +268,7 @@ def test_a_candidate_slow_on_purpose_is_stopped_after_its_first_round_live(tmp_p
     settings = TrialSettings(warmup_steps=2, measure_steps=6, eval_samples=128)
     options = SearchOptions(storage=f"sqlite:///{tmp_path}/studies.db", budget_s=None, trials=2, confirm_top=0,
                             settings=settings, fixed={**same_environment, "batch_per_rank": 16}, compile=False)
-    _, ctx = search_context(workload, facts, options)
-    measurer = Minute(workload, {**spaces.defaults(facts, ctx), **run_settings(ctx, options)}, facts, settings,
-                      calibration_pairs=6)
+    measurer = QuickMeasurer(workload, facts, options)
     outcome = search(workload, options=options, measurer=measurer, facts=facts)
     study = _study(tmp_path, outcome.study)
     noise = study.user_attrs["noise"]

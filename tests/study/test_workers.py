@@ -10,51 +10,26 @@ from pathlib import Path
 
 import pytest
 
-from autotune.cli.search import parse_fixes
 from autotune.store import RecipeStore
 from autotune.study import MEASURED
 
 from .. import quality_workloads
-from ..conftest import defaults_env
-from .conftest import own_host, running_trial, start_search, trials, wait_for
+from ..conftest import REPO
+from .conftest import BUDGET_S, SEARCH_ALONE, own_host, running_trial, start_search, trials, wait_for
 
-BUDGET_S = 600  # a search stops by itself then
 SLOW = quality_workloads.spec("slow")  # sleep-bound: batch 16 runs a quarter of its default's speed, however busy
-# A worker: ``search()`` in a process of its own, as ``autotune search`` runs it, without the CLI's start and report
-# (the CLI's searches: tests/test_end_to_end.py; its one-line refusal: the third worker below). The noise is not
-# the subject: the A/A takes the fewest pairs (6), sized as a one-minute budget sizes it, so that a race's round
-# is 4 pairs however busy the machine (given the whole budget, a busy one asked 23; the test took 286 s).
-SEARCH = """
-import json, sys
-from autotune import probes, search_spaces as spaces
-from autotune.study import SearchOptions, search
-from autotune.study.run import run_settings, search_context
-from autotune.trial import TrialSettings
-from autotune.trial.score import LiveMeasurer
-
-class Measurer(LiveMeasurer):
-    def calibrate(self, timeout_s):
-        return super().calibrate(min(timeout_s, 60.0))
-
-workload, options = sys.argv[1], SearchOptions(**json.loads(sys.argv[2]), settings=TrialSettings(warmup_steps=2,
-                                                                                                 measure_steps=6))
-facts = probes.probe()
-_, ctx = search_context(workload, facts, options)
-defaults = {**spaces.defaults(facts, ctx), **run_settings(ctx, options)}
-search(workload, options=options, facts=facts,
-       measurer=Measurer(workload, defaults, facts, options.settings, calibration_pairs=6, seed=options.seed))
-"""
 
 
 def _start(storage: str, study: str, trials: int, env: dict[str, str]) -> subprocess.Popen[str]:
-    """A search of ``SLOW`` whose every candidate is batch 16 in the defaults' environment: a quarter of the
-    defaults' speed, stopped after its first round (4 pairs), whatever else it changes."""
-    fixed = {**parse_fixes(list(defaults_env()[1::2])), "processes": 1, "batch_per_rank": 16,
-             "sparsity_pattern": "none"}  # a narrower model sleeps less: pruned, batch 16 could keep up
-    options = dict(storage=storage, study=study, trials=trials, budget_s=BUDGET_S, confirm_top=0, compile=False,
-                   fixed=fixed)
-    return subprocess.Popen([sys.executable, "-c", SEARCH, SLOW, json.dumps(options)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
+    """A worker: a search of ``SLOW`` in a process of its own (``SEARCH_ALONE``: ``search()`` as ``autotune
+    search`` runs it, without the CLI's start and report; the CLI's searches: tests/test_end_to_end.py, its
+    one-line refusal: the third worker below), whose every candidate is batch 16 in the defaults' environment: a
+    quarter of the defaults' speed, stopped after its first round (4 pairs; ``QuickMeasurer``: given the whole
+    budget a busy machine asked 23 a round, and the test took 286 s)."""
+    fixed = {"batch_per_rank": 16, "sparsity_pattern": "none"}  # a narrower model sleeps less: pruned, it keeps up
+    options = dict(storage=storage, study=study, trials=trials, confirm_top=0, fixed=fixed)
+    return subprocess.Popen([sys.executable, "-c", SEARCH_ALONE, SLOW, json.dumps(options)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
 
 
 def _finish(search: subprocess.Popen[str], *others: subprocess.Popen[str]) -> tuple[str, str]:
