@@ -63,8 +63,9 @@ def _wait_while_searching(search: subprocess.Popen[str], condition: Callable[[],
 
 
 # BUDGET_S, QUICK's: the search stops by itself then, so no wait on it is longer; a wait fails at once when
-# the search ends without what it waits for. SLEEPY: a busy neighbour hardly stretches the search. Its seed, trial 1, stalls while the flag file exists
-# (``faulty_workloads.sleepy``): the search cannot end before the readers are done.
+# the search ends without what it waits for. SLEEPY: a busy neighbour hardly stretches the search. Its seed,
+# trial 1, stalls while the flag file exists (``faulty_workloads.sleepy``): the search cannot end before the
+# readers are done.
 
 
 @pytest.mark.slow

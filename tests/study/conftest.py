@@ -48,17 +48,23 @@ def trials(storage: str, study: str) -> list:
     return optuna.load_study(study_name=study, storage=storage).get_trials(deepcopy=False)
 
 
-def wait_for(condition: Callable[[], object], timeout: float, what: str) -> object:
+def wait_for(condition: Callable[[], object], timeout: float, what: str,
+             search: subprocess.Popen[Any] | None = None, log: Path | None = None) -> Any:
+    """``condition()``'s value once true; fails after ``timeout``, or at once (with ``log``) when ``search`` ends."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:
         try:
             value = condition()
         except Exception:  # noqa: BLE001 - the study may not exist yet
             value = None
         if value:
             return value
+        if search is not None and search.poll() is not None:
+            told = log.read_text() if log is not None else ""
+            raise AssertionError(f"the search ended (exit {search.returncode}) before {what}:\n{told}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def running_trial(storage: str, study: str, number: int) -> Callable[[], object]:

@@ -10,9 +10,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import optuna
 import psutil
@@ -152,24 +152,6 @@ def test_ctrl_c_records_the_running_trial_and_the_same_command_continues(tmp_pat
     assert "speedup over PyTorch defaults" in out and "noise: identical runs here differ by up to" in out, out
 
 
-def _while_searching(search: subprocess.Popen[Any], condition: Callable[[], Any], timeout: float, what: str,
-                     log: Path) -> Any:
-    """``wait_for`` that fails at once, with the search's log, when the search ends first."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = condition()
-        except Exception:  # noqa: BLE001 - the study may not exist yet
-            value = None
-        if value:
-            return value
-        if search.poll() is not None:
-            raise AssertionError(f"the search ended (exit {search.returncode}) before {what}:\n{log.read_text()}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.2)
-
-
 def test_kill_9_leaves_no_process_and_the_next_search_fails_the_stale_trial_and_removes_its_directory(
         tmp_path: Path, own_temp: Path, facts: Facts, monkeypatch: pytest.MonkeyPatch) -> None:
     """Both searches run ``search()`` as ``autotune search`` does (``search_here``), the first in a process of its
@@ -189,7 +171,7 @@ def test_kill_9_leaves_no_process_and_the_next_search_fails_the_stale_trial_and_
     try:
         started = time.monotonic()
         # QUICK's budget: the search stops by itself then, so no wait is longer; it fails at once if the search ends.
-        _while_searching(first, running_trial(storage, "k", 1), BUDGET_S, "trial 1 to be measured", log)
+        wait_for(running_trial(storage, "k", 1), BUDGET_S, "trial 1 to be measured", search=first, log=log)
         search = psutil.Process(first.pid)
 
         def trial_tree() -> list[psutil.Process]:
@@ -198,8 +180,8 @@ def test_kill_9_leaves_no_process_and_the_next_search_fails_the_stale_trial_and_
             return kids if worker and worker[0].children() else []  # the paired worker and its arm's DataLoader worker
 
         # Its DataLoader worker starts right after: a limit as long as the search took to get here.
-        tree = _while_searching(first, trial_tree, max(30.0, time.monotonic() - started),
-                                "the trial's DataLoader worker to start", log)
+        tree = wait_for(trial_tree, max(30.0, time.monotonic() - started),
+                        "the trial's DataLoader worker to start", search=first, log=log)
     finally:
         first.kill()
         first.wait(timeout=30)
