@@ -180,16 +180,21 @@ SLEEPY = f"{REPO / 'tests' / 'faulty_workloads.py'}:sleepy"
 
 
 @functools.cache
-def defaults_env() -> tuple[str, ...]:
-    """``--fix`` of every environment-level knob at the defaults' value on this machine: every candidate is
-    then an arm in the defaults' worker, measured in-process (no process pairs, no worker start per
-    environment). For searches whose subject is not the environment factor; a later ``--fix`` overrides."""
+def held_env() -> dict[str, Any]:
+    """Every environment-level knob at the defaults' value on this machine: held (``--fix``), every candidate is
+    an arm in the defaults' worker, measured in-process (no process pairs, no worker start per environment). For
+    searches whose subject is not the environment factor."""
     from autotune import probes
     from autotune import search_spaces as spaces
     from autotune.trial.paired import ENVIRONMENT_KEYS
 
     defaults = spaces.defaults(probes.probe(), spaces.SpaceContext(default_batch_size=32))
-    return tuple(arg for k in ENVIRONMENT_KEYS if k in defaults for arg in ("--fix", f"{k}={json.dumps(defaults[k])}"))
+    return {k: defaults[k] for k in ENVIRONMENT_KEYS if k in defaults}
+
+
+def defaults_env() -> tuple[str, ...]:
+    """``held_env`` as ``--fix`` options of ``autotune search``; a later ``--fix`` overrides."""
+    return tuple(arg for k, v in held_env().items() for arg in ("--fix", f"{k}={json.dumps(v)}"))
 
 
 def pg_bin(root: Path = PG_ROOT) -> Path | None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
-import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,7 +13,7 @@ import pytest
 from autotune.store import RecipeStore
 
 from .conftest import SLEEPY, run_cli
-from .study.conftest import BUDGET_S, own_host, start_search
+from .study.conftest import BUDGET_S, own_host, start_search, wait_for
 
 
 def journal_mode(path: Path) -> str:
@@ -48,20 +46,6 @@ def _trials(connection: sqlite3.Connection) -> int:
     return connection.execute("SELECT count(*) FROM trials").fetchone()[0]
 
 
-def _wait_while_searching(search: subprocess.Popen[str], condition: Callable[[], bool], timeout: float,
-                          what: str) -> float:
-    """Seconds until ``condition`` holds (polled on SQLite, 5 times a second); fails at once if the search ends
-    first, with its output."""
-    started = time.monotonic()
-    while not condition():
-        if search.poll() is not None and not condition():  # ended, and not just after it came true
-            raise AssertionError(f"the search ended (exit {search.returncode}) before {what}: {search.communicate()}")
-        if time.monotonic() - started > timeout:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.2)
-    return time.monotonic() - started
-
-
 # BUDGET_S, QUICK's: the search stops by itself then, so no wait on it is longer; a wait fails at once when
 # the search ends without what it waits for. SLEEPY: a busy neighbour hardly stretches the search. Its seed,
 # trial 1, stalls while the flag file exists (``faulty_workloads.sleepy``): the search cannot end before the
@@ -81,7 +65,7 @@ def test_readers_poll_studies_best_and_report_while_a_search_writes(tmp_path: Pa
     answers: list[tuple[str, int, str]] = []
     try:
         db = tmp_path / "studies.db"
-        _wait_while_searching(search, lambda: _now(db, _trials) >= 1, BUDGET_S, "the baseline to start")
+        wait_for(lambda: _now(db, _trials) >= 1, BUDGET_S, "the baseline to start", search=search)
         assert journal_mode(db) == "wal"
         # A reader that keeps its snapshot open (a long report, a dashboard's query): in SQLite's default
         # rollback mode the search could not commit until it ends, and would fail with "database is locked".
@@ -95,8 +79,8 @@ def test_readers_poll_studies_best_and_report_while_a_search_writes(tmp_path: Pa
             answers.append((verb, out.returncode, out.stderr.strip()))
         assert search.poll() is None  # they read while it ran: its seed cannot be recorded before the flag goes
         stall.unlink()
-        _wait_while_searching(search, lambda: _now(db, _finished) > before, BUDGET_S,
-                              "a trial recorded while a reader holds its snapshot")
+        wait_for(lambda: _now(db, _finished) > before, BUDGET_S, "a trial recorded while a reader holds its snapshot",
+                 search=search)
         assert _finished(held) == before  # its snapshot, unchanged
         held.execute("COMMIT")
         held.close()

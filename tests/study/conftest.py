@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from autotune import search_spaces as spaces
-from autotune.cli.search import parse_fixes
 from autotune.probes import Facts
 from autotune.study import SearchOptions, run_settings, search, search_context
 from autotune.study.records import SearchOutcome
@@ -21,7 +20,7 @@ from autotune.trial import TrialSettings
 from autotune.trial.score import LiveMeasurer
 from autotune.trial.spec import Noise
 
-from ..conftest import FAST, defaults_env
+from ..conftest import FAST, defaults_env, held_env
 
 # Quick trials: the tiny MLP, no DataLoader processes or torchrun ranks unless a test asks for them, and no
 # torch.compile (compile's tests are its own). A search stops by itself at its budget, so no wait on one is longer.
@@ -50,21 +49,25 @@ def trials(storage: str, study: str) -> list:
 
 def wait_for(condition: Callable[[], object], timeout: float, what: str,
              search: subprocess.Popen[Any] | None = None, log: Path | None = None) -> Any:
-    """``condition()``'s value once true; fails after ``timeout``, or at once (with ``log``) when ``search`` ends."""
-    deadline = time.monotonic() + timeout
-    while True:
+    """``condition()``'s value once true, polled 5 times a second; fails after ``timeout``, or at once when
+    ``search`` has ended without it (with ``log``, else its output)."""
+    def value() -> Any:
         try:
-            value = condition()
+            return condition()
         except Exception:  # noqa: BLE001 - the study may not exist yet
-            value = None
-        if value:
-            return value
-        if search is not None and search.poll() is not None:
-            told = log.read_text() if log is not None else ""
+            return None
+
+    deadline = time.monotonic() + timeout
+    while not (found := value()):
+        if search is not None and search.poll() is not None and not (found := value()):  # not just as it ended
+            told = log.read_text() if log is not None else search.communicate()
             raise AssertionError(f"the search ended (exit {search.returncode}) before {what}:\n{told}")
+        if found:
+            break
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(0.2)
+    return found
 
 
 def running_trial(storage: str, study: str, number: int) -> Callable[[], object]:
@@ -96,7 +99,6 @@ def own_temp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return temp
 
 
-
 class QuickMeasurer(LiveMeasurer):
     """The live measurer ``search()`` builds for ``options``, with the fewest A/A pairs (6) and a race sized as a
     one-minute budget sizes it (``LiveMeasurer.calibrate``), for searches whose subject is not the noise: a race
@@ -116,7 +118,7 @@ def search_here(workload: str, facts: Facts, **options: Any) -> SearchOutcome:
     ``processes=1`` held, more in ``fixed``), measured by ``QuickMeasurer``: the same loop, worker processes and
     trials, without the CLI's start and report, for tests whose subject is not the CLI (its searches:
     ``start_search``, tests/test_end_to_end.py)."""
-    fixed = {**parse_fixes(list(defaults_env()[1::2])), "processes": 1, **options.pop("fixed", {})}
+    fixed = {**held_env(), "processes": 1, **options.pop("fixed", {})}
     chosen = SearchOptions(**{"budget_s": BUDGET_S, "compile": False, "settings": QUICK_SETTINGS, "fixed": fixed,
                               **options})
     return search(workload, options=chosen, measurer=QuickMeasurer(workload, facts, chosen), facts=facts)
