@@ -1,8 +1,7 @@
 """The package's shape, checked: every module imports alone, and the imports between autotune's modules
 point one way.
 
-The graph is built with ``ast`` from every import statement in ``autotune/``, ``search_spaces/`` and
-``probes/`` (installed as ``autotune.search_spaces`` and ``autotune.probes``): module-level, inside
+The graph is built with ``ast`` from every import statement in ``autotune/``: module-level, inside
 functions, and under ``TYPE_CHECKING`` alike, since an import inside a function still closes a circle
 when it runs. An edge goes from a module to each autotune module it names (``from . import x`` names
 the module ``x``, not the package; ``from .m import name`` names ``m``). Implicit imports of parent
@@ -20,8 +19,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-ROOTS = {"autotune": REPO / "autotune", "autotune.probes": REPO / "probes",
-         "autotune.search_spaces": REPO / "search_spaces"}
+ROOTS = {"autotune": REPO / "autotune"}
 
 
 def modules() -> dict[str, Path]:
