@@ -31,10 +31,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from . import distributed
 from . import search_spaces as spaces
 from .errors import DeviceMissingError, HardwareMismatchError, UsageError
 from .recipe import Recipe, checked, format_note, load_recipe_file
-from .trial import distributed
 
 if TYPE_CHECKING:
     import torch

@@ -14,7 +14,7 @@ Each is measured with:
 - in-process, the paired method: a fresh worker per comparison holding the defaults, an identical copy and
   the candidate; ``--pairs`` pairs of windows (length from the step time, ``trial.paired.choose_window_s``),
   judged by the median ratio's exact 95% interval against the fixed margin (``trial.stats.MIN_MARGIN``);
-- across processes, process pairs (``autotune.trial.process_pair.across_processes``): two live workers
+- across processes, process pairs (``autotune.measure.process_pair.across_processes``): two live workers
   alternated, the idle one frozen, ``--pairs`` // 2 pairs of windows per process pair, over 3 to 8 fresh
   process pairs (more while the interval of their geometric mean is wider than +-3%), judged by that
   Student-t 95% interval against the same margin.
@@ -56,8 +56,9 @@ def _today(workload: str, base: dict[str, Any], cand: dict[str, Any], facts: Any
 
 def _paired(workload: str, base: dict[str, Any], cand: dict[str, Any], facts: Any, pairs: int,
             seed: int) -> dict[str, dict[str, Any]]:
-    from autotune.trial import PairedWorker, TrialSettings, compare
-    from autotune.trial.paired import choose_window_s
+    from autotune.measure import PairedWorker, compare
+    from autotune.measure.arms import choose_window_s
+    from autotune.trial import TrialSettings
 
     settings = TrialSettings()
     out = {}
@@ -78,7 +79,8 @@ def _paired(workload: str, base: dict[str, Any], cand: dict[str, Any], facts: An
 
 def _across(workload: str, base: dict[str, Any], cand: dict[str, Any], facts: Any, pairs: int, least: int,
             most: int, seed: int) -> dict[str, Any]:
-    from autotune.trial import TrialSettings, across_processes
+    from autotune.measure import across_processes
+    from autotune.trial import TrialSettings
 
     r = across_processes(workload, base, cand, facts, TrialSettings(), pairs=pairs, least=least, most=most,
                          seed=seed)

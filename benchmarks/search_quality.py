@@ -9,7 +9,7 @@ PAIRED with the engine the search uses live, and recorded to a file (``--record`
 - every other environment (threads, interop_threads) gets its factor over the defaults from 3 to
   ``--process-pairs`` fresh process pairs (``across_processes``), and a worker of its own in which its
   combinations are arms against that environment's defaults arm.
-The file (``autotune.trial.replay.RecordedGrid``, JSON) keeps every pair's amortised ratio, every process
+The file (``autotune.testing.replay.RecordedGrid``, JSON) keeps every pair's amortised ratio, every process
 pair's factor, each arm's loss at the study's sample count and how an arm failed.
 
 Then (without ``--record``) the search runs against the file: ``search(..., measurer=ReplayMeasurer(grid,
@@ -86,8 +86,8 @@ def _setup(workload: str, settings: Any) -> tuple[Any, Any, Any, dict[str, Any]]
 def _record_arms(worker: Any, defaults: dict[str, Any], combos: list[dict[str, Any]], pairs: int,
                  window_s: float, train_steps: int, factors: list[float]) -> list[Any]:
     """Each combination as an arm of ``worker``, ``pairs`` pairs against its ``defaults`` arm, then its loss."""
-    from autotune.trial import stats
-    from autotune.trial.replay import GridConfig
+    from autotune.measure import stats
+    from autotune.testing.replay import GridConfig
 
     out = []
     for index, combo in enumerate(combos):
@@ -118,8 +118,9 @@ def _record_arms(worker: Any, defaults: dict[str, Any], combos: list[dict[str, A
 
 
 def record(args: argparse.Namespace) -> int:
-    from autotune.trial import PairedWorker, TrialSettings, across_processes
-    from autotune.trial.replay import RecordedGrid
+    from autotune.measure import PairedWorker, across_processes
+    from autotune.testing.replay import RecordedGrid
+    from autotune.trial import TrialSettings
 
     settings = TrialSettings(warmup_steps=args.warmup_steps, measure_steps=args.steps)
     facts, ctx, _, defaults = _setup(args.workload, settings)
@@ -177,7 +178,7 @@ def record(args: argparse.Namespace) -> int:
 
 
 def _calibrate(worker: Any, defaults: dict[str, Any], pairs: int, window_s: float | None) -> Any:
-    from autotune.trial.spec import Noise
+    from autotune.measure import Noise
 
     started = time.monotonic()
     cal = worker.calibrate("defaults", defaults, pairs=pairs, window_s=window_s)
@@ -195,8 +196,8 @@ def replay(args: argparse.Namespace) -> int:
     from autotune import search_spaces as spaces
     from autotune.study import SearchOptions, search
     from autotune.study.run import search_context
+    from autotune.testing.replay import RecordedGrid, ReplayMeasurer
     from autotune.trial import TrialSettings
-    from autotune.trial.replay import RecordedGrid, ReplayMeasurer
 
     grid = RecordedGrid.load(args.grid)
     if "measurer" not in inspect.signature(search).parameters:

@@ -47,8 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
+    from autotune.measure import stats
     from autotune.recipe import load_recipe_file
-    from autotune.trial import stats
 
     recipe = load_recipe_file(args.recipe)
     autotune = shutil.which("autotune") or str(Path(sys.executable).with_name("autotune"))

@@ -49,8 +49,8 @@ def pytest_configure(config: pytest.Config) -> None:
 # The files that take longest (seconds of one serial run on the 2-vCPU VM: 172, 166, 116, 100, 66, 62, 43, 41,
 # 40), run first: pytest-xdist's --dist loadfile hands out whole files in collection order, and collected in
 # folder order the trial/ folder's came last, so one process ran them alone at the end.
-LONGEST_FILES = ("study/test_faults.py", "trial/test_score.py", "test_end_to_end.py", "trial/test_runner.py",
-                 "study/test_workers.py", "study/test_race.py", "trial/test_process_pair.py",
+LONGEST_FILES = ("study/test_faults.py", "measure/test_live.py", "test_end_to_end.py", "trial/test_runner.py",
+                 "study/test_workers.py", "study/test_race.py", "measure/test_process_pair.py",
                  "search_spaces/test_processes.py", "study/test_inputs.py")
 
 
@@ -186,7 +186,7 @@ def held_env() -> dict[str, Any]:
     searches whose subject is not the environment factor."""
     from autotune import probes
     from autotune import search_spaces as spaces
-    from autotune.trial.paired import ENVIRONMENT_KEYS
+    from autotune.measure.environment import ENVIRONMENT_KEYS
 
     defaults = spaces.defaults(probes.probe(), spaces.SpaceContext(default_batch_size=32))
     return {k: defaults[k] for k in ENVIRONMENT_KEYS if k in defaults}

@@ -16,8 +16,8 @@ import pytest
 
 from autotune import search_spaces as spaces
 from autotune.study import SearchOptions, run_settings, search, search_context
+from autotune.testing.replay import GridConfig, RecordedGrid, ReplayMeasurer
 from autotune.trial import TrialSettings
-from autotune.trial.replay import GridConfig, RecordedGrid, ReplayMeasurer
 
 pytestmark = pytest.mark.skipif("measurer" not in inspect.signature(search).parameters,
                                 reason="search() takes no measurer= on this branch (i12-search adds it)")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AutotuneError, UsageError
+from ..measure import Noise
 from ..recipe import format_speedup
 from ..study import (
     Event,
@@ -21,7 +22,6 @@ from ..study import (
 )
 from ..study.records import NOT_RUN
 from ..trial import TrialSettings
-from ..trial.spec import Noise
 from ._common import add_storage, console
 from ._progress import JsonLines, LiveView, PlainLines
 

@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
+from ..measure import Noise
 from ..search_spaces import RUN_KEYS
 from ..store import RecipeStore, shown_url, storage_errors
 from ..studies import open_storage
 from ..study.records import BASELINE, CONFIRM, StudyAttr, TrialRecord, params_key, records
-from ..trial.spec import Noise, Status
+from ..trial.spec import Status
 
 if TYPE_CHECKING:
     import optuna

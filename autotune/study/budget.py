@@ -16,9 +16,8 @@ from collections.abc import Callable, Container, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
-from ..trial.paired import environment_key
-from ..trial.process_pair import PROCESS_PAIRS
-from ..trial.spec import Noise, Status, TrialResult
+from ..measure import PROCESS_PAIRS, Noise, environment_key
+from ..trial.spec import Status, TrialResult
 from .records import BASELINE, CONFIRM, Attr, StudyAttr, contenders, lineup, records
 
 if TYPE_CHECKING:

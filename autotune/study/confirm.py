@@ -29,11 +29,10 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from ..measure import CONFIDENCE, MIN_MARGIN, Interval, across_processes_interval, environment_key
 from ..recipe import format_speedup
 from ..trial.lock import host_lock
-from ..trial.paired import environment_key
 from ..trial.spec import Status, TrialResult
-from ..trial.stats import CONFIDENCE, MIN_MARGIN, Interval, across_processes_interval
 from . import budget
 from .loop import SearchLoop
 from .records import (

@@ -1,7 +1,7 @@
 """The ask-measure-tell loop of a search: the race, budget, out-of-memory memory, quality guard, heartbeats, Ctrl-C.
 
 Every value told to Optuna is a speedup over PyTorch's defaults, measured in pairs of windows
-(``autotune.trial.spec.PairedMeasurer``; live: ``autotune.trial.score.LiveMeasurer``). The baseline
+(``autotune.trial.spec.PairedMeasurer``; live: ``autotune.measure.live.LiveMeasurer``). The baseline
 trial IS the noise calibration: the defaults against themselves (objective 1.0, the A/A's interval, its
 loss the quality guard's baseline), recorded in the study (``StudyAttr.MEASURE``, ``StudyAttr.NOISE``). A
 measurer sees it as ``calibrate``, then ``begin(defaults)`` and ``end`` with no ``more`` between: its result
@@ -32,10 +32,9 @@ from typing import TYPE_CHECKING, Any
 
 from .. import search_spaces as spaces
 from ..errors import TrialError
+from ..measure import ENVIRONMENT_KEYS, Interval, Noise, PairedMeasurer, environment_differences, environment_key
 from ..trial.lock import host_lock, owner, owner_gone
-from ..trial.paired import ENVIRONMENT_KEYS, environment_differences, environment_key
-from ..trial.spec import Noise, PairedMeasurer, Status, TrialResult
-from ..trial.stats import Interval
+from ..trial.spec import Status, TrialResult
 from . import budget, memory
 from .events import Phase, Progress, TrialFinished, TrialStarted
 from .records import (
@@ -99,7 +98,7 @@ def race_stop(interval: Interval, noise: Noise, incumbent: tuple[float, float] |
     """Why a candidate's race ends after ``used`` pairs (or None: another round). ``incumbent``: the best
     feasible (median, low) so far.
 
-    >>> from autotune.trial.stats import Interval
+    >>> from autotune.measure.stats import Interval
     >>> noise = Noise(0.3, 16, 0.03, 0.02, 0.08, (1.0, 0.98, 1.02))
     >>> race_stop(Interval(0.7, 0.6, 0.8, 0.95, 8), noise, (1.0, 0.98), 8, 48)
     'slower than the defaults with confidence'
@@ -161,7 +160,7 @@ class SearchLoop:
         self.defaults = {**spaces.defaults(facts, ctx), **run_settings}  # the baseline's params
         self.current: int | None = None  # the trial being measured, for the phase events
         if measurer is None:
-            from ..trial.score import LiveMeasurer
+            from ..measure import LiveMeasurer
 
             measurer = LiveMeasurer(workload, self.defaults, facts, options.settings, seed=options.seed,
                                     on_phase=self.phase)

@@ -11,9 +11,9 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from ..measure import MIN_MARGIN
 from ..recipe import Recipe, format_speedup
 from ..trial.spec import Status, TrialResult
-from ..trial.stats import MIN_MARGIN
 
 if TYPE_CHECKING:
     import optuna

@@ -1,6 +1,6 @@
 """From a study's recorded trials to the recipe: feasible, and faster than the defaults with confidence.
 
-Every value is a speedup over the defaults with its interval (``autotune.trial.score``). With a
+Every value is a speedup over the defaults with its interval (``autotune.measure.live``). With a
 confirmation, only its fresh pairs decide (``Confirmation.best``: the low bound above ``1 + margin``);
 without one, the fastest feasible trial's own interval must clear the same bar. Otherwise the recipe
 keeps the defaults, and a note says why ("best candidate 1.04x [0.98-1.10]: not faster with confidence").

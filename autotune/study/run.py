@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from .. import probes
 from .. import search_spaces as spaces
 from ..errors import HardwareMismatchError, TrialError, UsageError
+from ..measure import PairedMeasurer
 from ..probes import outdated_fingerprint
 from ..store import RecipeStore, check_storage_url, create_schema, storage_errors, use_wal
-from ..trial.spec import PairedMeasurer, Status
+from ..trial.spec import Status
 from ..workload import Workload, call_user, load_workload
 from .budget import parse_duration
 from .confirm import confirm
@@ -272,7 +273,7 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
            measurer: PairedMeasurer | None = None, facts: Facts | None = None) -> SearchOutcome:
     """Search the knobs for ``workload`` and store the best recipe; ``progress`` receives the events
     of ``autotune.study.events``. ``measurer`` measures the trials (default: the live paired workers,
-    ``autotune.trial.score.LiveMeasurer``; a replayed grid plugs in here); the search closes it.
+    ``autotune.measure.live.LiveMeasurer``; a replayed grid plugs in here); the search closes it.
     ``facts``: the machine whose space is searched (default: this one, probed now; a replayed grid's
     is the machine that recorded it).
 

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from .. import search_spaces as spaces
 from ..errors import UsageError
+from ..measure import ENVIRONMENT_KEYS, environment_differences
 from ..probes import outdated_fingerprint
 from ..store import RecipeStore
-from ..trial.paired import ENVIRONMENT_KEYS, environment_differences
 from ..trial.spec import Status
 from .records import BASELINE, COMBINED, CONFIRM, WARM_START, Attr, params_key, records, study_margin
 

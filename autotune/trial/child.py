@@ -30,19 +30,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from .. import distributed
 from ..apply import Tuned, apply
-from ..probes import memory_policy, pinned_threads, process_cpus
-from ..search_spaces import batch, compilation, cuda, preload
+from ..search_spaces import batch, compilation
 from ..workload import Workload, held_out_split, load_workload
-from . import distributed, launch
-from .oom import is_out_of_memory
+from . import launch
 from .spec import Status, TrialResult, TrialSpec
+from .training import (
+    NonFiniteLoss,
+    batches,
+    evaluate,
+    failure,
+    in_effect,
+    peak_memory,
+    reset_peak_memory,
+    schedule,
+    spread,
+)
 
 _PROCESS_START = time.perf_counter()
-
-
-class NonFiniteLoss(ArithmeticError):
-    """The loss became NaN or infinite."""
 
 
 def _write_result(path: str, result: TrialResult) -> None:
@@ -52,102 +58,8 @@ def _write_result(path: str, result: TrialResult) -> None:
     os.replace(tmp, path)
 
 
-def _in_effect() -> dict[str, Any]:
-    """What this process actually runs with: the tests and the report check these. With ``Tuned.in_effect``
-    (merged in by the caller): ``amp``, what the first training step's forward pass ran with."""
-    import torch
-
-    maps = Path("/proc/self/maps").read_text() if Path("/proc/self/maps").exists() else ""
-    return {
-        "threads": torch.get_num_threads(),
-        "interop_threads": torch.get_num_interop_threads(),
-        "cpus": process_cpus(),  # all threads': KMP_AFFINITY narrows the main thread to one CPU
-        "pinned_threads": pinned_threads(),
-        # TF32 for float32 matmuls and cuDNN convolutions, as the CUDA kernels will read them
-        "tf32": cuda.tf32_in_effect(),  # read as the family sets it: torch raises on mixed TF32 APIs
-        "cudnn_benchmark": torch.backends.cudnn.benchmark,
-        "memory_policy": memory_policy(),
-        **preload.in_effect(),  # which libraries serve GOMP_parallel and malloc; libiomp5's block time
-        "libiomp5": "libiomp5" in maps,
-        "jemalloc": "libjemalloc" in maps,
-        "tcmalloc": "libtcmalloc" in maps,
-        "env": {k: v for k, v in os.environ.items() if k.startswith(("OMP_", "KMP_", "MKL_"))
-                or k in ("LD_PRELOAD", "MALLOC_CONF", *cuda.ENV_VARS)},
-    }
-
-
 def _rank() -> int:
     return int(os.environ.get("RANK", "0"))
-
-
-def _batches(loader: Any) -> Iterator[Any]:
-    epoch = 0
-    while True:
-        if hasattr(loader.sampler, "set_epoch"):  # DistributedSampler: a new shuffle every pass
-            loader.sampler.set_epoch(epoch)
-        batches = iter(loader)  # held while a failure is examined: releasing it shuts its workers down
-        try:
-            yield from batches
-        except Exception as error:
-            if loader.num_workers > 0:
-                _raise_if_a_worker_died(error)
-            raise
-        epoch += 1
-
-
-def _raise_if_a_worker_died(error: Exception, wait_s: float = 0.5) -> None:
-    """Name the DataLoader worker that died instead of what the loop saw of it: depending on when the
-    worker died, a reset connection or a closed queue, before the kernel reports the worker dead."""
-    from torch.utils.data._utils.signal_handling import _error_if_any_worker_fails
-
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            _error_if_any_worker_fails()  # RuntimeError naming the worker and its signal
-        except RuntimeError as worker_error:
-            raise worker_error from error
-        if time.monotonic() > deadline:
-            return
-        time.sleep(0.05)
-
-
-def _evaluate(workload: Workload, tuned: Tuned, model: Any, held_out: Any) -> float:
-    """The loss on the held-out samples in float32 (or the workload's own metric)."""
-    import torch
-
-    plain = tuned.unwrap(model)
-    plain.eval()
-    try:
-        with torch.no_grad():
-            if workload.evaluate is not None:
-                return float(workload.evaluate(plain))
-            loader = torch.utils.data.DataLoader(held_out, batch_size=256, shuffle=False)
-            total, count = 0.0, 0
-            for batch in loader:
-                batch = tuned.to_device(*batch)
-                output = plain(*workload.model_inputs(batch))
-                total += float(workload.loss(output.float(), batch)) * len(batch[0])
-                count += len(batch[0])
-            return total / max(1, count)
-    finally:
-        plain.train()
-
-
-def schedule(loss_steps: int, warmup_steps: int, windows: int) -> tuple[int, int, int]:
-    """``(warmup, window_steps, loss_window)``: the loss is taken after exactly ``loss_steps`` steps,
-    that is after the warm-up and ``loss_window`` timed windows. When ``loss_steps`` leaves room for
-    ``warmup_steps`` and one step per window, the windows' remainder joins the warm-up; otherwise (large
-    batches) windows of one step go on past the loss, timed only.
-
-    >>> schedule(28, 4, 3), schedule(13, 4, 3), schedule(7, 4, 3), schedule(2, 4, 3)
-    ((4, 8, 3), (4, 3, 3), (4, 1, 3), (1, 1, 1))
-    """
-    warmup_steps = max(1, warmup_steps)  # the first step is never timed: it holds compilation
-    if loss_steps >= warmup_steps + windows:
-        window_steps = (loss_steps - warmup_steps) // windows
-        return loss_steps - windows * window_steps, window_steps, windows
-    warmup = max(1, min(warmup_steps, loss_steps - windows))
-    return warmup, 1, loss_steps - warmup
 
 
 @dataclass
@@ -185,7 +97,7 @@ class _Run:
 
     def evaluate(self) -> tuple[float, int]:
         """The held-out loss now, and the samples trained when it was taken."""
-        return _evaluate(self.workload, self.tuned, self.model, self.held_out), self.trained
+        return evaluate(self.workload, self.tuned, self.model, self.held_out), self.trained
 
 
 def _build(spec: TrialSpec) -> _Run:
@@ -209,7 +121,7 @@ def _build(spec: TrialSpec) -> _Run:
         generator=generator, **tuned.dataloader_kwargs,
     )
     sync = torch.cuda.synchronize if tuned.device == "cuda" else (lambda: None)
-    return _Run(workload, tuned, model, optimizer, _batches(loader), held_out, sync)
+    return _Run(workload, tuned, model, optimizer, batches(loader), held_out, sync)
 
 
 @dataclass
@@ -231,26 +143,6 @@ class _Windows:
         self.rates.append(self.steps * run.tuned.step_samples / elapsed)
         self.events.write(json.dumps({"window": len(self.rates) - 1, "samples_per_s": self.rates[-1]}) + "\n")
         self.events.flush()
-
-
-def peak_memory(device: str) -> tuple[int | None, int | None]:
-    """``(peak, device memory)`` in bytes since the last ``reset_peak_memory``: the most CUDA memory any
-    rank's tensors held (``torch.cuda.max_memory_allocated``, a collective over the ranks) and this rank's
-    device's memory (a MIG slice's own). ``(None, None)`` on the CPU: unknown, not 0."""
-    if device != "cuda":
-        return None, None
-    import torch
-
-    peak = int(distributed.max_over_ranks(float(torch.cuda.max_memory_allocated())))
-    return peak, int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
-
-
-def reset_peak_memory(device: str) -> None:
-    """Start the peak over again: after the warm-up, whose compilation and cuDNN autotuning are not training."""
-    if device == "cuda":
-        import torch
-
-        torch.cuda.reset_peak_memory_stats()
 
 
 def _train(spec: TrialSpec, events: IO[str]) -> TrialResult:
@@ -280,7 +172,7 @@ def _train(spec: TrialSpec, events: IO[str]) -> TrialResult:
             loss, loss_samples = run.evaluate()
     # A noisy measurement (shared machine) is re-measured with extra windows, after the quality check.
     extra = 0
-    while _spread(windows.rates) > settings.max_spread and extra < settings.max_extra_windows:
+    while spread(windows.rates) > settings.max_spread and extra < settings.max_extra_windows:
         windows.measure()
         extra += 1
     return _result(spec, run, windows, first_steps, startup_s=startup_s, warmup_s=warmup_s, loss=loss,
@@ -308,31 +200,16 @@ def _result(spec: TrialSpec, run: _Run, windows: _Windows, first_steps: list[flo
     compile_s = compilation.compile_cost(first_steps, step_samples / median, run.tuned.params.get("compile_mode"),
                                          run.tuned.device)
     planned = spec.settings.train_steps * step_samples
-    in_effect = {**_in_effect(), "world_size": run.tuned.world_size, "device_memory_bytes": device_memory,
-                 "first_steps_s": first_steps, **run.tuned.in_effect}  # + sparsity, ipex
-    in_effect["ranks"] = distributed.gather({k: in_effect[k] for k in ("threads", "cpus")})
+    effect = {**in_effect(), "world_size": run.tuned.world_size, "device_memory_bytes": device_memory,
+              "first_steps_s": first_steps, **run.tuned.in_effect}  # + sparsity, ipex
+    effect["ranks"] = distributed.gather({k: effect[k] for k in ("threads", "cpus")})
     distributed.finish()
     return TrialResult(
         Status.OK, samples_per_s=median, objective=planned / (compile_s + planned / median), windows=rates,
-        spread=_spread(rates), compile_s=compile_s, timed_s=sum(windows.steps * step_samples / rate for rate in rates),
-        in_effect=in_effect, warnings=[*run.tuned.warnings, *filter(None, [too_full])], peak_memory_bytes=peak,
+        spread=spread(rates), compile_s=compile_s, timed_s=sum(windows.steps * step_samples / rate for rate in rates),
+        in_effect=effect, warnings=[*run.tuned.warnings, *filter(None, [too_full])], peak_memory_bytes=peak,
         **measured,
     )
-
-
-def _spread(rates: list[float]) -> float:
-    if len(rates) < 2:
-        return 0.0
-    return (max(rates) - min(rates)) / statistics.median(rates)
-
-
-def failure(error: BaseException) -> TrialResult:
-    """A failed training as a trial records it: a NaN loss, out of memory (whichever library ran out,
-    ``oom.is_out_of_memory``) or a crash, with the error in one line."""
-    status = Status.NAN if isinstance(error, NonFiniteLoss) else Status.OOM if is_out_of_memory(error) else Status.CRASH
-    message = " ".join(str(error).split())[:500]
-    # failed_at: of several ranks' failures the earliest is the cause, the others its consequences
-    return TrialResult(status, error=f"{type(error).__name__}: {message}", failed_at=time.time())
 
 
 def main(argv: list[str]) -> int:

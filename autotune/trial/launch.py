@@ -49,8 +49,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from .. import distributed
 from .. import search_spaces as spaces
-from . import distributed
 
 if TYPE_CHECKING:
     import psutil

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +83,7 @@ def run_trial(
 
     Raises KeyboardInterrupt after stopping the trial's process tree when interrupted.
     """
-    with _trial_directory() as work:
+    with trial_directory() as work:
         spec = TrialSpec(
             workload=workload, params=params, facts=facts, settings=settings,
             reference_batch=int(params.get("reference_batch") or spaces.batch.global_size(params)),
@@ -99,18 +99,6 @@ def run_trial(
         wall = time.monotonic() - started
         result = _classify(outcome, proc.returncode, work, wall, timeout_s)
         return replace(result, warnings=[*plan.warnings, *result.warnings]) if plan.warnings else result
-
-
-@dataclass(frozen=True)
-class SubprocessMeasurer:
-    """The default ``Measurer``: every measurement is a trial subprocess (``run_trial``)."""
-
-    workload: str
-    facts: Facts
-    settings: TrialSettings
-
-    def measure(self, params: dict[str, Any], timeout_s: float, on_window: OnWindow | None = None) -> TrialResult:
-        return run_trial(self.workload, params, self.facts, self.settings, timeout_s=timeout_s, on_window=on_window)
 
 
 def remove_abandoned(root: Path | None = None) -> list[Path]:
@@ -131,7 +119,7 @@ def remove_abandoned(root: Path | None = None) -> list[Path]:
 
 
 @contextlib.contextmanager
-def _trial_directory() -> Iterator[Path]:
+def trial_directory() -> Iterator[Path]:
     """A fresh directory for one trial, owned by this process and removed when the trial ends."""
     remove_abandoned()
     with tempfile.TemporaryDirectory(prefix=TRIAL_DIR_PREFIX) as tmp:
@@ -246,11 +234,11 @@ def _classify(stopped: str | None, returncode: int | None, work: Path, wall: flo
         # Nobody but the kernel's OOM killer sends SIGKILL to a trial autotune did not stop itself.
         return TrialResult(Status.OOM, wall_s=wall, error="killed by SIGKILL (the kernel's out-of-memory killer)",
                            log_tail=tail)
-    return TrialResult(Status.CRASH, wall_s=wall, error=f"the trial process {_ended(returncode)} and wrote no result",
+    return TrialResult(Status.CRASH, wall_s=wall, error=f"the trial process {ended(returncode)} and wrote no result",
                        log_tail=tail)
 
 
-def _ended(returncode: int | None) -> str:
+def ended(returncode: int | None) -> str:
     """How a process ended, from its exit status (Popen: minus the signal's number when a signal killed it)."""
     if returncode is None or returncode >= 0:
         return f"exited with status {returncode}"
@@ -260,4 +248,5 @@ def _ended(returncode: int | None) -> str:
         return f"was killed by signal {-returncode}"
 
 
-__all__ = ["OWNER_FILE", "TRIAL_DIR_PREFIX", "SubprocessMeasurer", "loss_samples", "remove_abandoned", "run_trial"]
+__all__ = ["OWNER_FILE", "TRIAL_DIR_PREFIX", "ended", "loss_samples", "remove_abandoned", "run_trial",
+           "trial_directory", "trial_plan"]

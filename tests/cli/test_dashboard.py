@@ -93,8 +93,8 @@ def _loop_study(url: str, facts) -> None:
     from autotune.trial import TrialResult
 
     ctx = SpaceContext(default_batch_size=32)
-    from autotune.trial.spec import Noise
-    from autotune.trial.stats import Interval
+    from autotune.measure import Noise
+    from autotune.measure.stats import Interval
 
     script = [TrialResult("ok", samples_per_s=100.0, objective=1.0, speedup_low=0.99, speedup_high=1.01, loss=1.0),
               TrialResult("ok", samples_per_s=150.0, objective=1.5, speedup_low=1.4, speedup_high=1.6, loss=2.0),

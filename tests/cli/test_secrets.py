@@ -52,12 +52,12 @@ def test_a_trials_directory_is_private_to_the_user(tmp_path: Path, monkeypatch: 
     import stat
     import tempfile
 
-    from autotune.trial.runner import _trial_directory
+    from autotune.trial.runner import trial_directory
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     old = os.umask(0o002)  # a group-writable umask: the directory stays the user's alone
     try:
-        with _trial_directory() as work:
+        with trial_directory() as work:
             assert stat.S_IMODE(work.stat().st_mode) == 0o700
     finally:
         os.umask(old)

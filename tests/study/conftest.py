@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 
 from autotune import search_spaces as spaces
+from autotune.measure import Noise
+from autotune.measure.live import LiveMeasurer
 from autotune.probes import Facts
 from autotune.study import SearchOptions, run_settings, search, search_context
 from autotune.study.records import SearchOutcome
 from autotune.trial import TrialSettings
-from autotune.trial.score import LiveMeasurer
-from autotune.trial.spec import Noise
 
 from ..conftest import FAST, defaults_env, held_env
 

@@ -28,9 +28,9 @@ def test_a_candidate_is_estimated_from_candidates_or_else_from_the_calibration()
 
     import optuna
 
+    from autotune.measure import Noise
     from autotune.study import SearchOptions
     from autotune.study.budget import estimate_s, reserve_s
-    from autotune.trial.spec import Noise
 
     study = optuna.create_study(direction="maximize")
     assert estimate_s(study) is None
@@ -63,9 +63,9 @@ def test_no_trial_may_take_the_time_kept_for_the_confirmation() -> None:
 
     import optuna
 
+    from autotune.measure import Noise
     from autotune.study import SearchOptions
     from autotune.study.budget import reserve_s, timeout_s
-    from autotune.trial.spec import Noise
 
     study = optuna.create_study(direction="maximize")
     noise = Noise(window_s=0.5, pairs=12, half_width=0.03, margin=0.02, spread=0.1, aa=(1.0, 0.97, 1.03))
@@ -92,9 +92,10 @@ def test_a_recipe_of_another_environment_pays_a_fresh_process_pair_every_round()
     combination measured in the search with its factor cached spent 1.5 s outside windows); a factor the search
     cut short for time is completed in round 0, 3 pairs at least (the heuristic's search ran 1 pair in 16.1 s
     and its round 0 took 39 s, where 15 s had been kept)."""
+    from autotune.measure import Noise
     from autotune.study import SearchOptions
     from autotune.study.budget import confirm_s, round_s
-    from autotune.trial.spec import Noise, Status, TrialResult
+    from autotune.trial.spec import Status, TrialResult
 
     noise = Noise(window_s=0.3, pairs=16, half_width=0.03, margin=0.02, spread=0.1, aa=(1.0, 0.97, 1.03))
     options = SearchOptions(budget_s=120, confirm_top=3)
@@ -130,9 +131,10 @@ def test_candidates_of_one_environment_share_its_process_pair_in_the_time_kept()
 
     import optuna
 
+    from autotune.measure import Noise
     from autotune.study import SearchOptions
     from autotune.study.budget import reserve_s, round_parts
-    from autotune.trial.spec import Noise, TrialResult
+    from autotune.trial.spec import TrialResult
 
     noise = Noise(window_s=0.3, pairs=16, half_width=0.03, margin=0.02, spread=0.1, aa=(1.0, 0.97, 1.03),
                   timed_s=5.0, wall_s=9.0)
@@ -164,10 +166,9 @@ def test_an_environment_part_of_a_round_is_at_least_one_process_pair_as_the_sear
 
     import optuna
 
+    from autotune.measure import Noise, environment_key
     from autotune.study import SearchOptions
     from autotune.study.budget import floors, reserve_s
-    from autotune.trial.paired import environment_key
-    from autotune.trial.spec import Noise
 
     noise = Noise(window_s=0.3, pairs=8, half_width=0.03, margin=0.02, spread=0.1, aa=(1.0, 0.97, 1.03),
                   timed_s=9.6, wall_s=15.3)

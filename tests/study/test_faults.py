@@ -176,7 +176,7 @@ def test_kill_9_leaves_no_process_and_the_next_search_fails_the_stale_trial_and_
 
         def trial_tree() -> list[psutil.Process]:
             kids = search.children(recursive=True)
-            worker = [p for p in kids if "autotune.trial.worker" in " ".join(p.cmdline())]
+            worker = [p for p in kids if "autotune.measure.worker" in " ".join(p.cmdline())]
             return kids if worker and worker[0].children() else []  # the paired worker and its arm's DataLoader worker
 
         # Its DataLoader worker starts right after: a limit as long as the search took to get here.

@@ -16,12 +16,13 @@ import optuna
 import pytest
 
 from autotune import search_spaces as spaces
+from autotune.measure import Noise
+from autotune.measure.environment import ENVIRONMENT_KEYS
 from autotune.study import SearchOptions
 from autotune.study.budget import estimate_s, in_process_estimate_s
 from autotune.study.loop import DUPLICATES_YIELD, SearchLoop
 from autotune.study.records import Attr
-from autotune.trial.paired import ENVIRONMENT_KEYS
-from autotune.trial.spec import Noise, Status, TrialResult
+from autotune.trial.spec import Status, TrialResult
 
 CTX = spaces.SpaceContext(default_batch_size=32, conv=True)
 NOISE = Noise(window_s=0.3, pairs=16, half_width=0.03, margin=0.02, spread=0.06, aa=(1.0, 0.98, 1.02), timed_s=9.6,
@@ -165,7 +166,7 @@ class Slow:
 
     def more(self, handle: object, n: int, timeout_s: float) -> Any:
         time.sleep(self.sleep_s)
-        from autotune.trial.stats import Interval
+        from autotune.measure.stats import Interval
 
         return Interval(1.3, 1.25, 1.35, 0.95, n)
 

@@ -11,10 +11,10 @@ import re
 import pytest
 
 from autotune import search_spaces as spaces
+from autotune.measure.protocol import ArmStatus
+from autotune.measure.worker import PairedWorker
 from autotune.trial import TrialSettings, loss_samples, run_trial
 from autotune.trial.child import schedule
-from autotune.trial.protocol import ArmStatus
-from autotune.trial.worker import PairedWorker
 from autotune.workload import held_out_split
 
 from .. import quality_workloads as qw

@@ -13,11 +13,11 @@ import optuna
 import pytest
 
 from autotune.errors import UsageError
+from autotune.measure import Noise
+from autotune.measure.stats import Interval
 from autotune.study import SearchOptions, search
 from autotune.study.loop import race_stop
 from autotune.trial import TrialResult
-from autotune.trial.spec import Noise
-from autotune.trial.stats import Interval
 
 from .conftest import QuickMeasurer
 
@@ -44,7 +44,7 @@ class Scripted:
         return NOISE
 
     def begin(self, params: dict[str, Any], timeout_s: float) -> object:
-        from autotune.trial.score import environment_key
+        from autotune.measure import environment_key
 
         if params["threads"] == 1 and environment_key(params) not in self.factors:  # another environment
             self.factors[environment_key(params)] = Interval(0.9, 0.85, 0.95, 0.95, 3)
@@ -179,7 +179,7 @@ class PerProcess(Scripted):
 def test_rounds_that_disagree_give_the_spread_between_processes(tmp_path: Path) -> None:
     """A recipe measured 1.2x, 1.5x and 1.9x in three rounds of fresh processes is not offered (its confirmed
     interval takes in the spread between them), where 1.45x, 1.5x, 1.55x is, at their geometric mean."""
-    from autotune.trial.stats import log_mean_interval
+    from autotune.measure.stats import log_mean_interval
 
     fixed = {"processes": 1, "threads": 2, "batch_per_rank": 64}
     apart = _search(tmp_path, PerProcess((1.2, 1.5, 1.9)), study="apart", fixed=fixed, trials=2)
@@ -233,7 +233,7 @@ def test_an_old_samples_per_s_study_is_left_untouched_and_the_search_moves_on(
 def _environment(facts: Any, **changes: Any) -> dict[str, Any]:
     """--fix of every environment knob: the defaults' values with ``changes``."""
     from autotune import search_spaces as spaces
-    from autotune.trial.paired import ENVIRONMENT_KEYS
+    from autotune.measure.environment import ENVIRONMENT_KEYS
 
     defaults = spaces.defaults(facts, spaces.SpaceContext(default_batch_size=32))
     return {**{k: defaults[k] for k in ENVIRONMENT_KEYS if k in defaults}, **changes}
@@ -259,8 +259,8 @@ def test_a_candidate_slow_on_purpose_is_stopped_after_its_first_round_live(tmp_p
     the subject: an A/A of the fewest pairs (6), sized as a one-minute budget sizes it, so that the round is 4
     pairs however busy the machine (with no budget, up to 32 on a busy one)."""
     from autotune import search_spaces as spaces
+    from autotune.measure.environment import ENVIRONMENT_KEYS
     from autotune.trial import TrialSettings
-    from autotune.trial.paired import ENVIRONMENT_KEYS
 
     workload = "tests.quality_workloads:slow"
     defaults = spaces.defaults(facts, spaces.SpaceContext(default_batch_size=64))

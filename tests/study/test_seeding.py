@@ -61,7 +61,7 @@ def test_the_stored_recipe_for_this_workload_and_hardware_comes_right_after_the_
 
 def test_seeds_of_the_defaults_environment_come_before_those_that_change_it(facts, tmp_path: Path) -> None:
     """An arm in the defaults' worker costs no process start; another environment costs process pairs."""
-    from autotune.trial.paired import environment_differences
+    from autotune.measure.arms import environment_differences
 
     seeds = search_seeds(facts, SpaceContext(default_batch_size=32, conv=True),
                          SearchOptions(storage=f"sqlite:///{tmp_path}/s.db"), "cnn")
@@ -146,10 +146,10 @@ def test_a_compile_trial_gets_its_own_time_estimate(facts) -> None:
 def test_a_confirmation_of_a_compiled_recipe_gets_a_time_limit_from_its_own_trial(facts) -> None:
     """A confirmation round is limited by what its candidate's trial took (3x, at least 60 s): a compiled
     candidate is not killed at the limit of an uncompiled one."""
+    from autotune.measure import Noise
     from autotune.study import SearchLoop
     from autotune.study.confirm import confirm
     from autotune.trial import TrialResult
-    from autotune.trial.spec import Noise
 
     study = optuna.create_study(direction="maximize")
     for role, wall, mode, speed in [("baseline", 9.0, "none", 1.0), ("search", 10.0, "none", 1.1),
@@ -184,11 +184,11 @@ def test_a_short_budget_keeps_the_later_rounds_of_the_candidates_ranked_above(fa
     left: the first is confirmed in all three rounds, the second in the one round that leaves the first its
     others, the third in none. Before, the first candidate that did not fit ended the confirmation: the
     2-minute demo's two fastest candidates got one round of three."""
+    from autotune.measure import Noise
     from autotune.study import SearchLoop
     from autotune.study import confirm as confirm_module
     from autotune.study.confirm import confirm
     from autotune.trial import TrialResult
-    from autotune.trial.spec import Noise
 
     class Clock:  # the confirmation's time: advanced by what each round takes
         now = 0.0

@@ -72,7 +72,8 @@ def test_compiled_arms_of_one_worker_each_pay_their_own_compile_and_stay_compile
     import torch._dynamo
 
     from autotune import search_spaces as spaces
-    from autotune.trial import paired, protocol
+    from autotune.measure import protocol
+    from autotune.measure.bench import Bench
 
     original = torch.compile
     monkeypatch.setattr(torch, "compile", lambda model, mode=None: original(model, backend="aot_eager"))
@@ -85,7 +86,7 @@ def test_compiled_arms_of_one_worker_each_pay_their_own_compile_and_stay_compile
               "reference_batch": 32, "threads": 1, "interop_threads": 1, "compile_mode": "default"}
     spec = protocol.WorkerSpec("tiny", params, facts.to_dict(), loss_samples=10_000, warmup_steps=3,
                                eval_samples=128)
-    bench = paired.Bench(spec)
+    bench = Bench(spec)
     try:
         arms = [bench.add("a", params), bench.add("b", params), bench.add("c", {**params, "batch_size": 16})]
         compiles = torch._dynamo.utils.counters["stats"]["unique_graphs"]

@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import AutotuneError
-from autotune.trial import stats
-from autotune.trial.replay import GridConfig, GridMiss, RecordedGrid, ReplayMeasurer
-from autotune.trial.score import combine
-from autotune.trial.spec import Noise, PairedMeasurer, Status, TrialResult
+from autotune.measure import Noise, PairedMeasurer, combine, stats
+from autotune.testing.replay import GridConfig, GridMiss, RecordedGrid, ReplayMeasurer
+from autotune.trial.spec import Status, TrialResult
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULTS = {"threads": 2, "batch_size": 64, "channels_last": False, "affinity": "none", "device": "cpu"}

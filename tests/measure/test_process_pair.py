@@ -16,11 +16,11 @@ import pytest
 import torch
 
 from autotune import Workload
+from autotune.measure import freeze, stats
+from autotune.measure.process_pair import ARM, ProcessPair, across_processes, enough, process_pair
+from autotune.measure.worker import PairedWorker, WorkerError
 from autotune.search_spaces import SpaceContext, defaults
-from autotune.trial import freeze, stats
-from autotune.trial.process_pair import ARM, ProcessPair, across_processes, enough, process_pair
 from autotune.trial.spec import TrialSettings
-from autotune.trial.worker import PairedWorker, WorkerError
 
 SETTINGS = TrialSettings(warmup_steps=2, measure_steps=6, windows=2, max_extra_windows=0, eval_samples=128)
 SLEEP_S = 0.05

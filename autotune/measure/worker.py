@@ -1,10 +1,10 @@
-"""The paired worker: ``python -m autotune.trial.worker SPEC.json``, and ``PairedWorker``, its parent's side.
+"""The paired worker: ``python -m autotune.measure.worker SPEC.json``, and ``PairedWorker``, its parent's side.
 
 A worker holds the arms of one environment configuration (threads, interop threads, affinity, OpenMP
 runtime, allocator, one process) and lives as long as that configuration is in use, so comparing knobs
 that apply inside a process pays no process start-up. It is started exactly as a trial is
 (``launch.plan`` sets its environment and affinity before torch starts, ``launch.start`` ties it to the
-parent's life), reads one command per line on stdin and writes one reply per command (``autotune.trial.protocol``)
+parent's life), reads one command per line on stdin and writes one reply per command (``autotune.measure.protocol``)
 on its original stdout; anything the workload prints goes to its log (stderr). It ends on ``Quit``, on the
 end of its stdin (the parent is gone), or when the parent stops its whole process tree (timeout, Ctrl-C).
 
@@ -41,8 +41,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import TrialError
-from . import freeze, launch, stats
-from .paired import ArmFailed, Bench, EnvironmentMismatch, choose_window_s, pairs
+from ..trial import launch
+from ..trial.runner import loss_samples, trial_directory, trial_plan
+from ..trial.training import in_effect
+from . import freeze, stats
+from .arms import ArmFailed, choose_window_s
+from .bench import Bench, pairs
+from .environment import EnvironmentMismatch
 from .protocol import (
     AddArm,
     ArmAdded,
@@ -69,7 +74,6 @@ from .protocol import (
     decode,
     encode,
 )
-from .runner import _trial_directory, loss_samples, trial_plan
 
 
 class WorkerError(TrialError):
@@ -167,7 +171,6 @@ def main(argv: list[str]) -> int:
     spec = WorkerSpec(**json.loads(Path(argv[0]).read_text()))
     heap_kept = spec.keep_heap and keep_heap()  # before torch allocates anything
 
-    from .child import _in_effect
 
     try:
         bench = Bench(spec)
@@ -175,7 +178,7 @@ def main(argv: list[str]) -> int:
         send(Refused("start", f"{type(e).__name__}: {e}"))
         return 1
     try:
-        send(Ready(os.getpid(), {**_in_effect(), "heap_kept": heap_kept}))
+        send(Ready(os.getpid(), {**in_effect(), "heap_kept": heap_kept}))
         for line in sys.stdin:
             try:
                 command = decode(line)
@@ -245,9 +248,9 @@ class PairedWorker:
     def launch(self) -> None:
         """Start the worker's process and return at once: several workers can import torch side by side
         (``wait_ready`` then waits for each)."""
-        work = self.work = self._stack.enter_context(_trial_directory())
+        work = self.work = self._stack.enter_context(trial_directory())
         (work / "spec.json").write_text(json.dumps(asdict(self.spec)))
-        plan = trial_plan([self.python, "-m", "autotune.trial.worker", str(work / "spec.json")], self.spec.params,
+        plan = trial_plan([self.python, "-m", "autotune.measure.worker", str(work / "spec.json")], self.spec.params,
                           self.facts, work)
         log = self._stack.enter_context(open(work / "stderr.log", "wb"))
         self.proc = launch.start(plan, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)

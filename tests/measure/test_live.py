@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from autotune.measure import environment_key, freeze, stats
+from autotune.measure.candidate import combine, same_environment
+from autotune.measure.process_pair import enough
+from autotune.measure.scorer import PairedScorer
 from autotune.search_spaces import SpaceContext, defaults
-from autotune.trial import freeze, stats
-from autotune.trial.paired import environment_key
-from autotune.trial.process_pair import enough
-from autotune.trial.score import PairedScorer, combine, same_environment
 from autotune.trial.spec import TrialSettings
 
 SETTINGS = TrialSettings(warmup_steps=2, measure_steps=6, windows=2, max_extra_windows=0, eval_samples=128)
@@ -64,7 +64,7 @@ def test_another_environment_scores_across_processes_times_in_process(facts: Any
     process pairs where they agree (else three, as before), 0.2 s windows: ``threads_bound`` is sleep-bound, and
     its process pairs read 0.51 [0.50-0.51] beside another test run, far from the 0.9 the verdict needs."""
     base = _params(facts, 32, threads=2, interop_threads=2)
-    workload = "tests.trial.test_process_pair:threads_bound"
+    workload = "tests.measure.test_process_pair:threads_bound"
     # Windows of 4 steps with two threads (2 with one). Two process pairs, and a third unless they agree within
     # +-10% at 95% (``enough``): two that do leave ``env.high`` at most 1.11x their mean, three as many as before.
     with PairedScorer(workload, base, facts, SETTINGS, calibration_pairs=6, half_width=0.1, window_s=0.2,
@@ -85,7 +85,7 @@ def test_another_environment_scores_across_processes_times_in_process(facts: Any
 
 def test_the_live_measurer_calibrates_once_and_measures_each_candidate_as_an_arm(facts: Any) -> None:
     """``slow`` sleeps per forward pass: batch 16 runs a quarter of the default's samples/s."""
-    from autotune.trial.score import LiveMeasurer
+    from autotune.measure.live import LiveMeasurer
 
     base, phases = _params(facts, 64), []
     measurer = LiveMeasurer("tests.quality_workloads:slow", base, facts, SETTINGS, calibration_pairs=6,
@@ -94,7 +94,7 @@ def test_the_live_measurer_calibrates_once_and_measures_each_candidate_as_an_arm
         noise = measurer.calibrate(300)
         assert noise.window_s == 0.15 and noise.pairs >= 8 and noise.margin >= stats.MIN_MARGIN
         assert noise.aa[1] <= noise.aa[0] <= noise.aa[2] and noise.wall_s > noise.timed_s > 0
-        worker = measurer.worker
+        worker = measurer.pool.worker
         assert worker is not None and worker.ready is not None
 
         baseline = measurer.end(measurer.begin(base, 60))  # the baseline trial IS the calibration
@@ -112,7 +112,8 @@ def test_the_live_measurer_calibrates_once_and_measures_each_candidate_as_an_arm
         fresh = measurer.begin({**base, "batch_size": 16}, 120)
         measurer.more(fresh, 4, 120)
         again = measurer.end(fresh)
-        assert measurer.worker is not None and measurer.worker is not worker and worker.proc.poll() is not None
+        assert measurer.pool.worker is not None and measurer.pool.worker is not worker
+        assert worker.proc.poll() is not None
         assert again.status == "ok" and again.startup_s and again.objective < 0.6  # the new worker's start, paid
     finally:
         measurer.close()
@@ -132,12 +133,12 @@ def test_a_factor_grows_a_process_pair_a_race_round_and_one_each_confirmation_ro
     confirmation round (``reseed``) adds one to the search's instead of measuring it again whole (the heuristic's
     took 8 pairs, 73 s of a 5-minute search's confirmation); the pairs of a factor cut short for time are kept.
     Windows of 0.1 s: ``threads_bound`` reads its 2x from whole sleep-bound steps, and windows are not counted."""
-    from autotune.trial.score import LiveMeasurer, environment_key
+    from autotune.measure import LiveMeasurer, environment_key
     from autotune.trial.spec import TrialResult
 
     base = _params(facts, 32, threads=2, interop_threads=2)
     one = {**base, "threads": 1, "interop_threads": 1}
-    measurer = LiveMeasurer("tests.trial.test_process_pair:threads_bound", base, facts, SETTINGS,
+    measurer = LiveMeasurer("tests.measure.test_process_pair:threads_bound", base, facts, SETTINGS,
                             calibration_pairs=6, window_s=0.1, half_width=0.0, process_pairs=(2, 3))
     key = environment_key(one)
 
@@ -152,7 +153,7 @@ def test_a_factor_grows_a_process_pair_a_race_round_and_one_each_confirmation_ro
         measurer.calibrate(20)
         skipped = measurer.begin(one, 1.0)  # 2 process pairs do not fit in 1 s: not started (``_too_short``)
         assert isinstance(skipped, TrialResult) and skipped.status == "skipped" and key not in measurer.factor_ratios
-        measurer._start_s = 0.0  # no start measured: nothing to refuse by, so a pair runs and outlasts the time
+        measurer.pool.start_s = 0.0  # no start measured: nothing to refuse by, so a pair runs and outlasts the time
         cut = measurer.begin(one, 1.0)  # one pair, then the time runs out: its pair is kept, not the factor
         assert pairs() == (1, False), cut
         if not isinstance(cut, TrialResult):
@@ -170,8 +171,8 @@ def test_a_factor_grows_a_process_pair_a_race_round_and_one_each_confirmation_ro
             again = measurer.begin(one, 300)
             # the round's worker of that environment: its fresh process pair's environment side, its heap fixed
             # since; without a fresh pair, one started with it fixed
-            assert measurer.env is not None and measurer.env[0] == key, measurer.env
-            assert (measurer.env[1].spec.keep_heap, measurer.env[1].heap_fixed) == (not fresh, fresh), seed
+            assert measurer.pool.env is not None and measurer.pool.env[0] == key, measurer.pool.env
+            assert (measurer.pool.env[1].spec.keep_heap, measurer.pool.env[1].heap_fixed) == (not fresh, fresh), seed
             measurer.more(again, 2, 300)
             measurer.more(again, 2, 300)  # a confirmation grows nothing in its rounds
             result = measurer.end(again)
@@ -210,13 +211,13 @@ class _Worker:
 def test_a_worker_set_aside_on_a_gpu_returns_its_cache_first(facts: Any, device: str) -> None:
     """A frozen worker keeps its device memory: on CUDA it returns its allocator's unused cache before it is
     frozen beside the worker or processes that run next (on the CPU there is nothing to return)."""
-    from autotune.trial.score import LiveMeasurer
+    from autotune.measure.live import LiveMeasurer
 
     measurer = LiveMeasurer("tiny", {"device": device}, facts, TrialSettings())
     defaults_worker, env_worker = _Worker(), _Worker()
-    measurer.worker, measurer.env = defaults_worker, ("key", env_worker)  # type: ignore[assignment]
-    measurer._use(defaults_worker)  # type: ignore[arg-type]
-    measurer._use(defaults_worker)  # type: ignore[arg-type]  # already set aside: nothing more to ask
+    measurer.pool.worker, measurer.pool.env = defaults_worker, ("key", env_worker)  # type: ignore[assignment]
+    measurer.pool.use(defaults_worker)  # type: ignore[arg-type]
+    measurer.pool.use(defaults_worker)  # type: ignore[arg-type]  # already set aside: nothing more to ask
     assert env_worker.calls == (["empty_cache", "freeze"] if device == "cuda" else ["freeze"])
     assert defaults_worker.calls == []  # it was not frozen: nothing to thaw
 
@@ -227,16 +228,16 @@ def test_a_candidate_of_another_environment_is_not_started_without_the_time_its_
     import time
     from types import SimpleNamespace
 
-    from autotune.trial.score import LiveMeasurer
+    from autotune.measure.live import LiveMeasurer
 
     base = {**defaults(facts, SpaceContext()), "device": "cpu"}
     measurer = LiveMeasurer("tiny", base, facts, TrialSettings())
-    measurer._start_s = 12.0
+    measurer.pool.start_s = 12.0
     measurer.calibration = SimpleNamespace(pairs=16, window_s=0.05)  # type: ignore[assignment]
     other = {**base, "affinity": "compact" if base["affinity"] != "compact" else "none"}
     started = time.monotonic()
     result = measurer.begin(other, timeout_s=10.0)
-    assert time.monotonic() - started < 1.0 and measurer.env is None  # nothing was started
+    assert time.monotonic() - started < 1.0 and measurer.pool.env is None  # nothing was started
     assert result.status == "skipped"  # type: ignore[union-attr]
     assert result.error == ("not started: another environment needs 3 process pair(s), about 38 s; "  # type: ignore[union-attr]
                             "10 s were left")

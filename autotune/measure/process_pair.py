@@ -5,7 +5,7 @@ process, so their comparison needs two. A ``ProcessPair`` is two live ``PairedWo
 configuration, each holding that environment's in-process defaults (one arm). Which worker starts and warms
 up first, and which side runs first in each pair, are drawn from a seeded generator (an A/A across processes
 read 0.864 [0.772-0.967] when the defaults' worker always went first), and the idle worker is FROZEN
-(``autotune.trial.freeze``: SIGSTOP of its whole tree), so its spinning OpenMP threads and prefetching
+(``autotune.measure.freeze``: SIGSTOP of its whole tree), so its spinning OpenMP threads and prefetching
 DataLoader workers take nothing from the one being timed. A pair's ratio is the candidate worker's rate /
 the baseline worker's.
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from . import stats
-from .paired import choose_window_s
+from .arms import choose_window_s
 from .protocol import ArmStatus, PairRecord, WindowsRun
 from .worker import PairedWorker, WorkerError
 

@@ -38,11 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AutotuneError
-from . import stats
-from .paired import ENVIRONMENT_KEYS
-from .score import combine
-from .spec import Noise, Status, TrialResult
-from .stats import Interval
+from ..measure import ENVIRONMENT_KEYS, Interval, Noise, combine, stats
+from ..trial.spec import Status, TrialResult
 
 FORMAT = "autotune-paired-grid-v1"
 # A trial's ``method`` (as the live measurer's); the baseline is the calibration's A/A
@@ -180,7 +177,7 @@ def _value(params: dict[str, Any], key: str) -> Any:
 class ReplayMeasurer:
     """A ``PairedMeasurer`` over a ``RecordedGrid`` (see the module docstring); ``seed``: the search's.
 
-    As the live measurer (``autotune.trial.score.LiveMeasurer``): the defaults themselves are the baseline,
+    As the live measurer (``autotune.measure.live.LiveMeasurer``): the defaults themselves are the baseline,
     whose speedup is the calibration's A/A; the defaults of another environment are their process-pair
     factor alone; ``reseed`` draws new orders (the confirmation's fresh pairs)."""
 

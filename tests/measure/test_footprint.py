@@ -13,10 +13,12 @@ import pytest
 import torch
 
 from autotune import probes
+from autotune.measure import protocol
+from autotune.measure.arms import ArmFailed
+from autotune.measure.bench import Bench
+from autotune.measure.footprint import GIB, Footprint, device_of, no_room
 from autotune.probes import _nvml
 from autotune.search_spaces import SpaceContext, defaults
-from autotune.trial import paired, protocol
-from autotune.trial.memory import GIB, Footprint, device_of, no_room
 from autotune.trial.spec import TrialSettings
 from tests.fakes.nvml import MACHINES, load_machine
 
@@ -100,20 +102,20 @@ class _FakeFootprint(Footprint):
 
 
 def oom_at_96() -> Any:
-    from tests.trial.test_paired import faulty
+    from tests.measure.test_arms import faulty
 
     return faulty()
 
 
 @pytest.fixture
-def bench(facts: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[paired.Bench]:
+def bench(facts: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Bench]:
     threads = torch.get_num_threads()
     params = {**defaults(facts, SpaceContext(default_batch_size=32)), "device": "cpu", "reference_batch": 32,
               "threads": 1, "interop_threads": 1}
-    spec = protocol.WorkerSpec("tests.trial.test_memory:oom_at_96", params, facts.to_dict(), loss_samples=256,
+    spec = protocol.WorkerSpec("tests.measure.test_footprint:oom_at_96", params, facts.to_dict(), loss_samples=256,
                                warmup_steps=2, eval_samples=128)
-    monkeypatch.setattr(paired, "Footprint", _FakeFootprint)
-    b = paired.Bench(spec)
+    monkeypatch.setattr("autotune.measure.arms.Footprint", _FakeFootprint)
+    b = Bench(spec)
     monkeypatch.setattr(b, "_device", lambda: ("cuda:0 (Fake 80GB)", 80 * GIB, 0))
     try:
         yield b
@@ -122,10 +124,10 @@ def bench(facts: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[paired.Bench]
         torch.set_num_threads(threads)  # Bench applied the worker's threads to this process
 
 
-def test_bench_adds_a_second_arm_only_where_it_fits(bench: paired.Bench) -> None:
+def test_bench_adds_a_second_arm_only_where_it_fits(bench: Bench) -> None:
     params = bench.spec.params
     assert bench.add("base", params).status().peak_memory_bytes == 30 * GIB  # the first arm: nothing to fit beside
-    with pytest.raises(paired.ArmFailed) as refused:
+    with pytest.raises(ArmFailed) as refused:
         bench.add("cand", {**params, "batch_size": 16})  # 2 x 30 GiB fit in 72: built
         bench.add("third", {**params, "batch_size": 8})  # 3 x 30 GiB do not: not built
     assert "cand" in bench.arms and bench.get("cand").state == "ok"
@@ -135,20 +137,20 @@ def test_bench_adds_a_second_arm_only_where_it_fits(bench: paired.Bench) -> None
                            "80.0 GiB: measure by process pairs")
 
 
-def test_room_is_what_this_process_can_use_not_the_devices_total(bench: paired.Bench, facts: Any,
+def test_room_is_what_this_process_can_use_not_the_devices_total(bench: Bench, facts: Any,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """A frozen worker or another process holds 30 of the 80 GiB: two 30 GiB arms no longer fit in the 50 this
     process can use (5 of them its own allocator's cache), though 2 x 30 is 75% of the device's total."""
-    from autotune.trial import memory
+    from autotune.measure import footprint
 
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda index=None: (45 * GIB, 80 * GIB))
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda index=None: 5 * GIB)
-    assert memory.room(0, 80 * GIB) == (50 * GIB, 30 * GIB)
-    assert memory.room(0, 40 * GIB) == (40 * GIB, 0)  # a MIG slice: at most the probed size
-    monkeypatch.setattr(bench, "_device", lambda: ("cuda:0 (Fake 80GB)", *memory.room(0, 80 * GIB)))
+    assert footprint.room(0, 80 * GIB) == (50 * GIB, 30 * GIB)
+    assert footprint.room(0, 40 * GIB) == (40 * GIB, 0)  # a MIG slice: at most the probed size
+    monkeypatch.setattr(bench, "_device", lambda: ("cuda:0 (Fake 80GB)", *footprint.room(0, 80 * GIB)))
     params = bench.spec.params
     bench.add("base", params)
-    with pytest.raises(paired.ArmFailed) as refused:
+    with pytest.raises(ArmFailed) as refused:
         bench.add("cand", {**params, "batch_size": 16})
     assert refused.value.state == "no-room"
     assert refused.value.error == ("two models do not fit on cuda:0 (Fake 80GB): 2 x 30.0 GiB peak > 90% of 50.0 GiB "
@@ -156,14 +158,14 @@ def test_room_is_what_this_process_can_use_not_the_devices_total(bench: paired.B
                                    "pairs")
 
 
-def test_out_of_memory_beside_another_arm_is_no_room_and_alone_is_oom(bench: paired.Bench) -> None:
+def test_out_of_memory_beside_another_arm_is_no_room_and_alone_is_oom(bench: Bench) -> None:
     params = bench.spec.params
-    with pytest.raises(paired.ArmFailed) as alone:
+    with pytest.raises(ArmFailed) as alone:
         bench.add("b96-alone", {**params, "batch_size": 96})  # the faulty workload's fake OOM at batch 96
     assert alone.value.state == "oom"
     bench.drop("b96-alone")
     bench.add("base", params)
-    with pytest.raises(paired.ArmFailed) as beside:
+    with pytest.raises(ArmFailed) as beside:
         bench.add("b96", {**params, "batch_size": 96})
     assert beside.value.state == "no-room" and bench.get("b96").state == "no-room"
     assert bench.get("b96").error.startswith("two models do not fit on cuda:0 (Fake 80GB): out of memory beside "
@@ -219,7 +221,7 @@ def test_each_arm_keeps_its_own_peak_less_what_the_others_hold(monkeypatch: pyte
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_two_models_on_one_gpu_report_their_own_peaks() -> None:
-    from autotune.trial.worker import PairedWorker
+    from autotune.measure.worker import PairedWorker
 
     facts = probes.probe()
     base = {**defaults(facts, SpaceContext(device="cuda", default_batch_size=64, conv=True)), "device": "cuda",
@@ -254,12 +256,12 @@ def huge() -> Any:
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_a_second_model_that_does_not_fit_is_not_added() -> None:
-    from autotune.trial.worker import PairedWorker
+    from autotune.measure.worker import PairedWorker
 
     facts = probes.probe()
     base = {**defaults(facts, SpaceContext(device="cuda", default_batch_size=8)), "device": "cuda",
             "reference_batch": 8}
-    with PairedWorker("tests.trial.test_memory:huge", base, facts, SETTINGS) as worker:
+    with PairedWorker("tests.measure.test_footprint:huge", base, facts, SETTINGS) as worker:
         first = worker.add_arm("a", base)
         second = worker.add_arm("b", base)
     assert first.state == "ok" and first.peak_memory_bytes

@@ -19,11 +19,12 @@ from typing import Any
 
 import pytest
 
+from autotune.measure import protocol, stats
+from autotune.measure.arms import choose_window_s
+from autotune.measure.environment import environment_differences
+from autotune.measure.worker import PairedWorker, WorkerError
 from autotune.search_spaces import SpaceContext, defaults
-from autotune.trial import protocol, stats
-from autotune.trial.paired import choose_window_s, environment_differences
 from autotune.trial.spec import TrialSettings
-from autotune.trial.worker import PairedWorker, WorkerError
 
 SETTINGS = TrialSettings(warmup_steps=2, measure_steps=6, windows=2, max_extra_windows=0, eval_samples=128)
 
@@ -107,8 +108,8 @@ def test_each_arm_runs_its_windows_with_its_own_tf32_flags(facts: Any) -> None:
     from types import SimpleNamespace
 
     from autotune import search_spaces as spaces
-    from autotune.trial.memory import Footprint
-    from autotune.trial.paired import Arm
+    from autotune.measure.arms import Arm
+    from autotune.measure.footprint import Footprint
 
     flags = spaces.cuda.flags()
     before = {key: flag.get() for key, flag in flags.items()}
@@ -144,8 +145,8 @@ def test_an_arm_that_fails_is_classified_as_a_trial_is_and_its_tensors_are_freed
 
     import torch
 
-    from autotune.trial.memory import Footprint
-    from autotune.trial.paired import Arm, ArmFailed
+    from autotune.measure.arms import Arm, ArmFailed
+    from autotune.measure.footprint import Footprint
 
     arm = Arm("a", {"device": "cpu"}, SimpleNamespace(facts=facts))  # type: ignore[arg-type]
     arm.memory = Footprint(cuda=False)
@@ -221,7 +222,7 @@ def _alive(pid: int) -> bool:
 @pytest.fixture(scope="module")
 def tiny_worker(facts: Any) -> Iterator[PairedWorker]:
     """``tiny``, whose arms of batch 64 and 96 fail (``faulty``): one worker for every test that is not of a start."""
-    with PairedWorker("tests.trial.test_paired:faulty", _params(facts), facts, SETTINGS) as worker:
+    with PairedWorker("tests.measure.test_arms:faulty", _params(facts), facts, SETTINGS) as worker:
         yield worker
     assert not _alive(worker.ready.pid)
 
@@ -290,7 +291,7 @@ def test_an_arm_with_other_environment_knobs_is_refused(tiny_worker: PairedWorke
 def test_a_process_that_starts_slow_is_settled_before_its_first_window(facts: Any) -> None:
     """``ramp``: the first model of a process is ~2x slower in its first 40 steps. The first arm trains on
     untimed until it settles, so two identical arms read the same from the first pair (not ~0.05-0.5x)."""
-    from autotune.trial.paired import SETTLE_STEPS
+    from autotune.measure.arms import SETTLE_STEPS
     from tests.quality_workloads import RAMP_STEPS
 
     params = _params(facts, batch_size=64)
@@ -357,7 +358,7 @@ def test_a_worker_hosting_arms_keeps_its_heap(tiny_worker: PairedWorker) -> None
 # mmapped (IS_MMAPPED in malloc.c); a 1 MiB block is mmapped at glibc's starting threshold (128 KiB).
 _MMAPPED = """
 import ctypes, sys
-from autotune.trial.worker import keep_heap
+from autotune.measure.worker import keep_heap
 kept = keep_heap() if sys.argv[1] == "keep" else False
 libc = ctypes.CDLL(None)
 libc.malloc.restype = ctypes.c_void_p

@@ -19,13 +19,13 @@ Rules an arm keeps, so that its windows measure only itself:
 - a window runs whole optimizer steps until at least ``window_s`` seconds have passed (CUDA synchronised);
 - the process's first arm settles it before any window: it trains on, untimed, after its warm-up steps
   (``SETTLE_S``, ``SETTLE_STEPS``);
-- on CUDA its peak memory is its own (``autotune.trial.memory``), and ``Bench.add`` adds a second model to
+- on CUDA its peak memory is its own (``autotune.measure.footprint``), and ``Bench.add`` adds a second model to
   the device only when both fit: otherwise the arm's state is ``no-room`` ("measure by process pairs");
 - its quality-guard loss is taken once, when its trained samples reach the study's ``loss_samples``
   (evaluation time is excluded from the window); later windows only time;
 - a NaN loss, an out-of-memory error or any other exception fails that arm alone (``ArmFailed``).
 
-Example (in a worker process; see ``autotune.trial.worker`` for the parent's side)::
+Example (in a worker process; see ``autotune.measure.worker`` for the parent's side)::
 
     bench = Bench(spec)
     base, cand = bench.add("base", spec.params), bench.add("cl", {**spec.params, "channels_last": True})
@@ -34,28 +34,24 @@ Example (in a worker process; see ``autotune.trial.worker`` for the parent's sid
 """
 from __future__ import annotations
 
-import contextlib
-import json
 import math
 import os
-import random
 import signal
 import statistics
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from .. import search_spaces as spaces
-from .child import NonFiniteLoss, _evaluate, _in_effect, _raise_if_a_worker_died, failure
+from ..trial.training import NonFiniteLoss, evaluate, failure, in_effect, raise_if_a_worker_died
+from .footprint import Footprint
 from .freeze import proc_state
-from .memory import Footprint, device_of, no_room, out_of_room, room, warm_libraries
-from .protocol import ArmState, ArmStatus, PairRecord, WindowRecord, WorkerSpec
+from .protocol import ArmState, ArmStatus, WindowRecord, WorkerSpec
 
-# Knobs that must be in effect before torch starts, or that decide the process itself: one worker, one set
-# of values (``search_spaces``: threads and preload families, processes; the run settings device and membind).
-ENVIRONMENT_KEYS: tuple[str, ...] = (*spaces.threads.KEYS, *spaces.preload.KEYS, *spaces.processes.KEYS,
-                                     *spaces.cuda.ENVIRONMENT_KEYS, "device", "membind")
+if TYPE_CHECKING:
+    from ..probes import Facts
+    from ..workload import Workload
 
 WINDOW_FLOOR_S = {"cpu": 0.3, "cuda": 0.05}  # timer and scheduler noise stay well under 2% of this
 MIN_WINDOW_STEPS = 4
@@ -69,31 +65,23 @@ SETTLE_S = 1.2
 SETTLE_STEPS = 100
 
 
+class Host(Protocol):
+    """What an arm reads of the worker that holds it (``autotune.measure.bench.Bench``)."""
+
+    spec: WorkerSpec
+    facts: Facts
+    workload: Workload
+    train: Any  # the training samples
+    held_out: Any  # the held-out samples, or None when the workload evaluates itself
+    settled: bool  # whether an arm has settled the process (``Arm._settle``)
+
+
 class ArmFailed(Exception):
     """An arm's training failed (NaN loss, out of memory, crash); the process and other arms go on."""
 
     def __init__(self, arm: str, state: ArmState, error: str) -> None:
         super().__init__(f"arm {arm!r} failed ({state}): {error}")
         self.arm, self.state, self.error = arm, state, error
-
-
-class EnvironmentMismatch(ValueError):
-    """An arm whose environment-level knobs differ from its worker's."""
-
-
-def environment_key(params: dict[str, Any]) -> str:
-    """One string per environment configuration (threads, affinity, OpenMP, allocator, processes, device)."""
-    return json.dumps({k: params.get(k) for k in ENVIRONMENT_KEYS}, sort_keys=True, default=str)
-
-
-def environment_differences(worker: dict[str, Any], params: dict[str, Any]) -> list[str]:
-    """``KEY=VALUE (worker: VALUE)`` for each environment-level knob ``params`` sets otherwise.
-
-    >>> environment_differences({"threads": 2, "batch_size": 64}, {"threads": 1, "batch_size": 16})
-    ['threads=1 (worker: 2)']
-    """
-    return [f"{k}={params.get(k)!r} (worker: {worker.get(k)!r})" for k in ENVIRONMENT_KEYS
-            if params.get(k) != worker.get(k)]
 
 
 def choose_window_s(step_s: float, device: str = "cpu") -> float:
@@ -115,7 +103,7 @@ def _signal(pids: Sequence[int], sig: signal.Signals) -> None:
 
 class _Batches:
     """Endless batches of a DataLoader, epoch after epoch, with the pids of the workers serving them
-    (as ``child._batches``, which hides its iterator in a generator)."""
+    (as ``autotune.trial.training.batches``, which hides its iterator in a generator)."""
 
     def __init__(self, loader: Any) -> None:
         self.loader = loader
@@ -131,7 +119,7 @@ class _Batches:
                 self.iterator = None  # its workers shut down at the end of the epoch (unless persistent)
             except Exception as error:
                 if self.loader.num_workers > 0:
-                    _raise_if_a_worker_died(error)
+                    raise_if_a_worker_died(error)
                 raise
 
     def worker_pids(self) -> tuple[int, ...]:
@@ -151,7 +139,7 @@ class Arm:
 
     Built and warmed up by ``Bench.add``; ``window()`` times it; ``ensure_loss()`` takes its loss."""
 
-    def __init__(self, name: str, params: dict[str, Any], bench: Bench) -> None:
+    def __init__(self, name: str, params: dict[str, Any], bench: Host) -> None:
         self.name, self.params, self.bench = name, params, bench
         self.state: ArmState = "ok"
         self.error: str | None = None
@@ -308,7 +296,7 @@ class Arm:
         start = time.perf_counter()
         self._check(loss)
         bench = self.bench
-        self.loss, self.loss_samples = _evaluate(bench.workload, self.tuned, self.model, bench.held_out), self.trained
+        self.loss, self.loss_samples = evaluate(bench.workload, self.tuned, self.model, bench.held_out), self.trained
         self._sync()
         return time.perf_counter() - start
 
@@ -340,7 +328,7 @@ class Arm:
             loss = settled if settled is not None else loss
             self.bench.settled = True
         self._check(loss)
-        self.in_effect = {**_in_effect(), **self.tuned.in_effect}  # with this arm's process-global flags set
+        self.in_effect = {**in_effect(), **self.tuned.in_effect}  # with this arm's process-global flags set
 
     def _settle(self) -> Any:
         """The process's first arm trains on, untimed, until ``SETTLE_S`` or ``SETTLE_STEPS`` (see there);
@@ -396,142 +384,3 @@ class Arm:
                 self._loss_if_due(self._step())
 
         self._guarded(run)
-
-
-def fresh_compiler() -> None:
-    """The compiler as in a fresh process, before a compiled arm is built or after one is dropped: dynamo's code
-    caches and CUDA-graph trees (``torch._dynamo.reset``), inductor's in-memory caches, and a new directory for
-    its and Triton's on-disk caches. Without it a later arm reused an earlier one's compiled code (its compile
-    read about 0 s), a second batch size recompiled for dynamic shapes, and a dropped arm's CUDA graphs kept
-    their memory. Shapes stay static: a process of one model never sees another batch size."""
-    import tempfile
-
-    import torch._dynamo
-    from torch._inductor.utils import clear_caches
-
-    directory = tempfile.mkdtemp(prefix="compile-")  # in the worker's own TMPDIR, removed with it
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(directory, "inductor")
-    os.environ["TRITON_CACHE_DIR"] = os.path.join(directory, "triton")
-    torch._dynamo.reset()
-    clear_caches()
-    torch._dynamo.config.automatic_dynamic_shapes = False
-
-
-def preload_lazy_modules() -> None:
-    """Import now what torch imports lazily on an arm's first build: ``torch.optim.Optimizer.__init__`` runs
-    under ``torch._disable_dynamo``, which imports ``torch._dynamo`` on its first call (1.7-1.9 s of a CNN
-    arm's 2.6 s build and warm-up, 2-vCPU VM). In the worker's start it runs before ``Ready``, while the other
-    worker of a process pair imports side by side, instead of in each arm's turn alone; every process that
-    trains with an optimizer pays it once either way, the user's too."""
-    with contextlib.suppress(ImportError):
-        import torch._dynamo  # noqa: F401
-
-
-class Bench:
-    """The arms of one worker process: its workload, its environment's params, its held-out split."""
-
-    def __init__(self, spec: WorkerSpec) -> None:
-        from ..apply import apply
-        from ..probes import Facts
-        from ..workload import held_out_split, load_workload
-
-        self.spec = spec
-        self.facts = Facts.from_dict(spec.facts)
-        if spaces.processes.count(spec.params) > 1:
-            raise EnvironmentMismatch("a paired worker trains in one process: processes must be 1")
-        apply(spec.params, facts=self.facts, check_hardware=False)  # threads, pinning: before any torch work
-        preload_lazy_modules()
-        self.workload = load_workload(spec.workload)
-        self.train, self.held_out = self.workload.dataset(), None
-        if self.workload.evaluate is None:
-            self.train, self.held_out = held_out_split(self.train, spec.eval_samples)
-        self.arms: dict[str, Arm] = {}
-        self.settled = False  # whether an arm has settled the process (``Arm._settle``)
-
-    def add(self, name: str, params: dict[str, Any]) -> Arm:
-        """Build and warm up an arm; a failed warm-up leaves a failed arm (``ArmFailed`` raised)."""
-        differences = environment_differences(self.spec.params, params)
-        if differences:
-            raise EnvironmentMismatch("environment-level knobs differ from this worker's: " + ", ".join(differences))
-        if name in self.arms:
-            raise KeyError(f"arm {name!r} exists: drop it first")
-        arm = Arm(name, params, self)
-        self.arms[name] = arm
-        others = [a for a in self.arms.values() if a is not arm and a.state == "ok"]
-        device = self._device() if arm.memory.cuda and others else None
-        if arm.memory.cuda and not others:
-            warm_libraries()
-        if device is not None:
-            reason = no_room([a.memory.peak or 0 for a in others], device[1], device[0], device[2])
-            if reason is not None:
-                arm.state, arm.error = "no-room", reason
-                raise ArmFailed(name, "no-room", reason)
-        if arm.compiled:
-            fresh_compiler()
-        try:
-            arm.warm_up()
-        except ArmFailed as e:
-            if device is None or e.state != "oom":
-                raise
-            arm.state = "no-room"  # it ran out beside the others: alone it may fit
-            arm.error = out_of_room(device[0], arm.memory.others, e.error)
-            raise ArmFailed(name, "no-room", arm.error) from e
-        finally:
-            if arm.compiled:
-                self._recompile_others(arm)
-        return arm
-
-    def _recompile_others(self, arm: Arm) -> None:
-        """The other compiled arms compile again (their code was cleared with the caches); one that fails now
-        is failed as it would have in its window."""
-        for other in self.arms.values():
-            if other is not arm and other.compiled and other.state == "ok":
-                with contextlib.suppress(ArmFailed):
-                    other.recompile()
-
-    def _device(self) -> tuple[str, int | None, int]:
-        """The device's name, the memory this process can use there, and what others hold (``memory.room``)."""
-        import torch
-
-        index = torch.cuda.current_device()
-        label, total = device_of(self.facts, index)
-        return (label, *room(index, total))
-
-    def get(self, name: str) -> Arm:
-        if name not in self.arms:
-            raise KeyError(f"no arm {name!r} (arms: {', '.join(self.arms) or 'none'})")
-        return self.arms[name]
-
-    def others(self, *names: str) -> list[Arm]:
-        return [arm for arm in self.arms.values() if arm.name not in names]
-
-    def windows(self, name: str, n: int, window_s: float) -> list[WindowRecord]:
-        arm = self.get(name)
-        return [arm.window(window_s, self.others(name)) for _ in range(n)]
-
-    def drop(self, name: str) -> None:
-        arm = self.arms.pop(name)
-        arm.close()
-        if arm.compiled:  # its compiled code and CUDA-graph memory pool go with it
-            fresh_compiler()
-            self._recompile_others(arm)
-
-    def close(self) -> None:
-        while self.arms:  # the process ends: nothing to compile again
-            self.arms.popitem()[1].close()
-
-
-def pairs(base: Arm, cand: Arm, n: int, window_s: float, rng: random.Random,
-          others: Sequence[Arm] = ()) -> list[PairRecord]:
-    """``n`` pairs, each the two arms' windows back to back in an order drawn from ``rng``. Stops at the
-    first failure of an arm (its ``state`` says why): the pairs before it are returned."""
-    records: list[PairRecord] = []
-    for _ in range(n):
-        order = [base, cand] if rng.random() < 0.5 else [cand, base]
-        try:
-            runs = {arm.name: arm.window(window_s, [a for a in (base, cand, *others) if a is not arm])
-                    for arm in order}
-        except ArmFailed:
-            break
-        records.append(PairRecord(order[0].name, runs[base.name], runs[cand.name]))
-    return records

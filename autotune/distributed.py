@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import UsageError
+from .errors import UsageError
 
 if TYPE_CHECKING:
     import torch

@@ -1,0 +1,61 @@
+"""The paired measuring engine: recipes compared with the defaults side by side, with intervals.
+
+- ``stats``: the median of per-pair ratios with its exact interval, the verdict, the calibration's arithmetic;
+- ``measurer``: the contract the search drives (``PairedMeasurer``) and the noise a calibration found (``Noise``);
+- inside a worker process: ``arms`` (an arm: one set of in-process knobs with its own model, trained in windows),
+  ``bench`` (a worker's arms, and pairs of their windows), ``footprint`` (an arm's device memory);
+- ``worker``: ``python -m autotune.measure.worker SPEC.json`` and ``PairedWorker``, its parent's side, which
+  ``protocol`` types; ``freeze`` stops an idle worker's process tree;
+- across processes: ``environment`` (the knobs that decide a process), ``process_pair`` (two live workers
+  alternated, the idle one frozen; ``across_processes`` over several fresh pairs);
+- the search's measurer: ``live`` (``LiveMeasurer``), with ``pool`` (its workers) and ``candidate`` (one
+  candidate being measured); ``scorer`` (``PairedScorer``: one candidate scored against the defaults, alone).
+"""
+from __future__ import annotations
+
+from .candidate import combine
+from .environment import ENVIRONMENT_KEYS, environment_differences, environment_key
+from .live import LiveMeasurer
+from .measurer import Noise, PairedMeasurer
+from .process_pair import PROCESS_PAIRS, AcrossProcesses, ProcessPair, across_processes
+from .scorer import PairedScorer, Score
+from .stats import (
+    CONFIDENCE,
+    MIN_MARGIN,
+    Comparison,
+    Interval,
+    Verdict,
+    across_processes_interval,
+    compare,
+    median_interval,
+    verdict,
+)
+from .worker import Calibration, PairedWorker, WorkerError
+
+__all__ = [
+    "CONFIDENCE",
+    "ENVIRONMENT_KEYS",
+    "MIN_MARGIN",
+    "PROCESS_PAIRS",
+    "AcrossProcesses",
+    "Calibration",
+    "Comparison",
+    "Interval",
+    "LiveMeasurer",
+    "Noise",
+    "PairedMeasurer",
+    "PairedScorer",
+    "PairedWorker",
+    "ProcessPair",
+    "Score",
+    "Verdict",
+    "WorkerError",
+    "across_processes",
+    "across_processes_interval",
+    "combine",
+    "compare",
+    "environment_differences",
+    "environment_key",
+    "median_interval",
+    "verdict",
+]

@@ -1,0 +1,396 @@
+"""The search's ``PairedMeasurer`` on this machine: ``LiveMeasurer``, candidates measured against the defaults in
+live worker processes (``autotune.measure.pool``), across processes where their environment differs."""
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from dataclasses import replace
+from typing import Any
+
+from .. import search_spaces as spaces
+from ..trial.runner import run_trial
+from ..trial.spec import Status, TrialResult
+from . import stats
+from .arms import WINDOW_FLOOR_S, choose_window_s
+from .candidate import DEFAULTS, FRESH_PAIRS, NOTHING, Candidate, combine, same_environment, status_of
+from .environment import ENVIRONMENT_KEYS, environment_differences, environment_key
+from .measurer import Noise
+from .pool import PhaseHook, WorkerPool, lost
+from .process_pair import PROCESS_PAIRS, enough, process_pair
+from .worker import Calibration, WorkerError
+
+
+class LiveMeasurer:
+    """The search's ``PairedMeasurer`` on this machine (``autotune.measure.measurer.PairedMeasurer``).
+
+    - ``calibrate``: the defaults' worker started and calibrated once (an A/A: ``Noise``);
+    - a candidate of the defaults' environment is an arm in that worker, paired with the defaults arm;
+    - another environment: its factor (its in-process defaults / the defaults, over fresh process pairs,
+      ``across_processes``) measured once per environment per search and cached (``factors``, which a
+      resumed search may fill from its trials; each confirmation round adds one fresh process pair), x its
+      in-process ratio in a worker of that environment, kept alive while consecutive candidates use it (one at
+      most besides the defaults'; the idle one is frozen): the environment's side of its last process pair,
+      its heap fixed from then on (``process_pair.process_pair``'s ``keep``), where no worker of it runs;
+    - ``processes`` > 1 (a worker holds one process), or two models that do not fit on one GPU: fresh
+      trial processes, alternated with fresh runs of the defaults, ``FRESH_PAIRS`` pairs or more, ratio
+      interval by ``stats.log_mean_interval``;
+    - the first ``begin(defaults)`` after ``calibrate`` is the baseline trial: ``end`` gives the A/A's interval
+      and the defaults arm's loss (no pairs run).
+    A failed arm is a ``TrialResult`` (oom, nan, crash); a dead or hung worker a crash or timeout, and the
+    worker is started again for the next candidate.
+
+        >>> measurer = LiveMeasurer("cnn", defaults, facts, settings)            # doctest: +SKIP
+        >>> noise = measurer.calibrate(600)                                       # doctest: +SKIP
+        >>> h = measurer.begin({**defaults, "channels_last": True}, 300)          # doctest: +SKIP
+        >>> measurer.more(h, noise.pairs, 300).low > 1 + noise.margin, measurer.end(h).objective  # doctest: +SKIP
+        (True, 1.21)
+    """
+
+    def __init__(self, workload: str, defaults: dict[str, Any], facts: Any, settings: Any, *,
+                 calibration_pairs: int = 16, half_width: float = 0.03, window_s: float | None = None,
+                 process_pairs: tuple[int, int] = PROCESS_PAIRS, seed: int = 0,
+                 on_phase: PhaseHook | None = None) -> None:
+        self.workload, self.defaults, self.facts, self.settings = workload, defaults, facts, settings
+        self.calibration_pairs, self.half_width, self.window_s = calibration_pairs, half_width, window_s
+        self.process_pairs, self.seed = process_pairs, seed
+        self.on_phase: PhaseHook = on_phase or (lambda name, detail: None)
+        self.pool = WorkerPool(workload, defaults, facts, settings, lambda name, detail: self.on_phase(name, detail))
+        self.calibration: Calibration | None = None
+        self.noise: Noise | None = None
+        self.factors: dict[str, stats.Interval] = {}  # environment key -> its factor (``environment_key``)
+        self.factor_ratios: dict[str, list[float]] = {}  # environment key -> one ratio per process pair run
+        self._due: set[str] = set()  # factors that get one more fresh process pair (``reseed``)
+        self._grow = True  # a search's race adds process pairs to a factor; a confirmation round only its one
+        self._pair_s = 0.0  # the last process pair's wall time
+        self._count = 0
+        self._baseline_given = False
+
+    # The defaults' worker --------------------------------------------------------------------------------
+
+    def calibrate(self, timeout_s: float) -> Noise:
+        started, timeout_s = time.monotonic(), min(timeout_s, 86_400.0)  # no budget: a day is as good
+        self.on_phase("calibrating noise", "the defaults against themselves, in one process")
+        worker = self.pool.defaults_worker(timeout_s, with_arm=False)
+        # The A/A within a sixth of the time given: its pairs as asked but at least 6 (a 95% interval needs them),
+        # and on a slow machine with a short budget, windows shorter than 4 steps (never under the device's floor).
+        status = self.pool.add(worker, DEFAULTS, self.defaults, timeout_s)
+        device = self.defaults.get("device") or "cpu"
+        window = self.window_s or max(WINDOW_FLOOR_S.get(device, WINDOW_FLOOR_S["cpu"]), min(
+            choose_window_s(status.step_s or status.first_step_s or 0.0, device), timeout_s / 6 / (2 * 6)))
+        pairs = max(6, min(self.calibration_pairs, int(timeout_s / 6 / (2 * window))))
+        cal = worker.calibrate(DEFAULTS, self.defaults, pairs=pairs, half_width=self.half_width, window_s=window,
+                               seed=self.seed)
+        # A budget-sized race: a candidate's most pairs (3 x pairs, two windows each) within a quarter of the time.
+        affordable = max(8, int(timeout_s / (4 * 3 * 2 * cal.window_s)))
+        if cal.pairs > affordable:
+            cal = replace(cal, pairs=affordable)
+        self.calibration = cal
+        aa = cal.aa.amortised
+        self.noise = Noise(cal.window_s, cal.pairs, cal.half_width, cal.margin, cal.spread,
+                           (aa.median, aa.low, aa.high), timed_s=2 * aa.count * cal.window_s,
+                           wall_s=time.monotonic() - started)
+        return self.noise
+
+    @property
+    def cal(self) -> Calibration:
+        if self.calibration is None:
+            raise WorkerError("calibrate() first: the search starts with the defaults against themselves")
+        return self.calibration
+
+    # Candidates --------------------------------------------------------------------------------------------
+
+    def warm(self, params: dict[str, Any]) -> bool:
+        """Whether a candidate of ``params``' environment would start no process: the defaults' (their worker
+        lives as long as the search) or the environment whose worker is alive, its factor settled (``enough``
+        process pairs: a later round adds none). The search's end is filled with such candidates."""
+        if spaces.processes.count(params) > 1:
+            return False
+        if same_environment(params, self.defaults):
+            return True
+        key = environment_key(params)
+        return key in self.factors and self.pool.env_alive(key)
+
+
+    def reseed(self, seed: int, *, fresh_factors: bool = True) -> None:
+        """A confirmation round's fresh pairs: new window orders, fresh worker processes (what is confirmed is
+        measured in processes as new as the user's), and (``fresh_factors``) one more fresh process pair for every
+        environment factor, pooled with its earlier ones: a process pair is always two new processes, so earlier
+        pairs stand. A factor known only as an interval (a resumed search) is reused."""
+        self.seed, self._grow = seed, False
+        if fresh_factors:
+            self._due = set(self.factor_ratios)
+        self.close()
+
+    def begin(self, params: dict[str, Any], timeout_s: float) -> object | TrialResult:
+        self._count += 1
+        trial = Candidate(params, f"c{self._count}", self.seed + 1000 * self._count, time.monotonic())
+        deadline = time.monotonic() + timeout_s
+        if params == self.defaults and not self._baseline_given:
+            trial.baseline = self._baseline_given = True  # the calibration's A/A; later ones are arms like any
+            return trial
+        try:
+            if spaces.processes.count(params) > 1:
+                return trial  # fresh process pairs: ``more`` runs them
+            return self._begin_paired(trial, deadline)
+        except WorkerError as e:
+            return self._lost(trial, e, deadline)
+
+    def _begin_paired(self, trial: Candidate, deadline: float) -> Candidate | TrialResult:
+        params = trial.params
+        if same_environment(params, self.defaults):
+            trial.worker = self.pool.use(self.pool.defaults_worker(deadline - time.monotonic(), with_arm=True))
+            trial.startup_s, self.pool.startup_s = self.pool.startup_s, 0.0
+        else:
+            key = trial.factor_key = environment_key(params)
+            short = self._too_short(key, deadline)
+            if short is not None:
+                return TrialResult(Status.SKIPPED, error=short, wall_s=time.monotonic() - trial.started)
+            trial.factor = self._factor(key, params, trial, deadline)
+            trial.worker, startup_s, warmup_s = self.pool.env_worker(
+                key, self._env_defaults(params), ", ".join(environment_differences(self.defaults, params)), deadline)
+            trial.startup_s, trial.warmup_s = trial.startup_s + startup_s, trial.warmup_s + warmup_s
+            trial.in_process = params != self._env_defaults(params)
+        if not trial.in_process:
+            return trial
+        compiling = spaces.compilation.compiled(params)
+        self.on_phase("compiling" if compiling else "warm-up", trial.name)
+        started = time.monotonic()
+        status = trial.worker.add_arm(trial.name, params, max(1.0, deadline - time.monotonic()))
+        trial.warmup_s += time.monotonic() - started
+        trial.cand_status = status
+        trial.warnings += status.warnings
+        if status.state == "ok":
+            return trial
+        self._drop(trial)
+        if status.state == "no-room":
+            # Two models do not fit on this GPU next to each other (``paired``): fresh processes, one model each.
+            trial.worker, trial.cand_status = None, None
+            trial.warnings.append(f"{status.error or 'two models do not fit on one GPU'}: measured in fresh process "
+                                  "pairs instead")
+            return trial
+        return TrialResult(status_of(status.state), error=status.error, wall_s=time.monotonic() - trial.started,
+                           warmup_s=trial.warmup_s, startup_s=trial.startup_s, warnings=trial.warnings)
+
+    def _too_short(self, key: str, deadline: float) -> str | None:
+        """Why a candidate of another environment is not started: its process pairs (the last one's worker is kept
+        for its arms) or its worker's start would outlast ``deadline``, from the starts and pairs measured so far;
+        None when it may finish."""
+        if not self.pool.start_s or self.calibration is None:
+            return None  # nothing measured yet
+        least = self.process_pairs[0]
+        missing = 0 if key in self.factors else max(0, least - len(self.factor_ratios.get(key, [])))
+        pair_s = self._pair_s or self.pool.start_s + 2 * max(4, self.cal.pairs // 2) * self.cal.window_s
+        need = missing * pair_s if missing else (0.0 if self.pool.env_alive(key) else self.pool.start_s)
+        left = deadline - time.monotonic()
+        if need <= left:
+            return None
+        what = f"{missing} process pair(s)" if missing else "its worker's start"
+        return f"not started: another environment needs {what}, about {need:.0f} s; {max(0.0, left):.0f} s were left"
+
+    def _env_defaults(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The defaults in ``params``' environment (a key neither sets, e.g. ``membind``, stays unset)."""
+        env = {k: params.get(k) for k in ENVIRONMENT_KEYS if k in params or k in self.defaults}
+        return {**self.defaults, **env}
+
+    def _factor(self, key: str, params: dict[str, Any], trial: Candidate, deadline: float, *,
+                grow: bool = False) -> stats.Interval:
+        """Its environment's defaults / the defaults, from fresh process pairs (``across_processes``, one pair at a
+        time), pooled over the candidates of that environment. In ``begin``: the fewest pairs (``least``), or one
+        more in a confirmation round; each later round of the candidate's race adds one (``grow``, from ``more``)
+        until the factor is ``enough`` (``process_pair.enough``), from then on cached, so a candidate the race
+        stops after its first round costs ``least`` pairs. Never past the trial's deadline: a factor cut short for
+        time keeps its pairs for the next candidate of it. Where no worker of the environment runs, the last pair's
+        environment side is kept as its worker (``WorkerPool.keep``): one worker start saved."""
+        ratios = list(self.factor_ratios.get(key, []))
+        least, most = self.process_pairs
+        due = key in self._due and bool(ratios)  # a confirmation round: one more fresh process pair
+        if key in self.factors and not due:
+            return self.factors[key]
+        self._due.discard(key)
+        target = len(ratios) + 1 if grow or due else max(least, len(ratios))
+        self.pool.set_all_aside()  # the process pairs are timed alone
+        before, spent = len(ratios), 0.0
+        while len(ratios) < target:
+            started = time.monotonic()
+            new = len(ratios) - before
+            cost = spent / new if new else (self._pair_s if grow else 0.0)
+            if cost and deadline - started < 1.5 * cost:
+                if len(ratios) < least:
+                    trial.warnings.append(f"environment factor from {len(ratios)} process pair(s): time ran out")
+                break
+            self.on_phase("starting", f"process pair {len(ratios) + 1}: "
+                          + ", ".join(environment_differences(self.defaults, params)))
+            keep = len(ratios) + 1 == target and not self.pool.env_alive(key)
+            run, _, kept = process_pair(self.workload, self.defaults, self._env_defaults(params), self.facts,
+                                        self.settings, pairs=max(4, self.cal.pairs // 2),
+                                        window_s=self.cal.window_s, seed=trial.seed + len(ratios), keep=keep)
+            if kept is not None:
+                self.pool.keep(key, kept)
+            timed = sum(p.base.elapsed_s + p.cand.elapsed_s for p in run.pairs)
+            trial.timed_s += timed
+            trial.startup_s += time.monotonic() - started - timed
+            spent += time.monotonic() - started
+            self._pair_s = time.monotonic() - started
+            ratios.append(run.ratio.median)
+            self.factor_ratios[key] = list(ratios)
+        interval = stats.log_mean_interval(ratios) if ratios else NOTHING
+        if ratios and enough(ratios, self.cal.half_width, least=least, most=most):
+            self.factors[key] = interval
+        return interval
+
+    def more(self, handle: object, n: int, timeout_s: float) -> stats.Interval:
+        trial = self._trial(handle)
+        if trial.failed is None and not trial.baseline:
+            deadline = time.monotonic() + timeout_s
+            try:
+                key, trial.rounds = trial.factor_key, trial.rounds + 1
+                if key is not None and trial.rounds > 1 and self._grow and key not in self.factors \
+                        and trial.worker is not None:  # a later round of the race: one more process pair
+                    trial.factor = self._factor(key, trial.params, trial, deadline, grow=True)
+                if trial.worker is None:
+                    self._fresh_pairs(trial, n, deadline)
+                elif trial.in_process:
+                    self._pairs(trial, n, deadline)
+            except WorkerError as e:
+                trial.failed = self._lost(trial, e, deadline)
+        trial.interval = self._interval(trial)
+        return trial.interval
+
+    def loss(self, handle: object) -> float | None:
+        """The candidate's quality-guard loss, once taken (at the study's sample count, in its first windows or
+        its first fresh process): the race stops a candidate the guard will reject (``SearchLoop._race``). None
+        before, and for a candidate that is its environment's defaults (the model and data of the defaults')."""
+        trial = self._trial(handle)
+        if trial.fresh:
+            return trial.fresh[0][1].loss
+        return trial.cand_status.loss if trial.in_process and trial.cand_status is not None else None
+
+    def _pairs(self, trial: Candidate, n: int, deadline: float) -> None:
+        assert trial.worker is not None
+        self.on_phase("paired windows", f"{trial.name}: {n} more pair(s)")
+        self.pool.use(trial.worker)
+        run = trial.worker.run_pairs(trial.base, trial.name, n, self.cal.window_s,
+                                     seed=trial.seed + len(trial.records),
+                                     timeout_s=max(1.0, deadline - time.monotonic()))
+        trial.records += run.pairs
+        trial.base_status, trial.cand_status = run.base, run.cand
+        trial.timed_s += sum(p.base.elapsed_s + p.cand.elapsed_s for p in run.pairs)
+        failed = run.cand if run.cand.state != "ok" else run.base if run.base.state != "ok" else None
+        if failed is not None:
+            status = status_of(failed.state) if failed is run.cand else Status.CRASH
+            trial.failed = TrialResult(status, error=f"arm {failed.arm}: {failed.error}")
+
+    def _fresh_pairs(self, trial: Candidate, n: int, deadline: float) -> None:
+        """Fresh trial processes of the candidate and of the defaults, alternated: at least ``FRESH_PAIRS``."""
+        count = max(1, min(n, FRESH_PAIRS - len(trial.fresh))) if len(trial.fresh) < FRESH_PAIRS else 1
+        rng = random.Random(trial.seed + len(trial.fresh))
+        self.pool.set_all_aside()  # timed alone, as the process pairs
+        for _ in range(count):
+            self.on_phase("starting", f"{trial.name}: fresh process pair {len(trial.fresh) + 1}")
+            runs: dict[str, TrialResult] = {}
+            for side in (["base", "cand"] if rng.random() < 0.5 else ["cand", "base"]):
+                params = self.defaults if side == "base" else trial.params
+                runs[side] = run_trial(self.workload, params, self.facts, self.settings,
+                                       timeout_s=max(1.0, deadline - time.monotonic()))
+                trial.startup_s += runs[side].startup_s or 0.0
+                trial.warmup_s += runs[side].warmup_s or 0.0
+                trial.timed_s += runs[side].timed_s or 0.0
+                if runs[side].status != Status.OK:
+                    failed = runs[side]
+                    trial.failed = failed if side == "cand" else TrialResult(
+                        Status.CRASH, error=f"the defaults failed in a fresh process: {failed.error}")
+                    return
+            trial.fresh.append((runs["base"], runs["cand"]))
+            trial.warnings += [w for w in runs["cand"].warnings if w not in trial.warnings]
+
+    def _interval(self, trial: Candidate) -> stats.Interval:
+        """The candidate's speedup over the defaults so far, amortised over ``train_steps``."""
+        if trial.baseline:
+            return self.cal.aa.amortised
+        if trial.worker is None:
+            ratios = [c.objective / b.objective for b, c in trial.fresh if c.objective and b.objective]
+            return stats.log_mean_interval(ratios) if ratios else NOTHING
+        if not trial.in_process:
+            return trial.factor or NOTHING
+        if not trial.records or trial.base_status is None or trial.cand_status is None:
+            return NOTHING
+        inner = stats.compare(trial.records, trial.base_status, trial.cand_status,
+                              train_steps=self.settings.train_steps, margin=self.cal.margin).amortised
+        return combine(trial.factor, inner) if trial.factor is not None else inner
+
+    def end(self, handle: object) -> TrialResult:
+        trial = self._trial(handle)
+        try:
+            return self._end(trial)
+        finally:
+            self._drop(trial)
+
+    def _end(self, trial: Candidate) -> TrialResult:
+        if trial.failed is not None:
+            return replace(trial.failed, wall_s=time.monotonic() - trial.started, startup_s=trial.startup_s,
+                           warmup_s=trial.warmup_s, timed_s=trial.timed_s, warnings=trial.warnings)
+        if trial.worker is None and not trial.baseline:
+            return trial.fresh_result(trial.interval or self._interval(trial))
+        worker = self.pool.worker if trial.baseline else trial.worker
+        arm = DEFAULTS if trial.baseline or not trial.in_process else trial.name
+        assert worker is not None
+        self.on_phase("evaluating", trial.name)
+        try:
+            self.pool.use(worker)
+            status = worker.evaluate(arm)
+        except WorkerError as e:
+            return replace(self._lost(trial, e, time.monotonic() + 300.0), wall_s=time.monotonic() - trial.started)
+        if status.state != "ok":
+            return TrialResult(status_of(status.state), error=status.error, wall_s=time.monotonic() - trial.started)
+        interval = trial.interval or self._interval(trial)
+        if trial.baseline:
+            noise = self.noise
+            trial.startup_s, self.pool.startup_s = self.pool.startup_s, 0.0
+            trial.timed_s = noise.timed_s if noise else 0.0
+            trial.started = time.monotonic() - (noise.wall_s if noise else 0.0)
+        method = ("in-process pairs" if trial.factor is None else
+                  "process pairs x in-process pairs" if trial.in_process else "process pairs")
+        rates = [p.cand.rate for p in trial.records]
+        return TrialResult(
+            Status.OK, samples_per_s=statistics.median(rates) if rates else status.step_samples / (status.step_s or 1),
+            objective=1.0 if trial.baseline else interval.median,  # the defaults against themselves: 1 by definition
+            speedup_low=interval.low, speedup_high=interval.high, method=method,
+            pairs=interval.count, compile_s=status.compile_s, startup_s=trial.startup_s, warmup_s=trial.warmup_s,
+            timed_s=trial.timed_s, loss=status.loss, loss_samples=status.loss_samples,
+            peak_memory_bytes=status.peak_memory_bytes, wall_s=time.monotonic() - trial.started,
+            in_effect={**(worker.ready.in_effect if worker.ready else {}), **status.in_effect},
+            warnings=[*trial.warnings, *(w for w in status.warnings if w not in trial.warnings)])
+
+    def _lost(self, trial: Candidate, error: WorkerError, deadline: float) -> TrialResult:
+        """A worker that died or did not answer: the trial is a crash, an out-of-memory kill or a timeout (as
+        a trial process's exit is classified), and the worker is gone: the next candidate starts another."""
+        worker = trial.worker
+        status, message = lost(worker, error, deadline)
+        if worker is not None:
+            self.pool.lose(worker)
+        trial.worker = None
+        return TrialResult(status, error=message, wall_s=time.monotonic() - trial.started,
+                           startup_s=trial.startup_s, warmup_s=trial.warmup_s, timed_s=trial.timed_s,
+                           warnings=trial.warnings)
+
+    def _drop(self, trial: Candidate) -> None:
+        """The candidate's arm leaves its worker (a worker that died meanwhile is simply gone)."""
+        worker = trial.worker
+        if worker is None or not trial.in_process or trial.name not in worker.arms:
+            return
+        try:
+            self.pool.use(worker)
+            worker.drop_arm(trial.name)
+        except WorkerError:
+            worker.close(timeout_s=1.0)
+
+    @staticmethod
+    def _trial(handle: object) -> Candidate:
+        if not isinstance(handle, Candidate):
+            raise TypeError(f"not a handle of this measurer: {handle!r}")
+        return handle
+
+    def close(self) -> None:
+        """End every worker (the defaults' and the other environment's)."""
+        self.pool.close()
