@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .apply import apply
 from .errors import AutotuneError
 from .recipe import Recipe
-from .workload import Workload
+from .workloads import Workload
 
 if TYPE_CHECKING:
     from .probes import Facts
@@ -41,7 +41,7 @@ def probe(root: str | None = None, **kwargs: Any) -> Facts:
 
 
 def search(workload: str, **kwargs: Any) -> SearchOutcome:
-    """Run a search study; see ``autotune.study.search``."""
+    """Run a search study; see ``autotune.study.driver``."""
     from .study import search as _search
 
     return _search(workload, **kwargs)

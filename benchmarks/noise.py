@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from autotune import probes
     from autotune.search_spaces import SpaceContext, defaults
-    from autotune.workload import load_workload
+    from autotune.workloads import load_workload
 
     facts = probes.probe()
     batch = load_workload(args.workload).batch_size

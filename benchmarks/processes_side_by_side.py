@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     from autotune import probes
     from autotune.search_spaces import SpaceContext, defaults
     from autotune.trial import TrialSettings, run_trial
-    from autotune.workload import load_workload
+    from autotune.workloads import load_workload
 
     facts = probes.probe()
     settings = TrialSettings(warmup_steps=4, measure_steps=24, windows=4, max_extra_windows=0, eval_samples=128)

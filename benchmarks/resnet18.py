@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from autotune.workload import Workload
+from autotune.workloads import Workload
 from autotune.workloads._synthetic import class_images
 
 

@@ -195,7 +195,7 @@ def replay(args: argparse.Namespace) -> int:
 
     from autotune import search_spaces as spaces
     from autotune.study import SearchOptions, search
-    from autotune.study.run import search_context
+    from autotune.study.driver import search_context
     from autotune.testing.replay import RecordedGrid, ReplayMeasurer
     from autotune.trial import TrialSettings
 

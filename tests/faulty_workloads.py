@@ -13,8 +13,7 @@ import signal
 import time
 from typing import Any
 
-from autotune.workload import Workload
-from autotune.workloads import tiny
+from autotune.workloads import Workload, tiny
 
 OOM_FROM_BATCH = 64
 

@@ -83,7 +83,7 @@ def test_a_single_process_gpu_recipe_pins_cpus_local_to_its_gpu(hgx_host, monkey
 def test_the_memory_cap_is_the_visible_mig_slice(hgx_host, monkeypatch) -> None:
     """The study's batch-size cap reads the memory of the device the trials train on: a 10 GiB MIG slice caps
     far below a whole 80 GiB H100."""
-    from autotune.study import run as study_run
+    from autotune.study import driver
     from autotune.workloads.cnn import workload
 
     fake = _nvml.load_library()
@@ -91,8 +91,8 @@ def test_the_memory_cap_is_the_visible_mig_slice(hgx_host, monkeypatch) -> None:
     wl = workload()
     model = wl.model()
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
-    whole = study_run._max_batch(wl, model, _probe.probe(runtime=False), "cuda")
+    whole = driver._max_batch(wl, model, _probe.probe(runtime=False), "cuda")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-11111111")
     sliced = _probe.probe(runtime=False)
     assert sliced.gpus[0].memory_bytes == 9984 * 2**20
-    assert study_run._max_batch(wl, model, sliced, "cuda") < whole
+    assert driver._max_batch(wl, model, sliced, "cuda") < whole

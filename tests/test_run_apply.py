@@ -17,7 +17,9 @@ from autotune import search_spaces as spaces
 from autotune.errors import HardwareMismatchError
 from autotune.recipe import Recipe, to_env
 from autotune.store import RecipeStore
-from autotune.study import SearchOptions, open_study, warm_start
+from autotune.study import SearchOptions
+from autotune.study.driver import open_study
+from autotune.study.seeds import warm_start
 
 from .conftest import FAST, missing, run_cli
 

@@ -10,7 +10,7 @@ import pytest
 from autotune import Workload
 from autotune.cli import main
 from autotune.errors import UsageError
-from autotune.workload import load_workload
+from autotune.workloads import load_workload
 
 # A user's workload that names itself nothing (the tiny model, built from its parts).
 UNNAMED = """

@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..recipe import format_note
-    from ..studies import pytorch_defaults
+    from ..study.summaries import pytorch_defaults
 
     recipe = find_recipe(args)
     if args.json:

@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import UsageError
-    from ..studies import open_storage, summaries
+    from ..study.summaries import open_storage, summaries
 
     if not 1 <= args.port <= 65535:
         raise UsageError(f"--port {args.port}: use a port from 1 to 65535")

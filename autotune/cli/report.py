@@ -31,7 +31,7 @@ def default_path(study: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from ..errors import UsageError
     from ..report import write_report
-    from ..studies import summaries
+    from ..study.summaries import summaries
 
     study = args.study
     if args.recipe:

@@ -11,15 +11,8 @@ from typing import TYPE_CHECKING, Any
 from ..errors import AutotuneError, UsageError
 from ..measure import Noise
 from ..recipe import format_speedup
-from ..study import (
-    Event,
-    SearchOptions,
-    SearchOutcome,
-    SearchStarted,
-    check_options,
-    parse_duration,
-    search,
-)
+from ..study import SearchOptions, SearchOutcome, check_options, parse_duration, search
+from ..study.events import Event, SearchStarted
 from ..study.records import NOT_RUN
 from ..trial import TrialSettings
 from ._common import add_storage, console

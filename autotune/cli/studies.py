@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from ..studies import summaries
+    from ..study.summaries import summaries
 
     found = summaries(args.storage)
     if args.json:

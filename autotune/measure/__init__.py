@@ -17,45 +17,24 @@ from .candidate import combine
 from .environment import ENVIRONMENT_KEYS, environment_differences, environment_key
 from .live import LiveMeasurer
 from .measurer import Noise, PairedMeasurer
-from .process_pair import PROCESS_PAIRS, AcrossProcesses, ProcessPair, across_processes
-from .scorer import PairedScorer, Score
-from .stats import (
-    CONFIDENCE,
-    MIN_MARGIN,
-    Comparison,
-    Interval,
-    Verdict,
-    across_processes_interval,
-    compare,
-    median_interval,
-    verdict,
-)
-from .worker import Calibration, PairedWorker, WorkerError
+from .process_pair import PROCESS_PAIRS, across_processes
+from .stats import CONFIDENCE, MIN_MARGIN, Interval, across_processes_interval, compare
+from .worker import PairedWorker
 
 __all__ = [
     "CONFIDENCE",
     "ENVIRONMENT_KEYS",
     "MIN_MARGIN",
     "PROCESS_PAIRS",
-    "AcrossProcesses",
-    "Calibration",
-    "Comparison",
     "Interval",
     "LiveMeasurer",
     "Noise",
     "PairedMeasurer",
-    "PairedScorer",
     "PairedWorker",
-    "ProcessPair",
-    "Score",
-    "Verdict",
-    "WorkerError",
     "across_processes",
     "across_processes_interval",
     "combine",
     "compare",
     "environment_differences",
     "environment_key",
-    "median_interval",
-    "verdict",
 ]

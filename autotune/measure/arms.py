@@ -51,7 +51,7 @@ from .protocol import ArmState, ArmStatus, WindowRecord, WorkerSpec
 
 if TYPE_CHECKING:
     from ..probes import Facts
-    from ..workload import Workload
+    from ..workloads import Workload
 
 WINDOW_FLOOR_S = {"cpu": 0.3, "cuda": 0.05}  # timer and scheduler noise stay well under 2% of this
 MIN_WINDOW_STEPS = 4

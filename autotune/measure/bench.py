@@ -50,7 +50,7 @@ class Bench:
     def __init__(self, spec: WorkerSpec) -> None:
         from ..apply import apply
         from ..probes import Facts
-        from ..workload import held_out_split, load_workload
+        from ..workloads import held_out_split, load_workload
 
         self.spec = spec
         self.facts = Facts.from_dict(spec.facts)

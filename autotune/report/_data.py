@@ -14,8 +14,8 @@ from ..errors import UsageError
 from ..measure import Noise
 from ..search_spaces import RUN_KEYS
 from ..store import RecipeStore, shown_url, storage_errors
-from ..studies import open_storage
 from ..study.records import BASELINE, CONFIRM, StudyAttr, TrialRecord, params_key, records
+from ..study.summaries import open_storage
 from ..trial.spec import Status
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ lr * b / b0, for SGD), or ``none``.
 The sizes offered stop at what one process's device memory should hold (``max_batch_size``: the
 estimated peak within ``MEMORY_SHARE`` of a GPU, a MIG slice or the RAM, from one forward pass); a
 trial that still runs out of memory is recorded infeasible, and the study then skips larger batches
-with the same memory-relevant settings (``autotune.study.memory``).
+with the same memory-relevant settings (``autotune.study.oom_limits``).
 """
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ from ..errors import TrialError
 from ..measure import ENVIRONMENT_KEYS, Interval, Noise, PairedMeasurer, environment_differences, environment_key
 from ..trial.lock import host_lock, owner, owner_gone
 from ..trial.spec import Status, TrialResult
-from . import budget, memory
+from . import budget, oom_limits
 from .events import Phase, Progress, TrialFinished, TrialStarted
 from .records import (
     BASELINE,
@@ -383,7 +383,7 @@ class SearchLoop:
             trial.set_user_attr(key, value)
 
     def _known_oom(self, params: dict[str, Any]) -> str | None:
-        return memory.known_oom(self.study.user_attrs.get(StudyAttr.OOM_LIMITS), params)
+        return oom_limits.known_oom(self.study.user_attrs.get(StudyAttr.OOM_LIMITS), params)
 
     def _measured_before(self, role: str, params: dict[str, Any]) -> int | None:
         """For a trial Optuna sampled (role ``search`` or ``in-process``): the earlier trial of the same recipe
@@ -548,7 +548,7 @@ class SearchLoop:
         reason = "out of memory" if oom else "the loss became NaN/inf"
         if oom:
             limits = self.study.user_attrs.get(StudyAttr.OOM_LIMITS)
-            self.study.set_user_attr(StudyAttr.OOM_LIMITS, memory.record_oom(limits, params))
+            self.study.set_user_attr(StudyAttr.OOM_LIMITS, oom_limits.record_oom(limits, params))
         trial.set_user_attr(Attr.INFEASIBLE, reason)
         return reason
 

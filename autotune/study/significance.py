@@ -3,7 +3,7 @@
 Run-to-run noise on a shared machine is estimated from the measurements themselves: half the larger
 relative range (max - min over the median) of the two sides, at least ``MIN_NOISE``. A gain must be
 above it. The confirmation (``autotune.study.confirm``) applies it to side-by-side runs, the report
-(``autotune.study.report``) to single trials' timed windows when there was no confirmation.
+(``autotune.study.choice``) to single trials' timed windows when there was no confirmation.
 """
 from __future__ import annotations
 

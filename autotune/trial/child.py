@@ -33,7 +33,7 @@ from typing import IO, Any
 from .. import distributed
 from ..apply import Tuned, apply
 from ..search_spaces import batch, compilation
-from ..workload import Workload, held_out_split, load_workload
+from ..workloads import Workload, held_out_split, load_workload
 from . import launch
 from .spec import Status, TrialResult, TrialSpec
 from .training import (

@@ -14,7 +14,7 @@ from .. import distributed
 from ..apply import Tuned
 from ..probes import memory_policy, pinned_threads, process_cpus
 from ..search_spaces import cuda, preload
-from ..workload import Workload
+from ..workloads import Workload
 from .oom import is_out_of_memory
 from .spec import Status, TrialResult
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..workload import Workload
+from ._workload import Workload
 
 if TYPE_CHECKING:
     import torch

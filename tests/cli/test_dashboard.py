@@ -89,7 +89,8 @@ def _loop_study(url: str, facts) -> None:
     import time
 
     from autotune.search_spaces import SpaceContext, defaults
-    from autotune.study import SearchLoop, SearchOptions
+    from autotune.study import SearchOptions
+    from autotune.study.loop import SearchLoop
     from autotune.trial import TrialResult
 
     ctx = SpaceContext(default_batch_size=32)

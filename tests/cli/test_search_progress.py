@@ -11,8 +11,7 @@ from rich.console import Console
 
 from autotune.cli._progress import JsonLines, LiveView, PlainLines
 from autotune.search_spaces import SpaceContext
-from autotune.study import SearchStarted, TrialFinished, TrialStarted
-from autotune.study.events import Phase
+from autotune.study.events import Phase, SearchStarted, TrialFinished, TrialStarted
 from autotune.trial import TrialResult
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

@@ -169,7 +169,7 @@ def test_a_gpu_nvml_cannot_read_is_skipped_alone(fake_nvml, caplog, monkeypatch)
 
     import torch
 
-    from autotune.study.run import unprobed_devices
+    from autotune.study.driver import unprobed_devices
 
     fake = fake_nvml("H100SXMx8")
     no_permission, gpu_is_lost = 4, 15
@@ -204,7 +204,7 @@ def test_a_gpu_that_takes_one_context_is_probed_and_refused_for_a_search(fake_nv
     """EXCLUSIVE_PROCESS takes one CUDA context at a time: a search, which runs a paired worker beside process
     pairs on the GPU, would see every second process refused; it stops before the first with what to do."""
     from autotune.probes._summary import _gpu_row
-    from autotune.study.run import one_context_only
+    from autotune.study.driver import one_context_only
 
     fake = fake_nvml("A100SXMx4")
     fake.gpus[1].compute_mode = 3  # NVML_COMPUTEMODE_EXCLUSIVE_PROCESS

@@ -13,7 +13,7 @@ from autotune import search_spaces as spaces
 from autotune.probes import Gpu
 from autotune.search_spaces import SpaceContext, allowed_values
 from autotune.study import SearchOptions
-from autotune.study.run import search_context
+from autotune.study.driver import search_context
 
 from ..fakes.machines import two_sockets
 
@@ -269,4 +269,4 @@ def test_a_conv3d_model_is_not_offered_channels_last(facts, tmp_path: Path, sour
     assert all(not params.get("channels_last") for _, params in spaces.seeds(facts, ctx))
     with pytest.raises(RuntimeError):  # what a channels_last trial of it did
         autotune.apply({"batch_size": 8, "channels_last": True}, facts=facts,
-                       check_hardware=False).prepare_model(autotune.workload.load_workload(f"{spec}:build").model())
+                       check_hardware=False).prepare_model(autotune.workloads.load_workload(f"{spec}:build").model())

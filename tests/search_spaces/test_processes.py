@@ -179,7 +179,7 @@ def test_the_batch_is_per_rank_on_eight_gpus(facts, monkeypatch) -> None:
     for the batch of all eight), and a step over the ranks is ``batch_per_rank x 8`` samples."""
     import torch
 
-    from autotune.study.run import _max_batch
+    from autotune.study.driver import _max_batch
     from autotune.trial import TrialSettings, loss_samples
     from autotune.workloads import cnn
 

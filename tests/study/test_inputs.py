@@ -17,7 +17,8 @@ from autotune.errors import UsageError
 from autotune.recipe import Recipe
 from autotune.search_spaces import SpaceContext, defaults
 from autotune.store import RecipeStore
-from autotune.study import SearchLoop, SearchOptions, search
+from autotune.study import SearchOptions, search
+from autotune.study.loop import SearchLoop
 from autotune.study.records import records
 from autotune.trial import TrialSettings
 

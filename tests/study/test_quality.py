@@ -14,8 +14,8 @@ from autotune import search_spaces as spaces
 from autotune.measure.protocol import ArmStatus
 from autotune.measure.worker import PairedWorker
 from autotune.trial import TrialSettings, loss_samples, run_trial
-from autotune.trial.child import schedule
-from autotune.workload import held_out_split
+from autotune.trial.training import schedule
+from autotune.workloads import held_out_split
 
 from .. import quality_workloads as qw
 

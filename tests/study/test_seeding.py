@@ -13,8 +13,10 @@ from autotune.errors import UsageError
 from autotune.recipe import Recipe
 from autotune.search_spaces import SpaceContext, defaults
 from autotune.store import RecipeStore
-from autotune.study import SearchOptions, beats, enqueue_next_seed, noise
+from autotune.study import SearchOptions
+from autotune.study.seeds import enqueue_next_seed
 from autotune.study.seeds import seeds as search_seeds
+from autotune.study.significance import beats, noise
 
 CTX = SpaceContext(default_batch_size=32)
 
@@ -61,7 +63,7 @@ def test_the_stored_recipe_for_this_workload_and_hardware_comes_right_after_the_
 
 def test_seeds_of_the_defaults_environment_come_before_those_that_change_it(facts, tmp_path: Path) -> None:
     """An arm in the defaults' worker costs no process start; another environment costs process pairs."""
-    from autotune.measure.arms import environment_differences
+    from autotune.measure import environment_differences
 
     seeds = search_seeds(facts, SpaceContext(default_batch_size=32, conv=True),
                          SearchOptions(storage=f"sqlite:///{tmp_path}/s.db"), "cnn")
@@ -122,7 +124,7 @@ def test_fix_values_are_json_or_text() -> None:
 def test_a_compile_trial_gets_its_own_time_estimate(facts) -> None:
     """Compiling takes far longer than the timed steps: a compile mode not measured yet may use a quarter of
     the budget (or what it leaves after the confirmation runs), not 5x the median of uncompiled trials."""
-    from autotune.study import SearchLoop
+    from autotune.study.loop import SearchLoop
 
     study = optuna.create_study(direction="maximize")
     for wall, mode in [(8.0, "none"), (10.0, "none"), (9.0, "none")]:
@@ -147,8 +149,8 @@ def test_a_confirmation_of_a_compiled_recipe_gets_a_time_limit_from_its_own_tria
     """A confirmation round is limited by what its candidate's trial took (3x, at least 60 s): a compiled
     candidate is not killed at the limit of an uncompiled one."""
     from autotune.measure import Noise
-    from autotune.study import SearchLoop
     from autotune.study.confirm import confirm
+    from autotune.study.loop import SearchLoop
     from autotune.trial import TrialResult
 
     study = optuna.create_study(direction="maximize")
@@ -185,9 +187,9 @@ def test_a_short_budget_keeps_the_later_rounds_of_the_candidates_ranked_above(fa
     others, the third in none. Before, the first candidate that did not fit ended the confirmation: the
     2-minute demo's two fastest candidates got one round of three."""
     from autotune.measure import Noise
-    from autotune.study import SearchLoop
     from autotune.study import confirm as confirm_module
     from autotune.study.confirm import confirm
+    from autotune.study.loop import SearchLoop
     from autotune.trial import TrialResult
 
     class Clock:  # the confirmation's time: advanced by what each round takes

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from autotune.store import RecipeStore
-from autotune.study import MEASURED
+from autotune.study.records import MEASURED
 
 from .. import quality_workloads
 from ..conftest import REPO

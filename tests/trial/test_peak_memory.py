@@ -9,7 +9,7 @@ import optuna
 import pytest
 
 from autotune.study import choose_recipe
-from autotune.trial import child, run_trial
+from autotune.trial import run_trial, training
 
 GIB = 2**30
 
@@ -32,11 +32,11 @@ def test_on_cuda_the_peak_is_reset_after_warm_up_and_read_over_the_ranks(monkeyp
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a: 75 * GIB)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=80 * GIB))
-    monkeypatch.setattr(child.distributed, "max_over_ranks", lambda v: calls.append("max") or v)
-    child.reset_peak_memory("cpu")
-    assert child.peak_memory("cpu") == (None, None) and calls == []  # no CUDA call on the CPU
-    child.reset_peak_memory("cuda")
-    assert child.peak_memory("cuda") == (75 * GIB, 80 * GIB)
+    monkeypatch.setattr(training.distributed, "max_over_ranks", lambda v: calls.append("max") or v)
+    training.reset_peak_memory("cpu")
+    assert training.peak_memory("cpu") == (None, None) and calls == []  # no CUDA call on the CPU
+    training.reset_peak_memory("cuda")
+    assert training.peak_memory("cuda") == (75 * GIB, 80 * GIB)
     assert calls == ["reset", "max"]  # the fullest rank's peak: a collective every rank calls
 
 

@@ -1,7 +1,7 @@
 """What a user tunes: a ``Workload`` of zero-argument factories, and how a spec string finds one.
 
 A workload spec is one of:
-- a bundled name: ``cnn``, ``transformer``, ``tiny`` (see ``autotune.workloads``);
+- a bundled name: ``cnn``, ``transformer``, ``tiny`` (the modules of this package);
 - ``package.module:function``;
 - ``path/to/file.py:function``.
 The function takes no arguments and returns a ``Workload``. A workload without a ``name`` is named after
@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .errors import UsageError
+from ..errors import UsageError
 
 if TYPE_CHECKING:
     import torch

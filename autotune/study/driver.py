@@ -4,7 +4,7 @@ Trial 0 is PyTorch's defaults (the baseline), then the seeds (``autotune.study.s
 samples the knobs that matter on this hardware (``autotune.study.loop``). Every trial's outcome is
 recorded in the study's storage as soon as it ends, so an interrupted search loses nothing and
 ``--study NAME`` continues it. The candidates are confirmed side by side (``autotune.study.confirm``)
-and the recipe chosen (``autotune.study.report``) and stored.
+and the recipe chosen (``autotune.study.choice``) and stored.
 """
 from __future__ import annotations
 
@@ -21,14 +21,14 @@ from ..measure import PairedMeasurer
 from ..probes import outdated_fingerprint
 from ..store import RecipeStore, check_storage_url, create_schema, storage_errors, use_wal
 from ..trial.spec import Status
-from ..workload import Workload, call_user, load_workload
+from ..workloads import Workload, call_user, load_workload
 from .budget import parse_duration
+from .choice import choose_recipe, time_spent
 from .confirm import confirm
 from .events import Progress, SearchDone, SearchStarted, ignore
 from .loop import SearchLoop, fail_orphans
 from .options import SearchOptions, check_options
 from .records import BASELINE, PAIRED, Attr, SearchOutcome, StudyAttr
-from .report import choose_recipe, time_spent
 from .seeds import check_fixed, history_conflict, seeds, space_digest
 
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
 """An out-of-memory batch rules out larger batches with the same memory-relevant settings only
-(``autotune.study.memory``), in the rule's table and through the real search loop."""
+(``autotune.study.oom_limits``), in the rule's table and through the real search loop."""
 from __future__ import annotations
 
 import time
@@ -10,8 +10,9 @@ import optuna
 import pytest
 
 from autotune.search_spaces import SpaceContext, defaults
-from autotune.study import SearchLoop, SearchOptions
-from autotune.study.memory import known_oom, record_oom
+from autotune.study import SearchOptions
+from autotune.study.loop import SearchLoop
+from autotune.study.oom_limits import known_oom, record_oom
 from autotune.study.records import StudyAttr
 from autotune.trial import TrialSettings
 

@@ -13,15 +13,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from .store import RecipeStore, check_storage_url, readonly_connect, shown_url, storage_errors
-from .study.records import BASELINE, CONFIRM, MEASURED, Attr, StudyAttr, TrialRecord, records
-from .trial.spec import Status
+from ..store import RecipeStore, check_storage_url, readonly_connect, shown_url, storage_errors
+from ..trial.spec import Status
+from .records import BASELINE, CONFIRM, MEASURED, Attr, StudyAttr, TrialRecord, records
 
 if TYPE_CHECKING:
     import optuna
     from optuna.storages import RDBStorage
 
-    from .recipe import Recipe
+    from ..recipe import Recipe
 
 
 @dataclass(frozen=True)
@@ -150,8 +150,8 @@ def pytorch_defaults(recipe: Recipe, url: str) -> tuple[dict[str, Any] | None, s
             params = None
         if params is not None:
             return params, f"the baseline trial of study {recipe.study}"
-    from . import probes
-    from . import search_spaces as spaces
+    from .. import probes
+    from .. import search_spaces as spaces
 
     facts = probes.probe()
     if recipe.fingerprint != facts.fingerprint:
