@@ -101,13 +101,85 @@ def _reaches(edges: dict[str, set[str]], source: str, target: str) -> list[str]:
 
 @pytest.mark.parametrize("source, target", [
     ("autotune.study", "autotune.cli"),  # the search prints nothing: it sends events
+    ("autotune.measure", "autotune.study"),  # the engine measures what it is given, for any caller
+    ("autotune.measure", "autotune.cli"),
+    ("autotune.trial", "autotune.measure"),  # one trial process knows nothing of the paired engine
     ("autotune.trial", "autotune.study"),  # a trial knows nothing of the search that asked for it
     ("autotune.trial", "autotune.cli"),
     ("autotune.search_spaces", "autotune.study"),
     ("autotune.search_spaces", "autotune.trial"),
+    ("autotune.search_spaces", "autotune.measure"),
+    # the user side, which the user's training imports: what a trial runs, never the search's machinery
+    ("autotune.apply", "autotune.trial"),
+    ("autotune.apply", "autotune.measure"),
+    ("autotune.apply", "autotune.study"),
+    ("autotune.distributed", "autotune.trial"),
+    ("autotune.workloads", "autotune.trial"),
 ])
 def test_imports_point_one_way(source: str, target: str) -> None:
     assert _reaches(graph(), source, target) == []
+
+
+def test_the_test_doubles_are_imported_by_no_runtime_module() -> None:
+    edges = graph()
+    users = sorted(f"{m} -> {t}" for m, ts in edges.items() if not m.startswith("autotune.testing")
+                   for t in ts if t.startswith("autotune.testing"))
+    assert users == []
+
+
+def private_imports(name: str, path: Path, known: set[str]) -> list[str]:
+    """``from M import _x`` in module ``name`` where ``_x`` is a private name of another module, or an import of a
+    private module (``_x.py``) of another package: what is private to a module or a package stays there."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.ImportFrom) or node.module == "__future__":
+            continue
+        base = node.module or ""
+        if node.level:
+            anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+            base = ".".join([*anchor, *([base] if base else [])])
+        if not base.startswith("autotune"):
+            continue
+        for alias in node.names:
+            module = f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
+            parts = module.split(".")
+            # the package that owns each private module on the way: the importer must be inside it
+            owners = [".".join(parts[:i]) for i, part in enumerate(parts) if part.startswith("_") and i > 0]
+            outside = [o for o in owners if package != o and not package.startswith(o + ".")]
+            private_name = module == base and alias.name.startswith("_") and base != name
+            if outside or private_name:
+                found.append(f"{name}: from {base} import {alias.name}")
+    return found
+
+
+def test_no_module_imports_a_private_name_of_another() -> None:
+    found = modules()
+    assert [f for name, path in found.items() for f in private_imports(name, path, set(found))] == []
+
+
+def test_the_check_finds_a_private_import() -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "m.py"
+        path.write_text("from ..trial.runner import _log_tail\nfrom ..probes import _nvml\nfrom . import _own\n")
+        known = {"autotune.study.m", "autotune.probes._nvml", "autotune.study._own", "autotune.trial.runner"}
+        assert private_imports("autotune.study.m", path, known) == [
+            "autotune.study.m: from autotune.trial.runner import _log_tail",
+            "autotune.study.m: from autotune.probes import _nvml"]
+
+
+def test_no_module_is_over_400_lines() -> None:
+    long = {name: n for name, path in modules().items() if (n := len(path.read_text().splitlines())) > 400}
+    assert long == {}
+
+
+def test_the_folders_are_the_import_tree() -> None:
+    """No package is installed from a folder of another name, and no shim makes up for one."""
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert "package-dir" not in pyproject and not (REPO / ".mypy-shim").exists()
+    assert not (REPO / "probes").exists() and not (REPO / "search_spaces").exists()
 
 
 def test_probes_import_nothing_of_autotune_but_its_errors() -> None:

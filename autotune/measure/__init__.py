@@ -4,8 +4,8 @@
 - ``measurer``: the contract the search drives (``PairedMeasurer``) and the noise a calibration found (``Noise``);
 - inside a worker process: ``arms`` (an arm: one set of in-process knobs with its own model, trained in windows),
   ``bench`` (a worker's arms, and pairs of their windows), ``footprint`` (an arm's device memory);
-- ``worker``: ``python -m autotune.measure.worker SPEC.json`` and ``PairedWorker``, its parent's side, which
-  ``protocol`` types; ``freeze`` stops an idle worker's process tree;
+- ``worker``: the worker process, ``python -m autotune.measure.worker SPEC.json``; ``paired_worker``:
+  ``PairedWorker``, its parent's side; ``protocol`` types what they say; ``freeze`` stops an idle worker;
 - across processes: ``environment`` (the knobs that decide a process), ``process_pair`` (two live workers
   alternated, the idle one frozen; ``across_processes`` over several fresh pairs);
 - the search's measurer: ``live`` (``LiveMeasurer``), with ``pool`` (its workers) and ``candidate`` (one
@@ -17,9 +17,9 @@ from .candidate import combine
 from .environment import ENVIRONMENT_KEYS, environment_differences, environment_key
 from .live import LiveMeasurer
 from .measurer import Noise, PairedMeasurer
+from .paired_worker import PairedWorker
 from .process_pair import PROCESS_PAIRS, across_processes
 from .stats import CONFIDENCE, MIN_MARGIN, Interval, across_processes_interval, compare
-from .worker import PairedWorker
 
 __all__ = [
     "CONFIDENCE",

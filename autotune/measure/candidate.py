@@ -11,8 +11,8 @@ from typing import Any, Literal
 from ..trial.spec import Status, TrialResult
 from . import stats
 from .environment import ENVIRONMENT_KEYS
+from .paired_worker import PairedWorker
 from .protocol import ArmStatus, PairRecord
-from .worker import PairedWorker
 
 DEFAULTS = "defaults"  # each worker's arm of its environment's in-process defaults
 FRESH_PAIRS = 3  # fresh-process pairs a multi-process candidate needs at least (its first call to ``more``)

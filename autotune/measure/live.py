@@ -16,9 +16,9 @@ from .arms import WINDOW_FLOOR_S, choose_window_s
 from .candidate import DEFAULTS, FRESH_PAIRS, NOTHING, Candidate, combine, same_environment, status_of
 from .environment import ENVIRONMENT_KEYS, environment_differences, environment_key
 from .measurer import Noise
+from .paired_worker import Calibration, WorkerError
 from .pool import PhaseHook, WorkerPool, lost
 from .process_pair import PROCESS_PAIRS, enough, process_pair
-from .worker import Calibration, WorkerError
 
 
 class LiveMeasurer:

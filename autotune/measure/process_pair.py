@@ -29,8 +29,8 @@ from typing import Any, Literal
 
 from . import stats
 from .arms import choose_window_s
+from .paired_worker import PairedWorker, WorkerError
 from .protocol import ArmStatus, PairRecord, WindowsRun
-from .worker import PairedWorker, WorkerError
 
 Side = Literal["base", "cand"]
 PROCESS_PAIRS = (3, 8)  # the fewest and most fresh process pairs an environment comparison runs (``enough``)

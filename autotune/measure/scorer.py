@@ -28,9 +28,9 @@ from typing import Any, Literal
 from . import stats
 from .candidate import DEFAULTS, combine, same_environment
 from .environment import ENVIRONMENT_KEYS
+from .paired_worker import Calibration, PairedWorker, WorkerError
 from .process_pair import PROCESS_PAIRS, AcrossProcesses, across_processes
 from .protocol import ArmStatus
-from .worker import Calibration, PairedWorker, WorkerError
 
 Method = Literal["in-process pairs", "process pairs x in-process pairs"]
 

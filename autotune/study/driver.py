@@ -26,7 +26,8 @@ from .budget import parse_duration
 from .choice import choose_recipe, time_spent
 from .confirm import confirm
 from .events import Progress, SearchDone, SearchStarted, ignore
-from .loop import SearchLoop, fail_orphans
+from .liveness import fail_orphans
+from .loop import SearchLoop
 from .options import SearchOptions, check_options
 from .records import BASELINE, PAIRED, Attr, SearchOutcome, StudyAttr
 from .seeds import check_fixed, history_conflict, seeds, space_digest
@@ -57,7 +58,7 @@ def open_study(options: SearchOptions, name: str, facts: Facts, workload: str) -
         )
         if options.fixed:
             sampler = optuna.samplers.PartialFixedSampler(options.fixed, sampler)
-        # no pruner: a candidate is stopped early by the race (loop.race_stop), and told to Optuna complete
+        # no pruner: a candidate is stopped early by the race (race.race_stop), and told to Optuna complete
         kwargs: dict[str, Any] = dict(storage=storage, sampler=sampler, study_name=name, direction="maximize",
                                       pruner=optuna.pruners.NopPruner())
         try:  # exactly one worker of a shared study creates it, and only that one seeds it

@@ -1,7 +1,7 @@
-"""The ask-measure-tell loop of a search: the race, budget, out-of-memory memory, quality guard, heartbeats, Ctrl-C.
+"""The ask-measure-tell loop of a search: the race, the budget, known out-of-memory batches, Ctrl-C.
 
 Every value told to Optuna is a speedup over PyTorch's defaults, measured in pairs of windows
-(``autotune.trial.spec.PairedMeasurer``; live: ``autotune.measure.live.LiveMeasurer``). The baseline
+(``autotune.measure.PairedMeasurer``; live: ``autotune.measure.LiveMeasurer``). The baseline
 trial IS the noise calibration: the defaults against themselves (objective 1.0, the A/A's interval, its
 loss the quality guard's baseline), recorded in the study (``StudyAttr.MEASURE``, ``StudyAttr.NOISE``). A
 measurer sees it as ``calibrate``, then ``begin(defaults)`` and ``end`` with no ``more`` between: its result
@@ -10,49 +10,42 @@ Each candidate then RACES the incumbent (the best feasible median so far): a fir
 ``max(4, noise.pairs // 2)`` pairs, more rounds while it may still beat the incumbent and its interval is
 wider than the noise's half width, at most ``3 x noise.pairs``; it stops early when it is slower than the
 defaults with confidence or its interval lies below the incumbent's (``race_stop``). A stopped candidate
-is COMPLETE with its median (the sampler learns from it) and says why it stopped (``Attr.RACE``).
+is COMPLETE with its median (the sampler learns from it) and says why it stopped (``Attr.RACE``). What a
+measured trial is (the quality guard, knobs in effect, infeasible) is ``verdict``'s.
 
 Each trial is asked, measured and told while this host's trial lock is held
 (``autotune.trial.lock.host_lock``): a worker waiting for the lock holds no RUNNING trial whose
-heartbeat would go stale; a thread records the heartbeat while the trial is measured. Every trial records
-the host and search process that runs it, so a search killed with ``kill -9`` leaves a RUNNING trial that
-the next search on the same host fails at once (``fail_orphans``); other hosts' workers fail it when its
-heartbeat is older than the storage's grace period.
+heartbeat would go stale; a thread records the heartbeat while the trial is measured (``liveness``).
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-import threading
 import time
-from collections.abc import Iterator
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from .. import search_spaces as spaces
 from ..errors import TrialError
 from ..measure import ENVIRONMENT_KEYS, Interval, Noise, PairedMeasurer, environment_differences, environment_key
-from ..trial.lock import host_lock, owner, owner_gone
+from ..trial.lock import host_lock, owner
 from ..trial.spec import Status, TrialResult
-from . import budget, oom_limits
-from .events import Phase, Progress, TrialFinished, TrialStarted
+from . import budget, oom_limits, verdict
+from .events import Phase, Progress, TrialStarted
+from .liveness import fail_orphans, heartbeat
+from .race import race_stop
 from .records import (
     BASELINE,
     COMBINED,
     CONFIRM,
-    CONSTRAINTS,
     IN_PROCESS,
     MEASURED,
     PAIRED,
     SEARCH,
     Attr,
     StudyAttr,
-    TrialRecord,
-    optuna_storage,
     params_key,
     records,
-    trial_id,
 )
 from .seeds import Seed, combination, enqueue_combination, enqueue_next_seed, next_seed
 
@@ -67,83 +60,6 @@ log = logging.getLogger(__name__)
 MAX_SKIPS = 25  # consecutive samples of batch sizes known to run out of memory, measured recipes, or not started
 DUPLICATES_YIELD = 5  # consecutive samples of measured recipes after which the in-process turn gives way
 IN_PROCESS_WEIGHT = 2.0  # sampled trials that start no process get this many times the time of those that do
-HEARTBEAT_S = 5.0  # as the storage's heartbeat_interval (``run.rdb_storage``)
-
-
-def fail_orphans(study: optuna.Study) -> list[int]:
-    """Fail the RUNNING trials whose search process, on this host, is gone; returns their numbers."""
-    import optuna
-
-    failed = []
-    storage, _ = optuna_storage(study)
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        attrs = t.user_attrs
-        if not owner_gone(attrs):
-            continue  # its search still runs, or ran on another host (whose workers fail it by heartbeat)
-        try:
-            storage.set_trial_user_attr(trial_id(t), Attr.STATUS, Status.INTERRUPTED.value)
-            storage.set_trial_user_attr(
-                trial_id(t), Attr.ERROR, f"its search (pid {attrs['pid']}) died during the trial"
-            )
-            storage.set_trial_state_values(trial_id(t), state=optuna.trial.TrialState.FAIL)
-        except optuna.exceptions.UpdateFinishedTrialError:
-            continue  # another worker got there first
-        failed.append(t.number)
-        log.warning("trial %d was left running by a search that died; recorded as failed", t.number)
-    return failed
-
-
-def race_stop(interval: Interval, noise: Noise, incumbent: tuple[float, float] | None, used: int,
-              cap: int) -> str | None:
-    """Why a candidate's race ends after ``used`` pairs (or None: another round). ``incumbent``: the best
-    feasible (median, low) so far.
-
-    >>> from autotune.measure.stats import Interval
-    >>> noise = Noise(0.3, 16, 0.03, 0.02, 0.08, (1.0, 0.98, 1.02))
-    >>> race_stop(Interval(0.7, 0.6, 0.8, 0.95, 8), noise, (1.0, 0.98), 8, 48)
-    'slower than the defaults with confidence'
-    >>> race_stop(Interval(1.2, 1.0, 1.4, 0.95, 8), noise, (1.1, 1.05), 8, 48) is None
-    True
-    """
-    if interval.count == 0:
-        return "failed"
-    if interval.high < 1 - noise.margin:
-        return "slower than the defaults with confidence"
-    if incumbent is not None and interval.high < incumbent[1]:
-        return f"below the incumbent's interval (its low {incumbent[1]:.2f}x)"
-    if incumbent is not None and interval.high <= incumbent[0]:
-        return f"cannot beat the incumbent's {incumbent[0]:.2f}x"
-    if (interval.high - interval.low) / 2 <= noise.half_width * interval.median:
-        return f"interval within +-{noise.half_width:.0%}"
-    if used >= cap:
-        return f"{used} pairs, the most a candidate gets"
-    return None
-
-
-@contextlib.contextmanager
-def heartbeat(study: optuna.Study, trial: optuna.Trial, every_s: float = HEARTBEAT_S) -> Iterator[None]:
-    """Record the trial's heartbeat every ``every_s`` while it is measured (a measurement call may take
-    longer than the storage's grace period), as ``Study.optimize`` does in a thread of its own."""
-    storage, _ = optuna_storage(study)
-    if not hasattr(storage, "record_heartbeat"):
-        yield
-        return
-    stop = threading.Event()
-
-    def beat() -> None:
-        while True:
-            with contextlib.suppress(Exception):  # a storage hiccup: the next beat tries again
-                storage.record_heartbeat(trial_id(trial))
-            if stop.wait(every_s):
-                return
-
-    thread = threading.Thread(target=beat, name=f"heartbeat-{trial.number}", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
 
 
 class SearchLoop:
@@ -316,10 +232,9 @@ class SearchLoop:
         """Enqueue a trial of role ``in-process`` (unless one waits already): the environment fixed, the best
         recipe's when the measurer says it is warm (else the defaults'), no compilation, and the in-process knobs
         left to Optuna (in one process, ``spaces.suggest`` gives DDP's settings PyTorch's defaults)."""
-
         if self._waiting():
             return
-        best = self._best()
+        best = verdict.best_record(self.study)
         env = best.params if best is not None and self._warm(best.params) else self.defaults
         params = {**{k: env[k] for k in ENVIRONMENT_KEYS if k in env}, "compile_mode": "none"}
         self.study.enqueue_trial({**params, **self.options.fixed}, user_attrs={Attr.ROLE: IN_PROCESS})
@@ -446,7 +361,7 @@ class SearchLoop:
 
     def _race(self, handle: object, noise: Noise, deadline: float) -> tuple[TrialResult, str | None]:
         """More pairs while the candidate may beat the incumbent and its interval is wide (``race_stop``)."""
-        incumbent = self.incumbent()
+        incumbent = verdict.incumbent(self.study)
         first, cap = max(4, noise.pairs // 2), 3 * noise.pairs
         used, why = 0, None
         while why is None:
@@ -462,115 +377,17 @@ class SearchLoop:
 
     def _over_guard(self, handle: object) -> str | None:
         """Why the quality guard will reject the candidate, once its loss is known (a measurer's ``loss``), or
-        None: it cannot be the recipe, so no more pairs. A 5-minute CNN search raced batch 128 in two processes
-        for 84 s of its 300, loss +477% over the defaults' (the guard allows 5%)."""
+        None: it cannot be the recipe, so no more pairs."""
         loss = getattr(self.measurer, "loss", lambda handle: None)(handle)
-        return None if loss is None or not math.isfinite(loss) else self._quality(loss)[1]
-
-    def _quality(self, loss: float) -> tuple[float, str | None]:
-        """The loss's increase over the baseline's (relative), and why the quality guard rejects it (None: it
-        does not, or there is no baseline loss yet)."""
-        base = self.study.user_attrs.get(StudyAttr.BASELINE_LOSS)
-        tolerance = self.options.max_loss_increase
-        increase = (loss - base) / abs(base) if base else 0.0
-        if increase <= tolerance:
-            return increase, None
-        return increase, f"loss {loss:.4f} is {increase:+.1%} over the baseline's {base:.4f} (limit +{tolerance:.0%})"
-
-    def incumbent(self) -> tuple[float, float] | None:
-        """The best feasible speedup so far (the baseline's 1.0 at least): its median and its low bound."""
-        best = self._best()
-        if best is None or best.result.objective is None:
-            return None
-        low = best.result.speedup_low
-        return best.result.objective, low if low is not None else best.result.objective
-
-    def _best(self) -> TrialRecord | None:
-        """The record of the fastest feasible trial measured so far (not a confirmation), or None."""
-        return max((r for r in records(self.study) if r.role != CONFIRM and r.feasible
-                    and r.result.objective is not None), key=lambda r: r.result.objective or 0.0, default=None)
+        return None if loss is None or not math.isfinite(loss) else verdict.quality(self.study, self.options, loss)[1]
 
     def record(self, trial: optuna.Trial, role: str, params: dict[str, Any], result: TrialResult) -> None:
         """Store the trial's result and constraints and tell Optuna its value (or state)."""
-        import optuna
-
-        data = result.to_dict()
-        for key in Attr.RESULT:
-            if data.get(key) not in (None, [], {}):
-                trial.set_user_attr(key, data[key])
-        state = optuna.trial.TrialState
-        if spaces.membind_off(spaces.memory_nodes(params, self.facts), result.in_effect):
-            # numactl --membind refused or missing: the pinning was measured unbound, and the recipe says so
-            params = {**params, "membind": False}
-            trial.set_user_attr(Attr.PARAMS, params)
-        if result.status == Status.OK:
-            reason = self._feasibility(trial, role, params, result)
-            self._constraints_list(trial)
-            self.study.tell(trial, result.objective)
-        elif result.status in (Status.OOM, Status.NAN):
-            # FAIL, not a value: 0.0 would be a measurement (TPE's worst, the dashboard's history flattened);
-            # the constraints and the status say why (``records`` reads them, not the state)
-            reason = self._infeasible(trial, params, result)
-            self._constraints_list(trial)
-            self.study.tell(trial, state=state.FAIL)
-        else:
-            reason = result.error
-            self.study.tell(trial, state=state.PRUNED if result.status == Status.PRUNED else state.FAIL)
-        self.notify(TrialFinished(trial.number, role, params, result, reason))
-
-    def _constraints_list(self, trial: optuna.Trial) -> None:
-        """Also store the constraints as one list, in ``CONSTRAINTS`` order: optuna-dashboard 0.21 reads only
-        that (older) form, Optuna 5's ``set_constraint`` writes ``constraints:<key>`` per key; without it the
-        dashboard marks no trial infeasible. An unset constraint is 0 (not broken)."""
-        named = trial.constraints
-        values = [float(named.get(key, 0.0)) for key in CONSTRAINTS]
-        storage, _ = optuna_storage(self.study)
-        storage.set_trial_system_attr(trial_id(trial), "constraints", values)
-
-    def _feasibility(self, trial: optuna.Trial, role: str, params: dict[str, Any], result: TrialResult) -> str | None:
-        """The quality guard, and every knob in effect: why a trial that ran is not this recipe, or None."""
-        reason = self._guard(trial, role, result)
-        # A knob the trial process reports not in effect measured something else: not this recipe.
-        missing = [] if role == BASELINE else spaces.not_in_effect(params, result.in_effect)
-        trial.set_constraint("applied", float(len(missing)))
-        if missing:
-            reason = "; ".join(missing + ([reason] if reason else []))
-            trial.set_user_attr(Attr.INFEASIBLE, reason)
-        return reason
-
-    def _infeasible(self, trial: optuna.Trial, params: dict[str, Any], result: TrialResult) -> str:
-        """An out-of-memory or NaN trial: infeasible; an out-of-memory batch caps the later ones with the
-        same memory-relevant settings (``memory``)."""
-        oom = result.status == Status.OOM
-        trial.set_constraint("quality", 0.0)
-        trial.set_constraint("fits_memory", 1.0 if oom else 0.0)
-        trial.set_constraint("finite_loss", 1.0 if result.status == Status.NAN else 0.0)
-        reason = "out of memory" if oom else "the loss became NaN/inf"
-        if oom:
-            limits = self.study.user_attrs.get(StudyAttr.OOM_LIMITS)
-            self.study.set_user_attr(StudyAttr.OOM_LIMITS, oom_limits.record_oom(limits, params))
-        trial.set_user_attr(Attr.INFEASIBLE, reason)
-        return reason
-
-    def _guard(self, trial: optuna.Trial, role: str, result: TrialResult) -> str | None:
-        """The quality guard: a held-out loss above the baseline's by more than the tolerance is infeasible.
-        Every trial's loss is taken after the same samples (``loss_samples``, recorded for the report)."""
-        if result.loss_samples is not None:
-            trial.set_user_attr(Attr.LOSS_SAMPLES, result.loss_samples)
-        if role == BASELINE:
-            self.study.set_user_attr(StudyAttr.BASELINE_LOSS, result.loss)  # the A/A's defaults arm
-            self.study.set_user_attr(StudyAttr.BASELINE_SAMPLES_PER_S, result.samples_per_s)
-        increase, reason = self._quality(result.loss if result.loss is not None else float("nan"))
-        trial.set_constraint("quality", increase - self.options.max_loss_increase)
-        trial.set_constraint("fits_memory", 0.0)
-        trial.set_constraint("finite_loss", 0.0)
-        if reason is not None:
-            trial.set_user_attr(Attr.INFEASIBLE, reason)
-        return reason
+        verdict.record(self.study, self.facts, self.options, trial, role, params, result, self.notify)
 
 
 def _has_baseline(study: optuna.Study) -> bool:
     return any(r.role == BASELINE and r.result.status == Status.OK for r in records(study))
 
 
-__all__ = ["MAX_SKIPS", "SearchLoop", "fail_orphans", "heartbeat", "race_stop"]
+__all__ = ["MAX_SKIPS", "SearchLoop"]

@@ -3,8 +3,8 @@ later process can tell whether its owner still runs.
 
 A pid alone is not enough: pids are reused. An owner is ``{"host", "pid", "pid_started"}``: the host is
 its name with the kernel's boot id (a reboot restarts pids), and the start time tells a reused pid
-from the process that wrote the record. A study's RUNNING trials (``autotune.study.loop.fail_orphans``) and the trial
-runner's temporary directories (``autotune.trial.runner.remove_abandoned``) carry one.
+from the process that wrote the record. A study's RUNNING trials (``autotune.study.liveness.fail_orphans``) and
+the trial runner's temporary directories (``autotune.trial.runner.remove_abandoned``) carry one.
 
 >>> owner_gone(owner())
 False

@@ -22,7 +22,7 @@ import pytest
 from autotune.measure import protocol, stats
 from autotune.measure.arms import choose_window_s
 from autotune.measure.environment import environment_differences
-from autotune.measure.worker import PairedWorker, WorkerError
+from autotune.measure.paired_worker import PairedWorker, WorkerError
 from autotune.search_spaces import SpaceContext, defaults
 from autotune.trial.spec import TrialSettings
 

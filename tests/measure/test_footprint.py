@@ -221,7 +221,7 @@ def test_each_arm_keeps_its_own_peak_less_what_the_others_hold(monkeypatch: pyte
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_two_models_on_one_gpu_report_their_own_peaks() -> None:
-    from autotune.measure.worker import PairedWorker
+    from autotune.measure.paired_worker import PairedWorker
 
     facts = probes.probe()
     base = {**defaults(facts, SpaceContext(device="cuda", default_batch_size=64, conv=True)), "device": "cuda",
@@ -256,7 +256,7 @@ def huge() -> Any:
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_a_second_model_that_does_not_fit_is_not_added() -> None:
-    from autotune.measure.worker import PairedWorker
+    from autotune.measure.paired_worker import PairedWorker
 
     facts = probes.probe()
     base = {**defaults(facts, SpaceContext(device="cuda", default_batch_size=8)), "device": "cuda",

@@ -17,8 +17,8 @@ import torch
 
 from autotune import Workload
 from autotune.measure import freeze, stats
+from autotune.measure.paired_worker import PairedWorker, WorkerError
 from autotune.measure.process_pair import ARM, ProcessPair, across_processes, enough, process_pair
-from autotune.measure.worker import PairedWorker, WorkerError
 from autotune.search_spaces import SpaceContext, defaults
 from autotune.trial.spec import TrialSettings
 

@@ -11,8 +11,8 @@ import re
 import pytest
 
 from autotune import search_spaces as spaces
+from autotune.measure.paired_worker import PairedWorker
 from autotune.measure.protocol import ArmStatus
-from autotune.measure.worker import PairedWorker
 from autotune.trial import TrialSettings, loss_samples, run_trial
 from autotune.trial.training import schedule
 from autotune.workloads import held_out_split

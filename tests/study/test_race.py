@@ -16,7 +16,7 @@ from autotune.errors import UsageError
 from autotune.measure import Noise
 from autotune.measure.stats import Interval
 from autotune.study import SearchOptions, search
-from autotune.study.loop import race_stop
+from autotune.study.race import race_stop
 from autotune.trial import TrialResult
 
 from .conftest import QuickMeasurer

@@ -1,0 +1,127 @@
+"""What a measured trial is: told to Optuna with its value or state, and, where it ran, whether it is this recipe
+at all: the quality guard (its held-out loss against the baseline's, after the same samples), every knob in
+effect, and out of memory or a NaN loss as infeasible, with the reason recorded."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .. import search_spaces as spaces
+from ..trial.spec import Status, TrialResult
+from . import oom_limits
+from .events import Progress, TrialFinished
+from .records import BASELINE, CONFIRM, CONSTRAINTS, Attr, StudyAttr, TrialRecord, optuna_storage, records, trial_id
+
+if TYPE_CHECKING:
+    import optuna
+
+    from ..probes import Facts
+    from .options import SearchOptions
+
+
+def quality(study: optuna.Study, options: SearchOptions, loss: float) -> tuple[float, str | None]:
+    """The loss's increase over the baseline's (relative), and why the quality guard rejects it (None: it
+    does not, or there is no baseline loss yet)."""
+    base = study.user_attrs.get(StudyAttr.BASELINE_LOSS)
+    tolerance = options.max_loss_increase
+    increase = (loss - base) / abs(base) if base else 0.0
+    if increase <= tolerance:
+        return increase, None
+    return increase, f"loss {loss:.4f} is {increase:+.1%} over the baseline's {base:.4f} (limit +{tolerance:.0%})"
+
+
+
+def record(study: optuna.Study, facts: Facts, options: SearchOptions, trial: optuna.Trial, role: str,
+           params: dict[str, Any], result: TrialResult, notify: Progress) -> None:
+    """Store the trial's result and constraints and tell Optuna its value (or state)."""
+    import optuna
+
+    data = result.to_dict()
+    for key in Attr.RESULT:
+        if data.get(key) not in (None, [], {}):
+            trial.set_user_attr(key, data[key])
+    state = optuna.trial.TrialState
+    if spaces.membind_off(spaces.memory_nodes(params, facts), result.in_effect):
+        # numactl --membind refused or missing: the pinning was measured unbound, and the recipe says so
+        params = {**params, "membind": False}
+        trial.set_user_attr(Attr.PARAMS, params)
+    if result.status == Status.OK:
+        reason = _feasibility(study, options, trial, role, params, result)
+        _constraints_list(study, trial)
+        study.tell(trial, result.objective)
+    elif result.status in (Status.OOM, Status.NAN):
+        # FAIL, not a value: 0.0 would be a measurement (TPE's worst, the dashboard's history flattened);
+        # the constraints and the status say why (``records`` reads them, not the state)
+        reason = _infeasible(study, trial, params, result)
+        _constraints_list(study, trial)
+        study.tell(trial, state=state.FAIL)
+    else:
+        reason = result.error
+        study.tell(trial, state=state.PRUNED if result.status == Status.PRUNED else state.FAIL)
+    notify(TrialFinished(trial.number, role, params, result, reason))
+
+def _constraints_list(study: optuna.Study, trial: optuna.Trial) -> None:
+    """Also store the constraints as one list, in ``CONSTRAINTS`` order: optuna-dashboard 0.21 reads only
+    that (older) form, Optuna 5's ``set_constraint`` writes ``constraints:<key>`` per key; without it the
+    dashboard marks no trial infeasible. An unset constraint is 0 (not broken)."""
+    named = trial.constraints
+    values = [float(named.get(key, 0.0)) for key in CONSTRAINTS]
+    storage, _ = optuna_storage(study)
+    storage.set_trial_system_attr(trial_id(trial), "constraints", values)
+
+def _feasibility(study: optuna.Study, options: SearchOptions, trial: optuna.Trial, role: str, params: dict[str, Any],
+                 result: TrialResult) -> str | None:
+    """The quality guard, and every knob in effect: why a trial that ran is not this recipe, or None."""
+    reason = _guard(study, options, trial, role, result)
+    # A knob the trial process reports not in effect measured something else: not this recipe.
+    missing = [] if role == BASELINE else spaces.not_in_effect(params, result.in_effect)
+    trial.set_constraint("applied", float(len(missing)))
+    if missing:
+        reason = "; ".join(missing + ([reason] if reason else []))
+        trial.set_user_attr(Attr.INFEASIBLE, reason)
+    return reason
+
+def _infeasible(study: optuna.Study, trial: optuna.Trial, params: dict[str, Any], result: TrialResult) -> str:
+    """An out-of-memory or NaN trial: infeasible; an out-of-memory batch caps the later ones with the
+    same memory-relevant settings (``oom_limits``)."""
+    oom = result.status == Status.OOM
+    trial.set_constraint("quality", 0.0)
+    trial.set_constraint("fits_memory", 1.0 if oom else 0.0)
+    trial.set_constraint("finite_loss", 1.0 if result.status == Status.NAN else 0.0)
+    reason = "out of memory" if oom else "the loss became NaN/inf"
+    if oom:
+        limits = study.user_attrs.get(StudyAttr.OOM_LIMITS)
+        study.set_user_attr(StudyAttr.OOM_LIMITS, oom_limits.record_oom(limits, params))
+    trial.set_user_attr(Attr.INFEASIBLE, reason)
+    return reason
+
+def _guard(study: optuna.Study, options: SearchOptions, trial: optuna.Trial, role: str,
+           result: TrialResult) -> str | None:
+    """The quality guard: a held-out loss above the baseline's by more than the tolerance is infeasible.
+    Every trial's loss is taken after the same samples (``loss_samples``, recorded for the report)."""
+    if result.loss_samples is not None:
+        trial.set_user_attr(Attr.LOSS_SAMPLES, result.loss_samples)
+    if role == BASELINE:
+        study.set_user_attr(StudyAttr.BASELINE_LOSS, result.loss)  # the A/A's defaults arm
+        study.set_user_attr(StudyAttr.BASELINE_SAMPLES_PER_S, result.samples_per_s)
+    increase, reason = quality(study, options, result.loss if result.loss is not None else float("nan"))
+    trial.set_constraint("quality", increase - options.max_loss_increase)
+    trial.set_constraint("fits_memory", 0.0)
+    trial.set_constraint("finite_loss", 0.0)
+    if reason is not None:
+        trial.set_user_attr(Attr.INFEASIBLE, reason)
+    return reason
+
+
+def best_record(study: optuna.Study) -> TrialRecord | None:
+    """The record of the fastest feasible trial measured so far (not a confirmation), or None."""
+    return max((r for r in records(study) if r.role != CONFIRM and r.feasible and r.result.objective is not None),
+               key=lambda r: r.result.objective or 0.0, default=None)
+
+
+def incumbent(study: optuna.Study) -> tuple[float, float] | None:
+    """The best feasible speedup so far (the baseline's 1.0 at least): its median and its low bound."""
+    best = best_record(study)
+    if best is None or best.result.objective is None:
+        return None
+    low = best.result.speedup_low
+    return best.result.objective, low if low is not None else best.result.objective
