@@ -1,4 +1,4 @@
-"""The search space (installed as ``autotune.search_spaces``): one module per knob family.
+"""The search space: one module per knob family.
 
 Each family is a ``KnobFamily`` (``_family.py``): for its recipe keys (``KEYS``) the define-by-run
 ``space(trial, facts, ctx)`` conditional on the probed facts, PyTorch's ``defaults(facts, ctx)``, the
@@ -36,7 +36,7 @@ from ._allowed import Allowed, allowed_values, outside, suggested
 from ._context import SpaceContext
 from ._effect import membind_off, not_in_effect
 from ._families import FAMILIES, merge_params, suggest
-from ._family import KnobFamily, NoOp, Params, Prepared, SuggestingTrial
+from ._family import KnobFamily, Params, Prepared, SuggestingTrial
 
 if TYPE_CHECKING:
     from ..probes import Facts
@@ -45,7 +45,6 @@ __all__ = [
     "Allowed",
     "FAMILIES",
     "KnobFamily",
-    "NoOp",
     "Params",
     "Prepared",
     "RUN_KEYS",

@@ -24,7 +24,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from ._context import SpaceContext
-from ._family import NoOp, Params, SuggestingTrial
+from ._family import Params, SuggestingTrial
 
 if TYPE_CHECKING:
     import torch
@@ -140,12 +140,6 @@ def defaults(facts: Facts, ctx: SpaceContext) -> Params:
 heuristic = defaults  # run_cpu leaves the batch alone
 
 # Hooks this family has nothing to do at (search_spaces._family).
-promising = NoOp.promising
-environment = NoOp.environment
-apply_process = NoOp.apply_process
-check_environment = NoOp.check_environment
-prepare_model = NoOp.prepare_model
-prepare = NoOp.prepare
 
 
 def per_rank(params: dict[str, Any]) -> int:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, cast
 
 from ._context import SpaceContext
-from ._family import NoOp, Params, Prepared, SuggestingTrial
+from ._family import Params, Prepared, SuggestingTrial
 
 if TYPE_CHECKING:
     import torch
@@ -85,11 +85,6 @@ def defaults(facts: Facts, ctx: SpaceContext) -> Params:
 heuristic = defaults  # run_cpu does not compile
 
 # Hooks this family has nothing to do at (search_spaces._family).
-promising = NoOp.promising
-environment = NoOp.environment
-apply_process = NoOp.apply_process
-check_environment = NoOp.check_environment
-prepare = NoOp.prepare
 
 
 def prepare_model(params: Params, model: torch.nn.Module, device: str) -> Prepared:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._context import SpaceContext
-from ._family import NoOp, Params, SuggestingTrial
+from ._family import Params, SuggestingTrial
 
 if TYPE_CHECKING:
     from ..probes import Facts
@@ -44,9 +44,6 @@ ENV_VARS: tuple[str, ...] = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
 OVERRIDES: tuple[str, ...] = ()
 ALLOC = ("default", "expandable_segments")
 EXPANDABLE = "expandable_segments:True"
-
-prepare_model = NoOp.prepare_model
-prepare = NoOp.prepare
 
 
 def capability(facts: Facts) -> float:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _threads
 from ._context import SpaceContext
-from ._family import NoOp, Params, SuggestingTrial
+from ._family import Params, SuggestingTrial
 
 if TYPE_CHECKING:
     from ..probes import Facts
@@ -53,12 +53,6 @@ heuristic = defaults  # run_cpu starts no DataLoader
 
 # Hooks this family has nothing to do at (search_spaces._family): the
 # workers' CPUs follow from the threads family's pinning (worker_cpus, pin_compute_threads).
-promising = NoOp.promising
-environment = NoOp.environment
-apply_process = NoOp.apply_process
-check_environment = NoOp.check_environment
-prepare_model = NoOp.prepare_model
-prepare = NoOp.prepare
 
 
 def worker_cpus(params: dict[str, Any], facts: Facts) -> list[int] | None:

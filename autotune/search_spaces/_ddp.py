@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from . import _batch as batch
 from . import _processes as processes
 from ._context import SpaceContext
-from ._family import NoOp, Params, SuggestingTrial
+from ._family import Params, SuggestingTrial
 
 if TYPE_CHECKING:
     import torch
@@ -58,12 +58,6 @@ heuristic = defaults  # run_cpu starts no DDP
 
 # Hooks this family has nothing to do at (search_spaces._family): DDP is built by ``Tuned.prepare_model``
 # with ``ddp_options``, where the process group is known.
-promising = NoOp.promising
-environment = NoOp.environment
-apply_process = NoOp.apply_process
-check_environment = NoOp.check_environment
-prepare_model = NoOp.prepare_model
-prepare = NoOp.prepare
 
 
 def space(trial: SuggestingTrial, facts: Facts, ctx: SpaceContext) -> Params:

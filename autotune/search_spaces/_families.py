@@ -18,15 +18,15 @@ from . import _processes as processes
 from . import _sparsity as sparsity
 from . import _threads as threads
 from ._context import SpaceContext
-from ._family import KnobFamily, Params, SuggestingTrial
+from ._family import KnobFamily, Params, SuggestingTrial, as_family
 
 if TYPE_CHECKING:
     from ..probes import Facts
 
-# Typed as the protocol, so mypy checks every family module against it. The order is the seeds' order
-# (``promising``); which family's variable wins is declared (``OVERRIDES``), not taken from this order.
-FAMILIES: tuple[KnobFamily, ...] = (threads, preload, batch, data, amp, cuda, compilation, processes, ddp,
-                                    sparsity, ipex)
+# The order is the seeds' order (``promising``); which family's variable wins is declared (``OVERRIDES``), not
+# taken from this order.
+FAMILIES: tuple[KnobFamily, ...] = tuple(as_family(m) for m in (threads, preload, batch, data, amp, cuda, compilation,
+                                                             processes, ddp, sparsity, ipex))
 
 
 def merge_params(params: list[Params]) -> Params:
@@ -41,8 +41,7 @@ def suggest(trial: SuggestingTrial, facts: Facts, ctx: SpaceContext) -> Params:
     """Sample every knob that matters on this hardware; returns the recipe's params.
 
     DDP's settings are sampled whenever several processes are offered, but one process starts no DDP: there
-    the recipe holds PyTorch's, whatever the sampler drew. Two recipes that differed only in them ran the
-    same; a 5-minute search confirmed channels_last twice, once with ``bucket_cap_mb=5``."""
+    the recipe holds PyTorch's, whatever the sampler drew: two recipes that differ only in them run the same."""
     params = merge_params([family.space(trial, facts, ctx) for family in FAMILIES])
     if processes.count(params) == 1:
         params.update(ddp.defaults(facts, ctx))

@@ -12,17 +12,18 @@ this family's ``environment`` replaces when it sets them (``processes`` gives ea
 ``threads`` family's ``OMP_NUM_THREADS``). Where it does, its value wins, its ``apply_process`` runs after
 the overridden family's, and its ``check_environment`` replaces theirs (``search_spaces`` aggregates so).
 
-A family module satisfies the protocol itself (``search_spaces.FAMILIES`` is typed
-``tuple[KnobFamily, ...]``, so mypy checks every module against it). A hook with nothing to do is bound
-to the shared no-op of ``NoOp`` (``environment = NoOp.environment``), and a family that ``run_cpu`` leaves
-alone binds ``heuristic = defaults``. ``tests/search_spaces/test_knob_contract.py`` checks every family's declarations
-against what its hooks do.
+A family module defines ``KEYS``, ``ENV_VARS``, ``OVERRIDES``, ``space``, ``defaults`` and ``heuristic`` (a family
+that ``run_cpu`` leaves alone binds ``heuristic = defaults``), and of the other hooks only those it has work for:
+``Family(module)`` is the module as a ``KnobFamily``, with the no-op ``Defaults`` for the hooks it leaves out.
+``tests/search_spaces/test_knob_contract.py`` checks every family's hooks against the protocol's signatures and
+its declarations against what its hooks do.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 if TYPE_CHECKING:
     import torch
@@ -93,8 +94,8 @@ class KnobFamily(Protocol):
     def prepare(self, params: Params, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Prepared: ...
 
 
-class NoOp:
-    """The hooks of a family that has nothing to do there: ``environment = NoOp.environment``."""
+class Defaults:
+    """The hooks of a family that has nothing to do there: what ``Family`` answers for a hook a module leaves out."""
 
     @staticmethod
     def promising(facts: Facts, ctx: SpaceContext) -> list[Params]:
@@ -119,3 +120,30 @@ class NoOp:
     @staticmethod
     def prepare(params: Params, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Prepared:
         return Prepared(model, optimizer=optimizer)
+
+
+OPTIONAL_HOOKS = ("promising", "environment", "apply_process", "check_environment", "prepare_model", "prepare")
+
+
+class Family:
+    """A family module as a ``KnobFamily``: each name is looked up in the module when asked (so a patched hook is
+    the one called), and a hook the module leaves out is ``Defaults``'."""
+
+    def __init__(self, module: ModuleType) -> None:
+        self.module = module
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return getattr(self.module, name)
+        except AttributeError:
+            if name in OPTIONAL_HOOKS:
+                return getattr(Defaults, name)
+            raise
+
+    def __repr__(self) -> str:
+        return f"Family({self.module.__name__})"
+
+
+def as_family(module: ModuleType) -> KnobFamily:
+    """``Family(module)``, typed as the protocol (its hooks' signatures are checked by the contract test)."""
+    return cast(KnobFamily, Family(module))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._context import SpaceContext
-from ._family import NoOp, Params, Prepared, SuggestingTrial
+from ._family import Params, Prepared, SuggestingTrial
 
 if TYPE_CHECKING:
     import torch
@@ -49,11 +49,6 @@ def heuristic(facts: Facts, ctx: SpaceContext) -> Params:
 
 
 # Hooks this family has nothing to do at (search_spaces._family).
-promising = NoOp.promising
-environment = NoOp.environment
-apply_process = NoOp.apply_process
-check_environment = NoOp.check_environment
-prepare_model = NoOp.prepare_model
 
 
 def prepare(params: Params, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Prepared:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._context import SpaceContext
-from ._family import NoOp, Params, SuggestingTrial
+from ._family import Params, SuggestingTrial
 
 if TYPE_CHECKING:
     from ..probes import Facts
@@ -121,10 +121,6 @@ def environment(params: Params, facts: Facts) -> dict[str, str]:
 
 # Hooks this family has nothing to do at (search_spaces._family); apply_process: a library is preloaded
 # before Python starts or not at all.
-promising = NoOp.promising
-apply_process = NoOp.apply_process
-prepare_model = NoOp.prepare_model
-prepare = NoOp.prepare
 
 
 class _DlInfo(ctypes.Structure):

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..probes import format_cpulist, parse_cpulist
 from ._context import SpaceContext
-from ._family import NoOp, Params, SuggestingTrial
+from ._family import Params, SuggestingTrial
 
 if TYPE_CHECKING:
     from ..probes import Core, Facts, Gpu
@@ -97,8 +97,6 @@ def defaults(facts: Facts, ctx: SpaceContext) -> Params:
 heuristic = defaults  # run_cpu starts one process (its --ninstances run separate jobs)
 
 # Hooks this family has nothing to do at (search_spaces._family).
-prepare_model = NoOp.prepare_model
-prepare = NoOp.prepare
 
 
 def promising(facts: Facts, ctx: SpaceContext) -> list[Params]:

@@ -19,7 +19,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ._context import SpaceContext
-from ._family import NoOp, Params, Prepared, SuggestingTrial
+from ._family import Params, Prepared, SuggestingTrial
 
 if TYPE_CHECKING:
     import torch
@@ -33,10 +33,8 @@ ENV_VARS: tuple[str, ...] = ()
 OVERRIDES: tuple[str, ...] = ()
 PATTERNS = ("none", "structured", "2:4")
 MOST = 0.8  # the largest structured ratio searched
-# Sparse tensor cores exist from 8.0 on, but on an H100 (9.0, torch 2.11) a 2:4 training step measured slower
-# than dense: Linear(4096, 16384) -> Linear(16384, 4096) on 8192 bf16 rows, 16.3 ms vs 8.9 ms (the sparse matmul
-# alone 1.95 vs 1.40 ms, compressing the changed weight 2.3 ms a step). So 2:4 is offered on 8.x only (Ampere/Ada,
-# where the published training speedups were measured); widen this when it measures faster.
+# Sparse tensor cores exist from 8.0 on, but 2:4 training measured slower than dense on 9.0 (docs/measurement.md):
+# offered on 8.x only (Ampere/Ada, where the published training speedups were measured) until it measures faster.
 SEMI_STRUCTURED_CAPABILITIES = (8.0, 9.0)  # [low, high)
 
 
@@ -73,11 +71,6 @@ def defaults(facts: Facts, ctx: SpaceContext) -> Params:
 heuristic = defaults  # run_cpu keeps the model as written
 
 # Hooks this family has nothing to do at (search_spaces._family).
-promising = NoOp.promising
-environment = NoOp.environment
-apply_process = NoOp.apply_process
-check_environment = NoOp.check_environment
-prepare = NoOp.prepare
 
 
 def context(model: torch.nn.Module) -> dict[str, bool]:

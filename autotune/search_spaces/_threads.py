@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..probes import format_cpulist, memory_policy, parse_cpulist, process_cpus
 from ._context import SpaceContext
-from ._family import NoOp, Params, SuggestingTrial
+from ._family import Params, SuggestingTrial
 
 if TYPE_CHECKING:
     from ..probes import Core, Facts
@@ -45,9 +45,6 @@ ENV_VARS: tuple[str, ...] = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # every vari
 OVERRIDES: tuple[str, ...] = ()
 
 # Hooks this family has nothing to do at (search_spaces._family).
-promising = NoOp.promising
-prepare_model = NoOp.prepare_model
-prepare = NoOp.prepare
 
 
 def _core_list(facts: Facts, params: Params | None = None) -> list[Core]:

@@ -6,10 +6,9 @@ interval lies wholly below ``1 + margin``: they could not be offered) are measur
 with FRESH pairs, in ``confirm_rounds`` rounds: each round starts new worker processes (a new seed for the
 windows' order) and measures every candidate in them, ``budget.confirmation_pairs`` pairs each, and adds one
 fresh process pair to every environment factor (pooled with the search's: a process pair is always two new
-processes). An in-process ratio differs from one process to the next (bf16 + channels_last on the CNN:
-1.56-2.02x; one process's ratio missed the user's own, from fresh processes, by up to 18%), so a candidate's
-confirmed speedup is the geometric mean of its rounds, its interval the wider of theirs and the spread between
-them (``stats.across_processes_interval``). Only these measurements decide: a recipe is offered when its
+processes). An in-process ratio differs from one process to the next, so a candidate's confirmed speedup is
+the geometric mean of its rounds, its interval the wider of theirs and the spread between them
+(``stats.across_processes_interval``). Only these measurements decide: a recipe is offered when its
 confirmed speedup's low bound is above ``1 + margin`` (``Confirmation.best``); otherwise the defaults are
 kept, and the report says why. Each round is a trial of the study with role ``confirm`` (user attributes
 ``confirms``: the trial it re-measures, ``round``), so a resumed search keeps them and measures only what is
@@ -69,92 +68,104 @@ def confirm(loop: SearchLoop) -> Confirmation | None:
     baseline, top = lineup(loop.study, options.confirm_top)
     if baseline is None:
         return None  # the search checks for a baseline before it confirms
-    done = _earlier(loop.study)
-    note, made, started = None, 0, time.monotonic()
-    if not top:
-        note = "no feasible recipe besides the defaults could be faster by the margin: nothing to confirm"
-    reseed = getattr(loop.measurer, "reseed", None)  # fresh workers, window orders (and environment factors)
-    rounds = max(1, options.confirm_rounds)
-    missing_any = any((params_key(e.params), r) not in done for e in top for r in range(rounds))
-    # A continued study that had its trials already: this search's workers were never calibrated (seen: every
-    # confirmation round then failed, "no calibration").
-    if missing_any and not loop.calibrated():
-        note, rounds = f"not measured: {loop.baseline_error}", 0
+    started = time.monotonic()
+    rounds = Rounds(loop, top, _earlier(loop.study), max(1, options.confirm_rounds))
+    note = None if top else "no feasible recipe besides the defaults could be faster by the margin: nothing to confirm"
+    # A continued study whose trials were all measured before: this search's workers were never calibrated.
+    if rounds.missing() and not loop.calibrated():
+        note, rounds.count = f"not measured: {loop.baseline_error}", 0
+    rounds.run()
+    confirmed = sorted((rounds.candidate(r) for r in top),
+                       key=lambda c: (c.failed is not None, c.confirmed is None, -c.median))
+    margin = loop.noise.margin if loop.noise is not None else MIN_MARGIN
+    return Confirmation(Candidate(baseline.number, baseline.role, baseline.params, 1.0, baseline.result),
+                        tuple(confirmed), rounds.note(note), rounds.made, time.monotonic() - started, margin)
 
-    def round_s(entry: TrialRecord, round_: int) -> float:
-        return budget.round_s(entry.result, loop.noise, options, round_)
 
-    def needed_s(entries: list[tuple[TrialRecord, int]], spent: set[tuple[str, int]]) -> float:
+class Rounds:
+    """The confirmation rounds of ``top`` (the candidates, best first): what each round measures, the time its
+    later rounds need, and which candidates were left out and why. ``done``: the rounds measured so far, by
+    recipe and round (an earlier search's among them)."""
+
+    def __init__(self, loop: SearchLoop, top: list[TrialRecord], done: dict[tuple[str, int], TrialResult],
+                 count: int) -> None:
+        self.loop, self.top, self.done, self.count = loop, top, done, count
+        self.floors = budget.floors(loop.study)  # each environment's part of a round, at least as the search measured
+        self.spent: set[tuple[str, int]] = set()  # (environment, round): its part of that round paid
+        self.cut: list[str] = []  # candidates left out of their later rounds for time
+        self.left_out: set[str] = set()  # out of the later rounds: for time, or below the leader (``_race``)
+        self.outpaced: list[str] = []  # candidates left out of their later rounds: below the leader with confidence
+        self.made = 0
+
+    def missing(self) -> bool:
+        return any((params_key(e.params), r) not in self.done for e in self.top for r in range(self.count))
+
+    def run(self) -> None:
+        reseed = getattr(self.loop.measurer, "reseed", None)  # fresh workers, window orders (and factors)
+        for round_ in range(self.count):
+            # A candidate whose confirmation failed in an earlier round is out of the contest: not measured again.
+            alive = [e for e in self.top if params_key(e.params) not in self.left_out
+                     and all(self.done.get((params_key(e.params), r), _OK).status == Status.OK for r in range(round_))]
+            raced = _race(alive, self.done, round_, self.outpaced)
+            self.left_out.update(params_key(e.params) for e in alive if e not in raced)  # out of every later round
+            missing = [e for e in raced if (params_key(e.params), round_) not in self.done]
+            if reseed is not None and missing:
+                reseed(self.loop.options.seed + 7919 + round_)  # one more fresh process pair a factor, each round
+            for entry in missing:
+                self.measure(entry, round_, raced)
+
+    def measure(self, entry: TrialRecord, round_: int, alive: list[TrialRecord]) -> None:
+        """``entry``'s round ``round_``, unless it could not be chosen or its time is the later rounds' of the
+        candidates ranked above it (``alive``, best first)."""
+        loop = self.loop
+        below = _below_confirmed(entry, alive, self.done, round_)
+        if below is not None:
+            self.left_out.add(params_key(entry.params))
+            self.outpaced.append(below)
+            return
+        ahead = alive[:alive.index(entry)]
+        needed = self.needed_s([(entry, round_), *((e, r) for e in ahead for r in range(round_ + 1, self.count))])
+        if loop.deadline - time.monotonic() < max(1.0, needed):
+            self.left_out.add(params_key(entry.params))
+            self.cut.append(f"trial {entry.number} from round {round_ + 1} of {self.count} on")
+            return
+        with host_lock():
+            trial = new_trial(loop, entry.number, round_)
+            remaining = loop.deadline - time.monotonic()
+            own = budget.round_s(entry.result, loop.noise, loop.options, round_)
+            timeout = max(1.0, min(remaining, max(60.0, 3 * own)))
+            self.done[(params_key(entry.params), round_)] = loop.run_one(trial, CONFIRM, entry.params, timeout)
+        self.spent.add((environment_key(entry.params), round_))
+        self.made += 1
+
+    def needed_s(self, entries: list[tuple[TrialRecord, int]]) -> float:
         """The rounds ``(candidate, round)`` of ``entries`` (``budget.rounds_s``), an environment's part none where
-        ``spent`` says it was paid already: a candidate of the environment measured before it in the round took
-        4.3 s where 20 s were counted, and the best recipe lost its later rounds for time while 17 s were left."""
-        return budget.rounds_s([(e.result, environment_key(e.params), r) for e, r in entries], loop.noise, options,
-                               paid=spent, floors=floors)
+        it was paid already in that round."""
+        return budget.rounds_s([(e.result, environment_key(e.params), r) for e, r in entries], self.loop.noise,
+                               self.loop.options, paid=self.spent, floors=self.floors)
 
-    floors = budget.floors(loop.study)  # each environment's part of a round, at least as the search measured it
-    spent: set[tuple[str, int]] = set()  # (environment, round): its part of that round paid
+    def note(self, note: str | None) -> str | None:
+        """What the user reads of the rounds left out, after ``note``."""
+        if self.cut:
+            note = (f"the budget was short: {', '.join(self.cut)} left out (each round in fresh processes; the "
+                    "candidates ranked above kept their rounds)")
+        if self.outpaced:
+            note = "; ".join(filter(None, [note, f"{', '.join(self.outpaced)}: not measured further"]))
+        return note
 
-    cut: list[str] = []  # candidates left out of their later rounds for time
-    left_out: set[str] = set()  # out of the later rounds: for time, or below the leader (``_race``)
-    outpaced: list[str] = []  # candidates left out of their later rounds: below the leader with confidence
-    for round_ in range(rounds):
-        # A candidate whose confirmation failed in an earlier round is out of the contest: not measured again.
-        alive = [e for e in top if params_key(e.params) not in left_out
-                 and all(done.get((params_key(e.params), r), _OK).status == Status.OK for r in range(round_))]
-        raced = _race(alive, done, round_, outpaced)
-        left_out.update(params_key(e.params) for e in alive if e not in raced)  # out of every later round
-        alive = raced
-        missing = [e for e in alive if (params_key(e.params), round_) not in done]
-        if reseed is not None and missing:
-            reseed(options.seed + 7919 + round_)  # one more fresh process pair a factor, each round
-        for entry in missing:
-            below = _below_confirmed(entry, alive, done, round_)
-            if below is not None:
-                left_out.add(params_key(entry.params))
-                outpaced.append(below)
-                continue
-            # The candidates ranked above this one keep the time their later rounds need: one that does not
-            # fit beside them is left out (seen: the heuristic's 34 s round, its workers' start, ended a
-            # 2-minute demo's confirmation after its first round, the two fastest unconfirmed in the others).
-            ahead = alive[:alive.index(entry)]
-            needed = needed_s([(entry, round_), *((e, r) for e in ahead for r in range(round_ + 1, rounds))], spent)
-            if loop.deadline - time.monotonic() < max(1.0, needed):
-                left_out.add(params_key(entry.params))
-                cut.append(f"trial {entry.number} from round {round_ + 1} of {rounds} on")
-                continue
-            with host_lock():
-                trial = new_trial(loop, entry.number, round_)
-                remaining = loop.deadline - time.monotonic()
-                timeout = max(1.0, min(remaining, max(60.0, 3 * round_s(entry, round_))))
-                done[(params_key(entry.params), round_)] = loop.run_one(trial, CONFIRM, entry.params, timeout)
-            spent.add((environment_key(entry.params), round_))
-            made += 1
-    if cut:
-        note = (f"the budget was short: {', '.join(cut)} left out (each round in fresh processes; the "
-                "candidates ranked above kept their rounds)")
-    if outpaced:
-        note = "; ".join(filter(None, [note, f"{', '.join(outpaced)}: not measured further"]))
-
-    def candidate(record: TrialRecord) -> Candidate:
-        rounds = [done[k] for k in sorted(done) if k[0] == params_key(record.params)]
+    def candidate(self, record: TrialRecord) -> Candidate:
+        rounds = [self.done[k] for k in sorted(self.done) if k[0] == params_key(record.params)]
         failed = next((f"{r.status}: {r.error}" for r in rounds if r.status != Status.OK), None)
         confirmed = combine_rounds(rounds) if rounds and failed is None else None
         return Candidate(record.number, record.role, record.params, record.result.objective or 0.0,
                          confirmed, failed, len(rounds))
-
-    confirmed = sorted((candidate(r) for r in top),
-                       key=lambda c: (c.failed is not None, c.confirmed is None, -c.median))
-    margin = loop.noise.margin if loop.noise is not None else MIN_MARGIN
-    return Confirmation(Candidate(baseline.number, baseline.role, baseline.params, 1.0, baseline.result),
-                        tuple(confirmed), note, made, time.monotonic() - started, margin)
 
 
 def _race(alive: list[TrialRecord], done: dict[tuple[str, int], TrialResult], round_: int,
           outpaced: list[str]) -> list[TrialRecord]:
     """The candidates still in the contest before ``round_``: one whose interval over the rounds it had lies
     wholly below the leader's (the highest low bound) could not be chosen, and is left out of the later rounds
-    (named in ``outpaced``). In a 5-minute CNN search, rounds 2 and 3 of the heuristic (1.03x [1.01-1.06]) and
-    of a 0.89x TPE candidate took 54 s of 284 after round 1 had confirmed channels_last at 1.19x [1.18-1.22]."""
+    (named in ``outpaced``)."""
     so_far = {e.number: combine_rounds([done[(params_key(e.params), r)] for r in range(round_)]) for e in alive
               if round_ and all((params_key(e.params), r) in done for r in range(round_))}
     if not so_far:
@@ -178,9 +189,7 @@ def _below_confirmed(entry: TrialRecord, alive: list[TrialRecord], done: dict[tu
     """Before its first round: whether ``entry``'s search interval lies wholly below the low bound that a
     candidate ranked above it was just confirmed at in this round (fresh processes: not the search's
     winner's-curse figure), with why. The first candidate's confirmation decides whether the others could
-    still be chosen; should it fall, they are measured. In a 5-minute CNN search the heuristic's round
-    (1.03x [1.00-1.06] in the search) took 97 s, 73 s of it starting process pairs, after channels_last's
-    had confirmed 1.19x [1.17-1.25]."""
+    still be chosen; should it fall, they are measured."""
     if round_ != 0:
         return None  # later rounds: ``_race`` compares the rounds so far
     confirmed = [(done[(params_key(e.params), 0)], e.number) for e in alive[:alive.index(entry)]
@@ -228,4 +237,4 @@ def new_trial(loop: SearchLoop, source: int, round_: int = 0) -> optuna.Trial:
     return trial
 
 
-__all__ = ["combine_rounds", "confirm", "new_trial"]
+__all__ = ["Rounds", "combine_rounds", "confirm", "new_trial"]

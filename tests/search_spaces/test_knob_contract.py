@@ -16,6 +16,8 @@ run of a conv model with ``--global-batch``, and a CUDA run:
 """
 from __future__ import annotations
 
+import inspect
+import types
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -25,6 +27,7 @@ import pytest
 from autotune import search_spaces as spaces
 from autotune.probes import Facts, Gpu, Runtime
 from autotune.search_spaces import FAMILIES, KnobFamily, SpaceContext
+from autotune.search_spaces._family import OPTIONAL_HOOKS, Family
 
 from ..fakes.machines import two_sockets
 
@@ -143,6 +146,21 @@ def test_family_satisfies_the_protocol(family: KnobFamily) -> None:
     assert isinstance(family, KnobFamily)
     for declared in (family.KEYS, family.ENV_VARS, family.OVERRIDES):
         assert isinstance(declared, tuple) and all(isinstance(x, str) for x in declared)
+    # Each hook the module defines (the others are ``Defaults``') takes the protocol's parameters, in order:
+    # the module is wrapped by ``Family``, so this is where its hooks' shapes are held to the protocol.
+    for hook in ("space", "defaults", "heuristic", *OPTIONAL_HOOKS):
+        wanted = list(inspect.signature(getattr(KnobFamily, hook)).parameters)[1:]  # without self
+        assert list(inspect.signature(getattr(family, hook)).parameters) == wanted, (_name(family), hook)
+
+
+def test_a_family_leaves_out_the_hooks_it_has_no_work_for() -> None:
+    module = types.ModuleType("bare")
+    bare = Family(module)
+    assert bare.environment({}, None) == {} and bare.promising(None, None) == []
+    module.environment = lambda params, facts: {"X": "1"}  # a hook the module defines (or a test patches) wins
+    assert bare.environment({}, None) == {"X": "1"}
+    with pytest.raises(AttributeError):
+        bare.space  # noqa: B018 - a required hook has no default
 
 
 @FAMILY
@@ -211,7 +229,7 @@ def test_the_aggregator_gives_each_familys_result(family: KnobFamily, cases: lis
     for case in cases:
         facts, ctx = case.facts, case.ctx
         suggested, drawn = spaces.suggest(_Path([]), facts, ctx), family.space(_Path([]), facts, ctx)
-        if family is spaces.ddp and spaces.processes.count(suggested) == 1:
+        if _name(family) == "ddp" and spaces.processes.count(suggested) == 1:
             drawn = family.defaults(facts, ctx)  # one process starts no DDP: PyTorch's settings (``suggest``)
         for merged, own in ((spaces.defaults(facts, ctx), family.defaults(facts, ctx)),
                             (spaces.heuristic(facts, ctx), family.heuristic(facts, ctx)), (suggested, drawn)):
