@@ -1,4 +1,4 @@
-"""False verdicts and detections of today's method and the paired methods, in one process and across (issue 12).
+"""False verdicts and detections of today's method and the paired methods, in one process and across.
 
     python benchmarks/noise.py [--comparisons 20] [--workload cnn] [--rounds 3] [--pairs 16]
                                [--process-pairs 3-8] [--half both|in|across] [--quick]
@@ -12,8 +12,8 @@ Each is measured with:
   arm, interleaved, judged by the confirmation's rule (``autotune.study.significance.beats``, either
   direction for "different"); its "width" is the rule's noise band (twice ``significance.noise``);
 - in-process, the paired method: a fresh worker per comparison holding the defaults, an identical copy and
-  the candidate; ``--pairs`` pairs of windows (length from the step time, ``trial.paired.choose_window_s``),
-  judged by the median ratio's exact 95% interval against the fixed margin (``trial.stats.MIN_MARGIN``);
+  the candidate; ``--pairs`` pairs of windows (length from the step time, ``measure.arms.choose_window_s``),
+  judged by the median ratio's exact 95% interval against the fixed margin (``measure.stats.MIN_MARGIN``);
 - across processes, process pairs (``autotune.measure.process_pair.across_processes``): two live workers
   alternated, the idle one frozen, ``--pairs`` // 2 pairs of windows per process pair, over 3 to 8 fresh
   process pairs (more while the interval of their geometric mean is wider than +-3%), judged by that

@@ -1,4 +1,4 @@
-"""A ResNet-18-shaped workload for the GPU figures (issue 14): torchvision's ``resnet18`` (no pretrained weights,
+"""A ResNet-18-shaped workload for the GPU figures: torchvision's ``resnet18`` (no pretrained weights,
 nothing downloaded), 10 classes, on learnable synthetic 224x224 RGB images generated from a seed.
 
     pip install torchvision            # the build that matches the installed torch (torch 2.13 <-> torchvision 0.28)

@@ -201,7 +201,7 @@ def replay(args: argparse.Namespace) -> int:
 
     grid = RecordedGrid.load(args.grid)
     if "measurer" not in inspect.signature(search).parameters:
-        print("this autotune's search() takes no measurer= yet (issue 12): the grid can be recorded, not replayed",
+        print("this autotune's search() takes no measurer= yet: the grid can be recorded, not replayed",
               file=sys.stderr)
         return 2
     from autotune import probes

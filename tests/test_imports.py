@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -231,3 +232,15 @@ def test_the_wheel_holds_every_module_and_each_imports_alone(tmp_path: Path) -> 
     failed, files = json.loads(done.stdout.splitlines()[-1])
     assert failed == {}
     assert all(f.startswith(str(target)) for f in files), [f for f in files if not f.startswith(str(target))]
+
+
+def test_the_code_says_why_and_the_history_lives_in_docs() -> None:
+    """No issue numbers in the code (the code outlives them; docs/measurement.md keeps the measurements), and the
+    README stays a front door: at most 150 lines, the rest in docs/."""
+    cited = re.compile(r"\bissues? #?\d+", re.IGNORECASE)
+    found = [f"{path.relative_to(REPO)}:{n}" for path in modules().values()
+             for n, line in enumerate(path.read_text().splitlines(), 1) if cited.search(line)]
+    assert found == []
+    assert len((REPO / "README.md").read_text().splitlines()) <= 150
+    assert all((REPO / "docs" / name).is_file() for name in ("measurement.md", "knobs.md", "search.md",
+                                                              "ARCHITECTURE.md"))

@@ -45,7 +45,7 @@ def version() -> str:
 
 def entry() -> None:
     """The ``autotune`` console script and ``python -m autotune``: ``main``, then the process ends without the
-    interpreter's teardown once its output is flushed (``exit_now``: with torch loaded, 0.85 s a command)."""
+    interpreter's teardown once its output is flushed (``exit_now``: with torch loaded that teardown is slow)."""
     code = main()
     logging.shutdown()
     from ..trial.launch import exit_now

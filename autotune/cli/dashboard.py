@@ -67,8 +67,8 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 def _serve_until_interrupted(server: WSGIServer) -> None:
-    """Serve in a thread until SIGINT or SIGTERM. Raised in the serving thread, Ctrl-C landed inside a request
-    at times, and wsgiref's handler caught it as a failed request and served on (seen on a loaded machine)."""
+    """Serve in a thread until SIGINT or SIGTERM. Raised in the serving thread, Ctrl-C can land inside a request,
+    and wsgiref's handler catches it as a failed request and serves on."""
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     serving = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)

@@ -1,8 +1,8 @@
 """Paired A/B measurement inside one process: arms trained in alternating windows, compared by ratio.
 
-Two identical trial processes differ by a factor that lasts their whole life (0.89-1.28x measured on a
-2-vCPU VM), while two identical models trained alternately in ONE process agree within 1-2%. So knobs
-that apply inside a process are compared here: an ``Arm`` is one set of in-process knobs (batch size,
+Two identical trial processes differ by a factor that lasts their whole life, while two identical models
+trained alternately in ONE process agree far more closely. So knobs that apply inside a process are compared
+here: an ``Arm`` is one set of in-process knobs (batch size,
 channels_last, AMP dtype, compile mode, sparsity, DataLoader settings, ipex, TF32) with its own model,
 optimizer and DataLoader, set up through ``autotune.apply()`` and ``Tuned`` exactly as a trial and the
 user's training are, seeded identically. ``pairs()`` runs two arms back to back in random order; each
@@ -56,11 +56,9 @@ if TYPE_CHECKING:
 WINDOW_FLOOR_S = {"cpu": 0.3, "cuda": 0.05}  # timer and scheduler noise stay well under 2% of this
 MIN_WINDOW_STEPS = 4
 # A process's first arm trains untimed after its warm-up steps until SETTLE_S seconds or SETTLE_STEPS steps,
-# whichever comes first (``Arm._settle``). Measured on the CNN (2-vCPU VM): a fresh process's first ~1 s of
-# training ran at 0.3-0.8x of its later speed, in single-arm and two-arm workers alike, while an arm added to
-# a process that had trained already ran at its full speed from its first window; a confirmation round of
-# 6 pairs of 0.3 s counted that ramp against the defaults arm only and read bf16 + channels_last at 2.0-3.1x
-# where the steady pairs read 1.75x. A step-count cap keeps tiny workloads (1 ms steps) from paying a second.
+# whichever comes first (``Arm._settle``): a fresh process trains slower at first, an arm added to a process that
+# has trained already does not, so timing that ramp would count it against the first arm only and inflate the
+# other's speedup. A step-count cap keeps tiny workloads (1 ms steps) from paying a second.
 SETTLE_S = 1.2
 SETTLE_STEPS = 100
 

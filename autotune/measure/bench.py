@@ -36,8 +36,8 @@ def fresh_compiler() -> None:
 
 def preload_lazy_modules() -> None:
     """Import now what torch imports lazily on an arm's first build: ``torch.optim.Optimizer.__init__`` runs
-    under ``torch._disable_dynamo``, which imports ``torch._dynamo`` on its first call (1.7-1.9 s of a CNN
-    arm's 2.6 s build and warm-up, 2-vCPU VM). In the worker's start it runs before ``Ready``, while the other
+    under ``torch._disable_dynamo``, which imports ``torch._dynamo`` on its first call (most of a small
+    model's first build and warm-up). In the worker's start it runs before ``Ready``, while the other
     worker of a process pair imports side by side, instead of in each arm's turn alone; every process that
     trains with an optimizer pays it once either way, the user's too."""
     with contextlib.suppress(ImportError):

@@ -79,9 +79,8 @@ def device_of(facts: Any, index: int) -> tuple[str, int | None]:
 
 def warm_libraries() -> None:
     """Make the process's cuBLAS and cuBLASLt workspaces before an arm's footprint starts: they are made at
-    the first matmul of each thread (the backward runs in autograd's own thread: another 32 MiB on an H100)
-    and kept for the process, so the first arm was charged what every arm shares (its resident memory read
-    32.7 MiB where an identical second arm's read 0.7)."""
+    the first matmul of each thread (the backward runs in autograd's own thread: another workspace) and kept
+    for the process, so otherwise the first arm is charged what every arm shares."""
     import torch
 
     if not torch.cuda.is_available():

@@ -179,7 +179,7 @@ class PairedWorker:
     def fix_heap(self, timeout_s: float = 30.0) -> bool:
         """Fix the worker's heap thresholds from now on (``keep_heap``), as a worker started with ``keep_heap``
         has them from its start: a process pair's worker that goes on to host in-process arms. Its arm built
-        before measured alike: A/A and channels_last in 5 such workers against 5 started so (CNN, 2-vCPU VM)."""
+        before measures as one built after, so the worker need not be started again."""
         reply: HeapKept = self._expect(KeepHeap(), HeapKept, timeout_s)
         self.heap_fixed = reply.kept
         return reply.kept

@@ -2,18 +2,17 @@
 
 Knobs that must be set before torch starts (threads, affinity, OpenMP runtime, allocator) cannot share a
 process, so their comparison needs two. A ``ProcessPair`` is two live ``PairedWorker``s, one per environment
-configuration, each holding that environment's in-process defaults (one arm). Which worker starts and warms
-up first, and which side runs first in each pair, are drawn from a seeded generator (an A/A across processes
-read 0.864 [0.772-0.967] when the defaults' worker always went first), and the idle worker is FROZEN
-(``autotune.measure.freeze``: SIGSTOP of its whole tree), so its spinning OpenMP threads and prefetching
-DataLoader workers take nothing from the one being timed. A pair's ratio is the candidate worker's rate /
-the baseline worker's.
+configuration, each holding that environment's in-process defaults (one arm). Which worker starts and warms up
+first, and which side runs first in each pair, are drawn from a seeded generator (a fixed order biases even an
+A/A across processes), and the idle worker is FROZEN (``autotune.measure.freeze``: SIGSTOP of its whole tree),
+so its spinning OpenMP threads and prefetching DataLoader workers take nothing from the one being timed. A
+pair's ratio is the candidate worker's rate / the baseline worker's.
 
-Two identical processes still differ by a factor that lasts their whole life (0.89-1.28x measured on a
-2-vCPU VM, issue 12), larger than the windows' noise. So one process pair gives one ratio (the median of its
-windows'), and ``across_processes`` repeats over fresh process pairs, at least ``least``, adding more
-until the interval of the geometric mean of those ratios (Student-t over process pairs,
-``stats.log_mean_interval``) is within ``±half_width`` or ``most`` pairs ran: noisier machines get more.
+Two identical processes still differ by a factor that lasts their whole life, larger than the windows' noise.
+So one process pair gives one ratio (the median of its windows'), and ``across_processes`` repeats over fresh
+process pairs, at least ``least``, adding more until the interval of the geometric mean of those ratios
+(Student-t over process pairs, ``stats.log_mean_interval``) is within ``±half_width`` or ``most`` pairs ran:
+noisier machines get more.
 
     >>> result = across_processes("cnn", defaults, {**defaults, "threads": 1}, facts, settings)  # doctest: +SKIP
     >>> result.verdict, result.ratio.low, result.ratio.high                                     # doctest: +SKIP

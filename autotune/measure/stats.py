@@ -141,7 +141,7 @@ def across_processes_interval(intervals: Sequence[Interval], confidence: float =
     """One speedup from several processes' intervals (a confirmation's rounds, each in fresh workers): the
     geometric mean of their medians, and the wider of two intervals: the geometric means of their bounds
     (each process's own uncertainty) and a Student-t interval of their medians' logarithms (what differs
-    between processes: bf16 + channels_last measured 1.56-2.02x in-process, one process to the next).
+    between processes: an in-process speedup varies from one process to the next).
     One interval is itself.
 
     >>> rounds = [Interval(m, 0.95 * m, 1.05 * m, 0.97, 6) for m in (1.56, 1.75, 2.02)]

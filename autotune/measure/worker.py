@@ -98,12 +98,9 @@ def _handle(bench: Bench, command: Command) -> Reply:
 
 
 # glibc's malloc returns freed memory to the system (a freed block above the mmap threshold, a heap top above
-# the trim threshold) and faults it in again on the next step. Measured on the CNN (2-vCPU VM): a worker
-# hosting the defaults and bf16 + channels_last arms ran the fp32 defaults arm in one of two states for
-# seconds or its whole life, 2,900-3,200 samples/s at 8-20 thousand minor page faults a pair, or
-# 1,800-2,500 at 60-130 thousand (bf16 + channels_last read 2.0-2.7x there, 1.6-1.8x in the first; a
-# one-model process, as the user's, ran at the first rate in 6 of 7 processes). With these thresholds
-# fixed: under 1,400 faults a pair, the defaults arm 2,920-3,195 in every worker, the ratio 1.60-1.83x.
+# the trim threshold) and faults it in again on the next step. In a worker hosting several arms its dynamic
+# thresholds can leave an arm in a slow, page-faulting state for seconds or its whole life, which skews the
+# pairs' ratios; fixed thresholds keep every arm in the fast state a one-model process, as the user's, usually runs in.
 KEPT_MMAP_THRESHOLD = 32 << 20  # glibc's largest (half its heap size); fixing it stops its dynamic growth
 KEPT_TRIM_THRESHOLD = 256 << 20
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # malloc.h

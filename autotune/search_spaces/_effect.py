@@ -1,6 +1,6 @@
 """Whether a trial ran with the knobs it was asked for, from what the trial process reported.
 
-A trial records what was in effect in its own process (``autotune.trial.child._in_effect``: the library
+A trial records what was in effect in its own process (``autotune.trial.training.in_effect``: the library
 that served ``GOMP_parallel`` and ``malloc``, libiomp5's block time, what ``Tuned.prepare``/
 ``prepare_model`` applied). A knob that did not take (a preloaded library the dynamic linker ignored,
 IPEX that failed to import) measured something else than the recipe says, so the search must not

@@ -82,9 +82,8 @@ def _first_rounds_s(study: optuna.Study) -> float | None:
 def started_estimate_s(study: optuna.Study) -> float | None:
     """How long a candidate that starts processes (another environment's process pairs, ``processes`` > 1)
     likely takes: 1.2x the median wall time of the finished candidates, not pruned, that started some; before
-    any, ``estimate_s``. Of all candidates, the median fell to 10 s once the defaults' worker had measured a
-    few, and a 5-minute search sampled a trial of another environment with 59 s left before the time kept for
-    the confirmation: it took 63 s."""
+    any, ``estimate_s``. The median of all candidates falls once the defaults' worker has measured a few cheap
+    ones, and would let such a trial start with too little time left before the time kept for the confirmation."""
     found = _median_wall_s(study, lambda a: a.get(Attr.STATUS) != Status.PRUNED
                            and a.get(Attr.ROLE) not in (BASELINE, CONFIRM) and (a.get("startup_s") or 0.0) > STARTED_S)
     return found if found is not None else estimate_s(study)
@@ -93,8 +92,8 @@ def started_estimate_s(study: optuna.Study) -> float | None:
 def in_process_estimate_s(study: optuna.Study) -> float | None:
     """How long a candidate that starts no process likely takes (a ``warm`` environment's, not compiled): 1.2x
     the median wall time of the finished candidates, not pruned, that started none and did not compile; before
-    any, as ``estimate_s`` before any candidate. In a 5-minute CNN search such a candidate took 2.8 s where the
-    median of all took 47 s (the heuristic's process pairs): the search stopped with 57 s of its budget unused."""
+    any, as ``estimate_s`` before any candidate. The median of all candidates, raised by process pairs, would
+    overstate it many times over and leave the budget's end unused."""
     found = _median_wall_s(study, lambda a: a.get(Attr.STATUS) == Status.OK
                            and a.get(Attr.ROLE) not in (BASELINE, CONFIRM) and a.get("method") in IN_PROCESS_METHODS
                            and (a.get("startup_s") or 0.0) <= STARTED_S
@@ -135,15 +134,13 @@ def round_parts(result: TrialResult, noise: Noise | None, options: SearchOptions
     spends on the round whichever candidates of it are confirmed). Its own: its in-process pairs' windows (two a
     pair, at the calibration's length, 10% over for whole steps), and for a recipe of the defaults' environment
     its time outside windows in the search once more (its arm built, evaluation); a recipe that IS its
-    environment (method ``process pairs``) has none: its environment's process pair is its measurement (seen: the
-    heuristic's round took 0.0 s beside its combination with channels_last, where 9 s had been kept). Its
+    environment (method ``process pairs``) has none: its environment's process pair is its measurement. Its
     environment's: for the defaults', a worker's start, as the calibration's (its time outside windows: a worker
     started, its arms built and settled); for another, one fresh process pair (``LiveMeasurer.reseed``), whose
     environment side goes on as the round's worker (``LiveMeasurer._factor``), which costs what the trial's pairs
     did, at least a worker's start and the pair's windows; a factor the search cut
-    short for time is completed in round 0, counted as ``PROCESS_PAIRS[0]`` pairs (seen: the heuristic measured
-    1 pair in a 2-minute demo's search, 16 s, and its round 0 took 39 s for 3, past the 15 s estimated, leaving
-    the round after it 2 s). Recipes of one environment share its part in a round (``reserve_s``)."""
+    short for time is completed in round 0, counted as ``PROCESS_PAIRS[0]`` pairs (completing it costs those,
+    not the fewer pairs the search ran). Recipes of one environment share its part in a round (``reserve_s``)."""
     outside = max(0.0, result.wall_s - (result.timed_s or 0.0))
     if noise is None:
         return result.wall_s, 0.0
@@ -165,14 +162,12 @@ def round_parts(result: TrialResult, noise: Noise | None, options: SearchOptions
 def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | None) -> float:
     """Time kept for the confirmation: the rounds of each candidate it would likely confirm now (its
     ``contenders``: not one whose search interval lies wholly below the first's), each environment's part once a
-    round however many of them share it (``round_parts``: a 5-minute search kept the process pairs for the
-    heuristic and its combination with channels_last apart, stopped at 125 s with 175 s left, and confirmed in
-    84 s), 10% over. The defaults' worker is started in a round only for a candidate of the defaults'
-    environment: as the calibration's was, at least the baseline's start (counting the baseline's start alone,
-    1.6 s where a round took 4.3 s, let a 2-minute demo's heuristic run until the best candidate's third round no
-    longer fit, and two rounds that agreed, 1.21x and 1.17x, left it unconfirmed). Kept for a defaults' worker
-    no candidate needed and for the heuristic's own windows, a 5-minute search stopped with 128 s left, 105 s
-    kept, and confirmed in 66 s."""
+    round however many of them share it (``round_parts``: kept once per candidate, shared process pairs would
+    stop the search early), 10% over. The defaults' worker is started in a round only for a candidate of the
+    defaults' environment: as the calibration's was, at least the baseline's start (the baseline's start alone
+    is less than such a round takes, and a candidate whose last round no longer fits is left unconfirmed). Time
+    kept for a defaults' worker no candidate needs, or for windows a recipe that IS its environment does not run,
+    would stop the search early."""
     if estimate is None or options.budget_s is None or options.confirm_top <= 0:
         return 0.0
     noise = recorded_noise(study)
@@ -188,9 +183,8 @@ def floors(study: optuna.Study) -> dict[str, float]:
     """The least an environment's part of a confirmation round takes, as measured in the study: the defaults', the
     baseline's start; another's, one of its process pairs, from the trial that is that environment's defaults (its
     wall time / its process pairs: method ``process pairs``). Counted from the calibration instead (a worker's
-    start, 5.7 s, and the pair's windows), a process pair's round was 8.1 s where it took 9.4 (two processes
-    started side by side, two arms settled, both ended): a 5-minute search's confirmation lost its third round
-    to a timeout 0.4 s short."""
+    start and the pair's windows), a process pair's round is underestimated (two processes started side by side,
+    two arms settled, both ended), and a round kept too short times out."""
     found: dict[str, float] = {}
     for r in records(study):
         if r.role == CONFIRM or r.result.status != Status.OK:
@@ -223,8 +217,8 @@ def timeout_s(study: optuna.Study, options: SearchOptions, params: dict[str, Any
     """The trial's time limit: 5x the estimate of its kind (at least 60 s), and never into the time kept for
     the confirmation (``reserve_s``): a trial that would need it times out and the candidates already found
     are still confirmed. A compile mode not measured yet may take a quarter of the budget (at least 60 s):
-    in a 5-minute search on 2 cores, a first max-autotune trial ran 127 s, 42% of it, and timed out all the
-    same; a compile slower than that could not pay for itself in a run this budget is tuned for."""
+    its first trial may take far longer than any measured so far, and a compile slower than that could not pay
+    for itself in a run this budget is tuned for."""
     available = max(1.0, remaining - reserve_s(study, options, estimate_s(study)))
     mode = params.get("compile_mode") or "none"
     if mode != "none":

@@ -185,8 +185,7 @@ class SearchLoop:
         one and return True: the first seed not taken that is one, else the combination if it is one, else a
         trial of role ``in-process`` with the environment fixed (the best recipe's when warm, else the defaults')
         and no compilation, its in-process knobs sampled by Optuna. False when none fits, or a trial already
-        waiting would start one. A 5-minute CNN search had stopped with 57 s of its budget unused: candidates of
-        the defaults' worker took 2.8 s each, the median trial 47 s."""
+        waiting would start one. So the budget's end is not left unused while a cheap candidate still fits."""
 
         cheap = budget.in_process_estimate_s(self.study)
         if cheap is None or available < cheap:
@@ -202,20 +201,18 @@ class SearchLoop:
         if combined is not None and self._warm(combined):
             self.study.enqueue_trial(combined, user_attrs={Attr.ROLE: COMBINED})
         else:  # a sample that repeats a measured recipe is skipped at once: asking again costs nothing, and
-            self.enqueue_in_process()  # MAX_SKIPS of them in a row end the search (returning False here left 44 s)
+            self.enqueue_in_process()  # MAX_SKIPS of them in a row end the search (False here would leave time unused)
         return True
 
     def in_process_turn(self) -> bool:
         """Whether the next sampled trial should start no process: the search's candidates that started none
         have taken less than ``IN_PROCESS_WEIGHT`` x as long as those that started processes (another
-        environment's process pairs, ``processes`` > 1). One that starts processes costs 10-20x one that does not
-        (the CNN on a 2-vCPU VM: 45-62 s, a quarter to a third of it timed, against 2.8 s, 85-90% timed); a
-        5-minute search sampled two of them after its seeds (0.90x and a crash at its time limit) and measured no
-        other in-process knob. So the time is split, twice as much for the in-process knobs, in the best warm
-        environment, as for the environments: split 1:1, a 5-minute search timed 53% of its trials' time (two
-        sampled environments, 97 s, 27% timed), under the 60% goal of issue 12. The turn
-        gives way once ``DUPLICATES_YIELD`` samples in a row were recipes measured before (a small in-process
-        space, or TPE sure of its best): a sample Optuna draws freely comes next."""
+        environment's process pairs, ``processes`` > 1). One that starts processes costs many times one that does
+        not, and less of its time is timed, so sampled freely a few of them take a short search's time and leave
+        the in-process knobs unexplored. So the time is split, twice as much for the in-process knobs, in the best
+        warm environment, as for the environments, which keeps most of the trials' time timed. The turn gives way
+        once ``DUPLICATES_YIELD`` samples in a row were recipes measured before (a small in-process space, or TPE
+        sure of its best): a sample Optuna draws freely comes next."""
         if self.duplicates >= DUPLICATES_YIELD:
             return False
         started = not_started = 0.0
@@ -304,11 +301,10 @@ class SearchLoop:
         """For a trial Optuna sampled (role ``search`` or ``in-process``): the earlier trial of the same recipe
         that was measured (status ok, the baseline's included), else None. Its measurement stands: a repeat in
         a warm worker measures the same arms against the same baseline, and the confirmation measures the
-        chosen recipes again in fresh processes anyway. One 5-minute CNN search had measured channels_last in
-        the heuristic's environment 8 times, and went on with the highest of the copies. The repeat is skipped
-        (as discussed in optuna/optuna#2021) and told PRUNED, which TPE ranks below every completed trial, so it
-        draws elsewhere rather than the same point again; the earlier trial keeps its value. A recipe that
-        crashed or timed out is measured again."""
+        chosen recipes again in fresh processes anyway; measuring it again would spend the budget on one recipe
+        and carry on with the luckiest of its copies. The repeat is skipped (as discussed in optuna/optuna#2021)
+        and told PRUNED, which TPE ranks below every completed trial, so it draws elsewhere rather than the same
+        point again; the earlier trial keeps its value. A recipe that crashed or timed out is measured again."""
         if role not in (SEARCH, IN_PROCESS):
             return None
         key = params_key(params)

@@ -122,7 +122,7 @@ def lineup(study: optuna.Study, top: int) -> tuple[TrialRecord | None, list[Tria
     """The baseline's record and the ``top`` fastest feasible distinct recipes' records: what a
     confirmation re-runs (and the budget keeps time for). A recipe whose search interval lies wholly
     below ``1 + margin`` (the study's calibrated margin) is left out: its confirmation could not make it
-    the recipe (seen: a 0.78x [0.68-0.80] candidate confirmed for 16 s of a tiny search)."""
+    the recipe, so the time to confirm it would be lost."""
     searched = [r for r in records(study) if r.role != CONFIRM]
     baseline = next((r for r in searched if r.role == BASELINE and r.result.status == Status.OK), None)
     if baseline is None:
@@ -142,9 +142,8 @@ def lineup(study: optuna.Study, top: int) -> tuple[TrialRecord | None, list[Tria
 def contenders(top: list[TrialRecord]) -> list[TrialRecord]:
     """Of ``lineup``'s candidates, those the confirmation will likely measure: not one whose search interval lies
     wholly below the first's search low bound (``confirm`` leaves it out once the first is confirmed above it).
-    The time kept for the confirmation counts these only: in a 5-minute CNN search, the heuristic (1.03x
-    [1.00-1.06]) and a 0.85x [0.63-1.16] candidate were kept time for beside channels_last (1.21x [1.20-1.21]),
-    and the search stopped at 1m41s of 5m."""
+    The time kept for the confirmation counts these only: time kept for candidates it will not measure would
+    stop the search early."""
     if not top:
         return []
     floor = top[0].result.speedup_low or 0.0
@@ -203,8 +202,8 @@ class Confirmation:
     def best(self) -> Candidate | None:
         """The recipe's candidate, or None: keep the defaults. Of the candidates whose low bound is above
         ``1 + margin``, those whose median lies inside the fastest one's interval cannot be told from it; of
-        them, the one surest to be fast (the highest low bound). Seen: 1.61x [1.17-2.20] and 1.61x [1.48-1.94],
-        whose fresh-process rounds disagreed less."""
+        them, the one surest to be fast (the highest low bound): of two alike medians, the one whose fresh-process
+        rounds disagreed less."""
         fastest = self.fastest
         if fastest is None:
             return None

@@ -122,8 +122,7 @@ def combination(study: optuna.Study, facts: Facts, ctx: spaces.SpaceContext,
     """The fastest environment measured so far with the fastest in-process knobs of the defaults' environment, when
     no trial has measured them together yet; None otherwise. Each was measured against the defaults, the one
     across process pairs, the other inside the defaults' worker, and TPE samples every knob at once, so in a
-    short search the two gains are seldom tried together (a 5-minute CNN search measured the heuristic's
-    environment at 1.03x and channels_last at 1.21x, never both). Its factor is cached and its worker may still
+    short search the two gains are seldom tried together. Its factor is cached and its worker may still
     be alive: the combination costs an arm's warm-up and its pairs. Taken only where the in-process knobs beat
     the defaults by the margin and the environment is not slower than the defaults; one process (``processes``
     > 1 is measured in fresh processes, without a factor)."""

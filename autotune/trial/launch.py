@@ -204,8 +204,8 @@ def start(launch: LaunchPlan, **popen_kwargs: Any) -> subprocess.Popen[bytes]:
 
 def exit_now(code: int) -> NoReturn:
     """End a trial process that has reported everything and closed what it started, skipping the
-    interpreter's teardown: with torch (and torch._dynamo) loaded that took 0.85 s of CPU per process
-    (2-vCPU VM), paid by every worker a search closes. Its parent stops what may be left of its tree."""
+    interpreter's teardown: with torch (and torch._dynamo) loaded it costs noticeable CPU time per process,
+    paid by every worker a search closes. Its parent stops what may be left of its tree."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

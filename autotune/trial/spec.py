@@ -71,7 +71,7 @@ class TrialResult:
     log_tail: str | None = None
     steps: int | None = None  # optimizer steps the trial took (written by the child)
     failed_at: float | None = None  # wall clock of a failure: of several ranks' failures the earliest is the cause
-    # Paired measurement (issue 12): ``objective`` is then the speedup over the defaults, with its interval.
+    # Paired measurement: ``objective`` is then the speedup over the defaults, with its interval.
     speedup_low: float | None = None
     speedup_high: float | None = None
     method: str | None = None  # "in-process pairs", "process pairs x in-process pairs"; None: samples/s of one process
