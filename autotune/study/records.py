@@ -222,7 +222,7 @@ class SearchOutcome:
     stopped: str
     elapsed_s: float
     confirmation: Confirmation | None = None
-    noise: dict[str, Any] | None = None  # the calibration (``autotune.trial.spec.Noise`` as a dict)
+    noise: dict[str, Any] | None = None  # the calibration (``autotune.measure.Noise`` as a dict)
     spent: dict[str, float] = field(default_factory=dict)  # where the trials' time went (``report.time_spent``)
 
 

@@ -121,7 +121,7 @@ def test_workers_starting_together_on_an_empty_database_all_open_it(postgres: st
         connection.execute(sqlalchemy.text("CREATE DATABASE race"))
     engine.dispose()
     url = postgres.rsplit("/", 1)[0] + "/race"
-    code = ("import sys; from autotune.study import rdb_storage; from autotune.store import RecipeStore; "
+    code = ("import sys; from autotune.study.driver import rdb_storage; from autotune.store import RecipeStore; "
             "RecipeStore.open(sys.argv[1]).__exit__(); rdb_storage(sys.argv[1])")
     starts = [subprocess.Popen([sys.executable, "-c", code, url], stderr=subprocess.PIPE, text=True) for _ in range(6)]
     for start in starts:
