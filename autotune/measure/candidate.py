@@ -10,11 +10,10 @@ from typing import Any, Literal
 
 from ..trial.spec import Status, TrialResult
 from . import stats
-from .environment import ENVIRONMENT_KEYS
+from .environment import DEFAULTS, ENVIRONMENT_KEYS
 from .paired_worker import PairedWorker
 from .protocol import ArmStatus, PairRecord
 
-DEFAULTS = "defaults"  # each worker's arm of its environment's in-process defaults
 FRESH_PAIRS = 3  # fresh-process pairs a multi-process candidate needs at least (its first call to ``more``)
 NOTHING = stats.Interval(0.0, 0.0, 0.0, 0.0, 0)  # no pair yet (or an arm failed before one): slower than anything
 

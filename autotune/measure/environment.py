@@ -7,6 +7,8 @@ from typing import Any
 
 from .. import search_spaces as spaces
 
+DEFAULTS = "defaults"  # each worker's arm of its environment's in-process defaults, in every kind of worker
+
 # Knobs that must be in effect before torch starts, or that decide the process itself: one worker, one set
 # of values (``search_spaces``: threads and preload families, processes; the run settings device and membind).
 ENVIRONMENT_KEYS: tuple[str, ...] = (*spaces.threads.KEYS, *spaces.preload.KEYS, *spaces.processes.KEYS,

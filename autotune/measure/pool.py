@@ -10,10 +10,10 @@ from typing import Any
 
 from ..trial.runner import ended
 from ..trial.spec import Status
+from .environment import DEFAULTS
 from .paired_worker import PairedWorker, WorkerError
 from .protocol import ArmStatus
 
-DEFAULTS = "defaults"  # each worker's arm of its environment's in-process defaults
 PhaseHook = Callable[[str, str], None]  # (phase name, detail): "starting", "compiling", "paired windows", ...
 
 

@@ -28,12 +28,13 @@ from typing import Any, Literal
 
 from . import stats
 from .arms import choose_window_s
+from .environment import DEFAULTS
 from .paired_worker import PairedWorker, WorkerError
 from .protocol import ArmStatus, PairRecord, WindowsRun
 
 Side = Literal["base", "cand"]
 PROCESS_PAIRS = (3, 8)  # the fewest and most fresh process pairs an environment comparison runs (``enough``)
-ARM = "defaults"  # each worker's one arm: its environment's in-process defaults
+ARM = DEFAULTS  # each worker's one arm; a kept worker goes on with it as its environment's defaults arm
 
 
 @dataclass(frozen=True)
