@@ -82,7 +82,9 @@ def test_a_paired_study_reports_speedups_with_intervals_noise_importances_and_fa
     assert "<td>1.60x [1.50-1.70]</td>" in page  # the best trial
     # the stored recipe, with its interval where the store keeps one
     assert re.search(r"Stored recipe 1: <b>1\.60x( \[1\.50-1\.70\])?</b>", page)
-    assert "identical runs here differ by up to 3%; the smallest gain this budget can tell apart is 4%" in page
+    assert ("identical arms in one process spread over 6.0% (A/A, max - min); between fresh processes not measured "
+            "(no other environment was measured); the smallest gain these intervals could tell apart is 6.1% (the "
+            "A/A&#x27;s interval)") in page
     assert "loss 2.1 is +45% over the baseline&#x27;s 1.45 (limit +5%)" in page and "out of memory" in page
     assert "best (trial 4) confirmed at median 1.60x" in page
     assert 'data-plots="4"' in page and page.count('class="plotly-graph-div"') == 4  # history, knobs, importance, time

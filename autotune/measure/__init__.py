@@ -19,7 +19,7 @@ from .live import LiveMeasurer
 from .measurer import Noise, PairedMeasurer
 from .paired_worker import PairedWorker
 from .process_pair import PROCESS_PAIRS, across_processes
-from .stats import CONFIDENCE, MIN_MARGIN, Interval, across_processes_interval, compare
+from .stats import CONFIDENCE, MIN_MARGIN, Interval, compare, rounds_interval
 
 __all__ = [
     "CONFIDENCE",
@@ -32,9 +32,9 @@ __all__ = [
     "PairedMeasurer",
     "PairedWorker",
     "across_processes",
-    "across_processes_interval",
     "combine",
     "compare",
     "environment_differences",
     "environment_key",
+    "rounds_interval",
 ]

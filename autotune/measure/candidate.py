@@ -3,11 +3,14 @@ of it shares: which environment is the defaults', how two ratios combine, a fail
 from __future__ import annotations
 
 import math
+import random
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
+from ..trial.runner import run_trial
 from ..trial.spec import Status, TrialResult
 from . import stats
 from .environment import DEFAULTS, ENVIRONMENT_KEYS
@@ -22,22 +25,38 @@ def same_environment(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return all(a.get(k) == b.get(k) for k in ENVIRONMENT_KEYS)
 
 
-def combine(first: stats.Interval, second: stats.Interval) -> stats.Interval:
-    """The product of two independent ratios, each with its interval: log distances add in quadrature.
+def combine(factor: stats.Interval, ratios: Sequence[float],
+            confidence: float = stats.CONFIDENCE) -> stats.Interval:
+    """Another environment's speedup: its ``factor`` (its defaults over the defaults, a Student-t interval over
+    fresh process pairs) times the median of its in-process ``ratios`` (paired windows against its environment's
+    defaults arm), as one Welch-Satterthwaite interval on the log scale (``stats.welch_interval``). ``count``:
+    the fewer of process pairs and window pairs, the units that limit it.
 
-    >>> iv = combine(stats.Interval(1.0, 0.9, 1.1, 0.95, 3), stats.Interval(2.0, 2.0, 2.0, 0.95, 16))
-    >>> round(iv.median, 3), round(iv.low, 3), round(iv.high, 3)
-    (2.0, 1.8, 2.2)
+    >>> iv = combine(stats.log_mean_interval([0.9, 1.0, 1.1]), [2.0] * 16)
+    >>> round(iv.median, 3), round(iv.low, 3), round(iv.high, 3), iv.count
+    (1.993, 1.553, 2.558, 3)
     """
-    centre = math.log(first.median) + math.log(second.median)
+    parts = [stats.interval_part(factor), stats.median_part(ratios)]
+    return stats.welch_interval(parts, confidence, count=min(factor.count, len(ratios)))
 
-    def spread(a: stats.Interval, b: stats.Interval, side: Literal["low", "high"]) -> float:
-        return math.hypot(*(abs(math.log(getattr(iv, side)) - math.log(iv.median)) if getattr(iv, side) > 0
-                            else math.inf for iv in (a, b)))
 
-    low, high = spread(first, second, "low"), spread(first, second, "high")
-    return stats.Interval(math.exp(centre), math.exp(centre - low), math.exp(centre + high),
-                          min(first.confidence, second.confidence), min(first.count, second.count))
+def round_factor(ratio: float, earlier: Sequence[float], settled: stats.Interval | None) -> stats.Interval:
+    """A confirmation round's environment factor: this round's one fresh process pair, its ``ratio`` the centre,
+    no earlier pair pooled with it (the confirmation must not reuse what chose the candidate). The search's pairs
+    (``earlier``; or, resumed, its ``settled`` interval) lend only the spread of one pair's ratio and its degrees
+    of freedom; with none, the interval is unbounded.
+
+    >>> iv = round_factor(0.8, [0.9, 1.0, 1.1], None)
+    >>> round(iv.median, 3), round(iv.low, 3), round(iv.high, 3), iv.count
+    (0.8, 0.519, 1.232, 3)
+    """
+    if len(earlier) >= 2:
+        spread, count = stats.mean_part(earlier), len(earlier)
+    elif settled is not None and settled.count >= 2:
+        spread, count = stats.interval_part(settled), settled.count
+    else:
+        return stats.part_interval(stats.mean_part([ratio]))
+    return stats.part_interval(stats.Part(math.log(ratio), spread.variance * count, spread.df))
 
 
 def status_of(state: str) -> Status:
@@ -73,7 +92,28 @@ class Candidate:
     warmup_s: float = 0.0
     timed_s: float = 0.0
     warnings: list[str] = field(default_factory=list)
-    interval: stats.Interval | None = None
+
+    def fresh_pairs(self, n: int, workload: str, defaults: dict[str, Any], facts: Any, settings: Any,
+                    deadline: float, on_phase: Callable[[str, str], None]) -> None:
+        """Fresh trial processes of the candidate and of the defaults, alternated: at least ``FRESH_PAIRS``."""
+        count = max(1, min(n, FRESH_PAIRS - len(self.fresh))) if len(self.fresh) < FRESH_PAIRS else 1
+        rng = random.Random(self.seed + len(self.fresh))
+        for _ in range(count):
+            on_phase("starting", f"{self.name}: fresh process pair {len(self.fresh) + 1}")
+            runs: dict[str, TrialResult] = {}
+            for side in (["base", "cand"] if rng.random() < 0.5 else ["cand", "base"]):
+                runs[side] = run_trial(workload, defaults if side == "base" else self.params, facts, settings,
+                                       timeout_s=max(1.0, deadline - time.monotonic()))
+                self.startup_s += runs[side].startup_s or 0.0
+                self.warmup_s += runs[side].warmup_s or 0.0
+                self.timed_s += runs[side].timed_s or 0.0
+                if runs[side].status != Status.OK:
+                    failed = runs[side]
+                    self.failed = failed if side == "cand" else TrialResult(
+                        Status.CRASH, error=f"the defaults failed in a fresh process: {failed.error}")
+                    return
+            self.fresh.append((runs["base"], runs["cand"]))
+            self.warnings += [w for w in runs["cand"].warnings if w not in self.warnings]
 
     def fresh_result(self, interval: stats.Interval) -> TrialResult:
         """The result of a candidate measured in fresh process pairs: its first run's, with the pairs' interval."""
@@ -83,5 +123,6 @@ class Candidate:
         return replace(runs[0], objective=interval.median, speedup_low=interval.low, speedup_high=interval.high,
                        method="fresh process pairs", pairs=interval.count,
                        samples_per_s=statistics.median(r.samples_per_s or 0.0 for r in runs),
+                       baseline_samples_per_s=statistics.median(b.samples_per_s or 0.0 for b, _ in self.fresh),
                        startup_s=self.startup_s, warmup_s=self.warmup_s, timed_s=self.timed_s,
                        wall_s=time.monotonic() - self.started, warnings=self.warnings)

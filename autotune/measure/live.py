@@ -2,20 +2,18 @@
 live worker processes (``autotune.measure.pool``), across processes where their environment differs."""
 from __future__ import annotations
 
-import random
 import statistics
 import time
 from dataclasses import replace
 from typing import Any
 
 from .. import search_spaces as spaces
-from ..trial.runner import run_trial
 from ..trial.spec import Status, TrialResult
 from . import stats
 from .arms import WINDOW_FLOOR_S, choose_window_s
-from .candidate import DEFAULTS, FRESH_PAIRS, NOTHING, Candidate, combine, same_environment, status_of
+from .candidate import DEFAULTS, NOTHING, Candidate, combine, round_factor, same_environment, status_of
 from .environment import ENVIRONMENT_KEYS, environment_differences, environment_key
-from .measurer import Noise
+from .measurer import BUSY, Noise, too_busy
 from .paired_worker import Calibration, WorkerError
 from .pool import PhaseHook, WorkerPool, lost
 from .process_pair import PROCESS_PAIRS, enough, process_pair
@@ -28,7 +26,7 @@ class LiveMeasurer:
     - a candidate of the defaults' environment is an arm in that worker, paired with the defaults arm;
     - another environment: its factor (its in-process defaults / the defaults, over fresh process pairs,
       ``across_processes``) measured once per environment per search and cached (``factors``, which a
-      resumed search may fill from its trials; each confirmation round adds one fresh process pair), x its
+      resumed search may fill from its trials; a confirmation round measures one pair of its own), x its
       in-process ratio in a worker of that environment, kept alive while consecutive candidates use it (one at
       most besides the defaults'; the idle one is frozen): the environment's side of its last process pair,
       its heap fixed from then on (``process_pair.process_pair``'s ``keep``), where no worker of it runs;
@@ -38,30 +36,24 @@ class LiveMeasurer:
     - the first ``begin(defaults)`` after ``calibrate`` is the baseline trial: ``end`` gives the A/A's interval
       and the defaults arm's loss (no pairs run).
     A failed arm is a ``TrialResult`` (oom, nan, crash); a dead or hung worker a crash or timeout, and the
-    worker is started again for the next candidate.
-
-        >>> measurer = LiveMeasurer("cnn", defaults, facts, settings)            # doctest: +SKIP
-        >>> noise = measurer.calibrate(600)                                       # doctest: +SKIP
-        >>> h = measurer.begin({**defaults, "channels_last": True}, 300)          # doctest: +SKIP
-        >>> measurer.more(h, noise.pairs, 300).low > 1 + noise.margin, measurer.end(h).objective  # doctest: +SKIP
-        (True, 1.21)
+    worker is started again for the next candidate. How the search drives it: ``measurer.PairedMeasurer``.
     """
 
     def __init__(self, workload: str, defaults: dict[str, Any], facts: Any, settings: Any, *,
                  calibration_pairs: int = 16, half_width: float = 0.03, window_s: float | None = None,
                  process_pairs: tuple[int, int] = PROCESS_PAIRS, seed: int = 0,
-                 on_phase: PhaseHook | None = None) -> None:
+                 on_phase: PhaseHook | None = None, busy: float = BUSY) -> None:
         self.workload, self.defaults, self.facts, self.settings = workload, defaults, facts, settings
         self.calibration_pairs, self.half_width, self.window_s = calibration_pairs, half_width, window_s
-        self.process_pairs, self.seed = process_pairs, seed
+        self.process_pairs, self.seed, self.busy = process_pairs, seed, busy  # busy: ``measurer.too_busy``
         self.on_phase: PhaseHook = on_phase or (lambda name, detail: None)
         self.pool = WorkerPool(workload, defaults, facts, settings, lambda name, detail: self.on_phase(name, detail))
         self.calibration: Calibration | None = None
         self.noise: Noise | None = None
         self.factors: dict[str, stats.Interval] = {}  # environment key -> its factor (``environment_key``)
         self.factor_ratios: dict[str, list[float]] = {}  # environment key -> one ratio per process pair run
-        self._due: set[str] = set()  # factors that get one more fresh process pair (``reseed``)
-        self._grow = True  # a search's race adds process pairs to a factor; a confirmation round only its one
+        self._confirming = False  # after ``reseed``: each round's factors are its own process pairs
+        self._round_factors: dict[str, stats.Interval] = {}  # this confirmation round's, by environment key
         self._pair_s = 0.0  # the last process pair's wall time
         self._count = 0
         self._baseline_given = False
@@ -79,17 +71,21 @@ class LiveMeasurer:
         window = self.window_s or max(WINDOW_FLOOR_S.get(device, WINDOW_FLOOR_S["cpu"]), min(
             choose_window_s(status.step_s or status.first_step_s or 0.0, device), timeout_s / 6 / (2 * 6)))
         pairs = max(6, min(self.calibration_pairs, int(timeout_s / 6 / (2 * window))))
-        cal = worker.calibrate(DEFAULTS, self.defaults, pairs=pairs, half_width=self.half_width, window_s=window,
-                               seed=self.seed)
+        for attempt in range(2):  # a machine too busy to calibrate is given a second chance, not a third
+            cal = worker.calibrate(DEFAULTS, self.defaults, pairs=pairs, half_width=self.half_width, window_s=window,
+                                   seed=self.seed + attempt)
+            busy = too_busy(cal.aa.amortised, self.busy)
+            if busy is None:
+                break
+            self.on_phase("calibrating noise", f"{busy}: once more")
+        if busy is not None:
+            raise WorkerError(f"{busy} twice: rank no recipe on it; try again when the machine is quieter")
         # A budget-sized race: a candidate's most pairs (3 x pairs, two windows each) within a quarter of the time.
         affordable = max(8, int(timeout_s / (4 * 3 * 2 * cal.window_s)))
         if cal.pairs > affordable:
             cal = replace(cal, pairs=affordable)
         self.calibration = cal
-        aa = cal.aa.amortised
-        self.noise = Noise(cal.window_s, cal.pairs, cal.half_width, cal.margin, cal.spread,
-                           (aa.median, aa.low, aa.high), timed_s=2 * aa.count * cal.window_s,
-                           wall_s=time.monotonic() - started)
+        self.noise = Noise.from_calibration(cal, wall_s=time.monotonic() - started)
         return self.noise
 
     @property
@@ -112,14 +108,13 @@ class LiveMeasurer:
         return key in self.factors and self.pool.env_alive(key)
 
 
-    def reseed(self, seed: int, *, fresh_factors: bool = True) -> None:
+    def reseed(self, seed: int) -> None:
         """A confirmation round's fresh pairs: new window orders, fresh worker processes (what is confirmed is
-        measured in processes as new as the user's), and (``fresh_factors``) one more fresh process pair for every
-        environment factor, pooled with its earlier ones: a process pair is always two new processes, so earlier
-        pairs stand. A factor known only as an interval (a resumed search) is reused."""
-        self.seed, self._grow = seed, False
-        if fresh_factors:
-            self._due = set(self.factor_ratios)
+        measured in processes as new as the user's), and for every environment a factor of this round's own: one
+        fresh process pair, no earlier pair pooled with it (the confirmation must not reuse what chose the
+        candidate: ``_round_factor``)."""
+        self.seed, self._confirming = seed, True
+        self._round_factors = {}
         self.close()
 
     def begin(self, params: dict[str, Any], timeout_s: float) -> object | TrialResult:
@@ -180,6 +175,7 @@ class LiveMeasurer:
             return None  # nothing measured yet
         least = self.process_pairs[0]
         missing = 0 if key in self.factors else max(0, least - len(self.factor_ratios.get(key, [])))
+        missing = int(key not in self._round_factors) if self._confirming else missing
         pair_s = self._pair_s or self.pool.start_s + 2 * max(4, self.cal.pairs // 2) * self.cal.window_s
         need = missing * pair_s if missing else (0.0 if self.pool.env_alive(key) else self.pool.start_s)
         left = deadline - time.monotonic()
@@ -196,19 +192,20 @@ class LiveMeasurer:
     def _factor(self, key: str, params: dict[str, Any], trial: Candidate, deadline: float, *,
                 grow: bool = False) -> stats.Interval:
         """Its environment's defaults / the defaults, from fresh process pairs (``across_processes``, one pair at a
-        time), pooled over the candidates of that environment. In ``begin``: the fewest pairs (``least``), or one
-        more in a confirmation round; each later round of the candidate's race adds one (``grow``, from ``more``)
-        until the factor is ``enough`` (``process_pair.enough``), from then on cached, so a candidate the race
-        stops after its first round costs ``least`` pairs. Never past the trial's deadline: a factor cut short for
-        time keeps its pairs for the next candidate of it. Where no worker of the environment runs, the last pair's
-        environment side is kept as its worker (``WorkerPool.keep``): one worker start saved."""
+        time), pooled over the candidates of that environment. In ``begin``: the fewest pairs (``least``),
+        or in a confirmation round that round's own (``_round_factor``); each later round of the candidate's
+        race adds one (``grow``, from ``more``) until the factor is ``enough`` (``process_pair.enough``),
+        from then on cached, so a candidate the race stops after its first round costs ``least`` pairs.
+        Never past the trial's deadline: a factor cut short for time keeps its pairs for the next candidate
+        of it. Where no worker of the environment runs, the last pair's environment side is kept as its
+        worker (``WorkerPool.keep``): one worker start saved."""
+        if self._confirming:
+            return self._round_factor(key, params, trial, deadline)
         ratios = list(self.factor_ratios.get(key, []))
         least, most = self.process_pairs
-        due = key in self._due and bool(ratios)  # a confirmation round: one more fresh process pair
-        if key in self.factors and not due:
+        if key in self.factors:
             return self.factors[key]
-        self._due.discard(key)
-        target = len(ratios) + 1 if grow or due else max(least, len(ratios))
+        target = len(ratios) + 1 if grow else max(least, len(ratios))
         self.pool.set_all_aside()  # the process pairs are timed alone
         before, spent = len(ratios), 0.0
         while len(ratios) < target:
@@ -219,43 +216,62 @@ class LiveMeasurer:
                 if len(ratios) < least:
                     trial.warnings.append(f"environment factor from {len(ratios)} process pair(s): time ran out")
                 break
-            self.on_phase("starting", f"process pair {len(ratios) + 1}: "
-                          + ", ".join(environment_differences(self.defaults, params)))
-            keep = len(ratios) + 1 == target and not self.pool.env_alive(key)
-            run, _, kept = process_pair(self.workload, self.defaults, self._env_defaults(params), self.facts,
-                                        self.settings, pairs=max(4, self.cal.pairs // 2),
-                                        window_s=self.cal.window_s, seed=trial.seed + len(ratios), keep=keep)
-            if kept is not None:
-                self.pool.keep(key, kept)
-            timed = sum(p.base.elapsed_s + p.cand.elapsed_s for p in run.pairs)
-            trial.timed_s += timed
-            trial.startup_s += time.monotonic() - started - timed
+            ratios.append(self._process_pair(key, params, trial, last=len(ratios) + 1 == target,
+                                             seed=trial.seed + len(ratios)))
             spent += time.monotonic() - started
-            self._pair_s = time.monotonic() - started
-            ratios.append(run.ratio.median)
             self.factor_ratios[key] = list(ratios)
         interval = stats.log_mean_interval(ratios) if ratios else NOTHING
         if ratios and enough(ratios, self.cal.half_width, least=least, most=most):
             self.factors[key] = interval
         return interval
 
-    def more(self, handle: object, n: int, timeout_s: float) -> stats.Interval:
+    def _process_pair(self, key: str, params: dict[str, Any], trial: Candidate, *, last: bool, seed: int) -> float:
+        """One fresh process pair of ``params``' environment against the defaults: its ratio. ``last``: where no
+        worker of the environment runs, its side is kept as that worker (``WorkerPool.keep``)."""
+        started = time.monotonic()
+        self.on_phase("starting", f"process pair {len(self.factor_ratios.get(key, [])) + 1}: "
+                      + ", ".join(environment_differences(self.defaults, params)))
+        run, _, kept = process_pair(self.workload, self.defaults, self._env_defaults(params), self.facts,
+                                    self.settings, pairs=max(4, self.cal.pairs // 2), window_s=self.cal.window_s,
+                                    seed=seed, keep=last and not self.pool.env_alive(key))
+        if kept is not None:
+            self.pool.keep(key, kept)
+        timed = sum(p.base.elapsed_s + p.cand.elapsed_s for p in run.pairs)
+        trial.timed_s += timed
+        trial.startup_s += time.monotonic() - started - timed
+        self._pair_s = time.monotonic() - started
+        return run.ratio.median
+
+    def _round_factor(self, key: str, params: dict[str, Any], trial: Candidate, deadline: float) -> stats.Interval:
+        """A confirmation round's factor for ``key``: one fresh process pair of this round (``round_factor``)."""
+        if key not in self._round_factors:
+            if self._pair_s and deadline - time.monotonic() < 1.5 * self._pair_s:
+                trial.warnings.append("no process pair for this round's factor: time ran out")
+                return NOTHING
+            self.pool.set_all_aside()
+            earlier = self.factor_ratios.get(key, [])
+            ratio = self._process_pair(key, params, trial, last=True, seed=trial.seed + 7 * len(earlier))
+            self._round_factors[key] = round_factor(ratio, earlier, self.factors.get(key))
+        return self._round_factors[key]
+
+    def more(self, handle: object, n: int, timeout_s: float, confidence: float = stats.CONFIDENCE) -> stats.Interval:
         trial = self._trial(handle)
         if trial.failed is None and not trial.baseline:
             deadline = time.monotonic() + timeout_s
             try:
                 key, trial.rounds = trial.factor_key, trial.rounds + 1
-                if key is not None and trial.rounds > 1 and self._grow and key not in self.factors \
+                if key is not None and trial.rounds > 1 and not self._confirming and key not in self.factors \
                         and trial.worker is not None:  # a later round of the race: one more process pair
                     trial.factor = self._factor(key, trial.params, trial, deadline, grow=True)
                 if trial.worker is None:
-                    self._fresh_pairs(trial, n, deadline)
+                    self.pool.set_all_aside()  # timed alone, as the process pairs
+                    trial.fresh_pairs(n, self.workload, self.defaults, self.facts, self.settings, deadline,
+                                      self.on_phase)
                 elif trial.in_process:
                     self._pairs(trial, n, deadline)
             except WorkerError as e:
                 trial.failed = self._lost(trial, e, deadline)
-        trial.interval = self._interval(trial)
-        return trial.interval
+        return self._interval(trial, confidence)
 
     def loss(self, handle: object) -> float | None:
         """The candidate's quality-guard loss, once taken (at the study's sample count, in its first windows or
@@ -281,43 +297,22 @@ class LiveMeasurer:
             status = status_of(failed.state) if failed is run.cand else Status.CRASH
             trial.failed = TrialResult(status, error=f"arm {failed.arm}: {failed.error}")
 
-    def _fresh_pairs(self, trial: Candidate, n: int, deadline: float) -> None:
-        """Fresh trial processes of the candidate and of the defaults, alternated: at least ``FRESH_PAIRS``."""
-        count = max(1, min(n, FRESH_PAIRS - len(trial.fresh))) if len(trial.fresh) < FRESH_PAIRS else 1
-        rng = random.Random(trial.seed + len(trial.fresh))
-        self.pool.set_all_aside()  # timed alone, as the process pairs
-        for _ in range(count):
-            self.on_phase("starting", f"{trial.name}: fresh process pair {len(trial.fresh) + 1}")
-            runs: dict[str, TrialResult] = {}
-            for side in (["base", "cand"] if rng.random() < 0.5 else ["cand", "base"]):
-                params = self.defaults if side == "base" else trial.params
-                runs[side] = run_trial(self.workload, params, self.facts, self.settings,
-                                       timeout_s=max(1.0, deadline - time.monotonic()))
-                trial.startup_s += runs[side].startup_s or 0.0
-                trial.warmup_s += runs[side].warmup_s or 0.0
-                trial.timed_s += runs[side].timed_s or 0.0
-                if runs[side].status != Status.OK:
-                    failed = runs[side]
-                    trial.failed = failed if side == "cand" else TrialResult(
-                        Status.CRASH, error=f"the defaults failed in a fresh process: {failed.error}")
-                    return
-            trial.fresh.append((runs["base"], runs["cand"]))
-            trial.warnings += [w for w in runs["cand"].warnings if w not in trial.warnings]
-
-    def _interval(self, trial: Candidate) -> stats.Interval:
-        """The candidate's speedup over the defaults so far, amortised over ``train_steps``."""
+    def _interval(self, trial: Candidate, confidence: float = stats.CONFIDENCE) -> stats.Interval:
+        """The candidate's speedup over the defaults so far, amortised over ``train_steps``, at ``confidence``."""
         if trial.baseline:
             return self.cal.aa.amortised
         if trial.worker is None:
             ratios = [c.objective / b.objective for b, c in trial.fresh if c.objective and b.objective]
-            return stats.log_mean_interval(ratios) if ratios else NOTHING
+            return stats.log_mean_interval(ratios, confidence) if ratios else NOTHING
         if not trial.in_process:
-            return trial.factor or NOTHING
+            if trial.factor is None or trial.factor.count < 2 or confidence == trial.factor.confidence:
+                return trial.factor or NOTHING
+            return stats.part_interval(stats.interval_part(trial.factor), confidence)
         if not trial.records or trial.base_status is None or trial.cand_status is None:
             return NOTHING
         inner = stats.compare(trial.records, trial.base_status, trial.cand_status,
-                              train_steps=self.settings.train_steps, margin=self.cal.margin).amortised
-        return combine(trial.factor, inner) if trial.factor is not None else inner
+                              train_steps=self.settings.train_steps, margin=self.cal.margin, confidence=confidence)
+        return inner.amortised if trial.factor is None else combine(trial.factor, inner.ratios, confidence)
 
     def end(self, handle: object) -> TrialResult:
         trial = self._trial(handle)
@@ -331,7 +326,7 @@ class LiveMeasurer:
             return replace(trial.failed, wall_s=time.monotonic() - trial.started, startup_s=trial.startup_s,
                            warmup_s=trial.warmup_s, timed_s=trial.timed_s, warnings=trial.warnings)
         if trial.worker is None and not trial.baseline:
-            return trial.fresh_result(trial.interval or self._interval(trial))
+            return trial.fresh_result(self._interval(trial))
         worker = self.pool.worker if trial.baseline else trial.worker
         arm = DEFAULTS if trial.baseline or not trial.in_process else trial.name
         assert worker is not None
@@ -343,7 +338,7 @@ class LiveMeasurer:
             return replace(self._lost(trial, e, time.monotonic() + 300.0), wall_s=time.monotonic() - trial.started)
         if status.state != "ok":
             return TrialResult(status_of(status.state), error=status.error, wall_s=time.monotonic() - trial.started)
-        interval = trial.interval or self._interval(trial)
+        interval = self._interval(trial)
         if trial.baseline:
             noise = self.noise
             trial.startup_s, self.pool.startup_s = self.pool.startup_s, 0.0
@@ -352,11 +347,13 @@ class LiveMeasurer:
         method = ("in-process pairs" if trial.factor is None else
                   "process pairs x in-process pairs" if trial.in_process else "process pairs")
         rates = [p.cand.rate for p in trial.records]
+        beside = [p.base.rate for p in trial.records] if trial.factor is None else []  # the defaults arm itself
         return TrialResult(
             Status.OK, samples_per_s=statistics.median(rates) if rates else status.step_samples / (status.step_s or 1),
             objective=1.0 if trial.baseline else interval.median,  # the defaults against themselves: 1 by definition
             speedup_low=interval.low, speedup_high=interval.high, method=method,
-            pairs=interval.count, compile_s=status.compile_s, startup_s=trial.startup_s, warmup_s=trial.warmup_s,
+            pairs=interval.count, baseline_samples_per_s=statistics.median(beside) if beside else None,
+            compile_s=status.compile_s, startup_s=trial.startup_s, warmup_s=trial.warmup_s,
             timed_s=trial.timed_s, loss=status.loss, loss_samples=status.loss_samples,
             peak_memory_bytes=status.peak_memory_bytes, wall_s=time.monotonic() - trial.started,
             in_effect={**(worker.ready.in_effect if worker.ready else {}), **status.in_effect},

@@ -2,11 +2,12 @@
 and ``Noise``, what the calibration found."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..trial.spec import TrialResult
-from .stats import Interval
+from .stats import CONFIDENCE, Interval
 
 
 @dataclass(frozen=True)
@@ -18,21 +19,74 @@ class Noise:
     pairs: int  # window pairs for an interval of about +-half_width: a candidate's first round
     half_width: float
     margin: float  # a speedup counts when its interval clears 1 by this much (and "slower" likewise)
-    spread: float  # max - min of the A/A per-pair ratios: "identical runs here differ by up to spread/2"
+    spread: float  # max - min of the A/A per-pair ratios
     aa: tuple[float, float, float]  # the A/A median ratio and its interval (low, high)
     timed_s: float = 0.0  # time spent in timed windows by the calibration
     wall_s: float = 0.0  # the calibration's wall time (worker start, warm-up, windows)
+    within: float | None = None  # the A/A's largest |pair ratio - 1|: identical arms' windows in one process
+    aa_pairs: int | None = None
+    # The search's, once it has them (``SearchOutcome.noise``): a process pair's ratio's spread between fresh
+    # processes (the standard deviation of its log over ``between_pairs`` pairs, pooled by environment), and the
+    # smallest gain the intervals it reached could tell apart (``told_apart``).
+    between: float | None = None
+    between_pairs: int | None = None
+    told_apart: float | None = None
+    told_by: str | None = None  # whose interval ``told_apart`` comes from
+
+    @classmethod
+    def from_calibration(cls, cal: Any, wall_s: float = 0.0) -> Noise:
+        """A worker's ``paired_worker.Calibration`` as the search's noise."""
+        aa = cal.aa.amortised
+        return cls(cal.window_s, cal.pairs, cal.half_width, cal.margin, cal.spread, (aa.median, aa.low, aa.high),
+                   timed_s=2 * aa.count * cal.window_s, wall_s=wall_s, within=max(abs(r - 1) for r in cal.aa.ratios),
+                   aa_pairs=aa.count)
 
     def note(self) -> str:
-        return (f"identical runs here differ by up to {self.spread / 2:.0%}; the smallest gain this budget can "
-                f"tell apart is {self.margin:.0%}")
+        """What the user reads of the noise the search worked with, each figure as measured."""
+        if self.within is not None:
+            within = (f"identical arms in one process differed by up to {self.within:.1%} a window pair "
+                      f"({self.aa_pairs} A/A pairs)")
+        else:  # a study calibrated before ``within`` was kept: the range is all there is
+            within = f"identical arms in one process spread over {self.spread:.1%} (A/A, max - min)"
+        between = (f"between fresh processes a process pair's ratio varied by {self.between:.1%} (standard "
+                   f"deviation, {self.between_pairs} pairs)" if self.between is not None else
+                   "between fresh processes not measured (no other environment was measured)")
+        told = self.told_apart if self.told_apart is not None else told_apart(self.margin, self.aa[1], self.aa[2])
+        by = self.told_by or "the A/A's interval"
+        return f"{within}; {between}; the smallest gain these intervals could tell apart is {told:.1%} ({by})"
+
+
+BUSY = 1.5  # an A/A interval whose high is this many times its low: identical arms cannot be told from a 50% gain
+
+
+def too_busy(aa: Interval, limit: float = BUSY) -> str | None:
+    """Why an A/A interval is too wide to rank recipes on, its high ``limit`` times its low (None: it is not).
+
+    >>> too_busy(Interval(1.1, 0.93, 1.70, 0.95, 6))
+    'the machine was too busy to calibrate: identical arms read 1.10x [0.93-1.70]'
+    """
+    if aa.low > 0 and aa.high / aa.low < limit:
+        return None
+    return f"the machine was too busy to calibrate: identical arms read {aa.median:.2f}x [{aa.low:.2f}-{aa.high:.2f}]"
+
+
+def told_apart(margin: float, low: float, high: float) -> float:
+    """The smallest gain an interval as wide as ``[low, high]`` tells apart: its low bound must clear ``1 + margin``,
+    so a true gain g is told apart once ``g / sqrt(high / low)`` does, ``(1 + margin) * sqrt(high / low) - 1``.
+
+    >>> round(told_apart(0.02, 0.97, 1.03), 4)
+    0.0511
+    """
+    if low <= 0 or not math.isfinite(high):
+        return math.inf
+    return (1 + margin) * math.sqrt(high / low) - 1
 
 
 class PairedMeasurer(Protocol):
     """Measures recipes as speedups over the defaults, in pairs of windows. The search loop
     drives it: ``calibrate`` once, then per candidate ``begin``, ``more`` as often as the race wants
-    (each call adds ``n`` pairs and returns the interval over all of the candidate's pairs so far,
-    amortised, and combined with its environment's factor from process pairs), then ``end``, which
+    (each call adds ``n`` pairs and returns the interval over all of the candidate's pairs so far at
+    ``confidence``, amortised, and combined with its environment's factor from process pairs), then ``end``, which
     returns the trial's result (``objective`` = the speedup's median, ``speedup_low``/``speedup_high``,
     ``method``, ``pairs``, the loss at the study's sample count, timings) and drops the candidate.
     Live: ``LiveMeasurer`` (``autotune.measure.live``); replayed: a recorded grid (``benchmarks/search_quality.py``).
@@ -45,7 +99,7 @@ class PairedMeasurer(Protocol):
     def begin(self, params: dict[str, Any], timeout_s: float) -> object | TrialResult:
         ...
 
-    def more(self, handle: object, n: int, timeout_s: float) -> Interval:
+    def more(self, handle: object, n: int, timeout_s: float, confidence: float = CONFIDENCE) -> Interval:
         ...
 
     def end(self, handle: object) -> TrialResult:

@@ -9,16 +9,15 @@ each candidate is scored:
   time amortised over ``train_steps`` (``stats.compare``), with its exact interval;
 - another environment: (its environment's in-process defaults / the defaults, from process pairs,
   ``process_pair.across_processes``) x (its in-process ratio against that environment's defaults arm, in a
-  worker of its own). The two intervals are combined on the log scale: the lower (upper) distances from
-  each estimate add in quadrature. A bootstrap was the other choice; with the 3-8 process pairs a
-  comparison affords its resamples take a handful of values and under-cover, as for the median
-  (``stats``), and it would depend on a seed.
+  worker of its own), as one Welch-Satterthwaite interval on the log scale (``candidate.combine``). A
+  bootstrap was the other choice; with the 3-8 process pairs a comparison affords its resamples take a
+  handful of values and under-cover, as for the median (``stats``), and it would depend on a seed.
 Every arm's loss is taken after the study's fixed sample count, for the quality guard.
 
     >>> with PairedScorer("cnn", defaults, facts, settings) as scorer:                   # doctest: +SKIP
     ...     score = scorer.score("cl", {**defaults, "channels_last": True})
     ...     score.speedup.low > 1 + scorer.margin, scorer.noise_note()
-    (True, 'identical runs here differ by up to 4%; the smallest gain this budget can tell apart is 2%')
+    (True, 'identical arms in one process differed by up to 3.1% a window pair (16 A/A pairs); between fresh ...')
 """
 from __future__ import annotations
 
@@ -28,6 +27,7 @@ from typing import Any, Literal
 from . import stats
 from .candidate import DEFAULTS, combine, same_environment
 from .environment import ENVIRONMENT_KEYS
+from .measurer import Noise
 from .paired_worker import Calibration, PairedWorker, WorkerError
 from .process_pair import PROCESS_PAIRS, AcrossProcesses, across_processes
 from .protocol import ArmStatus
@@ -91,8 +91,7 @@ class PairedScorer:
 
     def noise_note(self) -> str:
         """What the calibration says of this machine, for the report."""
-        return (f"identical runs here differ by up to {self.cal.spread / 2:.0%}; the smallest gain this budget can "
-                f"tell apart is {self.cal.margin:.0%}")
+        return Noise.from_calibration(self.cal).note()
 
     def score(self, name: str, params: dict[str, Any], seed: int = 0) -> Score:
         """``params`` against the defaults; ``WorkerError`` when an arm failed (its state and error named)."""
@@ -110,7 +109,7 @@ class PairedScorer:
         with PairedWorker(self.workload, env_defaults, self.facts, self.settings) as worker:
             self._add(worker, DEFAULTS, env_defaults)
             comparison, arm = self._in_process(worker, DEFAULTS, name, params, seed)
-        speedup = combine(environment.ratio, comparison.amortised)
+        speedup = combine(environment.ratio, comparison.ratios)
         base_loss = self.worker.evaluate(DEFAULTS)
         return Score(name, "process pairs x in-process pairs", speedup, stats.verdict(speedup, self.margin),
                      comparison, environment, arm.loss, base_loss.loss, arm.loss_samples, arm)

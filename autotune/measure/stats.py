@@ -28,6 +28,7 @@ apart from a systematic in-process difference (at least ``MIN_MARGIN``).
 """
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Sequence
@@ -44,6 +45,7 @@ CONFIDENCE = 0.95
 # A normal sample's median has a standard error of sqrt(pi/2) * sigma / sqrt(n) (asymptotic efficiency 2/pi).
 _MEDIAN_SE = math.sqrt(math.pi / 2)
 _MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution x this = its sigma: a scale that one outlier cannot inflate
+_MAD_EFFICIENCY = 0.37  # a normal sample's MAD estimates sigma as well as the standard deviation of 37% as many
 
 
 @dataclass(frozen=True)
@@ -97,26 +99,52 @@ def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> 
     return Interval(statistics.median(ordered), ordered[k - 1], ordered[len(ordered) - k], coverage, len(ordered))
 
 
-def t_quantile(p: float, df: int) -> float:
-    """The ``p`` quantile (``p`` > 1/2) of Student's t with ``df`` degrees of freedom: the CDF integrated
-    numerically (Simpson's rule) and inverted by bisection; no SciPy needed for a handful of values.
+def _beta_fraction(a: float, b: float, x: float) -> float:
+    """The continued fraction of the regularized incomplete beta function (Lentz's method)."""
+    tiny, c, d = 1e-300, 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1 / (d if abs(d) > tiny else tiny)
+    result = d
+    for m in range(1, 300):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1 + numerator * d
+            d = 1 / (d if abs(d) > tiny else tiny)
+            c = 1 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            result *= c * d
+        if abs(c * d - 1) < 1e-14:
+            break
+    return result
+
+
+def _t_cdf(x: float, df: float) -> float:
+    """P(T <= x) for Student's t with ``df`` degrees of freedom, x >= 0: ``1 - I_{df/(df+x^2)}(df/2, 1/2) / 2``."""
+    z = df / (df + x * x)
+    a, b = df / 2, 0.5
+    if z <= 0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(z) + b * math.log1p(-z))
+    if z < (a + 1) / (a + b + 2):
+        tail = front * _beta_fraction(a, b, z) / a
+    else:
+        tail = 1 - front * _beta_fraction(b, a, 1 - z) / b
+    return 1 - tail / 2
+
+
+@functools.lru_cache(maxsize=256)  # a search asks the same few (whole degrees of freedom) again and again
+def t_quantile(p: float, df: float) -> float:
+    """The ``p`` quantile (``p`` > 1/2) of Student's t with ``df`` (> 0, not only whole) degrees of freedom: the
+    CDF from the incomplete beta function, inverted by bisection; no SciPy needed for a handful of values.
 
     >>> round(t_quantile(0.975, 2), 3), round(t_quantile(0.995, 4), 3), round(t_quantile(0.975, 30), 3)
     (4.303, 4.604, 2.042)
     """
-    scale = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
-
-    def cdf(x: float, steps: int = 2000) -> float:  # P(T <= x) for x >= 0
-        h = x / steps
-        f = [scale * (1 + (i * h) ** 2 / df) ** (-(df + 1) / 2) for i in range(steps + 1)]
-        return 0.5 + h / 3 * (f[0] + f[-1] + 4 * sum(f[1:-1:2]) + 2 * sum(f[2:-1:2]))
-
     low, high = 0.0, 1.0
-    while cdf(high) < p:
+    while _t_cdf(high, df) < p:
         high *= 2
-    for _ in range(50):
+    for _ in range(60):
         mid = (low + high) / 2
-        low, high = (mid, high) if cdf(mid) < p else (low, mid)
+        low, high = (mid, high) if _t_cdf(mid, df) < p else (low, mid)
     return (low + high) / 2
 
 
@@ -137,30 +165,103 @@ def log_mean_interval(ratios: Sequence[float], confidence: float = CONFIDENCE) -
     return Interval(math.exp(centre), math.exp(centre - half), math.exp(centre + half), confidence, len(logs))
 
 
-def across_processes_interval(intervals: Sequence[Interval], confidence: float = CONFIDENCE) -> Interval:
-    """One speedup from several processes' intervals (a confirmation's rounds, each in fresh workers): the
-    geometric mean of their medians, and the wider of two intervals: the geometric means of their bounds
-    (each process's own uncertainty) and a Student-t interval of their medians' logarithms (what differs
-    between processes: an in-process speedup varies from one process to the next).
-    One interval is itself.
+@dataclass(frozen=True)
+class Part:
+    """One factor of a speedup on the log scale: its estimate, the variance of that estimate and the degrees of
+    freedom of the variance (``welch_interval`` adds parts)."""
+
+    log: float
+    variance: float
+    df: float
+
+
+def mean_part(ratios: Sequence[float]) -> Part:
+    """Independent ratios (process pairs, confirmation rounds) as a part: the mean of their logs, its variance
+    ``s^2 / n`` with ``n - 1`` degrees of freedom; one ratio has no variance estimate (infinite)."""
+    logs = [math.log(r) for r in ratios]
+    if len(logs) < 2:
+        return Part(logs[0] if logs else 0.0, math.inf, 1.0)
+    return Part(statistics.fmean(logs), statistics.variance(logs) / len(logs), len(logs) - 1.0)
+
+
+def median_part(ratios: Sequence[float]) -> Part:
+    """Paired windows' ratios as a part: the log of their median, with the large-sample variance of a median
+    (``pi/2 * sigma^2 / n``, sigma from the logs' median absolute deviation, so one burst does not inflate it).
+    Its degrees of freedom are ``_MAD_EFFICIENCY`` of ``n - 1``: a MAD's sigma varies as one from that many
+    values' standard deviation does."""
+    logs = [math.log(r) for r in ratios]
+    if len(logs) < 2:
+        return Part(logs[0] if logs else 0.0, math.inf, 1.0)
+    return Part(statistics.median(logs), (_MEDIAN_SE * robust_sigma(logs)) ** 2 / len(logs),
+                max(1.0, _MAD_EFFICIENCY * (len(logs) - 1)))
+
+
+def interval_part(interval: Interval) -> Part:
+    """An interval made by ``part_interval`` or ``log_mean_interval`` (symmetric on the log scale, ``count - 1``
+    degrees of freedom) back as its part."""
+    df = max(1.0, interval.count - 1.0)
+    if interval.count < 2 or interval.low <= 0 or not math.isfinite(interval.high) or interval.median <= 0:
+        return Part(math.log(interval.median) if interval.median > 0 else 0.0, math.inf, df)
+    half = math.log(interval.high / interval.median)
+    return Part(math.log(interval.median), (half / t_quantile(1 - (1 - interval.confidence) / 2, df)) ** 2, df)
+
+
+def part_interval(part: Part, confidence: float = CONFIDENCE) -> Interval:
+    """A part as a Student-t interval (``count``: its degrees of freedom + 1, what ``interval_part`` reads)."""
+    return welch_interval([part], confidence, count=round(part.df) + 1)
+
+
+def welch_interval(parts: Sequence[Part], confidence: float = CONFIDENCE, *, count: int = 0) -> Interval:
+    """The product of independent factors, each a ``Part``, as one interval: on the log scale their estimates
+    and variances add, and the t quantile takes the Welch-Satterthwaite degrees of freedom
+    ``(sum v)^2 / sum(v^2 / df)``. Approximate (its parts' logs taken as normal), at the confidence asked.
+
+    >>> iv = welch_interval([mean_part([0.9, 1.0, 1.1]), Part(math.log(2.0), 0.0, 15.0)])
+    >>> round(iv.median, 3), round(iv.low, 3), round(iv.high, 3)
+    (1.993, 1.553, 2.558)
+    """
+    centre = sum(p.log for p in parts)
+    variance = sum(p.variance for p in parts)
+    if not math.isfinite(variance):
+        return Interval(math.exp(centre), 0.0, math.inf, confidence, count)
+    if variance <= 0:
+        return Interval(math.exp(centre), math.exp(centre), math.exp(centre), confidence, count)
+    df = variance**2 / sum(p.variance**2 / p.df for p in parts if p.variance > 0)
+    half = t_quantile(1 - (1 - confidence) / 2, df) * math.sqrt(variance)
+    return Interval(math.exp(centre), math.exp(centre - half), math.exp(centre + half), confidence, count)
+
+
+def rounds_interval(rounds: Sequence[Interval], confidence: float = CONFIDENCE) -> Interval:
+    """One speedup from a confirmation's rounds, each measured in fresh processes with pairs of its own: the
+    rounds are the independent units, so a Student-t interval over their medians' logs (what differs from one
+    process to the next is in their spread). ``count``: the rounds. One round is its own interval, which does
+    not see the variation between processes (the recipe says so).
 
     >>> rounds = [Interval(m, 0.95 * m, 1.05 * m, 0.97, 6) for m in (1.56, 1.75, 2.02)]
-    >>> iv = across_processes_interval(rounds)
+    >>> iv = rounds_interval(rounds)
     >>> round(iv.median, 2), round(iv.low, 2), round(iv.high, 2), iv.count
-    (1.77, 1.28, 2.44, 18)
+    (1.77, 1.28, 2.44, 3)
     """
-    if not intervals:
-        raise ValueError("no interval to combine")
-    if len(intervals) == 1:
-        return intervals[0]
+    if not rounds:
+        raise ValueError("no round to combine")
+    if len(rounds) == 1:
+        return rounds[0]
+    return log_mean_interval([iv.median for iv in rounds], confidence)
 
-    def gmean(values: Sequence[float]) -> float:
-        return math.exp(statistics.fmean(math.log(v) for v in values)) if min(values) > 0 else 0.0
 
-    between = log_mean_interval([iv.median for iv in intervals], confidence)
-    return Interval(between.median, min(between.low, gmean([iv.low for iv in intervals])),
-                    max(between.high, gmean([iv.high for iv in intervals])),
-                    min(iv.confidence for iv in intervals), sum(iv.count for iv in intervals))
+def pooled_log_sd(groups: Sequence[Sequence[float]]) -> tuple[float, int] | None:
+    """The standard deviation of the logs of ratios about their own group's mean, pooled over groups of two or
+    more (each group: one environment's process pairs), and the ratios it is from; None without such a group.
+
+    >>> sd, n = pooled_log_sd([[1.0, 1.1], [0.5]])
+    >>> round(sd, 4), n
+    (0.0674, 2)
+    """
+    logs = [[math.log(r) for r in g] for g in groups if len(g) >= 2]
+    if not logs:
+        return None
+    squares = sum(sum((x - statistics.fmean(g)) ** 2 for x in g) for g in logs)
+    return math.sqrt(squares / sum(len(g) - 1 for g in logs)), sum(len(g) for g in logs)
 
 
 def verdict(interval: Interval, margin: float = MIN_MARGIN) -> Verdict:
@@ -215,6 +316,7 @@ class Comparison:
     amortised: Interval  # the same with each arm's compile time amortised over train_steps
     verdict: Verdict  # from ``amortised``: what a training run of train_steps would see
     margin: float
+    ratios: tuple[float, ...] = ()  # the amortised per-pair ratios behind ``amortised``
 
 
 def compare(records: Sequence[PairRecord], base: ArmStatus, cand: ArmStatus, *, train_steps: int,
@@ -224,15 +326,19 @@ def compare(records: Sequence[PairRecord], base: ArmStatus, cand: ArmStatus, *, 
         raise ValueError(f"no pairs to compare ({base.arm}: {base.state}, {cand.arm}: {cand.state})")
 
     ratio = median_interval([r.ratio for r in records], confidence)
-    paid = median_interval(amortised_ratios(records, base, cand, train_steps=train_steps), confidence)
-    return Comparison(ratio, paid, verdict(paid, margin), margin)
+    ratios = amortised_ratios(records, base, cand, train_steps=train_steps)
+    paid = median_interval(ratios, confidence)
+    return Comparison(ratio, paid, verdict(paid, margin), margin, tuple(ratios))
 
 
 def amortised_ratios(records: Sequence[PairRecord], base: ArmStatus, cand: ArmStatus, *,
                      train_steps: int) -> list[float]:
-    """Each pair's ratio with each arm's compile time amortised over ``train_steps`` of its steps (what
-    ``compare`` summarises; a recorded grid keeps them one by one)."""
+    """Each pair's ratio with each arm's compile time amortised over the same planned samples, ``train_steps``
+    steps of the baseline arm's (the defaults' batch), whatever the candidate's batch: an eager arm pays nothing,
+    a compiled one its compile (what ``compare`` summarises; a recorded grid keeps them one by one)."""
+    planned = train_steps * base.step_samples
+
     def amortised(window: WindowRecord, arm: ArmStatus) -> float:
-        return amortised_rate(window.rate, arm.compile_s or 0.0, train_steps * arm.step_samples)
+        return amortised_rate(window.rate, arm.compile_s or 0.0, planned)
 
     return [amortised(r.cand, cand) / amortised(r.base, base) for r in records]

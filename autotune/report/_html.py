@@ -122,7 +122,8 @@ def _noise(data: ReportData) -> str:
                 "(paired measurement) existed.</p>")
     low, high = n.aa[1], n.aa[2]
     rows = [["the defaults against themselves (A/A)", f"{n.aa[0]:.3f}x [{low:.3f}-{high:.3f}]"],
-            ["spread of identical runs", f"{n.spread:.1%}"], ["smallest gain told apart", f"{n.margin:.1%}"],
+            ["spread of identical runs (A/A, max - min)", f"{n.spread:.1%}"],
+            ["margin a gain's low bound must clear", f"{n.margin:.1%}"],
             ["window", f"{n.window_s:.2f} s"], ["pairs per first round", str(n.pairs)]]
     return f"<p>{_e(n.note())}.</p>" + _table(["", ""], rows)
 

@@ -56,15 +56,17 @@ def choose_recipe(
 
 
 def _speeds(defaults: bool, measured: TrialResult, baseline: TrialResult) -> dict[str, Any]:
-    """The recipe's speed fields from one measurement. The defaults' samples/s is the one the speedup
-    implies (``samples_per_s / speedup``): the speedup is a median of per-pair ratios, amortised."""
+    """The recipe's speed fields from one measurement. The defaults' samples/s is measured, never derived from the
+    speedup: their windows beside the recipe's, or else the baseline trial's (the calibration). The speedup, a
+    median of per-pair ratios amortised, need not be the quotient of the two rates."""
     if defaults:
         rate = baseline.samples_per_s
         return dict(samples_per_s=rate, baseline_samples_per_s=rate, speedup=1.0)
     speedup = measured.objective or 1.0
     rate = measured.samples_per_s
-    return dict(samples_per_s=rate, baseline_samples_per_s=rate / speedup if rate else None, speedup=speedup,
-                speedup_low=measured.speedup_low, speedup_high=measured.speedup_high)
+    beside = measured.baseline_samples_per_s
+    return dict(samples_per_s=rate, baseline_samples_per_s=beside if beside is not None else baseline.samples_per_s,
+                speedup=speedup, speedup_low=measured.speedup_low, speedup_high=measured.speedup_high)
 
 
 def interval(result: TrialResult) -> str:
@@ -81,8 +83,8 @@ def _confirmed(confirmation: Confirmation, searched: list[TrialRecord], baseline
         if c.failed:
             notes.append(f"trial {c.number} failed its confirmation ({c.failed}): not offered")
         elif c.confirmed is not None:
-            notes.append(f"trial {c.number}: {c.first:.2f}x in the search, confirmed at {c.interval()} over "
-                         f"{c.pairs} fresh pairs in {c.rounds} round(s) of fresh processes")
+            notes.append(f"trial {c.number}: {c.first:.2f}x in the search, confirmed at {c.interval()} "
+                         + rounds_said(c.rounds, c.pairs))
     if winner is None or winner.confirmed is None:
         contender = next((c for c in confirmation.candidates if c.confirmed is not None), None)
         if contender is not None:
@@ -97,6 +99,15 @@ def _confirmed(confirmation: Confirmation, searched: list[TrialRecord], baseline
                      f"within that interval, with the higher low bound")
     notes.append(f"best (trial {winner.number}) confirmed at {winner.interval()} over PyTorch defaults")
     return record, winner.confirmed
+
+
+def rounds_said(rounds: int, pairs: int) -> str:
+    """How a confirmed interval was made, in the words its method allows."""
+    if rounds == 1:
+        return (f"in one round of fresh processes ({pairs} window pairs): that round's interval alone, which does "
+                "not take in how a speedup varies from one process to the next")
+    return (f"over {rounds} rounds of fresh processes ({pairs} window pairs): a Student-t interval over the "
+            "rounds' medians")
 
 
 def _single(searched: list[TrialRecord], baseline: TrialRecord, margin: float, notes: list[str],

@@ -5,14 +5,15 @@ winner's curse). So the top ``confirm_top`` feasible recipes (by their search me
 interval lies wholly below ``1 + margin``: they could not be offered) are measured again against the defaults
 with FRESH pairs, in ``confirm_rounds`` rounds: each round starts new worker processes (a new seed for the
 windows' order) and measures every candidate in them, ``budget.confirmation_pairs`` pairs each, and adds one
-fresh process pair to every environment factor (pooled with the search's: a process pair is always two new
-processes). An in-process ratio differs from one process to the next, so a candidate's confirmed speedup is
-the geometric mean of its rounds, its interval the wider of theirs and the spread between them
-(``stats.across_processes_interval``). Only these measurements decide: a recipe is offered when its
-confirmed speedup's low bound is above ``1 + margin`` (``Confirmation.best``); otherwise the defaults are
-kept, and the report says why. Each round is a trial of the study with role ``confirm`` (user attributes
-``confirms``: the trial it re-measures, ``round``), so a resumed search keeps them and measures only what is
-missing.
+fresh process pair to every environment factor, which that round's factor is made of alone: no measurement of
+the search takes part in the confirmed figure (the search's process pairs lend only their spread, the width of
+one pair's ratio). An in-process ratio differs from one process to the next, so the rounds are the units: a
+candidate's confirmed speedup is the geometric mean of its rounds' medians with a Student-t interval over them
+(``stats.rounds_interval``); one round is that round's own interval, and the recipe says so. Only these
+measurements decide: a recipe is offered when its confirmed speedup's low bound is above ``1 + margin``
+(``Confirmation.best``); otherwise the defaults are kept, and the report says why. Each round is a trial of the
+study with role ``confirm`` (user attributes ``confirms``: the trial it re-measures, ``round``), so a resumed
+search keeps them and measures only what is missing.
 
 The search loop keeps time for them in the budget (``autotune.study.budget.reserve_s``, from the measured pair
 times); when the budget still runs short, the candidates ranked above keep the time of their later rounds, a
@@ -24,11 +25,12 @@ wholly below the low bound a candidate ranked above it was confirmed at in round
 """
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ..measure import CONFIDENCE, MIN_MARGIN, Interval, across_processes_interval, environment_key
+from ..measure import CONFIDENCE, MIN_MARGIN, Interval, environment_key, rounds_interval
 from ..recipe import format_speedup
 from ..trial.lock import host_lock
 from ..trial.spec import Status, TrialResult
@@ -206,17 +208,24 @@ def _below_confirmed(entry: TrialRecord, alive: list[TrialRecord], done: dict[tu
 
 
 def combine_rounds(rounds: list[TrialResult]) -> TrialResult:
-    """One confirmed measurement from a candidate's rounds (each in fresh processes): the speedup and its
-    interval across them (``stats.across_processes_interval``), their times summed, the rest the last one's."""
-    combined = across_processes_interval([Interval(r.objective or 0.0, r.speedup_low or 0.0, r.speedup_high or 0.0,
-                                                   CONFIDENCE, r.pairs or 0) for r in rounds])
+    """One confirmed measurement from a candidate's rounds (each in fresh processes, with pairs of its own): the
+    speedup and its interval across them (``stats.rounds_interval``), the window pairs and times summed, the
+    rest the last one's (the rates: the rounds' medians)."""
+    combined = rounds_interval([Interval(r.objective or 0.0, r.speedup_low or 0.0, r.speedup_high or 0.0,
+                                         CONFIDENCE, r.pairs or 0) for r in rounds])
     last = rounds[-1]
 
     def total(field: str) -> float:
         return sum(getattr(r, field) or 0.0 for r in rounds)
 
-    return replace(last, objective=combined.median, speedup_low=combined.low, speedup_high=combined.high,
-                   pairs=combined.count, wall_s=total("wall_s"), timed_s=total("timed_s"),
+    def median(field: str) -> float | None:
+        values = [getattr(r, field) for r in rounds if getattr(r, field) is not None]
+        return statistics.median(values) if values else None
+
+    return replace(last, objective=combined.median, samples_per_s=median("samples_per_s"),
+                   baseline_samples_per_s=median("baseline_samples_per_s"), speedup_low=combined.low,
+                   speedup_high=combined.high,
+                   pairs=sum(r.pairs or 0 for r in rounds), wall_s=total("wall_s"), timed_s=total("timed_s"),
                    startup_s=total("startup_s"), warmup_s=total("warmup_s"),
                    method=f"{last.method}, {len(rounds)} fresh process(es)" if last.method else last.method)
 

@@ -9,6 +9,7 @@ and the recipe chosen (``autotune.study.choice``) and stored.
 from __future__ import annotations
 
 import logging
+import math
 import time
 import warnings
 from dataclasses import replace
@@ -17,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from .. import probes
 from .. import search_spaces as spaces
 from ..errors import HardwareMismatchError, TrialError, UsageError
-from ..measure import PairedMeasurer
+from ..measure import PairedMeasurer, stats
+from ..measure.measurer import told_apart
 from ..probes import outdated_fingerprint
 from ..store import RecipeStore, check_storage_url, create_schema, storage_errors, use_wal
 from ..trial.spec import Status
@@ -29,7 +31,7 @@ from .events import Progress, SearchDone, SearchStarted, ignore
 from .liveness import fail_orphans
 from .loop import SearchLoop
 from .options import SearchOptions, check_options
-from .records import BASELINE, PAIRED, Attr, SearchOutcome, StudyAttr
+from .records import BASELINE, PAIRED, Attr, Confirmation, SearchOutcome, StudyAttr, TrialRecord
 from .seeds import check_fixed, history_conflict, seeds, space_digest
 
 if TYPE_CHECKING:
@@ -318,9 +320,30 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
     recipe = replace(stored, **{k: getattr(recipe, k) for k in ("speedup_low", "speedup_high", "peak_memory_bytes")
                                 if getattr(stored, k) is None})
     outcome = SearchOutcome(name, recipe, baseline, best, records, stopped, time.monotonic() - started, confirmation,
-                            study.user_attrs.get(StudyAttr.NOISE), time_spent(records))
+                            searched_noise(study.user_attrs.get(StudyAttr.NOISE), loop, confirmation, best),
+                            time_spent(records))
     notify(SearchDone(outcome))
     return outcome
+
+
+def searched_noise(noise: dict[str, Any] | None, loop: SearchLoop, confirmation: Confirmation | None,
+                   best: TrialRecord) -> dict[str, Any] | None:
+    """The calibration's noise with what the search measured besides: the spread of a process pair's ratio
+    between fresh processes (every environment factor's pairs), and the smallest gain its intervals could tell
+    apart: the narrowest confirmed interval's, or without a confirmation the chosen trial's."""
+    if noise is None:
+        return None
+    between = stats.pooled_log_sd(list(getattr(loop.measurer, "factor_ratios", {}).values()))
+    if between is not None:
+        noise = {**noise, "between": between[0], "between_pairs": between[1]}
+    widths = [(c.low, c.high, f"trial {c.number}'s confirmed interval") for c in
+              (confirmation.candidates if confirmation else ()) if c.confirmed is not None and c.failed is None]
+    if not widths and best.result.speedup_low and best.result.speedup_high and best.role != BASELINE:
+        widths = [(best.result.speedup_low, best.result.speedup_high, f"trial {best.number}'s search interval")]
+    if widths:
+        low, high, by = min(widths, key=lambda w: w[1] / w[0] if w[0] > 0 else math.inf)
+        noise = {**noise, "told_apart": told_apart(noise["margin"], low, high), "told_by": by}
+    return noise
 
 
 __all__ = ["open_study", "rdb_storage", "run_settings", "samples_per_s_study", "search", "search_context"]

@@ -33,7 +33,7 @@ from ..trial.spec import Status, TrialResult
 from . import budget, oom_limits, verdict
 from .events import Phase, Progress, TrialStarted
 from .liveness import fail_orphans, heartbeat
-from .race import race_stop
+from .race import looks_confidence, race_stop
 from .records import (
     BASELINE,
     COMBINED,
@@ -359,6 +359,7 @@ class SearchLoop:
         """More pairs while the candidate may beat the incumbent and its interval is wide (``race_stop``)."""
         incumbent = verdict.incumbent(self.study)
         first, cap = max(4, noise.pairs // 2), 3 * noise.pairs
+        confidence = looks_confidence(math.ceil(cap / first))
         used, why = 0, None
         while why is None:
             n = first if used == 0 else min(first, cap - used)
@@ -366,7 +367,7 @@ class SearchLoop:
             if used and left < 3 * n * noise.window_s:  # two windows a pair, and the evaluation after
                 why = "the trial's time ran out"
                 break
-            interval = self.measurer.more(handle, n, max(1.0, left))
+            interval = self.measurer.more(handle, n, max(1.0, left), confidence=confidence)
             used += n
             why = self._over_guard(handle) or race_stop(interval, noise, incumbent, used, cap)
         return self.measurer.end(handle), why

@@ -1,7 +1,24 @@
-"""When a candidate's race ends: the rule ``SearchLoop`` applies after each round of pairs."""
+"""When a candidate's race ends: the rule ``SearchLoop`` applies after each round of pairs.
+
+The race looks at a candidate's interval after every round, and may stop it at any look; each look is one more
+chance of a wrong stop. So its intervals are taken at ``looks_confidence``: with at most ``looks`` rounds, each
+look's error is at most ``(1 - CONFIDENCE) / looks``, and by Bonferroni's inequality the chance that any look
+stops it wrongly (as slower when it is not, or below an incumbent it is not below) is at most ``1 - CONFIDENCE``.
+The trial's recorded interval is the plain one (``CONFIDENCE``); the recipe's is the confirmation's, made of
+measurements the race did not see.
+"""
 from __future__ import annotations
 
-from ..measure import Interval, Noise
+from ..measure import CONFIDENCE, Interval, Noise
+
+
+def looks_confidence(looks: int, confidence: float = CONFIDENCE) -> float:
+    """Each look's confidence for an error of at most ``1 - confidence`` over ``looks`` looks (Bonferroni).
+
+    >>> round(looks_confidence(6), 4)
+    0.9917
+    """
+    return 1 - (1 - confidence) / max(1, looks)
 
 
 def race_stop(interval: Interval, noise: Noise, incumbent: tuple[float, float] | None, used: int,

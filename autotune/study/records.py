@@ -41,7 +41,8 @@ class Attr:
     ENVIRONMENT_FACTOR: Final = "environment_factor"  # its environment / the defaults' (an Interval's dict)
     RESULT: Final = ("status", "samples_per_s", "objective", "spread", "windows", "compile_s", "startup_s",
                      "warmup_s", "timed_s", "loss", "wall_s", "error", "in_effect", "warnings", "log_tail",
-                     "speedup_low", "speedup_high", "method", "pairs", "peak_memory_bytes")
+                     "speedup_low", "speedup_high", "method", "pairs", "peak_memory_bytes",
+                     "baseline_samples_per_s")
 
 
 class StudyAttr:

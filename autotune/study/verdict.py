@@ -3,6 +3,7 @@ at all: the quality guard (its held-out loss against the baseline's, after the s
 effect, and out of memory or a NaN loss as infeasible, with the reason recorded."""
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from .. import search_spaces as spaces
@@ -18,15 +19,24 @@ if TYPE_CHECKING:
     from .options import SearchOptions
 
 
+_UNBOUNDED = 1e9  # the constraint value of a loss the guard cannot bound (Optuna's constraints are finite floats)
+
+
 def quality(study: optuna.Study, options: SearchOptions, loss: float) -> tuple[float, str | None]:
-    """The loss's increase over the baseline's (relative), and why the quality guard rejects it (None: it
-    does not, or there is no baseline loss yet)."""
+    """The loss's increase over the baseline's (relative), and why the quality guard rejects it (None: it does
+    not). Without a finite baseline loss nothing can pass it; a baseline loss of 0 admits no higher loss."""
     base = study.user_attrs.get(StudyAttr.BASELINE_LOSS)
     tolerance = options.max_loss_increase
-    increase = (loss - base) / abs(base) if base else 0.0
+    if base is None or not math.isfinite(base):
+        return _UNBOUNDED, f"no finite baseline loss to compare its loss with (the defaults' was {base})"
+    if base == 0:
+        increase = 0.0 if loss <= 0 else _UNBOUNDED
+    else:
+        increase = (loss - base) / abs(base) if math.isfinite(loss) else _UNBOUNDED
     if increase <= tolerance:
         return increase, None
-    return increase, f"loss {loss:.4f} is {increase:+.1%} over the baseline's {base:.4f} (limit +{tolerance:.0%})"
+    said = f"{increase:+.1%}" if increase < _UNBOUNDED else "beyond any bound"
+    return increase, f"loss {loss:.4f} is {said} over the baseline's {base:.4f} (limit +{tolerance:.0%})"
 
 
 
@@ -103,7 +113,9 @@ def _guard(study: optuna.Study, options: SearchOptions, trial: optuna.Trial, rol
     if role == BASELINE:
         study.set_user_attr(StudyAttr.BASELINE_LOSS, result.loss)  # the A/A's defaults arm
         study.set_user_attr(StudyAttr.BASELINE_SAMPLES_PER_S, result.samples_per_s)
-    increase, reason = quality(study, options, result.loss if result.loss is not None else float("nan"))
+    # The defaults are the recipe the search falls back on: compared with themselves, whatever their loss.
+    increase, reason = (0.0, None) if role == BASELINE else quality(
+        study, options, result.loss if result.loss is not None else float("nan"))
     trial.set_constraint("quality", increase - options.max_loss_increase)
     trial.set_constraint("fits_memory", 0.0)
     trial.set_constraint("finite_loss", 0.0)

@@ -9,17 +9,22 @@ defaults over the defaults. The search then runs against the file (``search(...,
 grid, seed))``) with its real sampler, seeding, race and confirmation, in seconds instead of hours, and
 every seed sees the same machine.
 
-Replay draws, it does not invent: each ``begin`` of a combination shuffles its recorded ratios with a
-generator seeded by the search's seed, the combination and how often it was begun (a confirmation's
-re-measurement draws another order), and ``more(n)`` hands out the next ``n``. When the recorded ratios
-run out, ``more`` adds nothing: an interval never claims more pairs than were measured. The environment
-factor is the geometric mean of every recorded process pair's, with its Student-t interval, combined with
-the in-process interval as the live scorer does (``score.combine``). As the live measurer, the defaults
-themselves are the baseline trial, whose speedup is the calibration's A/A, and the defaults of another
-environment are measured by their factor alone. A combination recorded as failed
-(``oom``, ``nan``, ``crash``) fails the same way: at ``begin`` when it failed before its first pair, at
-``end`` when it failed later. A combination that is not in the grid is a ``GridMiss`` (the benchmark's
-fixed knobs and the grid disagree): a bug of the caller, not a trial's failure.
+Replay draws, it does not invent: each ``begin`` of a combination shuffles its recorded ratios with a generator
+seeded by the search's seed, the combination and how often it was begun, and ``more(n)`` hands out the next
+``n``. When the recorded ratios run out, ``more`` adds nothing: an interval never claims more pairs than were
+measured. The recorded measurements are split as the live search's are (``split``): the search draws from every
+other ratio and from the environment's process pairs but the last; the confirmation (after ``reseed``) from the
+other ratios and that last pair alone, so the measurements that chose a candidate take no part in confirming it
+and the winner's curse shows. (A live confirmation's rounds are each new; here each round is a bootstrap
+resample of the held-out half, so rounds vary as its pairs do, though not as processes do, which a recording
+does not hold.) The search's environment factor is the geometric mean of its process pairs with its Student-t
+interval, the confirmation's the held-out pair with their spread (``candidate.round_factor``), each combined
+with the in-process ratios as live (``candidate.combine``). As the live measurer, the defaults themselves are
+the baseline trial, whose speedup is the calibration's A/A, and the defaults of another environment are measured
+by their factor alone. A combination recorded as failed (``oom``, ``nan``, ``crash``) fails the same way: at
+``begin`` when it failed before its first pair, at ``end`` when it failed later. A combination that is not in
+the grid is a ``GridMiss`` (the benchmark's fixed knobs and the grid disagree): a bug of the caller, not a
+trial's failure.
 
     >>> grid = RecordedGrid.load("benchmarks/grids/cnn-paired.json")               # doctest: +SKIP
     >>> m = ReplayMeasurer(grid, seed=0)                                            # doctest: +SKIP
@@ -39,6 +44,7 @@ from typing import Any
 
 from ..errors import AutotuneError
 from ..measure import ENVIRONMENT_KEYS, Interval, Noise, combine, stats
+from ..measure.candidate import round_factor
 from ..trial.spec import Status, TrialResult
 
 FORMAT = "autotune-paired-grid-v1"
@@ -72,18 +78,31 @@ class GridConfig:
     compile_s: float | None = None
     step_s: float | None = None
 
-    @property
-    def environment(self) -> stats.Interval | None:
+    def split(self, confirming: bool) -> tuple[list[float], list[float]]:
+        """The ratios and process-pair factors the search draws from, or (``confirming``) the confirmation: every
+        other ratio each, the last factor the confirmation's (one recorded factor: the search's alone)."""
+        ratios = self.ratios[1::2] if confirming else self.ratios[0::2]
+        factors = self.process_pair_factors
+        if len(factors) < 2:
+            return ratios, factors
+        return ratios, (factors[-1:] if confirming else factors[:-1])
+
+    def environment(self, confirming: bool = False, confidence: float = stats.CONFIDENCE) -> stats.Interval | None:
         """Its environment's factor over the defaults' (None: the defaults' environment)."""
         if not self.process_pair_factors:
             return None
-        return stats.log_mean_interval(self.process_pair_factors)
+        factors = self.split(confirming)[1]
+        if confirming and len(self.process_pair_factors) >= 2:
+            own = round_factor(factors[0], self.split(False)[1], None)
+            return stats.part_interval(stats.interval_part(own), confidence) if own.count >= 2 else own
+        return stats.log_mean_interval(factors, confidence)
 
-    def speedup(self, ratios: list[float] | None = None) -> stats.Interval:
+    def speedup(self, ratios: list[float] | None = None, confirming: bool = False,
+                confidence: float = stats.CONFIDENCE) -> stats.Interval:
         """The speedup over the defaults from ``ratios`` (default: all recorded), with its interval."""
-        in_process = stats.median_interval(self.ratios if ratios is None else ratios)
-        env = self.environment
-        return in_process if env is None else combine(env, in_process)
+        drawn = self.ratios if ratios is None else ratios
+        env = self.environment(confirming)
+        return stats.median_interval(drawn, confidence) if env is None else combine(env, drawn, confidence)
 
 
 @dataclass(frozen=True)
@@ -166,6 +185,7 @@ class _Handle:
     config: GridConfig
     order: list[float]  # its recorded ratios, shuffled for this begin
     kind: str = IN_PROCESS  # or ACROSS, or FACTOR (its environment's defaults: the factor alone), or BASELINE
+    confirming: bool = False  # drawn from the measurements the search did not see
     drawn: list[float] = field(default_factory=list)
 
 
@@ -184,13 +204,14 @@ class ReplayMeasurer:
     def __init__(self, grid: RecordedGrid, seed: int = 0) -> None:
         self.grid, self.seed = grid, seed
         self.begun: dict[tuple[Any, ...], int] = {}
+        self.confirming = False  # after ``reseed``: the held-out half of every combination's measurements
 
     def calibrate(self, timeout_s: float) -> Noise:
         n = self.grid.noise
         return Noise(**{**n, "aa": tuple(n["aa"])})
 
-    def reseed(self, seed: int, *, fresh_factors: bool = True) -> None:
-        self.seed = seed  # a recorded factor is the same in every round
+    def reseed(self, seed: int) -> None:
+        self.seed, self.confirming = seed, True
 
     def begin(self, params: dict[str, Any], timeout_s: float) -> object | TrialResult:
         config = self.grid.find(params)
@@ -198,30 +219,33 @@ class ReplayMeasurer:
         times = self.begun[key] = self.begun.get(key, 0) + 1
         if config.state != "ok" and not config.ratios:
             return self._failed(config)
-        order = list(config.ratios)
-        random.Random(f"{self.seed}:{key}:{times}").shuffle(order)  # str seeds are stable across runs (sha512)
-        return _Handle(config, order, self._kind(config))
+        order = config.split(self.confirming)[0]
+        rng = random.Random(f"{self.seed}:{key}:{times}")  # str seeds are stable across runs (sha512)
+        if self.confirming:  # a round: as many pairs, drawn with replacement (a bootstrap of the held-out half)
+            order = rng.choices(order, k=len(order))
+        rng.shuffle(order)
+        return _Handle(config, order, self._kind(config), self.confirming)
 
     def _kind(self, config: GridConfig) -> str:
         in_process = [k for k in self.grid.searched if k not in ENVIRONMENT_KEYS]
         if any(_value(config.params, k) != _value(self.grid.defaults, k) for k in in_process):
-            return IN_PROCESS if config.environment is None else ACROSS
-        return BASELINE if config.environment is None else FACTOR
+            return IN_PROCESS if not config.process_pair_factors else ACROSS
+        return BASELINE if not config.process_pair_factors else FACTOR
 
-    def more(self, handle: object, n: int, timeout_s: float) -> Interval:
+    def more(self, handle: object, n: int, timeout_s: float, confidence: float = stats.CONFIDENCE) -> Interval:
         h = self._handle(handle)
         if h.kind in (IN_PROCESS, ACROSS):
             h.drawn.extend(h.order[len(h.drawn):len(h.drawn) + n])
-        return self._interval(h)
+        return self._interval(h, confidence)
 
-    def _interval(self, h: _Handle) -> Interval:
+    def _interval(self, h: _Handle, confidence: float = stats.CONFIDENCE) -> Interval:
         if h.kind == BASELINE:
             median, low, high = self.grid.noise["aa"]
             pairs = self.grid.recorded.get("aa_pairs") or len(h.config.ratios)  # the defaults' copy: as many
             return Interval(median, low, high, stats.CONFIDENCE, int(pairs))
         if h.kind == FACTOR:
-            return h.config.environment or _NOTHING
-        return h.config.speedup(h.drawn) if h.drawn else _NOTHING
+            return h.config.environment(h.confirming, confidence) or _NOTHING
+        return h.config.speedup(h.drawn, h.confirming, confidence) if h.drawn else _NOTHING
 
     def end(self, handle: object) -> TrialResult:
         h = self._handle(handle)

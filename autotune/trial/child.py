@@ -199,7 +199,8 @@ def _result(spec: TrialSpec, run: _Run, windows: _Windows, first_steps: list[flo
     # compile (and CUDA-graph capture) beyond a steady step; nothing for an eager run (compilation.compile_cost)
     compile_s = compilation.compile_cost(first_steps, step_samples / median, run.tuned.params.get("compile_mode"),
                                          run.tuned.device)
-    planned = spec.settings.train_steps * step_samples
+    # the same planned samples for every recipe: train_steps of the defaults' optimizer step, whatever this batch
+    planned = spec.settings.train_steps * (spec.params.get("global_batch") or spec.reference_batch)
     effect = {**in_effect(), "world_size": run.tuned.world_size, "device_memory_bytes": device_memory,
               "first_steps_s": first_steps, **run.tuned.in_effect}  # + sparsity, ipex
     effect["ranks"] = distributed.gather({k: effect[k] for k in ("threads", "cpus")})

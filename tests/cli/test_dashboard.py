@@ -108,7 +108,7 @@ def _loop_study(url: str, facts) -> None:
         def begin(self, params, timeout_s):  # a result at once: the loop records it as measured
             return script.pop(0)
 
-        def more(self, handle, n, timeout_s):
+        def more(self, handle, n, timeout_s, confidence=0.95):
             return Interval(handle.objective, handle.speedup_low, handle.speedup_high, 0.95, 8)
 
         def end(self, handle):

@@ -164,7 +164,7 @@ class Slow:
         self.measured.append(params["channels_last"])
         return params
 
-    def more(self, handle: object, n: int, timeout_s: float) -> Any:
+    def more(self, handle: object, n: int, timeout_s: float, confidence: float = 0.95) -> Any:
         time.sleep(self.sleep_s)
         from autotune.measure.stats import Interval
 

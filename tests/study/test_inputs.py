@@ -3,6 +3,7 @@ written, a stored recipe outside today's space is skipped, and a knob that did n
 from __future__ import annotations
 
 import logging
+import math
 import subprocess
 import sys
 import time
@@ -182,13 +183,18 @@ def _run(facts, tmp_path: Path, candidates: list[dict]) -> list[tuple[optuna.tri
                                                    eval_samples=128), confirm_top=0)
     # What is in effect is the subject, not the speed: the fewest pairs (one process pair), still real processes.
     measurer = LiveMeasurer("tiny", {**defaults(facts, CTX), **RUN}, facts, options.settings, calibration_pairs=6,
-                            process_pairs=(1, 1))
+                            process_pairs=(1, 1), busy=math.inf)
     loop = SearchLoop(study, "tiny", facts, CTX, RUN, options, time.monotonic() + 600, lambda *a: None,
                       measurer=measurer)
     try:
-        # The defaults' worker, as the baseline trial starts it, calibrated as a one-minute budget sizes it: a
-        # process pair's windows are 4 pairs however noisy the machine (given 300 s, a busy one asked 20).
-        loop.calibrate(60)
+        # The baseline trial first: its loss is the quality guard's reference (without one no candidate passes).
+        # It starts the defaults' worker, calibrated as a one-minute budget sizes it: a process pair's windows are
+        # 4 pairs however noisy the machine (given 300 s, a busy one asked 20).
+        baseline = {**defaults(facts, CTX), **RUN}
+        trial = study.ask()
+        loop.claim(trial, "baseline", baseline)
+        result = loop.run_one(trial, "baseline", baseline, timeout=60)
+        assert result.status == "ok", result.error
         for params in candidates:
             trial = study.ask()
             params = {**defaults(facts, CTX), "threads": 1, **params, **RUN}
@@ -197,7 +203,7 @@ def _run(facts, tmp_path: Path, candidates: list[dict]) -> list[tuple[optuna.tri
             assert result.status == "ok", (result.error, result.log_tail)
     finally:
         loop.measurer.close()
-    return list(zip(study.get_trials(deepcopy=False), records(study), strict=True))
+    return list(zip(study.get_trials(deepcopy=False), records(study), strict=True))[1:]  # the candidates
 
 
 @pytest.fixture(scope="module")

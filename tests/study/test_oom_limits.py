@@ -2,6 +2,7 @@
 (``autotune.study.oom_limits``), in the rule's table and through the real search loop."""
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,8 @@ def test_through_the_search_loop_an_oom_skips_only_its_own_settings(facts, tmp_p
     options = SearchOptions(settings=TrialSettings(warmup_steps=2, measure_steps=6, windows=2, max_extra_windows=0,
                                                    eval_samples=32), confirm_top=0)
     base = defaults(facts, ctx)  # the defaults' environment: every candidate is an arm of the defaults' worker
-    measurer = LiveMeasurer(f"{FAULTY}:oom", {**base, **run}, facts, options.settings, calibration_pairs=6)
+    measurer = LiveMeasurer(f"{FAULTY}:oom", {**base, **run}, facts, options.settings, calibration_pairs=6,
+                            busy=math.inf)  # the subject is the OOM record, not the noise
     loop = SearchLoop(study, f"{FAULTY}:oom", facts, ctx, run, options, time.monotonic() + 300, lambda *a: None,
                       measurer=measurer)
     try:

@@ -162,3 +162,28 @@ def test_a_larger_batch_with_the_linear_rule_reaches_the_defaults_loss(facts, re
     larger, defaults = regression_arms["128"], regression_arms["64"]
     assert larger.loss == pytest.approx(defaults.loss, rel=0.03)
     assert larger.loss_samples == defaults.loss_samples == _loss_samples(facts)
+
+
+@pytest.mark.parametrize(("base", "loss", "passes", "reason"), [
+    (2.0, 2.09, True, None),
+    (2.0, 2.2, False, GUARD_REASON.pattern),
+    (0.0, 0.0, True, None),
+    (0.0, 1e-6, False, r"loss 0\.0000 is beyond any bound over the baseline's 0\.0000"),  # not +0%: unbounded
+    (None, 0.5, False, r"no finite baseline loss to compare its loss with \(the defaults' was None\)"),
+    (float("nan"), 0.5, False, r"no finite baseline loss"),
+    (2.0, float("nan"), False, r"loss nan is beyond any bound"),
+])
+def test_the_guard_passes_nothing_it_cannot_compare(base, loss, passes: bool, reason) -> None:
+    """A baseline loss of 0, none or NaN must not pass everything (a relative increase over 0 is no 0%)."""
+    import optuna
+
+    from autotune.study import SearchOptions
+    from autotune.study.records import StudyAttr
+    from autotune.study.verdict import quality
+
+    study = optuna.create_study(direction="maximize")  # the guard reads one attribute: no database needed
+    study.set_user_attr(StudyAttr.BASELINE_LOSS, base)
+    increase, why = quality(study, SearchOptions(max_loss_increase=0.05), loss)
+    assert (why is None) == passes and (increase <= 0.05) == passes, (increase, why)
+    if reason is not None:
+        assert re.match(reason, why), why

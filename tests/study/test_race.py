@@ -4,7 +4,6 @@ loop, the confirmation, the report; the measurement is a table of speedups, as a
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -14,9 +13,9 @@ import pytest
 
 from autotune.errors import UsageError
 from autotune.measure import Noise
-from autotune.measure.stats import Interval
+from autotune.measure.stats import Interval, log_mean_interval
 from autotune.study import SearchOptions, search
-from autotune.study.race import race_stop
+from autotune.study.race import looks_confidence, race_stop
 from autotune.trial import TrialResult
 
 from .conftest import QuickMeasurer
@@ -37,7 +36,9 @@ class Scripted:
         self.closed = self.calibrations = 0
         self.factors: dict[str, Interval] = {}  # as LiveMeasurer's: environment key -> its factor
         self.factors_measured = 0
-        self.reseeds: list[tuple[int, bool]] = []
+        self.reseeds: list[int] = []
+        self.confidences: list[float] = []  # asked of each ``more``
+        self.jitter = (1.0, 1.02, 1 / 1.02)  # a confirmation round's median over the search's: fresh processes differ
 
     def calibrate(self, timeout_s: float) -> Noise:
         self.calibrations += 1
@@ -57,28 +58,31 @@ class Scripted:
         if not pairs:
             return Interval(*NOISE.aa, 0.95, NOISE.pairs)  # the baseline: the A/A
         batch = handle["params"]["batch_per_rank"]
-        median = self.confirmed.get(batch, self.speed[batch]) if self.reseeds else self.speed[batch]
+        median = self.speed[batch]
+        if self.reseeds:
+            median = self.confirmed.get(batch, median) * self.jitter[(len(self.reseeds) - 1) % len(self.jitter)]
         half = 0.4 / math.sqrt(pairs)
         return Interval(median, median - half, median + half, 0.95, pairs)
 
-    def more(self, handle: Any, n: int, timeout_s: float) -> Interval:
+    def more(self, handle: Any, n: int, timeout_s: float, confidence: float = 0.95) -> Interval:
         handle["calls"].append(n)
+        self.confidences.append(confidence)
         return self._interval(handle)
 
     def end(self, handle: Any) -> TrialResult:
         iv = self._interval(handle)
         return TrialResult("ok", samples_per_s=100.0 * iv.median, objective=iv.median, speedup_low=iv.low,
                            speedup_high=iv.high, method="in-process pairs", pairs=iv.count, loss=1.0,
+                           baseline_samples_per_s=None if handle["params"]["batch_per_rank"] == 32 else 97.0,
                            loss_samples=1024, wall_s=10.0, timed_s=8.0, startup_s=0.5, warmup_s=1.0)
 
     def close(self) -> None:
         self.closed += 1
 
-    def reseed(self, seed: int, *, fresh_factors: bool = True) -> None:
-        """A confirmation round: new workers (as LiveMeasurer's); factors measured again (live: one more pair)."""
-        self.reseeds.append((seed, fresh_factors))
-        if fresh_factors:
-            self.factors = {}
+    def reseed(self, seed: int) -> None:
+        """A confirmation round: new workers (as LiveMeasurer's); factors measured again (live: one pair of its own)."""
+        self.reseeds.append(seed)
+        self.factors = {}
 
 
 # Every search here takes the host lock for each trial, scripted or not: a lock of each test's own (``own_temp``).
@@ -135,6 +139,13 @@ def test_the_baseline_is_the_calibration_and_the_race_stops_slow_candidates_earl
             assert len(calls) > 1  # the first candidate better than the defaults earns more rounds
     assert outcome.recipe.speedup == pytest.approx(1.3), outcome.recipe
     assert outcome.recipe.speedup_low > 1.02, outcome.recipe
+    # every look of a race at 1 - 5% / looks: at most 3 * 8 / 4 = 6 looks, 5% of wrong stops in all (Bonferroni)
+    assert measurer.confidences and all(c == pytest.approx(1 - 0.05 / 6) for c in measurer.confidences)
+
+
+def test_looks_share_the_error_of_a_race() -> None:
+    assert looks_confidence(1) == pytest.approx(0.95) and looks_confidence(6) == pytest.approx(1 - 0.05 / 6)
+    assert looks_confidence(0) == pytest.approx(0.95)
 
 
 def test_a_recipe_is_offered_only_when_its_confirmed_low_bound_clears_the_margin(tmp_path: Path) -> None:
@@ -147,16 +158,19 @@ def test_a_recipe_is_offered_only_when_its_confirmed_low_bound_clears_the_margin
     # two candidates (distinct recipes of batch 128), three rounds in fresh workers each, the calibration's
     # 8 pairs split over the rounds but at least 6 a round
     assert [c[1] for c in confirmations] == [[6]] * 6, repr(same.calls)
-    # each round adds a fresh process pair to every environment factor (none here), with new window orders
-    assert [fresh for _, fresh in same.reseeds] == [True, True, True] and len({s for s, _ in same.reseeds}) == 3
+    # each round in fresh workers, with new window orders
+    assert len(set(same.reseeds)) == 3
 
     offered = _search(tmp_path, Scripted(), study="offered", fixed={"processes": 1, "threads": 2, "batch_per_rank": 64},
                       trials=3)
     recipe = offered.recipe
     assert recipe.params["batch_per_rank"] == 64 and recipe.speedup == pytest.approx(1.3)
-    # from the confirmation: three rounds that agree, each 1.3x +- 0.4 / sqrt(6)
-    assert recipe.speedup_low == pytest.approx(1.3 - 0.4 / math.sqrt(6))
-    assert recipe.samples_per_s == pytest.approx(130.0) and recipe.baseline_samples_per_s == pytest.approx(100.0)
+    # from the confirmation alone: a Student-t interval over its three rounds' medians (the search read 1.3x)
+    rounds = log_mean_interval([1.3 * j for j in (1.0, 1.02, 1 / 1.02)])
+    assert (recipe.speedup, recipe.speedup_low, recipe.speedup_high) == pytest.approx(
+        (rounds.median, rounds.low, rounds.high))
+    # the rates: the rounds' medians, each measured, the defaults' in their own windows (not 130 / 1.3)
+    assert recipe.samples_per_s == pytest.approx(130.0) and recipe.baseline_samples_per_s == pytest.approx(97.0)
     assert any(n.startswith("best (trial ") and "over PyTorch defaults" in n for n in recipe.notes), recipe.notes
     assert any(n.startswith("timed ") and "calibration" in n for n in recipe.notes), recipe.notes
 
@@ -167,9 +181,10 @@ class PerProcess(Scripted):
     def __init__(self, rounds: tuple[float, ...], stop_in_round: int | None = None) -> None:
         super().__init__()
         self.rounds, self.stop_in_round, self.round = rounds, stop_in_round, -1
+        self.jitter = (1.0,)  # the rounds' medians are ``rounds``
 
-    def reseed(self, seed: int, *, fresh_factors: bool = True) -> None:
-        super().reseed(seed, fresh_factors=fresh_factors)
+    def reseed(self, seed: int) -> None:
+        super().reseed(seed)
         self.round = 1 + (self.round if self.reseeds[1:] else -1)
         self.speed = {**SPEED, 64: self.rounds[self.round]}
         if self.round == self.stop_in_round:
@@ -179,18 +194,15 @@ class PerProcess(Scripted):
 def test_rounds_that_disagree_give_the_spread_between_processes(tmp_path: Path) -> None:
     """A recipe measured 1.2x, 1.5x and 1.9x in three rounds of fresh processes is not offered (its confirmed
     interval takes in the spread between them), where 1.45x, 1.5x, 1.55x is, at their geometric mean."""
-    from autotune.measure.stats import log_mean_interval
-
     fixed = {"processes": 1, "threads": 2, "batch_per_rank": 64}
     apart = _search(tmp_path, PerProcess((1.2, 1.5, 1.9)), study="apart", fixed=fixed, trials=2)
     between = log_mean_interval([1.2, 1.5, 1.9])
     assert apart.recipe.speedup == 1.0 and between.low < 1.0
-    assert any(f"{between.median:.2f}x [{between.low:.2f}-" in n and "3 round(s) of fresh processes" in n
-               for n in apart.recipe.notes), apart.recipe.notes
+    assert any(f"{between.median:.2f}x [{between.low:.2f}-" in n and "over 3 rounds of fresh processes" in n
+               and "Student-t interval over the rounds' medians" in n for n in apart.recipe.notes), apart.recipe.notes
     close = _search(tmp_path, PerProcess((1.45, 1.5, 1.55)), study="close", fixed=fixed, trials=2)
     assert close.recipe.speedup == pytest.approx(log_mean_interval([1.45, 1.5, 1.55]).median)
-    own = math.exp(statistics.fmean(math.log(m - 0.4 / math.sqrt(6)) for m in (1.45, 1.5, 1.55)))
-    assert close.recipe.speedup_low == pytest.approx(own)  # here the rounds' own width is the wider
+    assert close.recipe.speedup_low == pytest.approx(log_mean_interval([1.45, 1.5, 1.55]).low)
 
 
 def test_an_interrupted_confirmation_continues_with_its_missing_rounds(tmp_path: Path) -> None:
@@ -205,7 +217,7 @@ def test_an_interrupted_confirmation_continues_with_its_missing_rounds(tmp_path:
     # (it had its trials already: it confirmed uncalibrated, every round a crash, before)
     assert rounds == [0, 1, 2] and again.calibrations == 1, [(t.number, t.user_attrs.get("error")) for t in trials]
     assert [n for b, n in again.calls if b == 64] == [[6], [6]]
-    assert outcome.recipe.speedup == pytest.approx(1.3) and "3 round(s)" in " ".join(outcome.recipe.notes)
+    assert outcome.recipe.speedup == pytest.approx(1.3) and "over 3 rounds" in " ".join(outcome.recipe.notes)
 
 
 def _old_study(tmp_path: Path, name: str) -> None:

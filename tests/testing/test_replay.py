@@ -11,6 +11,7 @@ import pytest
 
 from autotune.errors import AutotuneError
 from autotune.measure import Noise, PairedMeasurer, combine, stats
+from autotune.measure.candidate import round_factor
 from autotune.testing.replay import GridConfig, GridMiss, RecordedGrid, ReplayMeasurer
 from autotune.trial.spec import Status, TrialResult
 
@@ -53,8 +54,7 @@ def test_it_answers_the_paired_measurer_protocol() -> None:
         assert ours.return_annotation == theirs.return_annotation, name
     noise = ReplayMeasurer(_grid()).calibrate(60.0)
     assert isinstance(noise, Noise) and noise.aa == (1.0, 0.97, 1.03) and noise.pairs == 8
-    assert noise.note() == ("identical runs here differ by up to 4%; the smallest gain this budget can tell apart "
-                            "is 2%")
+    assert noise.note().startswith("identical arms in one process spread over 8.0% (A/A, max - min)")
 
 
 def test_more_hands_out_recorded_ratios_in_a_seeded_order_and_never_more_than_recorded() -> None:
@@ -64,9 +64,9 @@ def test_more_hands_out_recorded_ratios_in_a_seeded_order_and_never_more_than_re
     assert not isinstance(h, TrialResult)
     first = m.more(h, 4, 60.0)
     drawn = list(h.drawn)  # type: ignore[attr-defined]
-    assert len(drawn) == 4 and set(drawn) <= set(FAST) and first == stats.median_interval(drawn)
-    everything = m.more(h, 100, 60.0)  # 12 recorded: no interval claims more
-    assert everything.count == 12 and sorted(h.drawn) == FAST  # type: ignore[attr-defined]
+    assert len(drawn) == 4 and set(drawn) <= set(FAST[0::2]) and first == stats.median_interval(drawn)
+    everything = m.more(h, 100, 60.0)  # 12 recorded, 6 the search's: no interval claims more
+    assert everything.count == 6 and sorted(h.drawn) == FAST[0::2]  # type: ignore[attr-defined]
     again = ReplayMeasurer(grid, seed=3)
     h2 = again.begin({**DEFAULTS, "channels_last": True}, 60.0)
     again.more(h2, 4, 60.0)
@@ -78,9 +78,27 @@ def test_more_hands_out_recorded_ratios_in_a_seeded_order_and_never_more_than_re
         other.more(handle, 4, 60.0)
         orders.add(tuple(handle.drawn))  # type: ignore[attr-defined]
     assert len(orders) > 1  # another seed, another draw
-    h3 = m.begin({**DEFAULTS, "channels_last": True}, 60.0)  # begun again (a confirmation): another order
+    h3 = m.begin({**DEFAULTS, "channels_last": True}, 60.0)  # begun again in the search: another order
     m.more(h3, 12, 60.0)
-    assert h3.order != h.order and sorted(h3.order) == FAST  # type: ignore[attr-defined]
+    assert h3.order != h.order and sorted(h3.order) == FAST[0::2]  # type: ignore[attr-defined]
+
+
+def test_a_confirmation_draws_only_what_the_search_did_not_see() -> None:
+    """The winner's curse must be able to show in replay: after ``reseed`` (the confirmation) a combination's
+    ratios are the other half of those recorded, and its environment's factor is the process pair the search
+    did not draw, its spread lent by the search's pairs (``candidate.round_factor``)."""
+    m = ReplayMeasurer(_grid(), seed=0)
+    searched = m.begin({**DEFAULTS, "channels_last": True}, 60.0)
+    m.more(searched, 100, 60.0)
+    m.reseed(5)
+    confirmed = m.begin({**DEFAULTS, "channels_last": True}, 60.0)
+    iv = m.more(confirmed, 100, 60.0)
+    drawn = confirmed.drawn  # type: ignore[attr-defined]
+    assert len(drawn) == 6 and set(drawn) <= set(FAST[1::2]) and not set(drawn) & set(searched.drawn)  # type: ignore[attr-defined]
+    assert iv == stats.median_interval(drawn)  # a round: a bootstrap resample of the held-out half
+    factor = m.begin({**DEFAULTS, "threads": 1}, 60.0)
+    own = m.more(factor, 8, 60.0)
+    assert own == round_factor(FACTORS[-1], FACTORS[:-1], None) and own.median == pytest.approx(FACTORS[-1])
 
 
 def test_end_gives_the_trial_result_of_the_drawn_pairs() -> None:
@@ -88,24 +106,24 @@ def test_end_gives_the_trial_result_of_the_drawn_pairs() -> None:
     h = m.begin({**DEFAULTS, "channels_last": True}, 60.0)
     iv = m.more(h, 8, 60.0)
     result = m.end(h)
-    assert result.status == Status.OK and result.method == "in-process pairs" and result.pairs == 8
+    assert result.status == Status.OK and result.method == "in-process pairs" and result.pairs == 6
     assert (result.objective, result.speedup_low, result.speedup_high) == (iv.median, iv.low, iv.high)
     assert 1.2 <= iv.low <= iv.median <= iv.high <= 1.31
     assert (result.loss, result.loss_samples, result.warmup_s) == (1.01, 1792, 2.0)
-    assert result.timed_s == pytest.approx(8 * (0.3 + 0.3))
+    assert result.timed_s == pytest.approx(6 * (0.3 + 0.3))
 
 
 def test_another_environment_multiplies_its_process_pair_factor() -> None:
     m = ReplayMeasurer(_grid(), seed=0)
     h = m.begin({**DEFAULTS, "threads": 1, "channels_last": True}, 60.0)
     iv = m.more(h, 8, 60.0)
-    env = stats.log_mean_interval(FACTORS)
-    assert iv == combine(env, stats.median_interval([2.0] * 8))
-    assert iv.median == pytest.approx(2 * statistics.geometric_mean(FACTORS)) and iv.low < iv.median < iv.high
+    env = stats.log_mean_interval(FACTORS[:-1])  # the last recorded pair is the confirmation's
+    assert iv == combine(env, [2.0] * 4)
+    assert iv.median == pytest.approx(2 * statistics.geometric_mean(FACTORS[:-1])) and iv.low < iv.median < iv.high
     assert m.end(h).method == "process pairs x in-process pairs"
     only = m.begin({**DEFAULTS, "threads": 1}, 60.0)  # that environment's defaults: the factor alone, as live
     assert m.more(only, 8, 60.0) == env
-    assert (m.end(only).method, m.end(only).objective, m.end(only).pairs) == ("process pairs", env.median, 3)
+    assert (m.end(only).method, m.end(only).objective, m.end(only).pairs) == ("process pairs", env.median, 2)
 
 
 def test_the_baseline_is_the_calibrations_aa_as_live() -> None:
@@ -126,7 +144,7 @@ def test_failures_replay_as_recorded() -> None:
     oom = m.begin({**DEFAULTS, "batch_size": 128}, 60.0)
     assert isinstance(oom, TrialResult) and oom.status == Status.OOM and oom.error == "CUDA out of memory"
     h = m.begin({**DEFAULTS, "batch_size": 32}, 60.0)
-    assert m.more(h, 8, 60.0).count == 3  # the pairs before it failed
+    assert m.more(h, 8, 60.0).count == 2  # the pairs before it failed (the search's: every other one)
     nan = m.end(h)
     assert nan.status == Status.NAN and nan.error == "the loss became nan" and nan.objective is None
 

@@ -1,0 +1,155 @@
+"""The statistics behind a speedup's interval: what each method is, and that it covers the truth about as often
+as it says (simulated draws of known truth; the real A/A coverage is ``benchmarks/aa_independence.py``'s)."""
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from autotune.measure import stats
+from autotune.measure.candidate import combine, round_factor
+from autotune.study.choice import rounds_said
+
+
+def test_a_combined_interval_is_one_welch_satterthwaite_t_interval_on_the_log_scale() -> None:
+    """Factor (a t interval over 3 process pairs) x in-process median (16 window pairs): the log estimates and
+    their variances add, and one t quantile at the Welch-Satterthwaite degrees of freedom sets the width. It is
+    labelled with the confidence asked and counted in the fewer units, the process pairs."""
+    factors, ratios = [0.82, 0.8, 0.77], [1.5 + 0.01 * (i % 5 - 2) for i in range(16)]
+    logs = [math.log(f) for f in factors]
+    mean = sum(logs) / 3
+    v_factor = sum((x - mean) ** 2 for x in logs) / 2 / 3
+    in_logs = sorted(math.log(r) for r in ratios)
+    centre_in = (in_logs[7] + in_logs[8]) / 2
+    mad = sorted(abs(x - centre_in) for x in in_logs)
+    sigma = 1.4826 * (mad[7] + mad[8]) / 2
+    v_in = math.pi / 2 * sigma**2 / 16
+    df_in = 0.37 * 15
+    df = (v_factor + v_in) ** 2 / (v_factor**2 / 2 + v_in**2 / df_in)
+    half = stats.t_quantile(0.975, df) * math.sqrt(v_factor + v_in)
+
+    both = combine(stats.log_mean_interval(factors), ratios)
+    assert both.median == pytest.approx(math.exp(mean + centre_in))
+    assert (both.low, both.high) == (pytest.approx(math.exp(mean + centre_in - half)),
+                                     pytest.approx(math.exp(mean + centre_in + half)))
+    assert both.confidence == 0.95 and both.count == 3
+    assert combine(stats.log_mean_interval(factors), ratios, 0.99).width > both.width
+
+
+@pytest.mark.parametrize(("factor_sigma", "inner_sigma"), [(0.05, 0.02), (0.02, 0.05), (0.0001, 0.05)])
+def test_the_combined_interval_covers_the_truth_about_as_often_as_it_says(factor_sigma: float,
+                                                                          inner_sigma: float) -> None:
+    """800 simulated candidates of true speedup 1.0 (3 process pairs, 16 window pairs, log-normal): the 95%
+    interval holds 1.0 in 92-98.5% of them, whichever part dominates (800 draws: +-1.5% is two standard errors)."""
+    rng = random.Random(7)
+    held = 0
+    for _ in range(800):
+        factor = stats.log_mean_interval([math.exp(rng.gauss(0, factor_sigma)) for _ in range(3)])
+        iv = combine(factor, [math.exp(rng.gauss(0, inner_sigma)) for _ in range(16)])
+        held += iv.low <= 1.0 <= iv.high
+    assert 0.92 <= held / 800 <= 0.985, held
+
+
+def test_t_quantiles_of_whole_and_fractional_degrees_of_freedom() -> None:
+    assert stats.t_quantile(0.975, 1) == pytest.approx(12.7062, abs=1e-4)
+    assert stats.t_quantile(0.9999, 1) == pytest.approx(3183.0988, abs=1e-3)
+    assert stats.t_quantile(0.975, 1e6) == pytest.approx(1.95996, abs=1e-4)
+    assert stats.t_quantile(0.975, 2) > stats.t_quantile(0.975, 2.5) > stats.t_quantile(0.975, 3)
+
+
+def test_a_confirmation_is_a_t_interval_over_its_rounds_counted_in_rounds() -> None:
+    """Each round is fresh processes with its own pairs: the rounds are the units. Not the wider of that and the
+    rounds' own bounds, and not 18 "fresh pairs" where 3 processes disagree."""
+    rounds = [stats.Interval(m, 0.95 * m, 1.05 * m, 0.97, 6) for m in (1.56, 1.75, 2.02)]
+    iv = stats.rounds_interval(rounds)
+    assert iv == stats.log_mean_interval([1.56, 1.75, 2.02]) and iv.count == 3
+    close = [stats.Interval(m, 0.8 * m, 1.2 * m, 0.97, 6) for m in (1.49, 1.5, 1.51)]
+    assert stats.rounds_interval(close).high < 1.2 * 1.5  # agreeing rounds: narrower than any one round's
+    assert stats.rounds_interval(rounds[:1]) == rounds[0]
+    assert "that round's interval alone" in rounds_said(1, 6) and "Student-t" in rounds_said(3, 18)
+
+
+def test_a_confirmation_rounds_factor_is_its_own_process_pair() -> None:
+    """The search's pairs chose the candidate: they lend the round only the spread of one pair's ratio."""
+    searched = [1.31, 1.25, 1.28]
+    own = round_factor(1.10, searched, None)
+    assert own.median == pytest.approx(1.10) and own.count == 3
+    one_pair = stats.mean_part(searched)
+    half = stats.t_quantile(0.975, 2) * math.sqrt(one_pair.variance * 3)
+    assert (own.low, own.high) == (pytest.approx(1.10 * math.exp(-half)), pytest.approx(1.10 * math.exp(half)))
+    resumed = round_factor(1.10, [], stats.log_mean_interval(searched))  # a resumed search knows the interval
+    assert (resumed.low, resumed.high) == (pytest.approx(own.low), pytest.approx(own.high))
+    unknown = round_factor(1.10, [1.3], None)
+    assert unknown.median == pytest.approx(1.10) and unknown.high == math.inf
+
+
+def test_compile_time_is_amortised_over_the_same_samples_for_every_arm() -> None:
+    """A compiled candidate at 4x the defaults' batch pays its 10 s over ``train_steps`` x the defaults' batch
+    (100 x 32 samples), not over 100 of its own 128-sample steps; the eager defaults pay nothing."""
+    from autotune.measure.protocol import ArmStatus, PairRecord, WindowRecord
+
+    base = ArmStatus("defaults", "ok", step_samples=32, compile_s=0.0)
+    cand = ArmStatus("cand", "ok", step_samples=128, compile_s=10.0)
+    pairs = [PairRecord("defaults", WindowRecord("defaults", 320.0, 10, 320, 1.0),
+                        WindowRecord("cand", 640.0, 5, 640, 1.0))] * 6
+    planned = 100 * 32
+    expected = (planned / (10.0 + planned / 640.0)) / 320.0
+    assert stats.amortised_ratios(pairs, base, cand, train_steps=100) == [pytest.approx(expected)] * 6
+    result = stats.compare(pairs, base, cand, train_steps=100)
+    assert result.ratio.median == pytest.approx(2.0) and result.amortised.median == pytest.approx(expected)
+
+
+def test_the_noise_line_says_each_noise_as_measured() -> None:
+    """Within one process: the A/A's largest pair difference, not half its range; between fresh processes: the
+    process pairs' spread, or that it was not measured; the smallest gain told apart: from an interval the
+    search reached, not the margin."""
+    from autotune.measure import Noise
+    from autotune.measure.measurer import told_apart
+
+    base = dict(window_s=0.3, pairs=8, half_width=0.03, margin=0.02, spread=0.08, aa=(1.0, 0.97, 1.03))
+    calibrated = Noise(**base, within=0.05, aa_pairs=8)  # ratios 0.97 .. 1.05: half the range is 4%, the most 5%
+    assert calibrated.note() == (
+        "identical arms in one process differed by up to 5.0% a window pair (8 A/A pairs); between fresh processes "
+        "not measured (no other environment was measured); the smallest gain these intervals could tell apart is "
+        f"{told_apart(0.02, 0.97, 1.03):.1%} (the A/A's interval)")
+    searched = Noise(**base, within=0.05, aa_pairs=8, between=0.062, between_pairs=6,
+                     told_apart=told_apart(0.02, 1.10, 1.20), told_by="trial 3's confirmed interval")
+    assert searched.note().endswith("between fresh processes a process pair's ratio varied by 6.2% (standard "
+                                    "deviation, 6 pairs); the smallest gain these intervals could tell apart is "
+                                    "6.5% (trial 3's confirmed interval)")
+    assert told_apart(0.02, 1.10, 1.20) == pytest.approx(1.02 * math.sqrt(1.2 / 1.1) - 1)
+
+
+def test_a_calibration_too_wide_to_rank_on_is_taken_again_once_then_ends_the_search(facts) -> None:
+    """Identical arms that read [0.93-1.70] (a busy machine) are calibrated once more; twice so, the measurer
+    raises with the reason (the search then ends on it within its budget) instead of ranking recipes on it."""
+    from types import SimpleNamespace
+
+    from autotune.measure import LiveMeasurer
+    from autotune.measure.paired_worker import WorkerError
+    from autotune.trial import TrialSettings
+
+    reads = [stats.Interval(1.1, 0.93, 1.70, 0.95, 6), stats.Interval(1.0, 0.99, 1.01, 0.95, 6)]
+    calls: list[int] = []
+
+    class Worker:
+        def calibrate(self, *args, seed: int = 0, **kwargs):
+            calls.append(seed)
+            aa = reads[min(len(calls), len(reads)) - 1]
+            return SimpleNamespace(window_s=0.1, pairs=6, half_width=0.03, margin=0.02, spread=0.1, step_s=0.01,
+                                   aa=SimpleNamespace(amortised=aa, ratios=(0.95, 1.05)))
+
+    def measurer() -> LiveMeasurer:
+        m = LiveMeasurer("tiny", {"device": "cpu"}, facts, TrialSettings(), window_s=0.1)
+        m.pool.defaults_worker = lambda *a, **k: Worker()  # type: ignore[method-assign]
+        m.pool.add = lambda *a, **k: SimpleNamespace(step_s=0.01, first_step_s=0.01)  # type: ignore[method-assign]
+        return m
+
+    noise = measurer().calibrate(60)
+    assert len(calls) == 2 and calls[0] != calls[1] and noise.aa == (1.0, 0.99, 1.01)  # once more, another seed
+    reads.pop()
+    calls.clear()
+    with pytest.raises(WorkerError, match=r"too busy to calibrate: identical arms read 1\.10x \[0\.93-1\.70\] twice"):
+        measurer().calibrate(60)
+    assert len(calls) == 2
