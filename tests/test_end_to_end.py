@@ -52,7 +52,7 @@ def _search(folder: Path, workload: str, *args: str, study: str = "q", budget_s:
     """A search stops at its budget (its own clock, however loaded the machine): the limit is that and its
     start and end (``run_cli``'s default limit is a fixed 300 s)."""
     out = run_cli("search", "--workload", qw.spec(workload), "--study", study, "--budget", f"{budget_s}s",
-                  "--no-compile", *defaults_env(), *args, cwd=folder, timeout=budget_s + 120)
+                  "--no-compile", "--busy-limit", "inf", *defaults_env(), *args, cwd=folder, timeout=budget_s + 120)
     assert out.returncode == 0, out.stderr
     return out.stdout, trials(f"sqlite:///{folder}/studies.db", study)
 

@@ -57,6 +57,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--max-loss-increase", type=float, default=0.05, metavar="F",
                    help="quality guard: a trial whose loss is more than F (relative, 0 or more) above the baseline's "
                    "is infeasible (default: 0.05)")
+    p.add_argument("--busy-limit", type=float, default=1.5, metavar="R",
+                   help="the widest A/A calibration (its interval's high over its low, more than 1) recipes are "
+                   "ranked on: wider twice, the machine is too busy and the search ends saying so (default: 1.5; "
+                   "inf ranks on any, for gains larger than the noise)")
     p.add_argument("--global-batch", type=int, default=None, metavar="N",
                    help="keep N (at least 1) samples per optimizer step by gradient accumulation; a step of several "
                    "processes takes at least batch_per_rank x processes (otherwise the lr follows --lr-scaling)")
@@ -103,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         settings=TrialSettings(warmup_steps=args.warmup_steps, measure_steps=args.steps,
                                train_steps=args.train_steps, seed=args.seed),
         max_loss_increase=args.max_loss_increase, global_batch=args.global_batch, lr_scaling=args.lr_scaling,
-        seed=args.seed, compile=not args.no_compile, fixed=parse_fixes(args.fix),
+        busy_limit=args.busy_limit, seed=args.seed, compile=not args.no_compile, fixed=parse_fixes(args.fix),
         confirm_top=args.confirm, confirm_rounds=args.confirm_rounds,
     )
     check_options(options)  # before anything is probed or written (search() checks again, for library callers)

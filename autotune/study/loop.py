@@ -79,7 +79,7 @@ class SearchLoop:
             from ..measure import LiveMeasurer
 
             measurer = LiveMeasurer(workload, self.defaults, facts, options.settings, seed=options.seed,
-                                    on_phase=self.phase)
+                                    on_phase=self.phase, busy=options.busy_limit)
         self.measurer = measurer
         self.noise: Noise | None = None
         self.baseline_error: str | None = None

@@ -26,6 +26,7 @@ class SearchOptions:
     fixed: dict[str, Any] = field(default_factory=dict)  # knobs held at a value (--fix KNOB=VALUE)
     confirm_top: int = 3  # candidates re-run side by side with the baseline before one is declared best
     confirm_rounds: int = 3  # the confirmation's rounds, each in fresh worker processes (the calibration's pairs split)
+    busy_limit: float = 1.5  # the widest A/A interval (high / low) recipes are ranked on (``measurer.too_busy``)
 
 
 def check_options(options: SearchOptions) -> None:
@@ -50,6 +51,7 @@ def check_options(options: SearchOptions) -> None:
          f"--lr-scaling must be one of {', '.join(spaces.batch.LR_RULES)} (got {options.lr_scaling!r})")
     need(0 <= options.seed < 2**32 and 0 <= s.seed < 2**32, f"--seed must be 0 to {2**32 - 1} (got {options.seed})")
     need(options.confirm_top >= 0, f"--confirm must be 0 or more (got {options.confirm_top})")
+    need(options.busy_limit > 1, f"--busy-limit must be more than 1 (got {options.busy_limit})")
     need(options.confirm_rounds >= 1, f"--confirm-rounds must be at least 1 (got {options.confirm_rounds})")
     need(s.warmup_steps >= 0, f"--warmup-steps must be 0 or more (got {s.warmup_steps})")
     need(s.windows >= 1 and s.measure_steps >= s.windows,

@@ -41,6 +41,7 @@ CONV = quality_workloads.spec("conv")  # a tiny CNN
         (("--train-steps", "0"), "--train-steps must be at least 1 (got 0)"),
         (("--max-loss-increase", "-0.1"), "--max-loss-increase must be 0 or more (got -0.1)"),
         (("--max-loss-increase", "nan"), "--max-loss-increase must be 0 or more (got nan)"),
+        (("--busy-limit", "1"), "--busy-limit must be more than 1 (got 1.0)"),
         (("--steps", "0"), "--steps must be at least 3, one per timed window (got 0)"),
         (("--warmup-steps", "-1"), "--warmup-steps must be 0 or more (got -1)"),
         (("--global-batch", "0"), "--global-batch must be at least 1 (got 0)"),
