@@ -185,7 +185,8 @@ def _print_outcome(out: Console, outcome: SearchOutcome) -> None:
     if best.number != base.number:
         out.print(f"{speedup} over PyTorch defaults", markup=False)
     if outcome.noise:
-        out.print(f"noise: {Noise(**{**outcome.noise, 'aa': tuple(outcome.noise['aa'])}).note()}", markup=False)
+        noise = Noise(**{**outcome.noise, "aa": tuple(outcome.noise["aa"])})
+        out.print(f"noise: {noise.note()}", markup=False, soft_wrap=True)  # one line, as the notes: grep finds it
     for note in r.notes:
         out.print(f"note: {note}", markup=False, soft_wrap=True)
     out.print(f"recipe {r.id} stored; export it with: autotune export --format env -o best.env")
