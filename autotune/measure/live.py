@@ -142,6 +142,9 @@ class LiveMeasurer:
             if short is not None:
                 return TrialResult(Status.SKIPPED, error=short, wall_s=time.monotonic() - trial.started)
             trial.factor = self._factor(key, params, trial, deadline)
+            if trial.factor.count == 0:  # not one process pair fitted: no speedup to give, not a failed recipe
+                return TrialResult(Status.SKIPPED, error="no process pair of its environment fitted in the time left",
+                                   wall_s=time.monotonic() - trial.started, warnings=trial.warnings)
             trial.worker, startup_s, warmup_s = self.pool.env_worker(
                 key, self._env_defaults(params), ", ".join(environment_differences(self.defaults, params)), deadline)
             trial.startup_s, trial.warmup_s = trial.startup_s + startup_s, trial.warmup_s + warmup_s

@@ -156,7 +156,9 @@ class Rounds:
         return note
 
     def candidate(self, record: TrialRecord) -> Candidate:
-        rounds = [self.done[k] for k in sorted(self.done) if k[0] == params_key(record.params)]
+        """``record``'s confirmation over the rounds it had (one skipped for time is not a failure of the recipe)."""
+        rounds = [self.done[k] for k in sorted(self.done) if k[0] == params_key(record.params)
+                  and self.done[k].status != Status.SKIPPED]
         failed = next((f"{r.status}: {r.error}" for r in rounds if r.status != Status.OK), None)
         confirmed = combine_rounds(rounds) if rounds and failed is None else None
         return Candidate(record.number, record.role, record.params, record.result.objective or 0.0,

@@ -406,3 +406,22 @@ def test_a_candidate_the_quality_guard_rejects_is_not_raced_further(tmp_path: Pa
         assert "over the baseline's" in t.user_attrs["infeasible"]  # and the guard rejects it when recorded
     assert all(calls == [max(4, NOISE.pairs // 2)] for batch, calls in measurer.calls if batch == 128)
     assert outcome.recipe.params["batch_per_rank"] != 128
+
+
+class SkipsLastRound(Scripted):
+    """Its third confirmation round finds no time for a process pair of its environment (``LiveMeasurer``'s
+    SKIPPED): once a 2-minute search of an input-bound workload crashed on it ("math domain error")."""
+
+    def begin(self, params: dict[str, Any], timeout_s: float) -> object:
+        if len(self.reseeds) == 3:
+            return TrialResult("skipped", error="no process pair of its environment fitted in the time left")
+        return super().begin(params, timeout_s)
+
+
+def test_a_round_skipped_for_time_leaves_the_candidate_confirmed_over_the_rounds_it_had(tmp_path: Path) -> None:
+    outcome = _search(tmp_path, SkipsLastRound(), study="skips",
+                      fixed={"processes": 1, "threads": 2, "batch_per_rank": 64}, trials=3)
+    recipe = outcome.recipe
+    rounds = log_mean_interval([1.3, 1.3 * 1.02])
+    assert recipe.params["batch_per_rank"] == 64 and recipe.speedup == pytest.approx(rounds.median), recipe.notes
+    assert any("over 2 rounds of fresh processes" in n for n in recipe.notes), recipe.notes
