@@ -308,9 +308,7 @@ class LiveMeasurer:
             ratios = [c.objective / b.objective for b, c in trial.fresh if c.objective and b.objective]
             return stats.log_mean_interval(ratios, confidence) if ratios else NOTHING
         if not trial.in_process:
-            if trial.factor is None or trial.factor.count < 2 or confidence == trial.factor.confidence:
-                return trial.factor or NOTHING
-            return stats.part_interval(stats.interval_part(trial.factor), confidence)
+            return stats.at_confidence(trial.factor, confidence) if trial.factor is not None else NOTHING
         if not trial.records or trial.base_status is None or trial.cand_status is None:
             return NOTHING
         inner = stats.compare(trial.records, trial.base_status, trial.cand_status,

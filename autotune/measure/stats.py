@@ -211,6 +211,15 @@ def part_interval(part: Part, confidence: float = CONFIDENCE) -> Interval:
     return welch_interval([part], confidence, count=round(part.df) + 1)
 
 
+def at_confidence(interval: Interval, confidence: float) -> Interval:
+    """A Student-t interval (``log_mean_interval``, ``part_interval``) taken again at ``confidence``; one with no
+    variance estimate (fewer than two values, unbounded) stays as it is."""
+    if interval.count < 2 or interval.confidence == confidence or interval.low <= 0 or not math.isfinite(
+            interval.high):
+        return interval
+    return part_interval(interval_part(interval), confidence)
+
+
 def welch_interval(parts: Sequence[Part], confidence: float = CONFIDENCE, *, count: int = 0) -> Interval:
     """The product of independent factors, each a ``Part``, as one interval: on the log scale their estimates
     and variances add, and the t quantile takes the Welch-Satterthwaite degrees of freedom

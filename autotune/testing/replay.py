@@ -94,7 +94,7 @@ class GridConfig:
         factors = self.split(confirming)[1]
         if confirming and len(self.process_pair_factors) >= 2:
             own = round_factor(factors[0], self.split(False)[1], None)
-            return stats.part_interval(stats.interval_part(own), confidence) if own.count >= 2 else own
+            return stats.at_confidence(own, confidence)
         return stats.log_mean_interval(factors, confidence)
 
     def speedup(self, ratios: list[float] | None = None, confirming: bool = False,
