@@ -185,14 +185,15 @@ def mean_part(ratios: Sequence[float]) -> Part:
 
 
 def median_part(ratios: Sequence[float]) -> Part:
-    """Paired windows' ratios as a part: the log of their median, with the large-sample variance of a median
+    """Paired windows' ratios as a part: the log of their median (the median every other reading of the ratios
+    reports; with an even count it is not the median of the logs), with the large-sample variance of a median
     (``pi/2 * sigma^2 / n``, sigma from the logs' median absolute deviation, so one burst does not inflate it).
     Its degrees of freedom are ``_MAD_EFFICIENCY`` of ``n - 1``: a MAD's sigma varies as one from that many
     values' standard deviation does."""
     logs = [math.log(r) for r in ratios]
     if len(logs) < 2:
         return Part(logs[0] if logs else 0.0, math.inf, 1.0)
-    return Part(statistics.median(logs), (_MEDIAN_SE * robust_sigma(logs)) ** 2 / len(logs),
+    return Part(math.log(statistics.median(ratios)), (_MEDIAN_SE * robust_sigma(logs)) ** 2 / len(logs),
                 max(1.0, _MAD_EFFICIENCY * (len(logs) - 1)))
 
 

@@ -35,6 +35,10 @@ def test_a_combined_interval_is_one_welch_satterthwaite_t_interval_on_the_log_sc
                                      pytest.approx(math.exp(mean + centre_in + half)))
     assert both.confidence == 0.95 and both.count == 3
     assert combine(stats.log_mean_interval(factors), ratios, 0.99).width > both.width
+    # the in-process median is the one the window pairs report (statistics.median, 1.5 of 1 and 2), not the
+    # median of the logs (sqrt 2): the speedup printed is the factor times the median printed beside it
+    assert combine(stats.log_mean_interval(factors), [1.0, 2.0, 1.0, 2.0]).median == pytest.approx(
+        math.exp(mean) * 1.5)
 
 
 @pytest.mark.parametrize(("factor_sigma", "inner_sigma"), [(0.05, 0.02), (0.02, 0.05), (0.0001, 0.05)])
