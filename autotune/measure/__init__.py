@@ -9,7 +9,7 @@
 - across processes: ``environment`` (the knobs that decide a process), ``process_pair`` (two live workers
   alternated, the idle one frozen; ``across_processes`` over several fresh pairs);
 - the search's measurer: ``live`` (``LiveMeasurer``), with ``pool`` (its workers) and ``candidate`` (one
-  candidate being measured); ``scorer`` (``PairedScorer``: one candidate scored against the defaults, alone).
+  candidate being measured).
 """
 from __future__ import annotations
 

@@ -3,8 +3,8 @@
 The worker tests use tiny workloads and short windows and judge by verdicts with margins, not by tight
 timings, so that they hold on a loaded 2-core machine. A worker's start (importing torch) is most of a worker
 test's cost: the tests whose subject is not the start share one worker (``tiny_worker``). A knob's real effect
-(slower, faster) is measured through the same worker and ``stats.compare`` by the scorer and the live measurer
-(``test_score``), which cannot score a candidate without measuring one.
+(slower, faster) is measured through the same worker and ``stats.compare`` by the live measurer
+(``test_live``), which cannot score a candidate without measuring one.
 """
 from __future__ import annotations
 

@@ -9,17 +9,12 @@ from typing import Any
 
 import pytest
 
-from autotune.measure import environment_key, freeze, stats
-from autotune.measure.candidate import combine, same_environment
-from autotune.measure.process_pair import enough
-from autotune.measure.scorer import PairedScorer
+from autotune.measure import environment_key, stats
+from autotune.measure.candidate import same_environment
 from autotune.search_spaces import SpaceContext, defaults
 from autotune.trial.spec import TrialSettings
 
 SETTINGS = TrialSettings(warmup_steps=2, measure_steps=6, windows=2, max_extra_windows=0, eval_samples=128)
-# The half width a calibration plans its pairs for: so wide that it plans the fewest (``stats.pairs_for_width``'s
-# floor), however noisy the machine. These tests' subject is where a score comes from, not the pairs it takes.
-WIDE = 0.5
 
 
 def _params(facts: Any, batch_size: int, **changes: Any) -> dict[str, Any]:
@@ -30,50 +25,6 @@ def _params(facts: Any, batch_size: int, **changes: Any) -> dict[str, Any]:
 def test_same_environment_compares_only_the_environment_knobs() -> None:
     assert same_environment({"threads": 1, "batch_size": 8}, {"threads": 1, "batch_size": 64})
     assert not same_environment({"threads": 1}, {"threads": 2})
-
-
-def test_the_speedup_interval_comes_from_paired_windows_and_noise_is_not_offered(facts: Any) -> None:
-    """``slow`` sleeps per forward pass: batch 256 runs ~4x the samples/s of 64; ``tf32`` does nothing on CPU."""
-    base = _params(facts, 64)
-    with PairedScorer("tests.quality_workloads:slow", base, facts, SETTINGS, calibration_pairs=6, half_width=WIDE,
-                      window_s=0.15) as scorer:
-        cal = scorer.cal
-        assert cal.aa.ratio.count == 6 and cal.window_s == 0.15 and scorer.margin >= stats.MIN_MARGIN
-        note = scorer.noise_note()
-        assert note.startswith("identical arms in one process differed by up to ") and "(6 A/A pairs)" in note
-        fast = scorer.score("b256", {**base, "batch_size": 256}, seed=1)
-        same = scorer.score("tf32", {**base, "tf32": True}, seed=2)
-    assert fast.method == "in-process pairs" and fast.environment is None
-    assert fast.speedup.count == cal.pairs and fast.speedup == fast.in_process.amortised  # the windows' pairs
-    assert fast.verdict == "faster" and fast.speedup.low > 2.0, fast.speedup
-    assert fast.loss_samples == scorer.worker.spec.loss_samples and fast.loss and fast.baseline_loss
-    assert same.verdict == "same" and same.speedup.low < 1 + scorer.margin, same.speedup  # not offered
-
-
-def test_another_environment_scores_across_processes_times_in_process(facts: Any) -> None:
-    """One thread against two on ``threads_bound`` (2x slower per step) at batch 64 (half the steps per sample).
-    Its factor is ``across_processes`` itself: this is also that function's live test of a real difference. Two
-    process pairs where they agree (else three, as before), 0.2 s windows: ``threads_bound`` is sleep-bound, and
-    its process pairs read 0.51 [0.50-0.51] beside another test run, far from the 0.9 the verdict needs."""
-    base = _params(facts, 32, threads=2, interop_threads=2)
-    workload = "tests.measure.test_process_pair:threads_bound"
-    # Windows of 4 steps with two threads (2 with one). Two process pairs, and a third unless they agree within
-    # +-10% at 95% (``enough``): two that do leave ``env.high`` at most 1.11x their mean, three as many as before.
-    with PairedScorer(workload, base, facts, SETTINGS, calibration_pairs=6, half_width=0.1, window_s=0.2,
-                      process_pairs=(2, 3)) as scorer:
-        score = scorer.score("one-thread-b64", {**base, "threads": 1, "interop_threads": 1, "batch_size": 64})
-    assert score.method == "process pairs x in-process pairs" and score.environment is not None
-    env, inproc, runs = score.environment.ratio, score.in_process.amortised, score.environment.runs
-    # 95% over the process pairs (a 99% t-interval of 3 values is too wide): the truth is ~0.5
-    assert score.environment.verdict == "slower" and env.high < 0.9, (env, score.environment.per_process)
-    per_process = list(score.environment.per_process)
-    assert len(runs) == env.count == (2 if enough(per_process[:2], 0.1, least=2, most=3) else 3), per_process
-    assert all(r.base.in_effect["threads"] == 2 and r.cand.in_effect["threads"] == 1 for r in runs)
-    assert not any(freeze.proc_state(pid) not in ("?", "Z") for run in runs for pid in run.pids)
-    assert inproc.median > 1.5, inproc  # batch 64: half the sleeps per sample
-    assert score.speedup.median == pytest.approx(env.median * inproc.median)
-    # one Welch-Satterthwaite interval of the two (``candidate.combine``), labelled with the confidence asked
-    assert score.speedup == combine(env, score.in_process.ratios) and score.speedup.confidence == 0.95
 
 
 def test_the_live_measurer_calibrates_once_and_measures_each_candidate_as_an_arm(facts: Any) -> None:
@@ -123,6 +74,7 @@ def test_the_live_measurer_calibrates_once_and_measures_each_candidate_as_an_arm
 def test_a_factor_grows_a_process_pair_a_race_round_and_a_confirmation_round_measures_its_own(facts: Any) -> None:
     """``begin`` measures the fewest pairs; each later round of the race adds one until the factor is enough (a
     candidate stopped after its first round costs the fewest); the pairs of a factor cut short for time are kept.
+    A candidate of that environment with an in-process knob besides is an arm in its worker, factor x in-process.
     A confirmation round (``reseed``) measures one fresh process pair of its own, and its factor is that pair's
     ratio alone: the search's pairs, which chose the candidate, lend only their spread (the winner's curse).
     Windows of 0.1 s: ``threads_bound`` reads its 2x from whole sleep-bound steps, and windows are not counted."""
@@ -160,6 +112,14 @@ def test_a_factor_grows_a_process_pair_a_race_round_and_a_confirmation_round_mea
         assert seen == [(2, False), (2, False), (3, True)], seen
         assert first.status == "ok" and first.method == "process pairs" and first.pairs == 3, first
         searched = measurer.factors[key]
+        # Batch 64 in that environment (half the sleep-bound steps per sample): an arm in its worker, which the
+        # settled factor left running, no process started; its speedup the factor x its in-process median.
+        mixed = measurer.begin({**one, "batch_size": 64}, 300)
+        inner = measurer.more(mixed, 4, 300)
+        combined = measurer.end(mixed)
+        assert pairs() == (3, True) and combined.startup_s == 0.0, combined
+        assert combined.status == "ok" and combined.method == "process pairs x in-process pairs", combined
+        assert combined.objective == inner.median and combined.objective / searched.median > 1.5, (combined, searched)
         measurer.reseed(7)
         again = measurer.begin(one, 300)
         # the round's worker of that environment: its fresh process pair's environment side, its heap fixed since

@@ -2,8 +2,8 @@
 
 Judged by verdicts with wide margins and 99% intervals, and by a workload whose speed depends on the
 threads through a sleep (not on the neighbours' load), so that the tests hold on a loaded 2-core machine.
-That workload's real difference (one thread against two) is measured once, by ``across_processes`` inside the
-scorer (``test_score``): a scorer of another environment runs it, so a second measurement here would add a
+That workload's real difference (one thread against two) is measured once, by the live measurer's factor
+(``test_live``), process pair by process pair as the search runs them: a second measurement here would add a
 minute and test nothing new.
 """
 from __future__ import annotations
