@@ -16,7 +16,7 @@ from collections.abc import Callable, Container, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
-from ..measure import PROCESS_PAIRS, Noise, environment_key
+from ..measure import ENVIRONMENT_KEYS, PROCESS_PAIRS, Noise, environment_key
 from ..trial.spec import Status, TrialResult
 from .records import BASELINE, CONFIRM, Attr, StudyAttr, contenders, lineup, records
 
@@ -159,7 +159,8 @@ def round_parts(result: TrialResult, noise: Noise | None, options: SearchOptions
     return own, per_pair * (PROCESS_PAIRS[0] if cut and round_ == 0 else 1)  # its last pair's worker goes on
 
 
-def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | None) -> float:
+def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | None, *,
+              racing: tuple[TrialResult, dict[str, Any]] | None = None) -> float:
     """Time kept for the confirmation: the rounds of each candidate it would likely confirm now (its
     ``contenders``: not one whose search interval lies wholly below the first's), each environment's part once a
     round however many of them share it (``round_parts``: kept once per candidate, shared process pairs would
@@ -167,16 +168,33 @@ def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | Non
     defaults' environment: as the calibration's was, at least the baseline's start (the baseline's start alone
     is less than such a round takes, and a candidate whose last round no longer fits is left unconfirmed). Time
     kept for a defaults' worker no candidate needs, or for windows a recipe that IS its environment does not run,
-    would stop the search early."""
-    if estimate is None or options.budget_s is None or options.confirm_top <= 0:
+    would stop the search early. ``racing``: the candidate being raced (its result so far, its params), counted
+    as one more while the confirmation has room for it, so that its later race rounds never take the time its
+    own confirmation needs (a short budget's first candidate raced to its cap, then was not confirmed)."""
+    if (estimate is None and racing is None) or options.budget_s is None or options.confirm_top <= 0:
         return 0.0
     noise = recorded_noise(study)
     baseline, top = lineup(study, options.confirm_top)
-    top = contenders(top)
-    if not top:
+    entries = [(r.result, environment_key(r.params)) for r in contenders(top)]
+    if racing is not None and baseline is not None and len(entries) < options.confirm_top:
+        entries.append((racing[0], environment_key(racing[1])))
+    if not entries:
         return 0.0
-    rounds = [(r.result, environment_key(r.params), n) for r in top for n in range(max(1, options.confirm_rounds))]
+    rounds = [(result, env, n) for result, env in entries for n in range(max(1, options.confirm_rounds))]
     return 1.1 * rounds_s(rounds, noise, options, floors=floors(study))
+
+
+def racing_reserve_s(study: optuna.Study, options: SearchOptions, params: dict[str, Any],
+                     defaults: dict[str, Any], *, wall_s: float, timed_s: float) -> float:
+    """``reserve_s`` with the candidate being raced counted (``racing``): its time so far, ``wall_s`` of which
+    ``timed_s`` in windows, and its method as its result will say it (``round_parts`` reads it)."""
+    if environment_key(params) == environment_key(defaults):
+        method = "in-process pairs"
+    else:
+        knobs = [{k: v for k, v in p.items() if k not in ENVIRONMENT_KEYS} for p in (params, defaults)]
+        method = "process pairs" if knobs[0] == knobs[1] else "process pairs x in-process pairs"
+    so_far = TrialResult(Status.OK, wall_s=wall_s, timed_s=timed_s, method=method)
+    return reserve_s(study, options, None, racing=(so_far, params))
 
 
 def floors(study: optuna.Study) -> dict[str, float]:
@@ -229,4 +247,4 @@ def timeout_s(study: optuna.Study, options: SearchOptions, params: dict[str, Any
 
 
 __all__ = ["confirm_s", "confirmation_pairs", "estimate_s", "floors", "in_process_estimate_s", "parse_duration",
-           "reserve_s", "round_parts", "round_s", "started_estimate_s", "timeout_s"]
+           "racing_reserve_s", "reserve_s", "round_parts", "round_s", "started_estimate_s", "timeout_s"]

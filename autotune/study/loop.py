@@ -334,6 +334,7 @@ class SearchLoop:
 
     def _measure(self, role: str, params: dict[str, Any], deadline: float) -> tuple[TrialResult, str | None]:
         """The baseline: the calibration; a confirmation: a fixed number of fresh pairs; others race."""
+        started = time.monotonic()
         if role == BASELINE:
             try:
                 self.study.set_user_attr(StudyAttr.MEASURE, PAIRED)
@@ -353,20 +354,27 @@ class SearchLoop:
             self.phase("confirming", f"{pairs} fresh pairs in fresh processes")
             self.measurer.more(handle, pairs, max(1.0, deadline - time.monotonic()))
             return self.measurer.end(handle), None
-        return self._race(handle, noise, deadline)
+        return self._race(handle, noise, deadline, params, started)
 
-    def _race(self, handle: object, noise: Noise, deadline: float) -> tuple[TrialResult, str | None]:
-        """More pairs while the candidate may beat the incumbent and its interval is wide (``race_stop``)."""
+    def _race(self, handle: object, noise: Noise, deadline: float, params: dict[str, Any],
+              started: float) -> tuple[TrialResult, str | None]:
+        """More pairs while the candidate may beat the incumbent and its interval is wide (``race_stop``), never
+        into the time its own confirmation will need (``budget.reserve_s``'s ``racing``)."""
         incumbent = verdict.incumbent(self.study)
         first, cap = max(4, noise.pairs // 2), 3 * noise.pairs
         confidence = looks_confidence(math.ceil(cap / first))
         used, why = 0, None
         while why is None:
             n = first if used == 0 else min(first, cap - used)
-            left = deadline - time.monotonic()
-            if used and left < 3 * n * noise.window_s:  # two windows a pair, and the evaluation after
-                why = "the trial's time ran out"
+            now, limit = time.monotonic(), deadline
+            if used:
+                limit = min(deadline, self.deadline - budget.racing_reserve_s(
+                    self.study, self.options, params, self.defaults, wall_s=now - started,
+                    timed_s=2 * used * noise.window_s))
+            if used and limit - now < 3 * n * noise.window_s:  # two windows a pair, and the evaluation after
+                why = "the trial's time ran out" if limit == deadline else "the time its confirmation needs is kept"
                 break
+            left = limit - now
             interval = self.measurer.more(handle, n, max(1.0, left), confidence=confidence)
             used += n
             why = self._over_guard(handle) or race_stop(interval, noise, incumbent, used, cap)

@@ -190,3 +190,40 @@ def test_an_environment_part_of_a_round_is_at_least_one_process_pair_as_the_sear
     windows = 2 * 6 * 0.3 * 1.1
     # channels_last in the heuristic's environment: its windows, and that environment's process pair, a round
     assert reserve_s(study, options, 10.0) == pytest.approx(1.1 * 3 * (windows + 28.3 / 3))
+
+
+def test_a_candidate_being_raced_keeps_the_time_its_own_confirmation_needs() -> None:
+    """A 60-s search's first candidate raced to its cap (24 pairs, 37 s) and was then left unconfirmed ("the
+    budget was short"). Counted as one more candidate from its first round, while the confirmation has room for
+    it: its round's pairs at the calibration's window, its time outside windows so far, the defaults' worker's start."""
+    from dataclasses import asdict
+
+    import optuna
+
+    from autotune.measure import Noise
+    from autotune.study import SearchOptions
+    from autotune.study.budget import racing_reserve_s, reserve_s
+
+    noise = Noise(window_s=0.5, pairs=8, half_width=0.03, margin=0.02, spread=0.1, aa=(1.0, 0.97, 1.03),
+                  timed_s=8.0, wall_s=14.0)
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr("noise", asdict(noise))
+    study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs={
+        "wall_s": 14.0, "timed_s": 8.0, "status": "ok", "role": "baseline", "params": {"batch_per_rank": 64},
+        "objective": 1.0, "startup_s": 4.0}))
+    defaults, candidate = {"batch_per_rank": 64, "threads": 2}, {"batch_per_rank": 256, "threads": 2}
+    one = SearchOptions(budget_s=60, confirm_top=1, confirm_rounds=1)
+    assert reserve_s(study, one, None) == 0.0  # no candidate yet: nothing was kept
+    # its round: 8 pairs of two 0.5-s windows, 10% over, 2 s of its 6 so far outside windows, the 6-s start
+    kept = racing_reserve_s(study, one, candidate, defaults, wall_s=6.0, timed_s=4.0)
+    assert kept == pytest.approx(1.1 * (2 * 8 * 0.5 * 1.1 + 2.0 + 6.0))
+    # a contender already takes the one place: the candidate would displace it, not add a confirmation
+    study.add_trial(optuna.trial.create_trial(value=1.5, user_attrs={
+        "wall_s": 20.0, "timed_s": 16.0, "status": "ok", "role": "seed", "params": {"batch_per_rank": 128},
+        "objective": 1.5, "speedup_low": 1.4, "speedup_high": 1.6, "method": "in-process pairs", "pairs": 16}))
+    assert racing_reserve_s(study, one, candidate, defaults, wall_s=6.0, timed_s=4.0) == reserve_s(study, one, 1.0)
+    # two places: both are kept for
+    two = SearchOptions(budget_s=60, confirm_top=2, confirm_rounds=1)
+    assert racing_reserve_s(study, two, candidate, defaults, wall_s=6.0, timed_s=4.0) > reserve_s(study, two, 1.0)
+    assert racing_reserve_s(study, SearchOptions(budget_s=None, confirm_top=2), candidate, defaults, wall_s=6.0,
+                            timed_s=4.0) == 0.0  # no budget: nothing to keep
