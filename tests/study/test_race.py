@@ -408,6 +408,33 @@ def test_a_candidate_the_quality_guard_rejects_is_not_raced_further(tmp_path: Pa
     assert outcome.recipe.params["batch_per_rank"] != 128
 
 
+class AllLossy(Lossy):
+    """Every candidate trains to twice the defaults' loss."""
+
+    def loss(self, handle: Any) -> float | None:
+        return 2.0 if handle["calls"] else None
+
+
+def test_when_the_guard_rejects_every_candidate_the_recipe_keeps_the_defaults_and_says_so(tmp_path: Path,
+                                                                                          facts: Any) -> None:
+    """What ``autotune search`` prints then (its table and notes: ``cli.search``), the search's and the printing's
+    code real, the measurement scripted. Live, a guard's rejection: tests/test_end_to_end.py."""
+    import io
+
+    from rich.console import Console
+
+    from autotune.cli.search import _print_outcome
+
+    outcome = _search(tmp_path, AllLossy(), study="all-lossy", fixed=_batch_alone(facts), trials=3)
+    printed = io.StringIO()
+    _print_outcome(Console(file=printed, width=200), outcome)
+    text = printed.getvalue()
+    assert outcome.best.number == outcome.baseline.number and outcome.recipe.speedup == 1.0
+    assert "best: the defaults" in text and "over PyTorch defaults\n" not in text, text
+    assert "note: no feasible recipe besides the defaults: the recipe keeps the defaults" in text, text
+    assert "note: 2 trial(s) rejected by the quality guard" in text, text
+
+
 class SkipsLastRound(Scripted):
     """Its third confirmation round finds no time for a process pair of its environment (``LiveMeasurer``'s
     SKIPPED): once a 2-minute search of an input-bound workload crashed on it ("math domain error")."""
