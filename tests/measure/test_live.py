@@ -71,55 +71,39 @@ def test_the_live_measurer_calibrates_once_and_measures_each_candidate_as_an_arm
     assert {"calibrating noise", "starting", "warm-up", "paired windows", "evaluating"} <= set(phases)
 
 
-def test_a_factor_grows_a_process_pair_a_race_round_and_a_confirmation_round_measures_its_own(facts: Any) -> None:
-    """``begin`` measures the fewest pairs; each later round of the race adds one until the factor is enough (a
-    candidate stopped after its first round costs the fewest); the pairs of a factor cut short for time are kept.
-    A candidate of that environment with an in-process knob besides is an arm in its worker, factor x in-process.
-    A confirmation round (``reseed``) measures one fresh process pair of its own, and its factor is that pair's
-    ratio alone: the search's pairs, which chose the candidate, lend only their spread (the winner's curse).
-    Windows of 0.1 s: ``threads_bound`` reads its 2x from whole sleep-bound steps, and windows are not counted."""
+def _threads_measurer(facts: Any, process_pairs: tuple[int, int]) -> tuple[Any, dict, dict, str]:
+    """A live measurer of ``threads_bound`` (two threads the defaults) and a candidate of one thread: another
+    environment. No half width is narrow enough: only ``most`` process pairs are (sleep-bound, two process pairs
+    agreed within 0.01% and were enough at 0.0001). Windows of 0.1 s: ``threads_bound`` reads its 2x from whole
+    sleep-bound steps (2 with two threads, 1 with one), and each process pair runs the fewest pairs of windows (4):
+    these tests count process pairs, not windows."""
     from autotune.measure import LiveMeasurer, environment_key
-    from autotune.trial.spec import TrialResult
 
     base = _params(facts, 32, threads=2, interop_threads=2)
     one = {**base, "threads": 1, "interop_threads": 1}
     measurer = LiveMeasurer("tests.measure.test_process_pair:threads_bound", base, facts, SETTINGS,
-                            calibration_pairs=6, window_s=0.1, half_width=0.0, process_pairs=(2, 3))
-    key = environment_key(one)
+                            calibration_pairs=6, window_s=0.1, half_width=0.0, process_pairs=process_pairs)
+    return measurer, base, one, environment_key(one)
 
-    def pairs() -> tuple[int, bool]:
-        return len(measurer.factor_ratios[key]), key in measurer.factors  # pooled pairs, cached (enough)
 
+def test_a_factor_cut_short_keeps_its_pair_and_a_confirmation_round_measures_its_own(facts: Any) -> None:
+    """A candidate whose process pairs cannot fit is not started; a factor cut short for time keeps the pairs it
+    ran. A confirmation round (``reseed``) measures one fresh process pair of its own, and its factor is that
+    pair's ratio alone, never pooled with the search's (the winner's curse); the search's pairs lend it only their
+    spread, and one pair has none: unbounded (the spread lent by several: ``test_stats``)."""
+    from autotune.trial.spec import TrialResult
+
+    measurer, _, one, key = _threads_measurer(facts, (2, 3))
     try:
-        # No half width is narrow enough: only ``most`` pairs are (sleep-bound, two process pairs agreed within
-        # 0.01% and were enough at 0.0001). A 20 s budget affords a race 8 pairs of 0.1 s windows
-        # (2 steps with two threads, 1 with one), so each process pair runs the fewest pairs of windows (4): this
-        # test counts process pairs, not windows.
         measurer.calibrate(20)
         skipped = measurer.begin(one, 1.0)  # 2 process pairs do not fit in 1 s: not started (``_too_short``)
         assert isinstance(skipped, TrialResult) and skipped.status == "skipped" and key not in measurer.factor_ratios
         measurer.pool.start_s = 0.0  # no start measured: nothing to refuse by, so a pair runs and outlasts the time
         cut = measurer.begin(one, 1.0)  # one pair, then the time runs out: its pair is kept, not the factor
-        assert pairs() == (1, False), cut
+        assert len(measurer.factor_ratios[key]) == 1 and key not in measurer.factors, cut
         if not isinstance(cut, TrialResult):
             measurer.end(cut)
-        race = measurer.begin(one, 300)
-        seen = [pairs()]
-        for _ in range(2):
-            measurer.more(race, 2, 300)
-            seen.append(pairs())
-        first = measurer.end(race)
-        assert seen == [(2, False), (2, False), (3, True)], seen
-        assert first.status == "ok" and first.method == "process pairs" and first.pairs == 3, first
-        searched = measurer.factors[key]
-        # Batch 64 in that environment (half the sleep-bound steps per sample): an arm in its worker, which the
-        # settled factor left running, no process started; its speedup the factor x its in-process median.
-        mixed = measurer.begin({**one, "batch_size": 64}, 300)
-        inner = measurer.more(mixed, 4, 300)
-        combined = measurer.end(mixed)
-        assert pairs() == (3, True) and combined.startup_s == 0.0, combined
-        assert combined.status == "ok" and combined.method == "process pairs x in-process pairs", combined
-        assert combined.objective == inner.median and combined.objective / searched.median > 1.5, (combined, searched)
+        searched = list(measurer.factor_ratios[key])
         measurer.reseed(7)
         again = measurer.begin(one, 300)
         # the round's worker of that environment: its fresh process pair's environment side, its heap fixed since
@@ -131,12 +115,43 @@ def test_a_factor_grows_a_process_pair_a_race_round_and_a_confirmation_round_mea
     finally:
         measurer.close()
     own = measurer._round_factors[key]
-    assert result.status == "ok" and pairs() == (3, True) and measurer.factors[key] == searched, result
-    # its centre is its own pair's ratio, never pooled with the search's three; their spread sets its width
+    assert result.status == "ok" and measurer.factor_ratios[key] == searched, result  # the search's pair, alone
     assert (result.objective, result.speedup_low, result.speedup_high) == (own.median, own.low, own.high)
-    assert own.median not in measurer.factor_ratios[key] and own.count == 3
-    assert own.high / own.low > searched.high / searched.low  # one pair's spread, not a mean of three's
-    assert searched.median < 1 and own.median < 1  # one thread here is slower: it measured what it was asked
+    assert own.median not in searched and own.low == 0.0 and own.high == float("inf"), own
+    assert searched[0] < 1 and own.median < 1  # one thread here is slower: it measured what it was asked
+
+
+def test_a_factor_grows_a_process_pair_a_race_round_and_its_worker_takes_the_environments_arms(facts: Any) -> None:
+    """``begin`` measures the fewest pairs; each later round of the race adds one until the factor is enough (a
+    candidate stopped after its first round costs the fewest). A candidate of that environment with an in-process
+    knob besides is an arm in its worker, factor x in-process."""
+    measurer, _, one, key = _threads_measurer(facts, (1, 2))
+
+    def pairs() -> tuple[int, bool]:
+        return len(measurer.factor_ratios[key]), key in measurer.factors  # pooled pairs, cached (enough)
+
+    try:
+        measurer.calibrate(20)
+        race = measurer.begin(one, 300)
+        seen = [pairs()]
+        for _ in range(3):
+            measurer.more(race, 2, 300)
+            seen.append(pairs())
+        first = measurer.end(race)
+        assert seen == [(1, False), (1, False), (2, True), (2, True)], seen
+        assert first.status == "ok" and first.method == "process pairs" and first.pairs == 2, first
+        searched = measurer.factors[key]
+        # Batch 64 in that environment (half the sleep-bound steps per sample): an arm in its worker, which the
+        # settled factor left running, no process started; its speedup the factor x its in-process median.
+        mixed = measurer.begin({**one, "batch_size": 64}, 300)
+        inner = measurer.more(mixed, 4, 300)
+        combined = measurer.end(mixed)
+    finally:
+        measurer.close()
+    assert pairs() == (2, True) and combined.startup_s == 0.0, combined
+    assert combined.status == "ok" and combined.method == "process pairs x in-process pairs", combined
+    assert combined.objective == inner.median and combined.objective / searched.median > 1.5, (combined, searched)
+    assert searched.median < 1  # one thread here is slower
 
 
 class _Worker:
