@@ -109,8 +109,10 @@ class Candidate:
                 self.timed_s += runs[side].timed_s or 0.0
                 if runs[side].status != Status.OK:
                     failed = runs[side]
+                    # the defaults' own time out is the trial's time run out, not a crash of the recipe or of them
+                    status = Status.TIMEOUT if failed.status == Status.TIMEOUT else Status.CRASH
                     self.failed = failed if side == "cand" else TrialResult(
-                        Status.CRASH, error=f"the defaults failed in a fresh process: {failed.error}")
+                        status, error=f"the defaults failed in a fresh process: {failed.error}")
                     return
             self.fresh.append((runs["base"], runs["cand"]))
             self.warnings += [w for w in runs["cand"].warnings if w not in self.warnings]

@@ -217,3 +217,18 @@ def test_a_candidate_of_another_environment_is_not_started_without_the_time_its_
     assert measurer._too_short(environment_key(other), time.monotonic() + 10.0) == (
         "not started: another environment needs its worker's start, about 12 s; 10 s were left")
     assert measurer._too_short(environment_key(other), time.monotonic() + 13.0) is None
+
+
+def test_fresh_pairs_whose_defaults_run_out_of_time_are_a_timeout_not_a_crash(facts: Any) -> None:
+    """A two-process candidate is measured in fresh process pairs; when the time left ends inside the defaults'
+    process, the trial ran out of time (a 2-minute demo recorded it as a crash of the defaults). Seed 1 starts the
+    defaults' side first; 1.5 s is less than a fresh process takes to import torch."""
+    import time
+
+    from autotune.measure.candidate import Candidate
+
+    base = _params(facts, 32)
+    trial = Candidate({**base, "threads": 1}, "c1", 1, time.monotonic())
+    trial.fresh_pairs(1, "tiny", base, facts, SETTINGS, time.monotonic() + 1.5, lambda name, detail: None)
+    assert trial.failed is not None and trial.failed.status == "timeout", trial.failed
+    assert trial.failed.error.startswith("the defaults failed in a fresh process: ") and not trial.fresh
