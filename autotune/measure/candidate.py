@@ -25,6 +25,20 @@ def same_environment(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return all(a.get(k) == b.get(k) for k in ENVIRONMENT_KEYS)
 
 
+def environment_defaults(params: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """The defaults in ``params``' environment (a key neither sets, e.g. ``membind``, stays unset)."""
+    return {**defaults, **{k: params.get(k) for k in ENVIRONMENT_KEYS if k in params or k in defaults}}
+
+
+def paired_method(params: dict[str, Any], defaults: dict[str, Any]) -> str:
+    """How a one-process candidate of ``params`` is measured against ``defaults``, as its result names it: arms of
+    the defaults' worker, its environment's process pairs alone (it IS its environment's defaults), or those
+    times an arm in its environment's worker."""
+    if same_environment(params, defaults):
+        return "in-process pairs"
+    return "process pairs" if params == environment_defaults(params, defaults) else "process pairs x in-process pairs"
+
+
 def combine(factor: stats.Interval, ratios: Sequence[float],
             confidence: float = stats.CONFIDENCE) -> stats.Interval:
     """Another environment's speedup: its ``factor`` (its defaults over the defaults, a Student-t interval over

@@ -11,8 +11,17 @@ from .. import search_spaces as spaces
 from ..trial.spec import Status, TrialResult
 from . import stats
 from .arms import WINDOW_FLOOR_S, choose_window_s
-from .candidate import DEFAULTS, NOTHING, Candidate, combine, round_factor, same_environment, status_of
-from .environment import ENVIRONMENT_KEYS, environment_differences, environment_key
+from .candidate import (
+    DEFAULTS,
+    NOTHING,
+    Candidate,
+    combine,
+    environment_defaults,
+    round_factor,
+    same_environment,
+    status_of,
+)
+from .environment import environment_differences, environment_key
 from .measurer import BUSY, Noise, too_busy
 from .paired_worker import Calibration, WorkerError
 from .pool import PhaseHook, WorkerPool, lost
@@ -145,10 +154,11 @@ class LiveMeasurer:
             if trial.factor.count == 0:  # not one process pair fitted: no speedup to give, not a failed recipe
                 return TrialResult(Status.SKIPPED, error="no process pair of its environment fitted in the time left",
                                    wall_s=time.monotonic() - trial.started, warnings=trial.warnings)
+            env_defaults = environment_defaults(params, self.defaults)
             trial.worker, startup_s, warmup_s = self.pool.env_worker(
-                key, self._env_defaults(params), ", ".join(environment_differences(self.defaults, params)), deadline)
+                key, env_defaults, ", ".join(environment_differences(self.defaults, params)), deadline)
             trial.startup_s, trial.warmup_s = trial.startup_s + startup_s, trial.warmup_s + warmup_s
-            trial.in_process = params != self._env_defaults(params)
+            trial.in_process = params != env_defaults
         if not trial.in_process:
             return trial
         compiling = spaces.compilation.compiled(params)
@@ -186,11 +196,6 @@ class LiveMeasurer:
             return None
         what = f"{missing} process pair(s)" if missing else "its worker's start"
         return f"not started: another environment needs {what}, about {need:.0f} s; {max(0.0, left):.0f} s were left"
-
-    def _env_defaults(self, params: dict[str, Any]) -> dict[str, Any]:
-        """The defaults in ``params``' environment (a key neither sets, e.g. ``membind``, stays unset)."""
-        env = {k: params.get(k) for k in ENVIRONMENT_KEYS if k in params or k in self.defaults}
-        return {**self.defaults, **env}
 
     def _factor(self, key: str, params: dict[str, Any], trial: Candidate, deadline: float, *,
                 grow: bool = False) -> stats.Interval:
@@ -234,9 +239,9 @@ class LiveMeasurer:
         started = time.monotonic()
         self.on_phase("starting", f"process pair {len(self.factor_ratios.get(key, [])) + 1}: "
                       + ", ".join(environment_differences(self.defaults, params)))
-        run, _, kept = process_pair(self.workload, self.defaults, self._env_defaults(params), self.facts,
-                                    self.settings, pairs=max(4, self.cal.pairs // 2), window_s=self.cal.window_s,
-                                    seed=seed, keep=last and not self.pool.env_alive(key))
+        run, _, kept = process_pair(self.workload, self.defaults, environment_defaults(params, self.defaults),
+                                    self.facts, self.settings, pairs=max(4, self.cal.pairs // 2),
+                                    window_s=self.cal.window_s, seed=seed, keep=last and not self.pool.env_alive(key))
         if kept is not None:
             self.pool.keep(key, kept)
         timed = sum(p.base.elapsed_s + p.cand.elapsed_s for p in run.pairs)

@@ -16,7 +16,8 @@ from collections.abc import Callable, Container, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
-from ..measure import ENVIRONMENT_KEYS, PROCESS_PAIRS, Noise, environment_key
+from ..measure import PROCESS_PAIRS, Noise, environment_key
+from ..measure.candidate import paired_method
 from ..trial.spec import Status, TrialResult
 from .records import BASELINE, CONFIRM, Attr, StudyAttr, contenders, lineup, records
 
@@ -188,12 +189,7 @@ def racing_reserve_s(study: optuna.Study, options: SearchOptions, params: dict[s
                      defaults: dict[str, Any], *, wall_s: float, timed_s: float) -> float:
     """``reserve_s`` with the candidate being raced counted (``racing``): its time so far, ``wall_s`` of which
     ``timed_s`` in windows, and its method as its result will say it (``round_parts`` reads it)."""
-    if environment_key(params) == environment_key(defaults):
-        method = "in-process pairs"
-    else:
-        knobs = [{k: v for k, v in p.items() if k not in ENVIRONMENT_KEYS} for p in (params, defaults)]
-        method = "process pairs" if knobs[0] == knobs[1] else "process pairs x in-process pairs"
-    so_far = TrialResult(Status.OK, wall_s=wall_s, timed_s=timed_s, method=method)
+    so_far = TrialResult(Status.OK, wall_s=wall_s, timed_s=timed_s, method=paired_method(params, defaults))
     return reserve_s(study, options, None, racing=(so_far, params))
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from autotune.measure import environment_key, stats
-from autotune.measure.candidate import same_environment
+from autotune.measure.candidate import paired_method, same_environment
 from autotune.search_spaces import SpaceContext, defaults
 from autotune.trial.spec import TrialSettings
 
@@ -25,6 +25,11 @@ def _params(facts: Any, batch_size: int, **changes: Any) -> dict[str, Any]:
 def test_same_environment_compares_only_the_environment_knobs() -> None:
     assert same_environment({"threads": 1, "batch_size": 8}, {"threads": 1, "batch_size": 64})
     assert not same_environment({"threads": 1}, {"threads": 2})
+    # as the live measurer measures them: what the time kept for a raced candidate's confirmation is counted by
+    defaults = {"threads": 2, "batch_size": 64}
+    assert paired_method({"threads": 2, "batch_size": 16}, defaults) == "in-process pairs"
+    assert paired_method({"threads": 1, "batch_size": 64}, defaults) == "process pairs"
+    assert paired_method({"threads": 1, "batch_size": 16}, defaults) == "process pairs x in-process pairs"
 
 
 def test_the_live_measurer_calibrates_once_and_measures_each_candidate_as_an_arm(facts: Any) -> None:
