@@ -267,6 +267,11 @@ class PairedWorker:
                         self._stop()
                         raise WorkerError(f"the paired worker ended during {what}: {self.log_tail()}")
                     self._buffer += chunk
+                elif self.proc.poll() is not None:
+                    # Dead with nothing left to read: its forked DataLoader workers, stopped while their arm was
+                    # idle, hold the pipe open, so no end of file would come before the command's limit.
+                    self._stop()
+                    raise WorkerError(f"the paired worker ended during {what}: {self.log_tail()}")
         except KeyboardInterrupt:
             self._stop()
             raise

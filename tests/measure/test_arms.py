@@ -12,8 +12,10 @@ import math
 import os
 import platform
 import random
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -307,7 +309,9 @@ def test_a_process_that_starts_slow_is_settled_before_its_first_window(facts: An
     assert 0.8 < aa.ratio.low <= aa.ratio.high < 1.25, aa  # unsettled it reads ~0.5x
 
 
-def test_the_idle_arms_dataloader_workers_are_stopped_and_none_is_left(facts: Any) -> None:
+def test_the_idle_arms_dataloader_workers_are_stopped_and_none_is_left_even_by_a_killed_worker(facts: Any) -> None:
+    """... and a worker killed while they are stopped is seen dead at once: they were forked from it, so they
+    hold its reply pipe open (no end of file) until they are continued and see their parent gone."""
     params = _params(facts, num_workers=1, persistent_workers=True, prefetch_factor=2)
     with PairedWorker("tiny", params, facts, SETTINGS) as worker:
         worker.add_arm("a", params)
@@ -319,6 +323,11 @@ def test_the_idle_arms_dataloader_workers_are_stopped_and_none_is_left(facts: An
             for window, other in ((pair.base, run.cand), (pair.cand, run.base)):
                 assert set(window.idle_workers) == {str(p) for p in other.worker_pids}
                 assert set(window.idle_workers.values()) == {"T"}, window
+        os.kill(worker.ready.pid, signal.SIGKILL)  # as the kernel's out-of-memory killer would
+        started = time.monotonic()
+        with pytest.raises(WorkerError, match="ended during RunWindows"):
+            worker.run_windows("a", 2, 0.15, timeout_s=60)
+        assert time.monotonic() - started < 10  # seen dead, not waited for until the command's limit
     assert not any(_alive(pid) for pid in [*pids, worker.ready.pid])
 
 

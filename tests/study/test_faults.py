@@ -228,6 +228,6 @@ def test_each_fault_of_a_trial_is_recorded_with_its_reason_and_the_search_goes_o
     recorded = [(t.user_attrs["status"], t.user_attrs.get("error") or "") for t in trials(storage, "f")]
     expected = [("ok", ""), ("crash", "ValueError: fake: the user's loss has a bug"), ("crash", "killed by SIGABRT"),
                 ("nan", "the loss became nan"), ("oom", "killed by SIGKILL")]
-    assert [status for status, _ in recorded] == [status for status, _ in expected]
+    assert [status for status, _ in recorded] == [status for status, _ in expected], recorded
     for (_, error), (_, reason) in zip(recorded, expected, strict=True):
         assert reason in error
