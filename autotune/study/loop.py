@@ -9,8 +9,8 @@ is the A/A's (a replayed grid answers the same way).
 Each candidate then RACES the incumbent (the best feasible median so far): a first round of
 ``max(4, noise.pairs // 2)`` pairs, more rounds while it may still beat the incumbent and its interval is
 wider than the noise's half width, at most ``3 x noise.pairs``; it stops early when it is slower than the
-defaults with confidence or its interval lies below the incumbent's (``race_stop``). A stopped candidate
-is COMPLETE with its median (the sampler learns from it) and says why it stopped (``Attr.RACE``). What a
+defaults with confidence or its interval lies below the incumbent's or above it (``race_stop``). A stopped
+candidate is COMPLETE with its median (the sampler learns from it) and says why it stopped (``Attr.RACE``). What a
 measured trial is (the quality guard, knobs in effect, infeasible) is ``verdict``'s.
 
 Each trial is asked, measured and told while this host's trial lock is held

@@ -21,15 +21,17 @@ def looks_confidence(looks: int, confidence: float = CONFIDENCE) -> float:
     return 1 - (1 - confidence) / max(1, looks)
 
 
-def race_stop(interval: Interval, noise: Noise, incumbent: tuple[float, float] | None, used: int,
+def race_stop(interval: Interval, noise: Noise, incumbent: tuple[float, float, float] | None, used: int,
               cap: int) -> str | None:
     """Why a candidate's race ends after ``used`` pairs (or None: another round). ``incumbent``: the best
-    feasible (median, low) so far.
+    feasible (median, low, high) so far. A candidate whose interval lies above the incumbent's and above
+    ``1 + margin`` is the best so far with confidence: more pairs would only narrow an interval the recipe does
+    not keep (its interval is the confirmation's), so its race ends and the budget goes to other candidates.
 
     >>> noise = Noise(0.3, 16, 0.03, 0.02, 0.08, (1.0, 0.98, 1.02))
-    >>> race_stop(Interval(0.7, 0.6, 0.8, 0.95, 8), noise, (1.0, 0.98), 8, 48)
+    >>> race_stop(Interval(0.7, 0.6, 0.8, 0.95, 8), noise, (1.0, 0.98, 1.02), 8, 48)
     'slower than the defaults with confidence'
-    >>> race_stop(Interval(1.2, 1.0, 1.4, 0.95, 8), noise, (1.1, 1.05), 8, 48) is None
+    >>> race_stop(Interval(1.2, 1.0, 1.4, 0.95, 8), noise, (1.1, 1.05, 1.15), 8, 48) is None
     True
     """
     if interval.count == 0:
@@ -40,6 +42,8 @@ def race_stop(interval: Interval, noise: Noise, incumbent: tuple[float, float] |
         return f"below the incumbent's interval (its low {incumbent[1]:.2f}x)"
     if incumbent is not None and interval.high <= incumbent[0]:
         return f"cannot beat the incumbent's {incumbent[0]:.2f}x"
+    if incumbent is not None and interval.low > max(incumbent[2], 1 + noise.margin):
+        return f"above the incumbent's interval (its high {incumbent[2]:.2f}x)"
     if (interval.high - interval.low) / 2 <= noise.half_width * interval.median:
         return f"interval within +-{noise.half_width:.0%}"
     if used >= cap:

@@ -130,10 +130,10 @@ def best_record(study: optuna.Study) -> TrialRecord | None:
                key=lambda r: r.result.objective or 0.0, default=None)
 
 
-def incumbent(study: optuna.Study) -> tuple[float, float] | None:
-    """The best feasible speedup so far (the baseline's 1.0 at least): its median and its low bound."""
+def incumbent(study: optuna.Study) -> tuple[float, float, float] | None:
+    """The best feasible speedup so far (the baseline's 1.0 at least): its median, low and high bounds."""
     best = best_record(study)
     if best is None or best.result.objective is None:
         return None
-    low = best.result.speedup_low
-    return best.result.objective, low if low is not None else best.result.objective
+    median, low, high = best.result.objective, best.result.speedup_low, best.result.speedup_high
+    return median, low if low is not None else median, high if high is not None else median

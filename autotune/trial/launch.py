@@ -234,16 +234,21 @@ def _stop(proc: subprocess.Popen[bytes], grace_s: float) -> None:
         descendants = psutil.Process(proc.pid).children(recursive=True)
     except psutil.NoSuchProcess:
         descendants = []
+    # A dead leader's children are no longer its descendants: its group (the session it started) still holds them.
+    descendants += [p for p in _group(proc.pid) if p not in descendants]
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            pass
-        for child in descendants:  # those that left the process group (setsid) too
+        # SIGCONT after SIGTERM: a stopped process (a frozen worker, an idle arm's DataLoader worker) holds it until
+        # continued; SIGKILL ends a stopped one as it is.
+        for each in (sig, signal.SIGCONT) if sig == signal.SIGTERM else (sig,):
             try:
-                child.send_signal(sig)
-            except psutil.NoSuchProcess:
+                os.killpg(proc.pid, each)
+            except ProcessLookupError:
                 pass
+            for child in descendants:  # those that left the process group (setsid) too
+                try:
+                    child.send_signal(each)
+                except psutil.NoSuchProcess:
+                    pass
         # After SIGKILL nothing can delay the end but the kernel's own teardown, which a loaded machine slows
         # past a second: wait for it, so a caller told "stopped" finds none of them running.
         deadline = time.monotonic() + (grace_s if sig == signal.SIGTERM else max(grace_s, KILLED_WAIT_S))
@@ -251,6 +256,20 @@ def _stop(proc: subprocess.Popen[bytes], grace_s: float) -> None:
             if proc.poll() is not None and not any(_alive(c) for c in descendants):
                 return
             time.sleep(0.05)
+
+
+def _group(pgid: int) -> list[psutil.Process]:
+    """The processes of the process group ``pgid`` but its leader."""
+    import psutil
+
+    members = []
+    for p in psutil.process_iter():
+        try:
+            if p.pid != pgid and os.getpgid(p.pid) == pgid:
+                members.append(p)
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            pass
+    return members
 
 
 def _alive(process: psutil.Process) -> bool:

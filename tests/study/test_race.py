@@ -101,14 +101,17 @@ def _study(tmp_path: Path, name: str) -> optuna.Study:
 
 @pytest.mark.parametrize(
     ("interval", "incumbent", "used", "why"),
-    [((0.7, 0.6, 0.8), (1.0, 0.98), 4, "slower than the defaults with confidence"),
-     ((1.05, 0.99, 1.1), (1.3, 1.2), 4, "below the incumbent's interval (its low 1.20x)"),
-     ((1.1, 0.9, 1.25), (1.3, 1.0), 4, "cannot beat the incumbent's 1.30x"),
-     ((1.2, 1.18, 1.22), (1.1, 1.0), 8, "interval within +-3%"),
-     ((1.2, 1.0, 1.4), (1.1, 1.0), 24, "24 pairs, the most a candidate gets"),
-     ((1.2, 1.0, 1.4), (1.1, 1.0), 8, None),  # may beat the incumbent, wide: another round
+    [((0.7, 0.6, 0.8), (1.0, 0.98, 1.02), 4, "slower than the defaults with confidence"),
+     ((1.05, 0.99, 1.1), (1.3, 1.2, 1.4), 4, "below the incumbent's interval (its low 1.20x)"),
+     ((1.1, 0.9, 1.25), (1.3, 1.0, 1.6), 4, "cannot beat the incumbent's 1.30x"),
+     ((1.5, 1.2, 1.9), (1.0, 0.98, 1.02), 4, "above the incumbent's interval (its high 1.02x)"),
+     ((1.5, 1.015, 1.9), (1.0, 0.98, 1.01), 4, None),  # above the incumbent's high, not above 1 + margin (2%)
+     ((1.5, 1.2, 1.9), (1.1, 1.0, 1.25), 4, None),  # its low within the incumbent's interval
+     ((1.2, 1.18, 1.22), (1.1, 1.0, 1.2), 8, "interval within +-3%"),
+     ((1.2, 1.0, 1.4), (1.1, 1.0, 1.2), 24, "24 pairs, the most a candidate gets"),
+     ((1.2, 1.0, 1.4), (1.1, 1.0, 1.2), 8, None),  # may beat the incumbent, wide: another round
      ((1.2, 1.0, 1.4), None, 8, None)])
-def test_race_stop(interval: tuple[float, float, float], incumbent: tuple[float, float] | None, used: int,
+def test_race_stop(interval: tuple[float, float, float], incumbent: tuple[float, float, float] | None, used: int,
                    why: str | None) -> None:
     assert race_stop(Interval(*interval, 0.95, used), NOISE, incumbent, used, 3 * NOISE.pairs) == why
 
