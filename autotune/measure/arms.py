@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from .. import search_spaces as spaces
 from ..trial.training import NonFiniteLoss, evaluate, failure, in_effect, raise_if_a_worker_died
 from .footprint import Footprint
-from .freeze import proc_state
+from .freeze import proc_state, wait_stopped
 from .protocol import ArmState, ArmStatus, WindowRecord, WorkerSpec
 
 if TYPE_CHECKING:
@@ -235,7 +235,9 @@ class Arm:
         if self._cuda_rng is not None:
             self._cuda_rng = torch.cuda.get_rng_state()
         self.memory.leave()
-        _signal(self.batches.worker_pids(), signal.SIGSTOP)
+        pids = self.batches.worker_pids()
+        _signal(pids, signal.SIGSTOP)
+        wait_stopped(pids)  # stopped before the next arm's window starts, not when they next get a core
 
     def _guarded(self, run: Callable[[], Any]) -> Any:
         """``run()`` with the arm active; its failure fails this arm alone (and releases what it holds)."""

@@ -18,6 +18,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -69,11 +70,11 @@ def freeze(pid: int) -> Frozen:
     for p in tree(pid):  # descendants that left the group (setsid)
         with contextlib.suppress(ProcessLookupError):
             os.kill(p, signal.SIGSTOP)
-    _wait_stopped(tree(pid))
+    wait_stopped(tree(pid))
     return Frozen(pid, before)
 
 
-def _wait_stopped(pids: list[int], timeout_s: float = 2.0) -> None:
+def wait_stopped(pids: Sequence[int], timeout_s: float = 2.0) -> None:
     """Wait until every thread of ``pids`` is stopped: a signal is delivered when its target next runs, which
     on busy cores can be milliseconds later, and the other process's window must not start before."""
     deadline = time.monotonic() + timeout_s
