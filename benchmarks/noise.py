@@ -12,8 +12,8 @@ uses for that half:
   channels_last). The comparisons of one effect run back to back in one worker, as a search's candidates do;
 - across processes: ``measure.process_pair.across_processes``, two live workers alternated, the idle one frozen,
   ``--pairs`` // 2 pairs of windows a process pair, over ``--process-pairs`` fresh pairs, judged by the Student-t
-  95% interval of their geometric mean; the knob is ``threads=1`` (the fixture's step grows with one thread; its
-  operations are too small for a second thread to matter).
+  95% interval of their geometric mean; the knob is ``threads=1`` (the fixture's step grows when the process was
+  started with one thread; its model computes on one thread on both sides, so the knob has no effect of its own).
 A detection is a "slower" verdict. Per half it prints the A/A false differences and coverage (intervals that hold
 1.0), the detections at each effect with the median ratio measured, the lag-1 autocorrelation of the A/A's log
 ratios (window pairs in one process; process pairs across), and last one JSON object: per half ``aa_false``,
