@@ -107,10 +107,3 @@ def thaw(frozen: Frozen) -> None:
         if p not in frozen.stopped_before:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p, signal.SIGCONT)
-
-
-def thaw_all(pid: int) -> None:
-    """Continue every process of the tree (before ending it: a stopped process cannot act on SIGTERM)."""
-    for p in tree(pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(p, signal.SIGCONT)

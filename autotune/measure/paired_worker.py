@@ -240,8 +240,7 @@ class PairedWorker:
 
     def _stop(self) -> None:
         if self.proc is not None:
-            freeze.thaw_all(self.proc.pid)  # a stopped process would hold SIGTERM until continued
-            self.frozen = None
+            self.frozen = None  # stop_tree continues what it stops: a stopped process would hold SIGTERM
             launch.stop_tree(self.proc, grace_s=0.5)
 
     def log_tail(self, limit: int = 1500) -> str:
@@ -261,17 +260,13 @@ class PairedWorker:
                 if left <= 0:
                     self._stop()
                     raise WorkerError(f"the paired worker did not answer {what} within {timeout_s:.0f} s; stopped")
-                if select.select([fd], [], [], min(left, 1.0))[0]:
-                    chunk = os.read(fd, 1 << 16)
-                    if not chunk:
-                        self._stop()
-                        raise WorkerError(f"the paired worker ended during {what}: {self.log_tail()}")
-                    self._buffer += chunk
-                elif self.proc.poll() is not None:
-                    # Dead with nothing left to read: its forked DataLoader workers, stopped while their arm was
-                    # idle, hold the pipe open, so no end of file would come before the command's limit.
+                chunk = os.read(fd, 1 << 16) if select.select([fd], [], [], min(left, 1.0))[0] else None
+                # Ended: end of file, or dead with nothing left to read (its forked DataLoader workers, stopped
+                # while their arm was idle, hold the pipe open, so no end of file would come before the limit).
+                if chunk == b"" or (chunk is None and self.proc.poll() is not None):
                     self._stop()
                     raise WorkerError(f"the paired worker ended during {what}: {self.log_tail()}")
+                self._buffer += chunk or b""
         except KeyboardInterrupt:
             self._stop()
             raise
