@@ -18,10 +18,11 @@ search keeps them and measures only what is missing.
 The search loop keeps time for them in the budget (``autotune.study.budget.reserve_s``, from the measured pair
 times); when the budget still runs short, the candidates ranked above keep the time of their later rounds, a
 lower one that does not fit beside them is left out of the rest (confirmed over the rounds it had), and the
-report says so. A candidate whose interval over its rounds so far lies wholly below the leader's (the highest
-low bound) is left out of the later rounds too: it could not be chosen; and one whose search interval lies
-wholly below the low bound a candidate ranked above it was confirmed at in round 1 is not measured at all
-(``_below_confirmed``).
+report says so. From its third round on, a candidate whose interval over its rounds so far lies wholly below
+the leader's (the highest low bound) is left out of the later rounds: it could not be chosen. Only intervals of
+two rounds or more take part (one round's interval does not see the variation between processes), and each
+of these looks is taken at ``race.looks_confidence`` of the rounds' looks, so by Bonferroni's inequality the
+chance that any look drops a candidate wrongly is at most ``1 - CONFIDENCE`` (``_race``).
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from ..trial.lock import host_lock
 from ..trial.spec import Status, TrialResult
 from . import budget
 from .loop import SearchLoop
+from .race import looks_confidence
 from .records import (
     CONFIRM,
     MEASURED,
@@ -108,7 +110,7 @@ class Rounds:
             # A candidate whose confirmation failed in an earlier round is out of the contest: not measured again.
             alive = [e for e in self.top if params_key(e.params) not in self.left_out
                      and all(self.done.get((params_key(e.params), r), _OK).status == Status.OK for r in range(round_))]
-            raced = _race(alive, self.done, round_, self.outpaced)
+            raced = _race(alive, self.done, round_, self.count, self.outpaced)
             self.left_out.update(params_key(e.params) for e in alive if e not in raced)  # out of every later round
             missing = [e for e in raced if (params_key(e.params), round_) not in self.done]
             if reseed is not None and missing:
@@ -117,14 +119,9 @@ class Rounds:
                 self.measure(entry, round_, raced)
 
     def measure(self, entry: TrialRecord, round_: int, alive: list[TrialRecord]) -> None:
-        """``entry``'s round ``round_``, unless it could not be chosen or its time is the later rounds' of the
-        candidates ranked above it (``alive``, best first)."""
+        """``entry``'s round ``round_``, unless its time is the later rounds' of the candidates ranked above it
+        (``alive``, best first)."""
         loop = self.loop
-        below = _below_confirmed(entry, alive, self.done, round_)
-        if below is not None:
-            self.left_out.add(params_key(entry.params))
-            self.outpaced.append(below)
-            return
         ahead = alive[:alive.index(entry)]
         needed = self.needed_s([(entry, round_), *((e, r) for e in ahead for r in range(round_ + 1, self.count))])
         if loop.deadline - time.monotonic() < max(1.0, needed):
@@ -165,56 +162,44 @@ class Rounds:
                          confirmed, failed, len(rounds))
 
 
-def _race(alive: list[TrialRecord], done: dict[tuple[str, int], TrialResult], round_: int,
+def _race(alive: list[TrialRecord], done: dict[tuple[str, int], TrialResult], round_: int, count: int,
           outpaced: list[str]) -> list[TrialRecord]:
-    """The candidates still in the contest before ``round_``: one whose interval over the rounds it had lies
-    wholly below the leader's (the highest low bound) could not be chosen, and is left out of the later rounds
-    (named in ``outpaced``)."""
-    so_far = {e.number: combine_rounds([done[(params_key(e.params), r)] for r in range(round_)]) for e in alive
-              if round_ and all((params_key(e.params), r) in done for r in range(round_))}
+    """The candidates still in the contest before ``round_`` of ``count``: from the third round on, one whose
+    interval over the rounds it had lies wholly below the leader's (the highest low bound) could not be chosen,
+    and is left out of the later rounds (named in ``outpaced``). The looks are before rounds 3 to ``count``, each
+    at ``looks_confidence`` of their number (``rounds_interval``: a Student-t interval over the rounds)."""
+    if round_ < 2:
+        return alive  # one round's interval is its in-process pairs' alone: it does not see another process
+    confidence = looks_confidence(count - 2)
+    so_far = {e.number: rounds_interval([_interval(done[(params_key(e.params), r)]) for r in range(round_)],
+                                        confidence)
+              for e in alive if all((params_key(e.params), r) in done for r in range(round_))}
     if not so_far:
         return alive
-    leader = max(so_far, key=lambda n: so_far[n].speedup_low or 0.0)
-    floor = so_far[leader].speedup_low or 0.0
+    leader = max(so_far, key=lambda n: so_far[n].low)
+    floor = so_far[leader].low
     kept = []
     for entry in alive:
         mine = so_far.get(entry.number)
-        if mine is None or entry.number == leader or (mine.speedup_high or 0.0) >= floor:
+        if mine is None or entry.number == leader or mine.high >= floor:
             kept.append(entry)
             continue
-        said = format_speedup(mine.objective or 0.0, mine.speedup_low, mine.speedup_high)
-        outpaced.append(f"trial {entry.number} after round {round_} ({said}, below trial {leader}'s "
-                        f"low bound {floor:.2f}x)")
+        said = format_speedup(mine.median, mine.low, mine.high)
+        outpaced.append(f"trial {entry.number} after round {round_} ({said} over {round_} rounds at "
+                        f"{confidence:.1%}, below trial {leader}'s low bound {floor:.2f}x)")
     return kept
 
 
-def _below_confirmed(entry: TrialRecord, alive: list[TrialRecord], done: dict[tuple[str, int], TrialResult],
-                     round_: int) -> str | None:
-    """Before its first round: whether ``entry``'s search interval lies wholly below the low bound that a
-    candidate ranked above it was just confirmed at in this round (fresh processes: not the search's
-    winner's-curse figure), with why. The first candidate's confirmation decides whether the others could
-    still be chosen; should it fall, they are measured."""
-    if round_ != 0:
-        return None  # later rounds: ``_race`` compares the rounds so far
-    confirmed = [(done[(params_key(e.params), 0)], e.number) for e in alive[:alive.index(entry)]
-                 if (params_key(e.params), 0) in done and done[(params_key(e.params), 0)].status == Status.OK]
-    if not confirmed or entry.result.speedup_high is None:
-        return None
-    leader, number = max(confirmed, key=lambda c: c[0].speedup_low or 0.0)
-    floor = leader.speedup_low or 0.0
-    if entry.result.speedup_high >= floor:
-        return None
-    said = format_speedup(entry.result.objective or 0.0, entry.result.speedup_low, entry.result.speedup_high)
-    return (f"trial {entry.number} before round 1 (its search: {said}, below trial {number}'s "
-            f"low bound {floor:.2f}x in round 1)")
+def _interval(result: TrialResult) -> Interval:
+    return Interval(result.objective or 0.0, result.speedup_low or 0.0, result.speedup_high or 0.0, CONFIDENCE,
+                    result.pairs or 0)
 
 
 def combine_rounds(rounds: list[TrialResult]) -> TrialResult:
     """One confirmed measurement from a candidate's rounds (each in fresh processes, with pairs of its own): the
     speedup and its interval across them (``stats.rounds_interval``), the window pairs and times summed, the
     rest the last one's (the rates: the rounds' medians)."""
-    combined = rounds_interval([Interval(r.objective or 0.0, r.speedup_low or 0.0, r.speedup_high or 0.0,
-                                         CONFIDENCE, r.pairs or 0) for r in rounds])
+    combined = rounds_interval([_interval(r) for r in rounds])
     last = rounds[-1]
 
     def total(field: str) -> float:

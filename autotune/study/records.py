@@ -141,10 +141,10 @@ def lineup(study: optuna.Study, top: int) -> tuple[TrialRecord | None, list[Tria
 
 
 def contenders(top: list[TrialRecord]) -> list[TrialRecord]:
-    """Of ``lineup``'s candidates, those the confirmation will likely measure: not one whose search interval lies
-    wholly below the first's search low bound (``confirm`` leaves it out once the first is confirmed above it).
-    The time kept for the confirmation counts these only: time kept for candidates it will not measure would
-    stop the search early."""
+    """Of ``lineup``'s candidates, those likely to become the recipe: not one whose search interval lies wholly
+    below the first's search low bound. The time kept for the confirmation counts these only: the others are
+    confirmed in the time left, or left out for time (``confirm.Rounds``), and time kept for them would stop the
+    search early."""
     if not top:
         return []
     floor = top[0].result.speedup_low or 0.0
