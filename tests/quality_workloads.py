@@ -178,3 +178,17 @@ class _Contended(torch.nn.Sequential):
 def contended() -> Workload:
     return Workload(model=lambda: _Contended(*_mlp()), dataset=_regression_data, loss=_mse, optimizer=_sgd,
                     batch_size=64, name="quality-contended")
+
+
+def _seedy_mlp() -> Any:
+    """``_mlp`` whose output layer starts far from zero: how far depends on the training seed."""
+    model = _mlp()
+    torch.nn.init.normal_(model[2].weight, std=1.0)
+    return model
+
+
+def seedy() -> Workload:
+    """``regression`` whose held-out loss after the guard's samples still carries its initial weights: it
+    differs by tens of percent from one training seed to the next (a small learning rate from a start far off)."""
+    return Workload(model=_seedy_mlp, dataset=_regression_data, loss=_mse,
+                    optimizer=lambda params: torch.optim.SGD(params, lr=0.01), batch_size=64, name="quality-seedy")

@@ -71,6 +71,7 @@ class Host(Protocol):
     workload: Workload
     train: Any  # the training samples
     held_out: Any  # the held-out samples, or None when the workload evaluates itself
+    wide_held_out: Any  # the wide held-out set (``workloads.wide_held_out``), or None as ``held_out``
     settled: bool  # whether an arm has settled the process (``Arm._settle``)
 
 
@@ -137,8 +138,12 @@ class Arm:
 
     Built and warmed up by ``Bench.add``; ``window()`` times it; ``ensure_loss()`` takes its loss."""
 
-    def __init__(self, name: str, params: dict[str, Any], bench: Host) -> None:
+    def __init__(self, name: str, params: dict[str, Any], bench: Host, seed: int | None = None,
+                 wide: bool = False) -> None:
         self.name, self.params, self.bench = name, params, bench
+        self.seed = seed  # its training seed; None: the worker's
+        self.wide = wide  # its loss also over the wide held-out set (``wide_loss``)
+        self.wide_loss: float | None = None
         self.state: ArmState = "ok"
         self.error: str | None = None
         self.trained = 0
@@ -165,8 +170,9 @@ class Arm:
 
         from ..apply import apply
 
-        bench, seed = self.bench, self.bench.spec.seed
-        torch.manual_seed(seed)  # as a trial: every arm starts from the same weights and data order
+        bench = self.bench
+        seed = bench.spec.seed if self.seed is None else self.seed
+        torch.manual_seed(seed)  # as a trial: every arm of a seed starts from the same weights and data order
         self.tuned = tuned = apply(self.params, facts=bench.facts, check_hardware=False)
         model = tuned.prepare_model(bench.workload.model())
         optimizer = tuned.scale_lr(bench.workload.optimizer(model.parameters()))
@@ -209,9 +215,14 @@ class Arm:
         return ArmStatus(
             arm=self.name, state=self.state, error=self.error, step_samples=self.step_samples, trained=self.trained,
             first_step_s=self.first_step_s, step_s=self.step_s, compile_s=self.compile_s, loss=self.loss,
-            loss_samples=self.loss_samples, worker_pids=self.batches.worker_pids(), in_effect=self.in_effect,
+            loss_samples=self.loss_samples, wide_loss=self.wide_loss, held_out=self._held_out(),
+            worker_pids=self.batches.worker_pids(), in_effect=self.in_effect,
             warnings=tuple(self.tuned.warnings if self.tuned is not None else ()), peak_memory_bytes=self.memory.peak,
             settle_steps=self.settle_steps)
+
+    def _held_out(self) -> tuple[int, int] | None:
+        held_out, wide = self.bench.held_out, self.bench.wide_held_out
+        return (len(held_out), len(wide)) if self.wide and held_out is not None and wide is not None else None
 
     # Activation: what an arm owns of the process while its window runs ------------------------------------
 
@@ -297,6 +308,8 @@ class Arm:
         self._check(loss)
         bench = self.bench
         self.loss, self.loss_samples = evaluate(bench.workload, self.tuned, self.model, bench.held_out), self.trained
+        if self.wide:
+            self.wide_loss = evaluate(bench.workload, self.tuned, self.model, bench.wide_held_out)
         self._sync()
         return time.perf_counter() - start
 

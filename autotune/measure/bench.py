@@ -50,7 +50,7 @@ class Bench:
     def __init__(self, spec: WorkerSpec) -> None:
         from ..apply import apply
         from ..probes import Facts
-        from ..workloads import held_out_split, load_workload
+        from ..workloads import held_out_split, load_workload, wide_held_out
 
         self.spec = spec
         self.facts = Facts.from_dict(spec.facts)
@@ -60,19 +60,22 @@ class Bench:
         preload_lazy_modules()
         self.workload = load_workload(spec.workload)
         self.train, self.held_out = self.workload.dataset(), None
+        self.wide_held_out: Any = None
         if self.workload.evaluate is None:
+            self.wide_held_out = wide_held_out(self.train, spec.eval_samples)
             self.train, self.held_out = held_out_split(self.train, spec.eval_samples)
         self.arms: dict[str, Arm] = {}
         self.settled = False  # whether an arm has settled the process (``Arm._settle``)
 
-    def add(self, name: str, params: dict[str, Any]) -> Arm:
-        """Build and warm up an arm; a failed warm-up leaves a failed arm (``ArmFailed`` raised)."""
+    def add(self, name: str, params: dict[str, Any], seed: int | None = None, wide: bool = False) -> Arm:
+        """Build and warm up an arm (``protocol.AddArm``); a failed warm-up leaves a failed arm (``ArmFailed``
+        raised)."""
         differences = environment_differences(self.spec.params, params)
         if differences:
             raise EnvironmentMismatch("environment-level knobs differ from this worker's: " + ", ".join(differences))
         if name in self.arms:
             raise KeyError(f"arm {name!r} exists: drop it first")
-        arm = Arm(name, params, self)
+        arm = Arm(name, params, self, seed, wide)
         self.arms[name] = arm
         others = [a for a in self.arms.values() if a is not arm and a.state == "ok"]
         device = self._device() if arm.memory.cuda and others else None

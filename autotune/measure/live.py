@@ -21,11 +21,12 @@ from .candidate import (
     same_environment,
     status_of,
 )
-from .environment import environment_differences, environment_key
+from .environment import ENVIRONMENT_KEYS, environment_differences, environment_key
 from .measurer import BUSY, Noise, too_busy
 from .paired_worker import Calibration, WorkerError
 from .pool import PhaseHook, WorkerPool, lost
 from .process_pair import PROCESS_PAIRS, enough, process_pair
+from .protocol import ArmStatus
 
 
 class LiveMeasurer:
@@ -289,6 +290,30 @@ class LiveMeasurer:
         if trial.fresh:
             return trial.fresh[0][1].loss
         return trial.cand_status.loss if trial.in_process and trial.cand_status is not None else None
+
+    def losses(self, arms: list[tuple[dict[str, Any], int]], timeout_s: float, *,
+               wide: bool = False) -> list[ArmStatus]:
+        """Fresh arms in the defaults' worker, one per ``(params, training seed)``, each trained to the loss sample
+        count, its loss taken (``wide``: over the wide held-out set too) and dropped: the quality guard's second
+        look (``autotune.study.guard``). Environment-level knobs are the defaults' (the worker's)."""
+        deadline = time.monotonic() + timeout_s
+        environment = {k: self.defaults[k] for k in ENVIRONMENT_KEYS if k in self.defaults}
+        worker = self.pool.defaults_worker(timeout_s, with_arm=True)
+        statuses = []
+        try:
+            for i, (params, seed) in enumerate(arms):
+                name = f"loss-{i}-seed-{seed}"
+                self.pool.use(worker)
+                status = worker.add_arm(name, {**params, **environment}, max(1.0, deadline - time.monotonic()),
+                                        seed=seed, wide=wide)
+                if status.state == "ok":
+                    status = worker.evaluate(name, max(1.0, deadline - time.monotonic()))
+                worker.drop_arm(name)
+                statuses.append(status)
+        except WorkerError:
+            self.pool.lose(worker)
+            raise
+        return statuses
 
     def _pairs(self, trial: Candidate, n: int, deadline: float) -> None:
         assert trial.worker is not None

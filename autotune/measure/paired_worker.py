@@ -148,9 +148,10 @@ class PairedWorker:
             raise WorkerError(f"the paired worker answered {type(command).__name__} with {type(reply).__name__}")
         return reply
 
-    def add_arm(self, arm: str, params: dict[str, Any], timeout_s: float = 300.0) -> ArmStatus:
-        """Build and warm up an arm; its status says whether it failed (``state``)."""
-        reply: ArmAdded = self._expect(AddArm(arm, params), ArmAdded, timeout_s)
+    def add_arm(self, arm: str, params: dict[str, Any], timeout_s: float = 300.0, *, seed: int | None = None,
+                wide: bool = False) -> ArmStatus:
+        """Build and warm up an arm (``protocol.AddArm``); its status says whether it failed (``state``)."""
+        reply: ArmAdded = self._expect(AddArm(arm, params, seed, wide), ArmAdded, timeout_s)
         return reply.status
 
     def run_pairs(self, base: str, cand: str, n: int, window_s: float, seed: int = 0,

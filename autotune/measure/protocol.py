@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
 import typing
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -47,10 +48,13 @@ class WorkerSpec:
 @dataclass(frozen=True)
 class AddArm:
     """Build an arm (model, optimizer, DataLoader) with ``params`` and warm it up; refused when its
-    environment-level knobs differ from the worker's."""
+    environment-level knobs differ from the worker's. ``seed``: its training seed (weights, data order), the
+    worker's when None; ``wide``: its loss is also taken over the wide held-out set (``wide_held_out``)."""
 
     arm: str
     params: dict[str, Any]
+    seed: int | None = None
+    wide: bool = False
 
 
 @dataclass(frozen=True)
@@ -154,6 +158,8 @@ class ArmStatus:
     # warm-up and windows, the other arms' resident memory taken off); None on CPU or before it ran
     peak_memory_bytes: int | None = None
     settle_steps: int = 0  # untimed steps it trained after its warm-up as its process's first arm (``paired.SETTLE_S``)
+    wide_loss: float | None = None  # its loss over the wide held-out set then, when added ``wide``
+    held_out: tuple[int, int] | None = None  # samples in the held-out and the wide set, when added ``wide``
 
 
 @dataclass(frozen=True)
@@ -245,6 +251,8 @@ def _build(cls: type[Any], data: dict[str, Any]) -> Any:
 
 
 def _value(hint: Any, value: Any) -> Any:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and value is not None:  # X | None: as X
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
     if dataclasses.is_dataclass(hint) and isinstance(value, dict):
         return _build(hint, value)  # type: ignore[arg-type]
     if typing.get_origin(hint) is tuple and isinstance(value, list):

@@ -13,7 +13,7 @@ from .. import search_spaces as spaces
 from ..errors import TrialError
 from ..recipe import Recipe, format_speedup
 from ..trial.spec import Status, TrialResult
-from .records import BASELINE, CONFIRM, NOT_RUN, Confirmation, TrialRecord, records, study_margin
+from .records import BASELINE, CONFIRM, NOT_RUN, Attr, Confirmation, TrialRecord, records, study_margin
 
 if TYPE_CHECKING:
     import optuna
@@ -42,7 +42,12 @@ def choose_recipe(
     worse = sum(1 for r in rejected if "quality" in r.rejected_by)
     if worse:
         after = f" after {baseline.result.loss_samples} samples" if baseline.result.loss_samples else ""
-        notes.append(f"{worse} trial(s) rejected by the quality guard (held-out loss{after} above the limit)")
+        unresolved = sum(1 for r in rejected if "quality" in r.rejected_by and "cannot resolve" in (r.reason or ""))
+        of_them = f"; {unresolved} of them as it could not resolve its limit on this workload" if unresolved else ""
+        notes.append(f"{worse} trial(s) rejected by the quality guard (held-out loss{after} above the limit{of_them})")
+    second = study.get_trials(deepcopy=False)[best.number].user_attrs.get(Attr.GUARD) if best is not baseline else None
+    if second:
+        notes.append(f"quality guard, near its limit: {second}")
     unapplied = sum(1 for r in rejected if "applied" in r.rejected_by)
     if unapplied:
         notes.append(f"{unapplied} trial(s) rejected: a knob they asked for was not in effect in the trial process")

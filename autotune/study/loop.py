@@ -32,6 +32,7 @@ from ..trial.lock import host_lock, owner
 from ..trial.spec import Status, TrialResult
 from . import budget, oom_limits, verdict
 from .events import Phase, Progress, TrialStarted
+from .guard import Guard
 from .liveness import fail_orphans, heartbeat
 from .race import looks_confidence, race_stop
 from .records import (
@@ -81,6 +82,7 @@ class SearchLoop:
             measurer = LiveMeasurer(workload, self.defaults, facts, options.settings, seed=options.seed,
                                     on_phase=self.phase, busy=options.busy_limit)
         self.measurer = measurer
+        self.guard = Guard(study, options, measurer, options.settings.seed, self.phase)
         self.noise: Noise | None = None
         self.baseline_error: str | None = None
         self.duplicates = 0  # consecutive samples of a recipe measured before (``_measured_before``)
@@ -377,18 +379,26 @@ class SearchLoop:
             left = limit - now
             interval = self.measurer.more(handle, n, max(1.0, left), confidence=confidence)
             used += n
-            why = self._over_guard(handle) or race_stop(interval, noise, incumbent, used, cap)
+            why = self._over_guard(handle, params) or race_stop(interval, noise, incumbent, used, cap)
         return self.measurer.end(handle), why
 
-    def _over_guard(self, handle: object) -> str | None:
+    def _over_guard(self, handle: object, params: dict[str, Any]) -> str | None:
         """Why the quality guard will reject the candidate, once its loss is known (a measurer's ``loss``), or
         None: it cannot be the recipe, so no more pairs."""
         loss = getattr(self.measurer, "loss", lambda handle: None)(handle)
-        return None if loss is None or not math.isfinite(loss) else verdict.quality(self.study, self.options, loss)[1]
+        return None if loss is None or not math.isfinite(loss) else self.quality(params, loss)[1]
+
+    def quality(self, params: dict[str, Any], loss: float) -> tuple[float, str | None, str | None]:
+        """The quality guard's verdict on a candidate's loss, with its second look near the limit (``guard``),
+        which may take a minute of the budget at most."""
+        return self.guard.verdict(params, loss, min(self.deadline, time.monotonic() + 60.0))
 
     def record(self, trial: optuna.Trial, role: str, params: dict[str, Any], result: TrialResult) -> None:
         """Store the trial's result and constraints and tell Optuna its value (or state)."""
-        verdict.record(self.study, self.facts, self.options, trial, role, params, result, self.notify)
+        guarded = None
+        if role != BASELINE and result.status == Status.OK and result.loss is not None and math.isfinite(result.loss):
+            guarded = self.quality(params, result.loss)
+        verdict.record(self.study, self.facts, self.options, trial, role, params, result, self.notify, guarded)
 
 
 def _has_baseline(study: optuna.Study) -> bool:

@@ -39,6 +39,7 @@ class Attr:
     ROUND: Final = "round"  # ... and its round
     RACE: Final = "race"  # why a candidate's race stopped (slower with confidence, below the incumbent, ...)
     ENVIRONMENT_FACTOR: Final = "environment_factor"  # its environment / the defaults' (an Interval's dict)
+    GUARD: Final = "quality_guard"  # what the quality guard's second look found, where it took one (``guard``)
     RESULT: Final = ("status", "samples_per_s", "objective", "spread", "windows", "compile_s", "startup_s",
                      "warmup_s", "timed_s", "loss", "wall_s", "error", "in_effect", "warnings", "log_tail",
                      "speedup_low", "speedup_high", "method", "pairs", "peak_memory_bytes",
@@ -57,6 +58,7 @@ class StudyAttr:
     OOM_LIMITS: Final = "oom_limits"  # memory-relevant settings -> the smallest batch that ran out of memory
     MEASURE: Final = "measure"  # how trial values are measured: "paired-v1" = speedups; absent = samples/s (old)
     NOISE: Final = "noise"  # the A/A calibration of this machine (dict), shown to the user
+    LOSS_SPREAD: Final = "loss_spread"  # the defaults' loss at several training seeds (``guard``), once needed
 
 
 Role = Literal["baseline", "heuristic", "warm-start", "seed", "combined", "search", "in-process", "confirm"]

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from .options import SearchOptions
 
 
-_UNBOUNDED = 1e9  # the constraint value of a loss the guard cannot bound (Optuna's constraints are finite floats)
+UNBOUNDED = 1e9  # the constraint value of a loss the guard cannot bound (Optuna's constraints are finite floats)
 
 
 def quality(study: optuna.Study, options: SearchOptions, loss: float) -> tuple[float, str | None]:
@@ -28,21 +28,23 @@ def quality(study: optuna.Study, options: SearchOptions, loss: float) -> tuple[f
     base = study.user_attrs.get(StudyAttr.BASELINE_LOSS)
     tolerance = options.max_loss_increase
     if base is None or not math.isfinite(base):
-        return _UNBOUNDED, f"no finite baseline loss to compare its loss with (the defaults' was {base})"
+        return UNBOUNDED, f"no finite baseline loss to compare its loss with (the defaults' was {base})"
     if base == 0:
-        increase = 0.0 if loss <= 0 else _UNBOUNDED
+        increase = 0.0 if loss <= 0 else UNBOUNDED
     else:
-        increase = (loss - base) / abs(base) if math.isfinite(loss) else _UNBOUNDED
+        increase = (loss - base) / abs(base) if math.isfinite(loss) else UNBOUNDED
     if increase <= tolerance:
         return increase, None
-    said = f"{increase:+.1%}" if increase < _UNBOUNDED else "beyond any bound"
+    said = f"{increase:+.1%}" if increase < UNBOUNDED else "beyond any bound"
     return increase, f"loss {loss:.4f} is {said} over the baseline's {base:.4f} (limit +{tolerance:.0%})"
 
 
 
 def record(study: optuna.Study, facts: Facts, options: SearchOptions, trial: optuna.Trial, role: str,
-           params: dict[str, Any], result: TrialResult, notify: Progress) -> None:
-    """Store the trial's result and constraints and tell Optuna its value (or state)."""
+           params: dict[str, Any], result: TrialResult, notify: Progress,
+           guarded: tuple[float, str | None, str | None] | None = None) -> None:
+    """Store the trial's result and constraints and tell Optuna its value (or state). ``guarded``: the quality
+    guard's verdict where the search took it with its second look (``guard.Guard.verdict``); else the first."""
     import optuna
 
     data = result.to_dict()
@@ -55,7 +57,7 @@ def record(study: optuna.Study, facts: Facts, options: SearchOptions, trial: opt
         params = {**params, "membind": False}
         trial.set_user_attr(Attr.PARAMS, params)
     if result.status == Status.OK:
-        reason = _feasibility(study, options, trial, role, params, result)
+        reason = _feasibility(study, options, trial, role, params, result, guarded)
         _constraints_list(study, trial)
         study.tell(trial, result.objective)
     elif result.status in (Status.OOM, Status.NAN):
@@ -79,9 +81,9 @@ def _constraints_list(study: optuna.Study, trial: optuna.Trial) -> None:
     storage.set_trial_system_attr(trial_id(trial), "constraints", values)
 
 def _feasibility(study: optuna.Study, options: SearchOptions, trial: optuna.Trial, role: str, params: dict[str, Any],
-                 result: TrialResult) -> str | None:
+                 result: TrialResult, guarded: tuple[float, str | None, str | None] | None) -> str | None:
     """The quality guard, and every knob in effect: why a trial that ran is not this recipe, or None."""
-    reason = _guard(study, options, trial, role, result)
+    reason = _guard(study, options, trial, role, result, guarded)
     # A knob the trial process reports not in effect measured something else: not this recipe.
     missing = [] if role == BASELINE else spaces.not_in_effect(params, result.in_effect)
     trial.set_constraint("applied", float(len(missing)))
@@ -105,7 +107,7 @@ def _infeasible(study: optuna.Study, trial: optuna.Trial, params: dict[str, Any]
     return reason
 
 def _guard(study: optuna.Study, options: SearchOptions, trial: optuna.Trial, role: str,
-           result: TrialResult) -> str | None:
+           result: TrialResult, guarded: tuple[float, str | None, str | None] | None) -> str | None:
     """The quality guard: a held-out loss above the baseline's by more than the tolerance is infeasible.
     Every trial's loss is taken after the same samples (``loss_samples``, recorded for the report)."""
     if result.loss_samples is not None:
@@ -114,8 +116,14 @@ def _guard(study: optuna.Study, options: SearchOptions, trial: optuna.Trial, rol
         study.set_user_attr(StudyAttr.BASELINE_LOSS, result.loss)  # the A/A's defaults arm
         study.set_user_attr(StudyAttr.BASELINE_SAMPLES_PER_S, result.samples_per_s)
     # The defaults are the recipe the search falls back on: compared with themselves, whatever their loss.
-    increase, reason = (0.0, None) if role == BASELINE else quality(
-        study, options, result.loss if result.loss is not None else float("nan"))
+    if role == BASELINE:
+        increase, reason = 0.0, None
+    elif guarded is not None:
+        increase, reason, second = guarded
+        if second is not None:
+            trial.set_user_attr(Attr.GUARD, second)
+    else:
+        increase, reason = quality(study, options, result.loss if result.loss is not None else float("nan"))
     trial.set_constraint("quality", increase - options.max_loss_increase)
     trial.set_constraint("fits_memory", 0.0)
     trial.set_constraint("finite_loss", 0.0)

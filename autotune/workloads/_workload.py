@@ -157,25 +157,54 @@ def _no_module(name: str, cwd: str) -> str:
 
 
 HELD_OUT_SEED = 0  # one split for every trial of every study: not the trial's seed
+WIDE_HELD_OUT = 4  # the quality guard's wide set: this many times the held-out samples (``wide_held_out``)
 
 
 def held_out_split(dataset: Any, samples: int) -> tuple[Any, Any]:
     """``(train, held_out)`` subsets of ``dataset``: ``min(samples, len(dataset) // 4)`` samples chosen by
-    a fixed seed are held out, and no trial trains on them. The choice depends only on the dataset's
-    length, so every trial of a study evaluates the same samples, whatever its seed or batch size.
+    a fixed seed are held out, and no trial trains on them, nor on the rest of the wide set
+    (``wide_held_out``). The choice depends only on the dataset's length, so every trial of a study evaluates
+    the same samples, whatever its seed or batch size.
 
     >>> import torch
-    >>> train, held_out = held_out_split(torch.utils.data.TensorDataset(torch.arange(100)), 10)
+    >>> train, held_out = held_out_split(torch.utils.data.TensorDataset(torch.arange(100)), 5)
     >>> len(train), len(held_out), set(train.indices) & set(held_out.indices)
-    (90, 10, set())
+    (80, 5, set())
     """
     import torch
 
-    count = min(samples, len(dataset) // 4)
-    order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(HELD_OUT_SEED)).tolist()
+    order = _held_out_order(len(dataset))
+    count, wide = min(samples, len(dataset) // 4), _wide_count(len(dataset), samples)
     # Both in index order: the held-out loss sums the same batches in the same order every time.
-    train, held_out = sorted(order[count:]), sorted(order[:count])
+    train, held_out = sorted(order[wide:]), sorted(order[:count])
     return torch.utils.data.Subset(dataset, train), torch.utils.data.Subset(dataset, held_out)
+
+
+def wide_held_out(dataset: Any, samples: int) -> Any:
+    """The wide held-out set: ``min(WIDE_HELD_OUT x samples, len(dataset) // 4)`` samples no trial trains on,
+    the held-out set of ``held_out_split`` among them. The quality guard takes a loss over it where the
+    held-out set's loss cannot resolve its limit (``autotune.study.verdict``).
+
+    >>> import torch
+    >>> data = torch.utils.data.TensorDataset(torch.arange(100))
+    >>> wide = wide_held_out(data, 5)
+    >>> len(wide), set(held_out_split(data, 5)[1].indices) <= set(wide.indices)
+    (20, True)
+    """
+    import torch
+
+    order = _held_out_order(len(dataset))
+    return torch.utils.data.Subset(dataset, sorted(order[:_wide_count(len(dataset), samples)]))
+
+
+def _wide_count(length: int, samples: int) -> int:
+    return min(WIDE_HELD_OUT * samples, length // 4)
+
+
+def _held_out_order(length: int) -> list[int]:
+    import torch
+
+    return torch.randperm(length, generator=torch.Generator().manual_seed(HELD_OUT_SEED)).tolist()
 
 
 def _import_function(spec: str) -> Callable[[], Any]:

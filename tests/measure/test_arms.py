@@ -172,10 +172,12 @@ def test_an_arm_that_fails_is_classified_as_a_trial_is_and_its_tensors_are_freed
 _WINDOW = protocol.WindowRecord("a", 10.0, 3, 30, 3.0, {"12": "T"})
 _STATUS = protocol.ArmStatus("a", "nan", "NonFiniteLoss: nan", 32, 64, 0.5, 0.01, 0.49, None, None, (7, 8), {"x": 1},
                              ("w",))
+_WIDE = protocol.ArmStatus("a", "ok", None, 32, 64, loss=0.5, loss_samples=64, wide_loss=0.52, held_out=(512, 2048))
 
 
 @pytest.mark.parametrize("message", [
-    protocol.AddArm("a", {"batch_size": 8}), protocol.RunPairs("a", "b", 4, 0.3, 2), protocol.RunWindows("a", 2, 0.5),
+    protocol.AddArm("a", {"batch_size": 8}), protocol.AddArm("a", {}, seed=3, wide=True), protocol.Evaluated(_WIDE),
+    protocol.RunPairs("a", "b", 4, 0.3, 2), protocol.RunWindows("a", 2, 0.5),
     protocol.Evaluate("a"), protocol.DropArm("a"), protocol.Quit(), protocol.Ready(1, {"threads": 1}),
     protocol.EmptyCache(), protocol.CacheEmptied(1 << 30),
     protocol.ArmAdded(_STATUS), protocol.WindowsRun(_STATUS, (_WINDOW, _WINDOW)),

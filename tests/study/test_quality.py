@@ -15,7 +15,7 @@ from autotune.measure.paired_worker import PairedWorker
 from autotune.measure.protocol import ArmStatus
 from autotune.trial import TrialSettings, loss_samples, run_trial
 from autotune.trial.training import schedule
-from autotune.workloads import held_out_split
+from autotune.workloads import held_out_split, wide_held_out
 
 from .. import quality_workloads as qw
 
@@ -35,7 +35,7 @@ def _params(facts, workload, **change) -> dict:
     return {**spaces.defaults(facts, ctx), **run, **change}
 
 
-def test_the_held_out_slice_is_fixed_disjoint_and_at_most_a_quarter() -> None:
+def test_the_held_out_slices_are_fixed_disjoint_from_training_and_at_most_a_quarter() -> None:
     import torch
 
     data = torch.utils.data.TensorDataset(torch.arange(4096))
@@ -43,9 +43,12 @@ def test_the_held_out_slice_is_fixed_disjoint_and_at_most_a_quarter() -> None:
     torch.manual_seed(123)  # the trial's seed does not move it
     again = held_out_split(data, 512)[1]
     assert len(held_out) == 512 and held_out.indices == again.indices
-    assert set(train.indices) | set(held_out.indices) == set(range(4096))
-    assert not set(train.indices) & set(held_out.indices)
+    wide = wide_held_out(data, 512)  # the guard's second look: four times the samples, a quarter at most
+    assert len(wide) == 1024 and set(held_out.indices) <= set(wide.indices)
+    assert set(train.indices) | set(wide.indices) == set(range(4096))
+    assert not set(train.indices) & set(wide.indices)
     assert len(held_out_split(torch.utils.data.TensorDataset(torch.arange(100)), 512)[1]) == 25
+    assert len(wide_held_out(torch.utils.data.TensorDataset(torch.arange(4096)), 128)) == 512
 
 
 # (default batch, batch, processes, --global-batch): the loss comes after whole steps at one sample count
