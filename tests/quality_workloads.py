@@ -192,3 +192,53 @@ def seedy() -> Workload:
     differs by tens of percent from one training seed to the next (a small learning rate from a start far off)."""
     return Workload(model=_seedy_mlp, dataset=_regression_data, loss=_mse,
                     optimizer=lambda params: torch.optim.SGD(params, lr=0.01), batch_size=64, name="quality-seedy")
+
+
+TRAP_SLEEP_S = 0.002
+TRAP_FACTOR = 100  # how many times slower a training forward pass of the default batch runs with channels_last
+TRAP_BATCH = 16
+
+
+def _colour_images() -> Any:
+    g = torch.Generator().manual_seed(4)
+    return torch.utils.data.TensorDataset(torch.randn(4096, 3, 8, 8, generator=g),
+                                          torch.randint(0, 10, (4096,), generator=g))
+
+
+TRAP_STALL_S = 0.0  # set by ``stall``: how long the trapped forward pass sleeps instead
+
+
+class _Trap(torch.nn.Sequential):
+    """Sleeps ``TRAP_SLEEP_S`` in every training forward pass, ``TRAP_FACTOR`` times that for the default batch
+    with channels_last weights (the seed's recipe)."""
+
+    def forward(self, x: Any) -> Any:
+        if self.training:
+            weight = self[0].weight
+            trapped = weight.is_contiguous(memory_format=torch.channels_last) and not weight.is_contiguous()
+            if trapped and len(x) == TRAP_BATCH:
+                time.sleep(TRAP_STALL_S or TRAP_SLEEP_S * TRAP_FACTOR)
+            else:
+                time.sleep(TRAP_SLEEP_S)
+        return super().forward(x)
+
+
+def trap() -> Workload:
+    """A tiny CNN on 3-channel images whose ``channels_last`` seed (offered on every CPU) runs 100x slower, as
+    fp16 autocast ran a CNN at 0.01-0.04x on a CPU with AVX512-FP16. Its step is a sleep per forward pass, so
+    under ``--global-batch 256`` a larger batch per step (fewer accumulated passes) is the real gain: batch 256
+    about 16x the default 16, and every batch over 16 faster."""
+    return Workload(model=lambda: _Trap(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
+                                        torch.nn.Linear(8 * 8 * 8, 10)),
+                    dataset=_colour_images,
+                    loss=lambda output, batch: torch.nn.functional.cross_entropy(output.float(), batch[1]),
+                    optimizer=lambda params: torch.optim.SGD(params, lr=0.05), batch_size=TRAP_BATCH,
+                    name="quality-trap")
+
+
+def stall() -> Workload:
+    """``trap`` whose trapped forward pass sleeps a minute: a step that outlasts any window, which only the
+    parent can stop (by its elapsed time)."""
+    global TRAP_STALL_S
+    TRAP_STALL_S = 60.0
+    return trap()

@@ -61,6 +61,15 @@ MIN_WINDOW_STEPS = 4
 # other's speedup. A step-count cap keeps tiny workloads (1 ms steps) from paying a second.
 SETTLE_S = 1.2
 SETTLE_STEPS = 100
+# An arm whose first normal step takes this many times the defaults' time per sample is far slower than any
+# noise (in one process 1-2%; one step on a busy 2-vCPU VM, up to 2-3x): it stops there, measured slower, never
+# trained to the quality guard's samples. fp16 autocast on a CPU with AVX512-FP16 ran a CNN at 0.01-0.04x and
+# took 60-131 s of a 2-minute search. (At 4, batch 16 of a sleep-bound fixture, 4x slower per sample by design,
+# was stopped on some runs and raced on others.)
+HOPELESS = 8.0
+# An eager arm's first step also builds its kernels (oneDNN primitives, allocations): judged at this many times
+# ``HOPELESS``, so a 100x arm stops after one step. A compiled arm's first steps hold its compilation: not judged.
+FIRST_STEP_HOPELESS = 4.0
 
 
 class Host(Protocol):
@@ -139,11 +148,14 @@ class Arm:
     Built and warmed up by ``Bench.add``; ``window()`` times it; ``ensure_loss()`` takes its loss."""
 
     def __init__(self, name: str, params: dict[str, Any], bench: Host, seed: int | None = None,
-                 wide: bool = False) -> None:
+                 wide: bool = False, give_up: tuple[float, float] | None = None) -> None:
         self.name, self.params, self.bench = name, params, bench
         self.seed = seed  # its training seed; None: the worker's
         self.wide = wide  # its loss also over the wide held-out set (``wide_loss``)
         self.wide_loss: float | None = None
+        # (factor, the reference's seconds per sample): give up after a normal warm-up step slower than their product
+        self.give_up = give_up
+        self.gave_up: float | None = None  # its step's time per sample over the reference's, where it gave up
         self.state: ArmState = "ok"
         self.error: str | None = None
         self.trained = 0
@@ -218,7 +230,7 @@ class Arm:
             loss_samples=self.loss_samples, wide_loss=self.wide_loss, held_out=self._held_out(),
             worker_pids=self.batches.worker_pids(), in_effect=self.in_effect,
             warnings=tuple(self.tuned.warnings if self.tuned is not None else ()), peak_memory_bytes=self.memory.peak,
-            settle_steps=self.settle_steps)
+            settle_steps=self.settle_steps, gave_up=self.gave_up)
 
     def _held_out(self) -> tuple[int, int] | None:
         held_out, wide = self.bench.held_out, self.bench.wide_held_out
@@ -336,6 +348,11 @@ class Arm:
             else:
                 self._warm_steps.append(spent)
             self._loss_if_due(loss)
+            if self.give_up is not None and self.step_samples and (index >= charged or not self.compiled):
+                slower = spent / self.step_samples / self.give_up[1]
+                if slower > self.give_up[0] * (1.0 if index >= charged else FIRST_STEP_HOPELESS):
+                    self.gave_up = slower
+                    break
         if not self.bench.settled:
             settled = self._settle()
             loss = settled if settled is not None else loss

@@ -67,15 +67,20 @@ class Bench:
         self.arms: dict[str, Arm] = {}
         self.settled = False  # whether an arm has settled the process (``Arm._settle``)
 
-    def add(self, name: str, params: dict[str, Any], seed: int | None = None, wide: bool = False) -> Arm:
+    def add(self, name: str, params: dict[str, Any], seed: int | None = None, wide: bool = False,
+            give_up: float | None = None, against: str | None = None) -> Arm:
         """Build and warm up an arm (``protocol.AddArm``); a failed warm-up leaves a failed arm (``ArmFailed``
-        raised)."""
+        raised). ``give_up``: its warm-up ends after a normal step that takes more than that many times the time
+        per sample of the arm ``against`` (the one it is paired with), when that arm has been timed."""
         differences = environment_differences(self.spec.params, params)
         if differences:
             raise EnvironmentMismatch("environment-level knobs differ from this worker's: " + ", ".join(differences))
         if name in self.arms:
             raise KeyError(f"arm {name!r} exists: drop it first")
-        arm = Arm(name, params, self, seed, wide)
+        reference = self.arms.get(against) if against is not None else None
+        per_sample = reference.step_s / reference.step_samples if reference is not None and reference.step_s \
+            and reference.step_samples else None
+        arm = Arm(name, params, self, seed, wide, (give_up, per_sample) if give_up and per_sample else None)
         self.arms[name] = arm
         others = [a for a in self.arms.values() if a is not arm and a.state == "ok"]
         device = self._device() if arm.memory.cuda and others else None

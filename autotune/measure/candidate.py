@@ -102,6 +102,8 @@ class Candidate:
     cand_status: ArmStatus | None = None
     fresh: list[tuple[TrialResult, TrialResult]] = field(default_factory=list)  # (defaults, candidate) runs
     failed: TrialResult | None = None
+    deadline: float = float("inf")  # the trial's time limit (``begin``'s): its loss is not trained for past it
+    no_loss: bool = False  # it cannot be the recipe: its loss is not trained for (``LiveMeasurer.skip_loss``)
     startup_s: float = 0.0
     warmup_s: float = 0.0
     timed_s: float = 0.0

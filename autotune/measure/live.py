@@ -10,7 +10,7 @@ from typing import Any
 from .. import search_spaces as spaces
 from ..trial.spec import Status, TrialResult
 from . import stats
-from .arms import WINDOW_FLOOR_S, choose_window_s
+from .arms import HOPELESS, WINDOW_FLOOR_S, choose_window_s
 from .candidate import (
     DEFAULTS,
     NOTHING,
@@ -27,6 +27,8 @@ from .paired_worker import Calibration, WorkerError
 from .pool import PhaseHook, WorkerPool, lost
 from .process_pair import PROCESS_PAIRS, enough, process_pair
 from .protocol import ArmStatus
+
+WARM_UP_SLACK_S = 10.0  # an eager arm's build and first kernels, beyond its warm-up steps (``_warm_up_limit_s``)
 
 
 class LiveMeasurer:
@@ -130,7 +132,7 @@ class LiveMeasurer:
     def begin(self, params: dict[str, Any], timeout_s: float) -> object | TrialResult:
         self._count += 1
         trial = Candidate(params, f"c{self._count}", self.seed + 1000 * self._count, time.monotonic())
-        deadline = time.monotonic() + timeout_s
+        deadline = trial.deadline = time.monotonic() + timeout_s
         if params == self.defaults and not self._baseline_given:
             trial.baseline = self._baseline_given = True  # the calibration's A/A; later ones are arms like any
             return trial
@@ -165,10 +167,20 @@ class LiveMeasurer:
         compiling = spaces.compilation.compiled(params)
         self.on_phase("compiling" if compiling else "warm-up", trial.name)
         started = time.monotonic()
-        status = trial.worker.add_arm(trial.name, params, max(1.0, deadline - time.monotonic()))
+        limit = deadline - started if compiling else min(deadline - started, self._warm_up_limit_s(trial.worker))
+        try:
+            status = trial.worker.add_arm(trial.name, params, max(1.0, limit), give_up=HOPELESS, against=trial.base)
+        except WorkerError as e:
+            if compiling or time.monotonic() >= deadline - 1.0:
+                raise
+            return self._hopeless(trial, None, f"its warm-up had not ended after {time.monotonic() - started:.0f} s "
+                                  f"({e})", started)
         trial.warmup_s += time.monotonic() - started
         trial.cand_status = status
         trial.warnings += status.warnings
+        if status.state == "ok" and status.gave_up is not None:
+            return self._hopeless(trial, status, f"a step took {status.gave_up:.0f}x the defaults' time per sample",
+                                  started)
         if status.state == "ok":
             return trial
         self._drop(trial)
@@ -180,6 +192,35 @@ class LiveMeasurer:
             return trial
         return TrialResult(status_of(status.state), error=status.error, wall_s=time.monotonic() - trial.started,
                            warmup_s=trial.warmup_s, startup_s=trial.startup_s, warnings=trial.warnings)
+
+    def _warm_up_limit_s(self, worker: Any) -> float:
+        """How long an eager arm's build and warm-up may take before it counts as far slower (``HOPELESS``): its
+        warm-up steps at that many times the defaults' step, twice over (a larger batch's step is longer), and
+        ``WARM_UP_SLACK_S`` for the model's build and first kernels."""
+        steps = max(1, self.settings.warmup_steps)
+        return WARM_UP_SLACK_S + 2 * HOPELESS * steps * self.cal.step_s
+
+    def _hopeless(self, trial: Candidate, status: ArmStatus | None, why: str, started: float) -> TrialResult:
+        """A candidate far slower than the defaults in its first steps (``HOPELESS``): stopped there, measured
+        slower, no pairs and no loss (it cannot be the recipe). A worker that did not answer in time is ended and
+        started again within this trial: its restart is charged to the candidate that caused it."""
+        if status is None:
+            if trial.worker is not None:
+                self.pool.lose(trial.worker)
+            trial.worker = None
+            if trial.factor_key is None:  # the defaults' worker: started again now, charged here
+                self.pool.defaults_worker(60.0, with_arm=True)
+        else:
+            self._drop(trial)
+        ratio = 1 / status.gave_up if status is not None and status.gave_up else None
+        bound = 1 / HOPELESS
+        said = f"{ratio:.2f}x" if ratio is not None else f"under {bound:.2f}x"
+        return TrialResult(
+            Status.OK, objective=ratio if ratio is not None else bound / 2, speedup_high=bound,
+            method="its first steps (far slower: no pairs, no loss)", pairs=0,
+            wall_s=time.monotonic() - trial.started, startup_s=trial.startup_s,
+            warmup_s=trial.warmup_s + (time.monotonic() - started if status is None else 0.0),
+            warnings=[*trial.warnings, f"stopped after its first steps, {said} the defaults: {why}"])
 
     def _too_short(self, key: str, deadline: float) -> str | None:
         """Why a candidate of another environment is not started: its process pairs (the last one's worker is kept
@@ -345,6 +386,11 @@ class LiveMeasurer:
                               train_steps=self.settings.train_steps, margin=self.cal.margin, confidence=confidence)
         return inner.amortised if trial.factor is None else combine(trial.factor, inner.ratios, confidence)
 
+    def skip_loss(self, handle: object) -> None:
+        """The candidate cannot be the recipe (slower than the defaults with confidence): ``end`` does not train it
+        to the quality guard's sample count; a loss its windows took already is kept."""
+        self._trial(handle).no_loss = True
+
     def end(self, handle: object) -> TrialResult:
         trial = self._trial(handle)
         try:
@@ -361,12 +407,16 @@ class LiveMeasurer:
         worker = self.pool.worker if trial.baseline else trial.worker
         arm = DEFAULTS if trial.baseline or not trial.in_process else trial.name
         assert worker is not None
-        self.on_phase("evaluating", trial.name)
         try:
-            self.pool.use(worker)
-            status = worker.evaluate(arm)
+            if trial.no_loss and not trial.baseline:
+                status = (trial.cand_status if trial.in_process else trial.base_status) or ArmStatus(arm, "ok")
+            else:
+                self.on_phase("evaluating", trial.name)
+                self.pool.use(worker)
+                # never past the trial's limit: an arm trained to the guard's samples at 17 samples/s took 60 s more
+                status = worker.evaluate(arm, timeout_s=max(1.0, min(300.0, trial.deadline - time.monotonic())))
         except WorkerError as e:
-            return replace(self._lost(trial, e, time.monotonic() + 300.0), wall_s=time.monotonic() - trial.started)
+            return replace(self._lost(trial, e, trial.deadline), wall_s=time.monotonic() - trial.started)
         if status.state != "ok":
             return TrialResult(status_of(status.state), error=status.error, wall_s=time.monotonic() - trial.started)
         interval = self._interval(trial)

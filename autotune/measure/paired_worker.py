@@ -149,9 +149,9 @@ class PairedWorker:
         return reply
 
     def add_arm(self, arm: str, params: dict[str, Any], timeout_s: float = 300.0, *, seed: int | None = None,
-                wide: bool = False) -> ArmStatus:
+                wide: bool = False, give_up: float | None = None, against: str | None = None) -> ArmStatus:
         """Build and warm up an arm (``protocol.AddArm``); its status says whether it failed (``state``)."""
-        reply: ArmAdded = self._expect(AddArm(arm, params, seed, wide), ArmAdded, timeout_s)
+        reply: ArmAdded = self._expect(AddArm(arm, params, seed, wide, give_up, against), ArmAdded, timeout_s)
         return reply.status
 
     def run_pairs(self, base: str, cand: str, n: int, window_s: float, seed: int = 0,

@@ -55,6 +55,10 @@ class AddArm:
     params: dict[str, Any]
     seed: int | None = None
     wide: bool = False
+    # Give up after its first normal step (``arms.HOPELESS``): when a step takes more than ``give_up`` x the
+    # arm ``against``'s time per sample, its warm-up ends there and its status says ``gave_up``.
+    give_up: float | None = None
+    against: str | None = None
 
 
 @dataclass(frozen=True)
@@ -160,6 +164,7 @@ class ArmStatus:
     settle_steps: int = 0  # untimed steps it trained after its warm-up as its process's first arm (``paired.SETTLE_S``)
     wide_loss: float | None = None  # its loss over the wide held-out set then, when added ``wide``
     held_out: tuple[int, int] | None = None  # samples in the held-out and the wide set, when added ``wide``
+    gave_up: float | None = None  # its step's time per sample over ``against``'s, where it gave up (``give_up``)
 
 
 @dataclass(frozen=True)

@@ -69,7 +69,7 @@ def handle(bench: Bench, command: Command) -> Reply:
 def _handle(bench: Bench, command: Command) -> Reply:
     if isinstance(command, AddArm):
         with contextlib.suppress(ArmFailed):
-            bench.add(command.arm, command.params, command.seed, command.wide)
+            bench.add(command.arm, command.params, command.seed, command.wide, command.give_up, command.against)
         return ArmAdded(bench.get(command.arm).status())
     if isinstance(command, RunPairs):
         base, cand = bench.get(command.base), bench.get(command.cand)

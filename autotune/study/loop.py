@@ -34,7 +34,7 @@ from . import budget, oom_limits, verdict
 from .events import Phase, Progress, TrialStarted
 from .guard import Guard
 from .liveness import fail_orphans, heartbeat
-from .race import looks_confidence, race_stop
+from .race import SLOWER, looks_confidence, race_stop
 from .records import (
     BASELINE,
     COMBINED,
@@ -380,6 +380,9 @@ class SearchLoop:
             interval = self.measurer.more(handle, n, max(1.0, left), confidence=confidence)
             used += n
             why = self._over_guard(handle, params) or race_stop(interval, noise, incumbent, used, cap)
+        skip_loss = getattr(self.measurer, "skip_loss", None)
+        if why == SLOWER and skip_loss is not None:
+            skip_loss(handle)  # it cannot be the recipe: no training to the guard's samples
         return self.measurer.end(handle), why
 
     def _over_guard(self, handle: object, params: dict[str, Any]) -> str | None:
@@ -398,7 +401,16 @@ class SearchLoop:
         guarded = None
         if role != BASELINE and result.status == Status.OK and result.loss is not None and math.isfinite(result.loss):
             guarded = self.quality(params, result.loss)
+        elif role != BASELINE and result.status == Status.OK and result.loss is None and _slower(result, self.noise):
+            guarded = 0.0, None, "no loss taken: slower than the defaults with confidence, it cannot be the recipe"
         verdict.record(self.study, self.facts, self.options, trial, role, params, result, self.notify, guarded)
+
+
+def _slower(result: TrialResult, noise: Noise | None) -> bool:
+    """Whether a measured candidate is slower than the defaults with confidence (its interval's high below
+    ``1 - margin``), as the race stops it (``race.SLOWER``) and a hopeless arm reads (``LiveMeasurer._hopeless``)."""
+    margin = noise.margin if noise is not None else 0.0
+    return result.speedup_high is not None and result.speedup_high < 1 - margin
 
 
 def _has_baseline(study: optuna.Study) -> bool:

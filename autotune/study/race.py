@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from ..measure import CONFIDENCE, Interval, Noise
 
+SLOWER = "slower than the defaults with confidence"
+
 
 def looks_confidence(looks: int, confidence: float = CONFIDENCE) -> float:
     """Each look's confidence for an error of at most ``1 - confidence`` over ``looks`` looks (Bonferroni).
@@ -37,7 +39,7 @@ def race_stop(interval: Interval, noise: Noise, incumbent: tuple[float, float, f
     if interval.count == 0:
         return "failed"
     if interval.high < 1 - noise.margin:
-        return "slower than the defaults with confidence"
+        return SLOWER
     if incumbent is not None and interval.high < incumbent[1]:
         return f"below the incumbent's interval (its low {incumbent[1]:.2f}x)"
     if incumbent is not None and interval.high <= incumbent[0]:

@@ -60,10 +60,12 @@ def test_the_live_measurer_calibrates_once_and_measures_each_candidate_as_an_arm
         measurer.reseed(7)  # the confirmation: in a fresh worker process, calibration kept
         fresh = measurer.begin({**base, "batch_size": 16}, 120)
         measurer.more(fresh, 4, 120)
+        measurer.skip_loss(fresh)  # as the race does for a candidate slower with confidence: no training for its loss
         again = measurer.end(fresh)
         assert measurer.pool.worker is not None and measurer.pool.worker is not worker
         assert worker.proc.poll() is not None
         assert again.status == "ok" and again.startup_s and again.objective < 0.6  # the new worker's start, paid
+        assert again.loss is None and again.loss_samples is None  # 4 rounds of windows trained under 512 samples
     finally:
         measurer.close()
     assert both.count == 6 and slow.status == "ok" and slow.method == "in-process pairs" and slow.pairs == 6
