@@ -35,16 +35,16 @@ Example (in a worker process; see ``autotune.measure.worker`` for the parent's s
 from __future__ import annotations
 
 import math
-import os
 import signal
 import statistics
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from .. import search_spaces as spaces
-from ..trial.training import NonFiniteLoss, evaluate, failure, in_effect, raise_if_a_worker_died
+from ..trial.training import NonFiniteLoss, evaluate, failure, in_effect
+from .batches import Batches, signal_all
 from .footprint import Footprint
 from .freeze import proc_state, wait_stopped
 from .protocol import ArmState, ArmStatus, WindowRecord, WorkerSpec
@@ -101,47 +101,6 @@ def choose_window_s(step_s: float, device: str = "cpu") -> float:
     return max(WINDOW_FLOOR_S.get(device, WINDOW_FLOOR_S["cpu"]), MIN_WINDOW_STEPS * step_s)
 
 
-def _signal(pids: Sequence[int], sig: signal.Signals) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-
-
-class _Batches:
-    """Endless batches of a DataLoader, epoch after epoch, with the pids of the workers serving them
-    (as ``autotune.trial.training.batches``, which hides its iterator in a generator)."""
-
-    def __init__(self, loader: Any) -> None:
-        self.loader = loader
-        self.iterator: Iterator[Any] | None = None
-
-    def next(self) -> Any:
-        while True:
-            if self.iterator is None:
-                self.iterator = iter(self.loader)
-            try:
-                return next(self.iterator)
-            except StopIteration:
-                self.iterator = None  # its workers shut down at the end of the epoch (unless persistent)
-            except Exception as error:
-                if self.loader.num_workers > 0:
-                    raise_if_a_worker_died(error)
-                raise
-
-    def worker_pids(self) -> tuple[int, ...]:
-        return tuple(w.pid for w in getattr(self.iterator, "_workers", ()) if w.pid is not None)
-
-    def close(self) -> None:
-        pids = self.worker_pids()
-        _signal(pids, signal.SIGCONT)  # a stopped worker could not exit
-        shutdown = getattr(self.iterator, "_shutdown_workers", None)
-        if shutdown is not None:
-            shutdown()
-        self.iterator = None
-
-
 class Arm:
     """One set of in-process knobs with its own model, optimizer and DataLoader (see the module docstring).
 
@@ -169,7 +128,7 @@ class Arm:
         self.tuned: Any = None
         self.model: Any = None
         self.optimizer: Any = None
-        self.batches = _Batches(None)
+        self.batches = Batches(None)
         self._rng: Any = None
         self._cuda_rng: Any = None
         self._sync: Callable[[], None] = lambda: None
@@ -189,7 +148,7 @@ class Arm:
         model = tuned.prepare_model(bench.workload.model())
         optimizer = tuned.scale_lr(bench.workload.optimizer(model.parameters()))
         self.model, self.optimizer = tuned.prepare(model, optimizer)
-        self.batches = _Batches(torch.utils.data.DataLoader(
+        self.batches = Batches(torch.utils.data.DataLoader(
             bench.train, batch_size=tuned.batch_size, shuffle=True, drop_last=True,
             generator=torch.Generator().manual_seed(seed), **tuned.dataloader_kwargs))
         self._rng = torch.get_rng_state()  # the arm's own: dropout draws the same whatever the other arms do
@@ -249,7 +208,7 @@ class Arm:
         if self._cuda_rng is not None:
             torch.cuda.set_rng_state(self._cuda_rng)
         self.memory.enter()
-        _signal(self.batches.worker_pids(), signal.SIGCONT)
+        signal_all(self.batches.worker_pids(), signal.SIGCONT)
 
     def _leave(self) -> None:
         import torch
@@ -259,7 +218,7 @@ class Arm:
             self._cuda_rng = torch.cuda.get_rng_state()
         self.memory.leave()
         pids = self.batches.worker_pids()
-        _signal(pids, signal.SIGSTOP)
+        signal_all(pids, signal.SIGSTOP)
         wait_stopped(pids)  # stopped before the next arm's window starts, not when they next get a core
 
     def _guarded(self, run: Callable[[], Any]) -> Any:

@@ -13,6 +13,7 @@ from typing import Any
 from ..trial.runner import run_trial
 from ..trial.spec import Status, TrialResult
 from . import stats
+from .arms import HOPELESS
 from .environment import DEFAULTS, ENVIRONMENT_KEYS
 from .paired_worker import PairedWorker
 from .protocol import ArmStatus, PairRecord
@@ -144,3 +145,17 @@ class Candidate:
                        baseline_samples_per_s=statistics.median(b.samples_per_s or 0.0 for b, _ in self.fresh),
                        startup_s=self.startup_s, warmup_s=self.warmup_s, timed_s=self.timed_s,
                        wall_s=time.monotonic() - self.started, warnings=self.warnings)
+
+
+def hopeless_result(trial: Candidate, status: ArmStatus | None, why: str, stalled_s: float) -> TrialResult:
+    """A candidate far slower than the defaults in its first steps (``arms.HOPELESS``), as a measured trial: its
+    steps' ratio (``status.gave_up``; none where the parent stopped a step that had not ended, ``stalled_s`` of
+    warm-up), at most ``1 / HOPELESS``, no pairs and no loss."""
+    ratio = 1 / status.gave_up if status is not None and status.gave_up else None
+    bound = 1 / HOPELESS
+    said = f"{ratio:.2f}x" if ratio is not None else f"under {bound:.2f}x"
+    return TrialResult(
+        Status.OK, objective=ratio if ratio is not None else bound / 2, speedup_high=bound,
+        method="its first steps (far slower: no pairs, no loss)", pairs=0, wall_s=time.monotonic() - trial.started,
+        startup_s=trial.startup_s, warmup_s=trial.warmup_s + stalled_s,
+        warnings=[*trial.warnings, f"stopped after its first steps, {said} the defaults: {why}"])

@@ -17,21 +17,22 @@ from .candidate import (
     Candidate,
     combine,
     environment_defaults,
-    round_factor,
+    hopeless_result,
     same_environment,
     status_of,
 )
-from .environment import ENVIRONMENT_KEYS, environment_differences, environment_key
+from .environment import environment_differences, environment_key
+from .factors import EnvironmentFactors
 from .measurer import BUSY, Noise, too_busy
 from .paired_worker import Calibration, WorkerError
 from .pool import PhaseHook, WorkerPool, lost
-from .process_pair import PROCESS_PAIRS, enough, process_pair
+from .process_pair import PROCESS_PAIRS
 from .protocol import ArmStatus
 
 WARM_UP_SLACK_S = 10.0  # an eager arm's build and first kernels, beyond its warm-up steps (``_warm_up_limit_s``)
 
 
-class LiveMeasurer:
+class LiveMeasurer(EnvironmentFactors):
     """The search's ``PairedMeasurer`` on this machine (``autotune.measure.measurer.PairedMeasurer``).
 
     - ``calibrate``: the defaults' worker started and calibrated once (an A/A: ``Noise``);
@@ -62,11 +63,7 @@ class LiveMeasurer:
         self.pool = WorkerPool(workload, defaults, facts, settings, lambda name, detail: self.on_phase(name, detail))
         self.calibration: Calibration | None = None
         self.noise: Noise | None = None
-        self.factors: dict[str, stats.Interval] = {}  # environment key -> its factor (``environment_key``)
-        self.factor_ratios: dict[str, list[float]] = {}  # environment key -> one ratio per process pair run
-        self._confirming = False  # after ``reseed``: each round's factors are its own process pairs
-        self._round_factors: dict[str, stats.Interval] = {}  # this confirmation round's, by environment key
-        self._pair_s = 0.0  # the last process pair's wall time
+        EnvironmentFactors.__init__(self)
         self._count = 0
         self._baseline_given = False
 
@@ -99,12 +96,6 @@ class LiveMeasurer:
         self.calibration = cal
         self.noise = Noise.from_calibration(cal, wall_s=time.monotonic() - started)
         return self.noise
-
-    @property
-    def cal(self) -> Calibration:
-        if self.calibration is None:
-            raise WorkerError("calibrate() first: the search starts with the defaults against themselves")
-        return self.calibration
 
     # Candidates --------------------------------------------------------------------------------------------
 
@@ -212,97 +203,7 @@ class LiveMeasurer:
                 self.pool.defaults_worker(60.0, with_arm=True)
         else:
             self._drop(trial)
-        ratio = 1 / status.gave_up if status is not None and status.gave_up else None
-        bound = 1 / HOPELESS
-        said = f"{ratio:.2f}x" if ratio is not None else f"under {bound:.2f}x"
-        return TrialResult(
-            Status.OK, objective=ratio if ratio is not None else bound / 2, speedup_high=bound,
-            method="its first steps (far slower: no pairs, no loss)", pairs=0,
-            wall_s=time.monotonic() - trial.started, startup_s=trial.startup_s,
-            warmup_s=trial.warmup_s + (time.monotonic() - started if status is None else 0.0),
-            warnings=[*trial.warnings, f"stopped after its first steps, {said} the defaults: {why}"])
-
-    def _too_short(self, key: str, deadline: float) -> str | None:
-        """Why a candidate of another environment is not started: its process pairs (the last one's worker is kept
-        for its arms) or its worker's start would outlast ``deadline``, from the starts and pairs measured so far;
-        None when it may finish."""
-        if not self.pool.start_s or self.calibration is None:
-            return None  # nothing measured yet
-        least = self.process_pairs[0]
-        missing = 0 if key in self.factors else max(0, least - len(self.factor_ratios.get(key, [])))
-        missing = int(key not in self._round_factors) if self._confirming else missing
-        pair_s = self._pair_s or self.pool.start_s + 2 * max(4, self.cal.pairs // 2) * self.cal.window_s
-        need = missing * pair_s if missing else (0.0 if self.pool.env_alive(key) else self.pool.start_s)
-        left = deadline - time.monotonic()
-        if need <= left:
-            return None
-        what = f"{missing} process pair(s)" if missing else "its worker's start"
-        return f"not started: another environment needs {what}, about {need:.0f} s; {max(0.0, left):.0f} s were left"
-
-    def _factor(self, key: str, params: dict[str, Any], trial: Candidate, deadline: float, *,
-                grow: bool = False) -> stats.Interval:
-        """Its environment's defaults / the defaults, from fresh process pairs (``across_processes``, one pair at a
-        time), pooled over the candidates of that environment. In ``begin``: the fewest pairs (``least``),
-        or in a confirmation round that round's own (``_round_factor``); each later round of the candidate's
-        race adds one (``grow``, from ``more``) until the factor is ``enough`` (``process_pair.enough``),
-        from then on cached, so a candidate the race stops after its first round costs ``least`` pairs.
-        Never past the trial's deadline: a factor cut short for time keeps its pairs for the next candidate
-        of it. Where no worker of the environment runs, the last pair's environment side is kept as its
-        worker (``WorkerPool.keep``): one worker start saved."""
-        if self._confirming:
-            return self._round_factor(key, params, trial, deadline)
-        ratios = list(self.factor_ratios.get(key, []))
-        least, most = self.process_pairs
-        if key in self.factors:
-            return self.factors[key]
-        target = len(ratios) + 1 if grow else max(least, len(ratios))
-        self.pool.set_all_aside()  # the process pairs are timed alone
-        before, spent = len(ratios), 0.0
-        while len(ratios) < target:
-            started = time.monotonic()
-            new = len(ratios) - before
-            cost = spent / new if new else (self._pair_s if grow else 0.0)
-            if cost and deadline - started < 1.5 * cost:
-                if len(ratios) < least:
-                    trial.warnings.append(f"environment factor from {len(ratios)} process pair(s): time ran out")
-                break
-            ratios.append(self._process_pair(key, params, trial, last=len(ratios) + 1 == target,
-                                             seed=trial.seed + len(ratios)))
-            spent += time.monotonic() - started
-            self.factor_ratios[key] = list(ratios)
-        interval = stats.log_mean_interval(ratios) if ratios else NOTHING
-        if ratios and enough(ratios, self.cal.half_width, least=least, most=most):
-            self.factors[key] = interval
-        return interval
-
-    def _process_pair(self, key: str, params: dict[str, Any], trial: Candidate, *, last: bool, seed: int) -> float:
-        """One fresh process pair of ``params``' environment against the defaults: its ratio. ``last``: where no
-        worker of the environment runs, its side is kept as that worker (``WorkerPool.keep``)."""
-        started = time.monotonic()
-        self.on_phase("starting", f"process pair {len(self.factor_ratios.get(key, [])) + 1}: "
-                      + ", ".join(environment_differences(self.defaults, params)))
-        run, _, kept = process_pair(self.workload, self.defaults, environment_defaults(params, self.defaults),
-                                    self.facts, self.settings, pairs=max(4, self.cal.pairs // 2),
-                                    window_s=self.cal.window_s, seed=seed, keep=last and not self.pool.env_alive(key))
-        if kept is not None:
-            self.pool.keep(key, kept)
-        timed = sum(p.base.elapsed_s + p.cand.elapsed_s for p in run.pairs)
-        trial.timed_s += timed
-        trial.startup_s += time.monotonic() - started - timed
-        self._pair_s = time.monotonic() - started
-        return run.ratio.median
-
-    def _round_factor(self, key: str, params: dict[str, Any], trial: Candidate, deadline: float) -> stats.Interval:
-        """A confirmation round's factor for ``key``: one fresh process pair of this round (``round_factor``)."""
-        if key not in self._round_factors:
-            if self._pair_s and deadline - time.monotonic() < 1.5 * self._pair_s:
-                trial.warnings.append("no process pair for this round's factor: time ran out")
-                return NOTHING
-            self.pool.set_all_aside()
-            earlier = self.factor_ratios.get(key, [])
-            ratio = self._process_pair(key, params, trial, last=True, seed=trial.seed + 7 * len(earlier))
-            self._round_factors[key] = round_factor(ratio, earlier, self.factors.get(key))
-        return self._round_factors[key]
+        return hopeless_result(trial, status, why, time.monotonic() - started if status is None else 0.0)
 
     def more(self, handle: object, n: int, timeout_s: float, confidence: float = stats.CONFIDENCE) -> stats.Interval:
         trial = self._trial(handle)
@@ -334,27 +235,8 @@ class LiveMeasurer:
 
     def losses(self, arms: list[tuple[dict[str, Any], int]], timeout_s: float, *,
                wide: bool = False) -> list[ArmStatus]:
-        """Fresh arms in the defaults' worker, one per ``(params, training seed)``, each trained to the loss sample
-        count, its loss taken (``wide``: over the wide held-out set too) and dropped: the quality guard's second
-        look (``autotune.study.guard``). Environment-level knobs are the defaults' (the worker's)."""
-        deadline = time.monotonic() + timeout_s
-        environment = {k: self.defaults[k] for k in ENVIRONMENT_KEYS if k in self.defaults}
-        worker = self.pool.defaults_worker(timeout_s, with_arm=True)
-        statuses = []
-        try:
-            for i, (params, seed) in enumerate(arms):
-                name = f"loss-{i}-seed-{seed}"
-                self.pool.use(worker)
-                status = worker.add_arm(name, {**params, **environment}, max(1.0, deadline - time.monotonic()),
-                                        seed=seed, wide=wide)
-                if status.state == "ok":
-                    status = worker.evaluate(name, max(1.0, deadline - time.monotonic()))
-                worker.drop_arm(name)
-                statuses.append(status)
-        except WorkerError:
-            self.pool.lose(worker)
-            raise
-        return statuses
+        """The quality guard's second look (``autotune.study.guard``): ``WorkerPool.losses``."""
+        return self.pool.losses(arms, timeout_s, wide=wide)
 
     def _pairs(self, trial: Candidate, n: int, deadline: float) -> None:
         assert trial.worker is not None

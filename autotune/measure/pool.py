@@ -10,7 +10,7 @@ from typing import Any
 
 from ..trial.runner import ended
 from ..trial.spec import Status
-from .environment import DEFAULTS
+from .environment import DEFAULTS, ENVIRONMENT_KEYS
 from .paired_worker import PairedWorker, WorkerError
 from .protocol import ArmStatus
 
@@ -108,6 +108,30 @@ class WorkerPool:
         if status.state != "ok":
             raise WorkerError(f"arm {name!r} failed ({status.state}): {status.error}")
         return status
+
+    def losses(self, arms: list[tuple[dict[str, Any], int]], timeout_s: float, *,
+               wide: bool = False) -> list[ArmStatus]:
+        """Fresh arms in the defaults' worker, one per ``(params, training seed)``, each trained to the loss sample
+        count, its loss taken (``wide``: over the wide held-out set too) and dropped: the quality guard's second
+        look (``autotune.study.guard``). Environment-level knobs are the defaults' (the worker's)."""
+        deadline = time.monotonic() + timeout_s
+        environment = {k: self.defaults[k] for k in ENVIRONMENT_KEYS if k in self.defaults}
+        worker = self.defaults_worker(timeout_s, with_arm=True)
+        statuses = []
+        try:
+            for i, (params, seed) in enumerate(arms):
+                name = f"loss-{i}-seed-{seed}"
+                self.use(worker)
+                status = worker.add_arm(name, {**params, **environment}, max(1.0, deadline - time.monotonic()),
+                                        seed=seed, wide=wide)
+                if status.state == "ok":
+                    status = worker.evaluate(name, max(1.0, deadline - time.monotonic()))
+                worker.drop_arm(name)
+                statuses.append(status)
+        except WorkerError:
+            self.lose(worker)
+            raise
+        return statuses
 
     def close_env(self) -> None:
         if self.env is not None:

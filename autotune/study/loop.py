@@ -248,9 +248,7 @@ class SearchLoop:
 
     def _waiting(self) -> list[optuna.trial.FrozenTrial]:
         """The study's enqueued trials not asked yet (a seed, the combination, an in-process trial)."""
-        import optuna
-
-        return self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+        return [t for t in self.study.get_trials(deepcopy=False) if t.state.name == "WAITING"]
 
     def _factors(self) -> dict[str, Interval]:
         """The measurer's environment factors by environment (``LiveMeasurer.factors``; empty for another)."""
@@ -273,7 +271,7 @@ class SearchLoop:
         role = trial.user_attrs.get(Attr.ROLE, SEARCH)
         params = {**spaces.suggest(trial, self.facts, self.ctx), **self.run_settings}
         self.claim(trial, role, params)
-        known_oom = self._known_oom(params)
+        known_oom = oom_limits.known_oom(self.study.user_attrs.get(StudyAttr.OOM_LIMITS), params)
         same = None if known_oom else self._measured_before(role, params)
         if known_oom or same is not None:
             trial.set_user_attr(Attr.STATUS, str(Status.SKIPPED if known_oom else Status.DUPLICATE))
@@ -295,9 +293,6 @@ class SearchLoop:
         trial.set_user_attr(Attr.PARAMS, params)
         for key, value in owner().items():  # host, pid, pid_started: read back by ``owner_gone``
             trial.set_user_attr(key, value)
-
-    def _known_oom(self, params: dict[str, Any]) -> str | None:
-        return oom_limits.known_oom(self.study.user_attrs.get(StudyAttr.OOM_LIMITS), params)
 
     def _measured_before(self, role: str, params: dict[str, Any]) -> int | None:
         """For a trial Optuna sampled (role ``search`` or ``in-process``): the earlier trial of the same recipe
@@ -380,37 +375,20 @@ class SearchLoop:
             interval = self.measurer.more(handle, n, max(1.0, left), confidence=confidence)
             used += n
             why = self._over_guard(handle, params) or race_stop(interval, noise, incumbent, used, cap)
-        skip_loss = getattr(self.measurer, "skip_loss", None)
-        if why == SLOWER and skip_loss is not None:
-            skip_loss(handle)  # it cannot be the recipe: no training to the guard's samples
+        if why == SLOWER:  # it cannot be the recipe: no training to the guard's samples
+            getattr(self.measurer, "skip_loss", lambda handle: None)(handle)
         return self.measurer.end(handle), why
 
     def _over_guard(self, handle: object, params: dict[str, Any]) -> str | None:
         """Why the quality guard will reject the candidate, once its loss is known (a measurer's ``loss``), or
         None: it cannot be the recipe, so no more pairs."""
         loss = getattr(self.measurer, "loss", lambda handle: None)(handle)
-        return None if loss is None or not math.isfinite(loss) else self.quality(params, loss)[1]
-
-    def quality(self, params: dict[str, Any], loss: float) -> tuple[float, str | None, str | None]:
-        """The quality guard's verdict on a candidate's loss, with its second look near the limit (``guard``),
-        which may take a minute of the budget at most."""
-        return self.guard.verdict(params, loss, min(self.deadline, time.monotonic() + 60.0))
+        return None if loss is None or not math.isfinite(loss) else self.guard.verdict(params, loss, self.deadline)[1]
 
     def record(self, trial: optuna.Trial, role: str, params: dict[str, Any], result: TrialResult) -> None:
         """Store the trial's result and constraints and tell Optuna its value (or state)."""
-        guarded = None
-        if role != BASELINE and result.status == Status.OK and result.loss is not None and math.isfinite(result.loss):
-            guarded = self.quality(params, result.loss)
-        elif role != BASELINE and result.status == Status.OK and result.loss is None and _slower(result, self.noise):
-            guarded = 0.0, None, "no loss taken: slower than the defaults with confidence, it cannot be the recipe"
+        guarded = None if role == BASELINE else self.guard.of_result(params, result, self.noise, self.deadline)
         verdict.record(self.study, self.facts, self.options, trial, role, params, result, self.notify, guarded)
-
-
-def _slower(result: TrialResult, noise: Noise | None) -> bool:
-    """Whether a measured candidate is slower than the defaults with confidence (its interval's high below
-    ``1 - margin``), as the race stops it (``race.SLOWER``) and a hopeless arm reads (``LiveMeasurer._hopeless``)."""
-    margin = noise.margin if noise is not None else 0.0
-    return result.speedup_high is not None and result.speedup_high < 1 - margin
 
 
 def _has_baseline(study: optuna.Study) -> bool:
