@@ -162,10 +162,10 @@ class LiveMeasurer(EnvironmentFactors):
         try:
             status = trial.worker.add_arm(trial.name, params, max(1.0, limit), give_up=HOPELESS, against=trial.base)
         except WorkerError as e:
-            if compiling or time.monotonic() >= deadline - 1.0:
-                raise
-            return self._hopeless(trial, None, f"its warm-up had not ended after {time.monotonic() - started:.0f} s "
-                                  f"({e})", started)
+            waited = time.monotonic() - started
+            if compiling or waited < limit - 1.0 or time.monotonic() >= deadline - 1.0:
+                raise  # it died (a crash, out of memory) or the trial's own time ran out: not its speed
+            return self._hopeless(trial, None, f"its warm-up had not ended after {waited:.0f} s ({e})", started)
         trial.warmup_s += time.monotonic() - started
         trial.cand_status = status
         trial.warnings += status.warnings
