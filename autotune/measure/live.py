@@ -66,6 +66,7 @@ class LiveMeasurer(EnvironmentFactors):
         EnvironmentFactors.__init__(self)
         self._count = 0
         self._baseline_given = False
+        self.warm_up_slack_s = WARM_UP_SLACK_S
 
     # The defaults' worker --------------------------------------------------------------------------------
 
@@ -189,7 +190,7 @@ class LiveMeasurer(EnvironmentFactors):
         warm-up steps at that many times the defaults' step, twice over (a larger batch's step is longer), and
         ``WARM_UP_SLACK_S`` for the model's build and first kernels."""
         steps = max(1, self.settings.warmup_steps)
-        return WARM_UP_SLACK_S + 2 * HOPELESS * steps * self.cal.step_s
+        return self.warm_up_slack_s + 2 * HOPELESS * steps * self.cal.step_s
 
     def _hopeless(self, trial: Candidate, status: ArmStatus | None, why: str, started: float) -> TrialResult:
         """A candidate far slower than the defaults in its first steps (``HOPELESS``): stopped there, measured
