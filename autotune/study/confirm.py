@@ -1,15 +1,15 @@
 """Confirmation: the top candidates re-measured with fresh pairs before one is declared best.
 
-A search keeps its fastest measurement, and the fastest of many noisy measurements is biased upward (the
-winner's curse). So the top ``confirm_top`` feasible recipes (by their search median; not those whose search
-interval lies wholly below ``1 + margin``: they could not be offered) are measured again against the defaults
-with FRESH pairs, in ``confirm_rounds`` rounds: each round starts new worker processes (a new seed for the
-windows' order) and measures every candidate in them, ``budget.confirmation_pairs`` pairs each, and adds one
-fresh process pair to every environment factor, which that round's factor is made of alone: no measurement of
-the search takes part in the confirmed figure (the search's process pairs lend only their spread, the width of
-one pair's ratio). An in-process ratio differs from one process to the next, so the rounds are the units: a
-candidate's confirmed speedup is the geometric mean of its rounds' medians with a Student-t interval over them
-(``stats.rounds_interval``); one round is that round's own interval, and the recipe says so. Only these
+A search keeps its fastest measurement, and the fastest of many noisy measurements is biased upward (the winner's
+curse). So the top ``confirm_top`` feasible recipes (by their search median; not those whose search interval lies
+wholly below ``1 + margin``: they could not be offered; ranked highest low bound first, ``lineup``) are measured
+again against the defaults with FRESH pairs, in ``confirm_rounds`` rounds: each round starts new worker processes
+(a new seed for the windows' order) and measures every candidate in them, ``budget.confirmation_pairs`` pairs each,
+and adds one fresh process pair to every environment factor, which that round's factor is made of alone: no
+measurement of the search takes part in the confirmed figure (the search's process pairs lend only their spread,
+the width of one pair's ratio). An in-process ratio differs from one process to the next, so the rounds are the
+units: a candidate's confirmed speedup is the geometric mean of its rounds' medians with a Student-t interval over
+them (``stats.rounds_interval``); one round is that round's own interval, and the recipe says so. Only these
 measurements decide: a recipe is offered when its confirmed speedup's low bound is above ``1 + margin``
 (``Confirmation.best``); otherwise the defaults are kept, and the report says why. Each round is a trial of the
 study with role ``confirm`` (user attributes ``confirms``: the trial it re-measures, ``round``), so a resumed

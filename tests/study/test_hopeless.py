@@ -18,7 +18,7 @@ from .conftest import QUICK_SETTINGS, QuickMeasurer, search_here
 
 pytestmark = pytest.mark.usefixtures("own_temp")
 
-BUDGET_S = 45.0  # the space is two recipes and the baseline: it ends "space" before, unless the machine is busy
+BUDGET_S = 90.0  # the space is two recipes and the baseline: it ends "space" long before, unless the machine is busy
 
 
 def test_a_hopeless_knob_costs_seconds_and_the_search_finds_the_real_gain_within_its_budget(
@@ -36,7 +36,7 @@ def test_a_hopeless_knob_costs_seconds_and_the_search_finds_the_real_gain_within
     assert len(trapped) == 1, outcome.records
     hopeless = trapped[0].result
     assert hopeless.status == "ok" and hopeless.objective < 0.1 and hopeless.speedup_high == 0.125, hopeless
-    assert hopeless.method.startswith("its first steps") and hopeless.pairs == 0 and hopeless.wall_s < 10, hopeless
+    assert hopeless.method.startswith("its first steps") and hopeless.pairs == 0 and hopeless.wall_s < 30, hopeless
     assert hopeless.loss is None and "stopped after its first steps" in hopeless.warnings[-1]
     assert outcome.recipe.params["batch_per_rank"] == 64 and not outcome.recipe.params["channels_last"]
     assert outcome.recipe.speedup > 1.5, outcome.recipe

@@ -459,3 +459,21 @@ def test_a_round_skipped_for_time_leaves_the_candidate_confirmed_over_the_rounds
     rounds = log_mean_interval([1.3, 1.3 * 1.02])
     assert recipe.params["batch_per_rank"] == 64 and recipe.speedup == pytest.approx(rounds.median), recipe.notes
     assert any("over 2 rounds of fresh processes" in n for n in recipe.notes), recipe.notes
+
+
+def test_the_confirmation_keeps_time_for_the_narrowest_candidate_first() -> None:
+    """Of the candidates it confirms, the one with the highest low bound keeps its rounds' time first: with the
+    heuristic (another environment, 1.25x [0.77-2.00]: process pairs, wide) ranked first by its median, its dear
+    rounds had left channels_last (1.15x [1.12-1.17], in-process) one round, which read [0.92-1.15] (issue 28)."""
+    from autotune.study.records import StudyAttr, lineup
+
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr(StudyAttr.NOISE, {"margin": 0.02})
+    for number, (role, median, low, high) in enumerate([("baseline", 1.0, 0.98, 1.02), ("seed", 1.15, 1.12, 1.17),
+                                                        ("heuristic", 1.25, 0.77, 2.0), ("search", 0.9, 0.8, 1.0)]):
+        attrs = {"role": role, "status": "ok", "params": {"n": number}, "objective": median, "speedup_low": low,
+                 "speedup_high": high}
+        study.add_trial(optuna.trial.create_trial(value=median, user_attrs=attrs))
+    baseline, top = lineup(study, 3)
+    assert baseline is not None and baseline.number == 0
+    assert [r.number for r in top] == [1, 2]  # the narrow one first; 0.9x [0.8-1.0] cannot be offered
