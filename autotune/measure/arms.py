@@ -166,6 +166,13 @@ class Arm:
             return self.step_samples / statistics.median(self.rates)
         return statistics.median(self._warm_steps) if self._warm_steps else None
 
+    def recent_s_per_sample(self, windows: int = 8) -> float | None:
+        """Seconds per sample over its last ``windows`` windows (their median): the reference a new arm's first
+        steps are judged against (``HOPELESS``). Its latest, not all: on a shared VM a window's speed moves with
+        the neighbours' load, and the calibration's windows had read up to 30x slower than later ones."""
+        recent = self.rates[-windows:]
+        return 1 / statistics.median(recent) if recent else None
+
     @property
     def first_step_s(self) -> float | None:
         return self._first_steps[0] if self._first_steps else None

@@ -78,8 +78,7 @@ class Bench:
         if name in self.arms:
             raise KeyError(f"arm {name!r} exists: drop it first")
         reference = self.arms.get(against) if against is not None else None
-        per_sample = reference.step_s / reference.step_samples if reference is not None and reference.step_s \
-            and reference.step_samples else None
+        per_sample = reference.recent_s_per_sample() if reference is not None else None
         arm = Arm(name, params, self, seed, wide, (give_up, per_sample) if give_up and per_sample else None)
         self.arms[name] = arm
         others = [a for a in self.arms.values() if a is not arm and a.state == "ok"]

@@ -27,7 +27,7 @@ def test_a_hopeless_knob_costs_seconds_and_the_search_finds_the_real_gain_within
     # batch 64 held in every trial but the baseline (default 16), the rest of the space but channels_last too:
     # after the trapped seed, the one recipe left is the gain, whatever the sampler draws
     fixed = {"amp_dtype": "float32", "batch_per_rank": 64, "num_workers": 0}
-    outcome = search_here("tests.quality_workloads:trap", facts, budget_s=BUDGET_S, global_batch=256,
+    outcome = search_here("tests.quality_workloads:trap", facts, budget_s=BUDGET_S, global_batch=128,
                           storage=f"sqlite:///{tmp_path}/studies.db", confirm_top=0, fixed=fixed)
     elapsed = time.monotonic() - started
     assert elapsed <= 1.05 * BUDGET_S + 3.0, elapsed  # the report and the study's close after the budget
@@ -35,8 +35,9 @@ def test_a_hopeless_knob_costs_seconds_and_the_search_finds_the_real_gain_within
     trapped = [r for r in outcome.records if r.params.get("channels_last") and r.result.status == "ok"]
     assert len(trapped) == 1, outcome.records
     hopeless = trapped[0].result
-    assert hopeless.status == "ok" and hopeless.objective < 0.1 and hopeless.speedup_high == 0.125, hopeless
-    assert hopeless.method.startswith("its first steps") and hopeless.pairs == 0 and hopeless.wall_s < 30, hopeless
+    assert hopeless.status == "ok" and hopeless.objective < 0.125 == hopeless.speedup_high, hopeless
+    assert hopeless.method.startswith("its first steps") and hopeless.pairs == 0, hopeless
+    assert hopeless.wall_s < BUDGET_S / 2, hopeless  # ~2 s quiet; 41 s beside stress-ng (the parent's limit)
     assert hopeless.loss is None and "stopped after its first steps" in hopeless.warnings[-1]
     assert outcome.recipe.params["batch_per_rank"] == 64 and not outcome.recipe.params["channels_last"]
     assert outcome.recipe.speedup > 1.5, outcome.recipe
