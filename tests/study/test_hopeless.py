@@ -2,12 +2,12 @@
 measured slower, and never trained to the quality guard's samples, so the budget goes to the real gain.
 
 ``tests.quality_workloads:trap``: its ``channels_last`` seed (offered on every CPU) computes each forward pass 2,000
-times (a step about 19x slower), as fp16 autocast ran a CNN at 0.01-0.04x on a CPU with AVX512-FP16 and took 60-131 s of a 2-minute search; its real
-gain is a larger batch under ``--global-batch`` (64 here). Measured on a 2-vCPU AMD EPYC Zen 5, on the fixture's
-first version (a sleep 100x the forward's), the default batch 16 and a 25-s budget: before, the seed's warm-up and
-first pairs took 17.5 s and timed out, and the search kept the defaults (26.0 s); after, 3.4 s, and batch 64
-confirmed at 2.85x. As the test held it then (batch 64 in every trial but the baseline), before 6.3 s (4 pairs,
-its loss trained for), after 1.7 s."""
+times (a step about 19x slower), as fp16 autocast ran a CNN at 0.01-0.04x on a CPU with AVX512-FP16 and took 60-131
+s of a 2-minute search; its real gain is a larger batch under ``--global-batch`` (64 here). Measured on a 2-vCPU AMD
+EPYC Zen 5, on the fixture's first version (a sleep 100x the forward's), the default batch 16 and a 25-s budget:
+before, the seed's warm-up and first pairs took 17.5 s and timed out, and the search kept the defaults (26.0 s);
+after, 3.4 s, and batch 64 confirmed at 2.85x. As the test held it then (batch 64 in every trial but the baseline),
+before 6.3 s (4 pairs, its loss trained for), after 1.7 s."""
 from __future__ import annotations
 
 import time
