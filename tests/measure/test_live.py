@@ -229,13 +229,15 @@ def test_a_candidate_of_another_environment_is_not_started_without_the_time_its_
 def test_fresh_pairs_whose_defaults_run_out_of_time_are_a_timeout_not_a_crash(facts: Any) -> None:
     """A two-process candidate is measured in fresh process pairs; when the time left ends inside the defaults'
     process, the trial ran out of time (a 2-minute demo recorded it as a crash of the defaults). Seed 1 starts the
-    defaults' side first; 1.5 s is less than a fresh process takes to import torch."""
+    defaults' side first; its 1 s (the least a process is given) is less than a fresh process takes to import torch
+    and train ``slow``'s 8 steps of 40 ms (``tiny`` in 1.5 s finished here: a Zen 5 VM, torch in the page cache)."""
     import time
 
     from autotune.measure.candidate import Candidate
 
-    base = _params(facts, 32)
+    base = _params(facts, 64)
     trial = Candidate({**base, "threads": 1}, "c1", 1, time.monotonic())
-    trial.fresh_pairs(1, "tiny", base, facts, SETTINGS, time.monotonic() + 1.5, lambda name, detail: None)
+    trial.fresh_pairs(1, "tests.quality_workloads:slow", base, facts, SETTINGS, time.monotonic() + 0.5,
+                      lambda name, detail: None)
     assert trial.failed is not None and trial.failed.status == "timeout", trial.failed
     assert trial.failed.error.startswith("the defaults failed in a fresh process: ") and not trial.fresh
