@@ -13,6 +13,7 @@ from .. import search_spaces as spaces
 from ..errors import TrialError
 from ..recipe import Recipe, format_speedup
 from ..trial.spec import Status, TrialResult
+from .guard import CANNOT_RESOLVE
 from .records import BASELINE, CONFIRM, NOT_RUN, Attr, Confirmation, TrialRecord, records, study_margin
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ def choose_recipe(
     worse = sum(1 for r in rejected if "quality" in r.rejected_by)
     if worse:
         after = f" after {baseline.result.loss_samples} samples" if baseline.result.loss_samples else ""
-        unresolved = sum(1 for r in rejected if "quality" in r.rejected_by and "cannot resolve" in (r.reason or ""))
+        unresolved = sum(1 for r in rejected if "quality" in r.rejected_by and CANNOT_RESOLVE in (r.reason or ""))
         of_them = f"; {unresolved} of them as it could not resolve its limit on this workload" if unresolved else ""
         notes.append(f"{worse} trial(s) rejected by the quality guard (held-out loss{after} above the limit{of_them})")
     second = study.get_trials(deepcopy=False)[best.number].user_attrs.get(Attr.GUARD) if best is not baseline else None

@@ -36,11 +36,13 @@ if TYPE_CHECKING:
     import optuna
 
     from ..measure import Noise
+    from ..measure.protocol import ArmStatus
     from .options import SearchOptions
 
 SPREAD_SEEDS = 2  # training seeds besides the search's own that the defaults' loss is taken at
 NEAR = 0.01  # a loss this close to the limit (relative), at the least, is near it (a limit of 0 included)
 MIN_LOOK_S = 5.0  # a second look is not begun with less time left than this
+CANNOT_RESOLVE = "the quality guard cannot resolve its"  # how a reason of the unresolved begins (``choice``)
 
 
 def near_limit(increase: float, tolerance: float) -> bool:
@@ -126,9 +128,9 @@ class Guard:
         defaults = getattr(self.measurer, "defaults", {})
         statuses = self.measurer.losses([(defaults, s) for s in seeds], max(1.0, deadline - time.monotonic()),
                                         wide=True)
-        failed = next((s for s in statuses if s.state != "ok" or s.loss is None), None)
+        failed = _failure(statuses)
         if failed is not None:
-            raise TrialError(f"arm {failed.arm}: {failed.state} {failed.error or ''}".strip())
+            raise TrialError(failed)
         base = self.study.user_attrs.get(StudyAttr.BASELINE_LOSS)
         losses = [base if base is not None else statuses[0].loss, *(s.loss for s in statuses[1:])]
         held_out, wide = statuses[0].held_out or (0, 0)
@@ -150,16 +152,14 @@ class Guard:
         try:
             statuses = self.measurer.losses([(params, s) for s in seeds["seeds"]],
                                              max(1.0, deadline - time.monotonic()), wide=wide)
-            failed = next((s for s in statuses if s.state != "ok" or s.loss is None), None)
-            why = None if failed is None else f"arm {failed.arm}: {failed.state} {failed.error or ''}".strip()
+            why = _failure(statuses)
         except TrialError as e:
             statuses, why = [], str(e)
         if why is not None:
-            return (verdict.UNBOUNDED, f"the quality guard cannot resolve its +{tolerance:.0%} limit on this "
+            return (verdict.UNBOUNDED, f"{CANNOT_RESOLVE} +{tolerance:.0%} limit on this "
                     f"workload ({said}), and this recipe's loss at those seeds could not be taken: {why}", said)
         losses = [s.wide_loss if wide else s.loss for s in statuses]
-        increases = [(loss - b) / abs(b) if b else (0.0 if loss <= 0 else verdict.UNBOUNDED)
-                     for loss, b in zip(losses, base, strict=True)]
+        increases = [verdict.relative_increase(loss, b) for loss, b in zip(losses, base, strict=True)]
         each = ", ".join(f"{i:+.1%}" if i < verdict.UNBOUNDED else "unbounded" for i in increases)
         said += f"; this recipe's loss against the defaults' at each seed, over {over}: {each}"
         if all(i <= tolerance for i in increases):
@@ -167,5 +167,10 @@ class Guard:
         if all(i > tolerance for i in increases):
             return min(increases), (f"loss {each} over the defaults' at seeds {', '.join(map(str, seeds['seeds']))} "
                                     f"(limit +{tolerance:.0%})"), said
-        return max(increases), (f"the quality guard cannot resolve its +{tolerance:.0%} limit on this workload: "
-                                f"{said}"), said
+        return max(increases), f"{CANNOT_RESOLVE} +{tolerance:.0%} limit on this workload: {said}", said
+
+
+def _failure(statuses: list[ArmStatus]) -> str | None:
+    """Why the first arm of ``statuses`` that took no loss failed, or None when every one took its loss."""
+    failed = next((s for s in statuses if s.state != "ok" or s.loss is None), None)
+    return None if failed is None else f"arm {failed.arm}: {failed.state} {failed.error or ''}".strip()

@@ -29,15 +29,23 @@ def quality(study: optuna.Study, options: SearchOptions, loss: float) -> tuple[f
     tolerance = options.max_loss_increase
     if base is None or not math.isfinite(base):
         return UNBOUNDED, f"no finite baseline loss to compare its loss with (the defaults' was {base})"
-    if base == 0:
-        increase = 0.0 if loss <= 0 else UNBOUNDED
-    else:
-        increase = (loss - base) / abs(base) if math.isfinite(loss) else UNBOUNDED
+    increase = relative_increase(loss, base)
     if increase <= tolerance:
         return increase, None
     said = f"{increase:+.1%}" if increase < UNBOUNDED else "beyond any bound"
     return increase, f"loss {loss:.4f} is {said} over the baseline's {base:.4f} (limit +{tolerance:.0%})"
 
+
+def relative_increase(loss: float, base: float) -> float:
+    """``loss`` over ``base``, relative; over a base of 0 none but a loss of 0 or less is bounded, and a loss that is
+    not finite is not.
+
+    >>> relative_increase(2.1, 2.0), relative_increase(0.0, 0.0), relative_increase(1e-6, 0.0)
+    (0.050000000000000044, 0.0, 1000000000.0)
+    """
+    if base == 0:
+        return 0.0 if loss <= 0 else UNBOUNDED
+    return (loss - base) / abs(base) if math.isfinite(loss) else UNBOUNDED
 
 
 def record(study: optuna.Study, facts: Facts, options: SearchOptions, trial: optuna.Trial, role: str,
