@@ -50,7 +50,7 @@ class Bench:
     def __init__(self, spec: WorkerSpec) -> None:
         from ..apply import apply
         from ..probes import Facts
-        from ..workloads import held_out_split, load_workload, wide_held_out
+        from ..workloads import held_out_sets, load_workload
 
         self.spec = spec
         self.facts = Facts.from_dict(spec.facts)
@@ -62,8 +62,7 @@ class Bench:
         self.train, self.held_out = self.workload.dataset(), None
         self.wide_held_out: Any = None
         if self.workload.evaluate is None:
-            self.wide_held_out = wide_held_out(self.train, spec.eval_samples)
-            self.train, self.held_out = held_out_split(self.train, spec.eval_samples)
+            self.train, self.held_out, self.wide_held_out = held_out_sets(self.train, spec.eval_samples)
         self.arms: dict[str, Arm] = {}
         self.settled = False  # whether an arm has settled the process (``Arm._settle``)
 

@@ -160,51 +160,40 @@ HELD_OUT_SEED = 0  # one split for every trial of every study: not the trial's s
 WIDE_HELD_OUT = 4  # the quality guard's wide set: this many times the held-out samples (``wide_held_out``)
 
 
-def held_out_split(dataset: Any, samples: int) -> tuple[Any, Any]:
-    """``(train, held_out)`` subsets of ``dataset``: ``min(samples, len(dataset) // 4)`` samples chosen by
-    a fixed seed are held out, and no trial trains on them, nor on the rest of the wide set
-    (``wide_held_out``). The choice depends only on the dataset's length, so every trial of a study evaluates
-    the same samples, whatever its seed or batch size.
+def held_out_sets(dataset: Any, samples: int) -> tuple[Any, Any, Any]:
+    """``(train, held_out, wide)`` subsets of ``dataset``, from one fixed-seed order of its samples: the held-out
+    set, ``min(samples, len(dataset) // 4)`` samples, and the wide set around it, ``min(WIDE_HELD_OUT x samples,
+    len(dataset) // 4)``, which the quality guard takes a loss over where the held-out set's loss cannot resolve
+    its limit (``autotune.study.guard``). No trial trains on either. The choice depends only on the dataset's
+    length, so every trial of a study evaluates the same samples, whatever its seed or batch size.
 
     >>> import torch
-    >>> train, held_out = held_out_split(torch.utils.data.TensorDataset(torch.arange(100)), 5)
-    >>> len(train), len(held_out), set(train.indices) & set(held_out.indices)
-    (80, 5, set())
+    >>> train, held_out, wide = held_out_sets(torch.utils.data.TensorDataset(torch.arange(100)), 5)
+    >>> len(train), len(held_out), len(wide), set(train.indices) & set(wide.indices)
+    (80, 5, 20, set())
+    >>> set(held_out.indices) <= set(wide.indices)
+    True
     """
     import torch
 
-    order = _held_out_order(len(dataset))
-    count, wide = min(samples, len(dataset) // 4), _wide_count(len(dataset), samples)
-    # Both in index order: the held-out loss sums the same batches in the same order every time.
-    train, held_out = sorted(order[wide:]), sorted(order[:count])
-    return torch.utils.data.Subset(dataset, train), torch.utils.data.Subset(dataset, held_out)
+    length = len(dataset)
+    order = torch.randperm(length, generator=torch.Generator().manual_seed(HELD_OUT_SEED)).tolist()
+    count, wide = min(samples, length // 4), min(WIDE_HELD_OUT * samples, length // 4)
+    # In index order: the held-out loss sums the same batches in the same order every time.
+    train, held_out, wide_set = (torch.utils.data.Subset(dataset, sorted(indices))
+                                 for indices in (order[wide:], order[:count], order[:wide]))
+    return train, held_out, wide_set
+
+
+def held_out_split(dataset: Any, samples: int) -> tuple[Any, Any]:
+    """``(train, held_out)`` of ``held_out_sets``: what a trial process trains on and evaluates."""
+    train, held_out, _ = held_out_sets(dataset, samples)
+    return train, held_out
 
 
 def wide_held_out(dataset: Any, samples: int) -> Any:
-    """The wide held-out set: ``min(WIDE_HELD_OUT x samples, len(dataset) // 4)`` samples no trial trains on,
-    the held-out set of ``held_out_split`` among them. The quality guard takes a loss over it where the
-    held-out set's loss cannot resolve its limit (``autotune.study.verdict``).
-
-    >>> import torch
-    >>> data = torch.utils.data.TensorDataset(torch.arange(100))
-    >>> wide = wide_held_out(data, 5)
-    >>> len(wide), set(held_out_split(data, 5)[1].indices) <= set(wide.indices)
-    (20, True)
-    """
-    import torch
-
-    order = _held_out_order(len(dataset))
-    return torch.utils.data.Subset(dataset, sorted(order[:_wide_count(len(dataset), samples)]))
-
-
-def _wide_count(length: int, samples: int) -> int:
-    return min(WIDE_HELD_OUT * samples, length // 4)
-
-
-def _held_out_order(length: int) -> list[int]:
-    import torch
-
-    return torch.randperm(length, generator=torch.Generator().manual_seed(HELD_OUT_SEED)).tolist()
+    """The wide held-out set of ``held_out_sets``."""
+    return held_out_sets(dataset, samples)[2]
 
 
 def _import_function(spec: str) -> Callable[[], Any]:
