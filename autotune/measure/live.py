@@ -2,6 +2,7 @@
 live worker processes (``autotune.measure.pool``), across processes where their environment differs."""
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from dataclasses import replace
@@ -159,7 +160,7 @@ class LiveMeasurer(EnvironmentFactors):
         compiling = spaces.compilation.compiled(params)
         self.on_phase("compiling" if compiling else "warm-up", trial.name)
         started = time.monotonic()
-        limit = deadline - started if compiling else min(deadline - started, self._warm_up_limit_s(trial.worker))
+        limit = deadline - started if compiling else min(deadline - started, self._warm_up_limit_s())
         try:
             status = trial.worker.add_arm(trial.name, params, max(1.0, limit), give_up=HOPELESS, against=trial.base)
         except WorkerError as e:
@@ -185,7 +186,7 @@ class LiveMeasurer(EnvironmentFactors):
         return TrialResult(status_of(status.state), error=status.error, wall_s=time.monotonic() - trial.started,
                            warmup_s=trial.warmup_s, startup_s=trial.startup_s, warnings=trial.warnings)
 
-    def _warm_up_limit_s(self, worker: Any) -> float:
+    def _warm_up_limit_s(self) -> float:
         """How long an eager arm's build and warm-up may take before it counts as far slower (``HOPELESS``): its
         warm-up steps at that many times the defaults' step, twice over (a larger batch's step is longer), and
         ``WARM_UP_SLACK_S`` for the model's build and first kernels."""
@@ -200,8 +201,9 @@ class LiveMeasurer(EnvironmentFactors):
             if trial.worker is not None:
                 self.pool.lose(trial.worker)
             trial.worker = None
-            if trial.factor_key is None:  # the defaults' worker: started again now, charged here
-                self.pool.defaults_worker(60.0, with_arm=True)
+            if trial.factor_key is None:  # the defaults' worker: started again now, charged here, in its time
+                with contextlib.suppress(WorkerError):  # else the next candidate starts it
+                    self.pool.defaults_worker(max(1.0, trial.deadline - time.monotonic()), with_arm=True)
         else:
             self._drop(trial)
         return hopeless_result(trial, status, why, time.monotonic() - started if status is None else 0.0)

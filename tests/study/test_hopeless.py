@@ -76,7 +76,7 @@ def test_a_step_that_outlasts_the_warm_up_limit_is_stopped_by_the_parent(facts: 
         assert isinstance(stalled, TrialResult) and stalled.status == "ok", stalled
         assert stalled.speedup_high == 0.125 and stalled.loss is None and "had not ended after" in stalled.warnings[-1]
         # the warm-up's limit (10 s, and its steps at 16x the defaults'), the worker's restart: not the step's minute
-        assert spent < measurer._warm_up_limit_s(first) + 30, spent
+        assert spent < measurer._warm_up_limit_s() + 30, spent
         assert measurer.pool.worker is not first and measurer.pool.worker.proc.poll() is None
         handle = measurer.begin({**base, "batch_per_rank": 64}, 120)
         assert measurer.more(handle, 4, 60).median > 1.5
