@@ -68,7 +68,9 @@ SETTLE_STEPS = 100
 # was stopped on some runs and raced on others.)
 HOPELESS = 8.0
 # An eager arm's first step also builds its kernels (oneDNN primitives, allocations): judged at this many times
-# ``HOPELESS``, so a 100x arm stops after one step. A compiled arm's first steps hold its compilation: not judged.
+# ``HOPELESS``, so a 100x arm stops after one step. A compiled arm's first steps hold its compilation: not judged;
+# nor the first two of an arm with DataLoader workers, which hold their start (on ``tiny``, 0.3 ms a step: its first
+# step 73-158x the defaults', its second 10-16x, its windows 7.5x).
 FIRST_STEP_HOPELESS = 4.0
 
 
@@ -314,7 +316,9 @@ class Arm:
             else:
                 self._warm_steps.append(spent)
             self._loss_if_due(loss)
-            if self.give_up is not None and self.step_samples and (index >= charged or not self.compiled):
+            workers = self.batches.loader.num_workers > 0
+            judged = index >= charged + 1 if workers else index >= charged or not self.compiled
+            if self.give_up is not None and self.step_samples and judged:
                 slower = spent / self.step_samples / self.give_up[1]
                 if slower > self.give_up[0] * (1.0 if index >= charged else FIRST_STEP_HOPELESS):
                     self.gave_up = slower
