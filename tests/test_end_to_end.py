@@ -92,7 +92,10 @@ def test_search_export_apply(slow_study) -> None:
     tmp_path, stdout, searched = slow_study
     assert f"PyTorch defaults (trial {searched[0].number})" in stdout, stdout
     claim = re.search(r"^(\d+\.\d\d)x \[(\d+\.\d\d)-(\d+\.\d\d)\] over PyTorch defaults$", stdout, re.M)
-    assert claim and 1.3 < float(claim[2]) <= float(claim[1]) <= float(claim[3]), stdout
+    # The round's 8 pairs give the median's order-statistic interval min to max (99.2%): one window stalled by
+    # another test run sets a bound (CI, AVX2: 3.69x [1.08-8.95] where the search read 4.17x). So the low bound
+    # must clear no gain and the median the ~4x there is; how narrow it gets is the machine's noise, not a claim.
+    assert claim and 1.0 < float(claim[2]) <= float(claim[1]) <= float(claim[3]) and float(claim[1]) > 2.5, stdout
     # the noise line: both noises as measured, and the gain the confirmed interval could tell apart
     noise = re.search(r"^noise: identical arms in one process differed by up to \d+\.\d% a window pair \(\d+ A/A "
                       r"pairs\); between fresh processes .*; the smallest gain these intervals could tell apart is "
