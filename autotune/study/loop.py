@@ -61,6 +61,7 @@ log = logging.getLogger(__name__)
 MAX_SKIPS = 25  # consecutive samples of batch sizes known to run out of memory, measured recipes, or not started
 DUPLICATES_YIELD = 5  # consecutive samples of measured recipes after which the in-process turn gives way
 IN_PROCESS_WEIGHT = 2.0  # sampled trials that start no process get this many times the time of those that do
+SEEDS_PER_SAMPLE = 2  # while seeds remain, a sampled trial for every this many seeds: a third of the trials
 
 
 class SearchLoop:
@@ -107,6 +108,8 @@ class SearchLoop:
         if general is None:
             return None
         waiting = self._waiting()
+        if not waiting and self.sampled_turn():
+            return budget.in_process_estimate_s(self.study) or general
         seed = next_seed(self.study, self.seeds)
         params = ({**self.defaults, **waiting[0].system_attrs.get("fixed_params", {})} if waiting
                   else seed[1] if seed is not None
@@ -195,6 +198,9 @@ class SearchLoop:
         waiting = self._waiting()
         if waiting:
             return self._warm({**self.defaults, **waiting[0].system_attrs.get("fixed_params", {})})
+        if self.sampled_turn():
+            self.enqueue_in_process()
+            return True
         seed = next_seed(self.study, self.seeds, self._warm)
         if seed is not None:
             self.study.enqueue_trial(seed[1], user_attrs={Attr.ROLE: seed[0]})
@@ -205,6 +211,25 @@ class SearchLoop:
         else:  # a sample that repeats a measured recipe is skipped at once: asking again costs nothing, and
             self.enqueue_in_process()  # MAX_SKIPS of them in a row end the search (False here would leave time unused)
         return True
+
+    def sampled_turn(self) -> bool:
+        """Whether a trial Optuna samples goes before the next seed: while seeds remain, one for every
+        ``SEEDS_PER_SAMPLE`` measured seeds, the first right after the first seed (the warm start, the heuristic and
+        the combination count as seeds), so the search from its start is at least a third sampled at most turns. A
+        machine with many seeds, or one slow seed (the heuristic's process pairs, a precision 40x slow), took a
+        2-minute search's trials for seeds alone (a recurrent workload's 3-minute search: 4 trials, all seeds), and
+        the sampler never ran. Its turn is taken by an in-process trial (``enqueue_in_process``): the seeds still
+        to come change the environment, a sample costs an arm's windows."""
+        if next_seed(self.study, self.seeds) is None:
+            return False
+        seeded = sampled = 0
+        for t in self.study.get_trials(deepcopy=False):
+            role, status = t.user_attrs.get(Attr.ROLE), t.user_attrs.get(Attr.STATUS)
+            if role in (SEARCH, IN_PROCESS) and (status in MEASURED or status == Status.DUPLICATE):
+                sampled += 1  # a sample of a recipe measured before took its turn too (or a small space loops)
+            elif role not in (BASELINE, CONFIRM, SEARCH, IN_PROCESS) and status in MEASURED:
+                seeded += 1
+        return sampled < -(-seeded // SEEDS_PER_SAMPLE)
 
     def in_process_turn(self) -> bool:
         """Whether the next sampled trial should start no process: the search's candidates that started none
@@ -263,7 +288,9 @@ class SearchLoop:
 
         optuna.storages.fail_stale_trials(self.study)  # trials of a killed search elsewhere (heartbeat)
         fail_orphans(self.study)
-        if not enqueue_next_seed(self.study, self.seeds) \
+        if not self._waiting() and self.sampled_turn():
+            self.enqueue_in_process()
+        elif not enqueue_next_seed(self.study, self.seeds) \
                 and not enqueue_combination(self.study, self.facts, self.ctx, self.options.fixed) \
                 and self.in_process_turn():
             self.enqueue_in_process()
@@ -295,14 +322,15 @@ class SearchLoop:
             trial.set_user_attr(key, value)
 
     def _measured_before(self, role: str, params: dict[str, Any]) -> int | None:
-        """For a trial Optuna sampled (role ``search`` or ``in-process``): the earlier trial of the same recipe
-        that was measured (status ok, the baseline's included), else None. Its measurement stands: a repeat in
+        """For a candidate (any role but the baseline and a confirmation): the earlier trial of the same recipe
+        that was measured (status ok, the baseline's included), else None. A seed too: a sampled trial, which
+        takes turns with the seeds (``sampled_turn``), may have measured its recipe first. Its measurement stands: a repeat in
         a warm worker measures the same arms against the same baseline, and the confirmation measures the
         chosen recipes again in fresh processes anyway; measuring it again would spend the budget on one recipe
         and carry on with the luckiest of its copies. The repeat is skipped (as discussed in optuna/optuna#2021)
         and told PRUNED, which TPE ranks below every completed trial, so it draws elsewhere rather than the same
         point again; the earlier trial keeps its value. A recipe that crashed or timed out is measured again."""
-        if role not in (SEARCH, IN_PROCESS):
+        if role in (BASELINE, CONFIRM):
             return None
         key = params_key(params)
         return next((r.number for r in records(self.study)

@@ -122,8 +122,11 @@ def test_a_waiting_seed_that_starts_processes_ends_the_search_and_a_warm_one_is_
     fresh.set_user_attr("noise", asdict(NOISE))
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
         fresh.add_trial(t)
+    for batch in (16, 128):  # the sampled trials' share of turns is taken (``sampled_turn``): a seed's turn
+        _add(fresh, "in-process", {**defaults, "batch_per_rank": batch}, 1.0, 2.8, "in-process pairs", 0.0)
     seeds = [("seed", other), ("seed", {**defaults, "batch_per_rank": 64})]
     loop = _loop(fresh, facts, Warm(defaults), seeds=seeds)
+    assert not loop.sampled_turn()
     assert loop.fill(20.0)  # the first seed not taken that starts no process: batch 64 in the defaults' worker
     waiting = _waiting(fresh)
     assert [t.user_attrs[Attr.ROLE] for t in waiting] == ["seed"]
@@ -272,3 +275,45 @@ def test_the_in_process_turn_gives_way_once_its_samples_only_repeat(searched: An
     assert loop.fill(20.0)
     assert [t.user_attrs[Attr.ROLE] for t in study.get_trials(
         deepcopy=False, states=(optuna.trial.TrialState.WAITING,))] == ["in-process"]
+
+
+# Sampled trials' share --------------------------------------------------------------------------------------------
+
+class Answering(Warm):
+    """``Warm``, and a ``begin`` that answers at once with a measured result (1.1x, the defaults' loss): every
+    trial counts, each in no time, so the order the loop asks them in is all there is to see."""
+
+    def __init__(self, defaults: dict[str, Any]) -> None:
+        super().__init__(defaults)
+        self.roles: list[str] = []
+
+    def begin(self, params: dict[str, Any], timeout_s: float) -> TrialResult:
+        return TrialResult(Status.OK, objective=1.1, speedup_low=1.05, speedup_high=1.15, method="in-process pairs",
+                           pairs=8, loss=1.0, loss_samples=1024, wall_s=0.1, timed_s=0.1,
+                           samples_per_s=1100.0, baseline_samples_per_s=1000.0)
+
+
+def test_sampled_trials_take_a_third_of_the_turns_while_seeds_remain(facts: Any) -> None:
+    """Six seeds of the defaults' worker and a count of 7 trials: before, the six seeds took every trial after the
+    baseline and the sampler never ran (a recurrent workload's 3-minute search: 4 trials, all seeds). Now a sampled
+    trial comes after the first seed and after every second seed after it."""
+    # seeded: a sample that repeats a measured recipe takes its turn unmeasured (tested above), and one more trial
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=3))
+    study.set_user_attr("noise", asdict(NOISE))
+    study.set_user_attr("baseline_loss", 1.0)
+    defaults = spaces.defaults(facts, CTX)
+    _add(study, "baseline", defaults, 1.0, 15.0, "in-process pairs", 1.6)
+    seeds = [("seed", {**defaults, "batch_per_rank": b, "channels_last": c})
+             for c, b in ((False, 8), (False, 16), (False, 64), (False, 128), (True, 8), (True, 16))]
+    options = SearchOptions(budget_s=300, storage="sqlite://", study="share", seed=1, trials=7)
+    loop = SearchLoop(study, "cnn", facts, CTX, {}, options, time.monotonic() + 60, lambda event: None,
+                      seeds=seeds, measurer=Answering(defaults))
+    loop.noise = NOISE
+    assert loop.run() == "trials"
+    roles = [t.user_attrs[Attr.ROLE] for t in study.get_trials(deepcopy=False)][1:]
+    assert roles == ["seed", "in-process", "seed", "seed", "in-process", "seed"], roles
+    assert [t.params["batch_per_rank"] for t in study.get_trials(deepcopy=False)[1:] if
+            t.user_attrs[Attr.ROLE] == "seed"] == [8, 16, 64, 128]  # in their order, none lost
+    # once the seeds are all taken, the loop samples as before (the in-process turn, the combination)
+    assert not SearchLoop(study, "cnn", facts, CTX, {}, options, time.monotonic() + 60, lambda event: None,
+                          seeds=seeds[:4], measurer=Answering(defaults)).sampled_turn()

@@ -116,7 +116,16 @@ def test_race_stop(interval: tuple[float, float, float], incumbent: tuple[float,
     assert race_stop(Interval(*interval, 0.95, used), NOISE, incumbent, used, 3 * NOISE.pairs) == why
 
 
-def test_the_baseline_is_the_calibration_and_the_race_stops_slow_candidates_early(tmp_path: Path) -> None:
+def test_the_baseline_is_the_calibration_and_the_race_stops_slow_candidates_early(tmp_path: Path, facts: Any) -> None:
+    from autotune import search_spaces as spaces
+    from autotune.recipe import Recipe
+    from autotune.store import RecipeStore
+
+    # batch 64 (1.3x) stored by an earlier search: measured first (the warm start), whatever the sampler draws in
+    # six trials, which take turns with the seeds (on this machine's space they had never drawn it)
+    stored = {**spaces.defaults(facts, spaces.SpaceContext(default_batch_size=32)), "threads": 2, "batch_per_rank": 64}
+    with RecipeStore.open(f"sqlite:///{tmp_path}/studies.db") as store:
+        store.save(Recipe(params=stored, workload="tiny", fingerprint=facts.fingerprint, study="earlier"))
     measurer = Scripted()
     outcome = _search(tmp_path, measurer, fixed={"processes": 1, "threads": 2}, confirm_top=0)
     study = _study(tmp_path, outcome.study)
@@ -137,9 +146,10 @@ def test_the_baseline_is_the_calibration_and_the_race_stops_slow_candidates_earl
         if SPEED[batch] == 0.5:  # slower than the defaults with confidence at once: one round
             assert calls == [first] and why == "slower than the defaults with confidence", (batch, calls, why)
         if SPEED[batch] == 0.8:  # not surely slower than the defaults, but below 1.3x's interval
-            assert calls == [first] and why.startswith(("below the incumbent's", "slower")), (batch, calls, why)
-        if SPEED[batch] == 1.3 and trial.number == trials[1].number:
-            assert len(calls) > 1  # the first candidate better than the defaults earns more rounds
+            assert calls == [first] and why.startswith(("below the incumbent's", "slower", "cannot beat")), (
+                batch, calls, why)
+        if SPEED[batch] == 1.3 and trial.number == trials[1].number:  # its low bound above the defaults' high
+            assert calls == [first] and why.startswith("above the incumbent's interval"), (batch, calls, why)
     assert outcome.recipe.speedup == pytest.approx(1.3), outcome.recipe
     assert outcome.recipe.speedup_low > 1.02, outcome.recipe
     # every look of a race at 1 - 5% / looks: at most 3 * 8 / 4 = 6 looks, 5% of wrong stops in all (Bonferroni)
@@ -265,7 +275,8 @@ def test_a_resumed_paired_study_calibrates_again_and_continues(tmp_path: Path, f
     assert [b for b, _ in again.calls] and again.calls[0][1]  # no baseline again: the first call is a race
     assert again.factors_measured == 0  # the recorded factor was handed back
     trials = _study(tmp_path, second.study).get_trials(deepcopy=False)
-    assert [t.user_attrs["role"] for t in trials].count("baseline") == 1 and len(trials) == 4
+    assert [t.user_attrs["role"] for t in trials].count("baseline") == 1
+    assert sum(t.user_attrs["status"] != "duplicate" for t in trials) == 4  # a repeat is skipped, not counted
 
 
 def test_a_candidate_slow_on_purpose_is_stopped_after_its_first_round_live(tmp_path: Path, facts: Any) -> None:
