@@ -381,11 +381,11 @@ def test_the_time_kept_for_the_confirmation_counts_only_the_contenders() -> None
     assert contenders([]) == [] and contenders([below]) == [below]
 
 
-def _candidate(number: int, median: float, low: float, high: float) -> Any:
+def _candidate(number: int, median: float, low: float, high: float, rounds: int = 3) -> Any:
     from autotune.study.records import Candidate
 
-    result = TrialResult("ok", objective=median, speedup_low=low, speedup_high=high, pairs=18)
-    return Candidate(number, "search", {"batch_per_rank": number}, median, result, rounds=3)
+    result = TrialResult("ok", objective=median, speedup_low=low, speedup_high=high, pairs=6 * rounds)
+    return Candidate(number, "search", {"batch_per_rank": number}, median, result, rounds=rounds)
 
 
 @pytest.mark.parametrize(("candidates", "chosen"), [
@@ -393,7 +393,10 @@ def _candidate(number: int, median: float, low: float, high: float) -> Any:
     ([(3, 1.613, 1.17, 2.20), (1, 1.610, 1.48, 1.94), (2, 1.20, 1.11, 1.30)], 1),
     ([(3, 1.6, 1.5, 1.7), (1, 1.3, 1.28, 1.32)], 3),  # the surer one's median is below the fastest's interval
     ([(3, 1.6, 1.01, 2.2), (1, 1.5, 1.1, 1.9)], 1),  # the fastest does not clear 1 + margin
-    ([(3, 1.6, 0.9, 2.2), (1, 1.01, 1.0, 1.02)], None)])
+    ([(3, 1.6, 0.9, 2.2), (1, 1.01, 1.0, 1.02)], None),
+    # one round (its budget left the later ones out) does not outrank three: as a CNN search beside a test run had it
+    ([(7, 8.15, 3.27, 20.28, 1), (4, 1.67, 1.49, 1.88), (1, 1.48, 1.25, 1.75)], 4),
+    ([(7, 8.15, 3.27, 20.28, 1), (4, 1.67, 0.9, 1.88)], 7)])  # where no candidate of more rounds is faster
 def test_of_candidates_alike_in_speed_the_surer_one_is_the_recipe(candidates: list[tuple], chosen: int | None) -> None:
     from autotune.study.records import Confirmation
 
