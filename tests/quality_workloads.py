@@ -264,3 +264,26 @@ def slow_compile() -> Workload:
     """``regression`` whose model takes ``COMPILE_SLEEP_S`` to compile (eager: as ``regression``)."""
     return Workload(model=lambda: _SlowToCompile(*_mlp()), dataset=_regression_data, loss=_mse, optimizer=_sgd,
                     batch_size=64, name="quality-slow-compile")
+
+
+LOAD_S = 0.0005  # a sample's read (a decode, an augmentation): 32 ms a batch of 64, where its step computes ~1 ms
+
+
+class _SlowToLoad(torch.utils.data.Dataset):
+    """``_regression_data`` whose every sample takes ``LOAD_S`` to read, asleep: a DataLoader worker hides it."""
+
+    def __init__(self) -> None:
+        self.data = _regression_data()
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, index: int) -> Any:
+        time.sleep(LOAD_S)
+        return self.data[index]
+
+
+def input_bound() -> Workload:
+    """``regression`` whose samples are slow to read: its step waits for its data (``Arm.data_wait``)."""
+    return Workload(model=_mlp, dataset=_SlowToLoad, loss=_mse, optimizer=_sgd, batch_size=64,
+                    name="quality-input-bound")

@@ -123,6 +123,7 @@ class Arm:
         self.loss: float | None = None
         self.loss_samples: int | None = None
         self.rates: list[float] = []
+        self.windows_s = self.windows_wait_s = 0.0  # its windows' time, and the part of it spent waiting for data
         self._first_steps: list[float] = []  # the steps that may hold compile work (``compilation.charged_steps``)
         self._warm_steps: list[float] = []
         self.settle_s, self.settle_steps = 0.0, 0  # the process's settling, when this arm was its first
@@ -176,6 +177,12 @@ class Arm:
         return 1 / statistics.median(recent) if recent else None
 
     @property
+    def data_wait(self) -> float | None:
+        """The share of its windows' time spent waiting for the next batch (``Batches.wait_s``): the input
+        pipeline's part of a step, against compute; None before a window."""
+        return self.windows_wait_s / self.windows_s if self.windows_s > 0 else None
+
+    @property
     def first_step_s(self) -> float | None:
         return self._first_steps[0] if self._first_steps else None
 
@@ -198,7 +205,7 @@ class Arm:
             loss_samples=self.loss_samples, wide_loss=self.wide_loss, held_out=self._held_out(),
             worker_pids=self.batches.worker_pids(), in_effect=self.in_effect,
             warnings=tuple(self.tuned.warnings if self.tuned is not None else ()), peak_memory_bytes=self.memory.peak,
-            settle_steps=self.settle_steps, gave_up=self.gave_up)
+            settle_steps=self.settle_steps, gave_up=self.gave_up, data_wait=self.data_wait)
 
     def _held_out(self) -> tuple[int, int] | None:
         held_out, wide = self.bench.held_out, self.bench.wide_held_out
@@ -349,6 +356,7 @@ class Arm:
     def _window(self, window_s: float, idle: Sequence[Arm]) -> WindowRecord:
         self._sync()
         start, excluded, steps, samples = time.perf_counter(), 0.0, 0, self.trained
+        waited = self.batches.wait_s
         while True:
             loss = self._step()
             steps += 1
@@ -366,6 +374,8 @@ class Arm:
             self._check(loss)
         samples = self.trained - samples
         self.rates.append(samples / elapsed)
+        self.windows_s += elapsed
+        self.windows_wait_s += min(elapsed, self.batches.wait_s - waited)
         return WindowRecord(self.name, samples / elapsed, steps, samples, elapsed, idle_workers)
 
     def recompile(self) -> None:

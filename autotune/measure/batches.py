@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -25,8 +26,16 @@ class Batches:
     def __init__(self, loader: Any) -> None:
         self.loader = loader
         self.iterator: Iterator[Any] | None = None
+        self.wait_s = 0.0  # time spent in ``next``: loading the batch in this process, or waiting for a worker's
 
     def next(self) -> Any:
+        start = time.perf_counter()
+        try:
+            return self._next()
+        finally:
+            self.wait_s += time.perf_counter() - start
+
+    def _next(self) -> Any:
         while True:
             if self.iterator is None:
                 self.iterator = iter(self.loader)

@@ -321,7 +321,8 @@ class LiveMeasurer(EnvironmentFactors):
             pairs=interval.count, baseline_samples_per_s=statistics.median(beside) if beside else None,
             compile_s=status.compile_s, startup_s=trial.startup_s, warmup_s=trial.warmup_s,
             timed_s=trial.timed_s, loss=status.loss, loss_samples=status.loss_samples,
-            peak_memory_bytes=status.peak_memory_bytes, wall_s=time.monotonic() - trial.started,
+            peak_memory_bytes=status.peak_memory_bytes, data_wait=status.data_wait,
+            wall_s=time.monotonic() - trial.started,
             in_effect={**(worker.ready.in_effect if worker.ready else {}), **status.in_effect},
             warnings=[*trial.warnings, *(w for w in status.warnings if w not in trial.warnings)])
 

@@ -165,6 +165,7 @@ class ArmStatus:
     wide_loss: float | None = None  # its loss over the wide held-out set then, when added ``wide``
     held_out: tuple[int, int] | None = None  # samples in the held-out and the wide set, when added ``wide``
     gave_up: float | None = None  # its step's time per sample over ``against``'s, where it gave up (``give_up``)
+    data_wait: float | None = None  # the share of its windows spent waiting for the next batch (``Arm.data_wait``)
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,26 @@ def seeds(facts: Facts, ctx: spaces.SpaceContext, options: SearchOptions, worklo
                             and bool(environment_differences(found[0][1], seed[1])))
 
 
+INPUT_BOUND = 0.5  # the defaults' share of a step spent waiting for data from which the input is seeded first
+
+
+def input_seeds(data_wait: float | None, defaults: dict[str, Any], facts: Facts, ctx: spaces.SpaceContext,
+                fixed: dict[str, Any]) -> list[Seed]:
+    """Where the defaults wait for their data ``INPUT_BOUND`` of a step or more (``TrialResult.data_wait``, their
+    calibration's windows): DataLoader workers and the threads they leave to compute (``spaces.data.input_bound``),
+    with ``--fix`` held; none outside today's space. From half a step the input is the larger part of it: it bounds
+    the step. (Measured on a 2-vCPU Zen 5: the bundled CNN waits 2%, the transformer 0.4%, ``tiny`` 35% of its
+    0.3 ms step, where a worker's hand-over alone made it 0.13x; per-sample augmentation in ``__getitem__``, 95%.)"""
+    if data_wait is None or data_wait < INPUT_BOUND:
+        return []
+    out = []
+    for change in spaces.data.input_bound(facts, ctx):
+        params = {**defaults, **change, **fixed}
+        if params != defaults and not spaces.outside(params, facts, ctx):
+            out.append(("seed", params))
+    return out
+
+
 def warm_start(storage: str, workload: str, facts: Facts) -> dict[str, Any] | None:
     """The searched knobs of the newest stored recipe for this workload and fingerprint, if any.
     A newer recipe recorded with another fingerprint scheme is skipped with a note."""

@@ -399,3 +399,27 @@ def test_a_worker_that_does_not_answer_in_time_is_stopped_with_its_whole_tree(fa
         assert not any(_alive(pid) for pid in pids)
         with pytest.raises(WorkerError, match="not running|gone|ended"):
             worker.evaluate("a")
+
+
+def test_an_arm_reads_how_much_of_its_step_waits_for_data(tiny_worker: PairedWorker, facts: Any) -> None:
+    from autotune.study.seeds import INPUT_BOUND
+
+    """``tiny``'s samples are tensors in memory: its steps hardly wait. ``input_bound`` reads each sample in
+    0.5 ms (32 ms a batch, its step's compute ~1 ms): its defaults wait most of a step, and so does an arm with
+    one DataLoader worker (it reads no faster than the process did)."""
+    for arm in ("in-memory", "in-memory-2"):
+        tiny_worker.add_arm(arm, _params(facts))
+    tiny_worker.run_pairs("in-memory", "in-memory-2", 2, 0.1)
+    in_memory = tiny_worker.evaluate("in-memory").data_wait
+    assert in_memory is not None and in_memory < INPUT_BOUND, in_memory  # 0.35 of its 0.3 ms here
+    for arm in ("in-memory", "in-memory-2"):
+        tiny_worker.drop_arm(arm)
+    with PairedWorker("tests.quality_workloads:input_bound", _params(facts, batch_size=64), facts,
+                      SETTINGS) as worker:
+        worker.add_arm("defaults", _params(facts, batch_size=64))
+        worker.add_arm("one-worker", _params(facts, batch_size=64, num_workers=1, persistent_workers=True,
+                                             prefetch_factor=2))
+        worker.run_pairs("defaults", "one-worker", 2, 0.2)
+        waits = {arm: worker.evaluate(arm).data_wait for arm in ("defaults", "one-worker")}
+    assert waits["defaults"] is not None and waits["defaults"] > INPUT_BOUND, waits  # 0.79 here
+    assert waits["one-worker"] is not None and waits["one-worker"] > INPUT_BOUND, waits

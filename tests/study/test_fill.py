@@ -317,3 +317,34 @@ def test_sampled_trials_take_a_third_of_the_turns_while_seeds_remain(facts: Any)
     # once the seeds are all taken, the loop samples as before (the in-process turn, the combination)
     assert not SearchLoop(study, "cnn", facts, CTX, {}, options, time.monotonic() + 60, lambda event: None,
                           seeds=seeds[:4], measurer=Answering(defaults)).sampled_turn()
+
+
+@pytest.mark.parametrize(("data_wait", "first"), [(0.9, "input"), (0.02, "other"), (None, "other")])
+def test_where_the_defaults_wait_for_data_the_input_is_seeded_first(facts: Any, data_wait: float | None,
+                                                                    first: str) -> None:
+    """The baseline's steps waited for data 90% of the time (a per-sample augmentation measured 95%): DataLoader
+    workers with the threads they leave to compute come before the other seeds; 2% (the bundled CNN) or not
+    measured: the seeds as they were."""
+    from autotune.search_spaces import data
+
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=3))
+    study.set_user_attr("noise", asdict(NOISE))
+    defaults = spaces.defaults(facts, CTX)
+    attrs = {Attr.ROLE: "baseline", Attr.PARAMS: defaults, Attr.STATUS: "ok", "objective": 1.0, "wall_s": 15.0,
+             "method": "in-process pairs", "data_wait": data_wait, "loss": 1.0}
+    study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs=attrs))
+    seeds = [("seed", {**defaults, "channels_last": True})]
+    loop = SearchLoop(study, "cnn", facts, CTX, {}, SearchOptions(budget_s=300, storage="sqlite://", study="input"),
+                      time.monotonic() + 60, lambda event: None, seeds=seeds, measurer=Answering(defaults))
+    loop.noise = NOISE
+    loop._next(0, None)
+    asked = study.get_trials(deepcopy=False)[-1].user_attrs[Attr.PARAMS]
+    if first == "input":
+        cores = max(1, min(8, int(facts.cpu.allowed.cores or 1)))
+        assert asked["num_workers"] == 1 and asked["threads"] == max(1, cores - 1), asked
+        assert [s[1]["num_workers"] for s in loop.seeds[:-1]] == [c["num_workers"] for c in data.input_bound(
+            facts, CTX) if not spaces.outside({**defaults, **c}, facts, CTX)]
+        assert loop.seeds[-1][1]["channels_last"]  # the other seeds follow, none lost
+    else:
+        assert asked["channels_last"] and not asked["num_workers"], asked
+        assert loop.seeds == seeds
