@@ -44,6 +44,8 @@ def pytest_configure(config: pytest.Config) -> None:
         # and the tests read them as a pipe (120 columns) as when pytest runs alone.
         for name in ("COLUMNS", "LINES"):
             os.environ.pop(name, None)
+    # The kernels' measured speeds (``probes.measured``) are cached in the test run's folder, not the user's.
+    os.environ["AUTOTUNE_CACHE"] = str(Path(tempfile.gettempdir()) / "autotune-cache")
 
 
 # The files that take longest (seconds of one serial run on the 2-vCPU VM: 172, 166, 116, 100, 66, 62, 43, 41,

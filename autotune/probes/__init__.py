@@ -35,6 +35,7 @@ from ._facts import (
 )
 from ._fingerprint import VERSION as FINGERPRINT_VERSION
 from ._fingerprint import fingerprint_version, outdated_fingerprint
+from ._measured import KernelSpeed, Measured, measured
 from ._probe import probe
 from ._process import memory_policy, pinned_threads, process_cpus
 from ._record import record
@@ -49,12 +50,15 @@ __all__ = [
     "CudaView",
     "Facts",
     "Gpu",
+    "KernelSpeed",
+    "Measured",
     "Memory",
     "MigDevice",
     "NumaNode",
     "Runtime",
     "fingerprint_version",
     "format_cpulist",
+    "measured",
     "memory_policy",
     "outdated_fingerprint",
     "parse_cpulist",

@@ -14,7 +14,7 @@ from ..errors import TrialError
 from ..recipe import Recipe, format_speedup
 from ..trial.spec import Status, TrialResult
 from .guard import CANNOT_RESOLVE
-from .records import BASELINE, CONFIRM, NOT_RUN, Attr, Confirmation, TrialRecord, records, study_margin
+from .records import BASELINE, CONFIRM, NOT_RUN, Attr, Confirmation, StudyAttr, TrialRecord, records, study_margin
 
 if TYPE_CHECKING:
     import optuna
@@ -52,6 +52,8 @@ def choose_recipe(
     unapplied = sum(1 for r in rejected if "applied" in r.rejected_by)
     if unapplied:
         notes.append(f"{unapplied} trial(s) rejected: a knob they asked for was not in effect in the trial process")
+    for dtype, why in (study.user_attrs.get(StudyAttr.NOT_SEEDED) or {}).items():
+        notes.append(f"{dtype} not seeded: {why}")
     notes.append(time_note(all_records))
     peak = best.result.peak_memory_bytes  # CUDA: the 90% warning rides with the recipe
     notes += filter(None, [spaces.batch.memory_warning(peak, best.result.in_effect.get("device_memory_bytes"))])

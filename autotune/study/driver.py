@@ -32,7 +32,7 @@ from .liveness import fail_orphans
 from .loop import SearchLoop
 from .options import SearchOptions, check_options
 from .records import BASELINE, PAIRED, Attr, Confirmation, SearchOutcome, StudyAttr, TrialRecord
-from .seeds import check_fixed, history_conflict, seeds, space_digest
+from .seeds import check_fixed, history_conflict, not_seeded, seeds, space_digest
 
 if TYPE_CHECKING:
     import optuna
@@ -273,12 +273,15 @@ def _has_baseline(study: optuna.Study) -> bool:
 
 def search(workload: str, *, options: SearchOptions | None = None, progress: Progress | None = None,
            budget: str | float | None = None, trials: int | None = None,
-           measurer: PairedMeasurer | None = None, facts: Facts | None = None) -> SearchOutcome:
+           measurer: PairedMeasurer | None = None, facts: Facts | None = None,
+           measured: probes.Measured | None = None) -> SearchOutcome:
     """Search the knobs for ``workload`` and store the best recipe; ``progress`` receives the events
     of ``autotune.study.events``. ``measurer`` measures the trials (default: the live paired workers,
     ``autotune.measure.live.LiveMeasurer``; a replayed grid plugs in here); the search closes it.
     ``facts``: the machine whose space is searched (default: this one, probed now; a replayed grid's
-    is the machine that recorded it).
+    is the machine that recorded it). ``measured``: its kernels' measured speeds, which order and drop the
+    precision seeds (default: the measurer's ``measured`` where it has one, a replayed grid's; else this
+    machine's, ``probes.measured``, cached).
 
     >>> outcome = search("tiny", budget="60s")          # doctest: +SKIP
     >>> outcome.recipe.speedup                           # doctest: +SKIP
@@ -301,8 +304,14 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
     fail_orphans(study)  # trials of a search killed on this host: failed now, their seeds free again
     run = run_settings(ctx, options)
     notify(SearchStarted(name, facts, ctx, options.budget_s, not created, {**spaces.defaults(facts, ctx), **run}))
+    if measured is None:
+        measured = getattr(measurer, "measured", None) if hasattr(measurer, "measured") else \
+            probes.measured(facts.fingerprint, ctx.device)
+    skipped = not_seeded(facts, ctx, measured)
+    if skipped:
+        study.set_user_attr(StudyAttr.NOT_SEEDED, skipped)
     loop = SearchLoop(study, workload, facts, ctx, run, options, deadline, notify,
-                      seeds=seeds(facts, ctx, options, workload), measurer=measurer)
+                      seeds=seeds(facts, ctx, options, workload, measured), measurer=measurer)
     try:
         stopped = loop.run()
         if not _has_baseline(study):

@@ -59,6 +59,7 @@ class StudyAttr:
     MEASURE: Final = "measure"  # how trial values are measured: "paired-v1" = speedups; absent = samples/s (old)
     NOISE: Final = "noise"  # the A/A calibration of this machine (dict), shown to the user
     LOSS_SPREAD: Final = "loss_spread"  # the defaults' loss at several training seeds (``guard``), once needed
+    NOT_SEEDED: Final = "not_seeded"  # precisions not seeded, measured hopeless in the kernels: dtype -> why
 
 
 Role = Literal["baseline", "heuristic", "warm-start", "seed", "combined", "search", "in-process", "confirm"]

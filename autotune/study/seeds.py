@@ -28,7 +28,7 @@ from .records import BASELINE, COMBINED, CONFIRM, WARM_START, Attr, params_key, 
 if TYPE_CHECKING:
     import optuna
 
-    from ..probes import Facts
+    from ..probes import Facts, Measured
     from .options import SearchOptions
 
 log = logging.getLogger(__name__)
@@ -36,10 +36,32 @@ log = logging.getLogger(__name__)
 Seed = tuple[str, dict[str, Any]]  # (role, params)
 
 
-def seeds(facts: Facts, ctx: spaces.SpaceContext, options: SearchOptions, workload: str) -> list[Seed]:
+def not_seeded(facts: Facts, ctx: spaces.SpaceContext, measured: Measured | None) -> dict[str, str]:
+    """The precisions this space offers that are not seeded, each with why: measured hopeless in this
+    machine's kernels (``probes.KernelSpeed.hopeless``). The sampler may still draw them (the hopeless arm rule
+    stops one in its first steps)."""
+    if measured is None:
+        return {}
+    out = {}
+    for dtype in spaces.amp.dtypes(facts, ctx):
+        speed = measured.speed(dtype)
+        if speed is not None and speed.hopeless():
+            out[dtype] = speed.describe()
+    return out
+
+
+def seeds(facts: Facts, ctx: spaces.SpaceContext, options: SearchOptions, workload: str,
+          measured: Measured | None = None) -> list[Seed]:
     """The baseline, the stored recipe of this workload on this hardware (warm start), the heuristic,
-    then the families' promising single changes; ``--fix`` holds its knobs in all but the baseline."""
+    then the families' promising single changes; ``--fix`` holds its knobs in all but the baseline. With this
+    machine's ``measured`` kernel speeds, a precision measured hopeless is not seeded (``not_seeded``) and
+    the others go fastest first: the facts' flags say what the hardware has, not what its kernels make of it."""
     found = spaces.seeds(facts, ctx)
+    skipped = not_seeded(facts, ctx, measured)
+    for role, params in found:
+        if params.get("amp_dtype") in skipped:
+            log.warning("%s seed skipped: %s", role, skipped[params["amp_dtype"]])
+    found = [found[0], *((role, params) for role, params in found[1:] if params.get("amp_dtype") not in skipped)]
     warm = warm_start(options.storage, workload, facts)
     if warm is not None:
         found.insert(1, (WARM_START, {**found[0][1], **warm}))
@@ -56,9 +78,18 @@ def seeds(facts: Facts, ctx: spaces.SpaceContext, options: SearchOptions, worklo
         if params_key(params) not in seen:
             seen.add(params_key(params))
             out.append((role, params))
-    # The cheap first: a seed of another environment waits for those the defaults' worker measures.
-    return out[:1] + sorted(out[1:], key=lambda seed: seed[0] != WARM_START
-                            and bool(environment_differences(found[0][1], seed[1])))
+    def speed(params: dict[str, Any]) -> float:
+        measured_speed = measured.speed(params.get("amp_dtype", "float32")) if measured is not None else None
+        return measured_speed.speed if measured_speed is not None else 1.0
+
+    # The cheap first: a seed of another environment waits for those the defaults' worker measures; of each,
+    # the precisions measured fastest first (float32's seeds as 1.0, in their order).
+    def order(seed: Seed) -> tuple[int, float]:
+        if seed[0] == WARM_START:
+            return 0, 0.0
+        return 1 + bool(environment_differences(found[0][1], seed[1])), -speed(seed[1])
+
+    return out[:1] + sorted(out[1:], key=order)
 
 
 INPUT_BOUND = 0.5  # the defaults' share of a step spent waiting for data from which the input is seeded first

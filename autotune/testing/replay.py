@@ -203,6 +203,7 @@ class ReplayMeasurer:
 
     def __init__(self, grid: RecordedGrid, seed: int = 0) -> None:
         self.grid, self.seed = grid, seed
+        self.measured = None  # the recording machine's kernel speeds are not in the grid: this one's do not apply
         self.begun: dict[tuple[Any, ...], int] = {}
         self.confirming = False  # after ``reseed``: the held-out half of every combination's measurements
 

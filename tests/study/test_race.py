@@ -494,3 +494,19 @@ def test_the_confirmation_keeps_time_for_the_narrowest_candidate_first() -> None
     baseline, top = lineup(study, 3)
     assert baseline is not None and baseline.number == 0
     assert [r.number for r in top] == [1, 2]  # the narrow one first; 0.9x [0.8-1.0] cannot be offered
+
+
+def test_the_recipe_says_which_precision_was_not_seeded_and_why(tmp_path: Path, facts: Any) -> None:
+    """A CPU reporting AVX512-FP16 whose fp16 kernels measured 40x and 14x slower than float32's: the search
+    does not seed fp16, and its recipe's notes say so with the measured reason."""
+    import dataclasses
+
+    from autotune.probes import KernelSpeed, Measured
+
+    fp16 = dataclasses.replace(facts, cpu=dataclasses.replace(facts.cpu, isa=(*facts.cpu.isa, "avx512_fp16")))
+    slow = KernelSpeed("float16", (1 / 40 / 14) ** 0.5, False, (("conv", 1 / 40), ("matmul", 1 / 14)))
+    outcome = search("tiny", options=SearchOptions(storage=f"sqlite:///{tmp_path}/studies.db", budget_s=None,
+                                                   trials=2, confirm_top=0, fixed={"processes": 1}, seed=1),
+                     measurer=Scripted(), facts=fp16, measured=Measured(fp16.fingerprint, "cpu", "2.13.0", (slow,)))
+    assert "float16 not seeded: float16: 24x slower than float32 in this machine's kernels (conv 40x slower, " \
+           "matmul 14x slower)" in outcome.recipe.notes, outcome.recipe.notes

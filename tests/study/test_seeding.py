@@ -229,3 +229,42 @@ def test_a_short_budget_keeps_the_later_rounds_of_the_candidates_ranked_above(fa
     assert {c.params["batch_size"]: c.rounds for c in confirmation.candidates} == {64: 3, 128: 1, 16: 0}
     assert confirmation.note is not None and "trial 3 from round 1 of 3" in confirmation.note, confirmation.note
     assert "trial 2 from round 2 of 3" in confirmation.note
+
+
+# Precision seeds from measured kernels (``probes.measured``) ------------------------------------------------------
+
+def _with_isa(facts, *flags: str):
+    """The facts of a CPU that reports ``flags`` besides its own: the space offers what they name."""
+    return replace(facts, cpu=replace(facts.cpu, isa=tuple(sorted({*facts.cpu.isa, *flags}))))
+
+
+def _measured(facts, **speeds: tuple[float, float]):
+    from autotune.probes import KernelSpeed, Measured
+
+    precision = tuple(KernelSpeed(dtype, (conv * matmul) ** 0.5, False, (("conv", conv), ("matmul", matmul)))
+                      for dtype, (conv, matmul) in speeds.items())
+    return Measured(facts.fingerprint, "cpu", "2.13.0", precision)
+
+
+def test_a_precision_measured_hopeless_here_is_not_seeded_and_one_measured_fast_goes_first(facts, tmp_path) -> None:
+    """A CPU that reports AVX512-FP16 and AVX512-BF16 offers both. fp16 measured 40x (conv) and 14x (matmul)
+    slower than float32, as fp16 autocast ran on the Intel VM: not seeded, with its reason; measured fast (as on
+    a GPU with tensor cores), it is seeded before bf16. No flag decides either."""
+    from autotune.study.seeds import not_seeded
+
+    both = _with_isa(facts, "avx512_fp16", "avx512_bf16")
+    ctx = SpaceContext(default_batch_size=32, conv=True)
+    options = SearchOptions(storage=f"sqlite:///{tmp_path}/s.db")
+    slow = _measured(facts, bfloat16=(1.4, 2.0), float16=(1 / 40, 1 / 14))
+    seeded = search_seeds(both, ctx, options, "cnn", slow)
+    assert not [p for _, p in seeded if p["amp_dtype"] == "float16"], seeded
+    assert [p["amp_dtype"] for _, p in seeded[1:3]] == ["bfloat16", "bfloat16"]  # alone and with channels_last
+    assert not_seeded(both, ctx, slow) == {
+        "float16": "float16: 24x slower than float32 in this machine's kernels (conv 40x slower, matmul 14x slower)"}
+
+    fast = _measured(facts, bfloat16=(1.3, 1.3), float16=(1.7, 1.7))
+    seeded = search_seeds(both, ctx, options, "cnn", fast)
+    assert [p["amp_dtype"] for _, p in seeded[1:5]] == ["float16", "float16", "bfloat16", "bfloat16"], seeded
+    assert not_seeded(both, ctx, fast) == {}
+    # unmeasured: every precision the space offers is seeded, in the families' order
+    assert {p["amp_dtype"] for _, p in search_seeds(both, ctx, options, "cnn")} == {"float32", "bfloat16", "float16"}

@@ -1,0 +1,183 @@
+"""Measured facts: what this machine's kernels really do, timed once and cached beside the facts.
+
+The facts (``probe()``) are read; these are timed: a small convolution and a matrix multiply, forward and
+backward, under autocast at each precision, against float32. A flag says what the hardware has, not what
+PyTorch's kernels make of it here (fp16 autocast on a CPU reporting AVX512-FP16 ran a CNN at 0.01-0.04x), so
+the search orders and drops its precision seeds by these times, never by a device name or an ISA flag. Each
+kernel of each precision runs under a deadline: one that is still running past it reads "at least N times
+slower" rather than being run to its end.
+
+Cached per fingerprint, device and torch version (``cache_dir()``); never part of the fingerprint: a re-measure
+may read a little differently, and the machine is the same machine. The machine-limit issue adds its peaks here.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+FORMAT = "autotune-measured-v1"
+DEADLINE_S = 0.2  # each kernel at each precision: its repeats stop here (a slow one's first run is its reading)
+MEASURED = ("bfloat16", "float16")  # against float32, whichever the space offers: the note says what each does
+REPEATS = 20
+KERNELS = ("conv", "matmul")
+HOPELESS = 4.0  # a precision whose fastest kernel is this many times slower than float32's is not seeded
+
+
+@dataclass(frozen=True)
+class KernelSpeed:
+    """One precision's kernels against float32's: ``speed`` is float32's time over its own (2.0: twice as fast),
+    the geometric mean of its kernels' (``kernels``); ``bound`` when a kernel was stopped at its deadline (its
+    reading is then at most what it says)."""
+
+    dtype: str
+    speed: float
+    bound: bool = False
+    kernels: tuple[tuple[str, float], ...] = ()  # each kernel's speed
+
+    @property
+    def fastest(self) -> float:
+        return max((s for _, s in self.kernels), default=self.speed)
+
+    def hopeless(self) -> bool:
+        """Even its fastest kernel is ``HOPELESS`` times slower than float32's: no model made of them gains."""
+        return self.fastest * HOPELESS < 1.0
+
+    def describe(self) -> str:
+        """``float16: 23x slower than float32 in this machine's kernels (conv 39x slower, matmul 13x slower)``"""
+        each = ", ".join(f"{name} {_times(s).removesuffix(' than')}" for name, s in self.kernels)
+        at_least = "at least " if self.bound and self.speed < 1 else ""
+        return f"{self.dtype}: {at_least}{_times(self.speed)} float32 in this machine's kernels ({each})"
+
+
+def _times(speed: float) -> str:
+    """2.0 -> ``2.00x faster than``; 0.025 -> ``40x slower than``"""
+    if speed >= 1.0:
+        return f"{speed:.2f}x faster than"
+    slower = 1 / speed
+    return f"{slower:.0f}x slower than" if slower >= 10 else f"{slower:.2f}x slower than"
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The measured facts of one machine (fingerprint), device and torch version."""
+
+    fingerprint: str
+    device: str
+    torch: str
+    precision: tuple[KernelSpeed, ...]
+    seconds: float = 0.0  # what measuring them took
+
+    def speed(self, dtype: str) -> KernelSpeed | None:
+        return next((k for k in self.precision if k.dtype == dtype), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": FORMAT, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Measured:
+        if data.get("format") != FORMAT:
+            raise ValueError(f"not {FORMAT}: {data.get('format')!r}")
+        precision = tuple(KernelSpeed(k["dtype"], float(k["speed"]), bool(k.get("bound")),
+                                      tuple((str(n), float(v)) for n, v in k.get("kernels", ())))
+                          for k in data["precision"])
+        return cls(str(data["fingerprint"]), str(data["device"]), str(data["torch"]), precision,
+                   float(data.get("seconds", 0.0)))
+
+
+def cache_dir() -> Path:
+    """``$AUTOTUNE_CACHE``, else ``$XDG_CACHE_HOME/autotune``, else ``~/.cache/autotune``."""
+    if os.environ.get("AUTOTUNE_CACHE"):
+        return Path(os.environ["AUTOTUNE_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "autotune"
+
+
+def _kernels(device: str) -> dict[str, Any]:
+    """Small enough that float32 takes well under a millisecond on a CPU core; shaped as a training step's."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    # Large enough to be compute-bound: a 16-channel conv and a 128-wide matmul read bf16 at 0.65-1.0x float32 on
+    # a Zen 5 core (autocast's casts dominate), where the CNN trains 1.5x faster; these read 1.4x and 2x
+    conv = torch.nn.Conv2d(64, 64, 3, padding=1).to(device)
+    image = torch.randn(8, 64, 16, 16, generator=g).to(device)
+    linear = torch.nn.Linear(256, 256).to(device)
+    rows = torch.randn(256, 256, generator=g).to(device)
+    return {"conv": (conv, image), "matmul": (linear, rows)}
+
+
+def _time(kernel: tuple[Any, Any], dtype: str, device: str, deadline_s: float) -> tuple[float, bool]:
+    """Median seconds of the kernel's forward and backward under autocast at ``dtype``; True when its first run
+    alone outlasted the deadline (the reading is then that run: a floor of its time)."""
+    import torch
+
+    module, x = kernel
+    context = torch.autocast(device_type=device, dtype=getattr(torch, dtype), enabled=dtype != "float32")
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    times: list[float] = []
+    started = time.perf_counter()
+    while len(times) < REPEATS + 1:
+        sync()
+        start = time.perf_counter()
+        with context:
+            out = module(x)
+        out.float().sum().backward()
+        sync()
+        times.append(time.perf_counter() - start)
+        if time.perf_counter() - started > deadline_s:
+            break
+    if len(times) == 1:
+        return times[0], times[0] > deadline_s
+    return statistics.median(times[1:]), False  # the first run builds kernels and allocates
+
+
+def measure_precision(dtypes: tuple[str, ...], device: str = "cpu",
+                      deadline_s: float = DEADLINE_S) -> tuple[KernelSpeed, ...]:
+    """Each of ``dtypes`` (float32 always measured, as the reference) against float32."""
+    kernels = _kernels(device)
+    reference = {name: _time(kernel, "float32", device, deadline_s)[0] for name, kernel in kernels.items()}
+    out = []
+    for dtype in dtypes:
+        if dtype == "float32":
+            continue
+        speeds, bound = [], False
+        for name, kernel in kernels.items():
+            seconds, cut = _time(kernel, dtype, device, deadline_s)
+            speeds.append((name, reference[name] / seconds))
+            bound = bound or cut
+        mean = math.exp(statistics.fmean(math.log(s) for _, s in speeds))
+        out.append(KernelSpeed(dtype, mean, bound, tuple(speeds)))
+    return tuple(out)
+
+
+def measured(fingerprint: str, device: str = "cpu", directory: Path | None = None,
+             dtypes: tuple[str, ...] = MEASURED) -> Measured:
+    """This machine's measured facts: from the cache when it holds them for this fingerprint, device and torch
+    version, else measured now (~0.4 s on a 2-vCPU VM) and cached (a cache that cannot be read or written is
+    measured around, never an error)."""
+    import torch
+
+    path = (directory or cache_dir()) / f"measured-{fingerprint}-{device}.json"
+    try:
+        cached = Measured.from_dict(json.loads(path.read_text()))
+        if cached.torch == torch.__version__ and all(cached.speed(d) for d in dtypes if d != "float32"):
+            return cached
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    started = time.perf_counter()
+    found = Measured(fingerprint, device, torch.__version__, measure_precision(dtypes, device),
+                     time.perf_counter() - started)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps(found.to_dict(), indent=1))
+        partial.replace(path)  # readers see the old file or the whole new one
+    except OSError:
+        pass
+    return found

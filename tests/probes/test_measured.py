@@ -1,0 +1,63 @@
+"""Measured facts (``probes.measured``): the kernels' speeds at each precision, under a deadline, cached."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from autotune.probes import _measured
+from autotune.probes import measured as measured_facts
+
+
+class _SlowUnderAutocast(torch.nn.Linear):
+    """A kernel whose reduced-precision path takes ``sleep_s`` a run (as fp16 autocast's did on a CPU)."""
+
+    sleep_s = 0.3
+
+    def forward(self, x: Any) -> Any:
+        if torch.is_autocast_enabled("cpu"):
+            time.sleep(self.sleep_s)
+        return super().forward(x)
+
+
+def test_a_precision_slower_than_its_deadline_reads_at_least_so_slow(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its first run outlasts the 0.05 s deadline: that run is its reading, a bound, not run again."""
+    kernel = (_SlowUnderAutocast(16, 16), torch.randn(8, 16))
+    monkeypatch.setattr(_measured, "_kernels", lambda device: {"matmul": kernel})
+    started = time.perf_counter()
+    (bf16,) = _measured.measure_precision(("bfloat16",), deadline_s=0.05)
+    assert time.perf_counter() - started < 1.0  # one slow run, then the float32 reference's own short loop
+    assert bf16.bound and bf16.speed < 0.01 and bf16.hopeless(), bf16
+    assert bf16.describe().startswith("bfloat16: at least ") and "slower than float32" in bf16.describe()
+
+
+def test_the_real_kernels_read_within_a_second_and_are_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    found = measured_facts("f1", directory=tmp_path)
+    assert found.seconds < 2.0, found  # 0.4 s on a 2-vCPU VM, each precision's kernels under 0.2 s
+    assert {k.dtype for k in found.precision} == {"bfloat16", "float16"}
+    assert all(k.speed > 0 and len(k.kernels) == 2 for k in found.precision)
+    stored = json.loads((tmp_path / "measured-f1-cpu.json").read_text())
+    assert stored["format"] == _measured.FORMAT and stored["torch"] == torch.__version__
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(_measured, "measure_precision", refuse)
+    assert measured_facts("f1", directory=tmp_path) == found  # read back, not measured
+    # another torch's kernels, or a cache that cannot be read: measured again (here: refused, so it raises)
+    (tmp_path / "measured-f1-cpu.json").write_text(json.dumps({**stored, "torch": "2.3.0"}))
+    with pytest.raises(AssertionError, match="measured again"):
+        measured_facts("f1", directory=tmp_path)
+    (tmp_path / "measured-f1-cpu.json").write_text("{not json")
+    with pytest.raises(AssertionError, match="measured again"):
+        measured_facts("f1", directory=tmp_path)
+
+
+def test_a_cache_that_cannot_be_written_is_measured_around(tmp_path: Path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("")  # a file where the folder should be
+    assert measured_facts("f2", directory=blocked / "cache").precision
