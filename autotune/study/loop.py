@@ -235,8 +235,8 @@ class SearchLoop:
         rest = [seed for seed in self.seeds if params_key(seed[1]) not in keys]
         at = next((i for i, (role, _) in enumerate(rest) if role not in (BASELINE, WARM_START)), len(rest))
         self.seeds = [*rest[:at], *found, *rest[at:]]
-        self.phase("input-bound", f"the defaults wait for data {base.result.data_wait:.0%} of a step: "
-                                  f"DataLoader workers and the threads they leave are measured first")
+        self.notify(Phase("input-bound", None, f"the defaults wait for data {base.result.data_wait:.0%} of a step: "
+                                               "DataLoader workers and the threads they leave are measured first"))
 
     def sampled_turn(self) -> bool:
         """Whether a trial Optuna samples goes before the next seed: while seeds remain, one for every

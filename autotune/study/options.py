@@ -27,6 +27,7 @@ class SearchOptions:
     confirm_top: int = 3  # candidates re-run side by side with the baseline before one is declared best
     confirm_rounds: int = 3  # the confirmation's rounds, each in fresh worker processes (the calibration's pairs split)
     busy_limit: float = 1.5  # the widest A/A interval (high / low) recipes are ranked on (``measurer.too_busy``)
+    seeded: bool = True  # False: the baseline alone is seeded, the sampler picks the rest (the benchmark's control)
 
 
 def check_options(options: SearchOptions) -> None:

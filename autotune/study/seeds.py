@@ -57,6 +57,8 @@ def seeds(facts: Facts, ctx: spaces.SpaceContext, options: SearchOptions, worklo
     machine's ``measured`` kernel speeds, a precision measured hopeless is not seeded (``not_seeded``) and
     the others go fastest first: the facts' flags say what the hardware has, not what its kernels make of it."""
     found = spaces.seeds(facts, ctx)
+    if not options.seeded:
+        return found[:1]
     skipped = not_seeded(facts, ctx, measured)
     for role, params in found:
         if params.get("amp_dtype") in skipped:

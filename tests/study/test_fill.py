@@ -334,8 +334,9 @@ def test_where_the_defaults_wait_for_data_the_input_is_seeded_first(facts: Any, 
              "method": "in-process pairs", "data_wait": data_wait, "loss": 1.0}
     study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs=attrs))
     seeds = [("seed", {**defaults, "channels_last": True})]
+    events: list[Any] = []
     loop = SearchLoop(study, "cnn", facts, CTX, {}, SearchOptions(budget_s=300, storage="sqlite://", study="input"),
-                      time.monotonic() + 60, lambda event: None, seeds=seeds, measurer=Answering(defaults))
+                      time.monotonic() + 60, events.append, seeds=seeds, measurer=Answering(defaults))
     loop.noise = NOISE
     loop._next(0, None)
     asked = study.get_trials(deepcopy=False)[-1].user_attrs[Attr.PARAMS]
@@ -345,6 +346,9 @@ def test_where_the_defaults_wait_for_data_the_input_is_seeded_first(facts: Any, 
         assert [s[1]["num_workers"] for s in loop.seeds[:-1]] == [c["num_workers"] for c in data.input_bound(
             facts, CTX) if not spaces.outside({**defaults, **c}, facts, CTX)]
         assert loop.seeds[-1][1]["channels_last"]  # the other seeds follow, none lost
+        said = [e.detail for e in events if getattr(e, "name", None) == "input-bound"]  # the log's line
+        assert said == ["the defaults wait for data 90% of a step: DataLoader workers and the threads they leave "
+                        "are measured first"], events
     else:
         assert asked["channels_last"] and not asked["num_workers"], asked
         assert loop.seeds == seeds

@@ -268,3 +268,10 @@ def test_a_precision_measured_hopeless_here_is_not_seeded_and_one_measured_fast_
     assert not_seeded(both, ctx, fast) == {}
     # unmeasured: every precision the space offers is seeded, in the families' order
     assert {p["amp_dtype"] for _, p in search_seeds(both, ctx, options, "cnn")} == {"float32", "bfloat16", "float16"}
+
+
+def test_a_search_without_seeds_seeds_the_baseline_alone(facts, tmp_path) -> None:
+    """The benchmark's control (``benchmarks/search_quality.py``: the sampler alone)."""
+    options = SearchOptions(storage=f"sqlite:///{tmp_path}/s.db", seeded=False)
+    assert search_seeds(facts, SpaceContext(default_batch_size=32, conv=True), options, "cnn") == [
+        ("baseline", defaults(facts, SpaceContext(default_batch_size=32, conv=True)))]
