@@ -69,9 +69,20 @@ SETTLE_STEPS = 100
 HOPELESS = 8.0
 # An eager arm's first step also builds its kernels (oneDNN primitives, allocations): judged at this many times
 # ``HOPELESS``, so a 100x arm stops after one step. A compiled arm's first steps hold its compilation: not judged;
-# nor the first two of an arm with DataLoader workers, which hold their start (on ``tiny``, 0.3 ms a step: its first
-# step 73-158x the defaults', its second 10-16x, its windows 7.5x).
+# nor the steps of an arm with DataLoader workers until they have taken the batches the workers prefetch at their
+# start (num_workers x prefetch_factor): its steps share the CPUs with that burst (on ``tiny``, 0.3 ms a step: its
+# first step 73-158x the defaults', its second 10-16x, its windows 7.5x; on the CNN with two workers on 2 vCPUs, its
+# third step 33x, where its windows read 1.18x).
 FIRST_STEP_HOPELESS = 4.0
+
+
+def judged_step(index: int, charged: int, compiled: bool, workers: int, prefetch: int | None) -> bool:
+    """Whether warm-up step ``index`` (from 0) is judged by the hopeless rule: the first ``charged`` steps may
+    hold compile work (judged at ``FIRST_STEP_HOPELESS`` when eager, not at all when compiled); with DataLoader
+    workers, none of the steps that take the batches they prefetch at their start (``workers`` x ``prefetch``)."""
+    if workers > 0:
+        return index >= charged + workers * (prefetch or 2)
+    return index >= charged or not compiled
 
 
 class Host(Protocol):
@@ -323,8 +334,8 @@ class Arm:
             else:
                 self._warm_steps.append(spent)
             self._loss_if_due(loss)
-            workers = self.batches.loader.num_workers > 0
-            judged = index >= charged + 1 if workers else index >= charged or not self.compiled
+            loader = self.batches.loader
+            judged = judged_step(index, charged, self.compiled, loader.num_workers, loader.prefetch_factor)
             if self.give_up is not None and self.step_samples and judged:
                 slower = spent / self.step_samples / self.give_up[1]
                 if slower > self.give_up[0] * (1.0 if index >= charged else FIRST_STEP_HOPELESS):

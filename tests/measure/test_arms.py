@@ -423,3 +423,16 @@ def test_an_arm_reads_how_much_of_its_step_waits_for_data(tiny_worker: PairedWor
         waits = {arm: worker.evaluate(arm).data_wait for arm in ("defaults", "one-worker")}
     assert waits["defaults"] is not None and waits["defaults"] > INPUT_BOUND, waits  # 0.79 here
     assert waits["one-worker"] is not None and waits["one-worker"] > INPUT_BOUND, waits
+
+
+@pytest.mark.parametrize(("workers", "prefetch", "first_judged"), [(0, None, 0), (1, 2, 3), (2, 2, 5), (2, 4, 9)])
+def test_an_arm_with_dataloader_workers_is_judged_after_their_first_prefetch(workers: int, prefetch: int | None,
+                                                                             first_judged: int) -> None:
+    """An eager arm's first step is judged (at 4x the rule); with workers, its steps are not until they have taken
+    the batches the workers prefetched at their start: the CNN with two workers on 2 vCPUs read 33x on its third
+    step (stopped as 0.03x) where its windows read 1.18x."""
+    from autotune.measure.arms import judged_step
+
+    judged = [judged_step(index, 1, False, workers, prefetch) for index in range(12)]
+    assert judged.index(True) == first_judged and all(judged[first_judged:])
+    assert not judged_step(0, 1, True, 0, None) and judged_step(1, 1, True, 0, None)  # compiled: after its compile
