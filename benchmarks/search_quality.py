@@ -57,20 +57,40 @@ from pathlib import Path
 from typing import Any
 
 SEARCHED = ("threads", "interop_threads", "amp_dtype", "batch_size", "channels_last")
+AXES = (*SEARCHED, "num_workers")  # what --searched may name
+LOADER = ("num_workers", "persistent_workers", "prefetch_factor")  # the num_workers axis sets all three
 ENVIRONMENT = ("threads", "interop_threads")
 GRIDS = Path(__file__).resolve().parent / "grids"
 
 
-def _axes(facts: Any, ctx: Any) -> list[list[Any]]:
-    """Every value the search may pick for each searched knob (threads: 1, the cores and all CPUs where
-    there are more than 4: a larger machine's grid is not exhaustive in threads)."""
+def _axes(facts: Any, ctx: Any, searched: tuple[str, ...] = SEARCHED) -> list[list[dict[str, Any]]]:
+    """Every value the search may pick for each searched knob, as the knobs it sets (threads: 1, the cores and
+    all CPUs where there are more than 4: a larger machine's grid is not exhaustive in threads; num_workers: 0 to
+    the cores, with persistent workers and each prefetch factor the space offers)."""
     from autotune import search_spaces as spaces
 
     most = spaces.threads.max_threads(facts)
-    threads = list(range(1, most + 1)) if most <= 4 else sorted({1, spaces.threads.physical_cores(facts), most})
-    interop = list(range(1, max(1, min(4, spaces.threads.physical_cores(facts))) + 1))
-    return [threads, interop, list(spaces.amp.dtypes(facts, ctx)), list(spaces.batch.sizes(ctx)),
-            [False, True] if ctx.conv else [False]]
+    cores = spaces.threads.physical_cores(facts)
+    values: dict[str, list[Any]] = {
+        "threads": list(range(1, most + 1)) if most <= 4 else sorted({1, cores, most}),
+        "interop_threads": list(range(1, max(1, min(4, cores)) + 1)),
+        "amp_dtype": list(spaces.amp.dtypes(facts, ctx)),
+        "batch_size": list(spaces.batch.sizes(ctx)),
+        "channels_last": [False, True] if ctx.conv else [False],
+    }
+    # batch_size is recorded under today's name (recipe format 2: the batch one process loads)
+    axes = [[{"batch_per_rank" if name == "batch_size" else name: v} for v in values[name]]
+            for name in searched if name != "num_workers"]
+    if "num_workers" in searched:
+        axes.append([{"num_workers": 0, "persistent_workers": False, "prefetch_factor": None},
+                     *({"num_workers": w, "persistent_workers": True, "prefetch_factor": f}
+                       for w in range(1, min(8, cores) + 1) for f in (2, 4))])
+    return axes
+
+
+def _searched_keys(searched: tuple[str, ...]) -> list[str]:
+    named = {"num_workers": LOADER, "batch_size": ("batch_per_rank",)}
+    return [k for name in searched for k in named.get(name, (name,))]
 
 
 def _setup(workload: str, settings: Any) -> tuple[Any, Any, Any, dict[str, Any]]:
@@ -125,13 +145,18 @@ def record(args: argparse.Namespace) -> int:
 
     settings = TrialSettings(warmup_steps=args.warmup_steps, measure_steps=args.steps)
     facts, ctx, _, defaults = _setup(args.workload, settings)
-    combos = [dict(zip(SEARCHED, c, strict=True)) for c in itertools.product(*_axes(facts, ctx))]
+    searched = tuple(args.searched.split(","))
+    unknown = [name for name in searched if name not in AXES]
+    if unknown:
+        raise SystemExit(f"--searched: {', '.join(unknown)} (known: {', '.join(AXES)})")
+    combos = [{k: v for part in c for k, v in part.items()} for c in itertools.product(*_axes(facts, ctx, searched))]
+    pair_s: list[float] = []  # a process pair's wall time: the replay charges it (``ReplayClock``)
     envs: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for combo in combos:
         envs.setdefault(tuple(combo[k] for k in ENVIRONMENT), []).append(combo)
     home = tuple(defaults[k] for k in ENVIRONMENT)
     order = [home, *(env for env in envs if env != home)]  # the defaults' worker first: it calibrates
-    print(f"grid: {len(combos)} combinations of {', '.join(SEARCHED)} on {args.workload}, {len(envs)} environments",
+    print(f"grid: {len(combos)} combinations of {', '.join(searched)} on {args.workload}, {len(envs)} environments",
           flush=True)
     started, load_before = time.monotonic(), os.getloadavg()
     configs, noise = [], None
@@ -140,11 +165,13 @@ def record(args: argparse.Namespace) -> int:
         factors: list[float] = []
         if env != home:
             assert noise is not None
+            across_started = time.monotonic()
             across = across_processes(args.workload, defaults, env_defaults, facts, settings,
                                       pairs=max(4, noise.pairs // 2), window_s=noise.window_s, least=3,
                                       most=args.process_pairs, half_width=noise.half_width, margin=noise.margin,
                                       seed=1000 * len(configs))
             factors = list(across.per_process)
+            pair_s.append((time.monotonic() - across_started) / max(1, len(factors)))
             print(f"environment {env}: factor {across.ratio.median:.3f} [{across.ratio.low:.3f}-"
                   f"{across.ratio.high:.3f}] over {len(factors)} process pairs", flush=True)
         with PairedWorker(args.workload, env_defaults, facts, settings) as worker:
@@ -158,7 +185,7 @@ def record(args: argparse.Namespace) -> int:
     load_after = os.getloadavg()
     wall = time.monotonic() - started
     grid = RecordedGrid(
-        workload=args.workload, searched=list(SEARCHED), defaults=defaults,
+        workload=args.workload, searched=_searched_keys(searched), defaults=defaults,
         noise={**noise.__dict__, "aa": list(noise.aa)}, configs=configs,
         note=(f"recorded at niceness {os.nice(0)} on a {os.cpu_count()}-CPU machine "
               f"({platform.processor() or platform.machine()}), load average {load_before[0]:.2f} at start and "
@@ -168,7 +195,8 @@ def record(args: argparse.Namespace) -> int:
                   "loadavg": [list(load_before), list(load_after)], "cpus": os.cpu_count(),
                   "cpu_model": getattr(facts.cpu, "model", None), "pairs": [args.pairs, args.most_pairs],
                   "aa_pairs": args.pairs, "process_pairs": [3, args.process_pairs], "window_s": args.window_s,
-                  "steps": args.steps, "warmup_steps": args.warmup_steps},
+                  "steps": args.steps, "warmup_steps": args.warmup_steps,
+                  "process_pair_s": round(statistics.median(pair_s), 2) if pair_s else None},
         facts=facts.to_dict())
     out = Path(args.grid)
     grid.save(out)
@@ -197,7 +225,7 @@ def replay(args: argparse.Namespace) -> int:
     from autotune import search_spaces as spaces
     from autotune.study import SearchOptions, search
     from autotune.study.driver import search_context
-    from autotune.testing.replay import RecordedGrid, ReplayMeasurer
+    from autotune.testing.replay import RecordedGrid, ReplayClock, ReplayMeasurer
     from autotune.trial import TrialSettings
 
     grid = RecordedGrid.load(args.grid)
@@ -245,28 +273,35 @@ def replay(args: argparse.Namespace) -> int:
         facts, ctx, replace(base_options, fixed=fixed, storage="sqlite://"), grid.workload, None)[1:]}
     runs: dict[bool, list[dict[str, Any]]] = {True: [], False: []}
     started = time.monotonic()
+    if args.budget and not grid.recorded.get("process_pair_s"):
+        print("the grid records no process pair's time: the replay's clock charges its process pairs nothing")
     for with_seeds in (True, False):  # the sampler alone: what the search adds beyond its seeds
         print("with the seeds" if with_seeds else "without seeds (the baseline alone, then the sampler)")
         for seed in range(args.seeds):
             with tempfile.TemporaryDirectory() as tmp:
                 options = SearchOptions(**{**base_options.__dict__, "trials": trials, "seed": seed, "fixed": fixed,
                                            "seeded": with_seeds, "storage": f"sqlite:///{Path(tmp) / 'studies.db'}",
-                                           "study": f"quality-{seed}"})
+                                           "study": f"quality-{seed}", "budget_s": args.budget})
                 t0 = time.monotonic()
-                outcome = search(grid.workload, options=options, measurer=ReplayMeasurer(grid, seed), facts=facts)
+                clock = ReplayClock()  # the recorded time of what the grid answers, against --budget
+                with clock.patched():
+                    outcome = search(grid.workload, options=options, measurer=ReplayMeasurer(grid, seed, clock),
+                                     facts=facts)
                 key = grid.key(outcome.recipe.params)
                 confirms = sum(1 for r in outcome.records if r.role == "confirm")
                 runs[with_seeds].append({
                     "seed": seed, "best_found": scores.get(key, 0.0) / grid_best,
                     "trials": len(outcome.records) - confirms, "confirmation_runs": confirms,
                     "claimed": [outcome.recipe.speedup_low, outcome.recipe.speedup_high],
-                    "wall_s": time.monotonic() - t0, "recipe": dict(zip(grid.searched, key, strict=True))})
+                    "wall_s": time.monotonic() - t0, "charged_s": clock.charged,
+                    "recipe": dict(zip(grid.searched, key, strict=True))})
                 r = runs[with_seeds][-1]
                 low, high = r["claimed"]
                 claimed = f"claimed [{low:.3f}-{high:.3f}]" if low is not None and high is not None else "no claim"
                 print(f"seed {seed:2d}: {r['best_found']:.3f} of the grid's best (defaults {default_score:.3f}, "
                       f"heuristic {heuristic_score:.3f}), {claimed}, with {r['trials']} trials + {confirms} "
-                      f"confirmations in {r['wall_s']:.1f} s: {r['recipe']}", flush=True)
+                      f"confirmations in {r['wall_s']:.1f} s ({r['charged_s']:.0f} s recorded): {r['recipe']}",
+                      flush=True)
     found = [r["best_found"] for r in runs[True]]
     alone = [r["best_found"] for r in runs[False]]
     summary = {
@@ -275,6 +310,7 @@ def replay(args: argparse.Namespace) -> int:
         "trials_allowed": trials, "seeds": args.seeds, "best_found_over_grid_best": [round(f, 4) for f in found],
         "median_best_found": round(statistics.median(found), 4), "min_best_found": round(min(found), 4),
         "defaults_over_grid_best": round(default_score, 4), "heuristic_over_grid_best": round(heuristic_score, 4),
+        "budget_s": args.budget, "charged_s": [round(r["charged_s"], 1) for r in runs[True]],
         "trials_used": [r["trials"] for r in runs[True]],
         "confirmation_runs": [r["confirmation_runs"] for r in runs[True]],
         "best_found_without_seeds": [round(f, 4) for f in alone],
@@ -307,6 +343,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--warmup-steps", type=int, default=4)
     parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--searched", default=",".join(SEARCHED),
+                        help=f"with --record: the knobs of the grid, of {', '.join(AXES)} (num_workers also sets "
+                             "persistent_workers and prefetch_factor)")
+    parser.add_argument("--budget", type=float, default=None,
+                        help="replay: the search's budget in seconds, on a clock that charges what the grid recorded")
     parser.add_argument("--fraction", type=float, default=0.15, help="search trials as a fraction of the grid")
     parser.add_argument("--confirm", type=int, default=3, help="confirmation candidates (autotune search --confirm)")
     parser.add_argument("--max-loss-increase", type=float, default=0.05)

@@ -38,6 +38,10 @@ import json
 import math
 import random
 import statistics
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -201,14 +205,16 @@ class ReplayMeasurer:
     whose speedup is the calibration's A/A; the defaults of another environment are their process-pair
     factor alone; ``reseed`` draws new orders (the confirmation's fresh pairs)."""
 
-    def __init__(self, grid: RecordedGrid, seed: int = 0) -> None:
+    def __init__(self, grid: RecordedGrid, seed: int = 0, clock: ReplayClock | None = None) -> None:
         self.grid, self.seed = grid, seed
+        self.clock = clock  # charged the recorded time of what it answers, where given
         self.measured = None  # the recording machine's kernel speeds are not in the grid: this one's do not apply
         self.begun: dict[tuple[Any, ...], int] = {}
         self.confirming = False  # after ``reseed``: the held-out half of every combination's measurements
 
     def calibrate(self, timeout_s: float) -> Noise:
         n = self.grid.noise
+        self.charge(float(n.get("wall_s") or 0.0))
         return Noise(**{**n, "aa": tuple(n["aa"])})
 
     def reseed(self, seed: int) -> None:
@@ -225,7 +231,17 @@ class ReplayMeasurer:
         if self.confirming:  # a round: as many pairs, drawn with replacement (a bootstrap of the held-out half)
             order = rng.choices(order, k=len(order))
         rng.shuffle(order)
-        return _Handle(config, order, self._kind(config), self.confirming)
+        handle = _Handle(config, order, self._kind(config), self.confirming)
+        self.charge(config.warmup_s)
+        if handle.kind in (ACROSS, FACTOR):  # its environment's process pairs (the search's, or a round's one)
+            pairs = len(config.split(self.confirming)[1])
+            self.charge(pairs * float(self.grid.recorded.get("process_pair_s") or 0.0))
+        return handle
+
+    def charge(self, seconds: float) -> None:
+        """Advance the search's clock by the recorded time of what was answered (nothing without a clock)."""
+        if self.clock is not None:
+            self.clock.charge(seconds)
 
     def _kind(self, config: GridConfig) -> str:
         in_process = [k for k in self.grid.searched if k not in ENVIRONMENT_KEYS]
@@ -236,7 +252,9 @@ class ReplayMeasurer:
     def more(self, handle: object, n: int, timeout_s: float, confidence: float = stats.CONFIDENCE) -> Interval:
         h = self._handle(handle)
         if h.kind in (IN_PROCESS, ACROSS):
-            h.drawn.extend(h.order[len(h.drawn):len(h.drawn) + n])
+            drawn = h.order[len(h.drawn):len(h.drawn) + n]
+            h.drawn.extend(drawn)
+            self.charge(len(drawn) * (h.config.window_s + max(h.config.window_s, h.config.step_s or 0.0)))
         return self._interval(h, confidence)
 
     def _interval(self, h: _Handle, confidence: float = stats.CONFIDENCE) -> Interval:
@@ -282,6 +300,39 @@ class ReplayMeasurer:
 _NOTHING = Interval(0.0, 0.0, 0.0, 0.0, 0)  # no pair yet: slower than anything (as the live measurer's)
 
 
+class ReplayClock:
+    """The search's clock during a replay: real time plus the recorded time the replay charged for what it
+    answered (``ReplayMeasurer.charge``), so a 2-minute replay runs out of budget where a 2-minute search would,
+    a knob that cost 100 s included. ``patched()`` puts it in place of the ``time`` module the search's
+    modules read ``monotonic()`` from."""
+
+    def __init__(self) -> None:
+        self.charged = 0.0
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.charged
+
+    def charge(self, seconds: float) -> None:
+        self.charged += max(0.0, seconds)
+
+    def __getattr__(self, name: str) -> Any:  # the rest of the ``time`` module, as it is
+        return getattr(time, name)
+
+    @contextmanager
+    def patched(self) -> Iterator[ReplayClock]:
+        import autotune.study as study
+
+        modules = [m for name, m in sorted(sys.modules.items())
+                   if name.startswith(study.__name__ + ".") and getattr(m, "time", None) is time]
+        for module in modules:
+            module.time = self  # type: ignore[attr-defined]
+        try:
+            yield self
+        finally:
+            for module in modules:
+                module.time = time  # type: ignore[attr-defined]
+
+
 def _spread(ratios: list[float]) -> float | None:
     if len(ratios) < 2:
         return None
@@ -289,4 +340,4 @@ def _spread(ratios: list[float]) -> float | None:
     return (max(ratios) - min(ratios)) / centre if centre > 0 and math.isfinite(centre) else None
 
 
-__all__ = ["GridConfig", "GridMiss", "RecordedGrid", "ReplayMeasurer"]
+__all__ = ["GridConfig", "GridMiss", "RecordedGrid", "ReplayClock", "ReplayMeasurer"]
