@@ -103,9 +103,9 @@ def test_a_grid_is_replayed_in_the_space_of_the_machine_that_recorded_it(facts: 
 
 
 def test_a_replay_charges_the_recorded_time_against_the_budget(facts: Any, tmp_path: Path) -> None:
-    """bfloat16's arms took 100 s each to build in this grid (a knob as dear as fp16 was on the Intel VM): on the
-    replay's clock a 60-s search ends by its budget after the first of them, as a live search would; without the
-    clock it measured its whole trial count in a second of real time."""
+    """Each arm of this grid took 5 s to build: a 60-s replay on the replay's clock ends by its budget after the
+    trials that time allows, as a live search would; without the clock it ran its whole trial count (20), its
+    trials answered in milliseconds of real time."""
     from dataclasses import replace
 
     from autotune.testing.replay import ReplayClock
@@ -114,23 +114,18 @@ def test_a_replay_charges_the_recorded_time_against_the_budget(facts: Any, tmp_p
     base = SearchOptions(budget_s=60, settings=settings, compile=False, confirm_top=0)
     _, ctx = search_context("tiny", facts, base)
     grid = _grid(facts, ctx, base)
-    grid = replace(grid, configs=[replace(c, warmup_s=100.0) if c.params["amp_dtype"] == "bfloat16" else c
-                                  for c in grid.configs])
-    if not any(c.params["amp_dtype"] == "bfloat16" for c in grid.configs):
-        pytest.skip("this machine's space offers no bfloat16")
+    grid = replace(grid, configs=[replace(c, warmup_s=5.0) for c in grid.configs])
     fixed = {k: v for k, v in spaces.defaults(facts, ctx).items() if k not in grid.searched_names()}
-    outcomes = {}
+    outcomes, clock = {}, ReplayClock()
     for charged in (False, True):
-        options = SearchOptions(**{**base.__dict__, "trials": 12, "fixed": fixed, "study": f"clock-{charged}",
+        options = SearchOptions(**{**base.__dict__, "trials": 20, "fixed": fixed, "study": f"clock-{charged}",
                                    "storage": f"sqlite:///{tmp_path / f'clock-{charged}.db'}"})
-        clock = ReplayClock() if charged else None
-        if clock is None:
+        if not charged:
             outcomes[charged] = search("tiny", options=options, measurer=ReplayMeasurer(grid, 0), facts=facts)
             continue
         with clock.patched():
             outcomes[charged] = search("tiny", options=options, measurer=ReplayMeasurer(grid, 0, clock), facts=facts)
-        assert clock.charged >= 100.0 + grid.noise["wall_s"]
-    assert outcomes[False].stopped == "trials"
+    assert outcomes[False].stopped == "trials", outcomes[False].stopped
     assert outcomes[True].stopped == "budget", outcomes[True].stopped
-    bf16 = [r for r in outcomes[True].records if r.params.get("amp_dtype") == "bfloat16"]
-    assert len(bf16) == 1 and len(outcomes[True].records) < len(outcomes[False].records)
+    assert 5 <= len(outcomes[True].records) < len(outcomes[False].records), len(outcomes[True].records)
+    assert 50.0 < clock.charged < 60 * 1.05, clock.charged  # its recorded time: the budget, not past it
