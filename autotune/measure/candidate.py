@@ -13,8 +13,8 @@ from typing import Any
 from ..trial.runner import run_trial
 from ..trial.spec import Status, TrialResult
 from . import stats
-from .arms import HOPELESS
 from .environment import DEFAULTS, ENVIRONMENT_KEYS
+from .hopeless import HOPELESS
 from .paired_worker import PairedWorker
 from .protocol import ArmStatus, PairRecord
 
@@ -148,7 +148,7 @@ class Candidate:
 
 
 def hopeless_result(trial: Candidate, status: ArmStatus | None, why: str, stalled_s: float) -> TrialResult:
-    """A candidate far slower than the defaults in its first steps (``arms.HOPELESS``), as a measured trial: its
+    """A candidate far slower than the defaults in its first steps (``hopeless.HOPELESS``), as a measured trial: its
     steps' ratio (``status.gave_up``; none where the parent stopped a step that had not ended, ``stalled_s`` of
     warm-up), at most ``1 / HOPELESS``, no pairs and no loss."""
     ratio = 1 / status.gave_up if status is not None and status.gave_up else None

@@ -11,7 +11,7 @@ from typing import Any
 from .. import search_spaces as spaces
 from ..trial.spec import Status, TrialResult
 from . import stats
-from .arms import HOPELESS, WINDOW_FLOOR_S, choose_window_s
+from .arms import WINDOW_FLOOR_S, choose_window_s
 from .candidate import (
     DEFAULTS,
     NOTHING,
@@ -24,6 +24,7 @@ from .candidate import (
 )
 from .environment import environment_differences, environment_key
 from .factors import EnvironmentFactors
+from .hopeless import HOPELESS
 from .measurer import BUSY, Noise, too_busy
 from .paired_worker import Calibration, WorkerError
 from .pool import PhaseHook, WorkerPool, lost

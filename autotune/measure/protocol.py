@@ -55,7 +55,7 @@ class AddArm:
     params: dict[str, Any]
     seed: int | None = None
     wide: bool = False
-    # Give up after its first normal step (``arms.HOPELESS``): when a step takes more than ``give_up`` x the
+    # Give up after its first normal step (``hopeless.HOPELESS``): when a step takes more than ``give_up`` x the
     # arm ``against``'s time per sample, its warm-up ends there and its status says ``gave_up``.
     give_up: float | None = None
     against: str | None = None

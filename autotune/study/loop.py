@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import search_spaces as spaces
 from ..errors import TrialError
-from ..measure import ENVIRONMENT_KEYS, Interval, Noise, PairedMeasurer, environment_differences, environment_key
+from ..measure import Interval, Noise, PairedMeasurer, environment_key
 from ..trial.lock import host_lock, owner
 from ..trial.spec import Status, TrialResult
 from . import budget, oom_limits, verdict
@@ -37,19 +37,17 @@ from .liveness import fail_orphans, heartbeat
 from .race import SLOWER, looks_confidence, race_stop
 from .records import (
     BASELINE,
-    COMBINED,
     CONFIRM,
-    IN_PROCESS,
     MEASURED,
     PAIRED,
     SEARCH,
-    WARM_START,
     Attr,
     StudyAttr,
     params_key,
     records,
 )
-from .seeds import Seed, combination, enqueue_combination, enqueue_next_seed, input_seeds, next_seed
+from .seeds import Seed, enqueue_combination, enqueue_next_seed
+from .turns import Turns
 
 if TYPE_CHECKING:
     import optuna
@@ -60,12 +58,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_SKIPS = 25  # consecutive samples of batch sizes known to run out of memory, measured recipes, or not started
-DUPLICATES_YIELD = 5  # consecutive samples of measured recipes after which the in-process turn gives way
-IN_PROCESS_WEIGHT = 2.0  # sampled trials that start no process get this many times the time of those that do
-SEEDS_PER_SAMPLE = 2  # while seeds remain, a sampled trial for every this many seeds: a third of the trials
 
 
-class SearchLoop:
+class SearchLoop(Turns):
     """Runs trials until the budget, the trial count or the space runs out; records each at once."""
 
     def __init__(
@@ -93,37 +88,6 @@ class SearchLoop:
     def phase(self, name: str, detail: str = "") -> None:
         """What the measurement is doing now (``events.Phase``), for the live display."""
         self.notify(Phase(name, self.current, detail))
-
-    def estimate_s(self, compile_mode: str | None = None) -> float | None:
-        """How long one full trial will likely take (``budget.estimate_s``)."""
-        return budget.estimate_s(self.study, compile_mode)
-
-    def next_estimate_s(self) -> float | None:
-        """How long the next trial will likely take, by its kind: the trial waiting, else the next seed, else the
-        combination, else a trial of role ``in-process`` on its turn (``in_process_turn``), else one Optuna
-        samples, which nearly always changes an environment knob. One that compiles: as that compile mode's
-        trials (``budget.estimate_s``); one that starts no process (``warm``): as those
-        (``budget.in_process_estimate_s``); else as those that started processes (``budget.started_estimate_s``).
-        None before the calibration."""
-
-        general = self.estimate_s()
-        if general is None:
-            return None
-        waiting = self._waiting()
-        if not waiting and self.sampled_turn():
-            return budget.in_process_estimate_s(self.study) or general
-        seed = next_seed(self.study, self.seeds)
-        params = ({**self.defaults, **waiting[0].system_attrs.get("fixed_params", {})} if waiting
-                  else seed[1] if seed is not None
-                  else combination(self.study, self.facts, self.ctx, self.options.fixed))
-        if params is None and self.in_process_turn():
-            return budget.in_process_estimate_s(self.study)
-        if params is None:
-            return budget.started_estimate_s(self.study)
-        mode = params.get("compile_mode") or "none"
-        if mode != "none":
-            return budget.estimate_s(self.study, mode) or general
-        return budget.in_process_estimate_s(self.study) if self._warm(params) else budget.started_estimate_s(self.study)
 
     def timeout_s(self, params: dict[str, Any], remaining: float, estimate: float | None) -> float:
         """The trial's time limit (``budget.timeout_s``)."""
@@ -185,121 +149,6 @@ class SearchLoop:
             if recorded:
                 factors.setdefault(environment_key(r.params), Interval(**recorded))
         return self.noise
-
-    def fill(self, available: float) -> bool:
-        """The budget's end, where a typical trial no longer fits before the time kept for the confirmation: a
-        trial that starts no process still may (``budget.in_process_estimate_s``; a measurer's ``warm``). Enqueue
-        one and return True: the first seed not taken that is one, else the combination if it is one, else a
-        trial of role ``in-process`` with the environment fixed (the best recipe's when warm, else the defaults')
-        and no compilation, its in-process knobs sampled by Optuna. False when none fits, or a trial already
-        waiting would start one. So the budget's end is not left unused while a cheap candidate still fits."""
-
-        cheap = budget.in_process_estimate_s(self.study)
-        if cheap is None or available < cheap:
-            return False
-        waiting = self._waiting()
-        if waiting:
-            return self._warm({**self.defaults, **waiting[0].system_attrs.get("fixed_params", {})})
-        if self.sampled_turn():
-            self.enqueue_in_process()
-            return True
-        seed = next_seed(self.study, self.seeds, self._warm)
-        if seed is not None:
-            self.study.enqueue_trial(seed[1], user_attrs={Attr.ROLE: seed[0]})
-            return True
-        combined = combination(self.study, self.facts, self.ctx, self.options.fixed)
-        if combined is not None and self._warm(combined):
-            self.study.enqueue_trial(combined, user_attrs={Attr.ROLE: COMBINED})
-        else:  # a sample that repeats a measured recipe is skipped at once: asking again costs nothing, and
-            self.enqueue_in_process()  # MAX_SKIPS of them in a row end the search (False here would leave time unused)
-        return True
-
-    def seed_the_input(self) -> None:
-        """Once the baseline is measured, read how much of its step waits for data (``TrialResult.data_wait``):
-        where the input bounds the step, its seeds (``seeds.input_seeds``: DataLoader workers and the threads
-        they leave to compute) go right after the baseline and the warm start, before the other seeds. The seed
-        list is fixed before the calibration: a 3-minute search of an input-bound workload spent 147 s of 186 on
-        precision seeds and never tried a DataLoader worker."""
-        if self.input_read:
-            return
-        base = next((r for r in records(self.study) if r.role == BASELINE and r.result.status == Status.OK), None)
-        if base is None:
-            return
-        self.input_read = True
-        defaults = next((params for role, params in self.seeds if role == BASELINE),
-                        spaces.defaults(self.facts, self.ctx))
-        found = input_seeds(base.result.data_wait, defaults, self.facts, self.ctx, self.options.fixed)
-        if not found:
-            return
-        keys = {params_key(params) for _, params in found}
-        rest = [seed for seed in self.seeds if params_key(seed[1]) not in keys]
-        at = next((i for i, (role, _) in enumerate(rest) if role not in (BASELINE, WARM_START)), len(rest))
-        self.seeds = [*rest[:at], *found, *rest[at:]]
-        self.notify(Phase("input-bound", None, f"the defaults wait for data {base.result.data_wait:.0%} of a step: "
-                                               "DataLoader workers and the threads they leave are measured first"))
-
-    def sampled_turn(self) -> bool:
-        """Whether a trial Optuna samples goes before the next seed: while seeds remain, one for every
-        ``SEEDS_PER_SAMPLE`` measured seeds, the first right after the first seed (the warm start, the heuristic and
-        the combination count as seeds), so the search from its start is at least a third sampled at most turns. A
-        machine with many seeds, or one slow seed (the heuristic's process pairs, a precision 40x slow), took a
-        2-minute search's trials for seeds alone (a recurrent workload's 3-minute search: 4 trials, all seeds), and
-        the sampler never ran. Its turn is taken by an in-process trial (``enqueue_in_process``): the seeds still
-        to come change the environment, a sample costs an arm's windows."""
-        if next_seed(self.study, self.seeds) is None:
-            return False
-        seeded = sampled = 0
-        for t in self.study.get_trials(deepcopy=False):
-            role, status = t.user_attrs.get(Attr.ROLE), t.user_attrs.get(Attr.STATUS)
-            if role in (SEARCH, IN_PROCESS) and (status in MEASURED or status == Status.DUPLICATE):
-                sampled += 1  # a sample of a recipe measured before took its turn too (or a small space loops)
-            elif role not in (BASELINE, CONFIRM, SEARCH, IN_PROCESS) and status in MEASURED:
-                seeded += 1
-        return sampled < -(-seeded // SEEDS_PER_SAMPLE)
-
-    def in_process_turn(self) -> bool:
-        """Whether the next sampled trial should start no process: the search's candidates that started none
-        have taken less than ``IN_PROCESS_WEIGHT`` x as long as those that started processes (another
-        environment's process pairs, ``processes`` > 1). One that starts processes costs many times one that does
-        not, and less of its time is timed, so sampled freely a few of them take a short search's time and leave
-        the in-process knobs unexplored. So the time is split, twice as much for the in-process knobs, in the best
-        warm environment, as for the environments, which keeps most of the trials' time timed. The turn gives way
-        once ``DUPLICATES_YIELD`` samples in a row were recipes measured before (a small in-process space, or TPE
-        sure of its best): a sample Optuna draws freely comes next."""
-        if self.duplicates >= DUPLICATES_YIELD:
-            return False
-        started = not_started = 0.0
-        for r in records(self.study):
-            if r.role in (BASELINE, CONFIRM):
-                continue
-            if (r.result.startup_s or 0.0) > budget.STARTED_S:
-                started += r.result.wall_s
-            else:
-                not_started += r.result.wall_s
-        return IN_PROCESS_WEIGHT * started > not_started
-
-    def enqueue_in_process(self) -> None:
-        """Enqueue a trial of role ``in-process`` (unless one waits already): the environment fixed, the best
-        recipe's when the measurer says it is warm (else the defaults'), no compilation, and the in-process knobs
-        left to Optuna (in one process, ``spaces.suggest`` gives DDP's settings PyTorch's defaults)."""
-        if self._waiting():
-            return
-        best = verdict.best_record(self.study)
-        env = best.params if best is not None and self._warm(best.params) else self.defaults
-        params = {**{k: env[k] for k in ENVIRONMENT_KEYS if k in env}, "compile_mode": "none"}
-        self.study.enqueue_trial({**params, **self.options.fixed}, user_attrs={Attr.ROLE: IN_PROCESS})
-
-    def _warm(self, params: dict[str, Any]) -> bool:
-        """Whether a trial of ``params`` would start no process (the measurer's ``warm``); for a measurer that
-        says nothing of its workers, only the defaults' environment is taken as warm."""
-        warm = getattr(self.measurer, "warm", None)
-        if warm is not None:
-            return bool(warm(params))
-        return not environment_differences(self.defaults, params) and spaces.processes.count(params) == 1
-
-    def _waiting(self) -> list[optuna.trial.FrozenTrial]:
-        """The study's enqueued trials not asked yet (a seed, the combination, an in-process trial)."""
-        return [t for t in self.study.get_trials(deepcopy=False) if t.state.name == "WAITING"]
 
     def _factors(self) -> dict[str, Interval]:
         """The measurer's environment factors by environment (``LiveMeasurer.factors``; empty for another)."""

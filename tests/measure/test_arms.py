@@ -431,7 +431,7 @@ def test_an_arm_with_dataloader_workers_is_judged_after_their_first_prefetch(wor
     """An eager arm's first step is judged (at 4x the rule); with workers, its steps are not until they have taken
     the batches the workers prefetched at their start: the CNN with two workers on 2 vCPUs read 33x on its third
     step (stopped as 0.03x) where its windows read 1.18x."""
-    from autotune.measure.arms import judged_step
+    from autotune.measure.hopeless import judged_step
 
     judged = [judged_step(index, 1, False, workers, prefetch) for index in range(12)]
     assert judged.index(True) == first_judged and all(judged[first_judged:])

@@ -20,8 +20,9 @@ from autotune.measure import Noise
 from autotune.measure.environment import ENVIRONMENT_KEYS
 from autotune.study import SearchOptions
 from autotune.study.budget import estimate_s, in_process_estimate_s
-from autotune.study.loop import DUPLICATES_YIELD, SearchLoop
+from autotune.study.loop import SearchLoop
 from autotune.study.records import Attr
+from autotune.study.turns import DUPLICATES_YIELD
 from autotune.trial.spec import Status, TrialResult
 
 CTX = spaces.SpaceContext(default_batch_size=32, conv=True)
