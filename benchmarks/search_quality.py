@@ -130,7 +130,7 @@ def _record_arms(worker: Any, defaults: dict[str, Any], combos: list[dict[str, A
             if worker.add_arm("defaults", {**defaults, **{k: combo[k] for k in ENVIRONMENT}}).state != "ok":
                 raise SystemExit("the defaults arm failed again")
         config = GridConfig(combo, cand.state, cand.error, ratios, factors, cand.loss, cand.loss_samples, window_s,
-                            warmup_s, cand.compile_s, cand.step_s)
+                            warmup_s, cand.compile_s, cand.step_s, cand.data_wait)
         out.append(config)
         iv = config.speedup() if ratios else None
         shown = f"{iv.median:.3f} [{iv.low:.3f}-{iv.high:.3f}]" if iv else "-"

@@ -81,6 +81,7 @@ class GridConfig:
     warmup_s: float = 0.0  # building and warming up its arm (compile included)
     compile_s: float | None = None
     step_s: float | None = None
+    data_wait: float | None = None  # the share of its windows spent waiting for data (``Arm.data_wait``)
 
     def split(self, confirming: bool) -> tuple[list[float], list[float]]:
         """The ratios and process-pair factors the search draws from, or (``confirming``) the confirmation: every
@@ -280,7 +281,7 @@ class ReplayMeasurer:
         return TrialResult(Status.OK, objective=iv.median, speedup_low=iv.low, speedup_high=iv.high,
                            method=IN_PROCESS if h.kind == BASELINE else h.kind, pairs=iv.count, loss=c.loss,
                            loss_samples=c.loss_samples, compile_s=c.compile_s, warmup_s=c.warmup_s, timed_s=timed,
-                           wall_s=c.warmup_s + timed, spread=_spread(h.drawn))
+                           wall_s=c.warmup_s + timed, spread=_spread(h.drawn), data_wait=c.data_wait)
 
     def close(self) -> None:
         pass

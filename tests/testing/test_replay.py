@@ -194,3 +194,17 @@ def test_the_recorded_cnn_grid_holds_every_combination_once_with_its_pairs() -> 
         other_env = (c.params["threads"], c.params["interop_threads"]) != home
         assert (len(c.process_pair_factors) >= 3) == other_env, c.params
     assert grid.key(grid.defaults) in grid.scores() and "load average" in grid.note and grid.recorded["loadavg"]
+
+
+def test_the_baseline_says_how_much_of_its_step_waited_for_data_as_recorded() -> None:
+    """The search seeds DataLoader workers first where the defaults wait for data (``turns.seed_the_input``): a
+    replay must hand the recorded share on, or an input-bound grid replays a search that never saw it."""
+    from dataclasses import replace
+
+    grid = _grid()
+    grid = replace(grid, configs=[replace(grid.configs[0], data_wait=0.95), *grid.configs[1:]])
+    m = ReplayMeasurer(grid, seed=0)
+    m.calibrate(60.0)
+    assert m.end(m.begin(dict(DEFAULTS), 60.0)).data_wait == 0.95
+    unrecorded = ReplayMeasurer(_grid(), seed=0)  # a grid recorded before: none, and no input seeds
+    assert unrecorded.end(unrecorded.begin(dict(DEFAULTS), 60.0)).data_wait is None
