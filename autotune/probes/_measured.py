@@ -5,7 +5,8 @@ backward, under autocast at each precision, against float32. A flag says what th
 PyTorch's kernels make of it here (fp16 autocast on a CPU reporting AVX512-FP16 ran a CNN at 0.01-0.04x), so
 the search orders and drops its precision seeds by these times, never by a device name or an ISA flag. Each
 kernel of each precision runs under a deadline: one that is still running past it reads "at least N times
-slower" rather than being run to its end.
+slower" rather than being run to its end: an eighth of its input runs first, and where the whole would
+outlast the deadline, the eighth's time is the reading (``_precision``).
 
 Cached per fingerprint, device and torch version (``cache_dir()``); never part of the fingerprint: a re-measure
 may read a little differently, and the machine is the same machine. The machine-limit issue adds its peaks here.
@@ -99,7 +100,7 @@ def cache_dir() -> Path:
 
 
 def _kernels(device: str) -> dict[str, Any]:
-    """Small enough that float32 takes well under a millisecond on a CPU core; shaped as a training step's."""
+    """A conv and a matmul, shaped as a training step's: a few milliseconds each in float32 on a CPU core."""
     import torch
 
     g = torch.Generator().manual_seed(0)
@@ -112,44 +113,70 @@ def _kernels(device: str) -> dict[str, Any]:
     return {"conv": (conv, image), "matmul": (linear, rows)}
 
 
-def _time(kernel: tuple[Any, Any], dtype: str, device: str, deadline_s: float) -> tuple[float, bool]:
-    """Median seconds of the kernel's forward and backward under autocast at ``dtype``; True when its first run
-    alone outlasted the deadline (the reading is then that run: a floor of its time)."""
+def _run(module: Any, x: Any, dtype: str, device: str) -> float:
+    """One forward and backward under autocast at ``dtype``: its seconds."""
     import torch
 
-    module, x = kernel
     context = torch.autocast(device_type=device, dtype=getattr(torch, dtype), enabled=dtype != "float32")
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync()
+    start = time.perf_counter()
+    with context:
+        out = module(x)
+    out.float().sum().backward()
+    sync()
+    return time.perf_counter() - start
+
+
+def _time(kernel: tuple[Any, Any], dtype: str, device: str, deadline_s: float) -> float:
+    """Median seconds of the kernel's runs until ``deadline_s`` (at most ``REPEATS``, the first left out: it builds
+    kernels and allocates)."""
+    module, x = kernel
     times: list[float] = []
     started = time.perf_counter()
     while len(times) < REPEATS + 1:
-        sync()
-        start = time.perf_counter()
-        with context:
-            out = module(x)
-        out.float().sum().backward()
-        sync()
-        times.append(time.perf_counter() - start)
+        times.append(_run(module, x, dtype, device))
         if time.perf_counter() - started > deadline_s:
             break
-    if len(times) == 1:
-        return times[0], times[0] > deadline_s
-    return statistics.median(times[1:]), False  # the first run builds kernels and allocates
+    return statistics.median(times[1:]) if len(times) > 1 else times[0]
+
+
+def _slice(kernel: tuple[Any, Any]) -> tuple[tuple[Any, Any], float]:
+    """The kernel on an eighth of its input (its first rows), and how much smaller that is."""
+    module, x = kernel
+    rows = max(1, len(x) // 8)
+    return (module, x[:rows]), len(x) / rows
+
+
+def _precision(kernel: tuple[Any, Any], dtype: str, device: str, deadline_s: float,
+               reference: float) -> tuple[float, bool]:
+    """The kernel's speed at ``dtype`` against float32's ``reference`` seconds, and whether it is a bound. An eighth
+    of the input first, twice (its first run builds kernels): where the whole would outlast the deadline, that is
+    the reading, "at least so slow" (a slow precision's cost grows with the work, the fixed costs do not), and the
+    whole never runs: bf16 emulated on an AVX2 core runs this conv ~50x slower, a second a run."""
+    small, scale = _slice(kernel)
+    seconds = _run(*small, dtype, device)
+    if seconds * scale <= deadline_s:
+        seconds = _run(*small, dtype, device)
+    if seconds * scale > deadline_s:
+        small_reference = _time(small, "float32", device, deadline_s / 4)
+        return small_reference / seconds, True
+    return reference / _time(kernel, dtype, device, deadline_s), False
 
 
 def measure_precision(dtypes: tuple[str, ...], device: str = "cpu",
                       deadline_s: float = DEADLINE_S) -> tuple[KernelSpeed, ...]:
     """Each of ``dtypes`` (float32 always measured, as the reference) against float32."""
     kernels = _kernels(device)
-    reference = {name: _time(kernel, "float32", device, deadline_s)[0] for name, kernel in kernels.items()}
+    reference = {name: _time(kernel, "float32", device, deadline_s) for name, kernel in kernels.items()}
     out = []
     for dtype in dtypes:
         if dtype == "float32":
             continue
         speeds, bound = [], False
         for name, kernel in kernels.items():
-            seconds, cut = _time(kernel, dtype, device, deadline_s)
-            speeds.append((name, reference[name] / seconds))
+            speed, cut = _precision(kernel, dtype, device, deadline_s, reference[name])
+            speeds.append((name, speed))
             bound = bound or cut
         mean = math.exp(statistics.fmean(math.log(s) for _, s in speeds))
         out.append(KernelSpeed(dtype, mean, bound, tuple(speeds)))

@@ -14,23 +14,31 @@ from autotune.probes import measured as measured_facts
 
 
 class _SlowUnderAutocast(torch.nn.Linear):
-    """A kernel whose reduced-precision path takes ``sleep_s`` a run (as fp16 autocast's did on a CPU)."""
+    """A kernel whose reduced-precision path takes ``row_s`` a row of its input (as fp16 autocast's did on a CPU,
+    its cost growing with the work); records the rows it ran under autocast."""
 
-    sleep_s = 0.3
+    row_s = 0.02
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.rows: list[int] = []
 
     def forward(self, x: Any) -> Any:
         if torch.is_autocast_enabled("cpu"):
-            time.sleep(self.sleep_s)
+            self.rows.append(len(x))
+            time.sleep(self.row_s * len(x))
         return super().forward(x)
 
 
 def test_a_precision_slower_than_its_deadline_reads_at_least_so_slow(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Its first run outlasts the 0.05 s deadline: that run is its reading, a bound, not run again."""
-    kernel = (_SlowUnderAutocast(16, 16), torch.randn(8, 16))
+    """An eighth of the input takes 0.16 s: the whole would take 1.3 s, past the 0.1 s deadline, so it never runs:
+    the eighth's run is the reading, a bound ("at least so slow")."""
+    kernel = (_SlowUnderAutocast(16, 16), torch.randn(64, 16))
     monkeypatch.setattr(_measured, "_kernels", lambda device: {"matmul": kernel})
     started = time.perf_counter()
-    (bf16,) = _measured.measure_precision(("bfloat16",), deadline_s=0.05)
-    assert time.perf_counter() - started < 1.0  # one slow run, then the float32 reference's own short loop
+    (bf16,) = _measured.measure_precision(("bfloat16",), deadline_s=0.1)
+    assert time.perf_counter() - started < 1.0  # one slow run of an eighth, and float32's short loops
+    assert kernel[0].rows == [8], kernel[0].rows
     assert bf16.bound and bf16.speed < 0.01 and bf16.hopeless(), bf16
     assert bf16.describe().startswith("bfloat16: at least ") and "slower than float32" in bf16.describe()
 
