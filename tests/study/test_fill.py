@@ -312,7 +312,13 @@ def test_sampled_trials_take_a_third_of_the_turns_while_seeds_remain(facts: Any)
     loop.noise = NOISE
     assert loop.run() == "trials"
     roles = [t.user_attrs[Attr.ROLE] for t in study.get_trials(deepcopy=False)][1:]
-    assert roles == ["seed", "in-process", "seed", "seed", "in-process", "seed"], roles
+    # (a sample that repeats a measured recipe takes its turn unmeasured: with this seed none does here, but the
+    # space is the machine's, so the order is checked turn by turn, such a repeat counted as a turn taken)
+    seeded = sampled = 0
+    for role in roles:
+        assert role == ("in-process" if sampled < -(-seeded // 2) else "seed"), roles
+        seeded, sampled = seeded + (role == "seed"), sampled + (role == "in-process")
+    assert roles[:3] == ["seed", "in-process", "seed"] and sampled >= 2, roles
     assert [t.params["batch_per_rank"] for t in study.get_trials(deepcopy=False)[1:] if
             t.user_attrs[Attr.ROLE] == "seed"] == [8, 16, 64, 128]  # in their order, none lost
     # once the seeds are all taken, the loop samples as before (the in-process turn, the combination)
