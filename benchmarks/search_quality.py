@@ -66,7 +66,7 @@ GRIDS = Path(__file__).resolve().parent / "grids"
 def _axes(facts: Any, ctx: Any, searched: tuple[str, ...] = SEARCHED) -> list[list[dict[str, Any]]]:
     """Every value the search may pick for each searched knob, as the knobs it sets (threads: 1, the cores and
     all CPUs where there are more than 4: a larger machine's grid is not exhaustive in threads; num_workers: 0 to
-    the cores, with persistent workers and each prefetch factor the space offers)."""
+    the space's most, with persistent workers and each prefetch factor the space offers)."""
     from autotune import search_spaces as spaces
 
     most = spaces.threads.max_threads(facts)
@@ -84,7 +84,7 @@ def _axes(facts: Any, ctx: Any, searched: tuple[str, ...] = SEARCHED) -> list[li
     if "num_workers" in searched:
         axes.append([{"num_workers": 0, "persistent_workers": False, "prefetch_factor": None},
                      *({"num_workers": w, "persistent_workers": True, "prefetch_factor": f}
-                       for w in range(1, min(8, cores) + 1) for f in (2, 4))])
+                       for w in range(1, spaces.data.most_workers(facts) + 1) for f in (2, 4))])
     return axes
 
 

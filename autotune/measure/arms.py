@@ -70,7 +70,7 @@ class Host(Protocol):
     workload: Workload
     train: Any  # the training samples
     held_out: Any  # the held-out samples, or None when the workload evaluates itself
-    wide_held_out: Any  # the wide held-out set (``workloads.wide_held_out``), or None as ``held_out``
+    wide_held_out: Any  # the wide held-out set (``workloads.held_out_sets``), or None as ``held_out``
     settled: bool  # whether an arm has settled the process (``Arm._settle``)
 
 

@@ -49,7 +49,7 @@ class WorkerSpec:
 class AddArm:
     """Build an arm (model, optimizer, DataLoader) with ``params`` and warm it up; refused when its
     environment-level knobs differ from the worker's. ``seed``: its training seed (weights, data order), the
-    worker's when None; ``wide``: its loss is also taken over the wide held-out set (``wide_held_out``)."""
+    worker's when None; ``wide``: its loss is also taken over the wide held-out set (``workloads.held_out_sets``)."""
 
     arm: str
     params: dict[str, Any]

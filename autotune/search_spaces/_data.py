@@ -31,9 +31,13 @@ ENV_VARS: tuple[str, ...] = ()
 OVERRIDES: tuple[str, ...] = ()
 
 
+def most_workers(facts: Facts) -> int:
+    """The most DataLoader workers offered: the cores this process may use, at most 8."""
+    return max(1, min(8, int(facts.cpu.allowed.cores or 1)))
+
+
 def space(trial: SuggestingTrial, facts: Facts, ctx: SpaceContext) -> Params:
-    most = max(1, min(8, int(facts.cpu.allowed.cores or 1)))
-    workers = trial.suggest_int("num_workers", 0, most)
+    workers = trial.suggest_int("num_workers", 0, most_workers(facts))
     pin = trial.suggest_categorical("pin_memory", (False, True)) if ctx.device == "cuda" else False
     if workers == 0:
         return {"num_workers": 0, "pin_memory": pin, "persistent_workers": False, "prefetch_factor": None}
@@ -56,9 +60,8 @@ def input_bound(facts: Facts, ctx: SpaceContext) -> list[Params]:
     """Changes worth measuring first where a step waits for its data: DataLoader workers together with the
     compute threads they leave free (a worker and a thread on one core contend), then one worker beside the
     default threads. On 2 cores: one or two workers with one thread; on more, also half the cores' workers."""
-    cores = max(1, min(8, int(facts.cpu.allowed.cores or 1)))
-    pin = ctx.device == "cuda"
-    loader = {"pin_memory": pin, "persistent_workers": True, "prefetch_factor": 2}
+    cores = most_workers(facts)
+    loader = {"pin_memory": ctx.device == "cuda", "persistent_workers": True, "prefetch_factor": 2}
     out: list[Params] = [{**loader, "num_workers": workers, "threads": max(1, cores - workers)}
                          for workers in sorted({1, min(2, cores), max(1, cores // 2)})]
     return [*out, {**loader, "num_workers": 1}]

@@ -11,7 +11,7 @@ within ``max(limit / 2, NEAR)`` of the limit (2.5-7.5% for the default +5%), the
 - where they differ by more, one loss against one loss cannot resolve the limit on this workload. Then the
   candidate is trained at each of those seeds too and its loss compared with the defaults' at the same seed
   (same initial weights, same data order), every loss taken over the wide held-out set
-  (``workloads.wide_held_out``: up to four times the samples). Measured on the bundled CNN: the defaults' loss
+  (``workloads.held_out_sets``: up to four times the samples). Measured on the bundled CNN: the defaults' loss
   spans 25% over seeds 0-2, bf16's loss stays within 0.3% of the defaults' at each seed. Every seed's increase
   within the limit passes; every seed's over it rejects; where the seeds disagree the guard cannot resolve the
   limit: the candidate is not offered and its reason says so (neither passed nor rejected on one seed's noise).

@@ -10,7 +10,6 @@ Importing this package imports no example and no torch: ``load_workload`` import
 """
 from __future__ import annotations
 
-from ._workload import Workload, call_user, default_name, held_out_sets, held_out_split, load_workload, wide_held_out
+from ._workload import Workload, call_user, default_name, held_out_sets, held_out_split, load_workload
 
-__all__ = ["Workload", "call_user", "default_name", "held_out_sets", "held_out_split", "load_workload",
-           "wide_held_out"]
+__all__ = ["Workload", "call_user", "default_name", "held_out_sets", "held_out_split", "load_workload"]

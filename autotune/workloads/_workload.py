@@ -157,7 +157,7 @@ def _no_module(name: str, cwd: str) -> str:
 
 
 HELD_OUT_SEED = 0  # one split for every trial of every study: not the trial's seed
-WIDE_HELD_OUT = 4  # the quality guard's wide set: this many times the held-out samples (``wide_held_out``)
+WIDE_HELD_OUT = 4  # the quality guard's wide set: this many times the held-out samples (``held_out_sets``)
 
 
 def held_out_sets(dataset: Any, samples: int) -> tuple[Any, Any, Any]:
@@ -189,11 +189,6 @@ def held_out_split(dataset: Any, samples: int) -> tuple[Any, Any]:
     """``(train, held_out)`` of ``held_out_sets``: what a trial process trains on and evaluates."""
     train, held_out, _ = held_out_sets(dataset, samples)
     return train, held_out
-
-
-def wide_held_out(dataset: Any, samples: int) -> Any:
-    """The wide held-out set of ``held_out_sets``."""
-    return held_out_sets(dataset, samples)[2]
 
 
 def _import_function(spec: str) -> Callable[[], Any]:

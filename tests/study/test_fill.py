@@ -284,10 +284,6 @@ class Answering(Warm):
     """``Warm``, and a ``begin`` that answers at once with a measured result (1.1x, the defaults' loss): every
     trial counts, each in no time, so the order the loop asks them in is all there is to see."""
 
-    def __init__(self, defaults: dict[str, Any]) -> None:
-        super().__init__(defaults)
-        self.roles: list[str] = []
-
     def begin(self, params: dict[str, Any], timeout_s: float) -> TrialResult:
         return TrialResult(Status.OK, objective=1.1, speedup_low=1.05, speedup_high=1.15, method="in-process pairs",
                            pairs=8, loss=1.0, loss_samples=1024, wall_s=0.1, timed_s=0.1,

@@ -15,7 +15,7 @@ from autotune.measure.paired_worker import PairedWorker
 from autotune.measure.protocol import ArmStatus
 from autotune.trial import TrialSettings, loss_samples, run_trial
 from autotune.trial.training import schedule
-from autotune.workloads import held_out_split, wide_held_out
+from autotune.workloads import held_out_sets, held_out_split
 
 from .. import quality_workloads as qw
 
@@ -43,12 +43,12 @@ def test_the_held_out_slices_are_fixed_disjoint_from_training_and_at_most_a_quar
     torch.manual_seed(123)  # the trial's seed does not move it
     again = held_out_split(data, 512)[1]
     assert len(held_out) == 512 and held_out.indices == again.indices
-    wide = wide_held_out(data, 512)  # the guard's second look: four times the samples, a quarter at most
+    wide = held_out_sets(data, 512)[2]  # the guard's second look: four times the samples, a quarter at most
     assert len(wide) == 1024 and set(held_out.indices) <= set(wide.indices)
     assert set(train.indices) | set(wide.indices) == set(range(4096))
     assert not set(train.indices) & set(wide.indices)
     assert len(held_out_split(torch.utils.data.TensorDataset(torch.arange(100)), 512)[1]) == 25
-    assert len(wide_held_out(torch.utils.data.TensorDataset(torch.arange(4096)), 128)) == 512
+    assert len(held_out_sets(torch.utils.data.TensorDataset(torch.arange(4096)), 128)[2]) == 512
 
 
 # (default batch, batch, processes, --global-batch): the loss comes after whole steps at one sample count
