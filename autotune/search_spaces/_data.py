@@ -60,10 +60,10 @@ def input_bound(facts: Facts, ctx: SpaceContext) -> list[Params]:
     """Changes worth measuring first where a step waits for its data: DataLoader workers together with the
     compute threads they leave free (a worker and a thread on one core contend), then one worker beside the
     default threads. On 2 cores: one or two workers with one thread; on more, also half the cores' workers."""
-    cores = most_workers(facts)
+    most, cores = most_workers(facts), _threads.physical_cores(facts)
     loader = {"pin_memory": ctx.device == "cuda", "persistent_workers": True, "prefetch_factor": 2}
     out: list[Params] = [{**loader, "num_workers": workers, "threads": max(1, cores - workers)}
-                         for workers in sorted({1, min(2, cores), max(1, cores // 2)})]
+                         for workers in sorted({1, min(2, most), max(1, most // 2)})]
     return [*out, {**loader, "num_workers": 1}]
 
 # Hooks this family has nothing to do at (search_spaces._family): the

@@ -121,3 +121,13 @@ def test_apply_pins_compute_threads_and_workers_in_the_users_process(facts, tmp_
     assert _records(tmp_path) == [{"cpus": out["workers"], "threads": 1}]
     # Started without the launcher, the workers are pinned all the same, and the user is told how to start it.
     assert any("autotune run" in w and "CPU affinity" in w for w in out["warnings"])
+
+
+@pytest.mark.parametrize(("cores", "expected"), [(2, [(1, 1), (2, 1)]), (16, [(1, 15), (2, 14), (4, 12)])])
+def test_input_bound_seeds_leave_the_compute_threads_the_cores_the_workers_do_not_take(facts, cores, expected) -> None:
+    """Workers are offered up to 8; the compute threads are the physical cores left, not 8 minus the workers (on 16
+    cores that had left 4-7 threads where 12-15 were free). The last seed: one worker beside the default threads."""
+    machine = replace(facts, cpu=replace(facts.cpu, allowed=replace(facts.cpu.allowed, cores=cores)))
+    seeds = spaces.data.input_bound(machine, spaces.SpaceContext(default_batch_size=32))
+    assert [(s["num_workers"], s["threads"]) for s in seeds[:-1]] == expected
+    assert seeds[-1] == {"pin_memory": False, "persistent_workers": True, "prefetch_factor": 2, "num_workers": 1}
