@@ -167,8 +167,9 @@ def record(args: argparse.Namespace) -> int:
             assert noise is not None
             across_started = time.monotonic()
             across = across_processes(args.workload, defaults, env_defaults, facts, settings,
-                                      pairs=max(4, noise.pairs // 2), window_s=noise.window_s, least=3,
-                                      most=args.process_pairs, half_width=noise.half_width, margin=noise.margin,
+                                      pairs=max(4, noise.pairs // 2), window_s=noise.window_s,
+                                      least=args.process_pairs, most=args.process_pairs,
+                                      half_width=noise.half_width, margin=noise.margin,
                                       seed=1000 * len(configs))
             factors = list(across.per_process)
             pair_s.append((time.monotonic() - across_started) / max(1, len(factors)))
@@ -194,7 +195,8 @@ def record(args: argparse.Namespace) -> int:
         recorded={"date": time.strftime("%Y-%m-%d %H:%M %Z"), "wall_s": round(wall, 1),
                   "loadavg": [list(load_before), list(load_after)], "cpus": os.cpu_count(),
                   "cpu_model": getattr(facts.cpu, "model", None), "pairs": [args.pairs, args.most_pairs],
-                  "aa_pairs": args.pairs, "process_pairs": [3, args.process_pairs], "window_s": args.window_s,
+                  "aa_pairs": args.pairs, "process_pairs": [args.process_pairs, args.process_pairs],
+                  "window_s": args.window_s,
                   "steps": args.steps, "warmup_steps": args.warmup_steps,
                   "process_pair_s": round(statistics.median(pair_s), 2) if pair_s else None},
         facts=facts.to_dict())
@@ -338,8 +340,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --record: at most this many pairs, however many the calibration asks for")
     parser.add_argument("--window-s", type=float, default=None,
                         help="with --record: each window's seconds (default: from the defaults' step time, as live)")
-    parser.add_argument("--process-pairs", type=int, default=5,
-                        help="with --record: most process pairs per environment")
+    parser.add_argument("--process-pairs", type=int, default=8,
+                        help="with --record: process pairs per environment (the replay's search draws on the first "
+                             "half, its confirmation rounds each on one of the rest)")
     parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--warmup-steps", type=int, default=4)
     parser.add_argument("--seeds", type=int, default=20)

@@ -13,12 +13,13 @@ Replay draws, it does not invent: each ``begin`` of a combination shuffles its r
 seeded by the search's seed, the combination and how often it was begun, and ``more(n)`` hands out the next
 ``n``. When the recorded ratios run out, ``more`` adds nothing: an interval never claims more pairs than were
 measured. The recorded measurements are split as the live search's are (``split``): the search draws from every
-other ratio and from the environment's process pairs but the last; the confirmation (after ``reseed``) from the
-other ratios and that last pair alone, so the measurements that chose a candidate take no part in confirming it
-and the winner's curse shows. (A live confirmation's rounds are each new; here each round is a bootstrap
-resample of the held-out half, so rounds vary as its pairs do, though not as processes do, which a recording
-does not hold.) The search's environment factor is the geometric mean of its process pairs with its Student-t
-interval, the confirmation's the held-out pair with their spread (``candidate.round_factor``), each combined
+other ratio and from the first half of the environment's process pairs; the confirmation (after ``reseed``) from
+the other ratios and the process pairs held out, so the measurements that chose a candidate take no part in
+confirming it and the winner's curse shows. (A live confirmation's rounds are each new; here each round is a
+bootstrap resample of the held-out ratios and one held-out process pair drawn, so rounds vary as pairs and
+processes do, as far as the recording holds them.) The search's environment factor is the geometric mean of its
+process pairs with its Student-t interval, a round's its one held-out pair with their spread
+(``candidate.round_factor``), each combined
 with the in-process ratios as live (``candidate.combine``). As the live measurer, the defaults themselves are
 the baseline trial, whose speedup is the calibration's A/A, and the defaults of another environment are measured
 by their factor alone. A combination recorded as failed (``oom``, ``nan``, ``crash``) fails the same way: at
@@ -85,28 +86,32 @@ class GridConfig:
 
     def split(self, confirming: bool) -> tuple[list[float], list[float]]:
         """The ratios and process-pair factors the search draws from, or (``confirming``) the confirmation: every
-        other ratio each, the last factor the confirmation's (one recorded factor: the search's alone)."""
+        other ratio each; the process pairs' first half the search's (at least two where three or more were
+        recorded), the rest the confirmation's (one recorded factor: the search's alone)."""
         ratios = self.ratios[1::2] if confirming else self.ratios[0::2]
         factors = self.process_pair_factors
         if len(factors) < 2:
             return ratios, factors
-        return ratios, (factors[-1:] if confirming else factors[:-1])
+        cut = max(len(factors) - len(factors) // 2, min(2, len(factors) - 1))
+        return ratios, (factors[cut:] if confirming else factors[:cut])
 
-    def environment(self, confirming: bool = False, confidence: float = stats.CONFIDENCE) -> stats.Interval | None:
-        """Its environment's factor over the defaults' (None: the defaults' environment)."""
+    def environment(self, confirming: bool = False, confidence: float = stats.CONFIDENCE,
+                    held: float | None = None) -> stats.Interval | None:
+        """Its environment's factor over the defaults' (None: the defaults' environment); confirming, a round's:
+        the held-out process pair ``held`` (default: the first held out), the search's pairs lending its spread."""
         if not self.process_pair_factors:
             return None
         factors = self.split(confirming)[1]
         if confirming and len(self.process_pair_factors) >= 2:
-            own = round_factor(factors[0], self.split(False)[1], None)
+            own = round_factor(factors[0] if held is None else held, self.split(False)[1], None)
             return stats.at_confidence(own, confidence)
         return stats.log_mean_interval(factors, confidence)
 
     def speedup(self, ratios: list[float] | None = None, confirming: bool = False,
-                confidence: float = stats.CONFIDENCE) -> stats.Interval:
+                confidence: float = stats.CONFIDENCE, held: float | None = None) -> stats.Interval:
         """The speedup over the defaults from ``ratios`` (default: all recorded), with its interval."""
         drawn = self.ratios if ratios is None else ratios
-        env = self.environment(confirming)
+        env = self.environment(confirming, confidence, held)
         return stats.median_interval(drawn, confidence) if env is None else combine(env, drawn, confidence)
 
 
@@ -192,6 +197,7 @@ class _Handle:
     kind: str = IN_PROCESS  # or ACROSS, or FACTOR (its environment's defaults: the factor alone), or BASELINE
     confirming: bool = False  # drawn from the measurements the search did not see
     drawn: list[float] = field(default_factory=list)
+    held: float | None = None  # confirming in another environment: this round's process pair, one held out
 
 
 def _value(params: dict[str, Any], key: str) -> Any:
@@ -235,7 +241,12 @@ class ReplayMeasurer:
         handle = _Handle(config, order, self._kind(config), self.confirming)
         self.charge(config.warmup_s)
         if handle.kind in (ACROSS, FACTOR):  # its environment's process pairs (the search's, or a round's one)
-            pairs = len(config.split(self.confirming)[1])
+            held_out = config.split(True)[1] if self.confirming else []
+            # a live round's fresh process pair is one of many: each round draws one of those held out, so the
+            # rounds vary as processes do (one fixed held-out pair made every round agree: the CNN grid's
+            # environments were confirmed at ~2.1x where all their pairs read 1.47x)
+            handle.held = rng.choice(held_out) if held_out else None
+            pairs = 1 if self.confirming else len(config.split(False)[1])
             self.charge(pairs * float(self.grid.recorded.get("process_pair_s") or 0.0))
         return handle
 
@@ -264,8 +275,8 @@ class ReplayMeasurer:
             pairs = self.grid.recorded.get("aa_pairs") or len(h.config.ratios)  # the defaults' copy: as many
             return Interval(median, low, high, stats.CONFIDENCE, int(pairs))
         if h.kind == FACTOR:
-            return h.config.environment(h.confirming, confidence) or _NOTHING
-        return h.config.speedup(h.drawn, h.confirming, confidence) if h.drawn else _NOTHING
+            return h.config.environment(h.confirming, confidence, h.held) or _NOTHING
+        return h.config.speedup(h.drawn, h.confirming, confidence, h.held) if h.drawn else _NOTHING
 
     def end(self, handle: object) -> TrialResult:
         h = self._handle(handle)
