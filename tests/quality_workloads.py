@@ -37,7 +37,10 @@ their mean squared target (``untrained_loss``).
 from __future__ import annotations
 
 import math
+import os
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -238,6 +241,38 @@ def trap() -> Workload:
                     loss=lambda output, batch: torch.nn.functional.cross_entropy(output.float(), batch[1]),
                     optimizer=lambda params: torch.optim.SGD(params, lr=0.05), batch_size=TRAP_BATCH,
                     name="quality-trap")
+
+
+class _TrappedWhen(torch.nn.Sequential):
+    """``_Trap`` whose training forward pass is computed ``TRAP_FACTOR`` times where ``trapped()`` says so."""
+
+    def __init__(self, trapped: Callable[[], bool]) -> None:
+        super().__init__(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
+                         torch.nn.Linear(8 * 8 * 8, 10))
+        self.trapped = trapped
+
+    def forward(self, x: Any) -> Any:
+        if self.training:
+            time.sleep(TRAP_SLEEP_S)
+            if self.trapped():
+                with torch.no_grad():
+                    for _ in range(TRAP_FACTOR - 1):
+                        super().forward(x)
+        return super().forward(x)
+
+
+def env_trap() -> Workload:
+    """``trap`` whose trap is an environment knob's: ``interop_threads`` above 1 (set before torch starts, so
+    measured in process pairs; it costs nothing where the model runs no inter-op work) makes every step tens of
+    times slower."""
+    return replace(trap(), model=lambda: _TrappedWhen(lambda: torch.get_num_interop_threads() > 1),
+                   name="quality-env-trap")
+
+
+def ddp_trap() -> Workload:
+    """``trap`` whose trap is more than one process (``processes``, measured in fresh trial processes)."""
+    return replace(trap(), model=lambda: _TrappedWhen(lambda: int(os.environ.get("WORLD_SIZE", "1")) > 1),
+                   name="quality-ddp-trap")
 
 
 def stall() -> Workload:

@@ -318,7 +318,7 @@ class Arm:
                 if slower > self.give_up[0] * (1.0 if index >= charged else FIRST_STEP_HOPELESS):
                     self.gave_up = slower
                     break
-        if not self.bench.settled:
+        if not self.bench.settled and self.gave_up is None:  # a hopeless arm is ended: nothing to settle for
             settled = self._settle()
             loss = settled if settled is not None else loss
             self.bench.settled = True

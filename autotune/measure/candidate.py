@@ -105,22 +105,30 @@ class Candidate:
     failed: TrialResult | None = None
     deadline: float = float("inf")  # the trial's time limit (``begin``'s): its loss is not trained for past it
     no_loss: bool = False  # it cannot be the recipe: its loss is not trained for (``LiveMeasurer.skip_loss``)
+    gave_up: float | None = None  # its fresh process's window this many times slower than the defaults' (``hopeful``)
     startup_s: float = 0.0
     warmup_s: float = 0.0
     timed_s: float = 0.0
     warnings: list[str] = field(default_factory=list)
 
     def fresh_pairs(self, n: int, workload: str, defaults: dict[str, Any], facts: Any, settings: Any,
-                    deadline: float, on_phase: Callable[[str, str], None]) -> None:
-        """Fresh trial processes of the candidate and of the defaults, alternated: at least ``FRESH_PAIRS``."""
+                    deadline: float, on_phase: Callable[[str, str], None], reference_s: float | None = None) -> None:
+        """Fresh trial processes of the candidate and of the defaults, alternated: at least ``FRESH_PAIRS``. A
+        candidate whose first window is ``HOPELESS`` times slower than the defaults is stopped there (its
+        process ended; ``hopeful``) and measured slower: no more pairs, no loss."""
         count = max(1, min(n, FRESH_PAIRS - len(self.fresh))) if len(self.fresh) < FRESH_PAIRS else 1
         rng = random.Random(self.seed + len(self.fresh))
         for _ in range(count):
             on_phase("starting", f"{self.name}: fresh process pair {len(self.fresh) + 1}")
             runs: dict[str, TrialResult] = {}
             for side in (["base", "cand"] if rng.random() < 0.5 else ["cand", "base"]):
+                hopeful = self.hopeful(runs.get("base"), reference_s) if side == "cand" else None
                 runs[side] = run_trial(workload, defaults if side == "base" else self.params, facts, settings,
-                                       timeout_s=max(1.0, deadline - time.monotonic()))
+                                       timeout_s=max(1.0, deadline - time.monotonic()), on_window=hopeful)
+                if side == "cand" and runs[side].status == Status.PRUNED and self.gave_up is not None:
+                    self.failed = hopeless_result(self, ArmStatus(self.name, "ok", gave_up=self.gave_up),
+                                                  "its first window in a fresh process", 0.0)
+                    return
                 self.startup_s += runs[side].startup_s or 0.0
                 self.warmup_s += runs[side].warmup_s or 0.0
                 self.timed_s += runs[side].timed_s or 0.0
@@ -133,6 +141,22 @@ class Candidate:
                     return
             self.fresh.append((runs["base"], runs["cand"]))
             self.warnings += [w for w in runs["cand"].warnings if w not in self.warnings]
+
+    def hopeful(self, base: TrialResult | None, reference_s: float | None) -> Callable[[int, float], bool] | None:
+        """The hopeless rule for a candidate's fresh trial process (``run_trial``'s ``on_window``): True (stop it)
+        at a window ``HOPELESS`` times slower than the defaults: their run beside it where it ran first, else
+        their earlier runs, else ``reference_s`` (the calibration's seconds per sample)."""
+        rates = [b.samples_per_s for b, _ in self.fresh if b.samples_per_s]
+        rate = (base.samples_per_s if base is not None and base.samples_per_s
+                else statistics.median(rates) if rates else 1 / reference_s if reference_s else None)
+        if rate is None:
+            return None
+
+        def judge(index: int, samples_per_s: float) -> bool:
+            if samples_per_s * HOPELESS < rate:
+                self.gave_up = rate / samples_per_s
+            return self.gave_up is not None
+        return judge
 
     def fresh_result(self, interval: stats.Interval) -> TrialResult:
         """The result of a candidate measured in fresh process pairs: its first run's, with the pairs' interval."""
@@ -150,12 +174,13 @@ class Candidate:
 def hopeless_result(trial: Candidate, status: ArmStatus | None, why: str, stalled_s: float) -> TrialResult:
     """A candidate far slower than the defaults in its first steps (``hopeless.HOPELESS``), as a measured trial: its
     steps' ratio (``status.gave_up``; none where the parent stopped a step that had not ended, ``stalled_s`` of
-    warm-up), at most ``1 / HOPELESS``, no pairs and no loss."""
+    warm-up), at most ``1 / HOPELESS``, no pairs and no loss. The why joins the candidate's warnings (a failed
+    candidate's end gives them)."""
     ratio = 1 / status.gave_up if status is not None and status.gave_up else None
     bound = 1 / HOPELESS
     said = f"{ratio:.2f}x" if ratio is not None else f"under {bound:.2f}x"
+    trial.warnings.append(f"stopped after its first steps, {said} the defaults: {why}")
     return TrialResult(
         Status.OK, objective=ratio if ratio is not None else bound / 2, speedup_high=bound,
         method="its first steps (far slower: no pairs, no loss)", pairs=0, wall_s=time.monotonic() - trial.started,
-        startup_s=trial.startup_s, warmup_s=trial.warmup_s + stalled_s,
-        warnings=[*trial.warnings, f"stopped after its first steps, {said} the defaults: {why}"])
+        startup_s=trial.startup_s, warmup_s=trial.warmup_s + stalled_s, warnings=list(trial.warnings))

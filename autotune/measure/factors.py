@@ -10,7 +10,7 @@ from . import stats
 from .candidate import NOTHING, Candidate, environment_defaults, round_factor
 from .environment import environment_differences
 from .paired_worker import Calibration, WorkerError
-from .process_pair import enough, process_pair
+from .process_pair import HopelessEnvironment, enough, process_pair
 
 if TYPE_CHECKING:
     from .pool import PhaseHook, WorkerPool
@@ -34,6 +34,7 @@ class EnvironmentFactors:
         self._confirming = False  # after ``reseed``: each round's factors are its own process pairs
         self._round_factors: dict[str, stats.Interval] = {}  # this confirmation round's, by environment key
         self._pair_s = 0.0  # the last process pair's wall time
+        self.hopeless: dict[str, HopelessEnvironment] = {}  # environment key -> how its first steps gave up
 
     @property
     def cal(self) -> Calibration:
@@ -68,6 +69,8 @@ class EnvironmentFactors:
         Never past the trial's deadline: a factor cut short for time keeps its pairs for the next candidate
         of it. Where no worker of the environment runs, the last pair's environment side is kept as its
         worker (``WorkerPool.keep``): one worker start saved."""
+        if key in self.hopeless:  # its first steps were far slower in an earlier trial: no candidate of it can win
+            raise HopelessEnvironment(self.hopeless[key].slower, self.hopeless[key].status, earlier=True)
         if self._confirming:
             return self._round_factor(key, params, trial, deadline)
         ratios = list(self.factor_ratios.get(key, []))
@@ -96,13 +99,21 @@ class EnvironmentFactors:
 
     def _process_pair(self, key: str, params: dict[str, Any], trial: Candidate, *, last: bool, seed: int) -> float:
         """One fresh process pair of ``params``' environment against the defaults: its ratio. ``last``: where no
-        worker of the environment runs, its side is kept as that worker (``WorkerPool.keep``)."""
+        worker of the environment runs, its side is kept as that worker (``WorkerPool.keep``). An environment
+        whose first steps are far slower than the defaults' (``HopelessEnvironment``) is remembered: every later
+        candidate of it is stopped at once."""
         started = time.monotonic()
         self.on_phase("starting", f"process pair {len(self.factor_ratios.get(key, [])) + 1}: "
                       + ", ".join(environment_differences(self.defaults, params)))
-        run, _, kept = process_pair(self.workload, self.defaults, environment_defaults(params, self.defaults),
-                                    self.facts, self.settings, pairs=max(4, self.cal.pairs // 2),
-                                    window_s=self.cal.window_s, seed=seed, keep=last and not self.pool.env_alive(key))
+        try:
+            run, _, kept = process_pair(
+                self.workload, self.defaults, environment_defaults(params, self.defaults), self.facts, self.settings,
+                pairs=max(4, self.cal.pairs // 2), window_s=self.cal.window_s, seed=seed,
+                keep=last and not self.pool.env_alive(key), reference_s=self.cal.s_per_sample)
+        except HopelessEnvironment as e:
+            self.hopeless[key] = e
+            trial.startup_s += time.monotonic() - started
+            raise
         if kept is not None:
             self.pool.keep(key, kept)
         timed = sum(p.base.elapsed_s + p.cand.elapsed_s for p in run.pairs)

@@ -28,7 +28,7 @@ from .hopeless import HOPELESS
 from .measurer import BUSY, Noise, too_busy
 from .paired_worker import Calibration, WorkerError
 from .pool import PhaseHook, WorkerPool, lost
-from .process_pair import PROCESS_PAIRS
+from .process_pair import PROCESS_PAIRS, HopelessEnvironment
 from .protocol import ArmStatus
 
 WARM_UP_SLACK_S = 10.0  # an eager arm's build and first kernels, beyond its warm-up steps (``_warm_up_limit_s``)
@@ -134,6 +134,8 @@ class LiveMeasurer(EnvironmentFactors):
             if spaces.processes.count(params) > 1:
                 return trial  # fresh process pairs: ``more`` runs them
             return self._begin_paired(trial, deadline)
+        except HopelessEnvironment as e:
+            return self._hopeless_environment(trial, e)
         except WorkerError as e:
             return self._lost(trial, e, deadline)
 
@@ -209,6 +211,12 @@ class LiveMeasurer(EnvironmentFactors):
             self._drop(trial)
         return hopeless_result(trial, status, why, time.monotonic() - started if status is None else 0.0)
 
+    def _hopeless_environment(self, trial: Candidate, error: HopelessEnvironment) -> TrialResult:
+        """A candidate whose environment's first steps were far slower than the defaults', in its process pair
+        now or in an earlier trial's (``EnvironmentFactors.hopeless``): measured slower, no windows, no loss."""
+        why = f"{error} in its environment's process pair" + (" (an earlier trial's)" if error.earlier else "")
+        return hopeless_result(trial, error.status, why, 0.0)
+
     def more(self, handle: object, n: int, timeout_s: float, confidence: float = stats.CONFIDENCE) -> stats.Interval:
         trial = self._trial(handle)
         if trial.failed is None and not trial.baseline:
@@ -221,9 +229,11 @@ class LiveMeasurer(EnvironmentFactors):
                 if trial.worker is None:
                     self.pool.set_all_aside()  # timed alone, as the process pairs
                     trial.fresh_pairs(n, self.workload, self.defaults, self.facts, self.settings, deadline,
-                                      self.on_phase)
+                                      self.on_phase, self.cal.s_per_sample)
                 elif trial.in_process:
                     self._pairs(trial, n, deadline)
+            except HopelessEnvironment as e:
+                trial.failed = self._hopeless_environment(trial, e)
             except WorkerError as e:
                 trial.failed = self._lost(trial, e, deadline)
         return self._interval(trial, confidence)

@@ -73,6 +73,7 @@ class Calibration:
     spread: float  # max - min of the A/A per-pair ratios
     aa: stats.Comparison
     step_s: float
+    s_per_sample: float | None = None  # the defaults' seconds per sample over the A/A's windows (the hopeless rule's)
 
 
 class PairedWorker:
@@ -149,9 +150,11 @@ class PairedWorker:
         return reply
 
     def add_arm(self, arm: str, params: dict[str, Any], timeout_s: float = 300.0, *, seed: int | None = None,
-                wide: bool = False, give_up: float | None = None, against: str | None = None) -> ArmStatus:
+                wide: bool = False, give_up: float | None = None, against: str | None = None,
+                reference_s: float | None = None) -> ArmStatus:
         """Build and warm up an arm (``protocol.AddArm``); its status says whether it failed (``state``)."""
-        reply: ArmAdded = self._expect(AddArm(arm, params, seed, wide, give_up, against), ArmAdded, timeout_s)
+        reply: ArmAdded = self._expect(AddArm(arm, params, seed, wide, give_up, against, reference_s), ArmAdded,
+                                       timeout_s)
         return reply.status
 
     def run_pairs(self, base: str, cand: str, n: int, window_s: float, seed: int = 0,
@@ -200,8 +203,9 @@ class PairedWorker:
         self.drop_arm(base + "~aa")
         aa = stats.compare(run.pairs, run.base, run.cand, train_steps=self.spec.train_steps)
         ratios = [p.ratio for p in run.pairs]
+        per_sample = run.base.step_s / run.base.step_samples if run.base.step_s and run.base.step_samples else None
         return Calibration(window, stats.pairs_for_width(ratios, half_width), half_width,
-                           stats.margin_from_calibration(aa.ratio), max(ratios) - min(ratios), aa, step_s)
+                           stats.margin_from_calibration(aa.ratio), max(ratios) - min(ratios), aa, step_s, per_sample)
 
     def freeze(self) -> None:
         """Stop the worker's whole tree (SIGSTOP) while another process is timed; ``thaw()`` before a command."""

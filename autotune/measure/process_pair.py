@@ -29,12 +29,23 @@ from typing import Any, Literal
 from . import stats
 from .arms import choose_window_s
 from .environment import DEFAULTS
+from .hopeless import HOPELESS
 from .paired_worker import PairedWorker, WorkerError
 from .protocol import ArmStatus, PairRecord, WindowsRun
 
 Side = Literal["base", "cand"]
 PROCESS_PAIRS = (3, 8)  # the fewest and most fresh process pairs an environment comparison runs (``enough``)
 ARM = DEFAULTS  # each worker's one arm; a kept worker goes on with it as its environment's defaults arm
+
+
+class HopelessEnvironment(WorkerError):
+    """The candidate environment's arm gave up in its warm-up (``hopeless``): a step ``slower`` times the
+    defaults' time per sample. The pair ends there: none of its windows, nor more process pairs, would run.
+    ``earlier``: found in an earlier trial's process pair, raised again for a later candidate of it."""
+
+    def __init__(self, slower: float, status: ArmStatus, earlier: bool = False) -> None:
+        super().__init__(f"a step took {slower:.0f}x the defaults' time per sample")
+        self.slower, self.status, self.earlier = slower, status, earlier
 
 
 @dataclass(frozen=True)
@@ -55,10 +66,13 @@ class ProcessPairRun:
 class ProcessPair:
     """Two live workers with different environments, run alternately; use as a context manager (leaving
     it continues both and ends them, whatever happened: Ctrl-C, a timeout, a failed arm). ``seed`` draws
-    which worker starts first."""
+    which worker starts first. ``reference_s``: the defaults' seconds per sample (the search's calibration); with
+    it the candidate's arm is judged by the hopeless rule in its warm-up (``start``)."""
 
     def __init__(self, workload: str, base_params: dict[str, Any], cand_params: dict[str, Any], facts: Any,
-                 settings: Any, *, seed: int = 0, python: str = sys.executable) -> None:
+                 settings: Any, *, seed: int = 0, python: str = sys.executable,
+                 reference_s: float | None = None) -> None:
+        self.reference_s = reference_s
         first: Side = "base" if random.Random(seed).random() < 0.5 else "cand"
         self.started: tuple[Side, Side] = ("base", "cand") if first == "base" else ("cand", "base")
         self.params: dict[Side, dict[str, Any]] = {"base": base_params, "cand": cand_params}
@@ -80,7 +94,10 @@ class ProcessPair:
 
     def start(self) -> None:
         """Start both workers side by side (importing torch times nothing), freeze both once ready, then, in the
-        drawn order, build and warm each one's arm and freeze it again: one warms up while the other is stopped."""
+        drawn order, build and warm each one's arm and freeze it again: one warms up while the other is stopped.
+        With ``reference_s``, the candidate's warm-up stops at a step far slower than the defaults' (``HOPELESS``),
+        and the pair raises ``HopelessEnvironment`` before any window: an environment 50x slow costs its workers'
+        start and a step, not process pairs of windows."""
         for side in self.started:
             self.workers[side].launch()
         for side in self.started:
@@ -90,11 +107,37 @@ class ProcessPair:
         for side in self.started:
             worker = self.workers[side]
             worker.thaw()
-            status = worker.add_arm(ARM, self.params[side])
+            reference = self._reference_s() if side == "cand" else None
+            status = worker.add_arm(ARM, self.params[side], give_up=HOPELESS if reference else None,
+                                    reference_s=reference)
             if status.state != "ok":
                 raise WorkerError(f"the {side} worker's arm failed ({status.state}): {status.error}")
             self.status[side] = status
             worker.freeze()
+        slower = self._gave_up()
+        if slower is not None:
+            raise HopelessEnvironment(slower, self.status["cand"])
+
+    def _reference_s(self) -> float | None:
+        """The candidate is judged against the defaults' seconds per sample: their worker's warm-up where it warmed
+        first (measured now, as the candidate will be), else the search's calibration (``reference_s``)."""
+        base = self.status.get("base")
+        if base is not None and base.step_s and base.step_samples:
+            return base.step_s / base.step_samples
+        return self.reference_s
+
+    def _gave_up(self) -> float | None:
+        """How many times slower than the defaults the candidate's arm gave up, where it did (None: it did not).
+        Judged against the calibration because it warmed up first, it is judged again against the defaults' worker
+        that warmed up after it: a machine slowed since the calibration slows both, and only a step still
+        ``HOPELESS`` times theirs ends the pair."""
+        cand, base = self.status.get("cand"), self.status.get("base")
+        if cand is None or cand.gave_up is None:
+            return None
+        if self.started[0] == "cand" and self.reference_s and base is not None and base.step_s and base.step_samples:
+            again = cand.gave_up * self.reference_s / (base.step_s / base.step_samples)
+            return again if again > HOPELESS else None
+        return cand.gave_up
 
     @property
     def window_s(self) -> float:
@@ -174,14 +217,17 @@ def enough(ratios: list[float], half_width: float, *, least: int = 3, most: int 
 
 def process_pair(workload: str, base_params: dict[str, Any], cand_params: dict[str, Any], facts: Any,
                  settings: Any, *, pairs: int = 8, window_s: float | None = None, seed: int = 0,
-                 python: str = sys.executable, keep: bool = False) -> tuple[ProcessPairRun, float, PairedWorker | None]:
+                 python: str = sys.executable, keep: bool = False,
+                 reference_s: float | None = None) -> tuple[ProcessPairRun, float, PairedWorker | None]:
     """One process pair's ``pairs`` pairs of windows (of ``window_s``, else the pair's own ``window_s``): its run,
     the window length and, with ``keep``, its candidate's worker, not ended: frozen, its heap fixed from now on
     (``PairedWorker.fix_heap``), its one arm ``ARM``, for in-process arms of that environment (a search's
-    environment worker: a worker's start saved). WorkerError when an arm failed."""
+    environment worker: a worker's start saved). WorkerError when an arm failed; ``HopelessEnvironment`` when
+    the candidate's first steps were far slower than the defaults' ``reference_s`` (``ProcessPair.start``)."""
     kept = None
     try:
-        with ProcessPair(workload, base_params, cand_params, facts, settings, seed=seed, python=python) as pair:
+        with ProcessPair(workload, base_params, cand_params, facts, settings, seed=seed, python=python,
+                         reference_s=reference_s) as pair:
             window_s = window_s or pair.window_s
             run = pair.run(pairs, window_s, seed=seed)
             if keep and run.pairs:

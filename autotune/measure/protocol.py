@@ -56,9 +56,12 @@ class AddArm:
     seed: int | None = None
     wide: bool = False
     # Give up after its first normal step (``hopeless.HOPELESS``): when a step takes more than ``give_up`` x the
-    # arm ``against``'s time per sample, its warm-up ends there and its status says ``gave_up``.
+    # arm ``against``'s time per sample, its warm-up ends there and its status says ``gave_up``. Where no arm of
+    # this worker is the reference (another environment's process), ``reference_s``: seconds per sample measured
+    # elsewhere (the defaults' in the search's calibration).
     give_up: float | None = None
     against: str | None = None
+    reference_s: float | None = None
 
 
 @dataclass(frozen=True)

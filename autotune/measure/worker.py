@@ -69,7 +69,8 @@ def handle(bench: Bench, command: Command) -> Reply:
 def _handle(bench: Bench, command: Command) -> Reply:
     if isinstance(command, AddArm):
         with contextlib.suppress(ArmFailed):
-            bench.add(command.arm, command.params, command.seed, command.wide, command.give_up, command.against)
+            bench.add(command.arm, command.params, command.seed, command.wide, command.give_up, command.against,
+                      command.reference_s)
         return ArmAdded(bench.get(command.arm).status())
     if isinstance(command, RunPairs):
         base, cand = bench.get(command.base), bench.get(command.cand)

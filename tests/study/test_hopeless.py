@@ -85,6 +85,70 @@ def test_a_step_that_outlasts_the_warm_up_limit_is_stopped_by_the_parent(facts: 
         measurer.close()
 
 
+def test_an_environment_far_slower_in_its_first_steps_costs_one_process_pairs_start(facts: Any) -> None:
+    """``env_trap`` trains tens of times slower with two inter-op threads, an environment knob (set before torch
+    starts): its candidate's arm gives up in its process pair's warm-up, against the calibration's time per
+    sample, and no window and no further process pair runs; a later candidate of that environment is stopped at
+    once. Before, its process pairs ran their windows: three pairs, 14-22 s here, measured at ~0.06x. (One
+    intra-op thread: two, beside a busy core, ran the defaults' steps up to 40x slower, as ``_one_core`` says.)"""
+    from autotune.measure import environment_key
+    from autotune.study import SearchOptions
+    from autotune.trial import TrialResult
+
+    measurer = QuickMeasurer("tests.quality_workloads:env_trap", _one_core(facts),
+                             SearchOptions(settings=QUICK_SETTINGS))
+    base = measurer.defaults
+    assert base["interop_threads"] == 1, base
+    try:
+        measurer.calibrate(60)
+        started = time.monotonic()
+        stopped = measurer.begin({**base, "interop_threads": 2}, 120)
+        spent = time.monotonic() - started
+        assert isinstance(stopped, TrialResult) and stopped.status == "ok", stopped
+        assert stopped.speedup_high == 0.125 and stopped.objective < 0.125 and stopped.pairs == 0, stopped
+        assert "in its environment's process pair" in stopped.warnings[-1], stopped.warnings
+        assert spent < 15, spent  # two workers' start and a step or two
+        key = environment_key({**base, "interop_threads": 2})
+        assert key in measurer.hopeless and not measurer.factor_ratios.get(key), measurer.factor_ratios
+        started = time.monotonic()
+        again = measurer.begin({**base, "interop_threads": 2, "batch_per_rank": 64}, 120)
+        assert isinstance(again, TrialResult) and again.speedup_high == 0.125, again
+        assert "an earlier trial's" in again.warnings[-1] and time.monotonic() - started < 1.0
+    finally:
+        measurer.close()
+
+
+def test_more_processes_far_slower_in_their_first_window_are_stopped_there(facts: Any) -> None:
+    """``ddp_trap`` trains tens of times slower in more than one process, a candidate measured in fresh trial
+    processes beside fresh runs of the defaults: its first window, judged against the defaults' run (or the
+    calibration's time per sample where it ran first), ends its process, and no more pairs run. Before, three
+    fresh pairs ran to their end (windows and the loss's samples)."""
+    from autotune import search_spaces as spaces
+    from autotune.study import SearchOptions
+    from autotune.trial import TrialResult
+
+    if "gloo" not in spaces.processes._backends(facts) or (facts.cpu.allowed.cores or 0) < 2:
+        pytest.skip("needs 2 allowed cores and gloo")
+    measurer = QuickMeasurer("tests.quality_workloads:ddp_trap", facts, SearchOptions(settings=QUICK_SETTINGS))
+    base = measurer.defaults
+    base.update(threads=1, interop_threads=1)  # the pool's too: two threads beside a busy core ran up to 40x slower
+    assert measurer.pool.defaults is base
+    try:
+        measurer.calibrate(60)
+        started = time.monotonic()
+        handle = measurer.begin({**base, "processes": 2, "threads": 1, "interop_threads": 1}, 180)
+        assert not isinstance(handle, TrialResult), handle
+        measurer.more(handle, 3, 180)
+        result = measurer.end(handle)
+        spent = time.monotonic() - started
+        assert result.status == "ok" and result.speedup_high == 0.125 and result.pairs == 0, result
+        assert "its first window in a fresh process" in result.warnings[-1], result.warnings
+        assert len(handle.fresh) == 0, handle.fresh  # type: ignore[attr-defined]
+        assert spent < 40, spent
+    finally:
+        measurer.close()
+
+
 def test_a_compile_that_takes_minutes_ends_within_the_budget(tmp_path: Any, facts: Any) -> None:
     """``slow_compile`` sleeps five minutes whenever torch.compile traces it, and every candidate compiles (held):
     the first is stopped at the time its budget leaves (a timeout, recorded), and the search ends within its
