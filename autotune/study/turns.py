@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 DUPLICATES_YIELD = 5  # consecutive samples of measured recipes after which the in-process turn gives way
 IN_PROCESS_WEIGHT = 2.0  # sampled trials that start no process get this many times the time of those that do
-SEEDS_PER_SAMPLE = 2  # while seeds remain, a sampled trial for every this many seeds: a third of the trials
+SAMPLED_SHARE = 1 / 3  # while seeds remain, the least share of sampled trials after every candidate but the first
 
 
 class Turns:
@@ -121,13 +121,15 @@ class Turns:
                                                "DataLoader workers and the threads they leave are measured first"))
 
     def sampled_turn(self) -> bool:
-        """Whether a trial Optuna samples goes before the next seed: while seeds remain, one for every
-        ``SEEDS_PER_SAMPLE`` measured seeds, the first right after the first seed (the warm start, the heuristic and
-        the combination count as seeds), so the search from its start is at least a third sampled at most turns. A
-        machine with many seeds, or one slow seed (the heuristic's process pairs, a precision 40x slow), took a
-        2-minute search's trials for seeds alone (a recurrent workload's 3-minute search: 4 trials, all seeds), and
-        the sampler never ran. Its turn is taken by an in-process trial (``enqueue_in_process``): the seeds still
-        to come change the environment, a sample costs an arm's windows."""
+        """Whether a trial Optuna samples goes before the next seed: while seeds remain, whenever a seed next would
+        leave fewer than ``SAMPLED_SHARE`` of the candidates sampled (the warm start, the heuristic and the
+        combination count as seeds), so wherever the budget ends the search after its first candidate, at least a
+        third of its candidates were sampled: seed, sample, seed, sample, then two seeds to a sample. A machine
+        with many seeds, or one slow seed (the heuristic's process pairs, a precision 40x slow), took a 2-minute
+        search's trials for seeds alone (a recurrent workload's 3-minute search: 4 trials, all seeds), and the
+        sampler never ran; one sample for every two seeds left the CNN's 2-minute search at 2 of 7. Its turn is
+        taken by an in-process trial (``enqueue_in_process``): the seeds still to come change the environment, a
+        sample costs an arm's windows."""
         if next_seed(self.study, self.seeds) is None:
             return False
         seeded = sampled = 0
@@ -137,7 +139,7 @@ class Turns:
                 sampled += 1  # a sample of a recipe measured before took its turn too (or a small space loops)
             elif role not in (BASELINE, CONFIRM, SEARCH, IN_PROCESS) and status in MEASURED:
                 seeded += 1
-        return sampled < -(-seeded // SEEDS_PER_SAMPLE)
+        return seeded > 0 and sampled < SAMPLED_SHARE * (seeded + sampled + 1) - 1e-9
 
     def in_process_turn(self) -> bool:
         """Whether the next sampled trial should start no process: the search's candidates that started none

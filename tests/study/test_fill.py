@@ -292,8 +292,9 @@ class Answering(Warm):
 
 def test_sampled_trials_take_a_third_of_the_turns_while_seeds_remain(facts: Any) -> None:
     """Six seeds of the defaults' worker and a count of 7 trials: before, the six seeds took every trial after the
-    baseline and the sampler never ran (a recurrent workload's 3-minute search: 4 trials, all seeds). Now a sampled
-    trial comes after the first seed and after every second seed after it."""
+    baseline and the sampler never ran (a recurrent workload's 3-minute search: 4 trials, all seeds), and with a
+    sample for every two seeds 2 of the CNN's 7 were sampled. Now after every candidate but the first at least a
+    third were sampled: seed, sample, seed, sample, seed, seed (then a sample)."""
     # seeded: a sample that repeats a measured recipe takes its turn unmeasured (tested above), and one more trial
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=3))
     study.set_user_attr("noise", asdict(NOISE))
@@ -312,9 +313,9 @@ def test_sampled_trials_take_a_third_of_the_turns_while_seeds_remain(facts: Any)
     # space is the machine's, so the order is checked turn by turn, such a repeat counted as a turn taken)
     seeded = sampled = 0
     for role in roles:
-        assert role == ("in-process" if sampled < -(-seeded // 2) else "seed"), roles
         seeded, sampled = seeded + (role == "seed"), sampled + (role == "in-process")
-    assert roles[:3] == ["seed", "in-process", "seed"] and sampled >= 2, roles
+        assert seeded + sampled == 1 or 3 * sampled >= seeded + sampled, roles
+    assert roles == ["seed", "in-process", "seed", "in-process", "seed", "seed"], roles
     assert [t.params["batch_per_rank"] for t in study.get_trials(deepcopy=False)[1:] if
             t.user_attrs[Attr.ROLE] == "seed"] == [8, 16, 64, 128]  # in their order, none lost
     # once the seeds are all taken, the loop samples as before (the in-process turn, the combination)
