@@ -50,6 +50,7 @@ from typing import Any
 from ..errors import AutotuneError
 from ..measure import ENVIRONMENT_KEYS, Interval, Noise, combine, stats
 from ..measure.candidate import round_factor
+from ..measure.process_pair import PROCESS_PAIRS
 from ..trial.spec import Status, TrialResult
 
 FORMAT = "autotune-paired-grid-v1"
@@ -86,13 +87,14 @@ class GridConfig:
 
     def split(self, confirming: bool) -> tuple[list[float], list[float]]:
         """The ratios and process-pair factors the search draws from, or (``confirming``) the confirmation: every
-        other ratio each; the process pairs' first half the search's (at least two where three or more were
-        recorded), the rest the confirmation's (one recorded factor: the search's alone)."""
+        other ratio each; of the process pairs, as many as a live search's first round runs (``PROCESS_PAIRS``),
+        at most half (at least two where three or more were recorded), the search's, the rest the confirmation's
+        (one recorded factor: the search's alone)."""
         ratios = self.ratios[1::2] if confirming else self.ratios[0::2]
         factors = self.process_pair_factors
         if len(factors) < 2:
             return ratios, factors
-        cut = max(len(factors) - len(factors) // 2, min(2, len(factors) - 1))
+        cut = min(PROCESS_PAIRS[0], max(len(factors) - len(factors) // 2, min(2, len(factors) - 1)))
         return ratios, (factors[cut:] if confirming else factors[:cut])
 
     def environment(self, confirming: bool = False, confidence: float = stats.CONFIDENCE,
@@ -239,6 +241,12 @@ class ReplayMeasurer:
             order = rng.choices(order, k=len(order))
         rng.shuffle(order)
         handle = _Handle(config, order, self._kind(config), self.confirming)
+        if handle.kind in (ACROSS, FACTOR):
+            pairs = 1 if self.confirming else len(config.split(False)[1])
+            need = pairs * float(self.grid.recorded.get("process_pair_s") or 0.0)
+            if need > timeout_s:  # as live (``EnvironmentFactors._too_short``): not started, nothing charged
+                return TrialResult(Status.SKIPPED, error=f"not started: another environment needs {pairs} process "
+                                                         f"pair(s), about {need:.0f} s; {timeout_s:.0f} s were left")
         self.charge(config.warmup_s)
         if handle.kind in (ACROSS, FACTOR):  # its environment's process pairs (the search's, or a round's one)
             held_out = config.split(True)[1] if self.confirming else []
@@ -246,8 +254,7 @@ class ReplayMeasurer:
             # rounds vary as processes do (one fixed held-out pair made every round agree: the CNN grid's
             # environments were confirmed at ~2.1x where all their pairs read 1.47x)
             handle.held = rng.choice(held_out) if held_out else None
-            pairs = 1 if self.confirming else len(config.split(False)[1])
-            self.charge(pairs * float(self.grid.recorded.get("process_pair_s") or 0.0))
+            self.charge(need)
         return handle
 
     def charge(self, seconds: float) -> None:

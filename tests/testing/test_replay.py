@@ -105,23 +105,39 @@ def test_a_confirmation_draws_only_what_the_search_did_not_see() -> None:
 def test_each_confirmation_round_draws_one_of_the_held_out_process_pairs() -> None:
     """A live round's process pair is fresh each time, so rounds of an environment vary as processes do. With one
     fixed held-out pair every round agreed: the CNN grid's environments were confirmed at ~2.1x where all their
-    recorded pairs read 1.47x. Eight recorded pairs: the search draws on the first four, the rounds one of the
-    last four each, never one the search saw."""
-    factors = [0.8, 0.9, 1.0, 1.1, 0.5, 0.6, 1.4, 1.5]
+    recorded pairs read 1.47x. Eight recorded pairs: the search draws on the first three (a live search's first
+    round), the rounds one of the other five each, never one the search saw."""
+    factors = [0.8, 0.9, 1.0, 0.5, 0.6, 1.4, 1.5, 1.1]
     grid = _grid()
     grid = replace(grid, configs=[replace(c, process_pair_factors=factors) if c.process_pair_factors else c
                                   for c in grid.configs])
     m = ReplayMeasurer(grid, seed=0)
     searched = m.begin({**DEFAULTS, "threads": 1}, 60.0)
-    assert m.more(searched, 8, 60.0) == stats.log_mean_interval(factors[:4])
+    assert m.more(searched, 8, 60.0) == stats.log_mean_interval(factors[:3])
     held = set()
-    for round_seed in range(12):
+    for round_seed in range(20):
         m.reseed(round_seed)
         h = m.begin({**DEFAULTS, "threads": 1}, 60.0)
         iv = m.more(h, 8, 60.0)
         held.add(h.held)  # type: ignore[attr-defined]
-        assert iv == round_factor(h.held, factors[:4], None)  # type: ignore[attr-defined]
-    assert held == set(factors[4:])  # over 12 rounds every held-out pair was drawn, and no other
+        assert iv == round_factor(h.held, factors[:3], None)  # type: ignore[attr-defined]
+    assert held == set(factors[3:])  # over 20 rounds every held-out pair was drawn, and no other
+
+
+def test_another_environment_whose_process_pairs_do_not_fit_is_not_started() -> None:
+    """As live (``EnvironmentFactors._too_short``): a candidate of another environment whose process pairs would
+    outlast the trial's time is skipped, nothing charged; a 2-minute replay of the CNN grid recorded with 8 pairs
+    of 9.5 s each otherwise started them late and ran to 138 s."""
+    from autotune.testing.replay import ReplayClock
+
+    grid = replace(_grid(), recorded={"process_pair_s": 10.0})
+    clock = ReplayClock()
+    m = ReplayMeasurer(grid, seed=0, clock=clock)
+    skipped = m.begin({**DEFAULTS, "threads": 1}, 15.0)  # its search's two recorded pairs: 20 s
+    assert isinstance(skipped, TrialResult) and skipped.status == "skipped" and "2 process pair" in skipped.error
+    assert clock.charged == 0.0
+    started = m.begin({**DEFAULTS, "threads": 1}, 25.0)
+    assert not isinstance(started, TrialResult) and clock.charged == pytest.approx(20.0)
 
 
 def test_end_gives_the_trial_result_of_the_drawn_pairs() -> None:
