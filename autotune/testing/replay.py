@@ -111,9 +111,14 @@ class GridConfig:
 
     def speedup(self, ratios: list[float] | None = None, confirming: bool = False,
                 confidence: float = stats.CONFIDENCE, held: float | None = None) -> stats.Interval:
-        """The speedup over the defaults from ``ratios`` (default: all recorded), with its interval."""
-        drawn = self.ratios if ratios is None else ratios
-        env = self.environment(confirming, confidence, held)
+        """The speedup over the defaults from ``ratios``, with its interval; by default from everything recorded,
+        every ratio and every process pair (the grid's own measurement, which scores a recipe)."""
+        if ratios is None:
+            env = stats.log_mean_interval(self.process_pair_factors, confidence) if self.process_pair_factors \
+                else None
+            drawn = self.ratios
+        else:
+            env, drawn = self.environment(confirming, confidence, held), ratios
         return stats.median_interval(drawn, confidence) if env is None else combine(env, drawn, confidence)
 
 

@@ -122,6 +122,9 @@ def test_each_confirmation_round_draws_one_of_the_held_out_process_pairs() -> No
         held.add(h.held)  # type: ignore[attr-defined]
         assert iv == round_factor(h.held, factors[:3], None)  # type: ignore[attr-defined]
     assert held == set(factors[3:])  # over 20 rounds every held-out pair was drawn, and no other
+    # the grid's own score of a combination is everything recorded: all eight pairs (it was all but the last)
+    scored = grid.scores()[grid.key({"threads": 1, "batch_size": 64, "channels_last": True})]
+    assert scored == pytest.approx(combine(stats.log_mean_interval(factors), [2.0] * 8).median)
 
 
 def test_another_environment_whose_process_pairs_do_not_fit_is_not_started() -> None:
