@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -9,7 +10,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "probe",
         help="read the hardware and print its facts",
         description="Read this machine's CPU topology (hwloc), ISA, memory, torch runtime and GPUs (NVML) "
-        "and print them. With --root, read a recorded machine instead; with --record, record this one.",
+        "and print them, with the machine's measured limits: the matmul peak at float32 and bfloat16 and the "
+        "memory bandwidth on the CPUs this process may use, beside the theoretical float32 peak (measured once, "
+        "2-3 s, and cached: --measure measures again). With --root, read a recorded machine instead; with "
+        "--record, record this one.",
     )
     p.add_argument("--json", action="store_true", help="print the facts as a versioned JSON document")
     source = p.add_mutually_exclusive_group()
@@ -20,6 +24,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="record this machine's topology files into FILE.tar.gz, to probe later with --root")
     p.add_argument("--no-runtime", action="store_true", help="do not import torch nor look for runtime libraries")
     p.add_argument("--no-gpus", action="store_true", help="do not query NVML")
+    p.add_argument("--measure", action="store_true", help="measure the machine's limits again (else cached)")
     p.set_defaults(func=run)
 
 
@@ -32,7 +37,13 @@ def run(args: argparse.Namespace) -> int:
               f"mkdir tree && tar xf {written} -C tree && autotune probe --root tree/{_stem(written.name)}")
         return 0
     facts = probes.probe(args.root, runtime=not args.no_runtime, gpus=not args.no_gpus)
-    print(facts.to_json(indent=2) if args.json else probes.summary(facts))
+    # a recorded tree is another machine, and without torch nothing can be timed
+    limits = None if args.root or args.no_runtime else probes.limits(facts, refresh=args.measure)
+    if args.json:
+        print(json.dumps({**facts.to_dict(), **({"limits": limits.to_dict()} if limits else {})}, indent=2))
+    else:
+        print(probes.summary(facts))
+        print(f"{'Limits':<11}  " + (limits.describe() if limits else "not measured (a recorded tree or --no-runtime)"))
     return 0
 
 

@@ -35,6 +35,7 @@ from ._facts import (
 )
 from ._fingerprint import VERSION as FINGERPRINT_VERSION
 from ._fingerprint import fingerprint_version, outdated_fingerprint
+from ._limits import Limits, limits
 from ._measured import KernelSpeed, Measured, measured
 from ._probe import probe
 from ._process import memory_policy, pinned_threads, process_cpus
@@ -51,6 +52,7 @@ __all__ = [
     "Facts",
     "Gpu",
     "KernelSpeed",
+    "Limits",
     "Measured",
     "Memory",
     "MigDevice",
@@ -58,6 +60,7 @@ __all__ = [
     "Runtime",
     "fingerprint_version",
     "format_cpulist",
+    "limits",
     "measured",
     "memory_policy",
     "outdated_fingerprint",
