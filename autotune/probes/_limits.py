@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ._measured import cache_dir
+from ._measured import cache_dir, write_cached
 
 FORMAT = "autotune-limits-v1"
 SIZES = (512, 1024, 2048)  # square matmuls, smallest first; a larger one only where it would take under STOP_S
@@ -168,11 +168,5 @@ def limits(facts: Any, device: str = "cpu", directory: Path | None = None, *, re
     peaks, bandwidth, theory, mhz = measure_limits(cpus, tuple(facts.cpu.isa))
     found = Limits(facts.fingerprint, device, torch.__version__, cpus, peaks, bandwidth, theory, mhz,
                    time.perf_counter() - started)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(f".{os.getpid()}.tmp")
-        partial.write_text(json.dumps(found.to_dict(), indent=1))
-        partial.replace(path)  # readers see the old file or the whole new one
-    except OSError:
-        pass
+    write_cached(path, found.to_dict())
     return found

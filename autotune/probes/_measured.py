@@ -200,11 +200,17 @@ def measured(fingerprint: str, device: str = "cpu", directory: Path | None = Non
     started = time.perf_counter()
     found = Measured(fingerprint, device, torch.__version__, measure_precision(dtypes, device),
                      time.perf_counter() - started)
+    write_cached(path, found.to_dict())
+    return found
+
+
+def write_cached(path: Path, data: dict[str, Any]) -> None:
+    """Write a measurement to the cache whole: readers see the old file or the new one; a folder that cannot be
+    written is measured around, never an error."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.tmp")
-        partial.write_text(json.dumps(found.to_dict(), indent=1))
-        partial.replace(path)  # readers see the old file or the whole new one
+        partial.write_text(json.dumps(data, indent=1))
+        partial.replace(path)
     except OSError:
         pass
-    return found
