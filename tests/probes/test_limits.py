@@ -30,21 +30,29 @@ def _rate(n: int = 1024, seconds: float = 0.3) -> float:
 
 def test_the_fp32_peak_is_at_least_a_timed_matmul_and_at_most_the_theoretical_peak(facts: Any,
                                                                                       tmp_path: Path) -> None:
+    """The peak (the best of three sizes) against a 1024 matmul timed right after it, with as many threads. The other
+    test process shares the 2 CPUs at times: once the peak read 100 GFLOP/s and the test's matmul, run alone a
+    moment later, 205. So up to three tries, each measured afresh; a peak computed wrong (half the FLOP of a
+    matmul, say) fails all three."""
     import torch
 
-    found = probes.limits(facts, directory=tmp_path)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(found.cpus)  # as the peak ran: one thread a CPU this process may use
-    try:
-        here = max(_rate() for _ in range(2))
-    finally:
-        torch.set_num_threads(threads)
-    peak = found.peak("float32")
-    assert peak is not None and dict(found.matmul).keys() == {"float32", "bfloat16"}
-    # the best of three sizes, timed apart from this one: another test's process may share the CPUs with either
-    assert peak >= 0.6 * here, (peak, here)
-    if found.theoretical_gflops is not None:  # the ISA's lanes and the reported clock: an upper bound
-        assert peak <= found.theoretical_gflops, found
+    threads, tries = torch.get_num_threads(), []
+    for attempt in range(3):
+        found = probes.limits(facts, directory=tmp_path, refresh=attempt > 0)
+        torch.set_num_threads(found.cpus)  # as the peak ran: one thread a CPU this process may use
+        try:
+            here = _rate()
+        finally:
+            torch.set_num_threads(threads)
+        peak = found.peak("float32")
+        assert peak is not None and dict(found.matmul).keys() == {"float32", "bfloat16"}
+        if found.theoretical_gflops is not None:  # the ISA's lanes and the reported clock: an upper bound
+            assert peak <= found.theoretical_gflops, found
+        tries.append((peak, here))
+        if peak >= 0.6 * here:
+            break
+    else:
+        pytest.fail(f"the peak under a matmul timed beside it, three times: {tries}")
     assert found.bandwidth_gbs > 0.1 and found.cpus == (facts.cpu.allowed.threads or found.cpus)
     assert "GFLOP/s" in found.describe() and "GB/s" in found.describe()
 
