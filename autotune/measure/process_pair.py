@@ -107,7 +107,7 @@ class ProcessPair:
         for side in self.started:
             worker = self.workers[side]
             worker.thaw()
-            reference = self._reference_s() if side == "cand" else None
+            reference = self._reference_s() if side == "cand" and self.reference_s else None  # judged where asked
             status = worker.add_arm(ARM, self.params[side], give_up=HOPELESS if reference else None,
                                     reference_s=reference)
             if status.state != "ok":
