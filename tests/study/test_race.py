@@ -302,9 +302,14 @@ def test_a_candidate_slow_on_purpose_is_stopped_after_its_first_round_live(tmp_p
     assert base.value == 1.0 and base.user_attrs["pairs"] == 6  # the A/A: the measurer's calibration pairs
     assert slow.state.name == "COMPLETE" and slow.user_attrs["params"]["batch_per_rank"] == 16
     assert slow.value < 0.5 and slow.user_attrs["speedup_high"] < 1 - noise["margin"], slow.user_attrs
-    assert slow.user_attrs["race"] == "slower than the defaults with confidence"
-    assert slow.user_attrs["pairs"] == max(4, noise["pairs"] // 2)  # one round
-    assert slow.user_attrs["method"] == "in-process pairs"
+    if slow.user_attrs["method"].startswith("its first steps"):
+        # beside another test process a warm-up step of this 4x-slower arm read over 8x the defaults' (the hopeless
+        # rule's bound, 2026-11-27 suite run): stopped even sooner, with no pair, which is as right
+        assert slow.user_attrs["pairs"] == 0, slow.user_attrs
+    else:
+        assert slow.user_attrs["race"] == "slower than the defaults with confidence"
+        assert slow.user_attrs["pairs"] == max(4, noise["pairs"] // 2)  # one round
+        assert slow.user_attrs["method"] == "in-process pairs"
     assert base.user_attrs["loss_samples"] == 64 * (2 + 6)  # the guard's count
     # slower with confidence, it cannot be the recipe: not trained on to the guard's samples (issue 28); a loss
     # its windows reached on a slow machine is kept
