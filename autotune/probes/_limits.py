@@ -7,14 +7,13 @@ without them leaves the user not knowing whether that is most of what the machin
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ._measured import cache_dir, write_cached
+from ._measured import cache_dir, read_cached, write_cached
 
 FORMAT = "autotune-limits-v1"
 SIZES = (512, 1024, 2048)  # square matmuls, smallest first; a larger one only where it would take under STOP_S
@@ -171,13 +170,9 @@ def limits(facts: Any, device: str = "cpu", directory: Path | None = None, *, re
     import torch
 
     path = (directory or cache_dir()) / f"limits-{facts.fingerprint}-{device}.json"
-    if not refresh:
-        try:
-            cached = Limits.from_dict(json.loads(path.read_text()))
-            if cached.torch == torch.__version__:
-                return cached
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
+    cached = None if refresh else read_cached(path, Limits.from_dict)
+    if cached is not None and cached.torch == torch.__version__:
+        return cached
     started = time.perf_counter()
     cpus = facts.cpu.allowed.threads or os.cpu_count() or 1
     peaks, bandwidth, theory, mhz, at_most = measure_limits(cpus, tuple(facts.cpu.isa))

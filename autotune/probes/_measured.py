@@ -18,10 +18,12 @@ import math
 import os
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+T = TypeVar("T")
 FORMAT = "autotune-measured-v1"
 DEADLINE_S = 0.2  # each kernel at each precision: its repeats stop here (a slow one's first run is its reading)
 MEASURED = ("bfloat16", "float16")  # against float32, whichever the space offers: the note says what each does
@@ -191,17 +193,23 @@ def measured(fingerprint: str, device: str = "cpu", directory: Path | None = Non
     import torch
 
     path = (directory or cache_dir()) / f"measured-{fingerprint}-{device}.json"
-    try:
-        cached = Measured.from_dict(json.loads(path.read_text()))
-        if cached.torch == torch.__version__ and all(cached.speed(d) for d in dtypes if d != "float32"):
-            return cached
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+    cached = read_cached(path, Measured.from_dict)
+    if cached is not None and cached.torch == torch.__version__ \
+            and all(cached.speed(d) for d in dtypes if d != "float32"):
+        return cached
     started = time.perf_counter()
     found = Measured(fingerprint, device, torch.__version__, measure_precision(dtypes, device),
                      time.perf_counter() - started)
     write_cached(path, found.to_dict())
     return found
+
+
+def read_cached(path: Path, parse: Callable[[dict[str, Any]], T]) -> T | None:
+    """A cached measurement as ``parse`` reads it; None where the file is missing, unreadable or not one."""
+    try:
+        return parse(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def write_cached(path: Path, data: dict[str, Any]) -> None:
