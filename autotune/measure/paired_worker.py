@@ -203,9 +203,9 @@ class PairedWorker:
         self.drop_arm(base + "~aa")
         aa = stats.compare(run.pairs, run.base, run.cand, train_steps=self.spec.train_steps)
         ratios = [p.ratio for p in run.pairs]
-        per_sample = run.base.step_s / run.base.step_samples if run.base.step_s and run.base.step_samples else None
         return Calibration(window, stats.pairs_for_width(ratios, half_width), half_width,
-                           stats.margin_from_calibration(aa.ratio), max(ratios) - min(ratios), aa, step_s, per_sample)
+                           stats.margin_from_calibration(aa.ratio), max(ratios) - min(ratios), aa, step_s,
+                           run.base.s_per_sample)
 
     def freeze(self) -> None:
         """Stop the worker's whole tree (SIGSTOP) while another process is timed; ``thaw()`` before a command."""

@@ -122,9 +122,7 @@ class ProcessPair:
         """The candidate is judged against the defaults' seconds per sample: their worker's warm-up where it warmed
         first (measured now, as the candidate will be), else the search's calibration (``reference_s``)."""
         base = self.status.get("base")
-        if base is not None and base.step_s and base.step_samples:
-            return base.step_s / base.step_samples
-        return self.reference_s
+        return (base.s_per_sample if base is not None else None) or self.reference_s
 
     def _gave_up(self) -> float | None:
         """How many times slower than the defaults the candidate's arm gave up, where it did (None: it did not).
@@ -134,8 +132,8 @@ class ProcessPair:
         cand, base = self.status.get("cand"), self.status.get("base")
         if cand is None or cand.gave_up is None:
             return None
-        if self.started[0] == "cand" and self.reference_s and base is not None and base.step_s and base.step_samples:
-            again = cand.gave_up * self.reference_s / (base.step_s / base.step_samples)
+        if self.started[0] == "cand" and self.reference_s and base is not None and base.s_per_sample:
+            again = cand.gave_up * self.reference_s / base.s_per_sample
             return again if again > HOPELESS else None
         return cand.gave_up
 

@@ -170,6 +170,11 @@ class ArmStatus:
     gave_up: float | None = None  # its step's time per sample over ``against``'s, where it gave up (``give_up``)
     data_wait: float | None = None  # the share of its windows spent waiting for the next batch (``Arm.data_wait``)
 
+    @property
+    def s_per_sample(self) -> float | None:
+        """Seconds per sample of a normal step (``step_s``); None before one."""
+        return self.step_s / self.step_samples if self.step_s and self.step_samples else None
+
 
 @dataclass(frozen=True)
 class Ready:
