@@ -2,6 +2,7 @@
 input-bound seeds, the combination, and the budget's end (a mixin of ``SearchLoop``)."""
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from .. import search_spaces as spaces
@@ -20,7 +21,8 @@ if TYPE_CHECKING:
 
 DUPLICATES_YIELD = 5  # consecutive samples of measured recipes after which the in-process turn gives way
 IN_PROCESS_WEIGHT = 2.0  # sampled trials that start no process get this many times the time of those that do
-SAMPLED_SHARE = 1 / 3  # while seeds remain, the least share of sampled trials after every candidate but the first
+# while seeds remain, the least share of sampled trials after every candidate but the first (exact: no rounding)
+SAMPLED_SHARE = Fraction(1, 3)
 
 
 class Turns:
@@ -139,7 +141,7 @@ class Turns:
                 sampled += 1  # a sample of a recipe measured before took its turn too (or a small space loops)
             elif role not in (BASELINE, CONFIRM, SEARCH, IN_PROCESS) and status in MEASURED:
                 seeded += 1
-        return seeded > 0 and sampled < SAMPLED_SHARE * (seeded + sampled + 1) - 1e-9
+        return seeded > 0 and sampled < SAMPLED_SHARE * (seeded + sampled + 1)
 
     def in_process_turn(self) -> bool:
         """Whether the next sampled trial should start no process: the search's candidates that started none
