@@ -341,8 +341,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window-s", type=float, default=None,
                         help="with --record: each window's seconds (default: from the defaults' step time, as live)")
     parser.add_argument("--process-pairs", type=int, default=8,
-                        help="with --record: process pairs per environment (the replay's search draws on the first "
-                             "half, its confirmation rounds each on one of the rest)")
+                        help="with --record: process pairs per environment (the replay's search draws on as many "
+                             "as a live first round runs, its confirmation rounds each on one of the rest)")
     parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--warmup-steps", type=int, default=4)
     parser.add_argument("--seeds", type=int, default=20)

@@ -10,22 +10,21 @@ grid, seed))``) with its real sampler, seeding, race and confirmation, in second
 every seed sees the same machine.
 
 Replay draws, it does not invent: each ``begin`` of a combination shuffles its recorded ratios with a generator
-seeded by the search's seed, the combination and how often it was begun, and ``more(n)`` hands out the next
-``n``. When the recorded ratios run out, ``more`` adds nothing: an interval never claims more pairs than were
-measured. The recorded measurements are split as the live search's are (``split``): the search draws from every
-other ratio and from the first half of the environment's process pairs; the confirmation (after ``reseed``) from
-the other ratios and the process pairs held out, so the measurements that chose a candidate take no part in
-confirming it and the winner's curse shows. (A live confirmation's rounds are each new; here each round is a
-bootstrap resample of the held-out ratios and one held-out process pair drawn, so rounds vary as pairs and
-processes do, as far as the recording holds them.) The search's environment factor is the geometric mean of its
-process pairs with its Student-t interval, a round's its one held-out pair with their spread
-(``candidate.round_factor``), each combined
-with the in-process ratios as live (``candidate.combine``). As the live measurer, the defaults themselves are
-the baseline trial, whose speedup is the calibration's A/A, and the defaults of another environment are measured
+seeded by the search's seed, the combination and how often it was begun, and ``more(n)`` hands out the next ``n``.
+When the recorded ratios run out, ``more`` adds nothing: an interval never claims more pairs than were measured. The
+recorded measurements are split as the live search's are (``split``): the search draws from every other ratio and
+from as many of the environment's process pairs as a live first round runs (at most half); the confirmation (after
+``reseed``) from the other ratios and the process pairs held out, so the measurements that chose a candidate take no
+part in confirming it and the winner's curse shows. (A live confirmation's rounds are each new; here each round is a
+bootstrap resample of the held-out ratios and one held-out process pair drawn, so rounds vary as pairs and processes
+do, as far as the recording holds them.) The search's environment factor is the geometric mean of its process pairs
+with its Student-t interval, a round's its one held-out pair with their spread (``candidate.round_factor``), each
+combined with the in-process ratios as live (``candidate.combine``). As the live measurer, the defaults themselves
+are the baseline trial, whose speedup is the calibration's A/A, and the defaults of another environment are measured
 by their factor alone. A combination recorded as failed (``oom``, ``nan``, ``crash``) fails the same way: at
-``begin`` when it failed before its first pair, at ``end`` when it failed later. A combination that is not in
-the grid is a ``GridMiss`` (the benchmark's fixed knobs and the grid disagree): a bug of the caller, not a
-trial's failure.
+``begin`` when it failed before its first pair, at ``end`` when it failed later. A combination that is not in the
+grid is a ``GridMiss`` (the benchmark's fixed knobs and the grid disagree): a bug of the caller, not a trial's
+failure.
 
     >>> grid = RecordedGrid.load("benchmarks/grids/cnn-paired.json")               # doctest: +SKIP
     >>> m = ReplayMeasurer(grid, seed=0)                                            # doctest: +SKIP
@@ -88,13 +87,13 @@ class GridConfig:
     def split(self, confirming: bool) -> tuple[list[float], list[float]]:
         """The ratios and process-pair factors the search draws from, or (``confirming``) the confirmation: every
         other ratio each; of the process pairs, as many as a live search's first round runs (``PROCESS_PAIRS``),
-        at most half (at least two where three or more were recorded), the search's, the rest the confirmation's
-        (one recorded factor: the search's alone)."""
+        at most half, rounded up, the search's, the rest the confirmation's (one recorded factor: the search's
+        alone)."""
         ratios = self.ratios[1::2] if confirming else self.ratios[0::2]
         factors = self.process_pair_factors
         if len(factors) < 2:
             return ratios, factors
-        cut = min(PROCESS_PAIRS[0], max(len(factors) - len(factors) // 2, min(2, len(factors) - 1)))
+        cut = min(PROCESS_PAIRS[0], len(factors) - len(factors) // 2)
         return ratios, (factors[cut:] if confirming else factors[:cut])
 
     def environment(self, confirming: bool = False, confidence: float = stats.CONFIDENCE,
