@@ -211,18 +211,22 @@ def _colour_images() -> Any:
                                           torch.randint(0, 10, (4096,), generator=g))
 
 
-TRAP_STALL_S = 0.0  # set by ``stall``: how long the trapped forward pass sleeps instead
+STALL_S = 60.0  # ``stall``'s trapped forward pass sleeps this long instead
 
 
 class _Trap(torch.nn.Sequential):
-    """Sleeps ``TRAP_SLEEP_S`` in every training forward pass, and with channels_last weights computes it
-    ``TRAP_FACTOR`` times."""
+    """A tiny CNN that sleeps ``TRAP_SLEEP_S`` in every training forward pass and, where ``trapped(self)`` says so,
+    computes it ``TRAP_FACTOR`` times (sleeping ``stall_s`` instead, where given)."""
+
+    def __init__(self, trapped: Callable[[torch.nn.Sequential], bool], stall_s: float = 0.0) -> None:
+        super().__init__(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
+                         torch.nn.Linear(8 * 8 * 8, 10))
+        self.trapped, self.stall_s = trapped, stall_s
 
     def forward(self, x: Any) -> Any:
         if self.training:
-            weight = self[0].weight
-            trapped = weight.is_contiguous(memory_format=torch.channels_last) and not weight.is_contiguous()
-            time.sleep(TRAP_STALL_S if trapped and TRAP_STALL_S else TRAP_SLEEP_S)
+            trapped = self.trapped(self)
+            time.sleep(self.stall_s if trapped and self.stall_s else TRAP_SLEEP_S)
             if trapped:
                 with torch.no_grad():
                     for _ in range(TRAP_FACTOR - 1):
@@ -230,57 +234,41 @@ class _Trap(torch.nn.Sequential):
         return super().forward(x)
 
 
+def _channels_last(model: torch.nn.Sequential) -> bool:
+    weight = model[0].weight
+    return bool(weight.is_contiguous(memory_format=torch.channels_last) and not weight.is_contiguous())
+
+
 def trap() -> Workload:
     """A tiny CNN on 3-channel images whose ``channels_last`` seed (offered on every CPU) runs tens of times slower, as
     fp16 autocast ran a CNN at 0.01-0.04x on a CPU with AVX512-FP16. Its step is a sleep per forward pass, so
     under ``--global-batch 256`` a larger batch per step (fewer accumulated passes) is the real gain: batch 64
     about 4x the default 16, at the same loss."""
-    return Workload(model=lambda: _Trap(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
-                                        torch.nn.Linear(8 * 8 * 8, 10)),
+    return Workload(model=lambda: _Trap(_channels_last),
                     dataset=_colour_images,
                     loss=lambda output, batch: torch.nn.functional.cross_entropy(output.float(), batch[1]),
                     optimizer=lambda params: torch.optim.SGD(params, lr=0.05), batch_size=TRAP_BATCH,
                     name="quality-trap")
 
 
-class _TrappedWhen(torch.nn.Sequential):
-    """``_Trap`` whose training forward pass is computed ``TRAP_FACTOR`` times where ``trapped()`` says so."""
-
-    def __init__(self, trapped: Callable[[], bool]) -> None:
-        super().__init__(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
-                         torch.nn.Linear(8 * 8 * 8, 10))
-        self.trapped = trapped
-
-    def forward(self, x: Any) -> Any:
-        if self.training:
-            time.sleep(TRAP_SLEEP_S)
-            if self.trapped():
-                with torch.no_grad():
-                    for _ in range(TRAP_FACTOR - 1):
-                        super().forward(x)
-        return super().forward(x)
-
-
 def env_trap() -> Workload:
     """``trap`` whose trap is an environment knob's: ``interop_threads`` above 1 (set before torch starts, so
     measured in process pairs; it costs nothing where the model runs no inter-op work) makes every step tens of
     times slower."""
-    return replace(trap(), model=lambda: _TrappedWhen(lambda: torch.get_num_interop_threads() > 1),
+    return replace(trap(), model=lambda: _Trap(lambda _: torch.get_num_interop_threads() > 1),
                    name="quality-env-trap")
 
 
 def ddp_trap() -> Workload:
     """``trap`` whose trap is more than one process (``processes``, measured in fresh trial processes)."""
-    return replace(trap(), model=lambda: _TrappedWhen(lambda: int(os.environ.get("WORLD_SIZE", "1")) > 1),
+    return replace(trap(), model=lambda: _Trap(lambda _: int(os.environ.get("WORLD_SIZE", "1")) > 1),
                    name="quality-ddp-trap")
 
 
 def stall() -> Workload:
     """``trap`` whose trapped forward pass sleeps a minute: a step that outlasts any window, which only the
     parent can stop (by its elapsed time)."""
-    global TRAP_STALL_S
-    TRAP_STALL_S = 60.0
-    return trap()
+    return replace(trap(), model=lambda: _Trap(_channels_last, STALL_S))
 
 
 class _SlowToCompile(torch.nn.Sequential):
