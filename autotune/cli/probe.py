@@ -42,8 +42,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**facts.to_dict(), **({"limits": limits.to_dict()} if limits else {})}, indent=2))
     else:
-        print(probes.summary(facts))
-        print(f"{'Limits':<11}  " + (limits.describe() if limits else "not measured (a recorded tree or --no-runtime)"))
+        said = limits.describe() if limits else "not measured (a recorded tree or --no-runtime)"
+        print(probes.summary(facts, (("Limits", said),)))
     return 0
 
 

@@ -6,8 +6,9 @@ from ._facts import CudaView, Facts, Gpu, Runtime
 _NOT_PROBED = "not probed"
 
 
-def summary(facts: Facts) -> str:
-    """A few aligned lines: CPU, NUMA, allowed CPUs, memory, runtime, GPUs, fingerprint.
+def summary(facts: Facts, more: tuple[tuple[str, str], ...] = ()) -> str:
+    """A few aligned lines: CPU, NUMA, allowed CPUs, memory, runtime, GPUs, fingerprint, then ``more`` (label,
+    value) rows aligned with them (``autotune probe``'s measured limits).
 
     >>> from autotune.probes import probe
     >>> summary(probe(runtime=False, gpus=False)).splitlines()[0]
@@ -35,6 +36,7 @@ def summary(facts: Facts) -> str:
         *_runtime_rows(facts.runtime, facts.root),
         *_gpu_rows(facts.gpus, facts.root, facts.cuda),
         ("Fingerprint", facts.fingerprint),
+        *more,
     ]
     width = max(len(label) for label, _ in rows)
     return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
