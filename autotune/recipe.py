@@ -41,6 +41,8 @@ class Recipe:
     loss: float | None = None
     baseline_loss: float | None = None
     peak_memory_bytes: int | None = None
+    flop_per_sample: float | None = None  # the workload's training step per sample (``workloads.flop_per_sample``)
+    matmul_gflops: dict[str, float] | None = None  # the searched machine's matmul peak per dtype (``probes.Limits``)
     id: int | None = None
     created: str | None = None
     notes: list[str] = field(default_factory=list)
@@ -56,6 +58,19 @@ class Recipe:
     def speedup_text(self) -> str:
         """``1.23x [1.15-1.31]`` (the interval when it was measured paired), ``1.23x``, or ``-``."""
         return format_speedup(self.speedup, self.speedup_low, self.speedup_high)
+
+    @property
+    def place_text(self) -> str | None:
+        """Where the recipe and the defaults stand against the machine's matmul peak (``format_place``), or None
+        when the workload's FLOP were not counted."""
+        dtype = str(self.params.get("amp_dtype") or "float32")
+        place = format_place(self.samples_per_s, self.flop_per_sample, self.matmul_gflops, dtype)
+        if place is None or self.baseline_samples_per_s in (None, self.samples_per_s) or self.flop_per_sample is None:
+            return place
+        defaults = self.baseline_samples_per_s * self.flop_per_sample / 1e9
+        peak = (self.matmul_gflops or {}).get("float32")
+        of = "" if dtype == "float32" else " of float32's"
+        return place + f"; the defaults {defaults:.0f} GFLOP/s" + (f" = {defaults / peak:.0%}{of}" if peak else "")
 
     @property
     def label(self) -> str:
@@ -125,6 +140,32 @@ def format_speedup(speedup: float | None, low: float | None = None, high: float 
     if low <= 0.0 or math.isinf(high):
         return f"{speedup:.2f}x [no interval: one measurement]"
     return f"{speedup:.2f}x [{low:.2f}-{high:.2f}]"
+
+
+def format_place(samples_per_s: float | None, flop_per_sample: float | None, peaks: dict[str, float] | None,
+                 dtype: str = "float32") -> str | None:
+    """A speed as FLOP/s against the machine's matmul peak at its precision (and float32's beside a lower one):
+    how far from the machine's limit it is. None when the FLOP or the speed are unknown.
+
+    >>> format_place(1000.0, 41e6, {"float32": 205.0})
+    '41 GFLOP/s = 20% of the float32 matmul peak (205 GFLOP/s)'
+    >>> format_place(4000.0, 41e6, {"float32": 205.0, "bfloat16": 820.0}, "bfloat16")
+    "164 GFLOP/s = 20% of the bfloat16 matmul peak (820 GFLOP/s), 80% of float32's (205)"
+    >>> format_place(1000.0, 41e6, {"float32": 205.0}, "float16"), format_place(1000.0, 41e6, None)
+    ("41 GFLOP/s = 20% of the float32 matmul peak (205 GFLOP/s; float16's not measured)", '41 GFLOP/s')
+    """
+    if not samples_per_s or not flop_per_sample:
+        return None
+    gflops = samples_per_s * flop_per_sample / 1e9
+    peaks = peaks or {}
+    own, fp32 = peaks.get(dtype), peaks.get("float32")
+    if own:
+        text = f"{gflops:.0f} GFLOP/s = {gflops / own:.0%} of the {dtype} matmul peak ({own:.0f} GFLOP/s)"
+        return text + (f", {gflops / fp32:.0%} of float32's ({fp32:.0f})" if fp32 and dtype != "float32" else "")
+    if fp32:
+        return (f"{gflops:.0f} GFLOP/s = {gflops / fp32:.0%} of the float32 matmul peak ({fp32:.0f} GFLOP/s; "
+                f"{dtype}'s not measured)")
+    return f"{gflops:.0f} GFLOP/s"
 
 
 def to_env(

@@ -11,10 +11,12 @@ from pathlib import Path
 import optuna
 import pytest
 
+from autotune import probes
 from autotune.measure.measurer import told_apart
 from autotune.recipe import load_recipe_file
 from autotune.study import choose_recipe
 from autotune.trial import TrialSettings, loss_samples
+from autotune.workloads import flop_per_sample, load_workload
 
 from . import quality_workloads as qw
 from .conftest import cli, defaults_env, run_cli
@@ -85,7 +87,7 @@ def slow_study(facts, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, s
 
 
 @pytest.mark.slow
-def test_search_export_apply(slow_study) -> None:
+def test_search_export_apply(slow_study, facts) -> None:
     # A workload made slow on purpose: batch 256 runs one forward pass per optimizer step of 256 samples where
     # the default 64 runs four (--global-batch 256), ~4x the samples/s at the same loss. The search must find it,
     # and the speedup must come from the confirmation's fresh pairs against the defaults, with its interval.
@@ -120,6 +122,13 @@ def test_search_export_apply(slow_study) -> None:
     # both rates measured in the confirmation's windows, side by side: their quotient lies near the interval
     quotient = stored["samples_per_s"] / stored["baseline_samples_per_s"]
     assert 0.97 * stored["speedup_low"] <= quotient <= 1.03 * stored["speedup_high"], stored
+    # where it stands against this machine's limit: the workload's FLOP counted once, the peaks as probed (cached)
+    flop = flop_per_sample(load_workload(qw.spec("slow")))
+    peak = dict(probes.limits(facts).matmul)
+    assert flop and stored["flop_per_sample"] == flop and stored["matmul_gflops"] == peak, stored
+    gflops = stored["samples_per_s"] * flop / 1e9
+    assert (f"best: {gflops:.0f} GFLOP/s = {gflops / peak['float32']:.0%} of the float32 matmul peak "
+            f"({peak['float32']:.0f} GFLOP/s); the defaults ") in stdout, said
 
     assert run_cli("export", "--format", "env", "-o", "best.env", cwd=tmp_path).returncode == 0
     assert cli("export", "--format", "json", "-o", "best.json", cwd=tmp_path).returncode == 0

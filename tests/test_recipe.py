@@ -87,3 +87,32 @@ def test_best_says_what_a_format_1_recipe_means(tmp_path: Path) -> None:
             "(32 per process); recipes searched now hold batch_per_rank") in " ".join(old.stdout.split())
     new = cli("best", "--recipe", "new.json", cwd=tmp_path)
     assert new.returncode == 0 and "format 1" not in new.stdout, new.stderr
+
+
+def test_a_recipe_says_where_it_stands_against_the_machines_peak_as_stored_and_shown(tmp_path: Path) -> None:
+    """GFLOP/s is samples/s x the workload's FLOP per sample; its share is of the matmul peak at the recipe's
+    precision, float32's beside a lower one; the defaults' against float32's. Kept by the store (its details)."""
+    from autotune.store import RecipeStore
+
+    from .conftest import cli
+
+    recipe = Recipe(params={"amp_dtype": "bfloat16"}, workload="cnn", samples_per_s=4000.0,
+                    baseline_samples_per_s=1000.0, speedup=4.0, flop_per_sample=41e6,
+                    matmul_gflops={"float32": 205.0, "bfloat16": 820.0})
+    said = ("164 GFLOP/s = 20% of the bfloat16 matmul peak (820 GFLOP/s), 80% of float32's (205); the defaults "
+            "41 GFLOP/s = 20% of float32's")
+    assert recipe.place_text == said
+    url = f"sqlite:///{tmp_path}/studies.db"
+    with RecipeStore.open(url) as store:
+        stored = store.save(recipe)
+    with RecipeStore.open(url, readonly=True) as store:
+        again = store.get(stored.id)
+    assert (again.flop_per_sample, again.matmul_gflops, again.place_text) == (41e6, recipe.matmul_gflops, said)
+    shown = cli("best", cwd=tmp_path)
+    assert shown.returncode == 0 and f"at {said}" in " ".join(shown.stdout.split()), shown.stdout
+    unknown = Recipe(params={}, workload="cnn", samples_per_s=4000.0, baseline_samples_per_s=1000.0)
+    assert unknown.place_text is None  # FLOP not counted: nothing said, not 0 GFLOP/s
+    fp32 = Recipe(params={}, workload="cnn", samples_per_s=2000.0, baseline_samples_per_s=1000.0, flop_per_sample=41e6,
+                  matmul_gflops={"float32": 205.0})
+    assert fp32.place_text == ("82 GFLOP/s = 40% of the float32 matmul peak (205 GFLOP/s); the defaults 41 GFLOP/s "
+                               "= 20%")

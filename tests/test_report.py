@@ -21,13 +21,15 @@ NOISE = {"window_s": 0.5, "pairs": 8, "half_width": 0.03, "margin": 0.04, "sprea
 
 def add_paired_study(url: str, name: str, facts, feasible: int = 9) -> None:
     """A study as a paired search records it (through Optuna's ask/tell, in real SQLite): trial values are
-    speedups with intervals, the noise of the A/A calibration, a trial over the quality guard, an OOM trial."""
+    speedups with intervals, the noise of the A/A calibration, a trial over the quality guard, an OOM trial; the
+    workload's FLOP per sample (1e8) and the machine's matmul peaks; the defaults at 1000 samples/s."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(storage=url, study_name=name, direction="maximize")
     for key, value in ((StudyAttr.FINGERPRINT, facts.fingerprint), (StudyAttr.WORKLOAD, "tiny"),
-                       (StudyAttr.MEASURE, "paired-v1"), (StudyAttr.NOISE, NOISE)):
+                       (StudyAttr.MEASURE, "paired-v1"), (StudyAttr.NOISE, NOISE), (StudyAttr.FLOP_PER_SAMPLE, 1e8),
+                       (StudyAttr.MATMUL_GFLOPS, {"float32": 200.0, "bfloat16": 800.0})):
         study.set_user_attr(key, value)
     dist = {"threads": optuna.distributions.IntDistribution(1, 4),
             "compile_mode": optuna.distributions.CategoricalDistribution(["none", "default"])}
@@ -38,7 +40,7 @@ def add_paired_study(url: str, name: str, facts, feasible: int = 9) -> None:
                  "startup_s": 2.0, "warmup_s": 3.0, "timed_s": 4.0}
         if speedup is not None:
             attrs |= {"objective": speedup, "speedup_low": speedup - 0.1, "speedup_high": speedup + 0.1,
-                      "method": "in-process pairs", "pairs": 8}
+                      "method": "in-process pairs", "pairs": 8, "samples_per_s": 1000.0 * speedup}
         if reason:
             attrs[Attr.INFEASIBLE if status == "ok" else Attr.ERROR] = reason
         knobs = {k: v for k, v in {**DEFAULTS, **params}.items() if k in dist}
@@ -80,6 +82,11 @@ def test_a_paired_study_reports_speedups_with_intervals_noise_importances_and_fa
     assert data.importance_note == "Optuna's PED-ANOVA importances over 9 feasible trials"
     page = render(data)
     assert "<td>1.60x [1.50-1.70]</td>" in page  # the best trial
+    # against the machine's limit: samples/s x 1e8 FLOP a sample over the float32 matmul peak, 200 GFLOP/s
+    summary = page.split("Baseline and best</h2>")[1].split("<h2>")[0]
+    assert "<td>100 GFLOP/s = 50% of the float32 matmul peak (200 GFLOP/s)</td>" in summary
+    assert "<td>160 GFLOP/s = 80% of the float32 matmul peak (200 GFLOP/s)</td>" in summary
+    assert page.split("Fastest trials</h2>")[1].count("GFLOP/s = ") == 9  # every feasible trial's
     # the stored recipe, with its interval where the store keeps one
     assert re.search(r"Stored recipe 1: <b>1\.60x( \[1\.50-1\.70\])?</b>", page)
     assert ("identical arms in one process spread over 6.0% (A/A, max - min); between fresh processes not measured "

@@ -4,6 +4,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -151,3 +152,38 @@ def test_two_unnamed_user_workloads_get_two_studies(user_dir: Path, facts) -> No
                facts=facts)
     names = sorted(optuna.get_all_study_names(storage))
     assert len(names) == 2 and names[0].startswith("gru_tagger.make-") and names[1].startswith("mlp.make-")
+
+
+def _two_layers(loss: Any = None) -> Workload:
+    import torch
+
+    return Workload(
+        model=lambda: torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)),
+        dataset=lambda: torch.utils.data.TensorDataset(torch.randn(16, 64), torch.randn(16, 8)),
+        loss=loss or (lambda out, batch: torch.nn.functional.mse_loss(out, batch[1])),
+        optimizer=lambda params: torch.optim.SGD(params, lr=0.1))
+
+
+def test_flop_per_sample_counts_a_training_step_of_a_known_model() -> None:
+    from autotune.workloads import flop_per_sample
+
+    # a sample: forward 64x32 + 32x8 multiply-adds; backward the second layer's weight and input gradients (32x8
+    # each) and the first's weight gradient (64x32; its input needs none); 2 FLOP a multiply-add
+    expected = 2 * (64 * 32 + 32 * 8) + 2 * (2 * 32 * 8 + 64 * 32)
+    assert flop_per_sample(_two_layers()) == expected == 9728
+    assert flop_per_sample(_two_layers(), samples=8) == expected  # the same per sample at any batch
+
+
+def test_flop_per_sample_is_unknown_where_a_step_fails_or_counts_nothing() -> None:
+    import torch
+
+    from autotune.workloads import flop_per_sample
+
+    def broken(out: Any, batch: Any) -> Any:
+        raise ValueError("the user's loss is broken")
+
+    assert flop_per_sample(_two_layers(broken)) is None  # its trials say why, with the traceback
+    elementwise = Workload(model=lambda: torch.nn.LayerNorm(3), dataset=lambda: torch.utils.data.TensorDataset(
+        torch.randn(4, 3), torch.randn(4, 3)), loss=lambda out, batch: (out - batch[1]).pow(2).mean(),
+        optimizer=lambda params: torch.optim.SGD(params, lr=0.1))
+    assert flop_per_sample(elementwise) is None  # no matmul to count: unknown, not 0

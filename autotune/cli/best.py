@@ -44,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
                   if recipe.loss is not None and recipe.baseline_loss is not None else "")
         interval = " (95% interval)" if recipe.speedup_low is not None else ""
         out.print(f"{recipe.speedup_text}{interval} PyTorch defaults{speeds}{losses}", markup=False, soft_wrap=True)
+    if recipe.place_text:
+        out.print(f"at {recipe.place_text}", markup=False, soft_wrap=True)
     out.print(f"hardware {recipe.fingerprint}, created {when(recipe.created)}")
     for note in [*recipe.notes, *filter(None, [format_note(recipe)])]:
         out.print(f"note: {note}", markup=False, soft_wrap=True)

@@ -187,6 +187,9 @@ def _print_outcome(out: Console, outcome: SearchOutcome) -> None:
     out.print(table)
     if best.number != base.number:
         out.print(f"{speedup} over PyTorch defaults", markup=False)
+    if r.place_text:
+        out.print(f"{'best' if best.number != base.number else 'the defaults'}: {r.place_text}", markup=False,
+                  soft_wrap=True)
     if outcome.noise:
         noise = Noise(**{**outcome.noise, "aa": tuple(outcome.noise["aa"])})
         out.print(f"noise: {noise.note()}", markup=False, soft_wrap=True)  # one line, as the notes: grep finds it

@@ -14,6 +14,7 @@ from ..errors import UsageError
 from ..measure import Noise
 from ..search_spaces import RUN_KEYS
 from ..store import RecipeStore, shown_url, storage_errors
+from ..study import roofline
 from ..study.records import BASELINE, CONFIRM, StudyAttr, TrialRecord, params_key, records
 from ..study.summaries import open_storage
 from ..trial.spec import Status
@@ -46,6 +47,12 @@ class Row:
     timed_s: float | None
     wall_s: float
     params: dict[str, Any] = field(default_factory=dict)
+    samples_per_s: float | None = None  # as measured in its windows
+
+    @property
+    def dtype(self) -> str:
+        """The precision its matmuls ran at: what its place against the machine's peak is taken at."""
+        return str(self.params.get("amp_dtype") or "float32")
 
 
 @dataclass(frozen=True)
@@ -65,6 +72,8 @@ class ReportData:
     noise: Noise | None
     importances: dict[str, float] | None
     importance_note: str
+    flop_per_sample: float | None = None  # the workload's, counted once per study (``study.roofline``)
+    matmul_gflops: dict[str, float] | None = None  # the machine's matmul peak per dtype, measured
 
 
 def collect(url: str, study_name: str, facts: Facts | None = None) -> ReportData:
@@ -104,18 +113,20 @@ def _from_study(study: optuna.Study, recipe: Recipe | None, facts: Facts | None)
         return Row(r.number, r.role, str(res.status), _outcome(r), speed, res.speedup_low if paired else None,
                    res.speedup_high if paired else None,
                    {k: v for k, v in r.params.items() if k not in RUN_KEYS and defaults.get(k) != v}, r.reason,
-                   res.startup_s, res.warmup_s, res.timed_s, res.wall_s, dict(r.params))
+                   res.startup_s, res.warmup_s, res.timed_s, res.wall_s, dict(r.params), res.samples_per_s)
 
     trials = [row(r) for r in recs if r.role != CONFIRM]
     baseline = next((t for t in trials if base and t.number == base.number), None)
     noise = attrs.get(StudyAttr.NOISE)
     importances, note = _importances(study, trials)
+    flop, matmul = roofline.of(study)
     return ReportData(
         study=study.study_name, workload=attrs.get(StudyAttr.WORKLOAD), fingerprint=attrs.get(StudyAttr.FINGERPRINT),
         cpu_set=attrs.get(StudyAttr.CPU_SET), paired=paired, probe=_probe(attrs.get(StudyAttr.FINGERPRINT), facts),
         defaults=defaults, baseline=baseline, best=_best(trials, recipe), recipe=recipe, trials=trials,
         confirmations=[row(r) for r in recs if r.role == CONFIRM],
         noise=_noise(noise) if isinstance(noise, dict) else None, importances=importances, importance_note=note,
+        flop_per_sample=flop, matmul_gflops=matmul,
     )
 
 

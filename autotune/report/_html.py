@@ -6,7 +6,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..recipe import format_speedup
+from ..recipe import format_place, format_speedup
 from . import _figures
 
 if TYPE_CHECKING:
@@ -36,6 +36,11 @@ def _knobs(changed: dict[str, Any]) -> str:
 def speed(row: Row | None) -> str:
     """``1.42x [1.30-1.55]``, or ``1.42x`` for a trial measured before paired measurement (no interval)."""
     return "-" if row is None else format_speedup(row.speedup, row.low, row.high)
+
+
+def place(data: ReportData, row: Row) -> str:
+    """``41 GFLOP/s = 20% of the float32 matmul peak (205 GFLOP/s)``, or ``-`` where the FLOP were not counted."""
+    return _e(format_place(row.samples_per_s, data.flop_per_sample, data.matmul_gflops, row.dtype) or "-")
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
@@ -92,10 +97,10 @@ def _summary(data: ReportData) -> str:
     base, best, recipe = data.baseline, data.best, data.recipe
     if base is None:
         return '<p class="note">The baseline (PyTorch defaults) has not completed: nothing to compare with.</p>'
-    rows = [["PyTorch defaults", f"trial {base.number}", speed(base), "(the defaults)"]]  # paired: the A/A run
+    rows = [["PyTorch defaults", f"trial {base.number}", speed(base), place(data, base), "(the defaults)"]]
     if best is not None and best.number != base.number:
-        rows.append(["best trial", f"trial {best.number}", speed(best), _knobs(best.changed)])
-    text = _table(["", "trial", "speedup", "differs from the defaults"], rows)
+        rows.append(["best trial", f"trial {best.number}", speed(best), place(data, best), _knobs(best.changed)])
+    text = _table(["", "trial", "speedup", "against the machine's limit", "differs from the defaults"], rows)
     if recipe is not None and recipe.speedup is not None:
         speedup = format_speedup(recipe.speedup, recipe.speedup_low, recipe.speedup_high)
         text += (f"<p>Stored recipe {_e(recipe.id)}: <b>{_e(speedup)}</b> the defaults' speed; "
@@ -111,8 +116,10 @@ def _top(data: ReportData) -> str:
                 key=lambda t: -(t.speedup or 0.0))
     if not ok:
         return '<p class="note">No feasible trial yet.</p>'
-    rows = [[str(t.number), _e(t.role), speed(t), f"{t.wall_s:.1f} s", _knobs(t.changed)] for t in ok[:TOP]]
-    return _table(["trial", "role", "speedup", "wall time", "differs from the defaults"], rows)
+    rows = [[str(t.number), _e(t.role), speed(t), place(data, t), f"{t.wall_s:.1f} s", _knobs(t.changed)]
+            for t in ok[:TOP]]
+    return _table(["trial", "role", "speedup", "against the machine's limit", "wall time", "differs from the defaults"],
+                  rows)
 
 
 def _noise(data: ReportData) -> str:

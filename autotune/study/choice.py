@@ -13,6 +13,7 @@ from .. import search_spaces as spaces
 from ..errors import TrialError
 from ..recipe import Recipe, format_speedup
 from ..trial.spec import Status, TrialResult
+from . import roofline
 from .guard import CANNOT_RESOLVE
 from .records import BASELINE, CONFIRM, NOT_RUN, Attr, Confirmation, StudyAttr, TrialRecord, records, study_margin
 
@@ -57,9 +58,10 @@ def choose_recipe(
     notes.append(time_note(all_records))
     peak = best.result.peak_memory_bytes  # CUDA: the 90% warning rides with the recipe
     notes += filter(None, [spaces.batch.memory_warning(peak, best.result.in_effect.get("device_memory_bytes"))])
+    flop, matmul = roofline.of(study)
     recipe = Recipe(params=best.params, workload=workload, fingerprint=facts.fingerprint, study=name,
                     loss=best.result.loss, baseline_loss=baseline.result.loss, notes=notes, peak_memory_bytes=peak,
-                    **_speeds(best is baseline, measured, baseline.result))
+                    flop_per_sample=flop, matmul_gflops=matmul, **_speeds(best is baseline, measured, baseline.result))
     return recipe, baseline, best, all_records
 
 

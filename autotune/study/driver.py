@@ -24,6 +24,7 @@ from ..probes import outdated_fingerprint
 from ..store import RecipeStore, check_storage_url, create_schema, storage_errors, use_wal
 from ..trial.spec import Status
 from ..workloads import Workload, call_user, load_workload
+from . import roofline
 from .budget import parse_duration
 from .choice import choose_recipe, time_spent
 from .confirm import confirm
@@ -307,6 +308,7 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
     if measured is None:
         measured = getattr(measurer, "measured", None) if hasattr(measurer, "measured") else \
             probes.measured(facts.fingerprint, ctx.device)
+    roofline.record(study, wl, _limits(measurer, facts, ctx.device))
     skipped = not_seeded(facts, ctx, measured)
     if skipped:
         study.set_user_attr(StudyAttr.NOT_SEEDED, skipped)
@@ -333,6 +335,14 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
                             time_spent(records))
     notify(SearchDone(outcome))
     return outcome
+
+
+def _limits(measurer: PairedMeasurer | None, facts: Facts, device: str) -> probes.Limits | None:
+    """The searched machine's limits: a replayed grid's (its measurer's ``limits``), else this machine's, measured
+    once and cached; a GPU's are not measured yet."""
+    if hasattr(measurer, "limits"):
+        return getattr(measurer, "limits")  # noqa: B009 - not every PairedMeasurer has one
+    return probes.limits(facts, device) if device == "cpu" else None
 
 
 def searched_noise(noise: dict[str, Any] | None, loop: SearchLoop, confirmation: Confirmation | None,

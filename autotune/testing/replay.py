@@ -222,6 +222,7 @@ class ReplayMeasurer:
         self.grid, self.seed = grid, seed
         self.clock = clock  # charged the recorded time of what it answers, where given
         self.measured = None  # the recording machine's kernel speeds are not in the grid: this one's do not apply
+        self.limits = None  # nor its matmul peaks
         self.begun: dict[tuple[Any, ...], int] = {}
         self.confirming = False  # after ``reseed``: the held-out half of every combination's measurements
 

@@ -10,6 +10,8 @@ Importing this package imports no example and no torch: ``load_workload`` import
 """
 from __future__ import annotations
 
+from ._flops import flop_per_sample
 from ._workload import Workload, call_user, default_name, held_out_sets, held_out_split, load_workload
 
-__all__ = ["Workload", "call_user", "default_name", "held_out_sets", "held_out_split", "load_workload"]
+__all__ = ["Workload", "call_user", "default_name", "flop_per_sample", "held_out_sets", "held_out_split",
+           "load_workload"]
