@@ -19,6 +19,11 @@ NOISE = {"window_s": 0.5, "pairs": 8, "half_width": 0.03, "margin": 0.04, "sprea
          "timed_s": 8.0, "wall_s": 12.5}
 
 
+BASE_PHASES = {"data": 0.3, "forward": 0.2, "backward": 0.4, "optimizer": 0.08, "other": 0.02}
+BEST_PHASES = {"data": 0.1, "forward": 0.3, "backward": 0.5, "optimizer": 0.08, "other": 0.02}
+OPERATORS = {"aten::addmm": 0.6, "aten::mm": 0.3}
+
+
 def add_paired_study(url: str, name: str, facts, feasible: int = 9) -> None:
     """A study as a paired search records it (through Optuna's ask/tell, in real SQLite): trial values are
     speedups with intervals, the noise of the A/A calibration, a trial over the quality guard, an OOM trial; the
@@ -35,9 +40,9 @@ def add_paired_study(url: str, name: str, facts, feasible: int = 9) -> None:
             "compile_mode": optuna.distributions.CategoricalDistribution(["none", "default"])}
 
     def add(params: dict[str, Any], role: str, status: str, speedup: float | None, *, quality: float = -0.05,
-            oom: float = 0.0, reason: str | None = None) -> None:
+            oom: float = 0.0, reason: str | None = None, **more: Any) -> None:
         attrs = {Attr.ROLE: role, Attr.PARAMS: {**DEFAULTS, **params}, Attr.STATUS: status, "wall_s": 10.0,
-                 "startup_s": 2.0, "warmup_s": 3.0, "timed_s": 4.0}
+                 "startup_s": 2.0, "warmup_s": 3.0, "timed_s": 4.0, **more}
         if speedup is not None:
             attrs |= {"objective": speedup, "speedup_low": speedup - 0.1, "speedup_high": speedup + 0.1,
                       "method": "in-process pairs", "pairs": 8, "samples_per_s": 1000.0 * speedup}
@@ -49,10 +54,10 @@ def add_paired_study(url: str, name: str, facts, feasible: int = 9) -> None:
             state=state, value=speedup if status == "ok" else None, params=knobs, distributions=dist,
             user_attrs=attrs, system_attrs={"constraints:quality": quality, "constraints:fits_memory": oom}))
 
-    add({}, "baseline", "ok", 1.0)
+    add({}, "baseline", "ok", 1.0, phases=BASE_PHASES, operators=OPERATORS)
     for i in range(feasible - 1):
         add({"threads": 1 + i % 4, "compile_mode": "default" if i % 2 else "none"}, "search", "ok",
-            1.0 + 0.1 * (i % 4) + (0.3 if i % 2 else 0.0))
+            1.0 + 0.1 * (i % 4) + (0.3 if i % 2 else 0.0), phases=BEST_PHASES)
     add({"threads": 3, "compile_mode": "default"}, "search", "ok", 1.9, quality=0.4,
         reason="loss 2.1 is +45% over the baseline's 1.45 (limit +5%)")
     add({"threads": 4, "batch_size": 128}, "search", "oom", None, oom=1.0, reason="out of memory")
@@ -87,6 +92,14 @@ def test_a_paired_study_reports_speedups_with_intervals_noise_importances_and_fa
     assert "<td>100 GFLOP/s = 50% of the float32 matmul peak (200 GFLOP/s)</td>" in summary
     assert "<td>160 GFLOP/s = 80% of the float32 matmul peak (200 GFLOP/s)</td>" in summary
     assert page.split("Fastest trials</h2>")[1].count("GFLOP/s = ") == 9  # every feasible trial's
+    # where a step's time goes: the defaults' and the best's parts, a sample's time (1 / samples/s), the data wait
+    steps = re.sub(r"<[^>]+>", " ", page.split("Where a step's time goes</h2>")[1].split("<div")[0])
+    assert re.sub(r"\s+", " ", steps).strip().startswith(
+        "data forward backward optimizer other a sample PyTorch defaults 30.0% 20.0% 40.0% 8.0% 2.0% 1000 µs "
+        "best (trial 4) 10.0% 30.0% 50.0% 8.0% 2.0% 625 µs Waiting for data takes a large share of the step "
+        "(PyTorch defaults 30%): the DataLoader's num_workers, pin_memory, prefetch_factor and "
+        "persistent_workers act on it"), steps
+    assert "aten::addmm 60.0% aten::mm 30.0%" in re.sub(r"\s+", " ", steps)
     # the stored recipe, with its interval where the store keeps one
     assert re.search(r"Stored recipe 1: <b>1\.60x( \[1\.50-1\.70\])?</b>", page)
     assert ("identical arms in one process spread over 6.0% (A/A, max - min); between fresh processes not measured "
@@ -94,7 +107,7 @@ def test_a_paired_study_reports_speedups_with_intervals_noise_importances_and_fa
             "A/A&#x27;s interval)") in page
     assert "loss 2.1 is +45% over the baseline&#x27;s 1.45 (limit +5%)" in page and "out of memory" in page
     assert "best (trial 4) confirmed at median 1.60x" in page
-    assert 'data-plots="4"' in page and page.count('class="plotly-graph-div"') == 4  # history, knobs, importance, time
+    assert 'data-plots="5"' in page and page.count('class="plotly-graph-div"') == 5  # + a step's parts
     # where the budget went: 12 trials x (2 s start-up, 3 s warm-up, 4 s timed, 1 s rest), and the calibration
     budget = re.sub(r"<[^>]+>", " ", page.split("Where the budget went</h2>")[1].split("<div")[0])
     assert re.sub(r"\s+", " ", budget).strip() == ("part time share start-up 24.0 s 18% warm-up/compile 36.0 s 27% "

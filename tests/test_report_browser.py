@@ -152,7 +152,8 @@ def test_the_report_of_a_real_search_renders_in_chromium(tmp_path: Path, browser
     text = report.read_text()
     assert "<script src=" not in text and text.count("* plotly.js v") == 1  # inline, once: opens offline
     plots = text.count('class="plotly-graph-div"')
-    assert plots >= 3 and f'data-plots="{plots}"' in text  # history, per-knob effect, budget at least
+    assert plots >= 4 and f'data-plots="{plots}"' in text  # history, per-knob effect, a step's parts, budget at least
+    assert text.split("Where a step's time goes</h2>")[1].lstrip().startswith("<table>")  # measured on the CPU
 
     check_page(browser, report, plots, tmp_path / "report.png")
 
@@ -166,7 +167,7 @@ def test_a_paired_report_with_intervals_and_importances_renders_in_chromium(tmp_
     url = f"sqlite:///{tmp_path}/studies.db"
     add_paired_study(url, "paired", facts)
     report = write(collect(url, "paired", facts), tmp_path / "paired.html")
-    check_page(browser, report, 4, tmp_path / "paired.png")  # history, per-knob effect, importances, budget
+    check_page(browser, report, 5, tmp_path / "paired.png")  # history, knobs, importances, a step's parts, budget
 
 
 def check_page(browser: DevTools, report: Path, plots: int, screenshot: Path) -> None:

@@ -48,6 +48,7 @@ from .batches import Batches, signal_all
 from .footprint import Footprint
 from .freeze import proc_state, wait_stopped
 from .hopeless import FIRST_STEP_HOPELESS, judged_step
+from .phases import Phases, profiled
 from .protocol import ArmState, ArmStatus, WindowRecord, WorkerSpec
 
 if TYPE_CHECKING:
@@ -120,6 +121,7 @@ class Arm:
         self.model: Any = None
         self.optimizer: Any = None
         self.batches = Batches(None)
+        self.phases = Phases()  # where its windows' steps go (CPU only: ``_build``)
         self._rng: Any = None
         self._cuda_rng: Any = None
         self._sync: Callable[[], None] = lambda: None
@@ -143,6 +145,7 @@ class Arm:
             bench.train, batch_size=tuned.batch_size, shuffle=True, drop_last=True,
             generator=torch.Generator().manual_seed(seed), **tuned.dataloader_kwargs))
         self._rng = torch.get_rng_state()  # the arm's own: dropout draws the same whatever the other arms do
+        self.phases = Phases(self.optimizer, enabled=tuned.device == "cpu")
         if tuned.device == "cuda":
             self._cuda_rng, self._sync = torch.cuda.get_rng_state(), torch.cuda.synchronize
 
@@ -193,7 +196,8 @@ class Arm:
             loss_samples=self.loss_samples, wide_loss=self.wide_loss, held_out=self._held_out(),
             worker_pids=self.batches.worker_pids(), in_effect=self.in_effect,
             warnings=tuple(self.tuned.warnings if self.tuned is not None else ()), peak_memory_bytes=self.memory.peak,
-            settle_steps=self.settle_steps, gave_up=self.gave_up, data_wait=self.data_wait)
+            settle_steps=self.settle_steps, gave_up=self.gave_up, data_wait=self.data_wait,
+            phases=self.phases.shares(self.windows_s))
 
     def _held_out(self) -> tuple[int, int] | None:
         held_out, wide = self.bench.held_out, self.bench.wide_held_out
@@ -249,6 +253,7 @@ class Arm:
     def close(self) -> None:
         """Continue and shut down its DataLoader workers; release the model (and GPU memory)."""
         self.batches.close()
+        self.phases.close()
         self.model = self.optimizer = None
         if self.tuned is not None and self.tuned.device == "cuda":
             import torch
@@ -258,14 +263,18 @@ class Arm:
     # Training -------------------------------------------------------------------------------------------
 
     def _step(self) -> Any:
-        tuned, workload = self.tuned, self.bench.workload
+        tuned, workload, phases = self.tuned, self.bench.workload, self.phases
         stepped, loss = False, None
         while not stepped:
+            started = time.perf_counter()
             batch = tuned.to_device(*self.batches.next())
+            loaded = time.perf_counter()
             self.trained += len(batch[0])
             with tuned.autocast():
                 loss = workload.loss(self.model(*workload.model_inputs(batch)), batch)
+            forward_done = time.perf_counter()
             stepped = tuned.step(loss, self.optimizer)
+            phases.add(started, loaded, forward_done, time.perf_counter(), stepped)
         return loss
 
     @staticmethod
@@ -345,6 +354,7 @@ class Arm:
         self._sync()
         start, excluded, steps, samples = time.perf_counter(), 0.0, 0, self.trained
         waited = self.batches.wait_s
+        self.phases.start()
         while True:
             loss = self._step()
             steps += 1
@@ -354,6 +364,7 @@ class Arm:
                 if time.perf_counter() - start - excluded >= window_s:
                     break
         elapsed = time.perf_counter() - start - excluded
+        self.phases.stop()
         idle_workers = {str(pid): proc_state(pid) for arm in idle for pid in arm.batches.worker_pids()}
         if self.loss is None:
             # Until the guard's loss is taken. After it the arm is only timed: an arm trains far past the study's
@@ -365,6 +376,11 @@ class Arm:
         self.windows_s += elapsed
         self.windows_wait_s += min(elapsed, self.batches.wait_s - waited)
         return WindowRecord(self.name, samples / elapsed, steps, samples, elapsed, idle_workers)
+
+    def profile(self, seconds: float) -> tuple[tuple[str, float], ...]:
+        """Its top operators over ``seconds`` of untimed training (``phases.profiled``); none on a GPU (``phases``)."""
+        return self._guarded(lambda: profiled(lambda: self._loss_if_due(self._step()), seconds)) \
+            if self.phases.enabled else ()
 
     def recompile(self) -> None:
         """One untimed step: after the compiler's caches were cleared for another arm, this compiled arm compiles

@@ -32,6 +32,7 @@ from .process_pair import PROCESS_PAIRS, HopelessEnvironment
 from .protocol import ArmStatus
 
 WARM_UP_SLACK_S = 10.0  # an eager arm's build and first kernels, beyond its warm-up steps (``_warm_up_limit_s``)
+PROFILE_S = 2.0  # the defaults trained under torch's profiler after the calibration: their top operators
 
 
 class LiveMeasurer(EnvironmentFactors):
@@ -57,10 +58,12 @@ class LiveMeasurer(EnvironmentFactors):
     def __init__(self, workload: str, defaults: dict[str, Any], facts: Any, settings: Any, *,
                  calibration_pairs: int = 16, half_width: float = 0.03, window_s: float | None = None,
                  process_pairs: tuple[int, int] = PROCESS_PAIRS, seed: int = 0,
-                 on_phase: PhaseHook | None = None, busy: float = BUSY) -> None:
+                 on_phase: PhaseHook | None = None, busy: float = BUSY, profile_s: float = PROFILE_S) -> None:
         self.workload, self.defaults, self.facts, self.settings = workload, defaults, facts, settings
         self.calibration_pairs, self.half_width, self.window_s = calibration_pairs, half_width, window_s
         self.process_pairs, self.seed, self.busy = process_pairs, seed, busy  # busy: ``measurer.too_busy``
+        self.profile_s = profile_s  # 0: the defaults are not profiled
+        self.operators: dict[str, float] | None = None  # the defaults' top operators (``phases.top_operators``)
         self.on_phase: PhaseHook = on_phase or (lambda name, detail: None)
         self.pool = WorkerPool(workload, defaults, facts, settings, lambda name, detail: self.on_phase(name, detail))
         self.calibration: Calibration | None = None
@@ -97,6 +100,10 @@ class LiveMeasurer(EnvironmentFactors):
         if cal.pairs > affordable:
             cal = replace(cal, pairs=affordable)
         self.calibration = cal
+        if self.profile_s > 0:  # at most a sixth of the time given, as the A/A
+            self.on_phase("calibrating noise", "the defaults under torch's profiler: their top operators")
+            profile = worker.profile(DEFAULTS, min(self.profile_s, timeout_s / 6))
+            self.operators = dict(profile.operators) or None
         self.noise = Noise.from_calibration(cal, wall_s=time.monotonic() - started)
         return self.noise
 
@@ -333,6 +340,8 @@ class LiveMeasurer(EnvironmentFactors):
             compile_s=status.compile_s, startup_s=trial.startup_s, warmup_s=trial.warmup_s,
             timed_s=trial.timed_s, loss=status.loss, loss_samples=status.loss_samples,
             peak_memory_bytes=status.peak_memory_bytes, data_wait=status.data_wait,
+            phases=dict(status.phases) if status.phases else None,
+            operators=self.operators if trial.baseline else None,
             wall_s=time.monotonic() - trial.started,
             in_effect={**(worker.ready.in_effect if worker.ready else {}), **status.in_effect},
             warnings=[*trial.warnings, *(w for w in status.warnings if w not in trial.warnings)])

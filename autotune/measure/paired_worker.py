@@ -42,6 +42,8 @@ from .protocol import (
     HeapKept,
     KeepHeap,
     PairsRun,
+    Profile,
+    Profiled,
     Quit,
     Ready,
     Refused,
@@ -171,6 +173,11 @@ class PairedWorker:
     def evaluate(self, arm: str, timeout_s: float = 300.0) -> ArmStatus:
         reply: Evaluated = self._expect(Evaluate(arm), Evaluated, timeout_s)
         return reply.status
+
+    def profile(self, arm: str, seconds: float, timeout_s: float | None = None) -> Profiled:
+        """Its top operators over ``seconds`` of training under torch's profiler (``protocol.Profile``)."""
+        reply: Profiled = self._expect(Profile(arm, seconds), Profiled, timeout_s or 60.0 + 4 * seconds)
+        return reply
 
     def drop_arm(self, arm: str, timeout_s: float = 60.0) -> None:
         self._expect(DropArm(arm), Dropped, timeout_s)

@@ -109,11 +109,19 @@ class EmptyCache:
 
 
 @dataclass(frozen=True)
+class Profile:
+    """Train the arm ``seconds`` (untimed) under torch's profiler: its operators' shares (``phases.top_operators``)."""
+
+    arm: str
+    seconds: float
+
+
+@dataclass(frozen=True)
 class Quit:
     pass
 
 
-Command = AddArm | RunPairs | RunWindows | Evaluate | DropArm | KeepHeap | EmptyCache | Quit
+Command = AddArm | RunPairs | RunWindows | Evaluate | DropArm | KeepHeap | EmptyCache | Profile | Quit
 
 # Records and replies -------------------------------------------------------------------------------------
 
@@ -169,6 +177,7 @@ class ArmStatus:
     held_out: tuple[int, int] | None = None  # samples in the held-out and the wide set, when added ``wide``
     gave_up: float | None = None  # its step's time per sample over ``against``'s, where it gave up (``give_up``)
     data_wait: float | None = None  # the share of its windows spent waiting for the next batch (``Arm.data_wait``)
+    phases: tuple[tuple[str, float], ...] | None = None  # each part's share of its windows (``phases.Phases``)
 
     @property
     def s_per_sample(self) -> float | None:
@@ -208,6 +217,12 @@ class Evaluated:
 
 
 @dataclass(frozen=True)
+class Profiled:
+    status: ArmStatus
+    operators: tuple[tuple[str, float], ...]  # the top operators by self time: name, share of all operators' time
+
+
+@dataclass(frozen=True)
 class Dropped:
     arm: str
 
@@ -236,7 +251,8 @@ class Bye:
     pass
 
 
-Reply = Ready | ArmAdded | WindowsRun | PairsRun | Evaluated | Dropped | HeapKept | CacheEmptied | Refused | Bye
+Reply = (Ready | ArmAdded | WindowsRun | PairsRun | Evaluated | Profiled | Dropped | HeapKept | CacheEmptied | Refused
+         | Bye)
 
 _TYPES: dict[str, type[Any]] = {cls.__name__: cls for cls in typing.get_args(Command) + typing.get_args(Reply)}
 

@@ -45,6 +45,8 @@ from .protocol import (
     HeapKept,
     KeepHeap,
     PairsRun,
+    Profile,
+    Profiled,
     Quit,
     Ready,
     Refused,
@@ -88,6 +90,12 @@ def _handle(bench: Bench, command: Command) -> Reply:
         with contextlib.suppress(ArmFailed):
             arm.ensure_loss()
         return Evaluated(arm.status())
+    if isinstance(command, Profile):
+        arm = bench.get(command.arm)
+        operators: tuple[tuple[str, float], ...] = ()
+        with contextlib.suppress(ArmFailed):
+            operators = arm.profile(command.seconds)
+        return Profiled(arm.status(), operators)
     if isinstance(command, DropArm):
         bench.drop(command.arm)
         return Dropped(command.arm)

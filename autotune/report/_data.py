@@ -48,6 +48,8 @@ class Row:
     wall_s: float
     params: dict[str, Any] = field(default_factory=dict)
     samples_per_s: float | None = None  # as measured in its windows
+    phases: dict[str, float] | None = None  # where its timed steps went: each part's share (``measure.phases``)
+    operators: dict[str, float] | None = None  # its top operators' shares of a profile (the defaults')
 
     @property
     def dtype(self) -> str:
@@ -113,7 +115,8 @@ def _from_study(study: optuna.Study, recipe: Recipe | None, facts: Facts | None)
         return Row(r.number, r.role, str(res.status), _outcome(r), speed, res.speedup_low if paired else None,
                    res.speedup_high if paired else None,
                    {k: v for k, v in r.params.items() if k not in RUN_KEYS and defaults.get(k) != v}, r.reason,
-                   res.startup_s, res.warmup_s, res.timed_s, res.wall_s, dict(r.params), res.samples_per_s)
+                   res.startup_s, res.warmup_s, res.timed_s, res.wall_s, dict(r.params), res.samples_per_s,
+                   res.phases, res.operators)
 
     trials = [row(r) for r in recs if r.role != CONFIRM]
     baseline = next((t for t in trials if base and t.number == base.number), None)

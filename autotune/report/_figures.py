@@ -125,9 +125,34 @@ def budget_parts(data: ReportData) -> dict[str, float]:
     return parts
 
 
+def stepped(data: ReportData) -> list[tuple[str, Row]]:
+    """The recipes whose step's parts were measured, as the report names them: the defaults, and the best."""
+    rows = [("PyTorch defaults", data.baseline)]
+    if data.best is not None and data.baseline is not None and data.best.number != data.baseline.number:
+        rows.append((f"best (trial {data.best.number})", data.best))
+    return [(name, row) for name, row in rows if row is not None and row.phases and row.samples_per_s]
+
+
+def steps(data: ReportData) -> Figure | None:
+    """One stacked bar per recipe: a sample's time in microseconds, split into the step's parts."""
+    import plotly.graph_objects as go
+
+    shown = stepped(data)
+    if not shown:
+        return None
+    fig = go.Figure()
+    for part in dict.fromkeys(p for _, row in shown for p in row.phases or {}):
+        micro = [round(1e6 * (row.phases or {}).get(part, 0.0) / (row.samples_per_s or 1.0), 1) for _, row in shown]
+        fig.add_trace(go.Bar(y=[name for name, _ in shown], x=micro, name=part, orientation="h"))
+    fig.update_layout(barmode="stack", title="Where a sample's time goes", xaxis_title="microseconds a sample",
+                      height=160 + 60 * len(shown), margin={"t": 50})
+    return fig
+
+
 def figures(data: ReportData) -> list[Figure]:
     """Every plot the data allows, in the report's order."""
-    return [f for f in (history(data), knob_effects(data), importances(data), budget(data)) if f is not None]
+    return [f for f in (history(data), knob_effects(data), importances(data), steps(data), budget(data))
+            if f is not None]
 
 
-__all__ = ["budget", "budget_parts", "figures", "history", "importances", "knob_effects"]
+__all__ = ["budget", "budget_parts", "figures", "history", "importances", "knob_effects", "stepped", "steps"]

@@ -23,6 +23,7 @@ pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; } .note { color: #5
 .num { text-align: right; font-variant-numeric: tabular-nums; }
 """
 TOP = 10  # trials in the table of the fastest
+DATA_BOUND = 0.2  # a share of the step spent waiting for data that the report calls large, naming the knobs
 
 
 def _e(value: Any) -> str:
@@ -84,6 +85,8 @@ def render(data: ReportData, now: datetime | None = None) -> str:
         "<h2>Parameter importances</h2>", f'<p class="note">{_e(data.importance_note)}</p>',
         plots.div(_figures.importances(data), "") if data.importances else "",
         "<h2>Measured noise of this machine</h2>", _noise(data),
+        "<h2>Where a step's time goes</h2>", _steps(data),
+        plots.div(_figures.steps(data), "") if _figures.stepped(data) else "",
         "<h2>Infeasible and failed trials</h2>", _failures(data),
         "<h2>Where the budget went</h2>", _budget(data),
         plots.div(_figures.budget(data), "No trial recorded its timings."),
@@ -133,6 +136,31 @@ def _noise(data: ReportData) -> str:
             ["margin a gain's low bound must clear", f"{n.margin:.1%}"],
             ["window", f"{n.window_s:.2f} s"], ["pairs per first round", str(n.pairs)]]
     return f"<p>{_e(n.note())}.</p>" + _table(["", ""], rows)
+
+
+def _steps(data: ReportData) -> str:
+    """Each recipe's step split into its parts (shares of its timed windows), what waiting for data costs and
+    which knobs act on it, and the defaults' top operators."""
+    shown = _figures.stepped(data)
+    if not shown:
+        return ('<p class="note">Not measured: on a GPU, or a study searched before the breakdown existed.</p>')
+    parts = list(dict.fromkeys(p for _, row in shown for p in row.phases or {}))
+    rows = [[_e(name), *(f"{(row.phases or {}).get(p, 0.0):.1%}" for p in parts),
+             f"{1e6 / (row.samples_per_s or 1.0):.0f} µs"] for name, row in shown]
+    text = _table(["", *parts, "a sample"], rows)
+    waits = [(name, (row.phases or {}).get("data", 0.0)) for name, row in shown]
+    heavy = [f"{name} {share:.0%}" for name, share in waits if share >= DATA_BOUND]
+    if heavy:
+        text += (f'<p>Waiting for data takes a large share of the step ({_e(", ".join(heavy))}): the DataLoader\'s '
+                 "num_workers, pin_memory, prefetch_factor and persistent_workers act on it (searched as the "
+                 "input knobs), and so does a cheaper dataset (decoding or augmenting once, ahead of training).</p>")
+    operators = data.baseline.operators if data.baseline is not None else None
+    if operators:
+        text += ("<p>The defaults' top entries by their own time in a short torch.profiler run: operators, and "
+                 "torch's own scopes (the DataLoader's next, the optimizer's step) where their Python runs:</p>")
+        text += _table(["operator or scope", "share of all entries' own time"],
+                       [[f"<code>{_e(name)}</code>", f"{share:.1%}"] for name, share in operators.items()])
+    return text
 
 
 def _failures(data: ReportData) -> str:

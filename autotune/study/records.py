@@ -43,7 +43,7 @@ class Attr:
     RESULT: Final = ("status", "samples_per_s", "objective", "spread", "windows", "compile_s", "startup_s",
                      "warmup_s", "timed_s", "loss", "wall_s", "error", "in_effect", "warnings", "log_tail",
                      "speedup_low", "speedup_high", "method", "pairs", "peak_memory_bytes",
-                     "baseline_samples_per_s", "data_wait")
+                     "baseline_samples_per_s", "data_wait", "phases", "operators")
 
 
 class StudyAttr:

@@ -172,6 +172,7 @@ def test_an_arm_that_fails_is_classified_as_a_trial_is_and_its_tensors_are_freed
 _WINDOW = protocol.WindowRecord("a", 10.0, 3, 30, 3.0, {"12": "T"})
 _STATUS = protocol.ArmStatus("a", "nan", "NonFiniteLoss: nan", 32, 64, 0.5, 0.01, 0.49, None, None, (7, 8), {"x": 1},
                              ("w",))
+_PHASED = protocol.ArmStatus("a", "ok", phases=(("data", 0.1), ("forward", 0.3), ("backward", 0.5), ("other", 0.1)))
 _WIDE = protocol.ArmStatus("a", "ok", None, 32, 64, loss=0.5, loss_samples=64, wide_loss=0.52, held_out=(512, 2048))
 
 
@@ -183,6 +184,7 @@ _WIDE = protocol.ArmStatus("a", "ok", None, 32, 64, loss=0.5, loss_samples=64, w
     protocol.ArmAdded(_STATUS), protocol.WindowsRun(_STATUS, (_WINDOW, _WINDOW)),
     protocol.PairsRun(_STATUS, _STATUS, (protocol.PairRecord("a", _WINDOW, _WINDOW),)),
     protocol.Evaluated(_STATUS), protocol.Dropped("a"), protocol.Refused("AddArm", "why"), protocol.Bye(),
+    protocol.Profile("a", 2.0), protocol.Profiled(_PHASED, (("aten::mm", 0.6), ("aten::add_", 0.1))),
 ])
 def test_every_message_round_trips_through_one_json_line(message: Any) -> None:
     line = protocol.encode(message)

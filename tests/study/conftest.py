@@ -104,13 +104,14 @@ class QuickMeasurer(LiveMeasurer):
     """The live measurer ``search()`` builds for ``options``, with the fewest A/A pairs (6) and a race sized as a
     one-minute budget sizes it (``LiveMeasurer.calibrate``), for searches whose subject is not the noise: a race
     round is then 4 pairs however busy the machine, where given 10 minutes a busy one asked for up to 30. No
-    calibration is too wide for them (``busy``): beside another test run tiny's 6 A/A pairs read [0.53-1.36]."""
+    calibration is too wide for them (``busy``): beside another test run tiny's 6 A/A pairs read [0.53-1.36]. Nor
+    are the defaults profiled (``profile_s``): 2 s a search, for the report's top operators."""
 
     def __init__(self, workload: str, facts: Facts, options: SearchOptions) -> None:
         _, ctx = search_context(workload, facts, options)
         defaults = {**spaces.defaults(facts, ctx), **run_settings(ctx, options)}
         super().__init__(workload, defaults, facts, options.settings, calibration_pairs=6, seed=options.seed,
-                         busy=math.inf)
+                         busy=math.inf, profile_s=0.0)
 
     def calibrate(self, timeout_s: float) -> Noise:
         return super().calibrate(min(timeout_s, MINUTE_S))

@@ -1,0 +1,90 @@
+"""Where an arm's step goes (``autotune.measure.phases``): a workload whose every part sleeps a known time, measured
+in a real worker; the defaults' top operators from torch's profiler; an optimizer that runs no step hooks."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from autotune.measure.paired_worker import PairedWorker
+from autotune.measure.phases import MERGED, Phases
+from autotune.search_spaces import SpaceContext, defaults
+from autotune.trial.spec import TrialSettings
+
+SETTINGS = TrialSettings(warmup_steps=2, measure_steps=6, windows=2, max_extra_windows=0, eval_samples=16)
+SLEEP_MS = {"data": 2.0, "forward": 3.0, "backward": 6.0, "optimizer": 1.5}  # a step of one sample: 12.5 ms
+
+
+def phased() -> Any:
+    """A one-sample step whose every part sleeps ``SLEEP_MS``: reading its sample, the forward pass, the backward
+    pass (an autograd function's), the optimizer's step."""
+    import torch
+
+    from autotune import Workload
+
+    class Load(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return 256
+
+        def __getitem__(self, index: int) -> Any:
+            time.sleep(SLEEP_MS["data"] / 1e3)
+            return torch.full((8,), float(index % 7)), torch.ones(2)
+
+    class SlowBackward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: Any) -> Any:
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Any:
+            time.sleep(SLEEP_MS["backward"] / 1e3)
+            return grad
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(8, 2)
+
+        def forward(self, x: Any) -> Any:
+            if self.training:
+                time.sleep(SLEEP_MS["forward"] / 1e3)
+            return SlowBackward.apply(self.linear(x))
+
+    class SlowSGD(torch.optim.SGD):
+        def step(self, closure: Any = None) -> Any:
+            time.sleep(SLEEP_MS["optimizer"] / 1e3)
+            return super().step(closure)
+
+    return Workload(model=Model, dataset=Load, loss=lambda out, batch: torch.nn.functional.mse_loss(out, batch[1]),
+                    optimizer=lambda params: SlowSGD(params, lr=0.01), batch_size=1, name="phased")
+
+
+def test_an_arms_step_is_split_into_its_parts_as_they_took_and_little_is_left_unexplained(facts: Any) -> None:
+    params = {**defaults(facts, SpaceContext(default_batch_size=1)), "device": "cpu", "reference_batch": 1,
+              "threads": 1, "interop_threads": 1}
+    with PairedWorker("tests.measure.test_phases:phased", params, facts, SETTINGS) as worker:
+        worker.add_arm("defaults", params)
+        windows = worker.run_windows("defaults", 3, 0.3)
+        profile = worker.profile("defaults", 0.3)
+    shares = dict(windows.status.phases or ())
+    assert list(shares) == ["data", "forward", "backward", "optimizer", "other"], shares
+    total = sum(SLEEP_MS.values())
+    # a sleep wakes late on a busy machine, each part alike: every part near its share of the sleeps, within 0.08
+    for part, ms in SLEEP_MS.items():
+        assert shares[part] == pytest.approx(ms / total, abs=0.08), shares
+    assert shares["other"] <= 0.05 and sum(shares.values()) == pytest.approx(1.0, abs=1e-3), shares
+    # the profile's top operators: shares of all operators' own time, largest first, the Linear's among them
+    names, values = [name for name, _ in profile.operators], [share for _, share in profile.operators]
+    assert 0 < len(names) <= 8 and values == sorted(values, reverse=True) and 0 < sum(values) <= 1.0, profile
+    assert any(name in ("aten::addmm", "aten::mm", "aten::linear") for name in names), names
+    assert profile.status.state == "ok"  # trained on after it, untimed
+
+
+def test_an_optimizer_that_runs_no_step_hooks_is_not_told_apart_from_the_backward() -> None:
+    phases = Phases(object(), enabled=True)  # no register_step_pre_hook: its step cannot be stamped
+    phases.start()
+    phases.add(0.0, 0.1, 0.3, 1.0, stepped=True)
+    assert phases.shares(1.0) == (("data", 0.1), ("forward", 0.2), ("backward", 0.0), ("optimizer", 0.0),
+                                  (MERGED, 0.7), ("other", 0.0))
+    assert Phases(object(), enabled=False).shares(1.0) is None  # a GPU's: not measured
