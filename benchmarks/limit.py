@@ -84,11 +84,13 @@ def main(argv: list[str] | None = None) -> int:
         folder.mkdir(parents=True, exist_ok=True)
         for workload in args.workloads:
             found.append(_search(workload, args.budget, folder))
-    print(f"\n{'workload':<12} {'defaults':>22} {'best recipe':>34}  speedup   changed")
+    print(f"\n{'workload':<12} {'defaults':>22}   {'best recipe':<42} speedup  changed")
     for f in found:
         best = f"{f['best_gflops']:.0f} GFLOP/s = {f['best_of_peak']:.0%} {f['dtype']}"
-        print(f"{f['workload']:<12} {f['defaults_gflops']:>6.0f} GFLOP/s = {f['defaults_of_peak']:>4.0%} fp32 "
-              f"{best:>34}  {f['speedup']:.2f}x  {f['changed'] or '(the defaults)'}")
+        if f["dtype"] != "float32":
+            best += f" ({f['best_of_fp32_peak']:.0%} float32)"
+        print(f"{f['workload']:<12} {f['defaults_gflops']:>4.0f} GFLOP/s = {f['defaults_of_peak']:>4.0%} float32   "
+              f"{best:<42} {f['speedup']:.2f}x   {f['changed'] or '(the defaults)'}")
     print("\nwhere a step's time goes (shares of the timed windows), and the defaults' top operators:")
     for f in found:
         print(f"{f['workload']:<12} defaults: {_parts(f['defaults_phases'])}")

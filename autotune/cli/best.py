@@ -10,7 +10,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "best", help="show the best recipe stored (latest, or of a study/workload)",
         description="Show a recipe's knobs; those that differ from PyTorch's defaults (its study's baseline trial, "
-        "or the defaults on this machine) are marked '*' with the default beside. Reads the storage only.",
+        "or the defaults on this machine) are marked '*' with the default beside; its speedup, and its GFLOP/s as a "
+        "share of the machine's measured matmul peak where the search counted the workload's FLOP. Reads the "
+        "storage only.",
     )
     p.add_argument("--recipe", default=None, metavar="ID|FILE", help="a recipe id or an exported file")
     p.add_argument("--study", default=None, metavar="NAME")
