@@ -174,15 +174,19 @@ def test_flop_per_sample_counts_a_training_step_of_a_known_model() -> None:
     assert flop_per_sample(_two_layers(), samples=8) == expected  # the same per sample at any batch
 
 
-def test_flop_per_sample_is_unknown_where_a_step_fails_or_counts_nothing() -> None:
+def test_flop_per_sample_never_calls_the_users_loss_and_is_unknown_where_the_model_fails_or_counts_nothing() -> None:
     import torch
 
     from autotune.workloads import flop_per_sample
 
-    def broken(out: Any, batch: Any) -> Any:
-        raise ValueError("the user's loss is broken")
+    def loss(out: Any, batch: Any) -> Any:
+        raise AssertionError("the search's process called the user's loss")  # it may count, log or fail
 
-    assert flop_per_sample(_two_layers(broken)) is None  # its trials say why, with the traceback
+    assert flop_per_sample(_two_layers(loss)) == 9728  # backward from the outputs' sum: the same graph
+    broken = _two_layers()
+    broken = Workload(model=lambda: torch.nn.Linear(3, 2), dataset=broken.dataset, loss=broken.loss,
+                      optimizer=broken.optimizer)  # 3 inputs where the data has 64: the forward raises
+    assert flop_per_sample(broken) is None  # its trials say why, with the traceback
     elementwise = Workload(model=lambda: torch.nn.LayerNorm(3), dataset=lambda: torch.utils.data.TensorDataset(
         torch.randn(4, 3), torch.randn(4, 3)), loss=lambda out, batch: (out - batch[1]).pow(2).mean(),
         optimizer=lambda params: torch.optim.SGD(params, lr=0.1))

@@ -10,9 +10,10 @@ bf16 emulated on an AVX2-only CPU has been seen 55x slower than fp32.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from ..workloads import output_tensors
 from ._context import SpaceContext
 from ._family import Params, Prepared, SuggestingTrial
 
@@ -130,7 +131,7 @@ def forward_in_effect(device: str, model: torch.nn.Module, inputs: Any, output: 
 
     kind = device.split(":")[0]
     autocast = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else None
-    out = next(_tensors(output), None)
+    out = next(iter(output_tensors(output)), None)
 
     def channels_last(tensors: Iterable[torch.Tensor]) -> bool | None:
         four_d = [t for t in tensors if t.dim() == 4 and t.is_floating_point()]
@@ -140,22 +141,8 @@ def forward_in_effect(device: str, model: torch.nn.Module, inputs: Any, output: 
         "autocast": _dtype_name(autocast),
         "output_dtype": _dtype_name(None if out is None else out.dtype),
         "channels_last_parameters": channels_last(model.parameters()),
-        "channels_last_inputs": channels_last(_tensors(inputs)),
+        "channels_last_inputs": channels_last(output_tensors(inputs)),
     }
-
-
-def _tensors(value: object) -> Iterator[torch.Tensor]:
-    """The tensors in a forward pass's inputs or output (nested tuples, lists, dicts), in order."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (tuple, list)):
-        for item in value:
-            yield from _tensors(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _tensors(item)
 
 
 def _dtype_name(dtype: torch.dtype | None) -> str | None:

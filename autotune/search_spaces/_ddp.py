@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..workloads import output_tensors
 from . import _batch as batch
 from . import _processes as processes
 from ._context import SpaceContext
@@ -95,19 +96,6 @@ def ddp_options(params: Params, model: torch.nn.Module) -> dict[str, Any]:
     }
 
 
-def _tensors(output: Any) -> list[torch.Tensor]:
-    """The tensors of a forward's output (a tensor, or tuples, lists and dicts of them)."""
-    import torch
-
-    if isinstance(output, torch.Tensor):
-        return [output]
-    if isinstance(output, dict):
-        output = list(output.values())
-    if isinstance(output, (tuple, list)):
-        return [t for part in output for t in _tensors(part)]
-    return []
-
-
 def unused_parameters(model: torch.nn.Module, inputs: tuple[Any, ...]) -> list[str]:
     """The names of ``model``'s trainable parameters that no output of ``model(*inputs)`` depends on: one
     forward and a backward from every output, on a copy of the model (the caller's keeps no gradients).
@@ -130,7 +118,7 @@ def unused_parameters(model: torch.nn.Module, inputs: tuple[Any, ...]) -> list[s
 
     probe = copy.deepcopy(model)
     probe.train()
-    outputs = [t for t in _tensors(probe(*inputs)) if t.requires_grad]
+    outputs = [t for t in output_tensors(probe(*inputs)) if t.requires_grad]
     if not outputs:
         return []  # nothing to follow back: unknown, not "all unused"
     torch.stack([t.float().sum() for t in outputs]).sum().backward()

@@ -11,7 +11,15 @@ Importing this package imports no example and no torch: ``load_workload`` import
 from __future__ import annotations
 
 from ._flops import flop_per_sample
-from ._workload import Workload, call_user, default_name, held_out_sets, held_out_split, load_workload
+from ._workload import (
+    Workload,
+    call_user,
+    default_name,
+    held_out_sets,
+    held_out_split,
+    load_workload,
+    output_tensors,
+)
 
 __all__ = ["Workload", "call_user", "default_name", "flop_per_sample", "held_out_sets", "held_out_split",
-           "load_workload"]
+           "load_workload", "output_tensors"]

@@ -74,6 +74,25 @@ class Workload:
         return tuple(batch[:-1]) if len(batch) > 1 else tuple(batch)
 
 
+def output_tensors(output: Any) -> list[torch.Tensor]:
+    """The tensors of a forward pass's output (a tensor, or tuples, lists and dicts of them), in order: what the
+    search reads of a user's model without calling the user's loss.
+
+    >>> import torch
+    >>> [t.shape[0] for t in output_tensors({"logits": torch.ones(2), "aux": (torch.ones(3), "text")})]
+    [2, 3]
+    """
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return [output]
+    if isinstance(output, dict):
+        output = list(output.values())
+    if isinstance(output, (tuple, list)):
+        return [t for part in output for t in output_tensors(part)]
+    return []
+
+
 def default_name(spec: str) -> str:
     """The name of a workload that gives none: the bundled name, else the spec's file stem (or module) and
     function, so two user workloads get two studies.

@@ -145,7 +145,7 @@ def test_a_calibration_too_wide_to_rank_on_is_taken_again_once_then_ends_the_sea
                                    aa=SimpleNamespace(amortised=aa, ratios=(0.95, 1.05)))
 
     def measurer() -> LiveMeasurer:
-        m = LiveMeasurer("tiny", {"device": "cpu"}, facts, TrialSettings(), window_s=0.1)
+        m = LiveMeasurer("tiny", {"device": "cpu"}, facts, TrialSettings(), window_s=0.1, profile_s=0)  # no profile
         m.pool.defaults_worker = lambda *a, **k: Worker()  # type: ignore[method-assign]
         m.pool.add = lambda *a, **k: SimpleNamespace(step_s=0.01, first_step_s=0.01)  # type: ignore[method-assign]
         return m
