@@ -2,17 +2,16 @@
 
 Two identical trial processes differ by a factor that lasts their whole life, while two identical models
 trained alternately in ONE process agree far more closely. So knobs that apply inside a process are compared
-here: an ``Arm`` is one set of in-process knobs (batch size,
-channels_last, AMP dtype, compile mode, sparsity, DataLoader settings, ipex, TF32) with its own model,
-optimizer and DataLoader, set up through ``autotune.apply()`` and ``Tuned`` exactly as a trial and the
-user's training are, seeded identically. ``pairs()`` runs two arms back to back in random order; each
-pair's ratio is candidate rate / baseline rate, and ``stats.compare()`` gives their median with an
-exact interval.
+here: an ``Arm`` is one set of in-process knobs (batch size, channels_last, AMP dtype, matmul precision,
+compile mode, sparsity, DataLoader settings, ipex, TF32) with its own model, optimizer and DataLoader, set up
+through ``autotune.apply()`` and ``Tuned`` exactly as a trial and the user's training are, seeded identically.
+``pairs()`` runs two arms back to back in random order; each pair's ratio is candidate rate / baseline rate,
+and ``stats.compare()`` gives their median with an exact interval.
 
 Rules an arm keeps, so that its windows measure only itself:
 - every arm of a process shares its environment-level knobs (``ENVIRONMENT_KEYS``); ``Bench.add`` refuses
   another environment (those are compared across processes);
-- process-global settings (the TF32 flags, set by ``search_spaces.cuda.set_flags``, defaults included) and
+- process-global settings (the TF32 flags and the CPU's float32 matmul precision, set by ``set_flags``) and
   the torch RNG state are the arm's own from the start of each of its windows;
 - its DataLoader workers are stopped (SIGSTOP) while it is idle and continued (SIGCONT) for its windows,
   and never left stopped: ``close()`` and a failure continue them before shutting them down;
@@ -211,6 +210,7 @@ class Arm:
         if self.state != "ok":
             raise ArmFailed(self.name, self.state, self.error or "failed earlier")
         spaces.cuda.set_flags(self.params)  # TF32: every model of the process reads the process's flags
+        spaces.matmul.set_flags(self.params)  # oneDNN's float32 matmuls: as process-global
         if self._rng is not None:
             torch.set_rng_state(self._rng)
         if self._cuda_rng is not None:

@@ -27,6 +27,7 @@ from . import _cuda as cuda
 from . import _data as data
 from . import _ddp as ddp
 from . import _ipex as ipex
+from . import _matmul as matmul
 from . import _preload as preload
 from . import _processes as processes
 from . import _schema
@@ -63,6 +64,7 @@ __all__ = [
     "environment",
     "heuristic",
     "ipex",
+    "matmul",
     "apply_process",
     "memory_nodes",
     "membind_off",

@@ -47,6 +47,9 @@ def not_in_effect(params: dict[str, Any], in_effect: dict[str, Any]) -> list[str
     if pattern not in (None, "none") and float(params.get("sparsity") or 0) > 0 and "sparsity" not in in_effect:
         problems.append(f"sparsity_pattern={pattern} (sparsity={params.get('sparsity')}) is not in effect: "
                         "no layer was sparsified")
+    precision, ran = params.get("matmul_precision"), in_effect.get("matmul_precision")
+    if params.get("device") != "cuda" and precision is not None and ran is not None and ran != precision:
+        problems.append(f"matmul_precision={precision} is not in effect: the process ran with {ran}")
     return problems + _cuda_not_in_effect(params, in_effect)
 
 

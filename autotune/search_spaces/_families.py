@@ -13,6 +13,7 @@ from . import _cuda as cuda
 from . import _data as data
 from . import _ddp as ddp
 from . import _ipex as ipex
+from . import _matmul as matmul
 from . import _preload as preload
 from . import _processes as processes
 from . import _sparsity as sparsity
@@ -25,8 +26,8 @@ if TYPE_CHECKING:
 
 # The order is the seeds' order (``promising``); which family's variable wins is declared (``OVERRIDES``), not
 # taken from this order.
-FAMILIES: tuple[KnobFamily, ...] = tuple(as_family(m) for m in (threads, preload, batch, data, amp, cuda, compilation,
-                                                             processes, ddp, sparsity, ipex))
+FAMILIES: tuple[KnobFamily, ...] = tuple(as_family(m) for m in (threads, preload, batch, data, amp, matmul, cuda,
+                                                             compilation, processes, ddp, sparsity, ipex))
 
 
 def merge_params(params: list[Params]) -> Params:

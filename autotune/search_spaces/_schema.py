@@ -16,6 +16,7 @@ from . import _batch as batch
 from . import _compile as compilation
 from . import _cuda as cuda
 from . import _ddp as ddp
+from . import _matmul as matmul
 from . import _preload as preload
 from . import _sparsity as sparsity
 from . import _threads as threads
@@ -45,7 +46,7 @@ SCHEMA: dict[str, tuple[Check, str]] = {
     "batch_per_rank": _integer(1), "batch_size": _integer(1),  # batch_size: format 1 (``recipe``)
     "num_workers": _integer(0), "pin_memory": BOOLEAN, "persistent_workers": BOOLEAN,
     "prefetch_factor": _optional_integer(1),
-    "amp_dtype": _one_of(amp.DTYPES), "channels_last": BOOLEAN,
+    "amp_dtype": _one_of(amp.DTYPES), "channels_last": BOOLEAN, "matmul_precision": _one_of(matmul.PRECISIONS),
     "tf32_matmul": BOOLEAN, "tf32_cudnn": BOOLEAN, "tf32": BOOLEAN,  # tf32: before the split (``cuda.wanted``)
     "cudnn_benchmark": BOOLEAN, "cuda_alloc": _one_of(cuda.ALLOC),
     "compile_mode": _one_of(compilation.CUDA_MODES), "processes": _integer(1),

@@ -13,7 +13,7 @@ from typing import Any
 from .. import distributed
 from ..apply import Tuned
 from ..probes import memory_policy, pinned_threads, process_cpus
-from ..search_spaces import cuda, preload
+from ..search_spaces import cuda, matmul, preload
 from ..workloads import Workload
 from .oom import is_out_of_memory
 from .spec import Status, TrialResult
@@ -36,6 +36,7 @@ def in_effect() -> dict[str, Any]:
         "pinned_threads": pinned_threads(),
         # TF32 for float32 matmuls and cuDNN convolutions, as the CUDA kernels will read them
         "tf32": cuda.tf32_in_effect(),  # read as the family sets it: torch raises on mixed TF32 APIs
+        "matmul_precision": matmul.in_effect(),
         "cudnn_benchmark": torch.backends.cudnn.benchmark,
         "memory_policy": memory_policy(),
         **preload.in_effect(),  # which libraries serve GOMP_parallel and malloc; libiomp5's block time
