@@ -13,7 +13,7 @@ import pytest
 
 from autotune import probes
 from autotune.measure.measurer import told_apart
-from autotune.recipe import load_recipe_file
+from autotune.recipe import format_place, load_recipe_file
 from autotune.study import choose_recipe
 from autotune.trial import TrialSettings, loss_samples
 from autotune.workloads import flop_per_sample, load_workload
@@ -60,7 +60,9 @@ def _search(folder: Path, workload: str, *args: str, study: str = "q", budget_s:
     return out.stdout, trials(f"sqlite:///{folder}/studies.db", study)
 
 
-SLOW_RUN = ("--global-batch", "256", "--fix", "batch_per_rank=256", "--steps", "8", "--warmup-steps", "2")
+# matmul_precision held: where the CPU computes bf16 its seed would come before the heuristic the tests expect
+SLOW_RUN = ("--global-batch", "256", "--fix", "batch_per_rank=256", "--fix", "matmul_precision=highest", "--steps", "8",
+            "--warmup-steps", "2")
 
 
 @pytest.fixture(scope="module")
@@ -126,9 +128,8 @@ def test_search_export_apply(slow_study, facts) -> None:
     flop = flop_per_sample(load_workload(qw.spec("slow")))
     peak = dict(probes.limits(facts).matmul)
     assert flop and stored["flop_per_sample"] == flop and stored["matmul_gflops"] == peak, stored
-    gflops = stored["samples_per_s"] * flop / 1e9
-    assert (f"best: {gflops:.0f} GFLOP/s = {gflops / peak['float32']:.0%} of the float32 matmul peak "
-            f"({peak['float32']:.0f} GFLOP/s); the defaults ") in stdout, said
+    # (format_place's arithmetic is its doctests'; here: the stored figures are what the summary says)
+    assert f"best: {format_place(stored['samples_per_s'], flop, peak)}; the defaults " in stdout, said
 
     assert run_cli("export", "--format", "env", "-o", "best.env", cwd=tmp_path).returncode == 0
     assert cli("export", "--format", "json", "-o", "best.json", cwd=tmp_path).returncode == 0

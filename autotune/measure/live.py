@@ -3,6 +3,7 @@ live worker processes (``autotune.measure.pool``), across processes where their 
 from __future__ import annotations
 
 import contextlib
+import logging
 import statistics
 import time
 from dataclasses import replace
@@ -30,6 +31,8 @@ from .paired_worker import Calibration, WorkerError
 from .pool import PhaseHook, WorkerPool, lost
 from .process_pair import PROCESS_PAIRS, HopelessEnvironment
 from .protocol import ArmStatus
+
+log = logging.getLogger(__name__)
 
 WARM_UP_SLACK_S = 10.0  # an eager arm's build and first kernels, beyond its warm-up steps (``_warm_up_limit_s``)
 PROFILE_S = 2.0  # the defaults trained under torch's profiler after the calibration: their top operators
@@ -100,12 +103,20 @@ class LiveMeasurer(EnvironmentFactors):
         if cal.pairs > affordable:
             cal = replace(cal, pairs=affordable)
         self.calibration = cal
-        if self.profile_s > 0:  # at most a sixth of the time given, as the A/A
-            self.on_phase("calibrating noise", "the defaults under torch's profiler: their top operators")
-            profile = worker.profile(DEFAULTS, min(self.profile_s, timeout_s / 6))
-            self.operators = dict(profile.operators) or None
+        if self.profile_s > 0:
+            self._profile(worker, min(self.profile_s, timeout_s / 6), cal.step_s, timeout_s)  # a sixth, as the A/A
         self.noise = Noise.from_calibration(cal, wall_s=time.monotonic() - started)
         return self.noise
+
+    def _profile(self, worker: Any, seconds: float, step_s: float, timeout_s: float) -> None:
+        """The defaults' top operators (``phases.profiled``): for the report only, so a worker that fails it is
+        started again with its defaults arm, and the search goes on without them."""
+        self.on_phase("calibrating noise", "the defaults under torch's profiler: their top operators")
+        try:
+            self.operators = dict(worker.profile(DEFAULTS, seconds, 60.0 + 4 * (seconds + step_s)).operators) or None
+        except WorkerError as e:
+            log.warning("the defaults' profile failed (%s): the report shows no top operators", e)
+            self.pool.defaults_worker(timeout_s, with_arm=True)
 
     # Candidates --------------------------------------------------------------------------------------------
 

@@ -13,7 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 PARTS = ("data", "forward", "backward", "optimizer")
-TOP = 8  # operators a profile names; the rest are summed as "other operators"
+TOP = 8  # operators a profile names
+# A profile's steps at most: its trace grows with every operator run, and summing it took minutes for 2 s of a tiny
+# MLP's 1-ms steps (thousands of them); a step of 40 ms or more reaches the time first.
+PROFILE_STEPS = 50
 MERGED = "backward+optimizer"  # an optimizer whose step runs no step hooks (a replaced ``step``): not told apart
 
 
@@ -81,12 +84,13 @@ def top_operators(averages: Any, top: int = TOP) -> tuple[tuple[str, float], ...
 
 
 def profiled(step: Callable[[], Any], seconds: float) -> tuple[tuple[str, float], ...]:
-    """``step()`` for ``seconds`` (at least 2 steps) under torch's profiler: its top operators (``top_operators``)."""
+    """``step()`` for ``seconds`` (at least one step, at most ``PROFILE_STEPS``) under torch's profiler: its top
+    operators (``top_operators``)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
         steps, start = 0, time.perf_counter()
-        while steps < 2 or time.perf_counter() - start < seconds:
+        while steps < 1 or (steps < PROFILE_STEPS and time.perf_counter() - start < seconds):
             step()
             steps += 1
     return top_operators(profiler.key_averages())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 import warnings
 from dataclasses import replace
@@ -339,10 +340,12 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
 
 def _limits(measurer: PairedMeasurer | None, facts: Facts, device: str) -> probes.Limits | None:
     """The searched machine's limits: a replayed grid's (its measurer's ``limits``), else this machine's, measured
-    once and cached; a GPU's are not measured yet."""
+    once and cached, where ``facts`` are this process's CPUs (not a recorded tree's, nor facts made up for
+    another machine); a GPU's are not measured yet."""
     if hasattr(measurer, "limits"):
         return getattr(measurer, "limits")  # noqa: B009 - not every PairedMeasurer has one
-    return probes.limits(facts, device) if device == "cpu" else None
+    here = facts.root is None and facts.cpu.allowed.threads == len(os.sched_getaffinity(0))
+    return probes.limits(facts, device) if device == "cpu" and here else None
 
 
 def searched_noise(noise: dict[str, Any] | None, loop: SearchLoop, confirmation: Confirmation | None,

@@ -88,3 +88,29 @@ def test_an_optimizer_that_runs_no_step_hooks_is_not_told_apart_from_the_backwar
     assert phases.shares(1.0) == (("data", 0.1), ("forward", 0.2), ("backward", 0.0), ("optimizer", 0.0),
                                   (MERGED, 0.7), ("other", 0.0))
     assert Phases(object(), enabled=False).shares(1.0) is None  # a GPU's: not measured
+
+
+def test_a_profile_stops_at_its_step_cap_and_one_that_fails_costs_the_search_nothing(facts: Any) -> None:
+    """Profiling 2 s of a tiny MLP's 1-ms steps left a trace whose sum took minutes (the worker was stopped at its
+    limit): a profile runs at most ``PROFILE_STEPS`` steps. A profile that fails anyway is the report's loss only:
+    the defaults' worker is started again with its arm, and the search goes on."""
+    import torch
+
+    from autotune.measure import LiveMeasurer
+    from autotune.measure.paired_worker import WorkerError
+    from autotune.measure.phases import PROFILE_STEPS, profiled
+
+    steps = []
+    a = torch.ones(8, 8)
+    operators = profiled(lambda: steps.append(torch.mm(a, a)), seconds=60.0)
+    assert len(steps) == PROFILE_STEPS and operators and operators[0][0] == "aten::mm"
+
+    class Stuck:
+        def profile(self, *args: Any) -> Any:
+            raise WorkerError("the paired worker did not answer Profile within 68 s; stopped")
+
+    measurer = LiveMeasurer("tiny", {"device": "cpu"}, facts, SETTINGS)
+    restarted: list[bool] = []
+    measurer.pool.defaults_worker = lambda timeout_s, with_arm: restarted.append(with_arm)  # type: ignore[assignment]
+    measurer._profile(Stuck(), 2.0, 0.01, 60.0)
+    assert measurer.operators is None and restarted == [True]

@@ -39,7 +39,8 @@ def test_a_hopeless_knob_costs_seconds_and_the_search_finds_the_real_gain_within
     started = time.monotonic()
     # batch 64 held in every trial but the baseline (default 16), the rest of the space but channels_last too:
     # after the trapped seed, the one recipe left is the gain, whatever the sampler draws
-    fixed = {"amp_dtype": "float32", "batch_per_rank": 64, "num_workers": 0, "threads": 1, "interop_threads": 1}
+    fixed = {"amp_dtype": "float32", "batch_per_rank": 64, "num_workers": 0, "threads": 1, "interop_threads": 1,
+             "matmul_precision": "highest"}  # offered where the CPU computes bf16
     outcome = search_here("tests.quality_workloads:trap", _one_core(facts), budget_s=BUDGET_S, global_batch=64,
                           storage=f"sqlite:///{tmp_path}/studies.db", confirm_top=0, fixed=fixed)
     elapsed = time.monotonic() - started
