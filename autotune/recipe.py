@@ -63,7 +63,7 @@ class Recipe:
     def place_text(self) -> str | None:
         """Where the recipe and the defaults stand against the machine's matmul peak (``format_place``), or None
         when the workload's FLOP were not counted."""
-        dtype = str(self.params.get("amp_dtype") or "float32")
+        dtype = matmul_dtype(self.params)
         place = format_place(self.samples_per_s, self.flop_per_sample, self.matmul_gflops, dtype)
         if place is None or self.baseline_samples_per_s in (None, self.samples_per_s) or self.flop_per_sample is None:
             return place
@@ -141,6 +141,20 @@ def format_speedup(speedup: float | None, low: float | None = None, high: float 
     if low <= 0.0 or math.isinf(high):
         return f"{speedup:.2f}x [no interval: one measurement]"
     return f"{speedup:.2f}x [{low:.2f}-{high:.2f}]"
+
+
+def matmul_dtype(params: dict[str, Any]) -> str:
+    """The precision a recipe's matmuls run at, as the machine's peaks are named: its autocast dtype, else TF32
+    where a CUDA recipe turns it on, else float32 (a CPU's bf16 matmul path, ``matmul_precision``, is its own
+    measurement's and counts as float32 work).
+
+    >>> matmul_dtype({"amp_dtype": "bfloat16"}), matmul_dtype({"device": "cuda", "tf32_matmul": True}), matmul_dtype({})
+    ('bfloat16', 'tfloat32', 'float32')
+    """
+    dtype = str(params.get("amp_dtype") or "float32")
+    if dtype == "float32" and params.get("device") == "cuda" and params.get("tf32_matmul"):
+        return "tfloat32"
+    return dtype
 
 
 def format_place(samples_per_s: float | None, flop_per_sample: float | None, peaks: dict[str, float] | None,

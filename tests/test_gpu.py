@@ -156,3 +156,30 @@ def test_expandable_segments_are_in_effect_in_the_trial(gpu_facts, fast_settings
     assert result.in_effect["env"]["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
     assert "PYTORCH_CUDA_ALLOC_CONF" not in run_trial("tiny", base, gpu_facts, fast_settings,
                                                       timeout_s=300).in_effect["env"]
+
+
+def test_the_gpus_matmul_peaks_bound_a_timed_matmul_and_are_measured_in_a_child(gpu_facts, tmp_path: Path):
+    """``autotune probe``'s GPU limits: each precision the GPU computes, the fp32 peak at least a 4096x4096 matmul
+    timed here (CUDA events), TF32 and the 16-bit ones above fp32's on tensor cores, a bandwidth; a search measures
+    them in a child, so its process holds no CUDA context of its own."""
+    from autotune import probes
+
+    limits = probes.limits(gpu_facts, "cuda", tmp_path, in_child=True)
+    peaks = dict(limits.matmul)
+    capability = min(float(g.compute_capability) for g in gpu_facts.gpus)
+    assert "float32" in peaks and ("bfloat16" in peaks) == (capability >= 8.0), peaks
+    a, b = torch.randn(4096, 4096, device="cuda"), torch.randn(4096, 4096, device="cuda")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.mm(a, b)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(10):
+        torch.mm(a, b)
+    end.record()
+    end.synchronize()
+    timed = 10 * 2 * 4096 ** 3 / (start.elapsed_time(end) / 1e3) / 1e9
+    assert peaks["float32"] >= 0.8 * timed, (peaks, timed)  # a busy GPU may read a little lower once
+    if capability >= 8.0:
+        assert peaks["tfloat32"] > peaks["float32"] and peaks["bfloat16"] > peaks["float32"], peaks
+    assert limits.bandwidth_gbs > 100, limits  # any datacenter GPU's HBM, far above a CPU's DRAM
+    assert probes.limits(gpu_facts, "cuda", tmp_path) == limits  # cached

@@ -11,9 +11,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="read the hardware and print its facts",
         description="Read this machine's CPU topology (hwloc), ISA, memory, torch runtime and GPUs (NVML) "
         "and print them, with the machine's measured limits: the matmul peak at float32 and bfloat16 and the "
-        "memory bandwidth on the CPUs this process may use, beside the theoretical float32 peak (measured once, "
-        "2-3 s, and cached: --measure measures again). With --root, read a recorded machine instead; with "
-        "--record, record this one.",
+        "memory bandwidth on the CPUs this process may use, beside the theoretical float32 peak, and where torch "
+        "sees a GPU the first one's matmul peaks (float32, TF32, bfloat16, float16 as it computes them) and memory "
+        "bandwidth (measured once, 2-3 s on a CPU, and cached: --measure measures again). With --root, read a "
+        "recorded machine instead; with --record, record this one.",
     )
     p.add_argument("--json", action="store_true", help="print the facts as a versioned JSON document")
     source = p.add_mutually_exclusive_group()
@@ -39,12 +40,22 @@ def run(args: argparse.Namespace) -> int:
     facts = probes.probe(args.root, runtime=not args.no_runtime, gpus=not args.no_gpus)
     # a recorded tree is another machine, and without torch nothing can be timed
     limits = None if args.root or args.no_runtime else probes.limits(facts, refresh=args.measure)
+    gpu = probes.limits(facts, "cuda", refresh=args.measure) if limits is not None and _cuda(facts) else None
     if args.json:
-        print(json.dumps({**facts.to_dict(), **({"limits": limits.to_dict()} if limits else {})}, indent=2))
+        measured = {"limits": limits.to_dict()} if limits else {}
+        print(json.dumps({**facts.to_dict(), **measured, **({"gpu_limits": gpu.to_dict()} if gpu else {})}, indent=2))
     else:
         said = limits.describe() if limits else "not measured (a recorded tree or --no-runtime)"
-        print(probes.summary(facts, (("Limits", said),)))
+        rows = (("Limits", said), *((("GPU limits", f"GPU 0: {gpu.describe()}"),) if gpu else ()))
+        print(probes.summary(facts, rows))
     return 0
+
+
+def _cuda(facts: object) -> bool:
+    """Whether the probed GPUs can be timed here: torch sees CUDA."""
+    import torch
+
+    return bool(getattr(facts, "gpus", ())) and torch.cuda.is_available()
 
 
 def _stem(name: str) -> str:

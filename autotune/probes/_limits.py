@@ -7,7 +7,10 @@ without them leaves the user not knowing whether that is most of what the machin
 """
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -145,6 +148,62 @@ def _bandwidth_gbs() -> float:
     return 3 * 4 * TRIAD_FLOATS / best / 1e9
 
 
+GPU_SIZES = (2048, 4096, 8192)  # a GPU's matmul peak needs larger matmuls than a CPU's
+# A GPU's precisions: TF32 is float32 matmuls on tensor cores (compute capability 8.0+), bf16 8.0+, fp16 7.0+.
+GPU_DTYPES = (("float32", 0.0), ("tfloat32", 8.0), ("bfloat16", 8.0), ("float16", 7.0))
+
+
+def _gpu_matmul_gflops(dtype: str) -> float:
+    """The best GFLOP/s of square matmuls of ``GPU_SIZES`` on the current CUDA device, timed by CUDA events; TF32
+    is float32 with ``allow_tf32`` on for the measurement (the process's flag is put back)."""
+    import torch
+
+    matmul: Any = torch.backends.cuda.matmul
+    before, best = matmul.allow_tf32, 0.0
+    matmul.allow_tf32 = dtype == "tfloat32"
+    try:
+        for n in GPU_SIZES:
+            kind = torch.float32 if dtype == "tfloat32" else getattr(torch, dtype)
+            a, b = (torch.randn(n, n, device="cuda").to(kind) for _ in range(2))
+            torch.mm(a, b)  # cuBLAS's handle and kernel choice: not timed
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            runs, elapsed_ms = 0, 0.0
+            while runs < 3 or elapsed_ms < 1e3 * RUN_S:
+                start.record()
+                torch.mm(a, b)
+                end.record()
+                end.synchronize()
+                elapsed_ms += start.elapsed_time(end)
+                runs += 1
+            best = max(best, 2 * n ** 3 / (elapsed_ms / 1e3 / runs) / 1e9)
+            del a, b
+    finally:
+        matmul.allow_tf32 = before
+    return best
+
+
+def _gpu_bandwidth_gbs() -> float:
+    """GB/s of the best of a few triads over arrays far larger than a GPU's caches (``TRIAD_FLOATS`` floats each)."""
+    import torch
+
+    b, c = torch.ones(TRIAD_FLOATS, device="cuda"), torch.ones(TRIAD_FLOATS, device="cuda")
+    a = torch.empty(TRIAD_FLOATS, device="cuda")
+    start, end, best = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True), float("inf")
+    for _ in range(4):
+        start.record()
+        torch.add(b, c, alpha=2.0, out=a)
+        end.record()
+        end.synchronize()
+        best = min(best, start.elapsed_time(end) / 1e3)
+    return 3 * 4 * TRIAD_FLOATS / best / 1e9
+
+
+def measure_gpu_limits(capability: float) -> tuple[tuple[tuple[str, float], ...], float]:
+    """The current CUDA device's matmul peaks at the precisions its ``capability`` computes, and its bandwidth."""
+    peaks = tuple((dtype, _gpu_matmul_gflops(dtype)) for dtype, least in GPU_DTYPES if capability >= least)
+    return peaks, _gpu_bandwidth_gbs()
+
+
 def measure_limits(cpus: int, isa: tuple[str, ...], dtypes: tuple[str, ...] = ("float32", "bfloat16"),
                    root: str = "/") -> tuple[tuple[tuple[str, float], ...], float, float | None, float | None, bool]:
     """The matmul peaks of ``dtypes``, the bandwidth, the theoretical fp32 peak, the clock and whether it is a
@@ -162,11 +221,28 @@ def measure_limits(cpus: int, isa: tuple[str, ...], dtypes: tuple[str, ...] = ("
     return peaks, bandwidth, theoretical_gflops(cpus, mhz, isa), mhz, at_most
 
 
-def limits(facts: Any, device: str = "cpu", directory: Path | None = None, *, refresh: bool = False) -> Limits:
+# A search's process must hold no CUDA context of its own (it takes device memory from the trials): there a GPU's
+# limits are measured in a child, which prints them as JSON.
+_CHILD = ("import json, sys; from autotune.probes._limits import measure_gpu_limits; "
+          "print(json.dumps(measure_gpu_limits(float(sys.argv[1]))))")
+
+
+def _gpu_limits_in_child(capability: float) -> tuple[tuple[tuple[str, float], ...], float]:
+    done = subprocess.run([sys.executable, "-c", _CHILD, str(capability)], capture_output=True, text=True,
+                          timeout=600, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"measuring the GPU's limits failed: {done.stderr.strip()[-300:]}")
+    peaks, bandwidth = json.loads(done.stdout.strip().splitlines()[-1])
+    return tuple((str(d), float(g)) for d, g in peaks), float(bandwidth)
+
+
+def limits(facts: Any, device: str = "cpu", directory: Path | None = None, *, refresh: bool = False,
+           in_child: bool = False) -> Limits:
     """This machine's limits (``facts``: its probe): from the cache when it holds them for this fingerprint, device
     and torch version and ``refresh`` is not asked, else measured now (2-3 s on a 2-vCPU VM) and cached (a cache
-    that cannot be read or written is measured around, never an error). CPU only: a GPU's limits are not measured
-    yet."""
+    that cannot be read or written is measured around, never an error). ``device="cuda"``: the first visible GPU's
+    (the search's GPUs are one model: the fingerprint holds them), with no theoretical peak; ``in_child``: measured
+    in a child process, so that this one holds no CUDA context."""
     import torch
 
     path = (directory or cache_dir()) / f"limits-{facts.fingerprint}-{device}.json"
@@ -175,8 +251,14 @@ def limits(facts: Any, device: str = "cpu", directory: Path | None = None, *, re
         return cached
     started = time.perf_counter()
     cpus = facts.cpu.allowed.threads or os.cpu_count() or 1
-    peaks, bandwidth, theory, mhz, at_most = measure_limits(cpus, tuple(facts.cpu.isa))
-    found = Limits(facts.fingerprint, device, torch.__version__, cpus, peaks, bandwidth, theory, mhz,
-                   time.perf_counter() - started, at_most)
+    if device == "cuda":
+        capability = min((float(g.compute_capability) for g in facts.gpus), default=0.0)
+        gpu_peaks, gpu_bandwidth = (_gpu_limits_in_child if in_child else measure_gpu_limits)(capability)
+        found = Limits(facts.fingerprint, device, torch.__version__, cpus, gpu_peaks, gpu_bandwidth, None, None,
+                       time.perf_counter() - started)
+    else:
+        peaks, bandwidth, theory, mhz, at_most = measure_limits(cpus, tuple(facts.cpu.isa))
+        found = Limits(facts.fingerprint, device, torch.__version__, cpus, peaks, bandwidth, theory, mhz,
+                       time.perf_counter() - started, at_most)
     write_cached(path, found.to_dict())
     return found

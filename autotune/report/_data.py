@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..measure import Noise
+from ..recipe import matmul_dtype
 from ..search_spaces import RUN_KEYS
 from ..store import RecipeStore, shown_url, storage_errors
 from ..study import roofline
@@ -54,7 +55,7 @@ class Row:
     @property
     def dtype(self) -> str:
         """The precision its matmuls ran at: what its place against the machine's peak is taken at."""
-        return str(self.params.get("amp_dtype") or "float32")
+        return matmul_dtype(self.params)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import subprocess
 import time
 import warnings
 from dataclasses import replace
@@ -339,13 +340,19 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
 
 
 def _limits(measurer: PairedMeasurer | None, facts: Facts, device: str) -> probes.Limits | None:
-    """The searched machine's limits: a replayed grid's (its measurer's ``limits``), else this machine's, measured
-    once and cached, where ``facts`` are this process's CPUs (not a recorded tree's, nor facts made up for
-    another machine); a GPU's are not measured yet."""
+    """The searched machine's limits: a replayed grid's (its measurer's ``limits``), else this machine's (its
+    first GPU's on ``cuda``), measured once and cached, where ``facts`` are this process's CPUs (not a recorded
+    tree's, nor facts made up for another machine)."""
     if hasattr(measurer, "limits"):
         return getattr(measurer, "limits")  # noqa: B009 - not every PairedMeasurer has one
     here = facts.root is None and facts.cpu.allowed.threads == len(os.sched_getaffinity(0))
-    return probes.limits(facts, device) if device == "cpu" and here else None
+    if not here:
+        return None
+    try:
+        return probes.limits(facts, device, in_child=device == "cuda")
+    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:  # the limits are for the views
+        log.warning("the machine's limits were not measured (%s): speeds are shown without a share of the peak", e)
+        return None
 
 
 def searched_noise(noise: dict[str, Any] | None, loop: SearchLoop, confirmation: Confirmation | None,

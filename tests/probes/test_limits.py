@@ -120,3 +120,17 @@ def test_probe_shows_the_limits_and_its_json_carries_them(capsys: pytest.Capture
     recorded = _probe(capsys, "--root", str(recorded_roots["nvidiagpunumanodes"]))
     assert "Limits       not measured" in recorded
     assert "limits" not in json.loads(_probe(capsys, "--json", "--no-runtime", "--no-gpus"))
+
+
+def test_a_gpus_limits_are_measured_in_a_child_and_a_failure_there_is_one_error(facts: Any, tmp_path: Path) -> None:
+    """A search's process holds no CUDA context of its own: a GPU's limits are measured in a child. Here no GPU
+    answers it, and the child's failure is one RuntimeError naming it (the search then goes on without limits:
+    ``study.driver._limits``); nothing is cached."""
+    import dataclasses
+
+    from autotune.probes import Gpu
+
+    with_gpu = dataclasses.replace(facts, gpus=(Gpu(0, "A100", "8.0", 80 * 2**30, "00000000:81:00.0"),))
+    with pytest.raises(RuntimeError, match="measuring the GPU's limits failed: .*(CUDA|cuda)"):
+        probes.limits(with_gpu, "cuda", tmp_path, in_child=True)
+    assert list(tmp_path.iterdir()) == []
