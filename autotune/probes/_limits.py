@@ -230,8 +230,9 @@ _CHILD = ("import json, sys; from autotune.probes._limits import measure_gpu_lim
 def _gpu_limits_in_child(capability: float) -> tuple[tuple[tuple[str, float], ...], float]:
     done = subprocess.run([sys.executable, "-c", _CHILD, str(capability)], capture_output=True, text=True,
                           timeout=600, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"measuring the GPU's limits failed: {done.stderr.strip()[-300:]}")
+    if done.returncode != 0:  # the child's error, its traceback's last line
+        last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        raise RuntimeError(f"measuring the GPU's limits failed: {last[-300:]}")
     peaks, bandwidth = json.loads(done.stdout.strip().splitlines()[-1])
     return tuple((str(d), float(g)) for d, g in peaks), float(bandwidth)
 

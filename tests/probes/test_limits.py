@@ -131,6 +131,7 @@ def test_a_gpus_limits_are_measured_in_a_child_and_a_failure_there_is_one_error(
     from autotune.probes import Gpu
 
     with_gpu = dataclasses.replace(facts, gpus=(Gpu(0, "A100", "8.0", 80 * 2**30, "00000000:81:00.0"),))
-    with pytest.raises(RuntimeError, match="measuring the GPU's limits failed: .*(CUDA|cuda)"):
+    with pytest.raises(RuntimeError, match="measuring the GPU's limits failed: .*(CUDA|cuda)") as failed:
         probes.limits(with_gpu, "cuda", tmp_path, in_child=True)
+    assert "\n" not in str(failed.value)  # one line: the child's error, not its traceback
     assert list(tmp_path.iterdir()) == []
