@@ -22,6 +22,7 @@ NOISE = {"window_s": 0.5, "pairs": 8, "half_width": 0.03, "margin": 0.04, "sprea
 BASE_PHASES = {"data": 0.3, "forward": 0.2, "backward": 0.4, "optimizer": 0.08, "other": 0.02}
 BEST_PHASES = {"data": 0.1, "forward": 0.3, "backward": 0.5, "optimizer": 0.08, "other": 0.02}
 OPERATORS = {"aten::addmm": 0.6, "aten::mm": 0.3}
+BEST_OPERATORS = {"aten::addmm": 0.5, "aten::bmm": 0.2}
 
 
 def add_paired_study(url: str, name: str, facts, feasible: int = 9) -> None:
@@ -57,7 +58,7 @@ def add_paired_study(url: str, name: str, facts, feasible: int = 9) -> None:
     add({}, "baseline", "ok", 1.0, phases=BASE_PHASES, operators=OPERATORS)
     for i in range(feasible - 1):
         add({"threads": 1 + i % 4, "compile_mode": "default" if i % 2 else "none"}, "search", "ok",
-            1.0 + 0.1 * (i % 4) + (0.3 if i % 2 else 0.0), phases=BEST_PHASES)
+            1.0 + 0.1 * (i % 4) + (0.3 if i % 2 else 0.0), phases=BEST_PHASES, operators=BEST_OPERATORS)
     add({"threads": 3, "compile_mode": "default"}, "search", "ok", 1.9, quality=0.4,
         reason="loss 2.1 is +45% over the baseline's 1.45 (limit +5%)")
     add({"threads": 4, "batch_size": 128}, "search", "oom", None, oom=1.0, reason="out of memory")
@@ -99,7 +100,8 @@ def test_a_paired_study_reports_speedups_with_intervals_noise_importances_and_fa
         "best (trial 4) 10.0% 30.0% 50.0% 8.0% 2.0% 625 µs Waiting for data takes a large share of the step "
         "(PyTorch defaults 30%): the DataLoader's num_workers, pin_memory, prefetch_factor and "
         "persistent_workers act on it"), steps
-    assert "aten::addmm 60.0% aten::mm 30.0%" in re.sub(r"\s+", " ", steps)
+    assert ("operator or scope PyTorch defaults best (trial 4) aten::addmm 60.0% 50.0% aten::mm 30.0% - "
+            "aten::bmm - 20.0%") in re.sub(r"\s+", " ", steps), steps
     # the stored recipe, with its interval where the store keeps one
     assert re.search(r"Stored recipe 1: <b>1\.60x( \[1\.50-1\.70\])?</b>", page)
     assert ("identical arms in one process spread over 6.0% (A/A, max - min); between fresh processes not measured "

@@ -153,7 +153,8 @@ def test_the_report_of_a_real_search_renders_in_chromium(tmp_path: Path, browser
     assert "<script src=" not in text and text.count("* plotly.js v") == 1  # inline, once: opens offline
     plots = text.count('class="plotly-graph-div"')
     assert plots >= 4 and f'data-plots="{plots}"' in text  # history, per-knob effect, a step's parts, budget at least
-    assert text.split("Where a step's time goes</h2>")[1].lstrip().startswith("<table>")  # measured on the CPU
+    steps = text.split("Where a step's time goes</h2>")[1].split("<h2>")[0]
+    assert steps.lstrip().startswith("<table>") and "short torch.profiler run" in steps  # measured on the CPU
 
     check_page(browser, report, plots, tmp_path / "report.png")
 

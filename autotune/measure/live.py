@@ -33,9 +33,8 @@ from .process_pair import PROCESS_PAIRS, HopelessEnvironment
 from .protocol import ArmStatus
 
 log = logging.getLogger(__name__)
-
 WARM_UP_SLACK_S = 10.0  # an eager arm's build and first kernels, beyond its warm-up steps (``_warm_up_limit_s``)
-PROFILE_S = 2.0  # the defaults trained under torch's profiler after the calibration: their top operators
+PROFILE_S = 2.0  # the defaults under torch's profiler after the calibration (a faster candidate: half of it)
 
 
 class LiveMeasurer(EnvironmentFactors):
@@ -67,6 +66,7 @@ class LiveMeasurer(EnvironmentFactors):
         self.process_pairs, self.seed, self.busy = process_pairs, seed, busy  # busy: ``measurer.too_busy``
         self.profile_s = profile_s  # 0: the defaults are not profiled
         self.operators: dict[str, float] | None = None  # the defaults' top operators (``phases.top_operators``)
+        self._fastest = 1.0  # the fastest candidate's median so far: a faster one is profiled
         self.on_phase: PhaseHook = on_phase or (lambda name, detail: None)
         self.pool = WorkerPool(workload, defaults, facts, settings, lambda name, detail: self.on_phase(name, detail))
         self.calibration: Calibration | None = None
@@ -103,20 +103,29 @@ class LiveMeasurer(EnvironmentFactors):
         if cal.pairs > affordable:
             cal = replace(cal, pairs=affordable)
         self.calibration = cal
-        if self.profile_s > 0:
-            self._profile(worker, min(self.profile_s, timeout_s / 6), cal.step_s, timeout_s)  # a sixth, as the A/A
+        if self.profile_s > 0:  # at most a sixth of the time given, as the A/A
+            self.operators = self._profile(worker, DEFAULTS, min(self.profile_s, timeout_s / 6), cal.step_s, "defaults")
+            self.pool.defaults_worker(timeout_s, with_arm=True)  # the same, unless the profile stopped it
         self.noise = Noise.from_calibration(cal, wall_s=time.monotonic() - started)
         return self.noise
 
-    def _profile(self, worker: Any, seconds: float, step_s: float, timeout_s: float) -> None:
-        """The defaults' top operators (``phases.profiled``): for the report only, so a worker that fails it is
-        started again with its defaults arm, and the search goes on without them."""
-        self.on_phase("calibrating noise", "the defaults under torch's profiler: their top operators")
+    def _profile(self, worker: Any, arm: str, seconds: float, step_s: float, who: str) -> dict[str, float] | None:
+        """``arm``'s top operators (``phases.profiled``), for the report only: where it fails, a warning and None (a
+        worker it stopped is started again when next needed)."""
+        self.on_phase("profiling", f"{who}: the top operators")
         try:
-            self.operators = dict(worker.profile(DEFAULTS, seconds, 60.0 + 4 * (seconds + step_s)).operators) or None
+            return dict(worker.profile(arm, seconds, 60.0 + 4 * (seconds + step_s)).operators) or None
         except WorkerError as e:
-            log.warning("the defaults' profile failed (%s): the report shows no top operators", e)
-            self.pool.defaults_worker(timeout_s, with_arm=True)
+            log.warning("the profile of %s failed (%s): the report shows no top operators for it", who, e)
+            return None
+
+    def _profile_fastest(self, trial: Candidate, worker: Any, arm: str, median: float) -> dict[str, float] | None:
+        """The top operators of a search's candidate faster than all before it (as the best nearly always is)."""
+        seconds = min(self.profile_s / 2, trial.deadline - time.monotonic() - 1.0)
+        if self._confirming or median <= self._fastest or seconds <= 0:
+            return None
+        self._fastest = median
+        return self._profile(worker, arm, seconds, 0.0, f"{trial.name}, the fastest yet")
 
     # Candidates --------------------------------------------------------------------------------------------
 
@@ -352,7 +361,7 @@ class LiveMeasurer(EnvironmentFactors):
             timed_s=trial.timed_s, loss=status.loss, loss_samples=status.loss_samples,
             peak_memory_bytes=status.peak_memory_bytes, data_wait=status.data_wait,
             phases=dict(status.phases) if status.phases else None,
-            operators=self.operators if trial.baseline else None,
+            operators=self.operators if trial.baseline else self._profile_fastest(trial, worker, arm, interval.median),
             wall_s=time.monotonic() - trial.started,
             in_effect={**(worker.ready.in_effect if worker.ready else {}), **status.in_effect},
             warnings=[*trial.warnings, *(w for w in status.warnings if w not in trial.warnings)])

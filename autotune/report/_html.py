@@ -154,12 +154,15 @@ def _steps(data: ReportData) -> str:
         text += (f'<p>Waiting for data takes a large share of the step ({_e(", ".join(heavy))}): the DataLoader\'s '
                  "num_workers, pin_memory, prefetch_factor and persistent_workers act on it (searched as the "
                  "input knobs), and so does a cheaper dataset (decoding or augmenting once, ahead of training).</p>")
-    operators = data.baseline.operators if data.baseline is not None else None
-    if operators:
-        text += ("<p>The defaults' top entries by their own time in a short torch.profiler run: operators, and "
-                 "torch's own scopes (the DataLoader's next, the optimizer's step) where their Python runs:</p>")
-        text += _table(["operator or scope", "share of all entries' own time"],
-                       [[f"<code>{_e(name)}</code>", f"{share:.1%}"] for name, share in operators.items()])
+    profiled = [(name, row.operators) for name, row in shown if row.operators]
+    if profiled:
+        text += ("<p>The top entries by their own time in a short torch.profiler run, each a share of all entries' "
+                 "own time: operators, and torch's own scopes (the DataLoader's next, the optimizer's step) where "
+                 "their Python runs (a candidate is profiled when it is the fastest yet):</p>")
+        names = list(dict.fromkeys(op for _, ops in profiled for op in ops or {}))
+        text += _table(["operator or scope", *(name for name, _ in profiled)],
+                       [[f"<code>{_e(op)}</code>", *(f"{ops[op]:.1%}" if op in (ops or {}) else "-"
+                                                     for _, ops in profiled)] for op in names])
     return text
 
 

@@ -3,6 +3,7 @@ in a real worker; the defaults' top operators from torch's profiler; an optimize
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -105,12 +106,22 @@ def test_a_profile_stops_at_its_step_cap_and_one_that_fails_costs_the_search_not
     operators = profiled(lambda: steps.append(torch.mm(a, a)), seconds=60.0)
     assert len(steps) == PROFILE_STEPS and operators and operators[0][0] == "aten::mm"
 
-    class Stuck:
-        def profile(self, *args: Any) -> Any:
-            raise WorkerError("the paired worker did not answer Profile within 68 s; stopped")
+    class Worker:
+        def __init__(self, stuck: bool = False) -> None:
+            self.stuck, self.asked = stuck, []
+
+        def profile(self, arm: str, seconds: float, timeout_s: float) -> Any:
+            if self.stuck:
+                raise WorkerError("the paired worker did not answer Profile within 68 s; stopped")
+            self.asked.append((arm, seconds))
+            return SimpleNamespace(operators=(("aten::mm", 0.5),))
 
     measurer = LiveMeasurer("tiny", {"device": "cpu"}, facts, SETTINGS)
-    restarted: list[bool] = []
-    measurer.pool.defaults_worker = lambda timeout_s, with_arm: restarted.append(with_arm)  # type: ignore[assignment]
-    measurer._profile(Stuck(), 2.0, 0.01, 60.0)
-    assert measurer.operators is None and restarted == [True]
+    assert measurer._profile(Worker(stuck=True), "defaults", 2.0, 0.01, "defaults") is None  # a warning, no error
+    # a search's candidate is profiled (half the defaults' time) when it is the fastest yet, and only then
+    worker, trial = Worker(), SimpleNamespace(name="c1", deadline=time.monotonic() + 60)
+    found = [measurer._profile_fastest(trial, worker, "c1", median)  # type: ignore[arg-type]
+             for median in (1.3, 1.2, 1.5, 0.9)]
+    assert found == [{"aten::mm": 0.5}, None, {"aten::mm": 0.5}, None] and worker.asked == [("c1", 1.0)] * 2
+    measurer._confirming = True  # a confirmation round measures again what the search profiled
+    assert measurer._profile_fastest(trial, worker, "c1", 2.0) is None  # type: ignore[arg-type]

@@ -157,7 +157,9 @@ def test_a_kept_worker_goes_on_with_its_heap_fixed_and_reads_same_against_a_new_
         assert freeze.proc_state(cand_pid) == "T"  # frozen, as the pair left it
         assert not kept.ready.in_effect["heap_kept"] and kept.heap_fixed  # started with glibc's policy, fixed since
         kept.thaw()
-        cal = kept.calibrate(ARM, params, pairs=8, window_s=0.1)  # ARM is there already: only its copy is added
+        # ARM is there already: only its copy is added. 10 pairs: with 8 the interval is their min to max, and beside
+        # another test run one disturbed pair set a bound (0.95x [0.82-0.997], twice in a row on the Zen 5 VM)
+        cal = kept.calibrate(ARM, params, pairs=10, window_s=0.1)
         aa = cal.aa.ratio
         assert aa.low <= 1.0 <= aa.high or (aa.low > 0.95 and aa.high < 1.05), aa
         assert kept.arms == [ARM]
