@@ -35,6 +35,7 @@ from . import distributed
 from . import search_spaces as spaces
 from .errors import DeviceMissingError, HardwareMismatchError, UsageError
 from .recipe import Recipe, checked, format_note, load_recipe_file
+from .steps import StepReporter
 
 if TYPE_CHECKING:
     import torch
@@ -62,6 +63,7 @@ class Tuned:
     _scaler: torch.amp.GradScaler | None = None
     _micro_step: int = 0
     _ddp: DistributedDataParallel | None = None  # what prepare_model wrapped the model in, with several ranks
+    _steps: StepReporter | None = None  # a script-mode trial's pipe to the search (``autotune.steps``)
 
     def __post_init__(self) -> None:
         self._scaler = spaces.amp.grad_scaler(self.params, self.device)
@@ -189,14 +191,17 @@ class Tuned:
 
     def step(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer) -> bool:
         """Backward (scaled for float16, divided over accumulated micro-batches), then the optimizer
-        step once every ``accumulation`` calls. Returns True when the optimizer stepped."""
-        loss = loss / self.accumulation
+        step once every ``accumulation`` calls. Returns True when the optimizer stepped. In a script-mode
+        trial it tells the search the step's end and samples (``autotune.steps``)."""
+        told, loss = loss, loss / self.accumulation
         if self._scaler is not None:
             self._scaler.scale(loss).backward()
         else:
             loss.backward()
         self._micro_step += 1
         distributed.sync_next_backward(self._ddp, self._steps_next())  # no all-reduce before the stepping one
+        if self._steps is not None and self.rank == 0:  # rank 0 tells for all: its samples times the ranks
+            self._steps.micro(self.batch_size * self.world_size)
         if self._micro_step % self.accumulation:
             return False
         if self._scaler is not None:
@@ -205,6 +210,8 @@ class Tuned:
         else:
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        if self._steps is not None and self.rank == 0:
+            self._steps.stepped(told)
         return True
 
 
@@ -322,4 +329,4 @@ def apply(
     for problem in problems:
         warnings.warn(problem, stacklevel=2)
     return Tuned(params=params, device=params.get("device", "cpu"), warnings=problems,
-                 worker_cpus=spaces.worker_cpus(params, facts))
+                 worker_cpus=spaces.worker_cpus(params, facts), _steps=StepReporter.from_environment())

@@ -1,0 +1,92 @@
+"""A training script's steps, told to the search that runs it (script mode: ``autotune search -- python train.py``).
+
+A trial of script mode starts the user's script with a pipe open and its descriptor in ``AUTOTUNE_STEPS_FD``;
+``autotune.apply()`` finds it, and ``Tuned.step`` writes one line per optimizer step: when the step ended
+(``time.monotonic()``, one clock for every process of the machine) and the samples it trained over all ranks
+(rank 0 writes). Where ``AUTOTUNE_LOSS_SAMPLES`` is set, the loss is written once, at the first step that reaches
+that many samples: it is read from the device there and only there (a read every step would wait for a GPU every
+step). Outside a trial nothing is written; a search that closed the pipe leaves the script training, silently.
+Both sides import the messages from here: the contract between the processes is these types.
+
+    >>> decode(encode(Step(12.5, 64))), decode(encode(Loss(2048, 0.4375)))
+    (Step(ended=12.5, samples=64), Loss(samples=2048, value=0.4375))
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+STEPS_FD = "AUTOTUNE_STEPS_FD"  # the write end of the trial's pipe, inherited by the script
+LOSS_SAMPLES = "AUTOTUNE_LOSS_SAMPLES"  # the samples after which the loss is written, once
+
+
+@dataclass(frozen=True)
+class Step:
+    ended: float  # time.monotonic() when the optimizer step returned
+    samples: int  # trained in it, over all ranks and accumulated micro-batches
+
+
+@dataclass(frozen=True)
+class Loss:
+    samples: int  # trained when it was taken
+    value: float
+
+
+def encode(message: Step | Loss) -> str:
+    """One line, under the pipe's atomic write size: never torn by another write."""
+    if isinstance(message, Step):
+        return f"step {message.ended:.6f} {message.samples}\n"
+    return f"loss {message.samples} {message.value!r}\n"
+
+
+def decode(line: str) -> Step | Loss:
+    """The message of one line; ValueError for a line that is not one."""
+    kind, first, second = line.split()
+    if kind == "step":
+        return Step(float(first), int(second))
+    if kind == "loss":
+        return Loss(int(first), float(second))
+    raise ValueError(f"not a step message: {line[:80]!r}")
+
+
+class StepReporter:
+    """What ``Tuned.step`` tells the search: each optimizer step's end and samples, the loss once."""
+
+    def __init__(self, fd: int, loss_samples: int | None = None) -> None:
+        self.fd: int | None = fd
+        self.loss_samples = loss_samples
+        self.samples = 0  # trained so far, over all ranks
+        self._pending = 0  # of the micro-batches since the last optimizer step
+
+    @classmethod
+    def from_environment(cls) -> StepReporter | None:
+        """The reporter of a script-mode trial (``Tuned.step`` calls it on rank 0 only), or None outside one."""
+        fd = os.environ.get(STEPS_FD)
+        if not fd:
+            return None
+        loss = os.environ.get(LOSS_SAMPLES)
+        return cls(int(fd), int(loss) if loss else None)
+
+    def micro(self, samples: int) -> None:
+        self._pending += samples
+
+    def stepped(self, loss: Any) -> None:
+        """The optimizer stepped; ``loss`` its last micro-batch's (a tensor), read only when the loss is due."""
+        self.samples, self._pending = self.samples + self._pending, 0
+        message = [encode(Step(time.monotonic(), self.samples))]
+        if self.loss_samples is not None and self.samples >= self.loss_samples:
+            value = float(loss.detach())
+            message.append(encode(Loss(self.samples, value if math.isfinite(value) else math.nan)))
+            self.loss_samples = None
+        self._write("".join(message))
+
+    def _write(self, text: str) -> None:
+        if self.fd is None:
+            return
+        try:
+            os.write(self.fd, text.encode())
+        except OSError:  # the search closed its end: the script goes on untold
+            self.fd = None

@@ -1,0 +1,68 @@
+"""Script mode's side of the user's script (``autotune.steps``): ``Tuned.step`` tells a trial's pipe each optimizer
+step's end and samples and the loss once; a script outside a trial, or one whose search closed the pipe, trains on."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autotune.steps import LOSS_SAMPLES, STEPS_FD, Loss, Step, StepReporter, decode
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_a_users_script_tells_its_steps_and_its_loss_once_over_the_trials_pipe(facts) -> None:
+    """``examples/train_cnn.py`` (the README's ``apply()`` pattern, unchanged) under a trial's pipe: one line a
+    step, the steps' ends on the machine's monotonic clock within the script's life, their samples its batch, and
+    the loss at the first step that reaches 256 samples."""
+    from autotune import search_spaces as spaces
+    from autotune.recipe import Recipe
+
+    params = {**spaces.defaults(facts, spaces.SpaceContext(default_batch_size=64)), "device": "cpu",
+              "reference_batch": 64}
+    recipe = Recipe(params=params, workload="examples/train_cnn.py", fingerprint=facts.fingerprint)
+    read, write = os.pipe()
+    env = {**os.environ, "AUTOTUNE_RECIPE": json.dumps(recipe.to_dict()), STEPS_FD: str(write), LOSS_SAMPLES: "256",
+           "TRAIN_S": "1"}
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, str(REPO / "examples" / "train_cnn.py")], env=env, pass_fds=(write,),
+                          capture_output=True, text=True, timeout=120, check=False)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        messages = [decode(line) for line in pipe]
+    assert done.returncode == 0, done.stderr
+    steps = [m for m in messages if isinstance(m, Step)]
+    losses = [m for m in messages if isinstance(m, Loss)]
+    assert len(steps) >= 6 and all(started < s.ended < time.monotonic() for s in steps)
+    pairs = list(zip(steps, steps[1:], strict=False))
+    assert [b.samples - a.samples for a, b in pairs] == [64] * len(pairs)
+    assert all(b.ended > a.ended for a, b in pairs)
+    assert len(losses) == 1 and losses[0].samples == 256 and 0 < losses[0].value < 10, losses
+    assert messages.index(losses[0]) == messages.index(Step(steps[3].ended, 256)) + 1  # right after its step
+
+
+def test_micro_batches_add_up_to_the_step_and_a_closed_pipe_is_no_error() -> None:
+    read, write = os.pipe()
+    reporter = StepReporter(write)
+    for _ in range(2):  # two accumulated micro-batches of 32: one optimizer step of 64
+        reporter.micro(32)
+    reporter.stepped(None)  # no loss asked: the loss is never read
+    assert decode(os.read(read, 4096).decode()).samples == 64  # type: ignore[union-attr]
+    os.close(read)  # the search went away
+    reporter.micro(32)
+    reporter.stepped(None)  # EPIPE: swallowed, and nothing more is written
+    assert reporter.fd is None
+    os.close(write)
+
+
+def test_outside_a_trial_nothing_is_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    import autotune
+
+    monkeypatch.delenv(STEPS_FD, raising=False)
+    assert StepReporter.from_environment() is None
+    assert autotune.apply({"batch_size": 8}, check_hardware=False)._steps is None
