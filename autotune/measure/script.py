@@ -1,0 +1,122 @@
+"""The user's own script as script mode runs it (``autotune search -- python train.py``): ``ScriptRun`` is one live
+copy of it with a recipe, started as a trial process is (``trial.launch``: the recipe's environment before Python
+starts, ``AUTOTUNE_RECIPE`` for its ``autotune.apply()``, its tree tied to this process's life), in a folder of its
+own, told it is a trial (``AUTOTUNE_TRIAL``), its steps read from the pipe ``autotune.steps`` writes.
+
+A copy is timed in windows and frozen between them (``freeze``), as a process pair's workers are: a window's
+speed is taken between the ends of the first and the last step that ended in it, on the machine's monotonic
+clock the script stamps them with, so neither the frozen time nor a step cut by the freeze counts.
+
+    >>> run = ScriptRun(launch.for_recipe(recipe, ["python", "train.py"], os.environ), folder)  # doctest: +SKIP
+    >>> run.start(); rate = run.window(1.0); run.stop()                                         # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from ..steps import LOSS_SAMPLES, STEPS_FD, Loss, Step, decode
+from ..trial import launch
+from . import freeze
+
+TRIAL = "AUTOTUNE_TRIAL"  # set in a script-mode trial: the script may skip its own logging and checkpoints
+POLL_S = 0.01
+
+
+class ScriptRun:
+    """One live copy of the user's script (see the module docstring)."""
+
+    def __init__(self, plan: launch.LaunchPlan, folder: Path, loss_samples: int | None = None) -> None:
+        self.plan, self.folder, self.loss_samples = plan, folder, loss_samples
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.steps: list[Step] = []
+        self.loss: Loss | None = None
+        self._read: int | None = None
+        self._buffer = b""
+        self._frozen: freeze.Frozen | None = None
+
+    def start(self) -> None:
+        """Start the copy in its folder (its working directory and ``TMPDIR``), its output in ``script.log``."""
+        temporary = self.folder / "tmp"
+        temporary.mkdir(parents=True, exist_ok=True)
+        read, write = os.pipe()
+        os.set_blocking(read, False)
+        env = {**self.plan.env, STEPS_FD: str(write), TRIAL: "1", "TMPDIR": str(temporary)}
+        if self.loss_samples is not None:
+            env[LOSS_SAMPLES] = str(self.loss_samples)
+        try:
+            with open(self.folder / "script.log", "wb") as log:
+                self.proc = launch.start(replace(self.plan, env=env), pass_fds=(write,), cwd=self.folder,
+                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        except BaseException:
+            os.close(read)
+            raise
+        finally:
+            os.close(write)  # the script holds it now: the pipe ends when the script does
+        self._read = read
+
+    @property
+    def exited(self) -> int | None:
+        """The script's exit status once it has ended, else None."""
+        return self.proc.poll() if self.proc is not None else None
+
+    def read(self) -> None:
+        """Take what the script has told so far."""
+        while self._read is not None:
+            try:
+                chunk = os.read(self._read, 65536)
+            except BlockingIOError:
+                return
+            if not chunk:
+                return
+            self._buffer += chunk
+            *lines, rest = self._buffer.split(b"\n")
+            self._buffer = rest
+            for line in lines:
+                message = decode(line.decode())
+                if isinstance(message, Step):
+                    self.steps.append(message)
+                else:
+                    self.loss = message
+
+    def window(self, seconds: float, min_steps: int = 2, timeout_s: float = 60.0) -> float | None:
+        """Run the copy at least ``seconds`` and until ``min_steps`` steps ended (at most ``timeout_s``), then
+        freeze it: samples/s between the first and the last step end in the window; None with fewer than two."""
+        self.thaw()
+        started, first = time.monotonic(), len(self.steps)
+        while True:
+            time.sleep(POLL_S)
+            self.read()
+            elapsed, ended = time.monotonic() - started, len(self.steps) - first
+            if self.exited is not None or elapsed >= timeout_s or (elapsed >= seconds and ended >= min_steps):
+                break
+        self.freeze()
+        self.read()
+        inside = [s for s in self.steps[first:] if s.ended >= started]
+        if len(inside) < 2 or inside[-1].ended <= inside[0].ended:
+            return None
+        return (inside[-1].samples - inside[0].samples) / (inside[-1].ended - inside[0].ended)
+
+    def freeze(self) -> None:
+        if self.proc is not None and self._frozen is None and self.exited is None:
+            self._frozen = freeze.freeze(self.proc.pid)
+
+    def thaw(self) -> None:
+        if self._frozen is not None:
+            freeze.thaw(self._frozen)
+            self._frozen = None
+
+    def stop(self) -> None:
+        """End the copy and everything it started, frozen or not; what it told stays readable."""
+        if self.proc is not None:
+            launch.stop_tree(self.proc)
+            self._frozen = None
+        self.read()
+        if self._read is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._read)
+            self._read = None
