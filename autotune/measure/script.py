@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import subprocess
 import time
 from dataclasses import replace
@@ -120,3 +121,20 @@ class ScriptRun:
             with contextlib.suppress(OSError):
                 os.close(self._read)
             self._read = None
+
+
+def window_pairs(base: ScriptRun, cand: ScriptRun, pairs: int, window_s: float, rng: random.Random,
+                 timeout_s: float = 60.0) -> list[float]:
+    """``pairs`` pairs of windows of two live copies, each pair's order drawn by ``rng`` (the other copy frozen):
+    the candidate's rate over the defaults' in each pair where both were measured. The ratios of one pair of
+    processes: their spread is within the pair, the processes' own factor is shared by all of them."""
+    ratios = []
+    for _ in range(pairs):
+        order = [base, cand] if rng.random() < 0.5 else [cand, base]
+        rates = {id(run): run.window(window_s, timeout_s=timeout_s) for run in order}
+        base_rate, cand_rate = rates[id(base)], rates[id(cand)]
+        if base_rate and cand_rate:
+            ratios.append(cand_rate / base_rate)
+        if base.exited is not None or cand.exited is not None:
+            break  # a copy that ended has no more windows: the caller says why from its exit status
+    return ratios

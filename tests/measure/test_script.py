@@ -48,3 +48,61 @@ def test_two_copies_of_a_users_script_take_turns_in_windows_and_none_is_left(fac
     time.sleep(0.1)
     assert [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"] == []
     assert all((tmp_path / name / "script.log").is_file() and (tmp_path / name / "tmp").is_dir() for name in "ab")
+
+
+def test_window_pairs_read_a_known_slowdown_and_the_same_recipe_as_the_same(facts: Any, tmp_path: Path) -> None:
+    """``tests/scripts/paced_train.py`` steps in 5 ms with two threads and 10 ms with one: a copy of one thread reads
+    0.5x of the defaults' copy in every pair of windows, and a second copy of the defaults 1x (within 10%)."""
+    import random
+
+    from autotune.measure import stats
+    from autotune.measure.script import window_pairs
+
+    base = {**spaces.defaults(facts, spaces.SpaceContext(default_batch_size=32)), "device": "cpu",
+            "reference_batch": 32, "threads": 2, "interop_threads": 1}
+
+    def copy(name: str, params: dict[str, Any]) -> ScriptRun:
+        recipe = Recipe(params=params, workload="paced", fingerprint=facts.fingerprint)
+        plan = launch.for_recipe(recipe, [sys.executable, str(REPO / "tests" / "scripts" / "paced_train.py")],
+                                 dict(os.environ), facts=facts)
+        run = ScriptRun(plan, tmp_path / name)
+        run.start()
+        run.freeze()
+        return run
+
+    runs = [copy("defaults", base), copy("one-thread", {**base, "threads": 1}), copy("again", base)]
+    try:
+        slower = window_pairs(runs[0], runs[1], 6, 0.25, random.Random(0))
+        same = window_pairs(runs[0], runs[2], 6, 0.25, random.Random(1))
+    finally:
+        for run in runs:
+            run.stop()
+    assert len(slower) == len(same) == 6
+    assert 0.45 < stats.median_interval(slower).median < 0.55, slower  # sleeps wake late alike on both sides
+    assert 0.9 < stats.median_interval(same).median < 1.1, same
+
+
+def test_a_script_that_crashes_or_never_steps_gives_no_rate_and_costs_at_most_its_timeout(facts: Any,
+                                                                                      tmp_path: Path) -> None:
+    params = {**spaces.defaults(facts, spaces.SpaceContext(default_batch_size=32)), "device": "cpu"}
+    recipe = Recipe(params=params, workload="faulty", fingerprint=facts.fingerprint)
+
+    def copy(name: str, code: str) -> ScriptRun:
+        run = ScriptRun(launch.for_recipe(recipe, [sys.executable, "-c", code], dict(os.environ), facts=facts),
+                        tmp_path / name)
+        run.start()
+        return run
+
+    crashed, silent = copy("crash", "import sys; print('a bug', flush=True); sys.exit(3)"), copy(
+        "silent", "import time; time.sleep(600)")
+    try:
+        started = time.monotonic()
+        assert crashed.window(0.2, timeout_s=30) is None and crashed.exited == 3  # ends the window at once
+        assert time.monotonic() - started < 10
+        started = time.monotonic()
+        assert silent.window(0.2, timeout_s=1.5) is None and silent.exited is None  # no step: its timeout, no more
+        assert 1.5 <= time.monotonic() - started < 5 and freeze.proc_state(silent.proc.pid) == "T"  # type: ignore[union-attr]
+    finally:
+        for run in (crashed, silent):
+            run.stop()
+    assert silent.exited is not None and "a bug" in (tmp_path / "crash" / "script.log").read_text()
