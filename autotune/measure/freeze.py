@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -107,3 +108,21 @@ def thaw(frozen: Frozen) -> None:
         if p not in frozen.stopped_before:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p, signal.SIGCONT)
+
+
+class Freezable:
+    """A holder of a started process tree (``proc``) that is frozen while another process is timed: a paired
+    worker, a live copy of a user's script. ``frozen`` is set while its tree is stopped."""
+
+    proc: subprocess.Popen[bytes] | None
+    frozen: Frozen | None
+
+    def freeze(self) -> None:
+        """Stop its whole tree (SIGSTOP) while another process is timed; ``thaw()`` before it runs again."""
+        if self.proc is not None and self.frozen is None and self.proc.poll() is None:
+            self.frozen = freeze(self.proc.pid)
+
+    def thaw(self) -> None:
+        if self.frozen is not None:
+            thaw(self.frozen)
+            self.frozen = None

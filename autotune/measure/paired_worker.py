@@ -78,7 +78,7 @@ class Calibration:
     s_per_sample: float | None = None  # the defaults' seconds per sample over the A/A's windows (the hopeless rule's)
 
 
-class PairedWorker:
+class PairedWorker(freeze.Freezable):
     """A paired worker process and the commands it takes. Use as a context manager: leaving it quits the
     worker (or stops its whole process tree). Every command waits for its reply at most ``timeout_s``;
     on a timeout or Ctrl-C the worker's tree is stopped and ``WorkerError`` (or KeyboardInterrupt) raised."""
@@ -213,16 +213,6 @@ class PairedWorker:
         return Calibration(window, stats.pairs_for_width(ratios, half_width), half_width,
                            stats.margin_from_calibration(aa.ratio), max(ratios) - min(ratios), aa, step_s,
                            run.base.s_per_sample)
-
-    def freeze(self) -> None:
-        """Stop the worker's whole tree (SIGSTOP) while another process is timed; ``thaw()`` before a command."""
-        if self.proc is not None and self.frozen is None:
-            self.frozen = freeze.freeze(self.proc.pid)
-
-    def thaw(self) -> None:
-        if self.frozen is not None:
-            freeze.thaw(self.frozen)
-            self.frozen = None
 
     def ask_to_quit(self) -> None:
         """Send ``Quit`` without waiting for the worker to end (``close`` then waits): several workers end side

@@ -28,7 +28,7 @@ TRIAL = "AUTOTUNE_TRIAL"  # set in a script-mode trial: the script may skip its 
 POLL_S = 0.01
 
 
-class ScriptRun:
+class ScriptRun(freeze.Freezable):
     """One live copy of the user's script (see the module docstring)."""
 
     def __init__(self, plan: launch.LaunchPlan, folder: Path, loss_samples: int | None = None) -> None:
@@ -38,7 +38,7 @@ class ScriptRun:
         self.loss: Loss | None = None
         self._read: int | None = None
         self._buffer = b""
-        self._frozen: freeze.Frozen | None = None
+        self.frozen: freeze.Frozen | None = None
 
     def start(self) -> None:
         """Start the copy in its folder (its working directory and ``TMPDIR``), its output in ``script.log``."""
@@ -102,20 +102,11 @@ class ScriptRun:
             return None
         return (inside[-1].samples - inside[0].samples) / (inside[-1].ended - inside[0].ended)
 
-    def freeze(self) -> None:
-        if self.proc is not None and self._frozen is None and self.exited is None:
-            self._frozen = freeze.freeze(self.proc.pid)
-
-    def thaw(self) -> None:
-        if self._frozen is not None:
-            freeze.thaw(self._frozen)
-            self._frozen = None
-
     def stop(self) -> None:
         """End the copy and everything it started, frozen or not; what it told stays readable."""
         if self.proc is not None:
             launch.stop_tree(self.proc)
-            self._frozen = None
+            self.frozen = None
         self.read()
         if self._read is not None:
             with contextlib.suppress(OSError):
