@@ -50,38 +50,6 @@ def test_two_copies_of_a_users_script_take_turns_in_windows_and_none_is_left(fac
     assert all((tmp_path / name / "script.log").is_file() and (tmp_path / name / "tmp").is_dir() for name in "ab")
 
 
-def test_window_pairs_read_a_known_slowdown_and_the_same_recipe_as_the_same(facts: Any, tmp_path: Path) -> None:
-    """``tests/scripts/paced_train.py`` steps in 5 ms with two threads and 10 ms with one: a copy of one thread reads
-    0.5x of the defaults' copy in every pair of windows, and a second copy of the defaults 1x (within 10%)."""
-    import random
-
-    from autotune.measure import stats
-    from autotune.measure.script import window_pairs
-
-    base = {**spaces.defaults(facts, spaces.SpaceContext(default_batch_size=32)), "device": "cpu",
-            "reference_batch": 32, "threads": 2, "interop_threads": 1}
-
-    def copy(name: str, params: dict[str, Any]) -> ScriptRun:
-        recipe = Recipe(params=params, workload="paced", fingerprint=facts.fingerprint)
-        plan = launch.for_recipe(recipe, [sys.executable, str(REPO / "tests" / "scripts" / "paced_train.py")],
-                                 dict(os.environ), facts=facts)
-        run = ScriptRun(plan, tmp_path / name)
-        run.start()
-        run.freeze()
-        return run
-
-    runs = [copy("defaults", base), copy("one-thread", {**base, "threads": 1}), copy("again", base)]
-    try:
-        slower = window_pairs(runs[0], runs[1], 6, 0.25, random.Random(0))
-        same = window_pairs(runs[0], runs[2], 6, 0.25, random.Random(1))
-    finally:
-        for run in runs:
-            run.stop()
-    assert len(slower) == len(same) == 6
-    assert 0.45 < stats.median_interval(slower).median < 0.55, slower  # sleeps wake late alike on both sides
-    assert 0.9 < stats.median_interval(same).median < 1.1, same
-
-
 def test_a_script_that_crashes_or_never_steps_gives_no_rate_and_costs_at_most_its_timeout(facts: Any,
                                                                                       tmp_path: Path) -> None:
     params = {**spaces.defaults(facts, spaces.SpaceContext(default_batch_size=32)), "device": "cpu"}
@@ -106,3 +74,26 @@ def test_a_script_that_crashes_or_never_steps_gives_no_rate_and_costs_at_most_it
         for run in (crashed, silent):
             run.stop()
     assert silent.exited is not None and "a bug" in (tmp_path / "crash" / "script.log").read_text()
+
+
+def test_fresh_pairs_of_copies_read_a_known_slowdown_with_an_interval_and_a_crash_with_its_reason(
+        facts: Any, tmp_path: Path) -> None:
+    """Three fresh pairs of ``paced_train.py`` copies (one thread against two): each pair's median near 0.5x, their
+    mean's interval within 0.4-0.6; a candidate whose script raises on start is a failure naming its last line."""
+    from autotune.measure.script import compare_scripts
+
+    base = {**spaces.defaults(facts, spaces.SpaceContext(default_batch_size=32)), "device": "cpu",
+            "reference_batch": 32, "threads": 2, "interop_threads": 1}
+
+    def plan(params: dict[str, Any], script: list[str]) -> launch.LaunchPlan:
+        recipe = Recipe(params=params, workload="paced", fingerprint=facts.fingerprint)
+        return launch.for_recipe(recipe, [sys.executable, *script], dict(os.environ), facts=facts)
+
+    paced = [str(REPO / "tests" / "scripts" / "paced_train.py")]
+    found = compare_scripts(plan(base, paced), plan({**base, "threads": 1}, paced), tmp_path / "slow", pairs=4,
+                            window_s=0.2, least=3, most=3)
+    assert found.failed is None and len(found.ratios) == 3 and found.ratio is not None, found
+    assert all(0.4 < r < 0.6 for r in found.ratios) and 0.4 < found.ratio.low <= found.ratio.high < 0.6, found
+    broken = compare_scripts(plan(base, paced), plan(base, ["-c", "raise SystemExit('a bad config')"]),
+                             tmp_path / "broken", pairs=4, window_s=0.2)
+    assert broken.ratio is None and broken.failed == "the candidate's copy exited with status 1: a bad config"
