@@ -114,7 +114,7 @@ class LiveMeasurer(EnvironmentFactors):
         worker it stopped is started again when next needed)."""
         self.on_phase("profiling", f"{who}: the top operators")
         try:
-            return dict(worker.profile(arm, seconds, 60.0 + 4 * (seconds + step_s)).operators) or None
+            return dict(worker.profile(arm, seconds, step_s).operators) or None
         except WorkerError as e:
             log.warning("the profile of %s failed (%s): the report shows no top operators for it", who, e)
             return None

@@ -174,9 +174,10 @@ class PairedWorker(freeze.Freezable):
         reply: Evaluated = self._expect(Evaluate(arm), Evaluated, timeout_s)
         return reply.status
 
-    def profile(self, arm: str, seconds: float, timeout_s: float | None = None) -> Profiled:
-        """Its top operators over ``seconds`` of training under torch's profiler (``protocol.Profile``)."""
-        reply: Profiled = self._expect(Profile(arm, seconds), Profiled, timeout_s or 60.0 + 4 * seconds)
+    def profile(self, arm: str, seconds: float, step_s: float = 0.0) -> Profiled:
+        """Its top operators over ``seconds`` of training under torch's profiler (``protocol.Profile``); a
+        profile runs at least one step, of ``step_s`` where known, and its trace is summed after it."""
+        reply: Profiled = self._expect(Profile(arm, seconds), Profiled, 60.0 + 4 * (seconds + step_s))
         return reply
 
     def drop_arm(self, arm: str, timeout_s: float = 60.0) -> None:

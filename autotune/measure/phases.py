@@ -21,7 +21,7 @@ MERGED = "backward+optimizer"  # an optimizer whose step runs no step hooks (a r
 
 
 class Phases:
-    """Seconds per part over the timed steps; ``step`` passes the stamps of one micro-step."""
+    """Seconds per part over the timed steps; ``add`` takes the stamps of one micro-step."""
 
     def __init__(self, optimizer: Any = None, enabled: bool = False) -> None:
         self.seconds: dict[str, float] = dict.fromkeys(PARTS, 0.0)
@@ -55,6 +55,7 @@ class Phases:
         else:
             self.seconds[MERGED] = self.seconds.get(MERGED, 0.0) + done - forward_done
         self._stepped_at = None
+
     def shares(self, windows_s: float) -> tuple[tuple[str, float], ...] | None:
         """Each part's share of the windows' time, and ``other`` (what no part explains); None before a window.
 

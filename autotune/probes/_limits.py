@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -134,17 +135,29 @@ def _matmul_gflops(dtype: str) -> float:
     return best
 
 
-def _bandwidth_gbs() -> float:
+def _elapsed_s(run: Callable[[], object], device: str) -> float:
+    """Seconds ``run()`` takes: by the clock on a CPU, by CUDA events on a GPU (its host runs ahead of it)."""
+    if device != "cuda":
+        start = time.perf_counter()
+        run()
+        return time.perf_counter() - start
+    import torch
+
+    start_event, end_event = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start_event.record()
+    run()
+    end_event.record()
+    end_event.synchronize()
+    return start_event.elapsed_time(end_event) / 1e3
+
+
+def _bandwidth_gbs(device: str = "cpu") -> float:
     """GB/s of the best of a few triads ``a = b + 2 c`` over ``TRIAD_FLOATS`` floats (three arrays moved)."""
     import torch
 
-    b, c = torch.ones(TRIAD_FLOATS), torch.ones(TRIAD_FLOATS)
-    a = torch.empty(TRIAD_FLOATS)
-    best = float("inf")
-    for _ in range(4):
-        start = time.perf_counter()
-        torch.add(b, c, alpha=2.0, out=a)
-        best = min(best, time.perf_counter() - start)
+    b, c = torch.ones(TRIAD_FLOATS, device=device), torch.ones(TRIAD_FLOATS, device=device)
+    a = torch.empty(TRIAD_FLOATS, device=device)
+    best = min(_elapsed_s(lambda: torch.add(b, c, alpha=2.0, out=a), device) for _ in range(4))
     return 3 * 4 * TRIAD_FLOATS / best / 1e9
 
 
@@ -166,42 +179,21 @@ def _gpu_matmul_gflops(dtype: str) -> float:
             kind = torch.float32 if dtype == "tfloat32" else getattr(torch, dtype)
             a, b = (torch.randn(n, n, device="cuda").to(kind) for _ in range(2))
             torch.mm(a, b)  # cuBLAS's handle and kernel choice: not timed
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            runs, elapsed_ms = 0, 0.0
-            while runs < 3 or elapsed_ms < 1e3 * RUN_S:
-                start.record()
-                torch.mm(a, b)
-                end.record()
-                end.synchronize()
-                elapsed_ms += start.elapsed_time(end)
+            runs, elapsed, multiply = 0, 0.0, (lambda a=a, b=b: torch.mm(a, b))
+            while runs < 3 or elapsed < RUN_S:
+                elapsed += _elapsed_s(multiply, "cuda")
                 runs += 1
-            best = max(best, 2 * n ** 3 / (elapsed_ms / 1e3 / runs) / 1e9)
-            del a, b
+            best = max(best, 2 * n ** 3 / (elapsed / runs) / 1e9)
+            del a, b, multiply
     finally:
         matmul.allow_tf32 = before
     return best
 
 
-def _gpu_bandwidth_gbs() -> float:
-    """GB/s of the best of a few triads over arrays far larger than a GPU's caches (``TRIAD_FLOATS`` floats each)."""
-    import torch
-
-    b, c = torch.ones(TRIAD_FLOATS, device="cuda"), torch.ones(TRIAD_FLOATS, device="cuda")
-    a = torch.empty(TRIAD_FLOATS, device="cuda")
-    start, end, best = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True), float("inf")
-    for _ in range(4):
-        start.record()
-        torch.add(b, c, alpha=2.0, out=a)
-        end.record()
-        end.synchronize()
-        best = min(best, start.elapsed_time(end) / 1e3)
-    return 3 * 4 * TRIAD_FLOATS / best / 1e9
-
-
 def measure_gpu_limits(capability: float) -> tuple[tuple[tuple[str, float], ...], float]:
     """The current CUDA device's matmul peaks at the precisions its ``capability`` computes, and its bandwidth."""
     peaks = tuple((dtype, _gpu_matmul_gflops(dtype)) for dtype, least in GPU_DTYPES if capability >= least)
-    return peaks, _gpu_bandwidth_gbs()
+    return peaks, _bandwidth_gbs("cuda")
 
 
 def measure_limits(cpus: int, isa: tuple[str, ...], dtypes: tuple[str, ...] = ("float32", "bfloat16"),

@@ -140,7 +140,7 @@ def _noise(data: ReportData) -> str:
 
 def _steps(data: ReportData) -> str:
     """Each recipe's step split into its parts (shares of its timed windows), what waiting for data costs and
-    which knobs act on it, and the defaults' top operators."""
+    which knobs act on it, and each profiled recipe's top operators."""
     shown = _figures.stepped(data)
     if not shown:
         return ('<p class="note">Not measured: on a GPU, or a study searched before the breakdown existed.</p>')

@@ -110,7 +110,7 @@ def test_a_profile_stops_at_its_step_cap_and_one_that_fails_costs_the_search_not
         def __init__(self, stuck: bool = False) -> None:
             self.stuck, self.asked = stuck, []
 
-        def profile(self, arm: str, seconds: float, timeout_s: float) -> Any:
+        def profile(self, arm: str, seconds: float, step_s: float) -> Any:
             if self.stuck:
                 raise WorkerError("the paired worker did not answer Profile within 68 s; stopped")
             self.asked.append((arm, seconds))
