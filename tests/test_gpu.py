@@ -183,3 +183,18 @@ def test_the_gpus_matmul_peaks_bound_a_timed_matmul_and_are_measured_in_a_child(
         assert peaks["tfloat32"] > peaks["float32"] and peaks["bfloat16"] > peaks["float32"], peaks
     assert limits.bandwidth_gbs > 100, limits  # any datacenter GPU's HBM, far above a CPU's DRAM
     assert probes.limits(gpu_facts, "cuda", tmp_path) == limits  # cached
+
+
+def test_a_tensor_core_gpus_reduced_precisions_read_faster_than_float32(gpu_facts, tmp_path: Path):
+    """The kernel speeds that order and drop the precision seeds (``probes.measured``), on the GPU: an H100 read
+    bf16 and fp16 over 400x slower than float32 while its first use's costs were counted, and the search seeded
+    neither."""
+    from autotune import probes
+
+    if min(float(g.compute_capability) for g in gpu_facts.gpus) < 8.0:
+        pytest.skip("no bf16 tensor cores")
+    found = probes.measured(gpu_facts.fingerprint, "cuda", tmp_path)
+    for dtype in ("bfloat16", "float16"):
+        speed = found.speed(dtype)
+        assert speed is not None and not speed.bound and speed.speed > 1.0, found
+    print(json.dumps([{"dtype": k.dtype, "speed": k.speed, "kernels": k.kernels} for k in found.precision]))

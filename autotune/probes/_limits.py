@@ -7,16 +7,14 @@ without them leaves the user not knowing whether that is most of what the machin
 """
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ._child import call_in_child
 from ._measured import cache_dir, read_cached, write_cached
 
 FORMAT = "autotune-limits-v1"
@@ -213,19 +211,8 @@ def measure_limits(cpus: int, isa: tuple[str, ...], dtypes: tuple[str, ...] = ("
     return peaks, bandwidth, theoretical_gflops(cpus, mhz, isa), mhz, at_most
 
 
-# A search's process must hold no CUDA context of its own (it takes device memory from the trials): there a GPU's
-# limits are measured in a child, which prints them as JSON.
-_CHILD = ("import json, sys; from autotune.probes._limits import measure_gpu_limits; "
-          "print(json.dumps(measure_gpu_limits(float(sys.argv[1]))))")
-
-
 def _gpu_limits_in_child(capability: float) -> tuple[tuple[tuple[str, float], ...], float]:
-    done = subprocess.run([sys.executable, "-c", _CHILD, str(capability)], capture_output=True, text=True,
-                          timeout=600, check=False)
-    if done.returncode != 0:  # the child's error, its traceback's last line
-        last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
-        raise RuntimeError(f"measuring the GPU's limits failed: {last[-300:]}")
-    peaks, bandwidth = json.loads(done.stdout.strip().splitlines()[-1])
+    peaks, bandwidth = call_in_child("autotune.probes._limits:measure_gpu_limits", capability, what="the GPU's limits")
     return tuple((str(d), float(g)) for d, g in peaks), float(bandwidth)
 
 

@@ -5,8 +5,9 @@ backward, under autocast at each precision, against float32. A flag says what th
 PyTorch's kernels make of it here (fp16 autocast on a CPU reporting AVX512-FP16 ran a CNN at 0.01-0.04x), so
 the search orders and drops its precision seeds by these times, never by a device name or an ISA flag. Each
 kernel of each precision runs under a deadline: one that is still running past it reads "at least N times
-slower" rather than being run to its end: an eighth of its input runs first, and where the whole would
-outlast the deadline, the eighth's time is the reading (``_precision``).
+slower" rather than being run to its end: an eighth of its input runs first, twice (the first run pays the
+precision's one-off costs), and where the whole would outlast the deadline, the eighth's second time is the
+reading (``_precision``).
 
 Cached per fingerprint, device and torch version (``cache_dir()``); never part of the fingerprint: a re-measure
 may read a little differently, and the machine is the same machine. The machine-limit issue adds its peaks here.
@@ -19,12 +20,14 @@ import os
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ._child import call_in_child
+
 T = TypeVar("T")
-FORMAT = "autotune-measured-v1"
+FORMAT = "autotune-measured-v2"  # v1 read a GPU's first-use costs as slowness
 DEADLINE_S = 0.2  # each kernel at each precision: its repeats stop here (a slow one's first run is its reading)
 MEASURED = ("bfloat16", "float16")  # against float32, whichever the space offers: the note says what each does
 REPEATS = 20
@@ -102,16 +105,19 @@ def cache_dir() -> Path:
 
 
 def _kernels(device: str) -> dict[str, Any]:
-    """A conv and a matmul, shaped as a training step's: a few milliseconds each in float32 on a CPU core."""
+    """A conv and a matmul, shaped as a training step's: a few milliseconds each in float32 on a CPU core, about
+    at most about a millisecond on a datacenter GPU."""
     import torch
 
     g = torch.Generator().manual_seed(0)
     # Large enough to be compute-bound: a 16-channel conv and a 128-wide matmul read bf16 at 0.65-1.0x float32 on
-    # a Zen 5 core (autocast's casts dominate), where the CNN trains 1.5x faster; these read 1.4x and 2x
-    conv = torch.nn.Conv2d(64, 64, 3, padding=1).to(device)
-    image = torch.randn(8, 64, 16, 16, generator=g).to(device)
-    linear = torch.nn.Linear(256, 256).to(device)
-    rows = torch.randn(256, 256, generator=g).to(device)
+    # a Zen 5 core (autocast's casts dominate), where the CNN trains 1.5x faster; these read 1.4x and 2x. A GPU
+    # runs them in microseconds, its launches and autocast's casts then the reading, so it gets larger ones.
+    channels, side, batch, width = (128, 32, 32, 2048) if device == "cuda" else (64, 16, 8, 256)
+    conv = torch.nn.Conv2d(channels, channels, 3, padding=1).to(device)
+    image = torch.randn(batch, channels, side, side, generator=g).to(device)
+    linear = torch.nn.Linear(width, width).to(device)
+    rows = torch.randn(width, width, generator=g).to(device)
     return {"conv": (conv, image), "matmul": (linear, rows)}
 
 
@@ -153,13 +159,14 @@ def _slice(kernel: tuple[Any, Any]) -> tuple[tuple[Any, Any], float]:
 def _precision(kernel: tuple[Any, Any], dtype: str, device: str, deadline_s: float,
                reference: float) -> tuple[float, bool]:
     """The kernel's speed at ``dtype`` against float32's ``reference`` seconds, and whether it is a bound. An eighth
-    of the input first, twice (its first run builds kernels): where the whole would outlast the deadline, that is
-    the reading, "at least so slow" (a slow precision's cost grows with the work, the fixed costs do not), and the
-    whole never runs: bf16 emulated on an AVX2 core runs this conv ~50x slower, a second a run."""
+    of the input first, twice: the first run pays the precision's one-off costs (building kernels; on a GPU
+    loading them on first use, which read an H100's bf16 conv 1466x slower than float32), the second is timed.
+    Where the whole would outlast the deadline, that is the reading, "at least so slow" (a slow precision's cost
+    grows with the work, the fixed costs do not), and the whole never runs: bf16 emulated on an AVX2 core runs
+    this conv ~50x slower, a second a run."""
     small, scale = _slice(kernel)
+    _run(*small, dtype, device)
     seconds = _run(*small, dtype, device)
-    if seconds * scale <= deadline_s:
-        seconds = _run(*small, dtype, device)
     if seconds * scale > deadline_s:
         small_reference = _time(small, "float32", device, deadline_s / 4)
         return small_reference / seconds, True
@@ -186,10 +193,11 @@ def measure_precision(dtypes: tuple[str, ...], device: str = "cpu",
 
 
 def measured(fingerprint: str, device: str = "cpu", directory: Path | None = None,
-             dtypes: tuple[str, ...] = MEASURED) -> Measured:
+             dtypes: tuple[str, ...] = MEASURED, *, in_child: bool = False) -> Measured:
     """This machine's measured facts: from the cache when it holds them for this fingerprint, device and torch
     version, else measured now (~0.4 s on a 2-vCPU VM) and cached (a cache that cannot be read or written is
-    measured around, never an error)."""
+    measured around, never an error). ``in_child``: measured in a child process, so that this one holds no CUDA
+    context."""
     import torch
 
     path = (directory or cache_dir()) / f"measured-{fingerprint}-{device}.json"
@@ -198,10 +206,21 @@ def measured(fingerprint: str, device: str = "cpu", directory: Path | None = Non
             and all(cached.speed(d) for d in dtypes if d != "float32"):
         return cached
     started = time.perf_counter()
-    found = Measured(fingerprint, device, torch.__version__, measure_precision(dtypes, device),
-                     time.perf_counter() - started)
+    if in_child:
+        found = Measured.from_dict(call_in_child("autotune.probes._measured:measured_dict", fingerprint, device,
+                                                 list(dtypes), what="the kernels' speeds"))
+    else:
+        found = Measured(fingerprint, device, torch.__version__, measure_precision(dtypes, device), 0.0)
+    found = replace(found, seconds=time.perf_counter() - started)
     write_cached(path, found.to_dict())
     return found
+
+
+def measured_dict(fingerprint: str, device: str, dtypes: list[str]) -> dict[str, Any]:
+    """What a child measures for ``measured(..., in_child=True)``, as JSON."""
+    import torch
+
+    return Measured(fingerprint, device, torch.__version__, measure_precision(tuple(dtypes), device)).to_dict()
 
 
 def read_cached(path: Path, parse: Callable[[dict[str, Any]], T]) -> T | None:

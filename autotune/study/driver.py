@@ -309,7 +309,7 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
     notify(SearchStarted(name, facts, ctx, options.budget_s, not created, {**spaces.defaults(facts, ctx), **run}))
     if measured is None:
         measured = getattr(measurer, "measured", None) if hasattr(measurer, "measured") else \
-            probes.measured(facts.fingerprint, ctx.device)
+            _measured(facts, ctx.device)
     roofline.record(study, wl, _limits(measurer, facts, ctx.device))
     skipped = not_seeded(facts, ctx, measured)
     if skipped:
@@ -337,6 +337,16 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
                             time_spent(records))
     notify(SearchDone(outcome))
     return outcome
+
+
+def _measured(facts: Facts, device: str) -> probes.Measured | None:
+    """This machine's kernel speeds, a GPU's measured in a child (this process holds no CUDA context); None where
+    they could not be measured: every precision is then seeded, and the hopeless arm rule still stops a slow one."""
+    try:
+        return probes.measured(facts.fingerprint, device, in_child=device == "cuda")
+    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
+        log.warning("the kernels' speeds were not measured (%s): every precision is seeded", e)
+        return None
 
 
 def _limits(measurer: PairedMeasurer | None, facts: Facts, device: str) -> probes.Limits | None:

@@ -60,9 +60,10 @@ def seeds(facts: Facts, ctx: spaces.SpaceContext, options: SearchOptions, worklo
     if not options.seeded:
         return found[:1]
     skipped = not_seeded(facts, ctx, measured)
-    for role, params in found:
-        if params.get("amp_dtype") in skipped:
-            log.warning("%s seed skipped: %s", role, skipped[params["amp_dtype"]])
+    for dtype, why in skipped.items():
+        count = sum(params.get("amp_dtype") == dtype for _, params in found)
+        if count:  # once per precision, however many of its seeds
+            log.warning("%d seed(s) of %s skipped: %s", count, dtype, why)
     found = [found[0], *((role, params) for role, params in found[1:] if params.get("amp_dtype") not in skipped)]
     warm = warm_start(options.storage, workload, facts)
     if warm is not None:
