@@ -35,7 +35,7 @@ from . import distributed
 from . import search_spaces as spaces
 from .errors import DeviceMissingError, HardwareMismatchError, UsageError
 from .recipe import Recipe, checked, format_note, load_recipe_file
-from .steps import StepReporter
+from .steps import Model, StepReporter
 
 if TYPE_CHECKING:
     import torch
@@ -128,6 +128,8 @@ class Tuned:
             distributed.sync_next_backward(self._ddp, self._steps_next())
         model = spaces.compilation.prepare_model(self.params, wrapped, self.device).model
         self._watch_first_step(model)
+        if self._steps is not None and self.rank == 0:
+            self._steps.model(Model(*spaces.conv_layers(model)))
         return model
 
     def _watch_first_step(self, model: torch.nn.Module) -> None:

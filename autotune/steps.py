@@ -10,6 +10,8 @@ Both sides import the messages from here: the contract between the processes is 
 
     >>> decode(encode(Step(12.5, 64))), decode(encode(Loss(2048, 0.4375)))
     (Step(ended=12.5, samples=64), Loss(samples=2048, value=0.4375))
+    >>> decode(encode(Model(conv=True, conv_nd=False)))
+    Model(conv=True, conv_nd=False)
 """
 from __future__ import annotations
 
@@ -35,20 +37,36 @@ class Loss:
     value: float
 
 
-def encode(message: Step | Loss) -> str:
+@dataclass(frozen=True)
+class Model:
+    """What the search's space depends on in the script's model, told once by ``Tuned.prepare_model``: whether it
+    has convolutions, all 2-D (``conv``) or some not (``conv_nd``)."""
+
+    conv: bool
+    conv_nd: bool
+
+
+Message = Step | Loss | Model
+
+
+def encode(message: Message) -> str:
     """One line, under the pipe's atomic write size: never torn by another write."""
     if isinstance(message, Step):
         return f"step {message.ended:.6f} {message.samples}\n"
+    if isinstance(message, Model):
+        return f"model {int(message.conv)} {int(message.conv_nd)}\n"
     return f"loss {message.samples} {message.value!r}\n"
 
 
-def decode(line: str) -> Step | Loss:
+def decode(line: str) -> Message:
     """The message of one line; ValueError for a line that is not one."""
-    kind, first, second = line.split()
-    if kind == "step":
-        return Step(float(first), int(second))
-    if kind == "loss":
-        return Loss(int(first), float(second))
+    kind, *fields = line.split()
+    if kind == "step" and len(fields) == 2:
+        return Step(float(fields[0]), int(fields[1]))
+    if kind == "loss" and len(fields) == 2:
+        return Loss(int(fields[0]), float(fields[1]))
+    if kind == "model" and len(fields) == 2:
+        return Model(fields[0] == "1", fields[1] == "1")
     raise ValueError(f"not a step message: {line[:80]!r}")
 
 
@@ -69,6 +87,9 @@ class StepReporter:
             return None
         loss = os.environ.get(LOSS_SAMPLES)
         return cls(int(fd), int(loss) if loss else None)
+
+    def model(self, message: Model) -> None:
+        self._write(encode(message))
 
     def micro(self, samples: int) -> None:
         self._pending += samples

@@ -50,7 +50,8 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
-seconds = float(os.environ.get("TRAIN_S", "8"))
+# A script-mode search (autotune search -- python examples/train_cnn.py) stops its copies itself.
+seconds = float("inf") if os.environ.get("AUTOTUNE_TRIAL") else float(os.environ.get("TRAIN_S", "8"))
 seen, start, steps = 0, None, 0
 while start is None or time.perf_counter() - start < seconds:
     for x, y in loader:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import AutotuneError, UsageError
 from ..measure import Noise
 from ..recipe import format_speedup
-from ..study import SearchOptions, SearchOutcome, check_options, parse_duration, search
+from ..study import SearchOptions, SearchOutcome, check_options, parse_duration, search, search_script
 from ..study.events import Event, SearchStarted
 from ..study.records import NOT_RUN
 from ..trial import TrialSettings
@@ -51,8 +51,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "with a warning; a default study searched with other knob choices goes on as a study of its own "
         "(NAME-XXXXXX), a study named with --study is refused.",
     )
-    p.add_argument("--workload", default="cnn", metavar="W",
-                   help="cnn | transformer | tiny | MODULE:FUNCTION | FILE.py:FUNCTION (default: cnn)")
+    p.add_argument("--workload", default=None, metavar="W",
+                   help="cnn | transformer | tiny | MODULE:FUNCTION | FILE.py:FUNCTION (default: cnn, or the "
+                   "script after --)")
+    p.add_argument("--batch-size", type=int, default=None, metavar="N",
+                   help="script mode: the batch your script trains with in one process, what tuned.batch_size "
+                   "gives the defaults (required with a script)")
     p.add_argument("--budget", default="30m", help="wall-clock budget: 90s, 30m, 1h30m (default: 30m)")
     p.add_argument("--trials", type=int, default=None, metavar="N",
                    help="stop when the study holds N measured trials, counting earlier runs and other workers "
@@ -104,6 +108,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    "result as the last line, for scripts; the summary and logs go to stderr")
     p.add_argument("--report", default=None, metavar="FILE",
                    help="write the HTML report there at the end (default: report-STUDY.html; see autotune report)")
+    p.add_argument("command", nargs=argparse.REMAINDER,
+                   help="script mode: your own training script after --, e.g. -- python train.py ARGS (it calls "
+                   "autotune.apply() as the README shows); each trial runs copies of it, measured against the "
+                   "defaults' copies in fresh process pairs")
     p.set_defaults(func=run)
 
 
@@ -117,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
         confirm_top=args.confirm, confirm_rounds=args.confirm_rounds,
     )
     check_options(options)  # before anything is probed or written (search() checks again, for library callers)
+    _check_mode(args)
     out = console(stderr=args.json)  # under --json, stdout holds JSON lines only
     view: JsonLines | LiveView | PlainLines
     view = JsonLines(sys.stdout) if args.json else LiveView(out) if out.is_terminal else PlainLines(out)
@@ -127,8 +136,12 @@ def run(args: argparse.Namespace) -> int:
             seen.append(event.facts)  # the report's probe summary: the machine as this search probed it
         view(event)
 
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
     try:
-        outcome = search(args.workload, options=options, progress=progress)
+        if command:
+            outcome = search_script(command, batch_size=args.batch_size, options=options, progress=progress)
+        else:
+            outcome = search(args.workload or "cnn", options=options, progress=progress)
     finally:
         view.close()
     _print_outcome(out, outcome)
@@ -140,6 +153,18 @@ def run(args: argparse.Namespace) -> int:
                    "elapsed_s": outcome.elapsed_s, "baseline": outcome.baseline.number, "best": outcome.best.number,
                    "recipe": outcome.recipe.to_dict(), "report": str(report) if report else None})
     return 0
+
+
+def _check_mode(args: argparse.Namespace) -> None:
+    """A workload or a script, not both; a script needs its batch size."""
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if command and args.workload is not None:
+        raise UsageError(f"--workload {args.workload} and a script after --: search one or the other")
+    if command and args.batch_size is None:
+        raise UsageError("script mode needs --batch-size N: the batch your script trains with in one process "
+                         f"(autotune search --batch-size 64 -- {' '.join(command)})")
+    if not command and args.batch_size is not None:
+        raise UsageError("--batch-size is for script mode: autotune search --batch-size N -- python train.py")
 
 
 def _write_report(args: argparse.Namespace, study: str, facts: Facts | None) -> Path | None:

@@ -32,6 +32,7 @@ class Noise:
     between_pairs: int | None = None
     told_apart: float | None = None
     told_by: str | None = None  # whose interval ``told_apart`` comes from
+    within_what: str | None = None  # what ``within`` compared, where not identical arms in one process (script mode)
 
     @classmethod
     def from_calibration(cls, cal: Any, wall_s: float = 0.0) -> Noise:
@@ -44,7 +45,8 @@ class Noise:
     def note(self) -> str:
         """What the user reads of the noise the search worked with, each figure as measured."""
         if self.within is not None:
-            within = (f"identical arms in one process differed by up to {self.within:.1%} a window pair "
+            within = (f"{self.within_what or 'identical arms in one process'} differed by up to {self.within:.1%} "
+                      "a window pair "
                       f"({self.aa_pairs} A/A pairs)")
         else:  # a study calibrated before ``within`` was kept: the range is all there is
             within = f"identical arms in one process spread over {self.spread:.1%} (A/A, max - min)"

@@ -20,13 +20,14 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..steps import LOSS_SAMPLES, STEPS_FD, Loss, Step, decode
+from ..steps import LOSS_SAMPLES, STEPS_FD, Loss, Model, Step, decode
 from ..trial import launch
 from . import freeze, stats
 from .process_pair import enough
 
 TRIAL = "AUTOTUNE_TRIAL"  # set in a script-mode trial: the script may skip its own logging and checkpoints
 POLL_S = 0.01
+EXIT_WAIT_S = 3.0  # a copy whose steps stopped gets this long to end before it counts as hung
 
 
 class ScriptRun(freeze.Freezable):
@@ -37,6 +38,7 @@ class ScriptRun(freeze.Freezable):
         self.proc: subprocess.Popen[bytes] | None = None
         self.steps: list[Step] = []
         self.loss: Loss | None = None
+        self.model: Model | None = None  # what its prepare_model told
         self._read: int | None = None
         self._buffer = b""
         self.frozen: freeze.Frozen | None = None
@@ -82,18 +84,22 @@ class ScriptRun(freeze.Freezable):
                 message = decode(line.decode())
                 if isinstance(message, Step):
                     self.steps.append(message)
+                elif isinstance(message, Model):
+                    self.model = message
                 else:
                     self.loss = message
 
     def window(self, seconds: float, min_steps: int = 2, timeout_s: float = 60.0) -> float | None:
         """Run the copy at least ``seconds`` and until ``min_steps`` steps ended (at most ``timeout_s``), then
         freeze it: samples/s between the first and the last step end in the window; None with fewer than two."""
-        self.thaw()
+        self.read()  # what it told before it was frozen is not this window's
         started, first = time.monotonic(), len(self.steps)
+        self.thaw()
         while True:
             time.sleep(POLL_S)
             self.read()
-            elapsed, ended = time.monotonic() - started, len(self.steps) - first
+            elapsed = time.monotonic() - started
+            ended = sum(1 for s in self.steps[first:] if s.ended >= started)
             if self.exited is not None or elapsed >= timeout_s or (elapsed >= seconds and ended >= min_steps):
                 break
         self.freeze()
@@ -115,21 +121,41 @@ class ScriptRun(freeze.Freezable):
             self._read = None
 
 
+def start_together(runs: list[ScriptRun], min_steps: int, timeout_s: float) -> None:
+    """Start the copies side by side (their imports and data loading overlap), each frozen once it has told
+    ``min_steps`` steps, until all have, one exited or ``timeout_s`` passed; then every copy is frozen."""
+    deadline = time.monotonic() + timeout_s
+    for run in runs:
+        run.start()
+    waiting = list(runs)
+    while waiting and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+        for run in list(waiting):
+            run.read()
+            if len(run.steps) >= min_steps:
+                run.freeze()
+                waiting.remove(run)
+        if any(run.exited is not None for run in runs):
+            break
+    for run in runs:
+        if run.proc is not None and run.exited is None and run.frozen is None:
+            run.freeze()
+
+
 def window_pairs(base: ScriptRun, cand: ScriptRun, pairs: int, window_s: float, rng: random.Random,
-                 timeout_s: float = 60.0) -> list[float]:
+                 timeout_s: float = 60.0) -> list[tuple[float, float]]:
     """``pairs`` pairs of windows of two live copies, each pair's order drawn by ``rng`` (the other copy frozen):
-    the candidate's rate over the defaults' in each pair where both were measured. The ratios of one pair of
+    the defaults' and the candidate's rates of each pair where both were measured. The pairs of one pair of
     processes: their spread is within the pair, the processes' own factor is shared by all of them."""
-    ratios = []
+    rates = []
     for _ in range(pairs):
         order = [base, cand] if rng.random() < 0.5 else [cand, base]
-        rates = {id(run): run.window(window_s, timeout_s=timeout_s) for run in order}
-        base_rate, cand_rate = rates[id(base)], rates[id(cand)]
-        if base_rate and cand_rate:
-            ratios.append(cand_rate / base_rate)
-        if base.exited is not None or cand.exited is not None:
-            break  # a copy that ended has no more windows: the caller says why from its exit status
-    return ratios
+        rate = {id(run): run.window(window_s, timeout_s=timeout_s) for run in order}
+        base_rate, cand_rate = rate[id(base)], rate[id(cand)]
+        if not base_rate or not cand_rate or base.exited is not None or cand.exited is not None:
+            break  # a copy that ended or told no steps in a window's time has no more: the caller says why
+        rates.append((base_rate, cand_rate))
+    return rates
 
 
 @dataclass(frozen=True)
@@ -142,16 +168,24 @@ class ScriptComparison:
     failed: str | None = None
 
 
-def _failure(runs: list[ScriptRun]) -> str:
-    """Why a pair of copies gave fewer ratios than asked: a copy's exit (its status and its output's last line),
-    else the copy that told fewer steps told none in a window's time."""
-    named = list(zip(runs, ("the defaults'", "the candidate's"), strict=True))
-    exited = [(run, whose) for run, whose in named if run.exited is not None]
+def failure(runs: list[ScriptRun], whose: tuple[str, ...] = ("the defaults'", "the candidate's")) -> str:
+    """Why copies gave fewer windows than asked: a copy's exit (its status and its output's last line), else the
+    copy that told fewer steps told none in a window's time."""
+    named = list(zip(runs, whose, strict=False))
+    # A copy whose steps stopped may be exiting: a script's teardown after its last step (sys.exit with torch
+    # loaded) took seconds under load, and a frozen copy never ends. Let it go on a moment before judging.
+    waiting = [run for run in runs if run.exited is None and run.proc is not None]
+    for run in waiting:
+        run.thaw()
+    deadline = time.monotonic() + EXIT_WAIT_S
+    while waiting and time.monotonic() < deadline and all(run.exited is None for run in waiting):
+        time.sleep(POLL_S)
+    exited = [(run, who) for run, who in named if run.exited is not None]
     if not exited:
         return f"{min(named, key=lambda n: len(n[0].steps))[1]} copy told no step in its window's time"
-    run, whose = exited[0]
+    run, who = exited[0]
     lines = (run.folder / "script.log").read_text(errors="replace").strip().splitlines()
-    return f"{whose} copy exited with status {run.exited}" + (f": {lines[-1][-200:]}" if lines else "")
+    return f"{who} copy exited with status {run.exited}" + (f": {lines[-1][-200:]}" if lines else "")
 
 
 def compare_scripts(base: launch.LaunchPlan, cand: launch.LaunchPlan, folder: Path, *, pairs: int = 6,
@@ -168,8 +202,8 @@ def compare_scripts(base: launch.LaunchPlan, cand: launch.LaunchPlan, folder: Pa
                 run.freeze()
             for run in runs:
                 run.window(0.0, min_steps=warmup_steps, timeout_s=timeout_s)  # start-up and first steps: untimed
-            ratios = window_pairs(runs[0], runs[1], pairs, window_s, rng, timeout_s)
-            failed = _failure(runs) if len(ratios) < pairs else None
+            ratios = [c / b for b, c in window_pairs(runs[0], runs[1], pairs, window_s, rng, timeout_s)]
+            failed = failure(runs) if len(ratios) < pairs else None
         finally:
             for run in runs:
                 run.stop()

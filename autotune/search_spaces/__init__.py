@@ -34,7 +34,7 @@ from . import _schema
 from . import _sparsity as sparsity
 from . import _threads as threads
 from ._allowed import Allowed, allowed_values, outside, suggested
-from ._context import SpaceContext
+from ._context import SpaceContext, conv_layers
 from ._effect import membind_off, not_in_effect
 from ._families import FAMILIES, merge_params, suggest
 from ._family import KnobFamily, Params, Prepared, SuggestingTrial
@@ -50,6 +50,7 @@ __all__ = [
     "Prepared",
     "RUN_KEYS",
     "SpaceContext",
+    "conv_layers",
     "allowed_values",
     "amp",
     "batch",

@@ -13,6 +13,7 @@ from .choice import choose_recipe
 from .driver import run_settings, search, search_context
 from .options import SearchOptions, check_options
 from .records import SearchOutcome
+from .script_mode import search_script
 
 __all__ = [
     "SearchOptions",
@@ -22,5 +23,6 @@ __all__ = [
     "parse_duration",
     "run_settings",
     "search",
+    "search_script",
     "search_context",
 ]

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import UsageError
 from ..measure import PROCESS_PAIRS, Noise, environment_key
 from ..measure.candidate import paired_method
+from ..measure.script_pairs import METHOD, round_pairs
 from ..trial.spec import Status, TrialResult
 from .records import BASELINE, CONFIRM, Attr, StudyAttr, contenders, lineup, records
 
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from .options import SearchOptions
 
 _PART = re.compile(r"(\d+(?:\.\d+)?)([hms])")
+_SCRIPT_PAIRS = re.compile(re.escape(METHOD) + r" \((\d+)\)")  # ``script_pairs.script_method``'s
 _CUT_FACTOR = re.compile(r"environment factor from (\d+) process pair")  # ``LiveMeasurer._factor``'s warning
 _UNIT = {"h": 3600.0, "m": 60.0, "s": 1.0}
 IN_PROCESS_METHODS = ("in-process pairs", "process pairs x in-process pairs")  # ``LiveMeasurer._end``'s
@@ -148,6 +150,9 @@ def round_parts(result: TrialResult, noise: Noise | None, options: SearchOptions
     windows = 2 * confirmation_pairs(noise, options) * noise.window_s * 1.1
     start = max(0.0, noise.wall_s - noise.timed_s)  # a worker started, its arms built and settled
     method = result.method or ""
+    script = _SCRIPT_PAIRS.fullmatch(method)
+    if script:  # script mode: a round is fresh process pairs of copies, each as long as the trial's were
+        return result.wall_s / max(1, int(script.group(1))) * round_pairs(confirmation_pairs(noise, options)), 0.0
     if method not in ("process pairs", "process pairs x in-process pairs"):  # ``LiveMeasurer._end``'s
         return windows + outside, start
     pair = start + 2 * max(4, noise.pairs // 2) * noise.window_s  # ``LiveMeasurer._factor``'s windows

@@ -15,7 +15,18 @@ from ..recipe import Recipe, format_speedup
 from ..trial.spec import Status, TrialResult
 from . import roofline
 from .guard import CANNOT_RESOLVE
-from .records import BASELINE, CONFIRM, NOT_RUN, Attr, Confirmation, StudyAttr, TrialRecord, records, study_margin
+from .records import (
+    BASELINE,
+    CONFIRM,
+    NOT_RUN,
+    SCRIPT,
+    Attr,
+    Confirmation,
+    StudyAttr,
+    TrialRecord,
+    records,
+    study_margin,
+)
 
 if TYPE_CHECKING:
     import optuna
@@ -46,7 +57,8 @@ def choose_recipe(
         after = f" after {baseline.result.loss_samples} samples" if baseline.result.loss_samples else ""
         unresolved = sum(1 for r in rejected if "quality" in r.rejected_by and CANNOT_RESOLVE in (r.reason or ""))
         of_them = f"; {unresolved} of them as it could not resolve its limit on this workload" if unresolved else ""
-        notes.append(f"{worse} trial(s) rejected by the quality guard (held-out loss{after} above the limit{of_them})")
+        loss = "training loss the script told" if workload.startswith(SCRIPT) else "held-out loss"
+        notes.append(f"{worse} trial(s) rejected by the quality guard ({loss}{after} above the limit{of_them})")
     second = study.get_trials(deepcopy=False)[best.number].user_attrs.get(Attr.GUARD) if best is not baseline else None
     if second:
         notes.append(f"quality guard, near its limit: {second}")

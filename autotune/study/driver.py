@@ -145,8 +145,7 @@ def search_context(workload_spec: str, facts: Facts, options: SearchOptions) -> 
     import torch
 
     model = call_user(f"{workload_spec}'s model()", workload.model)
-    convs = [m for m in model.modules() if isinstance(m, torch.nn.modules.conv._ConvNd)]
-    conv = bool(convs) and all(isinstance(m, (torch.nn.Conv2d, torch.nn.ConvTranspose2d)) for m in convs)
+    conv, conv_nd = spaces.conv_layers(model)
     device: Literal["cpu", "cuda"] = "cuda" if facts.gpus and torch.cuda.is_available() else "cpu"
     shared = one_context_only(facts) if device == "cuda" else None
     if shared:
@@ -155,7 +154,7 @@ def search_context(workload_spec: str, facts: Facts, options: SearchOptions) -> 
     if unprobed:
         log.warning("%s: the search runs on %s", unprobed, "the probed GPUs" if facts.gpus else "the CPU")
     ctx = spaces.SpaceContext(
-        device=device, default_batch_size=workload.batch_size, conv=conv, conv_nd=bool(convs) and not conv,
+        device=device, default_batch_size=workload.batch_size, conv=conv, conv_nd=conv_nd,
         global_batch=options.global_batch,
         allow_compile=options.compile, max_batch_size=_max_batch(workload, model, facts, device),
         unused_parameters=_unused_parameters(workload, model), **spaces.sparsity.context(model),
@@ -277,14 +276,16 @@ def _has_baseline(study: optuna.Study) -> bool:
 def search(workload: str, *, options: SearchOptions | None = None, progress: Progress | None = None,
            budget: str | float | None = None, trials: int | None = None,
            measurer: PairedMeasurer | None = None, facts: Facts | None = None,
-           measured: probes.Measured | None = None) -> SearchOutcome:
+           measured: probes.Measured | None = None, ctx: spaces.SpaceContext | None = None,
+           stem: str | None = None) -> SearchOutcome:
     """Search the knobs for ``workload`` and store the best recipe; ``progress`` receives the events
     of ``autotune.study.events``. ``measurer`` measures the trials (default: the live paired workers,
     ``autotune.measure.live.LiveMeasurer``; a replayed grid plugs in here); the search closes it.
     ``facts``: the machine whose space is searched (default: this one, probed now; a replayed grid's
     is the machine that recorded it). ``measured``: its kernels' measured speeds, which order and drop the
     precision seeds (default: the measurer's ``measured`` where it has one, a replayed grid's; else this
-    machine's, ``probes.measured``, cached).
+    machine's, ``probes.measured``, cached). ``ctx`` and ``stem``: the space's context and the default study name's
+    stem where ``workload`` names no workload factory (script mode, ``study.script_mode``).
 
     >>> outcome = search("tiny", budget="60s")          # doctest: +SKIP
     >>> outcome.recipe.speedup                           # doctest: +SKIP
@@ -300,9 +301,9 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
     notify = progress or ignore
 
     facts = facts or probes.probe()
-    wl, ctx = search_context(workload, facts, options)
+    wl, ctx = search_context(workload, facts, options) if ctx is None else (None, ctx)
     check_fixed(options.fixed, facts, ctx)  # before the study is created: a refused --fix writes nothing
-    name = options.study or f"{wl.name}-{facts.fingerprint}"
+    name = options.study or f"{wl.name if wl is not None else stem}-{facts.fingerprint}"
     study, created, name = _open_for_options(options, name, facts, ctx, workload)
     fail_orphans(study)  # trials of a search killed on this host: failed now, their seeds free again
     run = run_settings(ctx, options)

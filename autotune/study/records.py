@@ -73,6 +73,7 @@ COMBINED: Final = "combined"  # the fastest environment with the fastest in-proc
 CONFIRM: Final = "confirm"  # a side-by-side re-run of a candidate or the baseline
 
 PAIRED: Final = "paired-v1"  # StudyAttr.MEASURE of a study whose trial values are speedups over the defaults
+SCRIPT: Final = "script:"  # a script-mode study's workload starts so (``script_mode.workload_label``)
 
 # Outcomes that count toward --trials.
 MEASURED = (Status.OK, Status.OOM, Status.NAN, Status.CRASH, Status.TIMEOUT, Status.PRUNED)

@@ -19,10 +19,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def record(study: optuna.Study, workload: Workload, limits: Limits | None) -> None:
-    """Count the workload's FLOP per sample unless the study holds them, and record the machine's matmul peaks
-    (``limits``: None where they are unknown, as a replayed grid's machine's)."""
-    if StudyAttr.FLOP_PER_SAMPLE not in study.user_attrs:
+def record(study: optuna.Study, workload: Workload | None, limits: Limits | None) -> None:
+    """Count the workload's FLOP per sample unless the study holds them (None: a script's, not counted), and record
+    the machine's matmul peaks (``limits``: None where they are unknown, as a replayed grid's machine's)."""
+    if workload is not None and StudyAttr.FLOP_PER_SAMPLE not in study.user_attrs:
         flop = flop_per_sample(workload)
         if flop is None:
             log.info("the workload's FLOP were not counted: its speeds are shown without GFLOP/s")

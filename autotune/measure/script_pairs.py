@@ -1,0 +1,315 @@
+"""Script mode's measuring engine: ``ScriptMeasurer``, the ``PairedMeasurer`` of ``autotune search -- python train.py``.
+
+Every recipe of a script is a whole process of it, so every comparison is across processes: a candidate is
+measured against the defaults over fresh pairs of live copies (``script.ScriptRun``), each warmed up untimed, then
+``WINDOW_PAIRS`` pairs of windows with the idle copy frozen. A process pair gives one ratio, its windows' median;
+two identical processes differ by a factor that lasts their life, so a candidate's interval is the Student-t
+interval of the logarithms of its process pairs' ratios (``stats.log_mean_interval``), from ``LEAST_PAIRS`` of them
+on. The calibration is the same with the defaults on both sides (the A/A). A copy that crashes, exits, hangs or
+never tells a step is the trial's failure, with its reason; the search goes on.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..probes import Facts
+from ..recipe import Recipe
+from ..steps import Model, Step
+from ..trial import launch
+from ..trial.spec import Status, TrialResult
+from . import stats
+from .hopeless import HOPELESS
+from .measurer import Noise
+from .script import ScriptRun, failure, start_together, window_pairs
+
+WINDOW_PAIRS = 4  # window pairs of one process pair
+LEAST_PAIRS = 2  # process pairs before a candidate has an interval (one sees no process's own factor)
+CALIBRATION_PAIRS = 3  # process pairs of the A/A
+WARMUP_STEPS = 3  # untimed steps of each copy before its first window
+WINDOW_STEPS = 8  # a window holds at least this many of the defaults' steps
+MIN_WINDOW_S = 0.5  # 0.3-s windows of the CNN script read identical copies up to 30% apart
+MIN_START_S = 20.0  # a copy's start-up and warm-up limit: at least this, else 4x the defaults'
+
+
+@dataclass
+class ScriptTrial:
+    """A candidate being measured: its process pairs' ratios and what its copies told."""
+
+    params: dict[str, Any]
+    baseline: bool
+    deadline: float
+    started: float = field(default_factory=time.monotonic)
+    medians: list[float] = field(default_factory=list)  # one ratio per process pair
+    windows: int = 0  # window pairs behind them
+    cand_rates: list[float] = field(default_factory=list)
+    base_rates: list[float] = field(default_factory=list)
+    startup_s: float = 0.0
+    timed_s: float = 0.0
+    loss: tuple[int, float] | None = None  # (samples, value) the candidate's copy told
+    failed: TrialResult | None = None
+
+
+def script_context(argv: list[str], params: dict[str, Any], facts: Facts, folder: Path,
+                   env: Mapping[str, str], timeout_s: float) -> tuple[Model, float]:
+    """What the script's model is (``steps.Model``, told by its ``prepare_model``) and how long a copy took to its
+    first step: one copy of the defaults, stopped there. A script that never prepares a model or never steps is
+    a ``RuntimeError`` saying so."""
+    run = ScriptRun(_plan(argv, params, facts, env, "(script context)"), folder)
+    started = time.monotonic()
+    try:
+        run.start()
+        run.window(0.0, min_steps=1, timeout_s=timeout_s)
+        if run.model is None or not run.steps:
+            what = "call tuned.prepare_model(model)" if run.model is None else "call tuned.step(loss, optimizer)"
+            raise RuntimeError(f"the script's copy did not {what} (as the README's apply() pattern does) within "
+                               f"{timeout_s:.0f} s: {failure([run], ('its',))}")
+        return run.model, time.monotonic() - started
+    finally:
+        run.stop()
+
+
+def _plan(argv: list[str], params: dict[str, Any], facts: Facts, env: Mapping[str, str],
+          workload: str) -> launch.LaunchPlan:
+    """The copy's command and environment: the recipe's variables in place of the user's (as a trial's), the
+    recipe itself in ``AUTOTUNE_RECIPE`` for the script's ``autotune.apply()``."""
+    plan = launch.plan(list(argv), params, facts, env, keep_user_env=False)
+    recipe = Recipe(params=params, workload=workload, fingerprint=facts.fingerprint)
+    plan.env["AUTOTUNE_RECIPE"] = json.dumps(recipe.to_dict(), sort_keys=True)
+    return plan
+
+
+class ScriptMeasurer:
+    """The ``PairedMeasurer`` of script mode (see the module docstring). ``folder`` holds each copy's folder;
+    ``min_window_s`` is the shortest window, ``start_limit_s`` a copy's limit to its warm-up's end (default: 4x the
+    first copy's ``startup_s``, at least ``MIN_START_S``)."""
+
+    def __init__(self, argv: list[str], defaults: dict[str, Any], facts: Facts, folder: Path, *, workload: str,
+                 loss_samples: int, startup_s: float = 0.0, seed: int = 0, env: Mapping[str, str] | None = None,
+                 on_phase: Callable[[str, str], None] | None = None, min_window_s: float = MIN_WINDOW_S,
+                 start_limit_s: float | None = None) -> None:
+        self.argv, self.defaults, self.facts, self.folder = argv, defaults, facts, folder
+        self.workload, self.loss_samples = workload, loss_samples
+        self.env = dict(os.environ if env is None else env)
+        self.on_phase = on_phase or (lambda name, detail: None)
+        self.rng = random.Random(seed)
+        self.start_limit_s = start_limit_s or max(MIN_START_S, 4 * startup_s)
+        self.min_window_s = min_window_s
+        self.noise: Noise | None = None
+        self.calibration: ScriptTrial | None = None
+        self.step_s: float | None = None  # the defaults' optimizer step
+        self._count = 0
+        self._live: list[ScriptRun] = []
+        # Each measured recipe's process pairs' ratios (the A/A's too): how a ratio varies between fresh processes
+        # (``study.driver.searched_noise`` pools them).
+        self.factor_ratios: dict[str, list[float]] = {}
+        self.limits = None  # a script's FLOP are not counted, so no share of the machine's peak: not measured
+
+    # PairedMeasurer ------------------------------------------------------------------------------------------
+    def calibrate(self, timeout_s: float) -> Noise:
+        """The defaults against themselves over ``CALIBRATION_PAIRS`` fresh process pairs: the window length (at
+        least ``WINDOW_STEPS`` of their steps), the A/A interval and the margin. A copy that fails is a
+        ``TrialError`` with its reason (the loop records the baseline as failed)."""
+        from ..errors import TrialError
+
+        started = time.monotonic()
+        trial = ScriptTrial(dict(self.defaults), baseline=True, deadline=started + timeout_s)
+        within: list[float] = []
+        for _ in range(CALIBRATION_PAIRS):
+            self.on_phase("calibrating noise", "the defaults against themselves, in fresh pairs of the script")
+            why = self._process_pair(trial, self.defaults, WINDOW_PAIRS, within)
+            if why is not None:
+                raise TrialError(why)
+        aa = stats.log_mean_interval(trial.medians)
+        self.factor_ratios["A/A"] = list(trial.medians)
+        assert self.step_s is not None
+        window_s = self._window_s()
+        self.calibration = trial
+        self.noise = Noise(window_s, WINDOW_PAIRS, 0.03, stats.margin_from_calibration(aa),
+                           max(within) - min(within), (aa.median, aa.low, aa.high), timed_s=trial.timed_s,
+                           wall_s=time.monotonic() - started, within=max(abs(r - 1) for r in within),
+                           aa_pairs=len(within), within_what="identical copies of the script in a process pair")
+        return self.noise
+
+    def begin(self, params: dict[str, Any], timeout_s: float) -> object | TrialResult:
+        return ScriptTrial(dict(params), baseline=params == self.defaults, deadline=time.monotonic() + timeout_s)
+
+    def more(self, handle: object, n: int, timeout_s: float, confidence: float = stats.CONFIDENCE) -> stats.Interval:
+        """``n`` window pairs' worth of fresh process pairs (``WINDOW_PAIRS`` each, ``LEAST_PAIRS`` at least in all):
+        the interval over all of the candidate's process pairs so far."""
+        trial = self._trial(handle)
+        trial.deadline = min(trial.deadline, time.monotonic() + timeout_s)
+        wanted = max(LEAST_PAIRS - len(trial.medians), math.ceil(n / WINDOW_PAIRS)) if trial.medians else \
+            round_pairs(n)
+        for _ in range(wanted):
+            if trial.failed is not None or time.monotonic() >= trial.deadline:
+                break
+            why = self._process_pair(trial, trial.params, WINDOW_PAIRS, [])
+            if why is not None and trial.failed is None:
+                trial.failed = TrialResult(_status(why), error=why)
+        return self._interval(trial, confidence)
+
+    def end(self, handle: object) -> TrialResult:
+        trial = self._trial(handle)
+        wall_s = time.monotonic() - trial.started
+        if trial.failed is not None:
+            return TrialResult(**{**trial.failed.to_dict(), "wall_s": wall_s, "startup_s": trial.startup_s})
+        if trial.baseline:
+            cal = self.calibration
+            assert cal is not None and self.noise is not None
+            low, high = self.noise.aa[1], self.noise.aa[2]
+            return TrialResult(Status.OK, samples_per_s=statistics.median(cal.base_rates), objective=1.0,
+                               speedup_low=low, speedup_high=high, method="script process pairs (A/A)",
+                               pairs=cal.windows, loss=cal.loss[1] if cal.loss else None,
+                               loss_samples=cal.loss[0] if cal.loss else None, startup_s=cal.startup_s,
+                               timed_s=cal.timed_s, wall_s=self.noise.wall_s)
+        interval = self._interval(trial)
+        if len(trial.medians) >= 2:
+            self.factor_ratios[f"trial {len(self.factor_ratios)}"] = list(trial.medians)
+        if interval.count == 0:
+            return TrialResult(Status.CRASH, error="no window measured both copies", wall_s=wall_s)
+        return TrialResult(
+            Status.OK, samples_per_s=statistics.median(trial.cand_rates), objective=interval.median,
+            speedup_low=interval.low, speedup_high=interval.high,
+            method=script_method(len(trial.medians)), pairs=trial.windows,
+            baseline_samples_per_s=statistics.median(trial.base_rates), loss=trial.loss[1] if trial.loss else None,
+            loss_samples=trial.loss[0] if trial.loss else None, startup_s=trial.startup_s, timed_s=trial.timed_s,
+            wall_s=wall_s)
+
+    def loss(self, handle: object) -> float | None:
+        trial = self._trial(handle)
+        return trial.loss[1] if trial.loss else None
+
+    def close(self) -> None:
+        """Stop every live copy (Ctrl-C included: none is left running or frozen)."""
+        for run in self._live:
+            run.stop()
+        self._live.clear()
+
+    # One process pair ----------------------------------------------------------------------------------------
+    def _process_pair(self, trial: ScriptTrial, params: dict[str, Any], pairs: int, within: list[float]) -> str | None:
+        """Start a fresh pair of copies (the defaults' and ``params``'), warm both up, run ``pairs`` window pairs:
+        the pair's median ratio joins ``trial``; its window ratios join ``within``. Returns why it failed, or
+        None. Both copies are stopped whatever happens."""
+        self._count += 1
+        runs = [ScriptRun(_plan(self.argv, p, self.facts, self.env, self.workload),
+                          self.folder / f"{self._count}-{role}", loss_samples=self.loss_samples)
+                for p, role in ((self.defaults, "defaults"), (params, "candidate"))]
+        self._live.extend(runs)
+        base, cand = runs
+        try:
+            started = time.monotonic()
+            limit = min(self.start_limit_s, max(1.0, trial.deadline - time.monotonic()))
+            start_together(runs, WARMUP_STEPS, limit)  # start-up and first steps: untimed
+            if any(run.exited is not None for run in runs):
+                return failure(runs)
+            for run in runs:
+                if len(run.steps) < WARMUP_STEPS:
+                    return f"{_whose(run, base)} copy told {len(run.steps)} of {WARMUP_STEPS} steps in {limit:.0f} s"
+            trial.startup_s += time.monotonic() - started
+            if self.step_s is None:  # its own steps alone: during the start-up the other copy was importing
+                told = len(base.steps)
+                base.window(0.0, min_steps=WARMUP_STEPS, timeout_s=limit)
+                self.step_s = _step_s(base.steps[told:])
+            hopeless = self._hopeless(base, cand)
+            if hopeless is not None:
+                trial.failed = _hopeless_result(hopeless)
+                return None
+            window_s = self._window_s()
+            timed = time.monotonic()
+            rates = window_pairs(base, cand, pairs, window_s, self.rng, timeout_s=max(10.0, 20 * window_s))
+            trial.timed_s += time.monotonic() - timed
+            if len(rates) < pairs:
+                return failure(runs)
+            ratios = [c / b for b, c in rates]
+            trial.medians.append(statistics.median(ratios))
+            trial.windows += len(ratios)
+            within.extend(ratios)
+            trial.base_rates.append(statistics.median(b for b, _ in rates))
+            trial.cand_rates.append(statistics.median(c for _, c in rates))
+            if trial.loss is None:
+                trial.loss = self._loss(cand, trial.deadline)
+            return None
+        finally:
+            for run in runs:
+                run.stop()
+                self._live.remove(run)
+
+    def _window_s(self) -> float:
+        return max(self.min_window_s, WINDOW_STEPS * (self.step_s or 0.0))
+
+    def _hopeless(self, base: ScriptRun, cand: ScriptRun) -> float | None:
+        """The candidate's warm-up steps' time per sample over the defaults', where it is ``HOPELESS`` or worse."""
+        mine, theirs = _s_per_sample(cand), _s_per_sample(base)
+        if mine is None or theirs is None or mine < HOPELESS * theirs:
+            return None
+        return mine / theirs
+
+    def _loss(self, run: ScriptRun, deadline: float) -> tuple[int, float] | None:
+        """The loss the copy told at the study's samples, trained on untimed until it does (or the trial's time
+        runs out, or it exits)."""
+        while run.loss is None and run.exited is None and time.monotonic() < deadline:
+            run.window(0.2, min_steps=1, timeout_s=max(0.2, deadline - time.monotonic()))
+        return (run.loss.samples, run.loss.value) if run.loss is not None else None
+
+    def _interval(self, trial: ScriptTrial, confidence: float = stats.CONFIDENCE) -> stats.Interval:
+        if len(trial.medians) >= 2:
+            return stats.log_mean_interval(trial.medians, confidence)
+        if trial.medians:  # one process pair: no process's own factor seen, the interval is its median alone
+            return stats.Interval(trial.medians[0], 0.0, math.inf, confidence, 1)
+        return stats.Interval(math.nan, 0.0, math.inf, confidence, 0)
+
+    @staticmethod
+    def _trial(handle: object) -> ScriptTrial:
+        if not isinstance(handle, ScriptTrial):
+            raise TypeError(f"not a handle of this measurer: {handle!r}")
+        return handle
+
+
+METHOD = "script process pairs"
+
+
+def script_method(pairs: int) -> str:
+    """A script-mode trial's ``TrialResult.method``, with the process pairs it ran (``round_pairs`` reads them)."""
+    return f"{METHOD} ({pairs})"
+
+
+def round_pairs(window_pairs: int) -> int:
+    """The process pairs that run ``window_pairs`` window pairs (a confirmation round's), ``LEAST_PAIRS`` at least."""
+    return max(LEAST_PAIRS, math.ceil(window_pairs / WINDOW_PAIRS))
+
+
+def _whose(run: ScriptRun, base: ScriptRun) -> str:
+    return "the defaults'" if run is base else "the candidate's"
+
+
+def _status(why: str) -> Status:
+    return Status.TIMEOUT if " steps in " in why or "no step" in why else Status.CRASH
+
+
+def _s_per_sample(run: ScriptRun) -> float | None:
+    """Seconds per sample between the copy's first and last step so far (its first step's start-up left out)."""
+    steps = run.steps
+    if len(steps) < 2 or steps[-1].samples <= steps[0].samples:
+        return None
+    return (steps[-1].ended - steps[0].ended) / (steps[-1].samples - steps[0].samples)
+
+
+def _step_s(steps: list[Step]) -> float | None:
+    return (steps[-1].ended - steps[0].ended) / (len(steps) - 1) if len(steps) >= 2 else None
+
+
+def _hopeless_result(slower: float) -> TrialResult:
+    bound = 1 / HOPELESS
+    return TrialResult(Status.OK, objective=1 / slower, speedup_high=bound,
+                       method="its first steps (far slower: no pairs, no loss)", pairs=0,
+                       warnings=[f"stopped after its first steps, {1 / slower:.2f}x the defaults: its steps took "
+                                 f"{slower:.0f}x the defaults' time per sample"])

@@ -1,0 +1,103 @@
+"""Script mode: ``autotune search -- python train.py``, a search measured on the user's own script.
+
+The script follows the README's ``apply()`` pattern and is otherwise unchanged. Before the study opens, one copy
+of it runs with the defaults to its first step: its ``prepare_model`` tells what the space depends on in its model
+(convolutions), and its start-up time bounds the copies' later ones. Every trial is then measured by
+``measure.script_pairs.ScriptMeasurer`` (fresh pairs of live copies), and the rest is the search's: seeds,
+race, quality guard on the loss the script's ``step()`` told, confirmation in fresh processes, the recipe.
+
+What script mode leaves out of its space, and why: several processes (a copy's ranks would not tell their steps
+through torchrun), compile modes (a copy's first steps, which hold the compilation, are not timed, so its cost
+would go uncounted) and pruning (its cost to the model shows only in a held-out loss, which a script's training
+loss is not).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from .. import search_spaces as spaces
+from ..errors import UsageError
+from ..trial.runner import loss_samples
+from .budget import parse_duration
+from .driver import one_context_only, run_settings, search
+from .events import Phase, Progress, ignore
+from .options import SearchOptions, check_options
+from .records import SCRIPT, SearchOutcome
+
+if TYPE_CHECKING:
+    from ..probes import Facts
+
+CONTEXT_TIMEOUT_S = 300.0  # the first copy's start-up to its first step (imports, data, model)
+HELD = {"processes": 1}  # knobs script mode holds (the module docstring says why)
+
+
+def workload_label(argv: list[str]) -> str:
+    """The recipe's and the study's workload: ``script:`` and the script's path as given.
+
+    >>> workload_label(["python", "examples/train_cnn.py", "--epochs", "3"])
+    'script:examples/train_cnn.py'
+    """
+    script = next((a for a in argv[1:] if not a.startswith("-")), argv[0] if argv else "")
+    return f"{SCRIPT}{script}"
+
+
+def absolute(argv: list[str]) -> list[str]:
+    """The command with each argument that names an existing file or folder made absolute: every copy runs in a
+    folder of its own."""
+    return [str(Path(a).resolve()) if i > 0 and not a.startswith("-") and Path(a).exists() else a
+            for i, a in enumerate(argv)]
+
+
+def search_script(argv: list[str], *, batch_size: int, options: SearchOptions | None = None,
+                  progress: Progress | None = None, budget: str | float | None = None,
+                  facts: Facts | None = None, folder: Path | None = None, **measuring: Any) -> SearchOutcome:
+    """Search the knobs of the script ``argv`` (``python train.py ARGS``) that trains with ``batch_size`` a
+    process, and store the best recipe (see the module docstring). ``folder``: where the copies run (default: a
+    new temporary folder); ``measuring``: ``ScriptMeasurer``'s options (``min_window_s``, ``start_limit_s``)."""
+    from .. import probes
+    from ..measure.script_pairs import ScriptMeasurer, script_context
+
+    if not argv:
+        raise UsageError("script mode needs a command after --: autotune search -- python train.py")
+    if batch_size < 1:
+        raise UsageError(f"--batch-size must be at least 1 (got {batch_size}): the batch your script trains with")
+    options = options or SearchOptions()
+    if budget is not None:
+        options = replace(options, budget_s=parse_duration(budget) if isinstance(budget, str) else float(budget))
+    options = replace(options, compile=False, fixed={**options.fixed, **HELD})
+    check_options(options)
+    notify = progress or ignore
+    facts = facts or probes.probe()
+    import torch
+
+    device: Literal["cpu", "cuda"] = "cuda" if facts.gpus and torch.cuda.is_available() else "cpu"
+    shared = one_context_only(facts) if device == "cuda" else None
+    if shared:
+        raise UsageError(shared)
+    ctx = spaces.SpaceContext(device=device, default_batch_size=batch_size, global_batch=options.global_batch,
+                              allow_compile=False)
+    defaults = {**spaces.defaults(facts, ctx), **run_settings(ctx, options)}
+    command, label = absolute(argv), workload_label(argv)
+    folder = folder or Path(tempfile.mkdtemp(prefix="autotune-script-"))
+    notify(Phase("starting the script", None, "one copy with the defaults, to its first step"))
+    started = time.monotonic()
+    try:
+        model, startup_s = script_context(command, defaults, facts, folder / "context", os.environ,
+                                          CONTEXT_TIMEOUT_S)
+    except RuntimeError as e:
+        raise UsageError(f"{' '.join(argv)}: {e}") from None
+    ctx = replace(ctx, conv=model.conv, conv_nd=model.conv_nd)
+    if options.budget_s:  # the budget holds the first copy's run too
+        options = replace(options, budget_s=max(1.0, options.budget_s - (time.monotonic() - started)))
+    defaults = {**spaces.defaults(facts, ctx), **run_settings(ctx, options)}
+    measurer = ScriptMeasurer(
+        command, defaults, facts, folder, workload=label,
+        loss_samples=loss_samples(options.settings, defaults, facts), startup_s=startup_s, seed=options.seed,
+        on_phase=lambda name, detail: notify(Phase(name, None, detail)), **measuring)
+    stem = Path(label.removeprefix("script:")).stem
+    return search(label, options=options, progress=progress, measurer=measurer, facts=facts, ctx=ctx, stem=stem)

@@ -1,0 +1,38 @@
+"""A user's training script of the README's pattern whose step takes a known time, 8 ms, or 4 ms with
+channels_last (a 1x1 conv: channels_last is in its space), and which misbehaves with channels_last as ``FAULT``
+says: ``crash`` (an exception at step 5), ``exit`` (exit 0 at step 5), ``hang`` (at step 8), ``no-step`` (never
+steps), ``print`` (10 kB of output a step)."""
+import os
+import sys
+import time
+
+import torch
+
+import autotune
+
+torch.manual_seed(0)  # the same weights and data in every copy: the quality guard compares their losses
+tuned = autotune.apply()
+torch.set_num_threads(1)  # its own: on a loaded machine two threads' spinning would outweigh channels_last
+fast = bool(tuned.params.get("channels_last"))
+fault = os.environ.get("FAULT", "") if fast else ""
+model = tuned.prepare_model(torch.nn.Conv2d(1, 1, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+model, optimizer = tuned.prepare(model, optimizer)
+if fault == "no-step":
+    time.sleep(3600)
+steps = 0
+while True:
+    x = torch.randn(tuned.batch_size, 1, 4, 4)
+    with tuned.autocast():
+        loss = model(x).float().pow(2).mean()
+    time.sleep(0.004 if fast else 0.008)
+    tuned.step(loss, optimizer)
+    steps += 1
+    if fault == "crash" and steps == 5:
+        raise RuntimeError("boom at step 5")
+    if fault == "exit" and steps == 5:
+        sys.exit(0)
+    if fault == "hang" and steps == 8:
+        time.sleep(3600)
+    if fault == "print":
+        print("x" * 10000, flush=True)
