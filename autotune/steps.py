@@ -10,8 +10,8 @@ Both sides import the messages from here: the contract between the processes is 
 
     >>> decode(encode(Step(12.5, 64))), decode(encode(Loss(2048, 0.4375)))
     (Step(ended=12.5, samples=64), Loss(samples=2048, value=0.4375))
-    >>> decode(encode(Model(conv=True, conv_nd=False)))
-    Model(conv=True, conv_nd=False)
+    >>> decode(encode(Model(conv=True, conv_nd=False))), decode(encode(Effect(threads=2)))
+    (Model(conv=True, conv_nd=False), Effect(threads=2))
 """
 from __future__ import annotations
 
@@ -46,13 +46,23 @@ class Model:
     conv_nd: bool
 
 
-Message = Step | Loss | Model
+@dataclass(frozen=True)
+class Effect:
+    """What was in effect at the script's first optimizer step, told once by ``Tuned.step``: torch's intra-op
+    threads (a script that sets its own shows here)."""
+
+    threads: int
+
+
+Message = Step | Loss | Model | Effect
 
 
 def encode(message: Message) -> str:
     """One line, under the pipe's atomic write size: never torn by another write."""
     if isinstance(message, Step):
         return f"step {message.ended:.6f} {message.samples}\n"
+    if isinstance(message, Effect):
+        return f"effect {message.threads}\n"
     if isinstance(message, Model):
         return f"model {int(message.conv)} {int(message.conv_nd)}\n"
     return f"loss {message.samples} {message.value!r}\n"
@@ -65,6 +75,8 @@ def decode(line: str) -> Message:
         return Step(float(fields[0]), int(fields[1]))
     if kind == "loss" and len(fields) == 2:
         return Loss(int(fields[0]), float(fields[1]))
+    if kind == "effect" and len(fields) == 1:
+        return Effect(int(fields[0]))
     if kind == "model" and len(fields) == 2:
         return Model(fields[0] == "1", fields[1] == "1")
     raise ValueError(f"not a step message: {line[:80]!r}")
@@ -96,8 +108,13 @@ class StepReporter:
 
     def stepped(self, loss: Any) -> None:
         """The optimizer stepped; ``loss`` its last micro-batch's (a tensor), read only when the loss is due."""
+        first = self.samples == 0
         self.samples, self._pending = self.samples + self._pending, 0
         message = [encode(Step(time.monotonic(), self.samples))]
+        if first:
+            import torch
+
+            message.append(encode(Effect(torch.get_num_threads())))
         if self.loss_samples is not None and self.samples >= self.loss_samples:
             value = float(loss.detach())
             message.append(encode(Loss(self.samples, value if math.isfinite(value) else math.nan)))

@@ -10,8 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
-from autotune.steps import LOSS_SAMPLES, STEPS_FD, Loss, Step, StepReporter, decode
+from autotune.steps import LOSS_SAMPLES, STEPS_FD, Effect, Loss, Model, Step, StepReporter, decode
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -43,6 +44,8 @@ def test_a_users_script_tells_its_steps_and_its_loss_once_over_the_trials_pipe(f
     assert [b.samples - a.samples for a, b in pairs] == [64] * len(pairs)
     assert all(b.ended > a.ended for a, b in pairs)
     assert len(losses) == 1 and losses[0].samples == 256 and 0 < losses[0].value < 10, losses
+    assert [m for m in messages if isinstance(m, Effect)] == [Effect(params["threads"])]  # the recipe's, once
+    assert [m for m in messages if isinstance(m, Model)] == [Model(conv=True, conv_nd=False)]
     assert messages.index(losses[0]) == messages.index(Step(steps[3].ended, 256)) + 1  # right after its step
 
 
@@ -52,7 +55,8 @@ def test_micro_batches_add_up_to_the_step_and_a_closed_pipe_is_no_error() -> Non
     for _ in range(2):  # two accumulated micro-batches of 32: one optimizer step of 64
         reporter.micro(32)
     reporter.stepped(None)  # no loss asked: the loss is never read
-    assert decode(os.read(read, 4096).decode()).samples == 64  # type: ignore[union-attr]
+    told = [decode(line) for line in os.read(read, 4096).decode().splitlines()]
+    assert told == [Step(told[0].ended, 64), Effect(torch.get_num_threads())], told  # type: ignore[union-attr]
     os.close(read)  # the search went away
     reporter.micro(32)
     reporter.stepped(None)  # EPIPE: swallowed, and nothing more is written

@@ -15,12 +15,14 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import shutil
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..steps import LOSS_SAMPLES, STEPS_FD, Loss, Model, Step, decode
+from ..steps import LOSS_SAMPLES, STEPS_FD, Effect, Loss, Model, Step, decode
 from ..trial import launch
 from . import freeze, stats
 from .process_pair import enough
@@ -28,6 +30,17 @@ from .process_pair import enough
 TRIAL = "AUTOTUNE_TRIAL"  # set in a script-mode trial: the script may skip its own logging and checkpoints
 POLL_S = 0.01
 EXIT_WAIT_S = 3.0  # a copy whose steps stopped gets this long to end before it counts as hung
+
+
+# multiprocessing (a DataLoader's workers) puts its AF_UNIX sockets in TMPDIR, and a socket's path holds at most
+# 107 bytes: under a long temporary folder (a test run's) a copy's DataLoader failed "AF_UNIX path too long".
+SHORT_TEMP = 60
+
+
+def short_temp() -> str:
+    """The temporary folder, or /tmp where its path is too long for the sockets made in it."""
+    temp = tempfile.gettempdir()
+    return temp if len(temp) <= SHORT_TEMP else "/tmp"
 
 
 class ScriptRun(freeze.Freezable):
@@ -39,14 +52,17 @@ class ScriptRun(freeze.Freezable):
         self.steps: list[Step] = []
         self.loss: Loss | None = None
         self.model: Model | None = None  # what its prepare_model told
+        self.temporary: Path | None = None
+        self.effect: Effect | None = None  # what was in effect at its first step
         self._read: int | None = None
         self._buffer = b""
         self.frozen: freeze.Frozen | None = None
 
     def start(self) -> None:
-        """Start the copy in its folder (its working directory and ``TMPDIR``), its output in ``script.log``."""
-        temporary = self.folder / "tmp"
-        temporary.mkdir(parents=True, exist_ok=True)
+        """Start the copy in its folder (its working directory), with a temporary folder of its own (``TMPDIR``,
+        removed when it stops), its output in ``script.log``."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.temporary = temporary = Path(tempfile.mkdtemp(prefix="autotune-copy-", dir=short_temp()))
         read, write = os.pipe()
         os.set_blocking(read, False)
         env = {**self.plan.env, STEPS_FD: str(write), TRIAL: "1", "TMPDIR": str(temporary)}
@@ -62,6 +78,16 @@ class ScriptRun(freeze.Freezable):
         finally:
             os.close(write)  # the script holds it now: the pipe ends when the script does
         self._read = read
+
+    def processes(self) -> int:
+        """The processes the copy started and that run now (its DataLoader workers, say)."""
+        import psutil
+
+        try:
+            return sum(1 for p in psutil.Process(self.proc.pid).children(recursive=True)
+                       if p.status() != psutil.STATUS_ZOMBIE) if self.proc is not None else 0
+        except psutil.Error:
+            return 0
 
     @property
     def exited(self) -> int | None:
@@ -86,6 +112,8 @@ class ScriptRun(freeze.Freezable):
                     self.steps.append(message)
                 elif isinstance(message, Model):
                     self.model = message
+                elif isinstance(message, Effect):
+                    self.effect = message
                 else:
                     self.loss = message
 
@@ -114,6 +142,9 @@ class ScriptRun(freeze.Freezable):
         if self.proc is not None:
             launch.stop_tree(self.proc)
             self.frozen = None
+        if self.temporary is not None:
+            shutil.rmtree(self.temporary, ignore_errors=True)
+            self.temporary = None
         self.read()
         if self._read is not None:
             with contextlib.suppress(OSError):
@@ -182,10 +213,19 @@ def failure(runs: list[ScriptRun], whose: tuple[str, ...] = ("the defaults'", "t
         time.sleep(POLL_S)
     exited = [(run, who) for run, who in named if run.exited is not None]
     if not exited:
-        return f"{min(named, key=lambda n: len(n[0].steps))[1]} copy told no step in its window's time"
+        run, who = min(named, key=lambda n: len(n[0].steps))
+        return f"{who} copy told no step in its window's time" + _last_line(run)
     run, who = exited[0]
-    lines = (run.folder / "script.log").read_text(errors="replace").strip().splitlines()
-    return f"{who} copy exited with status {run.exited}" + (f": {lines[-1][-200:]}" if lines else "")
+    return f"{who} copy exited with status {run.exited}" + _last_line(run)
+
+
+def _last_line(run: ScriptRun) -> str:
+    """``: LINE``, the last line the copy printed, or nothing."""
+    try:
+        lines = (run.folder / "script.log").read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return f": {lines[-1][-200:]}" if lines else ""
 
 
 def compare_scripts(base: launch.LaunchPlan, cand: launch.LaunchPlan, folder: Path, *, pairs: int = 6,

@@ -65,6 +65,8 @@ def choose_recipe(
     unapplied = sum(1 for r in rejected if "applied" in r.rejected_by)
     if unapplied:
         notes.append(f"{unapplied} trial(s) rejected: a knob they asked for was not in effect in the trial process")
+    for knob, why in (study.user_attrs.get(StudyAttr.SCRIPT_OWNS) or {}).items():
+        notes.append(f"{knob} left out of the search: {why}")
     for dtype, why in (study.user_attrs.get(StudyAttr.NOT_SEEDED) or {}).items():
         notes.append(f"{dtype} not seeded: {why}")
     notes.append(time_note(all_records))

@@ -277,7 +277,7 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
            budget: str | float | None = None, trials: int | None = None,
            measurer: PairedMeasurer | None = None, facts: Facts | None = None,
            measured: probes.Measured | None = None, ctx: spaces.SpaceContext | None = None,
-           stem: str | None = None) -> SearchOutcome:
+           stem: str | None = None, attrs: dict[str, Any] | None = None) -> SearchOutcome:
     """Search the knobs for ``workload`` and store the best recipe; ``progress`` receives the events
     of ``autotune.study.events``. ``measurer`` measures the trials (default: the live paired workers,
     ``autotune.measure.live.LiveMeasurer``; a replayed grid plugs in here); the search closes it.
@@ -285,7 +285,8 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
     is the machine that recorded it). ``measured``: its kernels' measured speeds, which order and drop the
     precision seeds (default: the measurer's ``measured`` where it has one, a replayed grid's; else this
     machine's, ``probes.measured``, cached). ``ctx`` and ``stem``: the space's context and the default study name's
-    stem where ``workload`` names no workload factory (script mode, ``study.script_mode``).
+    stem where ``workload`` names no workload factory (script mode, ``study.script_mode``); ``attrs``: user
+    attributes set on the study once it is open.
 
     >>> outcome = search("tiny", budget="60s")          # doctest: +SKIP
     >>> outcome.recipe.speedup                           # doctest: +SKIP
@@ -306,6 +307,8 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
     name = options.study or f"{wl.name if wl is not None else stem}-{facts.fingerprint}"
     study, created, name = _open_for_options(options, name, facts, ctx, workload)
     fail_orphans(study)  # trials of a search killed on this host: failed now, their seeds free again
+    for key, value in (attrs or {}).items():
+        study.set_user_attr(key, value)
     run = run_settings(ctx, options)
     notify(SearchStarted(name, facts, ctx, options.budget_s, not created, {**spaces.defaults(facts, ctx), **run}))
     if measured is None:

@@ -62,6 +62,7 @@ class StudyAttr:
     NOT_SEEDED: Final = "not_seeded"  # precisions not seeded, measured hopeless in the kernels: dtype -> why
     FLOP_PER_SAMPLE: Final = "flop_per_sample"  # a training step per sample (``roofline``); None: not counted
     MATMUL_GFLOPS: Final = "matmul_gflops"  # the machine's measured matmul peak per dtype (``probes.Limits``)
+    SCRIPT_OWNS: Final = "script_owns"  # script mode: knobs the script sets itself, left out: knob -> why
 
 
 Role = Literal["baseline", "heuristic", "warm-start", "seed", "combined", "search", "in-process", "confirm"]

@@ -13,6 +13,7 @@ loss is not).
 """
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 import time
@@ -27,10 +28,12 @@ from .budget import parse_duration
 from .driver import one_context_only, run_settings, search
 from .events import Phase, Progress, ignore
 from .options import SearchOptions, check_options
-from .records import SCRIPT, SearchOutcome
+from .records import SCRIPT, SearchOutcome, StudyAttr
 
 if TYPE_CHECKING:
     from ..probes import Facts
+
+log = logging.getLogger(__name__)
 
 CONTEXT_TIMEOUT_S = 300.0  # the first copy's start-up to its first step (imports, data, model)
 HELD = {"processes": 1}  # knobs script mode holds (the module docstring says why)
@@ -87,17 +90,22 @@ def search_script(argv: list[str], *, batch_size: int, options: SearchOptions | 
     notify(Phase("starting the script", None, "one copy with the defaults, to its first step"))
     started = time.monotonic()
     try:
-        model, startup_s = script_context(command, defaults, facts, folder / "context", os.environ,
-                                          CONTEXT_TIMEOUT_S)
+        told = script_context(command, defaults, facts, folder / "context", os.environ, CONTEXT_TIMEOUT_S)
     except RuntimeError as e:
         raise UsageError(f"{' '.join(argv)}: {e}") from None
-    ctx = replace(ctx, conv=model.conv, conv_nd=model.conv_nd)
+    ctx = replace(ctx, conv=told.model.conv, conv_nd=told.model.conv_nd)
+    # What the script owns is held at the defaults' value, out of the search; the recipe's notes name it.
+    held = {knob: defaults[knob] for knob in told.owned if knob not in options.fixed}
+    options = replace(options, fixed={**options.fixed, **held})
+    for knob, why in told.owned.items():
+        log.warning("%s: %s; left out of the search", knob, why)
     if options.budget_s:  # the budget holds the first copy's run too
         options = replace(options, budget_s=max(1.0, options.budget_s - (time.monotonic() - started)))
     defaults = {**spaces.defaults(facts, ctx), **run_settings(ctx, options)}
     measurer = ScriptMeasurer(
         command, defaults, facts, folder, workload=label,
-        loss_samples=loss_samples(options.settings, defaults, facts), startup_s=startup_s, seed=options.seed,
+        loss_samples=loss_samples(options.settings, defaults, facts), startup_s=told.startup_s, seed=options.seed,
         on_phase=lambda name, detail: notify(Phase(name, None, detail)), **measuring)
     stem = Path(label.removeprefix("script:")).stem
-    return search(label, options=options, progress=progress, measurer=measurer, facts=facts, ctx=ctx, stem=stem)
+    return search(label, options=options, progress=progress, measurer=measurer, facts=facts, ctx=ctx, stem=stem,
+                  attrs={StudyAttr.SCRIPT_OWNS: told.owned})

@@ -3,20 +3,25 @@ in fresh process pairs, its faults recorded as failed trials with their reason, 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from autotune import search_spaces as spaces
-from autotune.measure.script_pairs import ScriptMeasurer
+from autotune.measure.script_pairs import ScriptMeasurer, script_context
 from autotune.study import search_script
 from autotune.trial.spec import Status
 
 from ..conftest import run_cli
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "faulty_train.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_cnn.py"
 pytestmark = pytest.mark.slow
 
 
@@ -86,6 +91,21 @@ def test_a_script_mode_search_stores_the_faster_recipe(tmp_path: Path, monkeypat
     assert 1.5 < outcome.recipe.speedup < 2.6, seen
     assert outcome.baseline.result.method == "script process pairs (A/A)"
     assert outcome.best.result.loss is not None and outcome.baseline.result.loss is not None
+    notes = "\n".join(outcome.recipe.notes)
+    assert "threads left out of the search: the script sets torch's threads itself" in notes, notes
+    assert "num_workers left out of the search: the script's DataLoader does not take" in notes, notes
+
+
+@pytest.mark.parametrize(("script", "threads", "owned"), [(SCRIPT, 2, {"threads", "num_workers"}), (EXAMPLE, 1, set())])
+def test_the_first_copy_tells_the_model_and_the_knobs_the_script_owns(facts: Any, tmp_path: Path, script: Path,
+                                                                       threads: int, owned: set[str]) -> None:
+    """faulty_train.py sets its own threads (1) and has no DataLoader; the example takes both from the recipe."""
+    ctx = spaces.SpaceContext(default_batch_size=8)
+    params = {**spaces.defaults(facts, ctx), "device": "cpu", "reference_batch": 8, "threads": threads,
+              "interop_threads": 1}
+    told = script_context([sys.executable, str(script)], params, facts, tmp_path, os.environ, timeout_s=60)
+    assert told.model.conv and not told.model.conv_nd and told.startup_s > 0
+    assert set(told.owned) == owned, told.owned
 
 
 def test_a_script_without_the_apply_pattern_is_one_line(tmp_path: Path) -> None:
@@ -104,3 +124,41 @@ def test_a_script_without_the_apply_pattern_is_one_line(tmp_path: Path) -> None:
 def test_script_modes_usage_errors(tmp_path: Path, args: tuple[str, ...], said: str) -> None:
     out = run_cli("search", *args, cwd=tmp_path)
     assert out.returncode == 2 and said in out.stderr, out
+
+
+def _copies(marker: str) -> list[psutil.Process]:
+    """The live copies of the test's script (their command line holds ``marker``), frozen ones included."""
+    found = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        cmdline = process.info["cmdline"] or []
+        if marker in cmdline and process.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(process)
+    return found
+
+
+def test_ctrl_c_leaves_no_copy_running_or_stopped_and_keeps_the_study(tmp_path: Path) -> None:
+    marker = str(tmp_path / "marker")  # an argument of the script's copies alone: they are found by it
+    log = tmp_path / "out.txt"
+    with log.open("w") as out:
+        search = subprocess.Popen(
+            [sys.executable, "-m", "autotune", "search", "--batch-size", "8", "--budget", "5m", "--", sys.executable,
+             str(SCRIPT), marker], cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "TMPDIR": str(tmp_path)})
+        try:
+            deadline = time.monotonic() + 60
+            while not _copies(marker) or "calibrating noise" not in log.read_text():
+                assert search.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.1)
+            time.sleep(1.0)  # inside a process pair: its copies live, one of them frozen
+            search.send_signal(signal.SIGINT)
+            assert search.wait(timeout=30) != 0
+        finally:
+            if search.poll() is None:
+                search.kill()
+    assert _copies(marker) == [], [p.info for p in _copies(marker)]
+    text = log.read_text()
+    assert "Traceback" not in text, text
+    import optuna
+
+    study = optuna.load_study(study_name=None, storage=f"sqlite:///{tmp_path / 'studies.db'}")
+    assert [t.user_attrs.get("status") for t in study.trials] == ["interrupted"], text
