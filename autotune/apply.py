@@ -177,6 +177,8 @@ class Tuned:
         return model.module if isinstance(model, DistributedDataParallel) else model
 
     def to_device(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if self._steps is not None:
+            self._steps.batch()
         non_blocking = bool(self.params.get("pin_memory"))
         moved = tuple(t.to(self.device, non_blocking=non_blocking) for t in tensors)
         return spaces.amp.prepare_batch(self.params, moved)

@@ -9,7 +9,7 @@ step). Outside a trial nothing is written; a search that closed the pipe leaves 
 Both sides import the messages from here: the contract between the processes is these types.
 
     >>> decode(encode(Step(12.5, 64))), decode(encode(Loss(2048, 0.4375)))
-    (Step(ended=12.5, samples=64), Loss(samples=2048, value=0.4375))
+    (Step(ended=12.5, samples=64, waited=0.0), Loss(samples=2048, value=0.4375))
     >>> decode(encode(Model(conv=True, conv_nd=False))), decode(encode(Effect(threads=2)))
     (Model(conv=True, conv_nd=False), Effect(threads=2))
 """
@@ -29,6 +29,7 @@ LOSS_SAMPLES = "AUTOTUNE_LOSS_SAMPLES"  # the samples after which the loss is wr
 class Step:
     ended: float  # time.monotonic() when the optimizer step returned
     samples: int  # trained in it, over all ranks and accumulated micro-batches
+    waited: float = 0.0  # of the time since the last step, what passed before its batch came (``Tuned.to_device``)
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ Message = Step | Loss | Model | Effect
 def encode(message: Message) -> str:
     """One line, under the pipe's atomic write size: never torn by another write."""
     if isinstance(message, Step):
-        return f"step {message.ended:.6f} {message.samples}\n"
+        return f"step {message.ended:.6f} {message.samples} {message.waited:.6f}\n"
     if isinstance(message, Effect):
         return f"effect {message.threads}\n"
     if isinstance(message, Model):
@@ -71,8 +72,8 @@ def encode(message: Message) -> str:
 def decode(line: str) -> Message:
     """The message of one line; ValueError for a line that is not one."""
     kind, *fields = line.split()
-    if kind == "step" and len(fields) == 2:
-        return Step(float(fields[0]), int(fields[1]))
+    if kind == "step" and len(fields) in (2, 3):
+        return Step(float(fields[0]), int(fields[1]), float(fields[2]) if len(fields) == 3 else 0.0)
     if kind == "loss" and len(fields) == 2:
         return Loss(int(fields[0]), float(fields[1]))
     if kind == "effect" and len(fields) == 1:
@@ -90,6 +91,8 @@ class StepReporter:
         self.loss_samples = loss_samples
         self.samples = 0  # trained so far, over all ranks
         self._pending = 0  # of the micro-batches since the last optimizer step
+        self._last: float | None = None  # when the last optimizer step ended
+        self._waited = 0.0  # since then, before a batch came
 
     @classmethod
     def from_environment(cls) -> StepReporter | None:
@@ -103,6 +106,13 @@ class StepReporter:
     def model(self, message: Model) -> None:
         self._write(encode(message))
 
+    def batch(self) -> None:
+        """A batch came (``Tuned.to_device``): the time since the last step ended, at the first batch after it, was
+        the wait for data (a script that moves its batches itself tells none)."""
+        if self._last is not None:
+            self._waited += time.monotonic() - self._last
+            self._last = None
+
     def micro(self, samples: int) -> None:
         self._pending += samples
 
@@ -110,7 +120,9 @@ class StepReporter:
         """The optimizer stepped; ``loss`` its last micro-batch's (a tensor), read only when the loss is due."""
         first = self.samples == 0
         self.samples, self._pending = self.samples + self._pending, 0
-        message = [encode(Step(time.monotonic(), self.samples))]
+        now = time.monotonic()
+        message = [encode(Step(now, self.samples, self._waited))]
+        self._last, self._waited = now, 0.0
         if first:
             import torch
 

@@ -55,6 +55,8 @@ class ScriptTrial:
     startup_s: float = 0.0
     timed_s: float = 0.0
     loss: tuple[int, float] | None = None  # (samples, value) the candidate's copy told
+    waited_s: float = 0.0  # the defaults' copies' windows: waiting for data, of ``spans_s``
+    spans_s: float = 0.0
     failed: TrialResult | None = None
 
 
@@ -133,6 +135,7 @@ class ScriptMeasurer:
         # (``study.driver.searched_noise`` pools them).
         self.factor_ratios: dict[str, list[float]] = {}
         self.limits = None  # a script's FLOP are not counted, so no share of the machine's peak: not measured
+        self.fresh_processes = True  # every trial starts copies: none is cheaper (``Turns.in_process_turn``)
 
     # PairedMeasurer ------------------------------------------------------------------------------------------
     def calibrate(self, timeout_s: float) -> Noise:
@@ -191,7 +194,8 @@ class ScriptMeasurer:
                                speedup_low=low, speedup_high=high, method="script process pairs (A/A)",
                                pairs=cal.windows, loss=cal.loss[1] if cal.loss else None,
                                loss_samples=cal.loss[0] if cal.loss else None, startup_s=cal.startup_s,
-                               timed_s=cal.timed_s, wall_s=self.noise.wall_s)
+                               timed_s=cal.timed_s, wall_s=self.noise.wall_s,
+                               data_wait=cal.waited_s / cal.spans_s if cal.spans_s > 0 else None)
         interval = self._interval(trial)
         if len(trial.medians) >= 2:
             self.factor_ratios[f"trial {len(self.factor_ratios)}"] = list(trial.medians)
@@ -204,6 +208,10 @@ class ScriptMeasurer:
             baseline_samples_per_s=statistics.median(trial.base_rates), loss=trial.loss[1] if trial.loss else None,
             loss_samples=trial.loss[0] if trial.loss else None, startup_s=trial.startup_s, timed_s=trial.timed_s,
             wall_s=wall_s)
+
+    def warm(self, params: dict[str, Any]) -> bool:
+        """No recipe's copies are running before its trial: every trial starts its own (``Turns._warm``)."""
+        return False
 
     def loss(self, handle: object) -> float | None:
         trial = self._trial(handle)
@@ -229,7 +237,10 @@ class ScriptMeasurer:
         try:
             started = time.monotonic()
             limit = min(self.start_limit_s, max(1.0, trial.deadline - time.monotonic()))
-            start_together(runs, WARMUP_STEPS, limit)  # start-up and first steps: untimed
+            start_together(runs, limit)
+            for run in runs:  # the first steps, one copy at a time: untimed
+                if run.exited is None:
+                    run.window(0.0, min_steps=WARMUP_STEPS, timeout_s=max(1.0, started + limit - time.monotonic()))
             if any(run.exited is not None for run in runs):
                 return failure(runs)
             for run in runs:
@@ -255,6 +266,7 @@ class ScriptMeasurer:
             trial.windows += len(ratios)
             within.extend(ratios)
             trial.base_rates.append(statistics.median(b for b, _ in rates))
+            trial.waited_s, trial.spans_s = trial.waited_s + base.waited_s, trial.spans_s + base.timed_s
             trial.cand_rates.append(statistics.median(c for _, c in rates))
             if trial.loss is None:
                 trial.loss = self._loss(cand, trial.deadline)

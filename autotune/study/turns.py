@@ -152,8 +152,8 @@ class Turns:
         warm environment, as for the environments, which keeps most of the trials' time timed. The turn gives way
         once ``DUPLICATES_YIELD`` samples in a row were recipes measured before (a small in-process space, or TPE
         sure of its best): a sample Optuna draws freely comes next."""
-        if self.duplicates >= DUPLICATES_YIELD:
-            return False
+        if self.duplicates >= DUPLICATES_YIELD or getattr(self.measurer, "fresh_processes", False):
+            return False  # a measurer that starts processes for every trial (script mode's) has no cheap ones
         started = not_started = 0.0
         for r in records(self.study):
             if r.role in (BASELINE, CONFIRM):
