@@ -42,6 +42,9 @@ def _run(command: list[str], seconds: float) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--recipe", required=True, help="an exported recipe (autotune export --format env)")
+    parser.add_argument("--script", type=Path, default=SCRIPT,
+                        help="the training script, one that prints the JSON line train_cnn.py prints (default: "
+                        "examples/train_cnn.py; examples/train_augmented.py is input-bound)")
     parser.add_argument("--pairs", type=int, default=10, help="fresh-process pairs (default 10)")
     parser.add_argument("--seconds", type=float, default=8.0, help="timed training per process (default 8)")
     parser.add_argument("--seed", type=int, default=0)
@@ -52,8 +55,8 @@ def main(argv: list[str] | None = None) -> int:
 
     recipe = load_recipe_file(args.recipe)
     autotune = shutil.which("autotune") or str(Path(sys.executable).with_name("autotune"))
-    plain = [sys.executable, str(SCRIPT)]
-    tuned = [autotune, "run", "--recipe", args.recipe, "--", sys.executable, str(SCRIPT)]
+    plain = [sys.executable, str(args.script)]
+    tuned = [autotune, "run", "--recipe", args.recipe, "--", sys.executable, str(args.script)]
     rng, ratios, rows = random.Random(args.seed), [], []
     print(f"recipe {recipe.id} ({args.recipe}): stated {recipe.speedup_text} over PyTorch defaults; "
           f"{args.pairs} fresh-process pairs of {args.seconds:g} s each, load average {os.getloadavg()[0]:.2f}")

@@ -4,8 +4,9 @@ Every recipe of a script is a whole process of it, so every comparison is across
 measured against the defaults over fresh pairs of live copies (``script.ScriptRun``), each warmed up untimed, then
 ``WINDOW_PAIRS`` pairs of windows with the idle copy frozen. A process pair gives one ratio, its windows' median;
 two identical processes differ by a factor that lasts their life, so a candidate's interval is the Student-t
-interval of the logarithms of its process pairs' ratios (``stats.log_mean_interval``), from ``LEAST_PAIRS`` of them
-on. The calibration is the same with the defaults on both sides (the A/A). A copy that crashes, exits, hangs or
+interval of the logarithms of its process pairs' ratios, from ``LEAST_PAIRS`` of them on, their spread pooled with
+the A/A's and the earlier recipes' process pairs (``stats.pooled_log_mean_interval``: two pairs alone have one
+degree of freedom). The calibration is the same with the defaults on both sides (the A/A). A copy that crashes, exits, hangs or
 never tells a step is the trial's failure, with its reason; the search goes on.
 """
 from __future__ import annotations
@@ -31,7 +32,7 @@ from .hopeless import HOPELESS
 from .measurer import Noise
 from .script import ScriptRun, failure, start_together, window_pairs
 
-WINDOW_PAIRS = 4  # window pairs of one process pair
+WINDOW_PAIRS = 6  # window pairs of one process pair (a pair's median: window pairs of the CNN read up to 33% apart)
 LEAST_PAIRS = 2  # process pairs before a candidate has an interval (one sees no process's own factor)
 CALIBRATION_PAIRS = 3  # process pairs of the A/A
 WARMUP_STEPS = 3  # untimed steps of each copy before its first window
@@ -294,8 +295,8 @@ class ScriptMeasurer:
         return (run.loss.samples, run.loss.value) if run.loss is not None else None
 
     def _interval(self, trial: ScriptTrial, confidence: float = stats.CONFIDENCE) -> stats.Interval:
-        if len(trial.medians) >= 2:
-            return stats.log_mean_interval(trial.medians, confidence)
+        if len(trial.medians) >= 2:  # the process factor's spread pooled with the A/A's and earlier recipes'
+            return stats.pooled_log_mean_interval(trial.medians, list(self.factor_ratios.values()), confidence)
         if trial.medians:  # one process pair: no process's own factor seen, the interval is its median alone
             return stats.Interval(trial.medians[0], 0.0, math.inf, confidence, 1)
         return stats.Interval(math.nan, 0.0, math.inf, confidence, 0)

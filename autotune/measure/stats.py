@@ -165,6 +165,29 @@ def log_mean_interval(ratios: Sequence[float], confidence: float = CONFIDENCE) -
     return Interval(math.exp(centre), math.exp(centre - half), math.exp(centre + half), confidence, len(logs))
 
 
+def pooled_log_mean_interval(ratios: Sequence[float], others: Sequence[Sequence[float]],
+                             confidence: float = CONFIDENCE) -> Interval:
+    """``log_mean_interval`` with the spread of the logs pooled over ``ratios`` and ``others`` (groups of ratios of
+    like units: other recipes' process pairs on the same machine and script), its degrees of freedom theirs in all:
+    two process pairs alone give a t-interval 12.7 standard errors wide. The spread used is at least ``ratios``'
+    own, so a recipe whose pairs spread more than the others keeps its wider interval.
+
+    >>> iv = pooled_log_mean_interval([1.5, 1.6], [[0.98, 1.0, 1.02], [1.2, 1.25, 1.22]])
+    >>> round(iv.median, 3), round(iv.low, 3), round(iv.high, 3), iv.count
+    (1.549, 1.426, 1.683, 2)
+    """
+    pooled = pooled_log_sd([ratios, *others])
+    logs = [math.log(r) for r in ratios]
+    centre = statistics.fmean(logs) if logs else math.nan
+    if pooled is None or len(logs) < 2:
+        return Interval(math.exp(centre) if logs else math.nan, 0.0, math.inf, confidence, len(logs))
+    groups = [g for g in (ratios, *others) if len(g) >= 2]
+    df = sum(len(g) - 1 for g in groups)
+    sd = max(pooled[0], statistics.stdev(logs) if len(logs) >= 2 else 0.0)
+    half = t_quantile(1 - (1 - confidence) / 2, df) * sd / math.sqrt(len(logs))
+    return Interval(math.exp(centre), math.exp(centre - half), math.exp(centre + half), confidence, len(logs))
+
+
 @dataclass(frozen=True)
 class Part:
     """One factor of a speedup on the log scale: its estimate, the variance of that estimate and the degrees of

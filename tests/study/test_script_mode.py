@@ -66,7 +66,7 @@ def test_a_script_that_prints_heavily_is_measured_and_its_loss_taken(facts: Any,
         measurer.close()
     assert result.status == Status.OK, result
     assert interval.count == 2 and 1.5 < result.objective < 2.6, (interval, result)  # type: ignore[operator]
-    assert result.method == "script process pairs (2)" and result.pairs == 8
+    assert result.method == "script process pairs (2)" and result.pairs == 12
     assert result.loss is not None and result.loss_samples is not None and 64 <= result.loss_samples < 72
     assert (tmp_path / "1-candidate" / "script.log").stat().st_size > 100_000
 
