@@ -6,8 +6,8 @@ measured against the defaults over fresh pairs of live copies (``script.ScriptRu
 two identical processes differ by a factor that lasts their life, so a candidate's interval is the Student-t
 interval of the logarithms of its process pairs' ratios, from ``LEAST_PAIRS`` of them on, their spread pooled with
 the A/A's and the earlier recipes' process pairs (``stats.pooled_log_mean_interval``: two pairs alone have one
-degree of freedom). The calibration is the same with the defaults on both sides (the A/A). A copy that crashes, exits, hangs or
-never tells a step is the trial's failure, with its reason; the search goes on.
+degree of freedom). The calibration is the same with the defaults on both sides (the A/A). A copy that crashes,
+exits, hangs or never tells a step is the trial's failure, with its reason; the search goes on.
 """
 from __future__ import annotations
 
