@@ -53,7 +53,8 @@ def pytest_configure(config: pytest.Config) -> None:
 # folder order the trial/ folder's came last, so one process ran them alone at the end.
 LONGEST_FILES = ("study/test_faults.py", "measure/test_live.py", "test_end_to_end.py", "trial/test_runner.py",
                  "study/test_workers.py", "study/test_race.py", "measure/test_process_pair.py",
-                 "search_spaces/test_processes.py", "study/test_inputs.py")
+                 "search_spaces/test_processes.py", "study/test_inputs.py", "study/test_script_mode.py",
+                 "measure/test_script.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

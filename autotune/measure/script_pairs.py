@@ -38,6 +38,7 @@ CALIBRATION_PAIRS = 3  # process pairs of the A/A
 WARMUP_STEPS = 3  # untimed steps of each copy before its first window
 WINDOW_STEPS = 8  # a window holds at least this many of the defaults' steps
 MIN_WINDOW_S = 0.5  # 0.3-s windows of the CNN script read identical copies up to 30% apart
+STALL_S = 10.0  # a window in which a copy tells no step this long (or 20 windows' time) ends: the copy is hung
 MIN_START_S = 20.0  # a copy's start-up and warm-up limit: at least this, else 4x the defaults'
 
 
@@ -114,19 +115,19 @@ def _plan(argv: list[str], params: dict[str, Any], facts: Facts, env: Mapping[st
 class ScriptMeasurer:
     """The ``PairedMeasurer`` of script mode (see the module docstring). ``folder`` holds each copy's folder;
     ``min_window_s`` is the shortest window, ``start_limit_s`` a copy's limit to its warm-up's end (default: 4x the
-    first copy's ``startup_s``, at least ``MIN_START_S``)."""
+    first copy's ``startup_s``, at least ``MIN_START_S``), ``stall_s`` the least a window waits for a step."""
 
     def __init__(self, argv: list[str], defaults: dict[str, Any], facts: Facts, folder: Path, *, workload: str,
                  loss_samples: int, startup_s: float = 0.0, seed: int = 0, env: Mapping[str, str] | None = None,
                  on_phase: Callable[[str, str], None] | None = None, min_window_s: float = MIN_WINDOW_S,
-                 start_limit_s: float | None = None) -> None:
+                 start_limit_s: float | None = None, stall_s: float = STALL_S) -> None:
         self.argv, self.defaults, self.facts, self.folder = argv, defaults, facts, folder
         self.workload, self.loss_samples = workload, loss_samples
         self.env = dict(os.environ if env is None else env)
         self.on_phase = on_phase or (lambda name, detail: None)
         self.rng = random.Random(seed)
         self.start_limit_s = start_limit_s or max(MIN_START_S, 4 * startup_s)
-        self.min_window_s = min_window_s
+        self.min_window_s, self.stall_s = min_window_s, stall_s
         self.noise: Noise | None = None
         self.calibration: ScriptTrial | None = None
         self.step_s: float | None = None  # the defaults' optimizer step
@@ -258,7 +259,7 @@ class ScriptMeasurer:
                 return None
             window_s = self._window_s()
             timed = time.monotonic()
-            rates = window_pairs(base, cand, pairs, window_s, self.rng, timeout_s=max(10.0, 20 * window_s))
+            rates = window_pairs(base, cand, pairs, window_s, self.rng, timeout_s=max(self.stall_s, 20 * window_s))
             trial.timed_s += time.monotonic() - timed
             if len(rates) < pairs:
                 return failure(runs)

@@ -31,7 +31,7 @@ def _measurer(facts: Any, folder: Path, fault: str = "") -> tuple[ScriptMeasurer
                 "interop_threads": 1}
     measurer = ScriptMeasurer([sys.executable, str(SCRIPT)], defaults, facts, folder, workload="script:faulty",
                               loss_samples=64, env={**os.environ, "FAULT": fault}, min_window_s=0.2,
-                              start_limit_s=8.0)
+                              start_limit_s=5.0, stall_s=3.0)
     return measurer, {**defaults, "channels_last": True}
 
 
@@ -39,7 +39,7 @@ def _measurer(facts: Any, folder: Path, fault: str = "") -> tuple[ScriptMeasurer
     ("crash", Status.CRASH, "the candidate's copy exited with status 1: RuntimeError: boom at step 5"),
     ("exit", Status.CRASH, "the candidate's copy exited with status 0"),
     ("hang", Status.TIMEOUT, "the candidate's copy told no step in its window's time"),
-    ("no-step", Status.TIMEOUT, "the candidate's copy told 0 of 3 steps in 8 s"),
+    ("no-step", Status.TIMEOUT, "the candidate's copy told 0 of 3 steps in 5 s"),
 ])
 def test_a_scripts_fault_is_the_trials_failure_with_its_reason(facts: Any, tmp_path: Path, fault: str,
                                                                status: Status, said: str) -> None:
