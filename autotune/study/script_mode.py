@@ -61,7 +61,8 @@ def search_script(argv: list[str], *, batch_size: int, options: SearchOptions | 
                   facts: Facts | None = None, folder: Path | None = None, **measuring: Any) -> SearchOutcome:
     """Search the knobs of the script ``argv`` (``python train.py ARGS``) that trains with ``batch_size`` a
     process, and store the best recipe (see the module docstring). ``folder``: where the copies run (default: a
-    new temporary folder); ``measuring``: ``ScriptMeasurer``'s options (``min_window_s``, ``start_limit_s``, ``stall_s``)."""
+    new temporary folder); ``measuring``: ``ScriptMeasurer``'s options (``min_window_s``, ``start_limit_s``,
+    ``stall_s``)."""
     from .. import probes
     from ..measure.script_pairs import ScriptMeasurer, script_context
 
