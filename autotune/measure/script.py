@@ -19,13 +19,12 @@ import shutil
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from ..steps import LOSS_SAMPLES, STEPS_FD, Effect, Loss, Model, Step, decode
 from ..trial import launch
-from . import freeze, stats
-from .process_pair import enough
+from . import freeze
 
 TRIAL = "AUTOTUNE_TRIAL"  # set in a script-mode trial: the script may skip its own logging and checkpoints
 POLL_S = 0.01
@@ -195,16 +194,6 @@ def window_pairs(base: ScriptRun, cand: ScriptRun, pairs: int, window_s: float, 
     return rates
 
 
-@dataclass(frozen=True)
-class ScriptComparison:
-    """Two recipes of one script over fresh pairs of copies: each pair's median window ratio (candidate over the
-    defaults), their geometric mean with a t-interval over the pairs, or why a copy failed (then no interval)."""
-
-    ratios: tuple[float, ...]
-    ratio: stats.Interval | None
-    failed: str | None = None
-
-
 def failure(runs: list[ScriptRun], whose: tuple[str, ...] = ("the defaults'", "the candidate's")) -> str:
     """Why copies gave fewer windows than asked: a copy's exit (its status and its output's last line), else the
     copy that told fewer steps told none in a window's time."""
@@ -232,28 +221,3 @@ def _last_line(run: ScriptRun) -> str:
     except OSError:
         return ""
     return f": {lines[-1][-200:]}" if lines else ""
-
-
-def compare_scripts(base: launch.LaunchPlan, cand: launch.LaunchPlan, folder: Path, *, pairs: int = 6,
-                    window_s: float = 0.5, warmup_steps: int = 3, least: int = 3, most: int = 8,
-                    half_width: float = 0.03, seed: int = 0, timeout_s: float = 60.0) -> ScriptComparison:
-    """``cand`` against ``base`` over fresh pairs of live copies (each in ``folder``/PAIR-ROLE) until ``enough`` of
-    them ran: each pair's copies warm up (``warmup_steps`` untimed) and run ``pairs`` pairs of windows."""
-    rng, medians = random.Random(seed), list[float]()
-    while not enough(medians, half_width, least=least, most=most):
-        runs = [ScriptRun(plan, folder / f"{len(medians)}-{role}") for plan, role in ((base, "base"), (cand, "cand"))]
-        try:
-            for run in runs:
-                run.start()
-                run.freeze()
-            for run in runs:
-                run.window(0.0, min_steps=warmup_steps, timeout_s=timeout_s)  # start-up and first steps: untimed
-            ratios = [c / b for b, c in window_pairs(runs[0], runs[1], pairs, window_s, rng, timeout_s)]
-            failed = failure(runs) if len(ratios) < pairs else None
-        finally:
-            for run in runs:
-                run.stop()
-        if failed is not None or not ratios:
-            return ScriptComparison(tuple(medians), None, failed or "no window measured both copies")
-        medians.append(stats.median_interval(ratios).median)
-    return ScriptComparison(tuple(medians), stats.log_mean_interval(medians))

@@ -80,24 +80,21 @@ def test_a_script_that_crashes_or_never_steps_gives_no_rate_and_costs_at_most_it
     assert silent.exited is not None and "a bug" in (tmp_path / "crash" / "script.log").read_text()
 
 
-def test_fresh_pairs_of_copies_read_a_known_slowdown_with_an_interval_and_a_crash_with_its_reason(
-        facts: Any, tmp_path: Path) -> None:
-    """Three fresh pairs of ``paced_train.py`` copies (one thread against two): each pair's median near 0.5x, their
-    mean's interval within 0.4-0.6; a candidate whose script raises on start is a failure naming its last line."""
-    from autotune.measure.script import compare_scripts
+def test_an_environment_knob_is_set_before_the_copy_starts_and_read_over_fresh_pairs(facts: Any,
+                                                                                    tmp_path: Path) -> None:
+    """``paced_train.py``'s step takes twice as long with one torch thread as with two; ``threads`` is set before
+    Python starts (``OMP_NUM_THREADS`` and the recipe): two fresh process pairs each read near 0.5x."""
+    from autotune.measure.script_pairs import ScriptMeasurer
 
     base = {**spaces.defaults(facts, spaces.SpaceContext(default_batch_size=32)), "device": "cpu",
             "reference_batch": 32, "threads": 2, "interop_threads": 1}
-
-    def plan(params: dict[str, Any], script: list[str]) -> launch.LaunchPlan:
-        recipe = Recipe(params=params, workload="paced", fingerprint=facts.fingerprint)
-        return launch.for_recipe(recipe, [sys.executable, *script], dict(os.environ), facts=facts)
-
-    paced = [str(REPO / "tests" / "scripts" / "paced_train.py")]
-    found = compare_scripts(plan(base, paced), plan({**base, "threads": 1}, paced), tmp_path / "slow", pairs=4,
-                            window_s=0.2, least=3, most=3)
-    assert found.failed is None and len(found.ratios) == 3 and found.ratio is not None, found
-    assert all(0.4 < r < 0.6 for r in found.ratios) and 0.4 < found.ratio.low <= found.ratio.high < 0.6, found
-    broken = compare_scripts(plan(base, paced), plan(base, ["-c", "raise SystemExit('a bad config')"]),
-                             tmp_path / "broken", pairs=4, window_s=0.2)
-    assert broken.ratio is None and broken.failed == "the candidate's copy exited with status 1: a bad config"
+    measurer = ScriptMeasurer([sys.executable, str(REPO / "tests" / "scripts" / "paced_train.py")], base, facts,
+                              tmp_path, workload="script:paced", loss_samples=64, min_window_s=0.2)
+    try:
+        handle = measurer.begin({**base, "threads": 1}, timeout_s=60)
+        interval = measurer.more(handle, 4, timeout_s=60)
+        result = measurer.end(handle)
+    finally:
+        measurer.close()
+    assert result.status == "ok" and interval.count == 2, result
+    assert 0.4 < result.objective < 0.6 and 0.4 < interval.low <= interval.high < 0.6, (interval, result)
