@@ -160,13 +160,17 @@ def _precision(kernel: tuple[Any, Any], dtype: str, device: str, deadline_s: flo
                reference: float) -> tuple[float, bool]:
     """The kernel's speed at ``dtype`` against float32's ``reference`` seconds, and whether it is a bound. An eighth
     of the input first, twice: the first run pays the precision's one-off costs (building kernels; on a GPU
-    loading them on first use, which read an H100's bf16 conv 1466x slower than float32), the second is timed.
+    loading them on first use, which read an H100's bf16 conv 1466x slower than float32), the second is timed, and
+    where it is slow a third too, the faster of them the reading (a loaded machine's hiccup read a fast precision
+    300x slow once).
     Where the whole would outlast the deadline, that is the reading, "at least so slow" (a slow precision's cost
     grows with the work, the fixed costs do not), and the whole never runs: bf16 emulated on an AVX2 core runs
     this conv ~50x slower, a second a run."""
     small, scale = _slice(kernel)
     _run(*small, dtype, device)
     seconds = _run(*small, dtype, device)
+    if seconds * scale > deadline_s:  # slow, or a neighbour's hiccup: a slow precision is slow again
+        seconds = min(seconds, _run(*small, dtype, device))
     if seconds * scale > deadline_s:
         small_reference = _time(small, "float32", device, deadline_s / 4)
         return small_reference / seconds, True
