@@ -139,3 +139,9 @@ def params_table(params: dict[str, Any], title: str, defaults: dict[str, Any] | 
         else:
             table.add_row(f"  {key}", str(shown[key]), "" if key in defaults else "?")
     return table
+
+
+def command_after_dashes(args: argparse.Namespace) -> list[str]:
+    """The command given after ``--`` (``autotune run``, script mode's ``autotune search``), without the ``--``."""
+    command: list[str] = args.command
+    return command[1:] if command[:1] == ["--"] else command

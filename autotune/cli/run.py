@@ -21,7 +21,7 @@ import argparse
 import os
 import sys
 
-from ._common import add_storage, find_recipe
+from ._common import add_storage, command_after_dashes, find_recipe
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from ..errors import UsageError
     from ..trial import launch
 
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    command = command_after_dashes(args)
     if not command:
         raise UsageError("no command: autotune run --recipe best.env -- python train.py")
     if args.workload and not args.recipe:

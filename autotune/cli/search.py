@@ -15,7 +15,7 @@ from ..study import SearchOptions, SearchOutcome, check_options, parse_duration,
 from ..study.events import Event, SearchStarted
 from ..study.records import NOT_RUN
 from ..trial import TrialSettings
-from ._common import add_storage, console
+from ._common import add_storage, command_after_dashes, console
 from ._progress import JsonLines, LiveView, PlainLines
 
 if TYPE_CHECKING:
@@ -125,7 +125,8 @@ def run(args: argparse.Namespace) -> int:
         confirm_top=args.confirm, confirm_rounds=args.confirm_rounds,
     )
     check_options(options)  # before anything is probed or written (search() checks again, for library callers)
-    _check_mode(args)
+    command = command_after_dashes(args)
+    _check_mode(args, command)
     out = console(stderr=args.json)  # under --json, stdout holds JSON lines only
     view: JsonLines | LiveView | PlainLines
     view = JsonLines(sys.stdout) if args.json else LiveView(out) if out.is_terminal else PlainLines(out)
@@ -136,7 +137,6 @@ def run(args: argparse.Namespace) -> int:
             seen.append(event.facts)  # the report's probe summary: the machine as this search probed it
         view(event)
 
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
     try:
         if command:
             outcome = search_script(command, batch_size=args.batch_size, options=options, progress=progress)
@@ -155,9 +155,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_mode(args: argparse.Namespace) -> None:
-    """A workload or a script, not both; a script needs its batch size."""
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+def _check_mode(args: argparse.Namespace, command: list[str]) -> None:
+    """A workload or a script (``command``), not both; a script needs its batch size."""
     if command and args.workload is not None:
         raise UsageError(f"--workload {args.workload} and a script after --: search one or the other")
     if command and args.batch_size is None:

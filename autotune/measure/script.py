@@ -82,13 +82,8 @@ class ScriptRun(freeze.Freezable):
 
     def processes(self) -> int:
         """The processes the copy started and that run now (its DataLoader workers, say)."""
-        import psutil
-
-        try:
-            return sum(1 for p in psutil.Process(self.proc.pid).children(recursive=True)
-                       if p.status() != psutil.STATUS_ZOMBIE) if self.proc is not None else 0
-        except psutil.Error:
-            return 0
+        started = freeze.tree(self.proc.pid)[1:] if self.proc is not None else []
+        return sum(1 for pid in started if freeze.proc_state(pid) not in ("Z", "?"))
 
     @property
     def exited(self) -> int | None:
@@ -174,8 +169,7 @@ def start_together(runs: list[ScriptRun], timeout_s: float) -> None:
         if any(run.exited is not None for run in runs):
             break
     for run in runs:
-        if run.proc is not None and run.exited is None and run.frozen is None:
-            run.freeze()
+        run.freeze()  # a copy still starting, or one left running when another exited (an ended one is not)
 
 
 def window_pairs(base: ScriptRun, cand: ScriptRun, pairs: int, window_s: float, rng: random.Random,

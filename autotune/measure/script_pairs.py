@@ -11,7 +11,6 @@ exits, hangs or never tells a step is the trial's failure, with its reason; the 
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import random
@@ -106,10 +105,8 @@ def _plan(argv: list[str], params: dict[str, Any], facts: Facts, env: Mapping[st
           workload: str) -> launch.LaunchPlan:
     """The copy's command and environment: the recipe's variables in place of the user's (as a trial's), the
     recipe itself in ``AUTOTUNE_RECIPE`` for the script's ``autotune.apply()``."""
-    plan = launch.plan(list(argv), params, facts, env, keep_user_env=False)
     recipe = Recipe(params=params, workload=workload, fingerprint=facts.fingerprint)
-    plan.env["AUTOTUNE_RECIPE"] = json.dumps(recipe.to_dict(), sort_keys=True)
-    return plan
+    return launch.for_recipe(recipe, list(argv), env, facts=facts, keep_user_env=False)
 
 
 class ScriptMeasurer:

@@ -122,15 +122,16 @@ def probe_for(params: dict[str, Any]) -> Facts:
 
 
 def for_recipe(recipe: Recipe, cmd: list[str], base_env: Mapping[str, str], *,
-               facts: Facts | None = None) -> LaunchPlan:
+               facts: Facts | None = None, keep_user_env: bool = True) -> LaunchPlan:
     """The one plan of a recipe for the user: what ``autotune run`` starts and ``autotune export --format env``
     writes (``cmd=[]``, ``base_env={}``), so the two carry the same variables, CPUs and memory binding.
 
-    The user's variables in ``base_env`` are kept (warnings name the recipe's values); ``AUTOTUNE_RECIPE``
+    The user's variables in ``base_env`` are kept (warnings name the recipe's values) unless ``keep_user_env`` is
+    False (a script-mode trial's copy: the recipe's values replace them, as in a trial); ``AUTOTUNE_RECIPE``
     holds the recipe for ``autotune.apply()``. ``facts`` default to ``probe_for(recipe.params)``.
     """
     facts = probe_for(recipe.params) if facts is None else facts
-    launch = plan(cmd, recipe.params, facts, base_env, keep_user_env=True)
+    launch = plan(cmd, recipe.params, facts, base_env, keep_user_env=keep_user_env)
     launch.env["AUTOTUNE_RECIPE"] = json.dumps(recipe.to_dict(), sort_keys=True)
     return launch
 
