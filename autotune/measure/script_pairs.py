@@ -245,7 +245,10 @@ class ScriptMeasurer:
                     run.window(0.0, min_steps=WARMUP_STEPS, timeout_s=max(1.0, started + limit - time.monotonic()))
             if any(run.exited is not None for run in runs):
                 return failure(runs)
-            for run in runs:
+            # The candidate is named first: where both fell short, its wait used the limit, and the defaults'
+            # copies warmed up in the calibration (a loaded CI machine named the defaults for a script that never
+            # stepped).
+            for run in (cand, base):
                 if len(run.steps) < WARMUP_STEPS:
                     return f"{_whose(run, base)} copy told {len(run.steps)} of {WARMUP_STEPS} steps in {limit:.0f} s"
             trial.startup_s += time.monotonic() - started
