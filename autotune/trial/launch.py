@@ -182,21 +182,23 @@ def start(launch: LaunchPlan, **popen_kwargs: Any) -> subprocess.Popen[bytes]:
 
     Call it from the main thread: the kernel's parent-death signal follows the thread that forked.
     """
-    from .lifeline import Lifeline, die_with_parent, load_libc
+    from .lifeline import Lifeline, die_with_parent, load_libc, new_token
 
     cpus = launch.cpus
     parent, libc = os.getpid(), load_libc()
+    env = dict(launch.env)
+    token = new_token(env)  # marks the tree's processes, even those that leave its group
 
     def _prepare() -> None:  # runs in the child between fork and exec: before torch starts
         if cpus:
             os.sched_setaffinity(0, cpus)
         die_with_parent(libc, parent)
 
-    proc = subprocess.Popen(launch.cmd, env=launch.env, preexec_fn=_prepare, start_new_session=True, **popen_kwargs)
+    proc = subprocess.Popen(launch.cmd, env=env, preexec_fn=_prepare, start_new_session=True, **popen_kwargs)
     try:
         # Kept on the Popen so it lives exactly as long as the process handle (stop_tree releases it);
         # Popen declares no such attribute.
-        proc._autotune_lifeline = Lifeline(proc.pid)  # type: ignore[attr-defined]
+        proc._autotune_lifeline = Lifeline(proc.pid, token)  # type: ignore[attr-defined]
     except OSError:
         stop_tree(proc)
         raise

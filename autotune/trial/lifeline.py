@@ -7,16 +7,18 @@ with ``kill -9`` (no Python code of the search runs then):
    *direct* child when its parent dies. It is not inherited by the child's own children
    (DataLoader workers, inductor compile workers, torchrun ranks), and it fires when the *thread*
    that forked the child exits, so processes are started from the main thread only.
-2. A watchdog process per started tree (``python -I lifeline.py PGID``), in a session of its own
+2. A watchdog process per started tree (``python -I lifeline.py PGID TOKEN``), in a session of its own
    (so a Ctrl-C in the terminal does not reach it). Its stdin is the read end of a pipe whose only
    write end the starting process holds; the kernel closes that end however the starter dies, the
-   watchdog reads end-of-file and SIGKILLs the tree's process group. Every descendant of the
-   tree stays in that group unless it calls ``setsid``: none of PyTorch's do (DataLoader workers,
-   ``torch._inductor`` compile workers, torchrun's ranks). A pipe rather than polling ``getppid``:
-   no delay, no pid-reuse race, and nothing to poll while the trial is being measured.
+   watchdog reads end-of-file and SIGKILLs the tree's process group, then every process whose
+   environment carries the tree's token in ``AUTOTUNE_TREE``: descendants that left the group do
+   (torchrun starts its ranks in sessions of their own, and once torchrun is dead they are no
+   longer anyone's descendants), and a tree started inside the tree adds its own token to the list.
+   A pipe rather than polling ``getppid``: no delay, no pid-reuse race, and nothing to poll while
+   the trial is being measured.
 
 ``stop_tree`` closes the pipe itself once the tree is stopped, so the watchdog also sweeps what a
-finished trial left in its group.
+finished trial left behind.
 """
 from __future__ import annotations
 
@@ -25,19 +27,24 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+TREE = "AUTOTUNE_TREE"  # the tokens of the trees a process belongs to, space-separated, innermost last
+SWEEPS = 5  # a process not yet killed may start another between a sweep's reading and its killing
 
 
 class Lifeline:
     """The watchdog of one process group and the write end of its pipe."""
 
-    def __init__(self, pgid: int) -> None:
+    def __init__(self, pgid: int, token: str) -> None:
         read_end, self._write_end = os.pipe()  # both non-inheritable: no other child holds the write end
+        # The watchdog carries no tree's token: an outer tree's sweep must not end it before it sweeps its own.
+        env = {k: v for k, v in os.environ.items() if k != TREE}
         try:
             self._watchdog = subprocess.Popen(
-                [sys.executable, "-I", os.path.abspath(__file__), str(pgid)], stdin=read_end,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                [sys.executable, "-I", os.path.abspath(__file__), str(pgid), token], stdin=read_end,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env,
             )
         finally:
             os.close(read_end)
@@ -53,6 +60,14 @@ class Lifeline:
         except subprocess.TimeoutExpired:
             self._watchdog.kill()
             self._watchdog.wait()
+
+
+def new_token(env: dict[str, str]) -> str:
+    """A fresh token for a tree about to start with ``env``, added to its ``AUTOTUNE_TREE`` (after the tokens of
+    the trees the starter itself is in)."""
+    token = uuid.uuid4().hex
+    env[TREE] = f"{env.get(TREE, '')} {token}".strip()
+    return token
 
 
 def load_libc() -> ctypes.CDLL | None:
@@ -74,7 +89,7 @@ def die_with_parent(libc: ctypes.CDLL | None, parent_pid: int) -> None:
         os._exit(1)
 
 
-def _watch(pgid: int) -> None:
+def _watch(pgid: int, token: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     while os.read(0, 4096):  # nothing is ever written: this returns b"" when the starter is gone
@@ -83,7 +98,33 @@ def _watch(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass  # the group is already empty
+    for _ in range(SWEEPS):
+        if not _kill_carriers(token):
+            break
+
+
+def _kill_carriers(token: str) -> int:
+    """SIGKILL every process whose environment lists ``token`` in ``AUTOTUNE_TREE``: how many were found."""
+    wanted = token.encode()
+    found = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                environ = f.read()
+        except OSError:  # gone, or another user's
+            continue
+        for entry in environ.split(b"\0"):
+            if entry.startswith(b"AUTOTUNE_TREE=") and wanted in entry[len(b"AUTOTUNE_TREE="):].split():
+                found += 1
+                try:
+                    os.kill(int(name), signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                break
+    return found
 
 
 if __name__ == "__main__":
-    _watch(int(sys.argv[1]))
+    _watch(int(sys.argv[1]), sys.argv[2])
