@@ -129,7 +129,10 @@ class Tuned:
         model = spaces.compilation.prepare_model(self.params, wrapped, self.device).model
         self._watch_first_step(model)
         if self._steps is not None and self.rank == 0:
-            self._steps.model(Model(*spaces.conv_layers(model)))
+            # The launcher's ranks: a recipe of one process joins no group, and each rank would train alone.
+            launched = spaces.processes.launched_ranks()
+            self._steps.model(Model(*spaces.conv_layers(model), ranks=max(self.world_size, launched[1] if launched
+                                                                           else 1)))
         return model
 
     def _watch_first_step(self, model: torch.nn.Module) -> None:

@@ -1,7 +1,9 @@
 """A training script's steps, told to the search that runs it (script mode: ``autotune search -- python train.py``).
 
-A trial of script mode starts the user's script with a pipe open and its descriptor in ``AUTOTUNE_STEPS_FD``;
-``autotune.apply()`` finds it, and ``Tuned.step`` writes one line per optimizer step: when the step ended
+A trial of script mode starts the user's script with the path of a named pipe (a FIFO) in ``AUTOTUNE_STEPS``: a
+path, not an inherited descriptor, because launchers close descriptors (torchrun starts its ranks with none but
+0-2) while they pass the environment on. ``autotune.apply()`` opens it, and ``Tuned.step`` writes one line per
+optimizer step: when the step ended
 (``time.monotonic()``, one clock for every process of the machine) and the samples it trained over all ranks
 (rank 0 writes). Where ``AUTOTUNE_LOSS_SAMPLES`` is set, the loss is written once, at the first step that reaches
 that many samples: it is read from the device there and only there (a read every step would wait for a GPU every
@@ -11,17 +13,19 @@ Both sides import the messages from here: the contract between the processes is 
     >>> decode(encode(Step(12.5, 64))), decode(encode(Loss(2048, 0.4375)))
     (Step(ended=12.5, samples=64, waited=0.0), Loss(samples=2048, value=0.4375))
     >>> decode(encode(Model(conv=True, conv_nd=False))), decode(encode(Effect(threads=2)))
-    (Model(conv=True, conv_nd=False), Effect(threads=2))
+    (Model(conv=True, conv_nd=False, ranks=1), Effect(threads=2))
 """
 from __future__ import annotations
 
+import errno
 import math
 import os
+import stat
 import time
 from dataclasses import dataclass
 from typing import Any
 
-STEPS_FD = "AUTOTUNE_STEPS_FD"  # the write end of the trial's pipe, inherited by the script
+STEPS = "AUTOTUNE_STEPS"  # the path of the trial's named pipe, which the search reads
 LOSS_SAMPLES = "AUTOTUNE_LOSS_SAMPLES"  # the samples after which the loss is written, once
 
 
@@ -41,10 +45,11 @@ class Loss:
 @dataclass(frozen=True)
 class Model:
     """What the search's space depends on in the script's model, told once by ``Tuned.prepare_model``: whether it
-    has convolutions, all 2-D (``conv``) or some not (``conv_nd``)."""
+    has convolutions, all 2-D (``conv``) or some not (``conv_nd``), and the processes training it (``ranks``)."""
 
     conv: bool
     conv_nd: bool
+    ranks: int = 1
 
 
 @dataclass(frozen=True)
@@ -65,7 +70,7 @@ def encode(message: Message) -> str:
     if isinstance(message, Effect):
         return f"effect {message.threads}\n"
     if isinstance(message, Model):
-        return f"model {int(message.conv)} {int(message.conv_nd)}\n"
+        return f"model {int(message.conv)} {int(message.conv_nd)} {message.ranks}\n"
     return f"loss {message.samples} {message.value!r}\n"
 
 
@@ -78,8 +83,8 @@ def decode(line: str) -> Message:
         return Loss(int(fields[0]), float(fields[1]))
     if kind == "effect" and len(fields) == 1:
         return Effect(int(fields[0]))
-    if kind == "model" and len(fields) == 2:
-        return Model(fields[0] == "1", fields[1] == "1")
+    if kind == "model" and len(fields) in (2, 3):
+        return Model(fields[0] == "1", fields[1] == "1", int(fields[2]) if len(fields) == 3 else 1)
     raise ValueError(f"not a step message: {line[:80]!r}")
 
 
@@ -96,12 +101,23 @@ class StepReporter:
 
     @classmethod
     def from_environment(cls) -> StepReporter | None:
-        """The reporter of a script-mode trial (``Tuned.step`` calls it on rank 0 only), or None outside one."""
-        fd = os.environ.get(STEPS_FD)
-        if not fd:
+        """The reporter of a script-mode trial (``Tuned.step`` calls it on rank 0 only), or None outside one (or
+        where the search has gone: no one reads the pipe)."""
+        path = os.environ.get(STEPS)
+        if not path:
             return None
+        try:  # non-blocking to open: a pipe no one reads is ENXIO rather than a wait
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as e:
+            if e.errno in (errno.ENXIO, errno.ENOENT):
+                return None
+            raise
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):  # never write step lines into a file of that name
+            os.close(fd)
+            raise RuntimeError(f"{STEPS}={path} is not a named pipe: it is set by autotune's script mode only")
+        os.set_blocking(fd, True)  # a full pipe waits for the search's next read, as an inherited pipe did
         loss = os.environ.get(LOSS_SAMPLES)
-        return cls(int(fd), int(loss) if loss else None)
+        return cls(fd, int(loss) if loss else None)
 
     def model(self, message: Model) -> None:
         self._write(encode(message))

@@ -12,30 +12,33 @@ from pathlib import Path
 import pytest
 import torch
 
-from autotune.steps import LOSS_SAMPLES, STEPS_FD, Effect, Loss, Model, Step, StepReporter, decode
+from autotune.steps import LOSS_SAMPLES, STEPS, Effect, Loss, Model, Step, StepReporter, decode
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_a_users_script_tells_its_steps_and_its_loss_once_over_the_trials_pipe(facts) -> None:
-    """``examples/train_cnn.py`` (the README's ``apply()`` pattern, unchanged) under a trial's pipe: one line a
-    step, the steps' ends on the machine's monotonic clock within the script's life, their samples its batch, and
-    the loss at the first step that reaches 256 samples."""
+def test_a_users_script_tells_its_steps_and_its_loss_once_over_the_trials_pipe(facts, tmp_path) -> None:
+    """``examples/train_cnn.py`` (the README's ``apply()`` pattern, unchanged) under a trial's pipe, started by
+    torchrun (which closes inherited descriptors: the pipe is named): one line a step, the steps' ends on the
+    machine's monotonic clock within the script's life, their samples its batch, and the loss at the first step
+    that reaches 256 samples."""
     from autotune import search_spaces as spaces
     from autotune.recipe import Recipe
 
     params = {**spaces.defaults(facts, spaces.SpaceContext(default_batch_size=64)), "device": "cpu",
               "reference_batch": 64}
     recipe = Recipe(params=params, workload="examples/train_cnn.py", fingerprint=facts.fingerprint)
-    read, write = os.pipe()
-    env = {**os.environ, "AUTOTUNE_RECIPE": json.dumps(recipe.to_dict()), STEPS_FD: str(write), LOSS_SAMPLES: "256",
+    pipe = tmp_path / "steps"
+    os.mkfifo(pipe)
+    read = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)
+    env = {**os.environ, "AUTOTUNE_RECIPE": json.dumps(recipe.to_dict()), STEPS: str(pipe), LOSS_SAMPLES: "256",
            "TRAIN_S": "1"}
     started = time.monotonic()
-    done = subprocess.run([sys.executable, str(REPO / "examples" / "train_cnn.py")], env=env, pass_fds=(write,),
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
+                           str(REPO / "examples" / "train_cnn.py")], env=env,
                           capture_output=True, text=True, timeout=120, check=False)
-    os.close(write)
-    with os.fdopen(read) as pipe:
-        messages = [decode(line) for line in pipe]
+    with os.fdopen(read, "rb") as told:
+        messages = [decode(line) for line in told.read().decode().splitlines()]
     assert done.returncode == 0, done.stderr
     steps = [m for m in messages if isinstance(m, Step)]
     losses = [m for m in messages if isinstance(m, Loss)]
@@ -71,6 +74,19 @@ def test_micro_batches_add_up_to_the_step_and_a_closed_pipe_is_no_error() -> Non
 def test_outside_a_trial_nothing_is_told(monkeypatch: pytest.MonkeyPatch) -> None:
     import autotune
 
-    monkeypatch.delenv(STEPS_FD, raising=False)
+    monkeypatch.delenv(STEPS, raising=False)
     assert StepReporter.from_environment() is None
     assert autotune.apply({"batch_size": 8}, check_hardware=False)._steps is None
+
+
+def test_a_pipe_no_one_reads_is_no_reporter_and_a_file_is_never_written(monkeypatch: pytest.MonkeyPatch,
+                                                                        tmp_path: Path) -> None:
+    pipe, plain = tmp_path / "steps", tmp_path / "notes.txt"
+    os.mkfifo(pipe)
+    monkeypatch.setenv(STEPS, str(pipe))
+    assert StepReporter.from_environment() is None  # the search has gone: the script trains on untold
+    plain.write_text("the user's")
+    monkeypatch.setenv(STEPS, str(plain))
+    with pytest.raises(RuntimeError, match="not a named pipe"):
+        StepReporter.from_environment()
+    assert plain.read_text() == "the user's"

@@ -16,13 +16,14 @@ import contextlib
 import os
 import random
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from ..steps import LOSS_SAMPLES, STEPS_FD, Effect, Loss, Model, Step, decode
+from ..steps import LOSS_SAMPLES, STEPS, Effect, Loss, Model, Step, decode
 from ..trial import launch
 from . import freeze
 
@@ -34,6 +35,13 @@ EXIT_WAIT_S = 3.0  # a copy whose steps stopped gets this long to end before it 
 # multiprocessing (a DataLoader's workers) puts its AF_UNIX sockets in TMPDIR, and a socket's path holds at most
 # 107 bytes: under a long temporary folder (a test run's) a copy's DataLoader failed "AF_UNIX path too long".
 SHORT_TEMP = 60
+
+
+def free_port() -> int:
+    """A TCP port no one listens on now (the kernel's pick for a socket bound to port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def short_temp() -> str:
@@ -64,21 +72,19 @@ class ScriptRun(freeze.Freezable):
         removed when it stops), its output in ``script.log``."""
         self.folder.mkdir(parents=True, exist_ok=True)
         self.temporary = temporary = Path(tempfile.mkdtemp(prefix="autotune-copy-", dir=short_temp()))
-        read, write = os.pipe()
-        os.set_blocking(read, False)
-        env = {**self.plan.env, STEPS_FD: str(write), TRIAL: "1", "TMPDIR": str(temporary)}
+        steps = temporary / "autotune-steps"
+        os.mkfifo(steps, 0o600)
+        self._read = os.open(steps, os.O_RDONLY | os.O_NONBLOCK)  # open before the script starts: it finds a reader
+        # Its own port for torch.distributed (a script's init_process_group, torchrun's rendezvous): two copies
+        # run at once, and a port the script sets with os.environ.setdefault is left to this one.
+        port = str(free_port())
+        env = {**self.plan.env, STEPS: str(steps), TRIAL: "1", "TMPDIR": str(temporary), "MASTER_PORT": port,
+               "PET_MASTER_PORT": port}
         if self.loss_samples is not None:
             env[LOSS_SAMPLES] = str(self.loss_samples)
-        try:
-            with open(self.folder / "script.log", "wb") as log:
-                self.proc = launch.start(replace(self.plan, env=env), pass_fds=(write,), cwd=self.folder,
-                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-        except BaseException:
-            os.close(read)
-            raise
-        finally:
-            os.close(write)  # the script holds it now: the pipe ends when the script does
-        self._read = read
+        with open(self.folder / "script.log", "wb") as log:
+            self.proc = launch.start(replace(self.plan, env=env), cwd=self.folder, stdin=subprocess.DEVNULL,
+                                     stdout=log, stderr=subprocess.STDOUT)
 
     def processes(self) -> int:
         """The processes the copy started and that run now (its DataLoader workers, say)."""

@@ -85,6 +85,10 @@ def script_context(argv: list[str], params: dict[str, Any], facts: Facts, folder
     try:
         run.start()
         run.window(0.0, min_steps=WARMUP_STEPS, timeout_s=timeout_s)
+        if run.model is not None and run.model.ranks > 1:
+            raise RuntimeError(f"the script trains in {run.model.ranks} processes: script mode times copies of one "
+                               f"process (start it with one, e.g. torchrun --nproc-per-node 1); the processes knob "
+                               f"is searched in workload mode")
         if run.model is None or not run.steps:
             what = "call tuned.prepare_model(model)" if run.model is None else "call tuned.step(loss, optimizer)"
             raise RuntimeError(f"the script's copy did not {what} (as the README's apply() pattern does) within "

@@ -44,8 +44,11 @@ def workload_label(argv: list[str]) -> str:
 
     >>> workload_label(["python", "examples/train_cnn.py", "--epochs", "3"])
     'script:examples/train_cnn.py'
+    >>> workload_label(["torchrun", "--nproc-per-node", "1", "train.py", "--config", "my.yaml"])
+    'script:train.py'
     """
-    script = next((a for a in argv[1:] if not a.startswith("-")), argv[0] if argv else "")
+    given = [a for a in argv[1:] if not a.startswith("-")]
+    script = next((a for a in given if a.endswith(".py")), given[0] if given else argv[0] if argv else "")
     return f"{SCRIPT}{script}"
 
 
@@ -91,7 +94,8 @@ def search_script(argv: list[str], *, batch_size: int, options: SearchOptions | 
     notify(Phase("starting the script", None, "one copy with the defaults, to its first step"))
     started = time.monotonic()
     try:
-        told = script_context(command, defaults, facts, folder / "context", os.environ, CONTEXT_TIMEOUT_S)
+        told = script_context(command, defaults, facts, folder / "context", os.environ,
+                              min(CONTEXT_TIMEOUT_S, options.budget_s or CONTEXT_TIMEOUT_S))
     except RuntimeError as e:
         raise UsageError(f"{' '.join(argv)}: {e}") from None
     ctx = replace(ctx, conv=told.model.conv, conv_nd=told.model.conv_nd)

@@ -1,7 +1,8 @@
 """A user's training script of the README's pattern whose step takes a known time, 8 ms, or 4 ms with
 channels_last (a 1x1 conv: channels_last is in its space), and which misbehaves with channels_last as ``FAULT``
 says: ``crash`` (an exception at step 5), ``exit`` (exit 0 at step 5), ``hang`` (at step 8), ``no-step`` (never
-steps), ``print`` (10 kB of output a step)."""
+steps), ``print`` (10 kB of output a step). With ``DIST`` set, every copy joins a one-process gloo group on
+``MASTER_PORT``, 29500 unless set, as scripts written for torchrun do."""
 import os
 import sys
 import time
@@ -15,6 +16,10 @@ tuned = autotune.apply()
 torch.set_num_threads(1)  # its own: on a loaded machine two threads' spinning would outweigh channels_last
 fast = bool(tuned.params.get("channels_last"))
 fault = os.environ.get("FAULT", "") if fast else ""
+if os.environ.get("DIST"):
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29500")
+    torch.distributed.init_process_group("gloo", rank=0, world_size=1)
 model = tuned.prepare_model(torch.nn.Conv2d(1, 1, 1))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 model, optimizer = tuned.prepare(model, optimizer)

@@ -62,11 +62,13 @@ def test_a_scripts_fault_is_the_trials_failure_with_its_reason(facts: Any, tmp_p
 def test_a_script_mode_search_stores_the_faster_recipe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The baseline is the A/A of fresh copy pairs; the seed with channels_last (held by --fix in every trial
     but the baseline) steps in half the time, printing 10 kB a step to its log; the recipe says so, named after
-    the script, with the loss told at the study's samples."""
+    the script, with the loss told at the study's samples. Every copy joins a gloo group on the port its
+    environment gives (two at once on one port: EADDRINUSE)."""
     from autotune.study import SearchOptions
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("FAULT", "print")  # channels_last's copies print heavily
+    monkeypatch.setenv("DIST", "1")
     options = SearchOptions(budget_s=120, trials=2, storage=f"sqlite:///{tmp_path / 'studies.db'}",
                             fixed={"channels_last": True, "threads": 1, "interop_threads": 1, "batch_per_rank": 8},
                             confirm_top=0,
@@ -110,6 +112,16 @@ def test_a_script_without_the_apply_pattern_is_one_line(tmp_path: Path) -> None:
     line = out.stderr.strip()
     assert "\n" not in line and "did not call tuned.prepare_model(model)" in line and "exited with status 0" in line
     assert not (tmp_path / "studies.db").exists()  # nothing was written
+
+
+def test_a_script_of_several_processes_is_one_line(tmp_path: Path) -> None:
+    """A script under torchrun --nproc-per-node 2 tells its model with 2 ranks (here told by hand)."""
+    code = ("import time; from autotune.steps import Model, StepReporter; r = StepReporter.from_environment(); "
+            "r.model(Model(True, False, 2))\nfor _ in range(300): r.micro(8); r.stepped(None); time.sleep(0.01)")
+    out = run_cli("search", "--batch-size", "8", "--", sys.executable, "-c", code, cwd=tmp_path)
+    assert out.returncode == 2, out
+    line = out.stderr.strip()
+    assert "\n" not in line and "the script trains in 2 processes: script mode times copies of one" in line, line
 
 
 @pytest.mark.parametrize(("args", "said"), [
