@@ -114,6 +114,14 @@ def test_a_script_without_the_apply_pattern_is_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "studies.db").exists()  # nothing was written
 
 
+def test_a_script_that_never_prepares_its_model_ends_within_the_budget(tmp_path: Path) -> None:
+    started = time.monotonic()
+    out = run_cli("search", "--budget", "4s", "--batch-size", "8", "--", sys.executable, "-c",
+                  "import time; time.sleep(120)", cwd=tmp_path)
+    assert out.returncode == 2 and "did not call tuned.prepare_model(model)" in out.stderr, out
+    assert time.monotonic() - started < 30  # the first copy's wait was the budget's 4 s, not its own 300 s
+
+
 def test_a_script_of_several_processes_is_one_line(tmp_path: Path) -> None:
     """A script under torchrun --nproc-per-node 2 tells its model with 2 ranks (here told by hand)."""
     code = ("import time; from autotune.steps import Model, StepReporter; r = StepReporter.from_environment(); "
