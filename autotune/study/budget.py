@@ -20,7 +20,7 @@ from ..measure import PROCESS_PAIRS, Noise, environment_key
 from ..measure.candidate import paired_method
 from ..measure.script_pairs import METHOD, round_pairs
 from ..trial.spec import Status, TrialResult
-from .records import BASELINE, CONFIRM, Attr, StudyAttr, contenders, lineup, records
+from .records import BASELINE, CONFIRM, Attr, StudyAttr, contenders, lineup, records, study_margin
 
 if TYPE_CHECKING:
     import optuna
@@ -168,7 +168,8 @@ def round_parts(result: TrialResult, noise: Noise | None, options: SearchOptions
 def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | None, *,
               racing: tuple[TrialResult, dict[str, Any]] | None = None) -> float:
     """Time kept for the confirmation: the rounds of each candidate it would likely confirm now (its
-    ``contenders``: not one whose search interval lies wholly below the first's), each environment's part once a
+    ``contenders``: not one whose search interval lies wholly below the first's, nor one whose median is below
+    1 + margin), each environment's part once a
     round however many of them share it (``round_parts``: kept once per candidate, shared process pairs would
     stop the search early), 10% over. The defaults' worker is started in a round only for a candidate of the
     defaults' environment: as the calibration's was, at least the baseline's start (the baseline's start alone
@@ -181,7 +182,7 @@ def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | Non
         return 0.0
     noise = recorded_noise(study)
     baseline, top = lineup(study, options.confirm_top)
-    entries = [(r.result, environment_key(r.params)) for r in contenders(top)]
+    entries = [(r.result, environment_key(r.params)) for r in contenders(top, 1 + study_margin(study))]
     if racing is not None and baseline is not None and len(entries) < options.confirm_top:
         entries.append((racing[0], environment_key(racing[1])))
     if not entries:

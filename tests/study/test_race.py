@@ -382,8 +382,11 @@ def test_the_time_kept_for_the_confirmation_counts_only_the_contenders() -> None
         return TrialRecord(number, "search", {}, result, True)
 
     leader, close, below = record(1, 1.21, 1.20, 1.21), record(3, 1.15, 1.0, 1.3), record(2, 1.03, 1.00, 1.06)
-    assert contenders([leader, close, below]) == [leader, close]
-    assert contenders([]) == [] and contenders([below]) == [below]
+    assert contenders([leader, close, below], 1.02) == [leader, close]
+    assert contenders([], 1.02) == [] and contenders([below], 1.02) == [below]
+    # a median under the bar, an interval wide enough to reach past it: confirmed in the time left, none kept
+    slower, under_bar = record(4, 0.93, 0.60, 1.45), record(5, 1.01, 0.8, 1.25)
+    assert contenders([slower], 1.02) == [] and contenders([slower, under_bar, close], 1.02) == [close]
 
 
 def _candidate(number: int, median: float, low: float, high: float, rounds: int = 3) -> Any:
