@@ -111,6 +111,27 @@ def test_without_the_best_environment_warm_the_defaults_worker_fills_it(searched
         k: defaults[k] for k in ("threads", "interop_threads", "affinity", "openmp", "allocator")}
 
 
+def test_where_every_trial_starts_processes_the_end_of_the_budget_is_not_filled(facts: Any) -> None:
+    """Script mode: the first round's 8 s read as a cheap trial's took 19 s, and left the leader's last
+    confirmation round out."""
+
+    class Fresh:
+        fresh_processes = True
+
+        def warm(self, params: dict[str, Any]) -> bool:
+            return False
+
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr("noise", asdict(NOISE))
+    defaults = spaces.defaults(facts, CTX)
+    _add(study, "baseline", defaults, 1.0, 28.0, "script process pairs (A/A)", 9.2)
+    _add(study, "seed", {**defaults, "channels_last": True}, 1.23, 18.6, "script process pairs (2)", 6.1)
+    loop = _loop(study, facts, Fresh())
+    assert in_process_estimate_s(study) is not None  # what the budget would offer a measurer with warm workers
+    assert not loop.fill(20.0) and not _waiting(study)
+    assert loop.next_estimate_s() == pytest.approx(1.2 * 18.6)
+
+
 def test_a_waiting_seed_that_starts_processes_ends_the_search_and_a_warm_one_is_taken(searched: Any,
                                                                                      facts: Any) -> None:
     study, defaults = searched
