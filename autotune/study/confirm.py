@@ -9,7 +9,7 @@ and adds one fresh process pair to every environment factor, which that round's 
 measurement of the search takes part in the confirmed figure (the search's process pairs lend only their spread,
 the width of one pair's ratio). An in-process ratio differs from one process to the next, so the rounds are the
 units: a candidate's confirmed speedup is the geometric mean of its rounds' medians with a Student-t interval over
-them (``stats.rounds_interval``); one round is that round's own interval, and the recipe says so. Only these
+them, no narrower than the rounds' own intervals allow (``stats.rounds_interval``); one round is that round's own interval, and the recipe says so. Only these
 measurements decide: a recipe is offered when its confirmed speedup's low bound is above ``1 + margin``
 (``Confirmation.best``); otherwise the defaults are kept, and the report says why. Each round is a trial of the
 study with role ``confirm`` (user attributes ``confirms``: the trial it re-measures, ``round``), so a resumed

@@ -70,6 +70,11 @@ def test_a_confirmation_is_a_t_interval_over_its_rounds_counted_in_rounds() -> N
     assert iv == stats.log_mean_interval([1.56, 1.75, 2.02]) and iv.count == 3
     close = [stats.Interval(m, 0.8 * m, 1.2 * m, 0.97, 6) for m in (1.49, 1.5, 1.51)]
     assert stats.rounds_interval(close).high < 1.2 * 1.5  # agreeing rounds: narrower than any one round's
+    # ... but not narrower than their own errors allow: three rounds of [1.09-1.41] that agree to 1.24 by chance
+    same = [stats.Interval(1.24 * f, 1.09, 1.41, 0.95, 12) for f in (0.999, 1.0, 1.001)]
+    iv = stats.rounds_interval(same)
+    assert stats.log_mean_interval([r.median for r in same]).high < 1.25  # the t-interval alone
+    assert 1.12 < iv.low < 1.18 and 1.30 < iv.high < 1.37, iv
     assert stats.rounds_interval(rounds[:1]) == rounds[0]
     assert "that round's interval alone" in rounds_said(1, 6) and "Student-t" in rounds_said(3, 18)
 

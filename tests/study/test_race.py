@@ -13,7 +13,7 @@ import pytest
 
 from autotune.errors import UsageError
 from autotune.measure import Noise
-from autotune.measure.stats import Interval, log_mean_interval
+from autotune.measure.stats import CONFIDENCE, Interval, log_mean_interval, rounds_interval
 from autotune.study import SearchOptions, search
 from autotune.study.race import looks_confidence, race_stop
 from autotune.trial import TrialResult
@@ -178,8 +178,12 @@ def test_a_recipe_is_offered_only_when_its_confirmed_low_bound_clears_the_margin
                       trials=3)
     recipe = offered.recipe
     assert recipe.params["batch_per_rank"] == 64 and recipe.speedup == pytest.approx(1.3)
-    # from the confirmation alone: a Student-t interval over its three rounds' medians (the search read 1.3x)
-    rounds = log_mean_interval([1.3 * j for j in (1.0, 1.02, 1 / 1.02)])
+    # from the confirmation alone: a Student-t interval over its three rounds' medians (the search read 1.3x), no
+    # narrower than the rounds' own intervals (6 pairs each) allow for their mean
+    medians = [1.3 * j for j in (1.0, 1.02, 1 / 1.02)]
+    half = 0.4 / math.sqrt(6)
+    rounds = rounds_interval([Interval(m, m - half, m + half, CONFIDENCE, 6) for m in medians])
+    assert rounds.low < log_mean_interval(medians).low  # the rounds agree closer than their own errors
     assert (recipe.speedup, recipe.speedup_low, recipe.speedup_high) == pytest.approx(
         (rounds.median, rounds.low, rounds.high))
     # the rates: the rounds' medians, each measured, the defaults' in their own windows (not 130 / 1.3)
