@@ -3,26 +3,26 @@
 A search keeps its fastest measurement, and the fastest of many noisy measurements is biased upward (the winner's
 curse). So the top ``confirm_top`` feasible recipes (by their search median; not those whose search interval lies
 wholly below ``1 + margin``: they could not be offered; ranked highest low bound first, ``lineup``) are measured
-again against the defaults with FRESH pairs, in ``confirm_rounds`` rounds: each round starts new worker processes
-(a new seed for the windows' order) and measures every candidate in them, ``budget.confirmation_pairs`` pairs each,
-and adds one fresh process pair to every environment factor, which that round's factor is made of alone: no
-measurement of the search takes part in the confirmed figure (the search's process pairs lend only their spread,
-the width of one pair's ratio). An in-process ratio differs from one process to the next, so the rounds are the
-units: a candidate's confirmed speedup is the geometric mean of its rounds' medians with a Student-t interval over
-them, no narrower than the rounds' own intervals allow (``stats.rounds_interval``); one round is that round's own interval, and the recipe says so. Only these
-measurements decide: a recipe is offered when its confirmed speedup's low bound is above ``1 + margin``
-(``Confirmation.best``); otherwise the defaults are kept, and the report says why. Each round is a trial of the
-study with role ``confirm`` (user attributes ``confirms``: the trial it re-measures, ``round``), so a resumed
-search keeps them and measures only what is missing.
+again against the defaults with FRESH pairs, in ``confirm_rounds`` rounds: each round starts new worker processes (a
+new seed for the windows' order) and measures every candidate in them, ``budget.confirmation_pairs`` pairs each, and
+adds one fresh process pair to every environment factor, which that round's factor is made of alone: no measurement
+of the search takes part in the confirmed figure (the search's process pairs lend only their spread, the width of
+one pair's ratio). An in-process ratio differs from one process to the next, so the rounds are the units: a
+candidate's confirmed speedup is the geometric mean of its rounds' medians with a Student-t interval over them, no
+narrower than the rounds' own intervals allow (``stats.rounds_interval``); one round is that round's own interval,
+and the recipe says so. Only these measurements decide: a recipe is offered when its confirmed speedup's low bound
+is above ``1 + margin`` (``Confirmation.best``); otherwise the defaults are kept, and the report says why. Each
+round is a trial of the study with role ``confirm`` (user attributes ``confirms``: the trial it re-measures,
+``round``), so a resumed search keeps them and measures only what is missing.
 
 The search loop keeps time for them in the budget (``autotune.study.budget.reserve_s``, from the measured pair
-times); when the budget still runs short, the candidates ranked above keep the time of their later rounds, a
-lower one that does not fit beside them is left out of the rest (confirmed over the rounds it had), and the
-report says so. From its third round on, a candidate whose interval over its rounds so far lies wholly below
-the leader's (the highest low bound) is left out of the later rounds: it could not be chosen. Only intervals of
-two rounds or more take part (one round's interval does not see the variation between processes), and each
-of these looks is taken at ``race.looks_confidence`` of the rounds' looks, so by Bonferroni's inequality the
-chance that any look drops a candidate wrongly is at most ``1 - CONFIDENCE`` (``_race``).
+times); when the budget still runs short, the candidates ranked above keep the time of their later rounds, a lower
+one that does not fit beside them is left out of the rest (confirmed over the rounds it had), and the report says
+so. From its third round on, a candidate whose interval over its rounds so far lies wholly below the leader's (the
+highest low bound) is left out of the later rounds: it could not be chosen. Only intervals of two rounds or more
+take part (one round's interval does not see the variation between processes), and each of these looks is taken at
+``race.looks_confidence`` of the rounds' looks, so by Bonferroni's inequality the chance that any look drops a
+candidate wrongly is at most ``1 - CONFIDENCE`` (``_race``).
 """
 from __future__ import annotations
 
