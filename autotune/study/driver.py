@@ -336,9 +336,11 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
     # The interval as measured, whether or not this storage has columns for it yet (the store reads back the rest).
     recipe = replace(stored, **{k: getattr(recipe, k) for k in ("speedup_low", "speedup_high", "peak_memory_bytes")
                                 if getattr(stored, k) is None})
+    noise = searched_noise(study.user_attrs.get(StudyAttr.NOISE), loop, confirmation, best)
+    if noise is not None:  # the report reads it: without, it said "between fresh processes not measured"
+        study.set_user_attr(StudyAttr.NOISE, noise)
     outcome = SearchOutcome(name, recipe, baseline, best, records, stopped, time.monotonic() - started, confirmation,
-                            searched_noise(study.user_attrs.get(StudyAttr.NOISE), loop, confirmation, best),
-                            time_spent(records))
+                            noise, time_spent(records))
     notify(SearchDone(outcome))
     return outcome
 

@@ -78,6 +78,10 @@ def test_a_script_mode_search_stores_the_faster_recipe(tmp_path: Path, monkeypat
     seen = [(r.number, r.role, r.result.status, r.result.objective, r.result.speedup_low, r.result.speedup_high,
              r.result.error, r.result.warnings, r.reason) for r in outcome.records], outcome.recipe.notes
     assert outcome.study == f"faulty_train-{outcome.recipe.fingerprint}"
+    import optuna
+
+    stored = optuna.load_study(study_name=outcome.study, storage=options.storage).user_attrs["noise"]
+    assert stored["between_pairs"] >= 5 and stored["between"] > 0, stored  # the report's noise: as the search's
     assert outcome.recipe.workload == f"script:{SCRIPT}"
     assert outcome.recipe.params["channels_last"] is True and outcome.recipe.params["processes"] == 1, seen
     assert 1.5 < outcome.recipe.speedup < 2.6, seen
