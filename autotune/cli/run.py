@@ -14,6 +14,10 @@ A recipe with ``processes`` P > 1 starts ``python SCRIPT ARGS`` (or ``python -m 
 to its own cores by ``autotune.apply()``, which also joins the process group; ``Tuned.prepare_model``
 wraps the model in DDP and ``Tuned.sampler`` shards the data. Any other command is refused with the
 way to start it (``torchrun`` after loading the env file); a command that runs torchrun itself is kept.
+
+Whatever the command started ends with it, or with ``autotune run`` however it is stopped: processes in sessions
+of their own too (torchrun's ranks; ``autotune.trial.lifeline``). A server the script means to leave running
+(tensorboard, say) is better started outside it.
 """
 from __future__ import annotations
 
