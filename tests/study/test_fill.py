@@ -311,11 +311,20 @@ class Answering(Warm):
                            samples_per_s=1100.0, baseline_samples_per_s=1000.0)
 
 
-def test_sampled_trials_take_a_third_of_the_turns_while_seeds_remain(facts: Any) -> None:
+class AnsweringFresh(Answering):
+    """Script mode's kind: every trial starts processes (``fresh_processes``)."""
+
+    fresh_processes = True
+
+
+@pytest.mark.parametrize("fresh", [False, True])
+def test_sampled_trials_take_a_third_of_the_turns_while_seeds_remain(facts: Any, fresh: bool) -> None:
     """Six seeds of the defaults' worker and a count of 7 trials: before, the six seeds took every trial after the
     baseline and the sampler never ran (a recurrent workload's 3-minute search: 4 trials, all seeds), and with a
     sample for every two seeds 2 of the CNN's 7 were sampled. Now after every candidate but the first at least a
-    third were sampled: seed, sample, seed, sample, seed, seed (then a sample)."""
+    third were sampled: seed, sample, seed, sample, seed, seed (then a sample). The sample is an in-process trial
+    in the defaults' environment; where every trial starts processes anyway (script mode), Optuna samples the
+    environment too (before, script mode's samples never changed threads, OpenMP or the allocator)."""
     # seeded: a sample that repeats a measured recipe takes its turn unmeasured (tested above), and one more trial
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=3))
     study.set_user_attr("noise", asdict(NOISE))
@@ -325,11 +334,18 @@ def test_sampled_trials_take_a_third_of_the_turns_while_seeds_remain(facts: Any)
     seeds = [("seed", {**defaults, "batch_per_rank": b, "channels_last": c})
              for c, b in ((False, 8), (False, 16), (False, 64), (False, 128), (True, 8), (True, 16))]
     options = SearchOptions(budget_s=300, storage="sqlite://", study="share", seed=1, trials=7)
-    loop = SearchLoop(study, "cnn", facts, CTX, {}, options, time.monotonic() + 60, lambda event: None,
-                      seeds=seeds, measurer=Answering(defaults))
+    # (an hour's deadline: the trials answer at once, but with fresh processes each is estimated as the baseline's)
+    loop = SearchLoop(study, "cnn", facts, CTX, {}, options, time.monotonic() + 3600, lambda event: None,
+                      seeds=seeds, measurer=(AnsweringFresh if fresh else Answering)(defaults))
     loop.noise = NOISE
     assert loop.run() == "trials"
-    roles = [t.user_attrs[Attr.ROLE] for t in study.get_trials(deepcopy=False)][1:]
+    told = [t.user_attrs[Attr.ROLE] for t in study.get_trials(deepcopy=False)][1:]
+    sample = "search" if fresh else "in-process"
+    assert told.count(sample) == 2, told
+    roles = [role.replace(sample, "in-process") for role in told]
+    if fresh:  # nothing was fixed for the sampler: the environment's knobs are its to choose
+        assert all("fixed_params" not in t.system_attrs for t in study.get_trials(deepcopy=False)
+                   if t.user_attrs[Attr.ROLE] == "search")
     # (a sample that repeats a measured recipe takes its turn unmeasured: with this seed none does here, but the
     # space is the machine's, so the order is checked turn by turn, such a repeat counted as a turn taken)
     seeded = sampled = 0
