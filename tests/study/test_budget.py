@@ -56,6 +56,31 @@ def test_a_candidate_is_estimated_from_candidates_or_else_from_the_calibration()
     assert reserve_s(study, one, 24.0) == pytest.approx(1.1 * (9.0 + 2 * 12 * 0.5 * 1.1 + (20.0 - 12.0)))
 
 
+def test_a_script_modes_rounds_are_its_process_pairs_alone() -> None:
+    """A script-mode candidate of 4 process pairs in 35 s: a round is 2 such pairs (17.5 s), and the defaults'
+    start (the baseline's 8.2 s) is not added: every pair starts both copies itself."""
+    from dataclasses import asdict
+
+    import optuna
+
+    from autotune.measure import Noise
+    from autotune.study import SearchOptions
+    from autotune.study.budget import reserve_s
+
+    study = optuna.create_study(direction="maximize")
+    noise = Noise(window_s=0.5, pairs=6, half_width=0.03, margin=0.035, spread=0.3, aa=(1.0, 0.54, 1.97),
+                  timed_s=18.3, wall_s=27.0)
+    study.set_user_attr("noise", asdict(noise))
+    study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs={
+        "wall_s": 27.0, "startup_s": 8.2, "timed_s": 18.3, "status": "ok", "role": "baseline",
+        "params": {"batch_size": 64}, "objective": 1.0, "method": "script process pairs (A/A)"}))
+    study.add_trial(optuna.trial.create_trial(value=1.66, user_attrs={
+        "wall_s": 35.0, "startup_s": 10.1, "timed_s": 24.4, "status": "ok", "role": "seed",
+        "params": {"batch_size": 64, "amp_dtype": "bfloat16"}, "objective": 1.66, "speedup_low": 1.28,
+        "speedup_high": 2.14, "method": "script process pairs (4)"}))
+    assert reserve_s(study, SearchOptions(budget_s=178), 42.0) == pytest.approx(1.1 * 3 * 35.0 / 4 * 2)
+
+
 def test_no_trial_may_take_the_time_kept_for_the_confirmation() -> None:
     """A compile trial started with 62 s left, 30 of them kept to confirm the candidates found, gets 32 s:
     it timed out at 60 s in a 2-minute demo and left the best candidate unconfirmed."""
