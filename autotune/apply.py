@@ -131,8 +131,8 @@ class Tuned:
         if self._steps is not None and self.rank == 0:
             # The launcher's ranks: a recipe of one process joins no group, and each rank would train alone.
             launched = spaces.processes.launched_ranks()
-            self._steps.model(Model(*spaces.conv_layers(model), ranks=max(self.world_size, launched[1] if launched
-                                                                           else 1)))
+            ranks = max(self.world_size, launched[1] if launched else 1)
+            self._steps.model(Model(*spaces.conv_layers(model), ranks=ranks))
         return model
 
     def _watch_first_step(self, model: torch.nn.Module) -> None:

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -216,9 +215,9 @@ def pg_bin(root: Path = PG_ROOT) -> Path | None:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    from autotune.measure.script import free_port
+
+    return free_port()
 
 
 @pytest.fixture(scope="session")

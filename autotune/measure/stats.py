@@ -183,7 +183,7 @@ def pooled_log_mean_interval(ratios: Sequence[float], others: Sequence[Sequence[
         return Interval(math.exp(centre) if logs else math.nan, 0.0, math.inf, confidence, len(logs))
     groups = [g for g in (ratios, *others) if len(g) >= 2]
     df = sum(len(g) - 1 for g in groups)
-    sd = max(pooled[0], statistics.stdev(logs) if len(logs) >= 2 else 0.0)
+    sd = max(pooled[0], statistics.stdev(logs))
     half = t_quantile(1 - (1 - confidence) / 2, df) * sd / math.sqrt(len(logs))
     return Interval(math.exp(centre), math.exp(centre - half), math.exp(centre + half), confidence, len(logs))
 

@@ -204,10 +204,12 @@ def floors(study: optuna.Study) -> dict[str, float]:
     baseline's start; another's, one of its process pairs, from the trial that is that environment's defaults (its
     wall time / its process pairs: method ``process pairs``). Counted from the calibration instead (a worker's
     start and the pair's windows), a process pair's round is underestimated (two processes started side by side,
-    two arms settled, both ended), and a round kept too short times out."""
+    two arms settled, both ended), and a round kept too short times out. Script mode has none: a round is its own
+    fresh pairs of copies, no environment's worker is started beside them (its baseline's start counted as one
+    kept 86 s for three rounds that took 53 s, and the search stopped exploring at 62 s)."""
     found: dict[str, float] = {}
     for r in records(study):
-        if r.role == CONFIRM or r.result.status != Status.OK:
+        if r.role == CONFIRM or r.result.status != Status.OK or (r.result.method or "").startswith(METHOD):
             continue
         key = environment_key(r.params)
         if r.role == BASELINE:
@@ -227,10 +229,6 @@ def rounds_s(rounds: Iterable[tuple[TrialResult, str, int]], noise: Noise | None
     for result, env, round_ in rounds:
         own, part = round_parts(result, noise, options, round_)
         total += own
-        if _SCRIPT_PAIRS.fullmatch(result.method or ""):
-            # A script's round is its own fresh pairs of copies: no environment's worker to share or start (the
-            # defaults' start counted besides kept 86 s for rounds that took 53 s, and the search stopped at 62 s).
-            continue
         if (env, round_) not in paid:
             shared[(env, round_)] = max(shared.get((env, round_), 0.0), part, (floors or {}).get(env, 0.0))
     return total + sum(shared.values())

@@ -167,7 +167,7 @@ class SearchLoop(Turns):
         if not self._waiting() and self.sampled_turn():
             # Where every trial starts processes (script mode) an in-process trial is no cheaper: Optuna samples the
             # environment too (role ``search``); fixed to the defaults', script mode's samples never changed threads.
-            if not getattr(self.measurer, "fresh_processes", False):
+            if not self.fresh_processes():
                 self.enqueue_in_process()
         elif not enqueue_next_seed(self.study, self.seeds) \
                 and not enqueue_combination(self.study, self.facts, self.ctx, self.options.fixed) \

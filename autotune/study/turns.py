@@ -72,11 +72,13 @@ class Turns:
 
     def _cheap_estimate_s(self) -> float | None:
         """A trial that starts no process (``budget.in_process_estimate_s``); None where every trial starts some
-        (script mode's measurer): read as cheap there, a fill trial of 8 s estimated took 19 s, and the third
+        (``fresh_processes``): read as cheap there, a fill trial of 8 s estimated took 19 s, and the third
         confirmation round of a 1.23x candidate no longer fitted (confirmed [0.71-3.04] over two, defaults kept)."""
-        if getattr(self.measurer, "fresh_processes", False):
-            return None
-        return budget.in_process_estimate_s(self.study)
+        return None if self.fresh_processes() else budget.in_process_estimate_s(self.study)
+
+    def fresh_processes(self) -> bool:
+        """Whether every trial starts processes of its own (script mode's measurer): none is cheaper."""
+        return bool(getattr(self.measurer, "fresh_processes", False))
 
     def fill(self, available: float) -> bool:
         """The budget's end, where a typical trial no longer fits before the time kept for the confirmation: a
@@ -160,7 +162,7 @@ class Turns:
         warm environment, as for the environments, which keeps most of the trials' time timed. The turn gives way
         once ``DUPLICATES_YIELD`` samples in a row were recipes measured before (a small in-process space, or TPE
         sure of its best): a sample Optuna draws freely comes next."""
-        if self.duplicates >= DUPLICATES_YIELD or getattr(self.measurer, "fresh_processes", False):
+        if self.duplicates >= DUPLICATES_YIELD or self.fresh_processes():
             return False  # a measurer that starts processes for every trial (script mode's) has no cheap ones
         started = not_started = 0.0
         for r in records(self.study):

@@ -105,7 +105,7 @@ def _watch(pgid: int, token: str) -> None:
 
 def _kill_carriers(token: str) -> int:
     """SIGKILL every process whose environment lists ``token`` in ``AUTOTUNE_TREE``: how many were found."""
-    wanted = token.encode()
+    prefix, wanted = f"{TREE}=".encode(), token.encode()
     found = 0
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -116,7 +116,7 @@ def _kill_carriers(token: str) -> int:
         except OSError:  # gone, or another user's
             continue
         for entry in environ.split(b"\0"):
-            if entry.startswith(b"AUTOTUNE_TREE=") and wanted in entry[len(b"AUTOTUNE_TREE="):].split():
+            if entry.startswith(prefix) and wanted in entry[len(prefix):].split():
                 found += 1
                 try:
                     os.kill(int(name), signal.SIGKILL)
