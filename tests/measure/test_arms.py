@@ -251,10 +251,11 @@ def test_aa_of_the_defaults_reads_same_with_one_inside(tiny_worker: PairedWorker
     assert cal.aa.ratio.count == 8 and cal.margin >= stats.MIN_MARGIN and cal.pairs >= 8
     assert "defaults~aa" not in tiny_worker.arms  # the copy is dropped, the base kept
     tiny_worker.add_arm("defaults~again", _params(facts))
-    again = _compare(tiny_worker, "defaults", "defaults~again", 8, 0.1, seed=5)
+    again = _compare(tiny_worker, "defaults", "defaults~again", 16, 0.1, seed=5)
     # Same, and 1.0 within the interval or the whole interval within the calibrated margin: two arms of one model
-    # can differ by a real fraction of a percent (where their tensors lie in memory; seen: 0.994 [0.988-0.997]),
-    # and 8 pairs at 99% give the extreme ratios (12 pairs gave 0.994 [0.978-1.040]), never a gap past the margin.
+    # can differ by a real fraction of a percent (where their tensors lie in memory; seen: 0.994 [0.988-0.997]).
+    # 16 pairs: at 99% the interval of 8 is their extreme ratios, and one pair a shared VM slowed (CI saw 0.897
+    # beside seven at 0.98-0.997) carried it past the margin.
     assert again.verdict == "same", again
     assert _reads_one(again.ratio, cal.margin), (again, cal.margin)
     tiny_worker.drop_arm("defaults~again")
