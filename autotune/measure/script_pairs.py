@@ -2,7 +2,7 @@
 
 Every recipe of a script is a whole process of it, so every comparison is across processes: a candidate is
 measured against the defaults over fresh pairs of live copies (``script.ScriptRun``), each warmed up untimed, then
-``WINDOW_PAIRS`` pairs of windows with the idle copy frozen. A process pair gives one ratio, its windows' median;
+pairs of windows with the idle copy frozen. A process pair gives one ratio, its windows' median;
 two identical processes differ by a factor that lasts their life, so a candidate's interval is the Student-t
 interval of the logarithms of its process pairs' ratios, from ``LEAST_PAIRS`` of them on, their spread pooled with
 the A/A's and the earlier recipes' process pairs (``stats.pooled_log_mean_interval``: two pairs alone have one
@@ -11,6 +11,7 @@ exits, hangs or never tells a step is the trial's failure, with its reason; the 
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
 import random
@@ -26,14 +27,15 @@ from ..recipe import Recipe
 from ..steps import Model, Step
 from ..trial import launch
 from ..trial.spec import Status, TrialResult
-from . import stats
+from . import sizing, stats
 from .hopeless import HOPELESS
 from .measurer import Noise
 from .script import ScriptRun, failure, start_together, window_pairs
+from .sizing import LEAST_PAIRS
 
-WINDOW_PAIRS = 6  # window pairs of one process pair (a pair's median: window pairs of the CNN read up to 33% apart)
-LEAST_PAIRS = 2  # process pairs before a candidate has an interval (one sees no process's own factor)
-CALIBRATION_PAIRS = 3  # process pairs of the A/A
+log = logging.getLogger(__name__)
+
+CALIBRATION_PAIRS = 3  # process pairs of the A/A, of ``sizing.WINDOWS`` window pairs each
 WARMUP_STEPS = 3  # untimed steps of each copy before its first window
 WINDOW_STEPS = 8  # a window holds at least this many of the defaults' steps
 MIN_WINDOW_S = 0.5  # 0.3-s windows of the CNN script read identical copies up to 30% apart
@@ -130,6 +132,7 @@ class ScriptMeasurer:
         self.start_limit_s = start_limit_s or max(MIN_START_S, 4 * startup_s)
         self.min_window_s, self.stall_s = min_window_s, stall_s
         self.noise: Noise | None = None
+        self.rounds = sizing.Rounds(sizing.WINDOWS, LEAST_PAIRS, 0.0, 0.0)  # sized by the calibration
         self.calibration: ScriptTrial | None = None
         self.step_s: float | None = None  # the defaults' optimizer step
         self._count = 0
@@ -149,37 +152,50 @@ class ScriptMeasurer:
 
         started = time.monotonic()
         trial = ScriptTrial(dict(self.defaults), baseline=True, deadline=started + timeout_s)
-        within: list[float] = []
+        groups: list[list[float]] = []
         for _ in range(CALIBRATION_PAIRS):
             self.on_phase("calibrating noise", "the defaults against themselves, in fresh pairs of the script")
-            why = self._process_pair(trial, self.defaults, WINDOW_PAIRS, within)
+            groups.append([])
+            why = self._process_pair(trial, self.defaults, sizing.WINDOWS, groups[-1])
             if why is not None:
                 raise TrialError(why)
         aa = stats.log_mean_interval(trial.medians)
         self.factor_ratios["A/A"] = list(trial.medians)
         assert self.step_s is not None
-        window_s = self._window_s()
+        window_s, within = self._window_s(), [r for g in groups for r in g]
+        wall_s = time.monotonic() - started
+        self.rounds = self._size(trial, groups, wall_s)
         self.calibration = trial
-        self.noise = Noise(window_s, WINDOW_PAIRS, 0.03, stats.margin_from_calibration(aa),
+        self.noise = Noise(window_s, self.rounds.windows, 0.03, stats.margin_from_calibration(aa),
                            max(within) - min(within), (aa.median, aa.low, aa.high), timed_s=trial.timed_s,
-                           wall_s=time.monotonic() - started, within=max(abs(r - 1) for r in within),
-                           aa_pairs=len(within), within_what="identical copies of the script in a process pair")
+                           wall_s=wall_s, within=max(abs(r - 1) for r in within), aa_pairs=len(within),
+                           within_what="identical copies of the script in a process pair",
+                           round_pairs=self.rounds.windows * self.rounds.pairs)
         return self.noise
+
+    def _size(self, trial: ScriptTrial, groups: list[list[float]], wall_s: float) -> sizing.Rounds:
+        """A round's process pairs and windows, from the A/A's spreads and costs (``sizing.rounds``)."""
+        within = (stats.pooled_log_sd(groups) or (0.0, 0))[0]
+        windows = sum(len(g) for g in groups)
+        shape = sizing.rounds(within, sizing.between_sd(trial.medians, within, sizing.WINDOWS),
+                              max(0.0, wall_s - trial.timed_s) / len(groups), trial.timed_s / max(1, windows))
+        if shape != sizing.Rounds(sizing.WINDOWS, LEAST_PAIRS, shape.within, shape.between):
+            log.warning("the script's copies differ between processes: %s", shape.note())
+        return shape
 
     def begin(self, params: dict[str, Any], timeout_s: float) -> object | TrialResult:
         return ScriptTrial(dict(params), baseline=params == self.defaults, deadline=time.monotonic() + timeout_s)
 
     def more(self, handle: object, n: int, timeout_s: float, confidence: float = stats.CONFIDENCE) -> stats.Interval:
-        """``n`` window pairs' worth of fresh process pairs (``WINDOW_PAIRS`` each, ``LEAST_PAIRS`` at least in all):
-        the interval over all of the candidate's process pairs so far."""
+        """``n`` window pairs' worth of fresh process pairs (``rounds.windows`` each, ``LEAST_PAIRS`` at least in
+        all): the interval over all of the candidate's process pairs so far."""
         trial = self._trial(handle)
         trial.deadline = min(trial.deadline, time.monotonic() + timeout_s)
-        wanted = max(LEAST_PAIRS - len(trial.medians), math.ceil(n / WINDOW_PAIRS)) if trial.medians else \
-            round_pairs(n)
+        wanted = max(LEAST_PAIRS - len(trial.medians), math.ceil(n / self.rounds.windows))
         for _ in range(wanted):
             if trial.failed is not None or time.monotonic() >= trial.deadline:
                 break
-            why = self._process_pair(trial, trial.params, WINDOW_PAIRS, [])
+            why = self._process_pair(trial, trial.params, self.rounds.windows, [])
             if why is not None and trial.failed is None:
                 trial.failed = TrialResult(_status(why), error=why)
         return self._interval(trial, confidence)
@@ -320,13 +336,8 @@ METHOD = "script process pairs"
 
 
 def script_method(pairs: int) -> str:
-    """A script-mode trial's ``TrialResult.method``, with the process pairs it ran (``round_pairs`` reads them)."""
+    """A script-mode trial's ``TrialResult.method``, with the process pairs it ran."""
     return f"{METHOD} ({pairs})"
-
-
-def round_pairs(window_pairs: int) -> int:
-    """The process pairs that run ``window_pairs`` window pairs (a confirmation round's), ``LEAST_PAIRS`` at least."""
-    return max(LEAST_PAIRS, math.ceil(window_pairs / WINDOW_PAIRS))
 
 
 def _whose(run: ScriptRun, base: ScriptRun) -> str:

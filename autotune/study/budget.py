@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 from ..errors import UsageError
 from ..measure import PROCESS_PAIRS, Noise, environment_key
 from ..measure.candidate import paired_method
-from ..measure.script_pairs import METHOD, round_pairs
+from ..measure.script_pairs import METHOD
+from ..measure.sizing import LEAST_PAIRS, WINDOWS
 from ..trial.spec import Status, TrialResult
 from .records import BASELINE, CONFIRM, Attr, StudyAttr, contenders, lineup, records, study_margin
 
@@ -115,7 +116,9 @@ MIN_ROUND_PAIRS = 6  # the fewest pairs whose order-statistic interval reaches 9
 
 def confirmation_pairs(noise: Noise, options: SearchOptions) -> int:
     """Pairs of one round of a confirmation: the calibration's pairs split over ``confirm_rounds`` rounds, at
-    least ``MIN_ROUND_PAIRS`` a round."""
+    least ``MIN_ROUND_PAIRS`` a round; or the round the measurer sized (``Noise.round_pairs``)."""
+    if noise.round_pairs:  # the measurer sized its rounds itself (script mode's process pairs)
+        return noise.round_pairs
     rounds = max(1, options.confirm_rounds)
     return max(MIN_ROUND_PAIRS, -(-max(4, noise.pairs) // rounds))
 
@@ -152,7 +155,9 @@ def round_parts(result: TrialResult, noise: Noise | None, options: SearchOptions
     method = result.method or ""
     script = _SCRIPT_PAIRS.fullmatch(method)
     if script:  # script mode: a round is fresh process pairs of copies, each as long as the trial's were
-        return result.wall_s / max(1, int(script.group(1))) * round_pairs(confirmation_pairs(noise, options)), 0.0
+        ran = max(1, int(script.group(1)))
+        windows = max(1, (result.pairs or ran * WINDOWS) // ran)  # window pairs a process pair (``sizing``)
+        return result.wall_s / ran * max(LEAST_PAIRS, -(-confirmation_pairs(noise, options) // windows)), 0.0
     if method not in ("process pairs", "process pairs x in-process pairs"):  # ``LiveMeasurer._end``'s
         return windows + outside, start
     pair = start + 2 * max(4, noise.pairs // 2) * noise.window_s  # ``LiveMeasurer._factor``'s windows

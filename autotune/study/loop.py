@@ -256,7 +256,8 @@ class SearchLoop(Turns):
             return self.measurer.end(handle), None
         if role == CONFIRM:
             pairs = budget.confirmation_pairs(noise, self.options)
-            self.phase("confirming", f"{pairs} fresh pairs in fresh processes")
+            self.phase("confirming", f"{pairs // noise.pairs} fresh process pairs of {noise.pairs} window pairs"
+                       if noise.round_pairs else f"{pairs} fresh pairs in fresh processes")
             self.measurer.more(handle, pairs, max(1.0, deadline - time.monotonic()))
             return self.measurer.end(handle), None
         return self._race(handle, noise, deadline, params, started)

@@ -59,7 +59,7 @@ def test_a_candidate_is_estimated_from_candidates_or_else_from_the_calibration()
 def test_a_script_modes_rounds_are_its_process_pairs_alone() -> None:
     """A script-mode candidate of 4 process pairs in 35 s: a round is 2 such pairs (17.5 s), and the defaults'
     start (the baseline's 8.2 s) is not added: every pair starts both copies itself."""
-    from dataclasses import asdict
+    from dataclasses import asdict, replace
 
     import optuna
 
@@ -79,6 +79,14 @@ def test_a_script_modes_rounds_are_its_process_pairs_alone() -> None:
         "params": {"batch_size": 64, "amp_dtype": "bfloat16"}, "objective": 1.66, "speedup_low": 1.28,
         "speedup_high": 2.14, "method": "script process pairs (4)"}))
     assert reserve_s(study, SearchOptions(budget_s=178), 42.0) == pytest.approx(1.1 * 3 * 35.0 / 4 * 2)
+    # Copies that differ between processes: the calibration sized a round as 4 process pairs of 2 window pairs, and
+    # a trial of 2 such pairs took 12 s: a round is 4 pairs of 6 s.
+    study.set_user_attr("noise", asdict(replace(noise, pairs=2, round_pairs=8)))
+    study.add_trial(optuna.trial.create_trial(value=1.9, user_attrs={
+        "wall_s": 12.0, "timed_s": 4.0, "status": "ok", "role": "search", "pairs": 4,
+        "params": {"batch_size": 64, "channels_last": True}, "objective": 1.9, "speedup_low": 1.0,
+        "speedup_high": 2.3, "method": "script process pairs (2)"}))
+    assert reserve_s(study, SearchOptions(budget_s=178, confirm_top=1), 42.0) == pytest.approx(1.1 * 3 * 4 * 6.0)
 
 
 def test_no_trial_may_take_the_time_kept_for_the_confirmation() -> None:

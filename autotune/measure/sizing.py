@@ -1,0 +1,73 @@
+"""How many process pairs, of how many window pairs each, a script-mode round takes: sized from the A/A.
+
+A process pair's ratio varies twice over: between its windows (``within``, the standard deviation of a window
+pair's log ratio about its process pair's) and between fresh processes (``between``, what lasts a process's life:
+on a shared VM one process in three of an input-bound script drew a 1.4x slower speed for good). With ``m``
+window pairs a process pair, a pair's log ratio varies by about ``between**2 + within**2 / m`` and costs
+``pair_s + m * window_pair_s``. Where ``LEAST_PAIRS`` pairs of ``WINDOWS`` reach ``ROUND_SE``, that is the round,
+as before sizing existed. Otherwise the windows a pair are the cost-optimal ``sqrt(pair_s * within**2 /
+(window_pair_s * between**2))`` (two-stage sampling), and the pairs as many as reach ``ROUND_SE``, at most
+``MOST_PAIRS``: a spread that lasts a process's life is averaged only by more processes.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+WINDOWS = 6  # window pairs a process pair, unsized (a pair's median: window pairs of the CNN read up to 33% apart)
+FEWEST_WINDOWS = 2  # a pair's median needs two windows at least
+LEAST_PAIRS = 2  # process pairs a round at least (one sees no process's own factor)
+MOST_PAIRS = 4  # process pairs a round at most: three rounds of them still leave a 3-minute search time to explore
+ROUND_SE = 0.05  # the standard error of a round's mean log ratio the round is sized for (three rounds: about 3%)
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """A round's shape: ``pairs`` process pairs of ``windows`` window pairs each, and the figures it is from."""
+
+    windows: int
+    pairs: int
+    within: float
+    between: float
+
+    def note(self) -> str:
+        return (f"a window pair's log ratio varied by {self.within:.3f} within a process pair, a process pair's by "
+                f"{self.between:.3f} between fresh processes: rounds of {self.pairs} process pairs of "
+                f"{self.windows} window pairs")
+
+
+def rounds(within: float, between: float, pair_s: float, window_pair_s: float) -> Rounds:
+    """The round for these spreads (standard deviations of log ratios) and costs (seconds).
+
+    Copies that agree between processes keep the unsized round; a 1.4x speed drawn by one process in three
+    (``between`` about 0.2) takes the most pairs, each of the fewest windows its costs allow:
+
+    >>> rounds(0.08, 0.02, 4.0, 1.0)
+    Rounds(windows=6, pairs=2, within=0.08, between=0.02)
+    >>> rounds(0.08, 0.22, 4.0, 1.0)
+    Rounds(windows=2, pairs=4, within=0.08, between=0.22)
+    >>> rounds(0.2, 0.12, 12.0, 0.5).windows  # a slow start and noisy windows: more windows a pair pay
+    6
+    """
+    if (between ** 2 + within ** 2 / WINDOWS) / LEAST_PAIRS <= ROUND_SE ** 2:
+        return Rounds(WINDOWS, LEAST_PAIRS, within, between)
+    best = math.sqrt(pair_s * within ** 2 / (window_pair_s * between ** 2)) if between > 0 else WINDOWS
+    windows = min(WINDOWS, max(FEWEST_WINDOWS, round(best)))
+    pairs = math.ceil((between ** 2 + within ** 2 / windows) / ROUND_SE ** 2)
+    return Rounds(windows, min(MOST_PAIRS, max(LEAST_PAIRS, pairs)), within, between)
+
+
+def between_sd(medians: list[float], within: float, windows: int) -> float:
+    """The spread of an A/A process pair's log ratio between fresh processes: its medians' root mean square about
+    1 (what an A/A's ratio is), less what their windows alone explain (``within`` over ``windows`` window pairs),
+    0 where that is all of it. About 1, not their mean: three pairs that all read 1.15 show processes that differ.
+
+    >>> round(between_sd([1.0, 1.0, 1.0], 0.05, 6), 3), round(between_sd([0.7, 1.0, 1.4], 0.05, 6), 3)
+    (0.0, 0.282)
+    >>> round(between_sd([1.16, 1.15, 1.2], 0.06, 6), 3)
+    0.156
+    """
+    if not medians:
+        return 0.0
+    square = sum(math.log(m) ** 2 for m in medians) / len(medians)
+    return math.sqrt(max(0.0, square - within ** 2 / windows))
