@@ -83,28 +83,20 @@ def test_a_script_that_crashes_or_never_steps_gives_no_rate_and_costs_at_most_it
 def test_an_environment_knob_is_set_before_the_copy_starts_and_read_over_fresh_pairs(facts: Any,
                                                                                     tmp_path: Path) -> None:
     """``paced_train.py``'s step takes twice as long with one torch thread as with two; ``threads`` is set before
-    Python starts (``OMP_NUM_THREADS`` and the recipe): two fresh process pairs each read near 0.5x. The A/A before
-    them had two copies 1.5x slow for their life (``PACED_SLOW``): its process pairs read 0.67, 1, 0.67 with
-    windows that agree, so a round is sized to more process pairs of fewer windows, the candidate's pairs too."""
+    Python starts (``OMP_NUM_THREADS`` and the recipe): two fresh process pairs each read near 0.5x."""
     from autotune.measure.script_pairs import ScriptMeasurer
-    from autotune.study import SearchOptions
-    from autotune.study.budget import confirmation_pairs
 
     base = {**spaces.defaults(facts, spaces.SpaceContext(default_batch_size=32)), "device": "cpu",
             "reference_batch": 32, "threads": 2, "interop_threads": 1}
     measurer = ScriptMeasurer([sys.executable, str(REPO / "tests" / "scripts" / "paced_train.py")], base, facts,
-                              tmp_path, workload="script:paced", loss_samples=64, min_window_s=0.1,
-                              env={**os.environ, "PACED_SLOW": "1,3"})
+                              tmp_path, workload="script:paced", loss_samples=64, min_window_s=0.2)
     try:
-        noise = measurer.calibrate(timeout_s=60)
         handle = measurer.begin({**base, "threads": 1}, timeout_s=60)
         interval = measurer.more(handle, 4, timeout_s=60)
         result = measurer.end(handle)
     finally:
         measurer.close()
-    assert sorted(round(r, 1) for r in measurer.factor_ratios["A/A"]) == [0.7, 0.7, 1.0], measurer.factor_ratios
-    assert (measurer.rounds.windows, measurer.rounds.pairs) == (2, 4), measurer.rounds
-    assert noise.pairs == 2 and confirmation_pairs(noise, SearchOptions()) == 8  # 4 process pairs of 2
-    assert result.status == "ok" and interval.count == 2 and result.pairs == 4, result
-    # its interval pools its pairs' spread with the A/A's, which those slow copies made wide
-    assert 0.4 < result.objective < 0.6 and interval.low < 0.5 < interval.high, (interval, result)
+    assert result.status == "ok" and interval.count == 2, result
+    # each pair's ratio, not the interval: two pairs alone give a t-interval of one degree of freedom, 12.7
+    # standard errors wide, which pairs 3% apart carry past 0.4 (seen once in ten runs)
+    assert 0.4 < result.objective < 0.6 and all(0.4 < r < 0.6 for r in handle.medians), (interval, result)

@@ -63,12 +63,15 @@ def test_a_script_mode_search_stores_the_faster_recipe(tmp_path: Path, monkeypat
     """The baseline is the A/A of fresh copy pairs; the seed with channels_last (held by --fix in every trial
     but the baseline) steps in half the time, printing 10 kB a step to its log; the recipe says so, named after
     the script, with the loss told at the study's samples. Every copy joins a gloo group on the port its
-    environment gives (two at once on one port: EADDRINUSE)."""
+    environment gives (two at once on one port: EADDRINUSE). Two of the A/A's copies are 1.5x slow for their life
+    (``SLOW_PAIRS``): its process pairs read 0.67, 1, 0.67 with windows that agree, so a round is sized to more
+    process pairs of fewer windows (``measure.sizing``), the candidates' too."""
     from autotune.study import SearchOptions
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("FAULT", "print")  # channels_last's copies print heavily
     monkeypatch.setenv("DIST", "1")
+    monkeypatch.setenv("SLOW_PAIRS", "1,3")
     options = SearchOptions(budget_s=120, trials=2, storage=f"sqlite:///{tmp_path / 'studies.db'}",
                             fixed={"channels_last": True, "threads": 1, "interop_threads": 1, "batch_per_rank": 8},
                             confirm_top=0,
@@ -82,6 +85,8 @@ def test_a_script_mode_search_stores_the_faster_recipe(tmp_path: Path, monkeypat
 
     stored = optuna.load_study(study_name=outcome.study, storage=options.storage).user_attrs["noise"]
     assert stored["between_pairs"] >= 5 and stored["between"] > 0, stored  # the report's noise: as the search's
+    assert (stored["pairs"], stored["round_pairs"]) == (2, 8), stored  # rounds of 4 process pairs of 2 windows
+    assert outcome.best.result.pairs == 2 * int(outcome.best.result.method[-2]), seen  # type: ignore[index, union-attr]
     assert outcome.recipe.workload == f"script:{SCRIPT}"
     assert outcome.recipe.params["channels_last"] is True and outcome.recipe.params["processes"] == 1, seen
     assert 1.5 < outcome.recipe.speedup < 2.6, seen
