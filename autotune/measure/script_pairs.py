@@ -6,8 +6,9 @@ pairs of windows with the idle copy frozen. A process pair gives one ratio, its 
 two identical processes differ by a factor that lasts their life, so a candidate's interval is the Student-t
 interval of the logarithms of its process pairs' ratios, from ``LEAST_PAIRS`` of them on, their spread pooled with
 the A/A's and the earlier recipes' process pairs (``stats.pooled_log_mean_interval``: two pairs alone have one
-degree of freedom). The calibration is the same with the defaults on both sides (the A/A). A copy that crashes,
-exits, hangs or never tells a step is the trial's failure, with its reason; the search goes on.
+degree of freedom). The calibration is the same with the defaults on both sides (the A/A); its spreads size every
+later process pair's windows and a confirmation round's process pairs (``sizing``). A copy that crashes, exits,
+hangs or never tells a step is the trial's failure, with its reason; the search goes on.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -132,7 +133,8 @@ class ScriptMeasurer:
         self.start_limit_s = start_limit_s or max(MIN_START_S, 4 * startup_s)
         self.min_window_s, self.stall_s = min_window_s, stall_s
         self.noise: Noise | None = None
-        self.rounds = sizing.Rounds(sizing.WINDOWS, LEAST_PAIRS, 0.0, 0.0)  # sized by the calibration
+        self.rounds = sizing.Rounds(sizing.WINDOWS, LEAST_PAIRS, 0.0, 0.0)  # sized by the A/A, then each trial
+        self.spread: sizing.Spread | None = None  # from the calibration on
         self.calibration: ScriptTrial | None = None
         self.step_s: float | None = None  # the defaults' optimizer step
         self._count = 0
@@ -164,7 +166,10 @@ class ScriptMeasurer:
         assert self.step_s is not None
         window_s, within = self._window_s(), [r for g in groups for r in g]
         wall_s = time.monotonic() - started
-        self.rounds = self._size(trial, groups, wall_s)
+        pooled = stats.pooled_log_sd(groups)
+        self.spread = sizing.Spread(pooled[0] if pooled else 0.0, max(0.0, wall_s - trial.timed_s) / len(groups),
+                                    trial.timed_s / max(1, len(within)))
+        self._follow(self.spread.add(trial.medians, sizing.WINDOWS, aa=True))
         self.calibration = trial
         self.noise = Noise(window_s, self.rounds.windows, 0.03, stats.margin_from_calibration(aa),
                            max(within) - min(within), (aa.median, aa.low, aa.high), timed_s=trial.timed_s,
@@ -173,15 +178,13 @@ class ScriptMeasurer:
                            round_pairs=self.rounds.windows * self.rounds.pairs)
         return self.noise
 
-    def _size(self, trial: ScriptTrial, groups: list[list[float]], wall_s: float) -> sizing.Rounds:
-        """A round's process pairs and windows, from the A/A's spreads and costs (``sizing.rounds``)."""
-        within = (stats.pooled_log_sd(groups) or (0.0, 0))[0]
-        windows = sum(len(g) for g in groups)
-        shape = sizing.rounds(within, sizing.between_sd(trial.medians, within, sizing.WINDOWS),
-                              max(0.0, wall_s - trial.timed_s) / len(groups), trial.timed_s / max(1, windows))
-        if shape != sizing.Rounds(sizing.WINDOWS, LEAST_PAIRS, shape.within, shape.between):
-            log.warning("the script's copies differ between processes: %s", shape.note())
-        return shape
+    def _follow(self, shape: sizing.Rounds) -> None:
+        """Later process pairs and rounds take ``shape`` (said where it changes), and so does the noise."""
+        if (shape.windows, shape.pairs) != (self.rounds.windows, self.rounds.pairs):
+            log.warning("the script's process pairs: %s", shape.note())
+        self.rounds = shape
+        if self.noise is not None:
+            self.noise = replace(self.noise, pairs=shape.windows, round_pairs=shape.windows * shape.pairs)
 
     def begin(self, params: dict[str, Any], timeout_s: float) -> object | TrialResult:
         return ScriptTrial(dict(params), baseline=params == self.defaults, deadline=time.monotonic() + timeout_s)
@@ -218,6 +221,9 @@ class ScriptMeasurer:
         interval = self._interval(trial)
         if len(trial.medians) >= 2:
             self.factor_ratios[f"trial {len(self.factor_ratios)}"] = list(trial.medians)
+            if self.spread is not None:  # its pairs join the spread: an A/A's three that agreed by chance (an
+                # input-bound script's read 0.96-1.05, its candidate's rounds 1.25-1.59) sized no round
+                self._follow(self.spread.add(trial.medians, max(1, trial.windows // len(trial.medians))))
         if interval.count == 0:
             return TrialResult(Status.CRASH, error="no window measured both copies", wall_s=wall_s)
         return TrialResult(

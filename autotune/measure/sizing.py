@@ -12,7 +12,8 @@ as before sizing existed. Otherwise the windows a pair are the cost-optimal ``sq
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 WINDOWS = 6  # window pairs a process pair, unsized (a pair's median: window pairs of the CNN read up to 33% apart)
 FEWEST_WINDOWS = 2  # a pair's median needs two windows at least
@@ -57,17 +58,53 @@ def rounds(within: float, between: float, pair_s: float, window_pair_s: float) -
     return Rounds(windows, min(MOST_PAIRS, max(LEAST_PAIRS, pairs)), within, between)
 
 
-def between_sd(medians: list[float], within: float, windows: int) -> float:
-    """The spread of an A/A process pair's log ratio between fresh processes: its medians' root mean square about
-    1 (what an A/A's ratio is), less what their windows alone explain (``within`` over ``windows`` window pairs),
-    0 where that is all of it. About 1, not their mean: three pairs that all read 1.15 show processes that differ.
+def between_sd(groups: Sequence[tuple[Sequence[float], int, bool]], within: float) -> float:
+    """The spread of a process pair's log ratio between fresh processes, from groups of process pairs, each: its
+    pairs' ratios, the window pairs each had, and whether it is an A/A (its true ratio is 1: its spread is taken
+    about 1, which three pairs that all read 1.15 show; a candidate's about its own mean, one degree of freedom
+    fewer). Less what their windows alone explain (``within`` over each pair's window pairs), 0 where that is all.
 
-    >>> round(between_sd([1.0, 1.0, 1.0], 0.05, 6), 3), round(between_sd([0.7, 1.0, 1.4], 0.05, 6), 3)
-    (0.0, 0.282)
-    >>> round(between_sd([1.16, 1.15, 1.2], 0.06, 6), 3)
-    0.156
+    >>> [round(between_sd([(aa, 6, True)], 0.05), 3) for aa in ([1.0, 1.0, 1.0], [0.7, 1.0, 1.4])]
+    [0.0, 0.282]
+    >>> [round(between_sd([([1.16, 1.15, 1.2], 6, aa)], 0.06), 3) for aa in (True, False)]
+    [0.156, 0.0]
+    >>> round(between_sd([([1.0, 1.01, 0.99], 6, True), ([1.6, 1.25], 2, False)], 0.04), 3)
+    0.085
     """
-    if not medians:
-        return 0.0
-    square = sum(math.log(m) ** 2 for m in medians) / len(medians)
-    return math.sqrt(max(0.0, square - within ** 2 / windows))
+    squares = explained = 0.0
+    df = 0
+    for ratios, windows, aa in groups:
+        logs = [math.log(r) for r in ratios]
+        n = len(logs) if aa else len(logs) - 1
+        if n <= 0:
+            continue
+        center = 0.0 if aa else sum(logs) / len(logs)
+        squares += sum((x - center) ** 2 for x in logs)
+        explained += n * within ** 2 / windows
+        df += n
+    return math.sqrt(max(0.0, (squares - explained) / df)) if df else 0.0
+
+
+@dataclass
+class Spread:
+    """What sizes a script's rounds as its search goes: the A/A's window spread (``within``) and costs, and every
+    group of process pairs measured so far (``between_sd``'s)."""
+
+    within: float
+    pair_s: float
+    window_pair_s: float
+    groups: list[tuple[list[float], int, bool]] = field(default_factory=list)
+
+    def add(self, ratios: Sequence[float], windows: int, aa: bool = False) -> Rounds:
+        """A group's process pairs join the spread: the round for all of them.
+
+        >>> spread = Spread(0.04, 3.0, 1.0)
+        >>> spread.add([1.0, 1.01, 0.99], 6, aa=True).pairs  # an A/A whose copies agree: the unsized round
+        2
+        >>> shape = spread.add([1.6, 1.25], 6)  # a candidate whose processes differ
+        >>> shape.windows, shape.pairs, round(shape.between, 3)
+        (2, 4, 0.086)
+        """
+        self.groups.append((list(ratios), windows, aa))
+        between = between_sd(self.groups, self.within)
+        return rounds(self.within, between, self.pair_s, self.window_pair_s)

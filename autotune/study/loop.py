@@ -150,6 +150,14 @@ class SearchLoop(Turns):
                 factors.setdefault(environment_key(r.params), Interval(**recorded))
         return self.noise
 
+    def _follow_noise(self) -> None:
+        """A measurer that sizes its rounds from what its trials measured (script mode's) changed its noise: the
+        budget and the confirmation read the new one (``Noise.round_pairs``)."""
+        noise = getattr(self.measurer, "noise", None)
+        if isinstance(noise, Noise) and self.noise is not None and noise != self.noise:
+            self.noise = noise
+            self.study.set_user_attr(StudyAttr.NOISE, asdict(noise))
+
     def _factors(self) -> dict[str, Interval]:
         """The measurer's environment factors by environment (``LiveMeasurer.factors``; empty for another)."""
         factors = getattr(self.measurer, "factors", None)
@@ -296,6 +304,7 @@ class SearchLoop(Turns):
 
     def record(self, trial: optuna.Trial, role: str, params: dict[str, Any], result: TrialResult) -> None:
         """Store the trial's result and constraints and tell Optuna its value (or state)."""
+        self._follow_noise()
         guarded = None if role == BASELINE else self.guard.of_result(params, result, self.noise, self.deadline)
         verdict.record(self.study, self.facts, self.options, trial, role, params, result, self.notify, guarded)
 

@@ -260,3 +260,57 @@ def test_a_candidate_being_raced_keeps_the_time_its_own_confirmation_needs() -> 
     assert racing_reserve_s(study, two, candidate, defaults, wall_s=6.0, timed_s=4.0) > reserve_s(study, two, 1.0)
     assert racing_reserve_s(study, SearchOptions(budget_s=None, confirm_top=2), candidate, defaults, wall_s=6.0,
                             timed_s=4.0) == 0.0  # no budget: nothing to keep
+
+
+def test_the_rounds_a_measurer_resizes_are_the_ones_the_budget_keeps_time_for(facts) -> None:
+    """Script mode's measurer resizes its rounds once a candidate's process pairs show that processes differ
+    (``measure.sizing.Spread``): the loop stores its new noise when that trial is recorded, and the time kept to
+    confirm it is 4 process pairs of 2 windows where it was 2 of 6."""
+    import time
+    from dataclasses import replace
+
+    import optuna
+
+    from autotune.measure import Noise
+    from autotune.search_spaces import SpaceContext
+    from autotune.study import SearchOptions
+    from autotune.study.budget import recorded_noise, reserve_s
+    from autotune.study.loop import SearchLoop
+    from autotune.trial import TrialResult
+
+    class Resizing:
+        noise = Noise(window_s=0.5, pairs=6, half_width=0.03, margin=0.035, spread=0.1, aa=(1.0, 0.97, 1.03),
+                      timed_s=18.0, wall_s=27.0, round_pairs=12)
+
+        def calibrate(self, timeout_s: float) -> Noise:
+            return self.noise
+
+    study = optuna.create_study(direction="maximize")
+    options = SearchOptions(budget_s=178, confirm_top=1)
+    measurer = Resizing()
+    loop = SearchLoop(study, "script:train.py", facts, SpaceContext(default_batch_size=64), {}, options,
+                      deadline=time.monotonic() + 178, notify=lambda *a: None,
+                      measurer=measurer)  # type: ignore[arg-type] - a measurer of noise alone
+    loop.calibrate(60.0)
+
+    def ask(role: str, params: dict) -> optuna.trial.Trial:  # as the loop starts a trial (``SearchLoop._next``)
+        trial = study.ask()
+        trial.set_user_attr("role", role)
+        trial.set_user_attr("params", params)
+        return trial
+
+    loop.record(ask("baseline", loop.defaults), "baseline", loop.defaults, TrialResult(
+        "ok", objective=1.0, loss=1.0, wall_s=27.0, method="script process pairs (A/A)"))
+    params = {**loop.defaults, "channels_last": True}
+    result = TrialResult("ok", objective=1.9, speedup_low=1.2, speedup_high=2.9, loss=1.0, wall_s=24.0, timed_s=12.0,
+                         pairs=12, method="script process pairs (2)")
+    kept = {}
+    for shape in ("unsized", "resized"):
+        if shape == "resized":
+            measurer.noise = replace(measurer.noise, pairs=2, round_pairs=8)
+        loop.record(ask("search", params), "search", params, result)
+        kept[shape] = reserve_s(study, options, 42.0)
+    assert recorded_noise(study) == loop.noise == measurer.noise
+    # a process pair of the trial took 12 s, 6 of them in its 6 window pairs of 1 s: a round is 2 such pairs,
+    # then 4 pairs of its 6-s start and 2 window pairs
+    assert kept == {"unsized": pytest.approx(1.1 * 3 * 2 * 12.0), "resized": pytest.approx(1.1 * 3 * 4 * 8.0)}

@@ -65,7 +65,7 @@ def test_a_script_mode_search_stores_the_faster_recipe(tmp_path: Path, monkeypat
     the script, with the loss told at the study's samples. Every copy joins a gloo group on the port its
     environment gives (two at once on one port: EADDRINUSE). Two of the A/A's copies are 1.5x slow for their life
     (``SLOW_PAIRS``): its process pairs read 0.67, 1, 0.67 with windows that agree, so a round is sized to more
-    process pairs of fewer windows (``measure.sizing``), the candidates' too."""
+    process pairs of fewer windows (``measure.sizing``), the candidate's pairs too, and the recipe is found."""
     from autotune.study import SearchOptions
 
     monkeypatch.chdir(tmp_path)
