@@ -33,8 +33,9 @@ class Noise:
     told_apart: float | None = None
     told_by: str | None = None  # whose interval ``told_apart`` comes from
     within_what: str | None = None  # what ``within`` compared, where not identical arms in one process (script mode)
-    # Window pairs of a confirmation round, where the measurer sized its rounds from the A/A (script mode:
-    # ``measure.sizing``, its process pairs times the window pairs each); else the calibration's pairs decide.
+    # Window pairs of a confirmation round, where the measurer sizes its rounds from the spreads it measured
+    # (script mode: ``measure.sizing``, process pairs times the window pairs each); else the calibration's pairs
+    # decide.
     round_pairs: int | None = None
 
     @classmethod

@@ -1,4 +1,5 @@
-"""How many process pairs, of how many window pairs each, a script-mode round takes: sized from the A/A.
+"""How many process pairs, of how many window pairs each, a script-mode round takes: sized from the A/A, then
+from every candidate's process pairs as the search measures them (``Spread``).
 
 A process pair's ratio varies twice over: between its windows (``within``, the standard deviation of a window
 pair's log ratio about its process pair's) and between fresh processes (``between``, what lasts a process's life:
