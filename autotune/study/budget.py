@@ -156,10 +156,10 @@ def round_parts(result: TrialResult, noise: Noise | None, options: SearchOptions
     script = _SCRIPT_PAIRS.fullmatch(method)
     if script:  # script mode: a round is fresh process pairs of copies, each started as the trial's were
         # and running the window pairs a pair has now (``Noise.pairs``: the rounds were resized since, or not)
-        ran, windows = max(1, int(script.group(1))), max(1, noise.pairs)
+        ran, a_pair = max(1, int(script.group(1))), max(1, noise.pairs)
         window_pair_s = (result.timed_s or 0.0) / max(1, result.pairs or ran * WINDOWS)
-        pair_s = (result.wall_s - (result.timed_s or 0.0)) / ran + windows * window_pair_s
-        return pair_s * max(LEAST_PAIRS, -(-confirmation_pairs(noise, options) // windows)), 0.0
+        pair_s = (result.wall_s - (result.timed_s or 0.0)) / ran + a_pair * window_pair_s
+        return pair_s * max(LEAST_PAIRS, -(-confirmation_pairs(noise, options) // a_pair)), 0.0
     if method not in ("process pairs", "process pairs x in-process pairs"):  # ``LiveMeasurer._end``'s
         return windows + outside, start
     pair = start + 2 * max(4, noise.pairs // 2) * noise.window_s  # ``LiveMeasurer._factor``'s windows
