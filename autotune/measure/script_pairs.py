@@ -169,13 +169,12 @@ class ScriptMeasurer:
         pooled = stats.pooled_log_sd(groups)
         self.spread = sizing.Spread(pooled[0] if pooled else 0.0, max(0.0, wall_s - trial.timed_s) / len(groups),
                                     trial.timed_s / max(1, len(within)))
-        self._follow(self.spread.add(trial.medians, sizing.WINDOWS, aa=True))
         self.calibration = trial
-        self.noise = Noise(window_s, self.rounds.windows, 0.03, stats.margin_from_calibration(aa),
+        self.noise = Noise(window_s, sizing.WINDOWS, 0.03, stats.margin_from_calibration(aa),
                            max(within) - min(within), (aa.median, aa.low, aa.high), timed_s=trial.timed_s,
                            wall_s=wall_s, within=max(abs(r - 1) for r in within), aa_pairs=len(within),
-                           within_what="identical copies of the script in a process pair",
-                           round_pairs=self.rounds.windows * self.rounds.pairs)
+                           within_what="identical copies of the script in a process pair")
+        self._follow(self.spread.add(trial.medians, sizing.WINDOWS, aa=True))  # the noise's round, sized
         return self.noise
 
     def _follow(self, shape: sizing.Rounds) -> None:
