@@ -275,7 +275,10 @@ class ScriptMeasurer:
             # stepped).
             for run in (cand, base):
                 if len(run.steps) < WARMUP_STEPS:
-                    return f"{_whose(run, base)} copy told {len(run.steps)} of {WARMUP_STEPS} steps in {limit:.0f} s"
+                    short = f"{_whose(run, base)} copy told {len(run.steps)} of {WARMUP_STEPS} steps"
+                    if limit < self.start_limit_s:  # the trial's time, not the script, set the limit
+                        return f"the trial's time ran out: {short} in the {limit:.0f} s left"
+                    return f"{short} in {limit:.0f} s"
             trial.startup_s += time.monotonic() - started
             if self.step_s is None:  # its own steps alone: during the start-up the other copy was importing
                 told = len(base.steps)

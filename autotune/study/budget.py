@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import UsageError
 from ..measure import PROCESS_PAIRS, Noise, environment_key
 from ..measure.candidate import paired_method
-from ..measure.script_pairs import METHOD
+from ..measure.script_pairs import CALIBRATION_PAIRS, METHOD
 from ..measure.sizing import LEAST_PAIRS, WINDOWS
 from ..trial.spec import Status, TrialResult
 from .records import BASELINE, CONFIRM, Attr, StudyAttr, contenders, lineup, records, study_margin
@@ -78,9 +78,18 @@ def _median_wall_s(study: optuna.Study, keep: Callable[[dict[str, Any]], bool]) 
 
 
 def _first_rounds_s(study: optuna.Study) -> float | None:
-    """A first round of pairs at the calibration's window length, twice over; None without a calibration."""
+    """A first round of pairs at the calibration's window length, twice over; None without a calibration. Script
+    mode's first round is ``LEAST_PAIRS`` fresh process pairs, each started as the A/A's were: read as windows
+    alone, a GPU machine's script (copies that took 25 s a pair to start) began a candidate with 21 s left, which
+    ran out before its copies' first steps and was told as a fault of the defaults' copy."""
     noise = recorded_noise(study)
-    return None if noise is None else 2 * (2 * max(4, noise.pairs // 2) * noise.window_s)
+    if noise is None:
+        return None
+    if noise.round_pairs and noise.aa_pairs:  # script mode's (``ScriptMeasurer``: its A/A is CALIBRATION_PAIRS)
+        window_pair_s = noise.timed_s / noise.aa_pairs
+        start_s = max(0.0, noise.wall_s - noise.timed_s) / CALIBRATION_PAIRS
+        return LEAST_PAIRS * (start_s + noise.pairs * window_pair_s)
+    return 2 * (2 * max(4, noise.pairs // 2) * noise.window_s)
 
 
 def started_estimate_s(study: optuna.Study) -> float | None:

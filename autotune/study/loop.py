@@ -118,6 +118,7 @@ class SearchLoop(Turns):
                 remaining, estimate = self.deadline - time.monotonic(), self.next_estimate_s()
                 available = remaining - self.reserve_s(estimate) if estimate is not None else remaining
                 if remaining <= 1 or (estimate is not None and available < estimate and not self.fill(available)):
+                    self._no_candidate(remaining, estimate)
                     return "budget"
                 stopped, skips, result, role = self._next(skips, estimate)
             if stopped:
@@ -125,6 +126,14 @@ class SearchLoop(Turns):
             if role == BASELINE and result is not None and result.status != Status.OK:
                 self.baseline_error = f"{result.status}: {result.error}"
                 return "baseline failed"
+
+    def _no_candidate(self, remaining: float, estimate: float | None) -> None:
+        """Say so where the budget ends before the first candidate: the recipe can only keep the defaults."""
+        if self.measured() > 1 or not _has_baseline(self.study):
+            return
+        needs = f"; a candidate needs about {estimate:.0f} s here" if estimate is not None else ""
+        log.warning("the budget ends before any candidate is measured: %.0f s left%s: a longer --budget measures "
+                    "candidates", max(0.0, remaining), needs)
 
     def calibrated(self) -> bool:
         """A continued study has its baseline: this search's workers still need the A/A (not a trial)."""

@@ -89,6 +89,51 @@ def test_a_script_modes_rounds_are_its_process_pairs_alone() -> None:
     assert reserve_s(study, SearchOptions(budget_s=178, confirm_top=1), 42.0) == pytest.approx(1.1 * 3 * 4 * 6.0)
 
 
+def test_a_script_candidate_is_not_started_where_its_first_process_pairs_cannot_end(facts, caplog) -> None:
+    """On an H100 machine a script's copies took 25 s a process pair to start and measure: its A/A took 76 s of a
+    105-s study, and the first candidate, estimated from windows alone (8 s), started with 21 s left, ran out
+    before its copies' first steps and was told as a fault of the defaults' copy. Before any candidate, a script's
+    estimate is its first round: 2 process pairs started and measured as the A/A's were."""
+    import time
+
+    import optuna
+
+    from autotune.measure import Noise
+    from autotune.search_spaces import SpaceContext
+    from autotune.study import SearchOptions
+    from autotune.study.budget import estimate_s
+    from autotune.study.loop import SearchLoop
+    from autotune.trial import TrialResult
+
+    # 3 process pairs of 6 window pairs: 20 s in windows, 56 s starting copies and warming them up
+    noise = Noise(window_s=0.5, pairs=6, half_width=0.03, margin=0.2, spread=0.4, aa=(1.0, 0.76, 1.33),
+                  timed_s=20.0, wall_s=76.0, aa_pairs=18, round_pairs=24)
+
+    class Calibrated:
+        fresh_processes = True
+
+        def calibrate(self, timeout_s: float) -> Noise:
+            return noise
+
+        def begin(self, params: dict, timeout_s: float) -> object:
+            raise AssertionError("no candidate fits in 21 s")
+
+    study = optuna.create_study(direction="maximize")
+    loop = SearchLoop(study, "script:train.py", facts, SpaceContext(default_batch_size=64), {},
+                      SearchOptions(budget_s=105), deadline=time.monotonic() + 21, notify=lambda *a: None,
+                      measurer=Calibrated())  # type: ignore[arg-type] - a measurer of noise alone
+    loop.calibrate(60.0)
+    trial = study.ask()
+    trial.set_user_attr("role", "baseline")
+    trial.set_user_attr("params", loop.defaults)
+    loop.record(trial, "baseline", loop.defaults, TrialResult("ok", objective=1.0, loss=1.0, wall_s=76.0,
+                                                             timed_s=20.0, method="script process pairs (A/A)"))
+    assert estimate_s(study) == pytest.approx(2 * (56.0 / 3 + 6 * 20.0 / 18))
+    with caplog.at_level("WARNING"):
+        assert loop.run() == "budget"
+    assert "before any candidate is measured: 21 s left; a candidate needs about 51 s here" in caplog.text
+
+
 def test_no_trial_may_take_the_time_kept_for_the_confirmation() -> None:
     """A compile trial started with 62 s left, 30 of them kept to confirm the candidates found, gets 32 s:
     it timed out at 60 s in a 2-minute demo and left the best candidate unconfirmed."""
