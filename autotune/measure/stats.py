@@ -268,7 +268,8 @@ def rounds_interval(rounds: Sequence[Interval], confidence: float = CONFIDENCE) 
     """One speedup from a confirmation's rounds, each measured in fresh processes with pairs of its own: the
     rounds are the independent units, so a Student-t interval over their medians' logs (what differs from one
     process to the next is in their spread), never narrower than the rounds' own intervals allow for their mean
-    (each read as a normal interval of its confidence). ``count``: the rounds. One round is its own interval,
+    (each read as a Student-t interval of its confidence and count; Welch-Satterthwaite degrees of freedom for
+    the mean). ``count``: the rounds. One round is its own interval,
     which does not see the variation between processes (the recipe says so).
 
     >>> rounds = [Interval(m, 0.95 * m, 1.05 * m, 0.97, 6) for m in (1.56, 1.75, 2.02)]
@@ -282,16 +283,23 @@ def rounds_interval(rounds: Sequence[Interval], confidence: float = CONFIDENCE) 
         return rounds[0]
     combined = log_mean_interval([iv.median for iv in rounds], confidence)
     # Never narrower than the rounds' own errors allow for their mean: three rounds of a script's recipe, each
-    # [1.09-1.41], agreed to 1.24 by chance and read [1.24-1.24]; its user's script then measured 1.18x.
-    errors = [math.log(iv.high / iv.low) / 2 / statistics.NormalDist().inv_cdf(1 - (1 - iv.confidence) / 2)
-              for iv in rounds if 0 < iv.low <= iv.high < math.inf and 0 < iv.confidence < 1]
-    if len(errors) < len(rounds):
+    # [1.09-1.41], agreed to 1.24 by chance and read [1.24-1.24]; its user's script then measured 1.18x. Each
+    # round's error is read at the t quantile of its own count (read at the normal's, a round of an environment
+    # whose factor had one degree of freedom counted 25x its error, and no such recipe was ever confirmed).
+    parts = [(math.log(iv.high / iv.low) / 2 / t_quantile(1 - (1 - iv.confidence) / 2, max(1.0, iv.count - 1.0)),
+              max(1.0, iv.count - 1.0)) for iv in rounds if 0 < iv.low <= iv.high < math.inf and 0 < iv.confidence < 1]
+    if len(parts) < len(rounds):
         return combined
-    half = statistics.NormalDist().inv_cdf(1 - (1 - confidence) / 2) * math.sqrt(
-        statistics.fmean(e * e for e in errors) / len(rounds))
+    n = len(rounds)
+    variances = [(e / n) ** 2 for e, _ in parts]
+    variance = sum(variances)
+    if variance <= 0:
+        return combined
+    df = variance**2 / sum(v * v / d for v, (_, d) in zip(variances, parts, strict=True))
+    half = t_quantile(1 - (1 - confidence) / 2, df) * math.sqrt(variance)
     centre = math.log(combined.median)
     return Interval(combined.median, min(combined.low, math.exp(centre - half)),
-                    max(combined.high, math.exp(centre + half)), confidence, len(rounds))
+                    max(combined.high, math.exp(centre + half)), confidence, n)
 
 
 def pooled_log_sd(groups: Sequence[Sequence[float]]) -> tuple[float, int] | None:

@@ -75,6 +75,14 @@ def test_a_confirmation_is_a_t_interval_over_its_rounds_counted_in_rounds() -> N
     iv = stats.rounds_interval(same)
     assert stats.log_mean_interval([r.median for r in same]).high < 1.25  # the t-interval alone
     assert 1.12 < iv.low < 1.18 and 1.30 < iv.high < 1.37, iv
+    # A round's own error is read at its own degrees of freedom: an environment's round (its one fresh process
+    # pair, the spread of the search's two: 1 df) is a wide t-interval of a modest error, sd 0.1 on the log scale.
+    # Two such rounds' mean: variance 2 x 0.01 / 4, Welch's 2 df: [0.92-1.70] (read as normal intervals: [0.51-3.08]).
+    own = [stats.part_interval(stats.Part(math.log(m), 0.01, 1.0)) for m in (1.259, 1.246)]
+    assert own[0].count == 2 and own[0].low < 0.36  # one round alone: t at 1 df, 12.7 sd at 95%
+    iv = stats.rounds_interval(own)
+    half = stats.t_quantile(0.5 + stats.CONFIDENCE / 2, 2.0) * math.sqrt(0.005)
+    assert (iv.low, iv.high) == pytest.approx((iv.median * math.exp(-half), iv.median * math.exp(half))), iv
     assert stats.rounds_interval(rounds[:1]) == rounds[0]
     assert "that round's interval alone" in rounds_said(1, 6) and "Student-t" in rounds_said(3, 18)
 
