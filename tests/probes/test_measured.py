@@ -44,17 +44,19 @@ def test_a_precision_slower_than_its_deadline_reads_at_least_so_slow(monkeypatch
 
 
 class _SlowFirstUnderAutocast(torch.nn.Linear):
-    """A kernel whose reduced-precision path pays ``first_s`` once, on its first use (as a GPU loads a precision's
-    kernels on first use: an H100 read bf16 1466x slower than float32 from that run), then runs as float32."""
+    """A kernel whose reduced-precision path (or, ``in_float32``, its float32 path) pays ``first_s`` once, on its
+    first use (as a GPU loads a precision's kernels on first use: an H100 read bf16 1466x slower than float32 from
+    that run; its float32 conv paid cuDNN's set-up past the deadline and bf16 read 642x faster), then runs as the
+    other."""
 
     first_s = 0.5
 
-    def __init__(self, *args: Any) -> None:
+    def __init__(self, *args: Any, in_float32: bool = False) -> None:
         super().__init__(*args)
-        self.paid = False
+        self.paid, self.in_float32 = False, in_float32
 
     def forward(self, x: Any) -> Any:
-        if torch.is_autocast_enabled("cpu") and not self.paid:
+        if torch.is_autocast_enabled("cpu") != self.in_float32 and not self.paid:
             self.paid = True
             time.sleep(self.first_s)
         return super().forward(x)
@@ -70,27 +72,10 @@ def test_a_precisions_one_off_cost_is_not_read_as_slowness(monkeypatch: pytest.M
     assert not bf16.hopeless() and bf16.speed > 0.25, bf16  # the old reading: 0.0001x
 
 
-class _SlowFirstInFloat32(torch.nn.Linear):
-    """A kernel whose float32 path pays ``first_s`` once, past the deadline (an H100's float32 conv: cuDNN's set-up
-    on its first use), then runs as fast as under autocast."""
-
-    first_s = 0.5
-
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        self.paid = False
-
-    def forward(self, x: Any) -> Any:
-        if not torch.is_autocast_enabled("cpu") and not self.paid:
-            self.paid = True
-            time.sleep(self.first_s)
-        return super().forward(x)
-
-
 def test_the_float32_references_one_off_cost_is_not_read_as_its_speed(monkeypatch: pytest.MonkeyPatch) -> None:
     # float32's first run outlasts the 0.2-s deadline: read as the reference, bf16 read 500x faster (an H100's conv
     # 642x); the reference is a later run's
-    kernel = (_SlowFirstInFloat32(512, 512), torch.randn(1024, 512))
+    kernel = (_SlowFirstUnderAutocast(512, 512, in_float32=True), torch.randn(1024, 512))
     monkeypatch.setattr(_measured, "_kernels", lambda device: {"matmul": kernel})
     (bf16,) = _measured.measure_precision(("bfloat16",), deadline_s=0.2)
     assert kernel[0].paid
