@@ -269,8 +269,8 @@ def rounds_interval(rounds: Sequence[Interval], confidence: float = CONFIDENCE) 
     rounds are the independent units, so a Student-t interval over their medians' logs (what differs from one
     process to the next is in their spread), never narrower than the rounds' own intervals allow for their mean
     (each read as a Student-t interval of its confidence and count; Welch-Satterthwaite degrees of freedom for
-    the mean). ``count``: the rounds. One round is its own interval,
-    which does not see the variation between processes (the recipe says so).
+    the mean). ``count``: the rounds. One round is its own interval, which does not see the variation between
+    processes (the recipe says so).
 
     >>> rounds = [Interval(m, 0.95 * m, 1.05 * m, 0.97, 6) for m in (1.56, 1.75, 2.02)]
     >>> iv = rounds_interval(rounds)
@@ -284,8 +284,8 @@ def rounds_interval(rounds: Sequence[Interval], confidence: float = CONFIDENCE) 
     combined = log_mean_interval([iv.median for iv in rounds], confidence)
     # Never narrower than the rounds' own errors allow for their mean: three rounds of a script's recipe, each
     # [1.09-1.41], agreed to 1.24 by chance and read [1.24-1.24]; its user's script then measured 1.18x. Each
-    # round's error is read at the t quantile of its own count (read at the normal's, a round of an environment
-    # whose factor had one degree of freedom counted 25x its error, and no such recipe was ever confirmed).
+    # round's error is read at the t quantile of its own count (read at the normal's, an environment's round, whose
+    # factor lends the spread of two process pairs, counted 6.5x its error at 95%).
     parts = [(math.log(iv.high / iv.low) / 2 / t_quantile(1 - (1 - iv.confidence) / 2, max(1.0, iv.count - 1.0)),
               max(1.0, iv.count - 1.0)) for iv in rounds if 0 < iv.low <= iv.high < math.inf and 0 < iv.confidence < 1]
     if len(parts) < len(rounds):
