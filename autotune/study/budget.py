@@ -86,10 +86,16 @@ def _first_rounds_s(study: optuna.Study) -> float | None:
     if noise is None:
         return None
     if noise.round_pairs and noise.aa_pairs:  # script mode's (``ScriptMeasurer``: its A/A is CALIBRATION_PAIRS)
-        window_pair_s = noise.timed_s / noise.aa_pairs
-        start_s = max(0.0, noise.wall_s - noise.timed_s) / CALIBRATION_PAIRS
-        return LEAST_PAIRS * (start_s + noise.pairs * window_pair_s)
+        return LEAST_PAIRS * _script_pair_s(noise.wall_s, noise.timed_s, CALIBRATION_PAIRS, noise.aa_pairs,
+                                            noise.pairs)
     return 2 * (2 * max(4, noise.pairs // 2) * noise.window_s)
+
+
+def _script_pair_s(wall_s: float, timed_s: float, ran: int, window_pairs: int, a_pair: int) -> float:
+    """One script-mode process pair of ``a_pair`` window pairs, priced from ``ran`` measured pairs of
+    ``window_pairs`` window pairs in all (``wall_s``, ``timed_s`` of it in windows): its copies' start, as theirs,
+    and the window pairs it runs now."""
+    return max(0.0, wall_s - timed_s) / ran + a_pair * timed_s / max(1, window_pairs)
 
 
 def started_estimate_s(study: optuna.Study) -> float | None:
@@ -166,8 +172,7 @@ def round_parts(result: TrialResult, noise: Noise | None, options: SearchOptions
     if script:  # script mode: a round is fresh process pairs of copies, each started as the trial's were
         # and running the window pairs a pair has now (``Noise.pairs``: the rounds were resized since, or not)
         ran, a_pair = max(1, int(script.group(1))), max(1, noise.pairs)
-        window_pair_s = (result.timed_s or 0.0) / max(1, result.pairs or ran * WINDOWS)
-        pair_s = (result.wall_s - (result.timed_s or 0.0)) / ran + a_pair * window_pair_s
+        pair_s = _script_pair_s(result.wall_s, result.timed_s or 0.0, ran, result.pairs or ran * WINDOWS, a_pair)
         return pair_s * max(LEAST_PAIRS, -(-confirmation_pairs(noise, options) // a_pair)), 0.0
     if method not in ("process pairs", "process pairs x in-process pairs"):  # ``LiveMeasurer._end``'s
         return windows + outside, start
