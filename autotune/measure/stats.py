@@ -286,20 +286,15 @@ def rounds_interval(rounds: Sequence[Interval], confidence: float = CONFIDENCE) 
     # [1.09-1.41], agreed to 1.24 by chance and read [1.24-1.24]; its user's script then measured 1.18x. Each
     # round's error is read at the t quantile of its own count (read at the normal's, an environment's round, whose
     # factor lends the spread of two process pairs, counted 6.5x its error at 95%).
-    parts = [(math.log(iv.high / iv.low) / 2 / t_quantile(1 - (1 - iv.confidence) / 2, max(1.0, iv.count - 1.0)),
-              max(1.0, iv.count - 1.0)) for iv in rounds if 0 < iv.low <= iv.high < math.inf and 0 < iv.confidence < 1]
-    if len(parts) < len(rounds):
-        return combined
+    # The mean of the rounds' logs is the sum of each over n: its parts' variances over n^2 (``welch_interval``).
     n = len(rounds)
-    variances = [(e / n) ** 2 for e, _ in parts]
-    variance = sum(variances)
-    if variance <= 0:
+    parts = [Part(math.log(iv.median) / n, (math.log(iv.high / iv.low) / 2 / t_quantile(
+        1 - (1 - iv.confidence) / 2, max(1.0, iv.count - 1.0)) / n) ** 2, max(1.0, iv.count - 1.0))
+        for iv in rounds if 0 < iv.low <= iv.high < math.inf and 0 < iv.confidence < 1]
+    if len(parts) < n:
         return combined
-    df = variance**2 / sum(v * v / d for v, (_, d) in zip(variances, parts, strict=True))
-    half = t_quantile(1 - (1 - confidence) / 2, df) * math.sqrt(variance)
-    centre = math.log(combined.median)
-    return Interval(combined.median, min(combined.low, math.exp(centre - half)),
-                    max(combined.high, math.exp(centre + half)), confidence, n)
+    floor = welch_interval(parts, confidence)
+    return Interval(combined.median, min(combined.low, floor.low), max(combined.high, floor.high), confidence, n)
 
 
 def pooled_log_sd(groups: Sequence[Sequence[float]]) -> tuple[float, int] | None:
