@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from autotune.errors import UsageError
@@ -89,20 +91,38 @@ def test_a_script_modes_rounds_are_its_process_pairs_alone() -> None:
     assert reserve_s(study, SearchOptions(budget_s=178, confirm_top=1), 42.0) == pytest.approx(1.1 * 3 * 4 * 6.0)
 
 
+def _script_loop(facts: Any, measurer: Any, options: Any, seconds: float) -> Any:
+    """A SearchLoop of script mode over a measurer of noise alone, calibrated, ``seconds`` from its deadline."""
+    import time
+
+    import optuna
+
+    from autotune.search_spaces import SpaceContext
+    from autotune.study.loop import SearchLoop
+
+    loop = SearchLoop(optuna.create_study(direction="maximize"), "script:train.py", facts,
+                      SpaceContext(default_batch_size=64), {}, options, deadline=time.monotonic() + seconds,
+                      notify=lambda *a: None, measurer=measurer)
+    loop.calibrate(60.0)
+    return loop
+
+
+def _ask(loop: Any, role: str, params: dict) -> Any:
+    """A trial of ``loop``'s study as the loop starts one (``SearchLoop._next``)."""
+    trial = loop.study.ask()
+    trial.set_user_attr("role", role)
+    trial.set_user_attr("params", params)
+    return trial
+
+
 def test_a_script_candidate_is_not_started_where_its_first_process_pairs_cannot_end(facts, caplog) -> None:
     """On an H100 machine a script's copies took 25 s a process pair to start and measure: its A/A took 76 s of a
     105-s study, and the first candidate, estimated from windows alone (8 s), started with 21 s left, ran out
     before its copies' first steps and was told as a fault of the defaults' copy. Before any candidate, a script's
     estimate is its first round: 2 process pairs started and measured as the A/A's were."""
-    import time
-
-    import optuna
-
     from autotune.measure import Noise
-    from autotune.search_spaces import SpaceContext
     from autotune.study import SearchOptions
     from autotune.study.budget import estimate_s
-    from autotune.study.loop import SearchLoop
     from autotune.trial import TrialResult
 
     # 3 process pairs of 6 window pairs: 20 s in windows, 56 s starting copies and warming them up
@@ -118,17 +138,10 @@ def test_a_script_candidate_is_not_started_where_its_first_process_pairs_cannot_
         def begin(self, params: dict, timeout_s: float) -> object:
             raise AssertionError("no candidate fits in 21 s")
 
-    study = optuna.create_study(direction="maximize")
-    loop = SearchLoop(study, "script:train.py", facts, SpaceContext(default_batch_size=64), {},
-                      SearchOptions(budget_s=105), deadline=time.monotonic() + 21, notify=lambda *a: None,
-                      measurer=Calibrated())  # type: ignore[arg-type] - a measurer of noise alone
-    loop.calibrate(60.0)
-    trial = study.ask()
-    trial.set_user_attr("role", "baseline")
-    trial.set_user_attr("params", loop.defaults)
-    loop.record(trial, "baseline", loop.defaults, TrialResult("ok", objective=1.0, loss=1.0, wall_s=76.0,
-                                                             timed_s=20.0, method="script process pairs (A/A)"))
-    assert estimate_s(study) == pytest.approx(2 * (56.0 / 3 + 6 * 20.0 / 18))
+    loop = _script_loop(facts, Calibrated(), SearchOptions(budget_s=105), 21)
+    loop.record(_ask(loop, "baseline", loop.defaults), "baseline", loop.defaults, TrialResult(
+        "ok", objective=1.0, loss=1.0, wall_s=76.0, timed_s=20.0, method="script process pairs (A/A)"))
+    assert estimate_s(loop.study) == pytest.approx(2 * (56.0 / 3 + 6 * 20.0 / 18))
     with caplog.at_level("WARNING"):
         assert loop.run() == "budget"
     assert "before any candidate is measured: 21 s left; a candidate needs about 51 s here" in caplog.text
@@ -311,16 +324,11 @@ def test_the_rounds_a_measurer_resizes_are_the_ones_the_budget_keeps_time_for(fa
     """Script mode's measurer resizes its rounds once a candidate's process pairs show that processes differ
     (``measure.sizing.Spread``): the loop stores its new noise when that trial is recorded, and the time kept to
     confirm it is 4 process pairs of 2 windows where it was 2 of 6."""
-    import time
     from dataclasses import replace
 
-    import optuna
-
     from autotune.measure import Noise
-    from autotune.search_spaces import SpaceContext
     from autotune.study import SearchOptions
     from autotune.study.budget import recorded_noise, reserve_s
-    from autotune.study.loop import SearchLoop
     from autotune.trial import TrialResult
 
     class Resizing:
@@ -330,21 +338,11 @@ def test_the_rounds_a_measurer_resizes_are_the_ones_the_budget_keeps_time_for(fa
         def calibrate(self, timeout_s: float) -> Noise:
             return self.noise
 
-    study = optuna.create_study(direction="maximize")
     options = SearchOptions(budget_s=178, confirm_top=1)
     measurer = Resizing()
-    loop = SearchLoop(study, "script:train.py", facts, SpaceContext(default_batch_size=64), {}, options,
-                      deadline=time.monotonic() + 178, notify=lambda *a: None,
-                      measurer=measurer)  # type: ignore[arg-type] - a measurer of noise alone
-    loop.calibrate(60.0)
-
-    def ask(role: str, params: dict) -> optuna.trial.Trial:  # as the loop starts a trial (``SearchLoop._next``)
-        trial = study.ask()
-        trial.set_user_attr("role", role)
-        trial.set_user_attr("params", params)
-        return trial
-
-    loop.record(ask("baseline", loop.defaults), "baseline", loop.defaults, TrialResult(
+    loop = _script_loop(facts, measurer, options, 178)
+    study = loop.study
+    loop.record(_ask(loop, "baseline", loop.defaults), "baseline", loop.defaults, TrialResult(
         "ok", objective=1.0, loss=1.0, wall_s=27.0, method="script process pairs (A/A)"))
     params = {**loop.defaults, "channels_last": True}
     result = TrialResult("ok", objective=1.9, speedup_low=1.2, speedup_high=2.9, loss=1.0, wall_s=24.0, timed_s=12.0,
@@ -353,7 +351,7 @@ def test_the_rounds_a_measurer_resizes_are_the_ones_the_budget_keeps_time_for(fa
     for shape in ("unsized", "resized"):
         if shape == "resized":
             measurer.noise = replace(measurer.noise, pairs=2, round_pairs=8)
-        loop.record(ask("search", params), "search", params, result)
+        loop.record(_ask(loop, "search", params), "search", params, result)
         kept[shape] = reserve_s(study, options, 42.0)
     assert recorded_noise(study) == loop.noise == measurer.noise
     # a process pair of the trial took 12 s, 6 of them in its 6 window pairs of 1 s: a round is 2 such pairs,

@@ -49,19 +49,19 @@ def _measure(facts: Any, folder: Path, fault: str, trial_s: float = 60.0) -> tup
         measurer.close()
 
 
-@pytest.mark.parametrize(("fault", "status", "said"), [
-    ("crash", Status.CRASH, "the candidate's copy exited with status 1: RuntimeError: boom at step 5"),
-    ("exit", Status.CRASH, "the candidate's copy exited with status 0"),
-    ("hang", Status.TIMEOUT, "the candidate's copy told no step in its window's time"),
-    ("no-step", Status.TIMEOUT, "the candidate's copy told 0 of 3 steps in 5 s"),
+@pytest.mark.parametrize(("fault", "status", "said", "trial_s"), [
+    ("crash", Status.CRASH, "the candidate's copy exited with status 1: RuntimeError: boom at step 5", 60.0),
+    ("exit", Status.CRASH, "the candidate's copy exited with status 0", 60.0),
+    ("hang", Status.TIMEOUT, "the candidate's copy told no step in its window's time", 60.0),
+    ("no-step", Status.TIMEOUT, "the candidate's copy told 0 of 3 steps in 5 s", 60.0),
     # a trial begun with less time than the copies' start limit: the time ran out, not the script (a GPU machine's
     # copies started in 25 s, and a trial begun with 21 s left named the defaults' copy)
-    ("no-step 3 s", Status.TIMEOUT, "the trial's time ran out: the candidate's copy told 0 of 3 steps in the 3 s left"),
+    ("no-step", Status.TIMEOUT,
+     "the trial's time ran out: the candidate's copy told 0 of 3 steps in the 3 s left", 3.0),
 ])
 def test_a_scripts_fault_is_the_trials_failure_with_its_reason(facts: Any, tmp_path: Path, fault: str,
-                                                               status: Status, said: str) -> None:
-    fault, _, trial_s = fault.partition(" ")
-    interval, result = _measure(facts, tmp_path, fault, float(trial_s.removesuffix(" s") or 60))
+                                                               status: Status, said: str, trial_s: float) -> None:
+    interval, result = _measure(facts, tmp_path, fault, trial_s)
     assert interval.count == 0
     assert result.status == status and result.error is not None and result.error.startswith(said), result.error
 
