@@ -6,7 +6,7 @@ root) or ``--workload path/to/tests/quality_workloads.py:NAME``.
 same number of samples trained, with ``--lr-scaling linear`` (or ``--global-batch``) every batch size
 from 16 to 256 reaches about the same held-out loss (within ~2% for seeds 0-2 at the default 4 + 24
 steps), while knobs that cost quality miss it by far:
-- ``HURTS`` (structured sparsity 0.8): the hidden layer keeps 13 of its 64 units (about +150% loss);
+- ``HURTS`` (structured sparsity 0.8): the hidden layer keeps 16 of its 64 units (about +150% loss);
 - ``batch_per_rank=256`` with ``--lr-scaling none``: 7 steps at the default learning rate instead of 28 (+200%).
 Its loss falls fast, so a trial that trains 7% fewer samples than the baseline (1,664 instead of
 1,792) is ~14% worse: a biased sample count shows in the guard.
@@ -14,9 +14,9 @@ Its loss falls fast, so a trial that trains 7% fewer samples than the baseline (
 ``slow``: ``regression`` made slow on purpose: every training forward pass of the full 64 hidden units sleeps
 ``SLOW_SLEEP_S``, a narrower one by the square of its share of them. Under ``--global-batch 256`` every batch size
 takes the same optimizer steps (the loss does not depend on it) and batch 256 runs one forward pass per step
-where the default 64 runs four: about 4x the samples/s. ``HURTS`` is faster still (13 hidden units: a 24th of
-the sleep, its step's compute left, which a busy neighbour slows: with the sleep linear in the width it read
-3.2x the defaults where batch 256 alone read 3.5x beside another test run) and infeasible.
+where the default 64 runs four: about 4x the samples/s. ``HURTS`` is infeasible, and faster still on an idle
+machine (16 hidden units: a 16th of the sleep, its step's compute left: 18x the defaults); its compute is what a
+busy neighbour slows, and beside one it read 3.74x where batch 256 alone read 3.99x, so no test rests on its lead.
 
 ``ramp``: ``regression`` whose process starts slow: the first model built in a process sleeps ``SLEEP_S`` in
 each of its first ``RAMP_STEPS`` training forward passes and half of that after, models built after it half
@@ -49,8 +49,8 @@ import torch
 from autotune import Workload
 
 SLEEP_S = 0.02
-# ``slow``'s sleep at full width: twice the others', so that a narrow model's step (HURTS: its compute, which two
-# OpenMP threads on cores another test run shares slowed about fivefold) stays well under batch 256's sleep.
+# ``slow``'s sleep at full width: twice the others', so that batch 256's step is mostly sleep; a narrow model's
+# (HURTS) is mostly compute, which two OpenMP threads on cores another test run shares slowed about fivefold.
 SLOW_SLEEP_S = 0.04
 
 

@@ -44,7 +44,7 @@ def _python(code: str, cwd: Path, prefix: list[str] | None = None) -> dict:
 
 GUARD_REASON = re.compile(r"loss \d+\.\d+ is \+\d+\.\d% over the baseline's \d+\.\d+ \(limit \+5%\)")
 # Its calibration, the stored recipe's trial (stopped by the guard after its first round), batch 256's race and
-# one confirmation round (fresh processes) took 62-66 s alone: the race stops where the time its confirmation needs
+# one confirmation round (fresh processes) took 62-66 s alone (69 s with the sampler's two turns, on a Xeon): the race stops where the time its confirmation needs
 # begins (before, it raced to its 24-pair cap, and the confirmation was left out for want of time). Beside another
 # test run and stress-ng, 80 s left it out: the calibration took 24 s and the two candidates 17 s, and the round,
 # estimated from that calibration's start, no longer fitted in the 35 s left.
@@ -60,18 +60,22 @@ def _search(folder: Path, workload: str, *args: str, study: str = "q", budget_s:
     return out.stdout, trials(f"sqlite:///{folder}/studies.db", study)
 
 
-# matmul_precision held: where the CPU computes bf16 its seed would come before the heuristic the tests expect
-SLOW_RUN = ("--global-batch", "256", "--fix", "batch_per_rank=256", "--fix", "matmul_precision=highest", "--steps", "8",
-            "--warmup-steps", "2")
+# Precisions held at float32: where the CPU computes bf16 (or fp16), their seeds would come before the heuristic the
+# tests expect, and the sampled trial's draw would differ from one CPU to the next; workers held at 0 keep the
+# sampled trial an arm in the defaults' worker.
+SLOW_RUN = ("--global-batch", "256", "--fix", "batch_per_rank=256", "--fix", "matmul_precision=highest",
+            "--fix", 'amp_dtype="float32"', "--fix", "num_workers=0", "--steps", "8", "--warmup-steps", "2")
 
 
 @pytest.fixture(scope="module")
-def slow_study(facts, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, list]:
+def slow_study(facts, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, dict]:
     """A search of ``slow`` under --global-batch 256, where every batch size takes the same optimizer steps, in a
     folder whose database holds a stored recipe of this workload and machine: batch 256 with ``HURTS``, which the
-    search measures first (its warm start) and its guard rejects (the fastest, infeasible); then its heuristic,
-    batch 256 alone (~4x the defaults, feasible), confirmed in a round of fresh processes. Its folder, its output
-    and its trials other than the confirmation's: the baseline, the hurting one, the feasible one.
+    search measures first (its warm start) and its guard rejects; then the sampler's turn (only the sparsity is
+    left to draw) and the heuristic, batch 256 alone (~4x the defaults, feasible), which the draw may have measured
+    already; the fastest feasible trial confirmed in a round of fresh processes. Its folder, its output and its
+    trials other than the confirmation's: ``baseline``, ``hurting`` (the warm start), ``alone`` (the first of batch
+    256 alone) and ``all``.
 
     One round, whose interval is that round's alone (the recipe says so): rounds are the units of a confirmed
     interval, a Student-t over their medians, and two rounds (1 degree of freedom) beside another test run read
@@ -84,8 +88,13 @@ def slow_study(facts, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, s
     stored = {**spaces.defaults(facts, spaces.SpaceContext(default_batch_size=64)), "batch_per_rank": 256, **qw.HURTS}
     with RecipeStore.open(f"sqlite:///{folder}/studies.db") as store:  # as an earlier search would have stored it
         store.save(Recipe(params=stored, workload=qw.spec("slow"), fingerprint=facts.fingerprint, study="earlier"))
-    chosen, ts = _search(folder, "slow", *SLOW_RUN, "--trials", "3", "--confirm", "1", "--confirm-rounds", "1")
-    return folder, chosen, [t for t in ts if t.user_attrs["role"] != "confirm"]
+    chosen, ts = _search(folder, "slow", *SLOW_RUN, "--trials", "4", "--confirm", "1", "--confirm-rounds", "1")
+    searched = [t for t in ts if t.user_attrs["role"] != "confirm" and t.user_attrs["status"] != "duplicate"]
+    baseline, hurting = searched[:2]
+    alone = {**baseline.user_attrs["params"], "batch_per_rank": 256}
+    found = [t for t in searched if t.user_attrs["params"] == alone and t.user_attrs["status"] == "ok"]
+    assert hurting.user_attrs["role"] == "warm-start" and found, chosen
+    return folder, chosen, {"baseline": baseline, "hurting": hurting, "alone": found[0], "all": searched}
 
 
 @pytest.mark.slow
@@ -94,7 +103,7 @@ def test_search_export_apply(slow_study, facts) -> None:
     # the default 64 runs four (--global-batch 256), ~4x the samples/s at the same loss. The search must find it,
     # and the speedup must come from the confirmation's fresh pairs against the defaults, with its interval.
     tmp_path, stdout, searched = slow_study
-    assert f"PyTorch defaults (trial {searched[0].number})" in stdout, stdout
+    assert f"PyTorch defaults (trial {searched['baseline'].number})" in stdout, stdout
     claim = re.search(r"^(\d+\.\d\d)x \[(\d+\.\d\d)-(\d+\.\d\d)\] over PyTorch defaults$", stdout, re.M)
     # The round's 8 pairs give the median's order-statistic interval min to max (99.2%): one window stalled by
     # another test run sets a bound (CI, AVX2: 3.69x [1.08-8.95] where the search read 4.17x). So the low bound
@@ -194,21 +203,25 @@ def _slow_loss_samples(facts) -> int:
 def test_a_knob_that_hurts_quality_is_rejected_with_its_reason(facts, slow_study) -> None:
     """HURTS misses the defaults' loss after 4 steps of 256 by over the 5% the guard allows (by how much on
     ``regression`` at the default steps: ``test_a_knob_that_hurts_quality_trains_to_a_far_worse_loss``)."""
-    _, stdout, (baseline, hurting, _) = slow_study
-    assert baseline.user_attrs["role"] == "baseline" and hurting.user_attrs["role"] == "warm-start"
+    _, stdout, searched = slow_study
+    baseline, hurting = searched["baseline"], searched["hurting"]
+    assert baseline.user_attrs["role"] == "baseline"
     assert hurting.user_attrs["params"]["sparsity"] == 0.8
     reason = hurting.user_attrs["infeasible"]
     assert GUARD_REASON.fullmatch(reason), reason
     assert hurting.user_attrs["loss"] > 1.05 * baseline.user_attrs["loss"]
     assert hurting.user_attrs["loss_samples"] == baseline.user_attrs["loss_samples"] == _slow_loss_samples(facts)
     assert f"[{reason}]" in stdout  # the trial's line in the report
-    assert "1 trial(s) rejected by the quality guard" in stdout
+    # a sampled trial's too, if it hurts
+    rejected = sum(bool(GUARD_REASON.fullmatch(t.user_attrs.get("infeasible", ""))) for t in searched["all"])
+    assert f"{rejected} trial(s) rejected by the quality guard" in stdout
 
 
 @pytest.mark.slow
 def test_a_knob_that_does_not_hurt_passes_the_guard(facts, slow_study) -> None:
     """Batch 256 under --global-batch 256 takes the defaults' optimizer steps: it reaches their loss."""
-    _, _, (baseline, _, feasible) = slow_study
+    _, _, searched = slow_study
+    baseline, feasible = searched["baseline"], searched["alone"]
     assert feasible.user_attrs["params"]["batch_per_rank"] == 256 and feasible.user_attrs["status"] == "ok"
     assert "infeasible" not in feasible.user_attrs, feasible.user_attrs["infeasible"]
     assert feasible.user_attrs["loss"] == pytest.approx(baseline.user_attrs["loss"], rel=0.03)
@@ -216,22 +229,21 @@ def test_a_knob_that_does_not_hurt_passes_the_guard(facts, slow_study) -> None:
 
 
 @pytest.mark.slow
-def test_choose_recipe_takes_a_feasible_recipe_never_a_faster_infeasible_one(facts, slow_study) -> None:
-    """Batch 256 with HURTS is faster than batch 256 alone, and rejected: with and without confirmation the
-    recipe is batch 256 alone."""
+def test_the_recipe_is_a_feasible_trial_and_the_rejected_one_is_never_chosen(facts, slow_study) -> None:
+    """HURTS, rejected by the guard, is the recipe neither with confirmation (it confirms a feasible trial) nor
+    without (the fastest feasible trial of the search). That a faster infeasible trial is passed over is
+    ``tests/study/test_guard.py``'s, with scripted speeds: measured, HURTS's lead over batch 256 alone ranged
+    from 18x on an idle machine to 0.70x beside stress-ng (its step is compute where batch 256's is a sleep)."""
     folder, stdout, searched = slow_study
-    hurting, feasible = searched[1], searched[2]
-    assert feasible.user_attrs["params"]["sparsity_pattern"] == "none"
-    assert GUARD_REASON.fullmatch(hurting.user_attrs["infeasible"])
-    speed = [t.user_attrs["objective"] for t in searched]
-    # the infeasible one is the fastest (by a margin: ~2x here, but the 2 cores are shared), batch 256 ~4x the default
-    assert speed[1] > 1.2 * speed[2] > 2.4 * speed[0]
-    assert f"best (trial {feasible.number}) confirmed at" in stdout, stdout  # the confirmation chose it
-
-    import optuna
+    feasible = {t.number: t for t in searched["all"][1:] if t.user_attrs["status"] == "ok"
+                and "infeasible" not in t.user_attrs}
+    assert searched["alone"].number in feasible and searched["hurting"].number not in feasible
+    confirmed = re.search(r"best \(trial (\d+)\) confirmed at", stdout)
+    assert confirmed and int(confirmed[1]) in feasible, stdout  # the confirmation chose a feasible one
 
     study = optuna.load_study(study_name="q", storage=f"sqlite:///{folder}/studies.db")
     recipe, _, best, _ = choose_recipe(study, "slow", facts, "q", confirmation=None)
-    assert best.number == feasible.number and recipe.params == feasible.user_attrs["params"]
-    assert recipe.speedup > 2 and recipe.loss == feasible.user_attrs["loss"]
+    fastest = max(feasible.values(), key=lambda t: t.user_attrs["objective"])
+    assert best.number == fastest.number and recipe.params == fastest.user_attrs["params"]
+    assert recipe.speedup > 2 and recipe.loss == fastest.user_attrs["loss"]
     assert any("rejected by the quality guard" in note for note in recipe.notes)
