@@ -44,10 +44,11 @@ def _python(code: str, cwd: Path, prefix: list[str] | None = None) -> dict:
 
 GUARD_REASON = re.compile(r"loss \d+\.\d+ is \+\d+\.\d% over the baseline's \d+\.\d+ \(limit \+5%\)")
 # Its calibration, the stored recipe's trial (stopped by the guard after its first round), batch 256's race and
-# one confirmation round (fresh processes) took 62-66 s alone (69 s with the sampler's two turns, on a Xeon): the race stops where the time its confirmation needs
-# begins (before, it raced to its 24-pair cap, and the confirmation was left out for want of time). Beside another
-# test run and stress-ng, 80 s left it out: the calibration took 24 s and the two candidates 17 s, and the round,
-# estimated from that calibration's start, no longer fitted in the 35 s left.
+# one confirmation round (fresh processes) took 62-66 s alone (69 s on a Xeon with the sampler's two turns): the
+# race stops where the time its confirmation needs begins (before, it raced to its 24-pair cap, and the
+# confirmation was left out for want of time). Beside another test run and stress-ng, 80 s left it out: the
+# calibration took 24 s and the two candidates 17 s, and the round, estimated from that calibration's start, no
+# longer fitted in the 35 s left.
 BUDGET_S = 100
 
 
