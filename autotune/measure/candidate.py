@@ -8,7 +8,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..trial.runner import run_trial
 from ..trial.spec import Status, TrialResult
@@ -17,6 +17,9 @@ from .environment import DEFAULTS, ENVIRONMENT_KEYS
 from .hopeless import HOPELESS
 from .paired_worker import PairedWorker
 from .protocol import ArmStatus, PairRecord
+
+if TYPE_CHECKING:
+    from .process_pair import HopelessEnvironment
 
 FRESH_PAIRS = 3  # fresh-process pairs a multi-process candidate needs at least (its first call to ``more``)
 NOTHING = stats.Interval(0.0, 0.0, 0.0, 0.0, 0)  # no pair yet (or an arm failed before one): slower than anything
@@ -111,6 +114,14 @@ class Candidate:
     timed_s: float = 0.0
     warnings: list[str] = field(default_factory=list)
 
+    def in_effect(self) -> dict[str, Any] | None:
+        """What its worker (its environment's) and its arm, if it has one, report in effect; None in fresh
+        process pairs."""
+        if self.worker is None:
+            return None
+        ready, arm = self.worker.ready, self.cand_status if self.in_process else None
+        return {**(ready.in_effect if ready else {}), **(arm.in_effect if arm else {})}
+
     def fresh_pairs(self, n: int, workload: str, defaults: dict[str, Any], facts: Any, settings: Any,
                     deadline: float, on_phase: Callable[[str, str], None], reference_s: float | None = None) -> None:
         """Fresh trial processes of the candidate and of the defaults, alternated: at least ``FRESH_PAIRS``. A
@@ -184,3 +195,10 @@ def hopeless_result(trial: Candidate, status: ArmStatus | None, why: str, stalle
         Status.OK, objective=ratio if ratio is not None else bound / 2, speedup_high=bound,
         method="its first steps (far slower: no pairs, no loss)", pairs=0, wall_s=time.monotonic() - trial.started,
         startup_s=trial.startup_s, warmup_s=trial.warmup_s + stalled_s, warnings=list(trial.warnings))
+
+
+def hopeless_environment(trial: Candidate, error: HopelessEnvironment) -> TrialResult:
+    """A candidate whose environment's first steps were far slower than the defaults', in its process pair now or
+    in an earlier trial's (``EnvironmentFactors.hopeless``): measured slower, no windows, no loss."""
+    why = f"{error} in its environment's process pair" + (" (an earlier trial's)" if error.earlier else "")
+    return hopeless_result(trial, error.status, why, 0.0)

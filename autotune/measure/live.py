@@ -19,6 +19,7 @@ from .candidate import (
     Candidate,
     combine,
     environment_defaults,
+    hopeless_environment,
     hopeless_result,
     same_environment,
     status_of,
@@ -162,7 +163,7 @@ class LiveMeasurer(EnvironmentFactors):
                 return trial  # fresh process pairs: ``more`` runs them
             return self._begin_paired(trial, deadline)
         except HopelessEnvironment as e:
-            return self._hopeless_environment(trial, e)
+            return hopeless_environment(trial, e)
         except WorkerError as e:
             return self._lost(trial, e, deadline)
 
@@ -238,12 +239,6 @@ class LiveMeasurer(EnvironmentFactors):
             self._drop(trial)
         return hopeless_result(trial, status, why, time.monotonic() - started if status is None else 0.0)
 
-    def _hopeless_environment(self, trial: Candidate, error: HopelessEnvironment) -> TrialResult:
-        """A candidate whose environment's first steps were far slower than the defaults', in its process pair
-        now or in an earlier trial's (``EnvironmentFactors.hopeless``): measured slower, no windows, no loss."""
-        why = f"{error} in its environment's process pair" + (" (an earlier trial's)" if error.earlier else "")
-        return hopeless_result(trial, error.status, why, 0.0)
-
     def more(self, handle: object, n: int, timeout_s: float, confidence: float = stats.CONFIDENCE) -> stats.Interval:
         trial = self._trial(handle)
         if trial.failed is None and not trial.baseline:
@@ -260,7 +255,7 @@ class LiveMeasurer(EnvironmentFactors):
                 elif trial.in_process:
                     self._pairs(trial, n, deadline)
             except HopelessEnvironment as e:
-                trial.failed = self._hopeless_environment(trial, e)
+                trial.failed = hopeless_environment(trial, e)
             except WorkerError as e:
                 trial.failed = self._lost(trial, e, deadline)
         return self._interval(trial, confidence)
@@ -273,6 +268,10 @@ class LiveMeasurer(EnvironmentFactors):
         if trial.fresh:
             return trial.fresh[0][1].loss
         return trial.cand_status.loss if trial.in_process and trial.cand_status is not None else None
+
+    def in_effect(self, handle: object) -> dict[str, Any] | None:
+        """``Candidate.in_effect``: the race stops a candidate whose knob did not take (``SearchLoop._race``)."""
+        return self._trial(handle).in_effect()
 
     def losses(self, arms: list[tuple[dict[str, Any], int]], timeout_s: float, *,
                wide: bool = False) -> list[ArmStatus]:

@@ -300,7 +300,8 @@ class SearchLoop(Turns):
             left = limit - now
             interval = self.measurer.more(handle, n, max(1.0, left), confidence=confidence)
             used += n
-            why = self._over_guard(handle, params) or race_stop(interval, noise, incumbent, used, cap)
+            why = (self._over_guard(handle, params) or self._not_in_effect(handle, params)
+                   or race_stop(interval, noise, incumbent, used, cap))
         if why == SLOWER:  # it cannot be the recipe: no training to the guard's samples
             getattr(self.measurer, "skip_loss", lambda handle: None)(handle)
         return self.measurer.end(handle), why
@@ -310,6 +311,12 @@ class SearchLoop(Turns):
         None: it cannot be the recipe, so no more pairs."""
         loss = getattr(self.measurer, "loss", lambda handle: None)(handle)
         return None if loss is None or not math.isfinite(loss) else self.guard.verdict(params, loss, self.deadline)[1]
+
+    def _not_in_effect(self, handle: object, params: dict[str, Any]) -> str | None:
+        """The knobs the candidate's process reports not in effect (a measurer's ``in_effect``), or None: it
+        measures another recipe than its own and is rejected as such (``verdict``), so no more pairs."""
+        in_effect = getattr(self.measurer, "in_effect", lambda handle: None)(handle)
+        return "; ".join(spaces.not_in_effect(params, in_effect or {})) or None
 
     def record(self, trial: optuna.Trial, role: str, params: dict[str, Any], result: TrialResult) -> None:
         """Store the trial's result and constraints and tell Optuna its value (or state)."""

@@ -238,6 +238,7 @@ def test_an_allocator_that_does_not_serve_malloc_makes_the_trial_infeasible(inpu
     else:
         assert not record.feasible
         assert record.reason == "allocator=tcmalloc is not in effect: libc.so.6 serves malloc"
+        assert frozen.user_attrs["race"] == record.reason  # known after its first round: no more pairs
         assert frozen.constraints["applied"] == 1.0
         assert record.rejected_by == ("applied",)  # the report counts it apart from the quality guard
 

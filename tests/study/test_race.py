@@ -444,6 +444,34 @@ def test_a_candidate_the_quality_guard_rejects_is_not_raced_further(tmp_path: Pa
     assert outcome.recipe.params["batch_per_rank"] != 128
 
 
+class NotApplied(Scripted):
+    """Batch 128's process reports it ran another matmul precision than its recipe asks."""
+
+    def in_effect(self, handle: Any) -> dict[str, Any] | None:
+        ran = "medium" if handle["params"]["batch_per_rank"] == 128 else handle["params"]["matmul_precision"]
+        return {"matmul_precision": ran} if handle["calls"] else None
+
+    def end(self, handle: Any) -> TrialResult:
+        return replace(super().end(handle), in_effect=self.in_effect(handle) or {})
+
+
+def test_a_candidate_whose_knob_is_not_in_effect_is_not_raced_further(tmp_path: Path, facts: Any) -> None:
+    """Its process's report known after the first round, a candidate that measured another recipe than its own
+    cannot be the recipe: no more pairs, however fast it reads (a sparsity that removed no unit raced as long as
+    the dense model it was)."""
+    measurer = NotApplied({**SPEED, 128: 3.0})
+    outcome = _search(tmp_path, measurer, study="unapplied", fixed=_batch_alone(facts), trials=12)
+    study = _study(tmp_path, "unapplied")
+    rejected = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("params", {}).get("batch_per_rank")
+                == 128 and t.user_attrs.get("role") != "confirm" and t.user_attrs.get("status") != "duplicate"]
+    assert rejected, "TPE never sampled batch 128"
+    for t in rejected:
+        assert t.user_attrs["race"] == "matmul_precision=highest is not in effect: the process ran with medium"
+        assert t.user_attrs["infeasible"] == t.user_attrs["race"]  # and rejected for it when recorded
+    assert all(calls == [max(4, NOISE.pairs // 2)] for batch, calls in measurer.calls if batch == 128)
+    assert outcome.recipe.params["batch_per_rank"] != 128
+
+
 class AllLossy(Lossy):
     """Every candidate trains to twice the defaults' loss."""
 
