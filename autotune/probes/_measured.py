@@ -27,7 +27,8 @@ from typing import Any, TypeVar
 from ._child import call_in_child
 
 T = TypeVar("T")
-FORMAT = "autotune-measured-v3"  # v1 read a GPU's first-use costs as slowness, v2 float32's as its speed
+# v1 read a GPU's first-use costs as slowness, v2 float32's as its speed, v3 each precision's runs apart from float32's
+FORMAT = "autotune-measured-v4"
 DEADLINE_S = 0.2  # each kernel at each precision: repeats after its first run stop here (a slow one: its first)
 MEASURED = ("bfloat16", "float16")  # against float32, whichever the space offers: the note says what each does
 REPEATS = 20
@@ -152,6 +153,25 @@ def _time(kernel: tuple[Any, Any], dtype: str, device: str, deadline_s: float) -
     return statistics.median(times)
 
 
+def _paired(kernel: tuple[Any, Any], dtype: str, device: str, deadline_s: float) -> float:
+    """float32's seconds over ``dtype``'s: the median over pairs of runs, one of each in turns (at most
+    ``REPEATS`` pairs in ``deadline_s``, one at least, counted from after a first run of each, left out as in
+    ``_time``). A neighbour's burst slows both runs of a pair: timed one precision after the other, 20 runs of
+    the same kernel read 6.7x apart beside another test run."""
+    module, x = kernel
+    _run(module, x, "float32", device)
+    _run(module, x, dtype, device)
+    ratios: list[float] = []
+    started = time.perf_counter()
+    while len(ratios) < REPEATS:
+        order = ("float32", dtype) if len(ratios) % 2 == 0 else (dtype, "float32")
+        seconds = {side: _run(module, x, side, device) for side in order}
+        ratios.append(seconds["float32"] / seconds[dtype])
+        if time.perf_counter() - started > deadline_s:
+            break
+    return statistics.median(ratios)
+
+
 def _slice(kernel: tuple[Any, Any]) -> tuple[tuple[Any, Any], float]:
     """The kernel on an eighth of its input (its first rows), and how much smaller that is."""
     module, x = kernel
@@ -159,9 +179,8 @@ def _slice(kernel: tuple[Any, Any]) -> tuple[tuple[Any, Any], float]:
     return (module, x[:rows]), len(x) / rows
 
 
-def _precision(kernel: tuple[Any, Any], dtype: str, device: str, deadline_s: float,
-               reference: float) -> tuple[float, bool]:
-    """The kernel's speed at ``dtype`` against float32's ``reference`` seconds, and whether it is a bound. An eighth
+def _precision(kernel: tuple[Any, Any], dtype: str, device: str, deadline_s: float) -> tuple[float, bool]:
+    """The kernel's speed at ``dtype`` against float32 (``_paired``), and whether it is a bound. An eighth
     of the input first, twice: the first run pays the precision's one-off costs (building kernels; on a GPU
     loading them on first use, which read an H100's bf16 conv 1466x slower than float32), the second is timed, and
     where it is slow a third too, the faster of them the reading (a loaded machine's hiccup read a fast precision
@@ -177,21 +196,20 @@ def _precision(kernel: tuple[Any, Any], dtype: str, device: str, deadline_s: flo
     if seconds * scale > deadline_s:
         small_reference = _time(small, "float32", device, deadline_s / 4)
         return small_reference / seconds, True
-    return reference / _time(kernel, dtype, device, deadline_s), False
+    return _paired(kernel, dtype, device, deadline_s), False
 
 
 def measure_precision(dtypes: tuple[str, ...], device: str = "cpu",
                       deadline_s: float = DEADLINE_S) -> tuple[KernelSpeed, ...]:
     """Each of ``dtypes`` (float32 always measured, as the reference) against float32."""
     kernels = _kernels(device)
-    reference = {name: _time(kernel, "float32", device, deadline_s) for name, kernel in kernels.items()}
     out = []
     for dtype in dtypes:
         if dtype == "float32":
             continue
         speeds, bound = [], False
         for name, kernel in kernels.items():
-            speed, cut = _precision(kernel, dtype, device, deadline_s, reference[name])
+            speed, cut = _precision(kernel, dtype, device, deadline_s)
             speeds.append((name, speed))
             bound = bound or cut
         mean = math.exp(statistics.fmean(math.log(s) for _, s in speeds))
