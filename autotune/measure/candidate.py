@@ -115,12 +115,11 @@ class Candidate:
     warnings: list[str] = field(default_factory=list)
 
     def in_effect(self) -> dict[str, Any] | None:
-        """What its worker (its environment's) and its arm, if it has one, report in effect; None in fresh
-        process pairs."""
+        """What its worker (its environment's) and its arm, if it has one, report in effect (``reported``); None in
+        fresh process pairs."""
         if self.worker is None:
             return None
-        ready, arm = self.worker.ready, self.cand_status if self.in_process else None
-        return {**(ready.in_effect if ready else {}), **(arm.in_effect if arm else {})}
+        return reported(self.worker, self.cand_status if self.in_process else None)
 
     def fresh_pairs(self, n: int, workload: str, defaults: dict[str, Any], facts: Any, settings: Any,
                     deadline: float, on_phase: Callable[[str, str], None], reference_s: float | None = None) -> None:
@@ -180,6 +179,11 @@ class Candidate:
                        baseline_samples_per_s=statistics.median(b.samples_per_s or 0.0 for b, _ in self.fresh),
                        startup_s=self.startup_s, warmup_s=self.warmup_s, timed_s=self.timed_s,
                        wall_s=time.monotonic() - self.started, warnings=self.warnings)
+
+
+def reported(worker: PairedWorker, arm: ArmStatus | None) -> dict[str, Any]:
+    """What a worker process reports in effect (its libraries, its environment), with its arm's own report."""
+    return {**(worker.ready.in_effect if worker.ready else {}), **(arm.in_effect if arm else {})}
 
 
 def hopeless_result(trial: Candidate, status: ArmStatus | None, why: str, stalled_s: float) -> TrialResult:

@@ -21,6 +21,7 @@ from .candidate import (
     environment_defaults,
     hopeless_environment,
     hopeless_result,
+    reported,
     same_environment,
     status_of,
 )
@@ -362,7 +363,7 @@ class LiveMeasurer(EnvironmentFactors):
             phases=dict(status.phases) if status.phases else None,
             operators=self.operators if trial.baseline else self._profile_fastest(trial, worker, arm, interval.median),
             wall_s=time.monotonic() - trial.started,
-            in_effect={**(worker.ready.in_effect if worker.ready else {}), **status.in_effect},
+            in_effect=reported(worker, status),
             warnings=[*trial.warnings, *(w for w in status.warnings if w not in trial.warnings)])
 
     def _lost(self, trial: Candidate, error: WorkerError, deadline: float) -> TrialResult:

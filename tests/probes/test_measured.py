@@ -102,7 +102,7 @@ class _Burst(torch.nn.Linear):
 
 def test_a_burst_of_load_slows_both_precisions_of_a_pair_not_one_of_them(monkeypatch: pytest.MonkeyPatch) -> None:
     # Twenty calls slowed 5 ms (the kernel takes 1-3 ms): timed one precision after the other, they were all
-    # float32's (2x-4x "faster" bf16); in pairs, both sides of ten pairs
+    # float32's (2x-4x "faster" bf16); in pairs, both sides of eight of them (the first calls are left out)
     kernel = (_Burst(512, 512, burst=range(2, 22)), torch.randn(1024, 512))
     monkeypatch.setattr(_measured, "_kernels", lambda device: {"matmul": kernel})
     (bf16,) = _measured.measure_precision(("bfloat16",), deadline_s=1.0)
