@@ -116,7 +116,7 @@ def test_a_replay_charges_the_recorded_time_against_the_budget(facts: Any, tmp_p
     grid = _grid(facts, ctx, base)
     grid = replace(grid, configs=[replace(c, warmup_s=5.0) for c in grid.configs])
     fixed = {k: v for k, v in spaces.defaults(facts, ctx).items() if k not in grid.searched_names()}
-    outcomes, clock = {}, ReplayClock()
+    outcomes, clock, spent = {}, ReplayClock(), 0.0
     for charged in (False, True):
         options = SearchOptions(**{**base.__dict__, "trials": 20, "fixed": fixed, "study": f"clock-{charged}",
                                    "storage": f"sqlite:///{tmp_path / f'clock-{charged}.db'}"})
@@ -124,8 +124,12 @@ def test_a_replay_charges_the_recorded_time_against_the_budget(facts: Any, tmp_p
             outcomes[charged] = search("tiny", options=options, measurer=ReplayMeasurer(grid, 0), facts=facts)
             continue
         with clock.patched():
+            start = clock.monotonic()
             outcomes[charged] = search("tiny", options=options, measurer=ReplayMeasurer(grid, 0, clock), facts=facts)
+            spent = clock.monotonic() - start
     assert outcomes[False].stopped == "trials", outcomes[False].stopped
     assert outcomes[True].stopped == "budget", outcomes[True].stopped
     assert 5 <= len(outcomes[True].records) < len(outcomes[False].records), len(outcomes[True].records)
-    assert 50.0 < clock.charged < 60 * 1.05, clock.charged  # its recorded time: the budget, not past it
+    # The search's clock is real time plus the recorded time: its budget, not past it, most of it recorded (the
+    # real part, Optuna and SQLite, took 11 s of a loaded machine once: 48.6 s charged).
+    assert 50.0 < spent < 60 * 1.05 and clock.charged > 5 * 5.0, (spent, clock.charged)

@@ -105,7 +105,8 @@ def test_a_burst_of_load_slows_both_precisions_of_a_pair_not_one_of_them(monkeyp
     # float32's (2x-4x "faster" bf16); in pairs, both sides of eight of them (the first calls are left out)
     kernel = (_Burst(512, 512, burst=range(2, 22)), torch.randn(1024, 512))
     monkeypatch.setattr(_measured, "_kernels", lambda device: {"matmul": kernel})
-    (bf16,) = _measured.measure_precision(("bfloat16",), deadline_s=1.0)
+    # A deadline the pairs past the burst fit in on a loaded machine too (1 s held 16 calls beside two test runs)
+    (bf16,) = _measured.measure_precision(("bfloat16",), deadline_s=4.0)
     assert kernel[0].calls > 21  # pairs past the burst too
     assert 0.67 < bf16.speed < 1.5, bf16
 
