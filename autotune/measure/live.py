@@ -87,7 +87,7 @@ class LiveMeasurer(EnvironmentFactors):
         # The A/A within a sixth of the time given: its pairs as asked but at least 6 (a 95% interval needs them),
         # and on a slow machine with a short budget, windows shorter than 4 steps (never under the device's floor).
         status = self.pool.add(worker, DEFAULTS, self.defaults, timeout_s)
-        device = self.defaults.get("device") or "cpu"
+        start_s, device = time.monotonic() - started, self.defaults.get("device") or "cpu"
         window = self.window_s or max(WINDOW_FLOOR_S.get(device, WINDOW_FLOOR_S["cpu"]), min(
             choose_window_s(status.step_s or status.first_step_s or 0.0, device), timeout_s / 6 / (2 * 6)))
         pairs = max(6, min(self.calibration_pairs, int(timeout_s / 6 / (2 * window))))
@@ -108,7 +108,7 @@ class LiveMeasurer(EnvironmentFactors):
         if self.profile_s > 0:  # at most a sixth of the time given, as the A/A
             self.operators = self._profile(worker, DEFAULTS, min(self.profile_s, timeout_s / 6), cal.step_s, "defaults")
             self.pool.defaults_worker(timeout_s, with_arm=True)  # the same, unless the profile stopped it
-        self.noise = Noise.from_calibration(cal, wall_s=time.monotonic() - started)
+        self.noise = Noise.from_calibration(cal, wall_s=time.monotonic() - started, start_s=start_s)
         return self.noise
 
     def _profile(self, worker: Any, arm: str, seconds: float, step_s: float, who: str) -> dict[str, float] | None:

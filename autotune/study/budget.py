@@ -6,8 +6,8 @@ processes (``started_estimate_s``) or those that started none (``in_process_esti
 picks the kind, ``SearchLoop.next_estimate_s``); a trial may take 5x its estimate (at least 60 s) within
 what is left (``timeout_s``); and time is kept for the confirmation at the end (``reserve_s``), so the
 search stops early enough to confirm its candidates: per candidate and round, its pairs at the calibration's
-window length and its time outside windows, and per environment and round its worker's start and process
-pair, once however many candidates share them (``round_parts``), as measured.
+window length and its arm's warm-up, and per environment and round its worker's start and process pair, once
+however many candidates share them (``round_parts``), as measured.
 """
 from __future__ import annotations
 
@@ -161,12 +161,21 @@ def round_parts(result: TrialResult, noise: Noise | None, options: SearchOptions
     environment side goes on as the round's worker (``LiveMeasurer._factor``), which costs what the trial's pairs
     did, at least a worker's start and the pair's windows; a factor the search cut
     short for time is completed in round 0, counted as ``PROCESS_PAIRS[0]`` pairs (completing it costs those,
-    not the fewer pairs the search ran). Recipes of one environment share its part in a round (``reserve_s``)."""
+    not the fewer pairs the search ran). Recipes of one environment share its part in a round (``reserve_s``).
+
+    Where the calibration recorded its worker's start (``Noise.start_s``), a worker's start is that, and a
+    recipe's own time outside windows is its arm's build and warm-up (``warmup_s``): a round evaluates no loss and
+    profiles nothing. Counted from the calibration's and the trial's whole time outside windows (the A/A's second
+    arm, the defaults' 2-s profile, the candidate's loss and profile), a 2-minute CNN search kept 54 s for three
+    rounds that took 24 s, and stopped exploring at 45 s."""
     outside = max(0.0, result.wall_s - (result.timed_s or 0.0))
     if noise is None:
         return result.wall_s, 0.0
     windows = 2 * confirmation_pairs(noise, options) * noise.window_s * 1.1
-    start = max(0.0, noise.wall_s - noise.timed_s)  # a worker started, its arms built and settled
+    if noise.start_s is not None:  # a worker started and its defaults' arm built and settled, as measured
+        start, arm = noise.start_s, result.warmup_s or 0.0
+    else:  # a study calibrated before ``start_s`` was recorded
+        start, arm = max(0.0, noise.wall_s - noise.timed_s), outside
     method = result.method or ""
     script = _SCRIPT_PAIRS.fullmatch(method)
     if script:  # script mode: a round is fresh process pairs of copies, each started as the trial's were
@@ -175,7 +184,7 @@ def round_parts(result: TrialResult, noise: Noise | None, options: SearchOptions
         pair_s = _script_pair_s(result.wall_s, result.timed_s or 0.0, ran, result.pairs or ran * WINDOWS, a_pair)
         return pair_s * max(LEAST_PAIRS, -(-confirmation_pairs(noise, options) // a_pair)), 0.0
     if method not in ("process pairs", "process pairs x in-process pairs"):  # ``LiveMeasurer._end``'s
-        return windows + outside, start
+        return windows + arm, start
     pair = start + 2 * max(4, noise.pairs // 2) * noise.window_s  # ``LiveMeasurer._factor``'s windows
     # The process pairs the trial ran: all its pairs when the factor was its whole measurement, else at least
     # the fewest (a factor cut short for time says so in a warning and is counted from it).
@@ -215,8 +224,10 @@ def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | Non
 def racing_reserve_s(study: optuna.Study, options: SearchOptions, params: dict[str, Any],
                      defaults: dict[str, Any], *, wall_s: float, timed_s: float) -> float:
     """``reserve_s`` with the candidate being raced counted (``racing``): its time so far, ``wall_s`` of which
-    ``timed_s`` in windows, and its method as its result will say it (``round_parts`` reads it)."""
-    so_far = TrialResult(Status.OK, wall_s=wall_s, timed_s=timed_s, method=paired_method(params, defaults))
+    ``timed_s`` in windows, and its method as its result will say it (``round_parts`` reads it); all its time
+    outside windows so far is counted as its arm's warm-up (its build and compile are in it, its loss may be)."""
+    so_far = TrialResult(Status.OK, wall_s=wall_s, timed_s=timed_s, warmup_s=max(0.0, wall_s - timed_s),
+                         method=paired_method(params, defaults))
     return reserve_s(study, options, None, racing=(so_far, params))
 
 

@@ -43,6 +43,8 @@ def test_the_live_measurer_calibrates_once_and_measures_each_candidate_as_an_arm
         noise = measurer.calibrate(300)
         assert noise.window_s == 0.15 and noise.pairs >= 8 and noise.margin >= stats.MIN_MARGIN
         assert noise.aa[1] <= noise.aa[0] <= noise.aa[2] and noise.wall_s > noise.timed_s > 0
+        # its worker's start to the defaults' arm settled: part of its time outside windows (the A/A, the profile)
+        assert noise.start_s is not None and 0 < noise.start_s < noise.wall_s - noise.timed_s
         worker = measurer.pool.worker
         assert worker is not None and worker.ready is not None
 

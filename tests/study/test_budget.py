@@ -58,6 +58,45 @@ def test_a_candidate_is_estimated_from_candidates_or_else_from_the_calibration()
     assert reserve_s(study, one, 24.0) == pytest.approx(1.1 * (9.0 + 2 * 12 * 0.5 * 1.1 + (20.0 - 12.0)))
 
 
+def test_a_round_is_priced_at_a_workers_start_and_the_candidates_arm_not_the_calibrations_extras() -> None:
+    """A 2-minute CNN search on a Xeon: the calibration took 19.0 s, 9.6 of them in windows, its worker ready
+    (started, the defaults' arm built and settled) after 4.2 s; channels_last's trial 23.2 s, 20.2 in windows,
+    0.18 s building and warming up its arm. Its three confirmation rounds took 7.9-8.3 s each (a worker's start
+    4.0-4.3 s and 6 window pairs of 0.3 s). Counted from the calibration's and the trial's time outside windows
+    (the A/A's second arm, the profiles, the loss) the search kept 54 s for them and stopped exploring at 45 s
+    of 120; a round is the worker's start, the arm and the windows."""
+    from dataclasses import asdict, replace
+
+    import optuna
+
+    from autotune.measure import Noise
+    from autotune.study import SearchOptions
+    from autotune.study.budget import reserve_s, round_parts
+    from autotune.trial.spec import Status, TrialResult
+
+    noise = Noise(window_s=0.3, pairs=16, half_width=0.03, margin=0.02, spread=0.25, aa=(1.0, 0.96, 1.09),
+                  timed_s=9.6, wall_s=19.0, start_s=4.2)
+    study = optuna.create_study(direction="maximize")
+    study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs={
+        "wall_s": 19.0, "timed_s": 9.6, "startup_s": 2.9, "status": "ok", "role": "baseline",
+        "method": "in-process pairs", "params": {"channels_last": False}, "objective": 1.0}))
+    study.add_trial(optuna.trial.create_trial(value=1.11, user_attrs={
+        "wall_s": 23.2, "timed_s": 20.2, "warmup_s": 0.18, "status": "ok", "role": "seed", "pairs": 32,
+        "method": "in-process pairs", "params": {"channels_last": True}, "objective": 1.11, "speedup_low": 1.09,
+        "speedup_high": 1.13}))
+    options = SearchOptions(budget_s=120, confirm_top=3)
+    windows = 2 * 6 * 0.3 * 1.1
+    candidate = TrialResult(Status.OK, objective=1.11, method="in-process pairs", pairs=32, wall_s=23.2,
+                            timed_s=20.2, warmup_s=0.18)
+    assert round_parts(candidate, noise, options, 0) == pytest.approx((windows + 0.18, 4.2))
+    study.set_user_attr("noise", asdict(noise))
+    kept = reserve_s(study, options, 28.0)
+    assert kept == pytest.approx(1.1 * 3 * (4.2 + windows + 0.18)) and 24.0 < kept < 30.0  # 27.5 s; measured 24.4
+    # a study calibrated before the worker's start was recorded: as before, from the whole time outside windows
+    study.set_user_attr("noise", asdict(replace(noise, start_s=None)))
+    assert reserve_s(study, options, 28.0) == pytest.approx(1.1 * 3 * ((19.0 - 9.6) + windows + (23.2 - 20.2)))
+
+
 def test_a_script_modes_rounds_are_its_process_pairs_alone() -> None:
     """A script-mode candidate of 4 process pairs in 35 s: a round is 2 such pairs (17.5 s), and the defaults'
     start (the baseline's 8.2 s) is not added: every pair starts both copies itself."""
