@@ -6,7 +6,7 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 WORKLOAD ?= cnn
 BUDGET ?= 2m
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 BIN := $(VENV)/bin
 
 .PHONY: demo test clean
@@ -33,9 +33,10 @@ demo: $(VENV)/.installed
 # pytest's first minute leaves idle). pytest lists the 15 slowest tests and every skip with its reason, in
 # TEST_WORKERS pytest-xdist processes (each file's tests in one, the longest files first: tests/conftest.py's
 # order, which --no-loadscope-reorder keeps: xdist otherwise hands out the files with the most tests first, and
-# the longest, with few tests, ran last; each process with its own TMPDIR and host lock). Two on this 2-vCPU
-# machine: most of the suite's time is CPU (a process start is 4-5 s of it), and a third process only made the
-# two CPUs' tests slower (TEST_WORKERS=0: one process, no xdist). The system packages some tests need
+# the longest, with few tests, ran last; each process with its own TMPDIR and host lock). Three on a 2-vCPU
+# machine: with two, a fifth of the CPU time went idle while tests waited on sleeping workloads and process
+# starts (Xeon: 517-546 s; three: 461-486 s; four: 460 s and A/A tests failing beside the load; TEST_WORKERS=0:
+# one process, no xdist). The system packages some tests need
 # (tests/system-deps.sh) are installed by a prerequisite, once, not in the timed part.
 # pytest exits 5 when it collected no test: that is reported, not treated as a failure.
 test: $(VENV)/.installed $(VENV)/.system-deps
