@@ -162,9 +162,10 @@ def test_a_rank_killed_in_a_two_process_trial_fails_it_at_once(facts, fast_setti
 
 
 def test_pruning_stops_the_trial(facts, fast_settings) -> None:
-    # windows of 1,000 tiny steps: at 40 steps the child wrote all four windows and ended between two of the
-    # parent's looks (50 ms) beside another test run, and finished whole (status ok)
-    settings = replace(fast_settings, measure_steps=4000, windows=4)
+    # windows of 400 tiny steps (0.4-1 s): at 40 steps the child wrote all four windows and ended between two of
+    # the parent's looks (50 ms) beside another test run, and finished whole (status ok); at 1,000 the child's
+    # first window and the stop cost 12 s of CPU beside two test runs
+    settings = replace(fast_settings, measure_steps=4000, windows=10)
     result = run_trial("tiny", _params(facts), facts, settings, timeout_s=120, on_window=lambda i, s: i >= 0)
     assert result.status == "pruned"
 
