@@ -93,6 +93,7 @@ def test_a_script_mode_search_stores_the_faster_recipe(tmp_path: Path, monkeypat
     stored = optuna.load_study(study_name=outcome.study, storage=options.storage).user_attrs["noise"]
     assert stored["between_pairs"] >= 5 and stored["between"] > 0, stored  # the report's noise: as the search's
     assert (stored["pairs"], stored["round_pairs"]) == (2, 8), stored  # rounds of 4 process pairs of 2 windows
+    assert outcome.best.number != outcome.baseline.number, seen  # the defaults were not kept
     assert outcome.best.result.pairs == 2 * int(outcome.best.result.method[-2]), seen  # type: ignore[index, union-attr]
     assert outcome.recipe.workload == f"script:{SCRIPT}"
     assert outcome.recipe.params["channels_last"] is True and outcome.recipe.params["processes"] == 1, seen
