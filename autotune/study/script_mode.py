@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import tempfile
 import time
 from dataclasses import replace
@@ -54,9 +55,17 @@ def workload_label(argv: list[str]) -> str:
 
 def absolute(argv: list[str]) -> list[str]:
     """The command with each argument that names an existing file or folder made absolute: every copy runs in a
-    folder of its own."""
-    return [str(Path(a).resolve()) if i > 0 and not a.startswith("-") and Path(a).exists() else a
-            for i, a in enumerate(argv)]
+    folder of its own. The program, where given as a path, keeps its links (a virtual environment's python is one)
+    and is looked up as the shell would; UsageError where there is none."""
+    program = argv[0]
+    if os.sep in program:
+        if not os.access(program, os.X_OK) or Path(program).is_dir():
+            raise UsageError(f"{program}: no such program (or not executable), from {os.getcwd()}")
+        program = os.path.abspath(program)
+    elif shutil.which(program) is None:
+        raise UsageError(f"{program}: no such program on PATH")
+    return [program, *(str(Path(a).resolve()) if not a.startswith("-") and Path(a).exists() else a
+                       for a in argv[1:])]
 
 
 def search_script(argv: list[str], *, batch_size: int, options: SearchOptions | None = None,
@@ -73,6 +82,7 @@ def search_script(argv: list[str], *, batch_size: int, options: SearchOptions | 
         raise UsageError("script mode needs a command after --: autotune search -- python train.py")
     if batch_size < 1:
         raise UsageError(f"--batch-size must be at least 1 (got {batch_size}): the batch your script trains with")
+    command, label = absolute(argv), workload_label(argv)
     options = options or SearchOptions()
     if budget is not None:
         options = replace(options, budget_s=parse_duration(budget) if isinstance(budget, str) else float(budget))
@@ -89,7 +99,6 @@ def search_script(argv: list[str], *, batch_size: int, options: SearchOptions | 
     ctx = spaces.SpaceContext(device=device, default_batch_size=batch_size, global_batch=options.global_batch,
                               allow_compile=False)
     defaults = {**spaces.defaults(facts, ctx), **run_settings(ctx, options)}
-    command, label = absolute(argv), workload_label(argv)
     folder = folder or Path(tempfile.mkdtemp(prefix="autotune-script-"))
     notify(Phase("starting the script", None, "one copy with the defaults, to its first step"))
     started = time.monotonic()

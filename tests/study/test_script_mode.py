@@ -123,6 +123,28 @@ def test_the_first_copy_tells_the_model_and_the_knobs_the_script_owns(facts: Any
     assert set(told.owned) == owned, told.owned
 
 
+def test_a_program_given_as_a_relative_path_runs_from_the_copies_folders_as_the_link_it_is(tmp_path: Path,
+                                                                                           monkeypatch) -> None:
+    """``autotune search -- .venv/bin/python train.py``: every copy runs in a folder of its own, so the program is
+    made absolute, not resolved (a virtual environment's python is a link whose folder makes it that environment's);
+    a program that is not there is a one-line error before anything starts (it was an internal FileNotFoundError)."""
+    from autotune.study.script_mode import absolute
+
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "python").symlink_to(sys.executable)
+    (tmp_path / "train.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert absolute(["venv/bin/python", "train.py", "--lr", "0.1"]) == [
+        str(tmp_path / "venv" / "bin" / "python"), str(tmp_path / "train.py"), "--lr", "0.1"]
+    assert absolute(["python3", "train.py"])[0] == "python3"  # looked up on PATH by each copy, as the shell would
+    for program, said in (("venv/bin/pyhton", "venv/bin/pyhton: no such program (or not executable)"),
+                          ("pyhton3", "pyhton3: no such program on PATH")):
+        out = run_cli("search", "--batch-size", "8", "--", program, "train.py", cwd=tmp_path)
+        line = out.stderr.strip()
+        assert out.returncode == 2 and "\n" not in line and said in line, out
+    assert not (tmp_path / "studies.db").exists()
+
+
 def test_a_script_without_the_apply_pattern_is_one_line(tmp_path: Path) -> None:
     out = run_cli("search", "--batch-size", "8", "--", sys.executable, "-c", "print('training')", cwd=tmp_path)
     assert out.returncode == 2, out
