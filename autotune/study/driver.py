@@ -319,7 +319,9 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
     if skipped:
         study.set_user_attr(StudyAttr.NOT_SEEDED, skipped)
     loop = SearchLoop(study, workload, facts, ctx, run, options, deadline, notify,
-                      seeds=seeds(facts, ctx, options, workload, measured), measurer=measurer)
+                      seeds=seeds(facts, ctx, options, workload, measured,
+                                  fresh_processes=bool(getattr(measurer, "fresh_processes", False))),
+                      measurer=measurer)
     try:
         stopped = loop.run()
         if not _has_baseline(study):

@@ -72,6 +72,21 @@ def test_seeds_of_the_defaults_environment_come_before_those_that_change_it(fact
     assert other[1:] == sorted(other[1:]) and other[-1], seeds  # every same-environment seed first
 
 
+def test_where_every_trial_starts_processes_the_seeds_that_change_the_environment_come_first(facts,
+                                                                                             tmp_path: Path) -> None:
+    """Script mode: each seed costs fresh process pairs of copies, whichever knobs it changes; the heuristic, which
+    changes several at once, comes right after the baseline, the rest in the order they had."""
+    from autotune.measure import environment_differences
+
+    ctx, options = SpaceContext(default_batch_size=32, conv=True), SearchOptions(storage=f"sqlite:///{tmp_path}/s.db")
+    live = search_seeds(facts, ctx, options, "cnn")
+    script = search_seeds(facts, ctx, options, "cnn", fresh_processes=True)
+    other = [bool(environment_differences(script[0][1], params)) for _, params in script]
+    assert script[0] == live[0] and script[1][0] == "heuristic" and len(script) == len(live), script
+    assert other[1:] == sorted(other[1:], reverse=True) and not other[-1], script
+    assert [s for s in script if s[0] == "seed"] == [s for s in live if s[0] == "seed"]
+
+
 def test_fixed_knobs_hold_in_every_seed_but_the_baseline(facts, tmp_path: Path) -> None:
     options = SearchOptions(storage=f"sqlite:///{tmp_path}/s.db", fixed={"threads": 1})
     seeds = search_seeds(facts, CTX, options, "tiny")
