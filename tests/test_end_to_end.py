@@ -52,13 +52,14 @@ GUARD_REASON = re.compile(r"loss \d+\.\d+ is \+\d+\.\d% over the baseline's \d+\
 BUDGET_S = 100
 
 
-def _search(folder: Path, workload: str, *args: str, study: str = "q", budget_s: int = BUDGET_S) -> tuple[str, list]:
+def _search(folder: Path, workload: str, *args: str, study: str = "q",
+            budget_s: int = BUDGET_S) -> tuple[str, list, str]:
     """A search stops at its budget (its own clock, however loaded the machine): the limit is that and its
-    start and end (``run_cli``'s default limit is a fixed 300 s)."""
+    start and end (``run_cli``'s default limit is a fixed 300 s). Its output, trials and warnings."""
     out = run_cli("search", "--workload", qw.spec(workload), "--study", study, "--budget", f"{budget_s}s",
                   "--no-compile", "--busy-limit", "inf", *defaults_env(), *args, cwd=folder, timeout=budget_s + 120)
     assert out.returncode == 0, out.stderr
-    return out.stdout, trials(f"sqlite:///{folder}/studies.db", study)
+    return out.stdout, trials(f"sqlite:///{folder}/studies.db", study), out.stderr
 
 
 # Precisions held at float32: where the CPU computes bf16 (or fp16), their seeds would come before the heuristic the
@@ -89,12 +90,12 @@ def slow_study(facts, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, s
     stored = {**spaces.defaults(facts, spaces.SpaceContext(default_batch_size=64)), "batch_per_rank": 256, **qw.HURTS}
     with RecipeStore.open(f"sqlite:///{folder}/studies.db") as store:  # as an earlier search would have stored it
         store.save(Recipe(params=stored, workload=qw.spec("slow"), fingerprint=facts.fingerprint, study="earlier"))
-    chosen, ts = _search(folder, "slow", *SLOW_RUN, "--trials", "4", "--confirm", "1", "--confirm-rounds", "1")
+    chosen, ts, warned = _search(folder, "slow", *SLOW_RUN, "--trials", "4", "--confirm", "1", "--confirm-rounds", "1")
     searched = [t for t in ts if t.user_attrs["role"] != "confirm" and t.user_attrs["status"] != "duplicate"]
     baseline, hurting = searched[:2]
     alone = {**baseline.user_attrs["params"], "batch_per_rank": 256}
     found = [t for t in searched if t.user_attrs["params"] == alone and t.user_attrs["status"] == "ok"]
-    assert hurting.user_attrs["role"] == "warm-start" and found, chosen
+    assert hurting.user_attrs["role"] == "warm-start" and found, (chosen, warned)
     return folder, chosen, {"baseline": baseline, "hurting": hurting, "alone": found[0], "all": searched}
 
 
