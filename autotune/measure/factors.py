@@ -13,6 +13,7 @@ from .paired_worker import Calibration, WorkerError
 from .process_pair import HopelessEnvironment, enough, process_pair
 
 if TYPE_CHECKING:
+    from .measurer import Noise
     from .pool import PhaseHook, WorkerPool
 
 
@@ -25,6 +26,7 @@ class EnvironmentFactors:
     settings: Any
     pool: WorkerPool
     calibration: Calibration | None
+    noise: Noise | None
     process_pairs: tuple[int, int]
     on_phase: PhaseHook
 
@@ -51,7 +53,10 @@ class EnvironmentFactors:
         least = self.process_pairs[0]
         missing = 0 if key in self.factors else max(0, least - len(self.factor_ratios.get(key, [])))
         missing = int(key not in self._round_factors) if self._confirming else missing
-        pair_s = self._pair_s or self.pool.start_s + 2 * max(4, self.cal.pairs // 2) * self.cal.window_s
+        windows = 2 * max(4, self.cal.pairs // 2) * self.cal.window_s
+        # before a pair ran: its two workers, each started and its arm built and settled as the calibration's was
+        first = 2 * self.noise.start_s if self.noise is not None and self.noise.start_s else self.pool.start_s
+        pair_s = self._pair_s or first + windows
         need = missing * pair_s if missing else (0.0 if self.pool.env_alive(key) else self.pool.start_s)
         left = deadline - time.monotonic()
         if need <= left:

@@ -101,11 +101,26 @@ def _script_pair_s(wall_s: float, timed_s: float, ran: int, window_pairs: int, a
 def started_estimate_s(study: optuna.Study) -> float | None:
     """How long a candidate that starts processes (another environment's process pairs, ``processes`` > 1)
     likely takes: 1.2x the median wall time of the finished candidates, not pruned, that started some; before
-    any, ``estimate_s``. The median of all candidates falls once the defaults' worker has measured a few cheap
-    ones, and would let such a trial start with too little time left before the time kept for the confirmation."""
+    any, its first process pairs (``first_process_pairs_s``), else ``estimate_s``. The median of all candidates
+    falls once the defaults' worker has measured a few cheap ones, and would let such a trial start with too
+    little time left before the time kept for the confirmation."""
     found = _median_wall_s(study, lambda a: a.get(Attr.STATUS) != Status.PRUNED
                            and a.get(Attr.ROLE) not in (BASELINE, CONFIRM) and (a.get("startup_s") or 0.0) > STARTED_S)
-    return found if found is not None else estimate_s(study)
+    if found is not None:
+        return found
+    noise = recorded_noise(study)
+    first = first_process_pairs_s(noise) if noise is not None and not noise.round_pairs else None
+    return first if first is not None else estimate_s(study)
+
+
+def first_process_pairs_s(noise: Noise) -> float | None:
+    """Another environment's first ``PROCESS_PAIRS[0]`` fresh process pairs, each two workers' starts with their
+    arms built and settled, as the calibration's (``Noise.start_s``), and a factor's windows; None where the
+    calibration did not record its start. A 2-minute transformer search's heuristic took 30.6 s for its three
+    pairs (this says 30.4 s); read from the cheap candidates measured before it, a pair looked like an arm's."""
+    if noise.start_s is None:
+        return None
+    return PROCESS_PAIRS[0] * (2 * noise.start_s + 2 * max(4, noise.pairs // 2) * noise.window_s)
 
 
 def in_process_estimate_s(study: optuna.Study) -> float | None:
@@ -282,5 +297,6 @@ def timeout_s(study: optuna.Study, options: SearchOptions, params: dict[str, Any
     return available if estimate is None else min(available, max(60.0, 5 * estimate))
 
 
-__all__ = ["confirm_s", "confirmation_pairs", "estimate_s", "floors", "in_process_estimate_s", "parse_duration",
-           "racing_reserve_s", "reserve_s", "round_parts", "round_s", "started_estimate_s", "timeout_s"]
+__all__ = ["confirm_s", "confirmation_pairs", "estimate_s", "first_process_pairs_s", "floors", "in_process_estimate_s",
+           "parse_duration", "racing_reserve_s", "reserve_s", "round_parts", "round_s", "started_estimate_s",
+           "timeout_s"]

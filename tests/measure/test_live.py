@@ -226,6 +226,11 @@ def test_a_candidate_of_another_environment_is_not_started_without_the_time_its_
     assert measurer._too_short(environment_key(other), time.monotonic() + 10.0) == (
         "not started: another environment needs its worker's start, about 12 s; 10 s were left")
     assert measurer._too_short(environment_key(other), time.monotonic() + 13.0) is None
+    # The calibration's worker was ready (started, its arm built and settled) after 5 s: a first pair starts two
+    del measurer.factors[environment_key(other)]
+    measurer.pool.start_s, measurer.noise = 2.0, SimpleNamespace(start_s=5.0)  # type: ignore[assignment]
+    assert measurer._too_short(environment_key(other), time.monotonic() + 30.0) == (
+        "not started: another environment needs 3 process pair(s), about 32 s; 30 s were left")
 
 
 def test_fresh_pairs_whose_defaults_run_out_of_time_are_a_timeout_not_a_crash(facts: Any) -> None:

@@ -97,6 +97,37 @@ def test_a_round_is_priced_at_a_workers_start_and_the_candidates_arm_not_the_cal
     assert reserve_s(study, options, 28.0) == pytest.approx(1.1 * 3 * ((19.0 - 9.6) + windows + (23.2 - 20.2)))
 
 
+def test_a_candidate_that_starts_processes_is_estimated_at_its_first_process_pairs_before_any_ran() -> None:
+    """Cheap arms measured first are no model of another environment's process pairs: each pair starts two
+    workers (their arms built and settled as the calibration's: ``Noise.start_s``) and runs a factor's windows,
+    ``PROCESS_PAIRS[0]`` of them. Once such a candidate ran, its wall time is the estimate."""
+    from dataclasses import asdict, replace
+
+    import optuna
+
+    from autotune.measure import PROCESS_PAIRS, Noise
+    from autotune.study.budget import started_estimate_s
+
+    noise = Noise(window_s=0.3, pairs=16, half_width=0.03, margin=0.02, spread=0.25, aa=(1.0, 0.96, 1.09),
+                  timed_s=9.6, wall_s=19.0, start_s=3.2)
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr("noise", asdict(noise))
+    for value, wall in ((1.0, 19.0), (1.02, 6.0), (1.05, 7.0), (0.97, 5.0)):  # the baseline and three cheap arms
+        study.add_trial(optuna.trial.create_trial(value=value, user_attrs={
+            "wall_s": wall, "timed_s": wall / 2, "startup_s": 0.0, "status": "ok",
+            "role": "baseline" if value == 1.0 else "seed", "method": "in-process pairs", "params": {},
+            "objective": value}))
+    first = PROCESS_PAIRS[0] * (2 * 3.2 + 2 * 8 * 0.3)
+    assert started_estimate_s(study) == pytest.approx(first) and first > 25.0  # the cheap arms': 1.2 x 6 s
+    study.set_user_attr("noise", asdict(replace(noise, start_s=None)))  # calibrated before the start was kept
+    assert started_estimate_s(study) == pytest.approx(1.2 * 6.0)
+    study.set_user_attr("noise", asdict(noise))
+    study.add_trial(optuna.trial.create_trial(value=1.09, user_attrs={
+        "wall_s": 30.6, "timed_s": 9.6, "startup_s": 19.4, "status": "ok", "role": "heuristic",
+        "method": "process pairs", "params": {"threads": 1}, "objective": 1.09}))
+    assert started_estimate_s(study) == pytest.approx(1.2 * 30.6)
+
+
 def test_a_script_modes_rounds_are_its_process_pairs_alone() -> None:
     """A script-mode candidate of 4 process pairs in 35 s: a round is 2 such pairs (17.5 s), and the defaults'
     start (the baseline's 8.2 s) is not added: every pair starts both copies itself."""
