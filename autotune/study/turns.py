@@ -35,6 +35,7 @@ class Turns:
     defaults: dict[str, Any]
     seeds: list[Seed]
     measurer: PairedMeasurer
+    run_settings: dict[str, Any]
     notify: Progress
     duplicates: int
     input_read: bool
@@ -187,7 +188,10 @@ class Turns:
 
     def _warm(self, params: dict[str, Any]) -> bool:
         """Whether a trial of ``params`` would start no process (the measurer's ``warm``); for a measurer that
-        says nothing of its workers, only the defaults' environment is taken as warm."""
+        says nothing of its workers, only the defaults' environment is taken as warm. A seed's params are read with
+        the run's settings, as its trial will measure them: without (``device`` is an environment key) every seed
+        read as another environment's, was priced as process pairs and never filled the budget's end."""
+        params = {**params, **self.run_settings}
         warm = getattr(self.measurer, "warm", None)
         if warm is not None:
             return bool(warm(params))

@@ -393,3 +393,20 @@ def test_where_the_defaults_wait_for_data_the_input_is_seeded_first(facts: Any, 
     else:
         assert asked["channels_last"] and not asked["num_workers"], asked
         assert loop.seeds == seeds
+
+
+def test_a_seed_is_read_with_the_runs_settings_as_its_trial_will_measure_it(facts: Any) -> None:
+    """``device`` is an environment key and a run setting, not a seed's: read without the run's settings, a seed of
+    the defaults' environment was taken as another environment's, priced as its process pairs and never filled the
+    budget's end (a suite run's search skipped its stored recipe for a sampled trial)."""
+    run = {"device": "cpu"}
+    defaults = {**spaces.defaults(facts, CTX), **run}
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr("noise", asdict(NOISE))
+    _add(study, "baseline", defaults, 1.0, 15.0, "in-process pairs", 1.6)
+    seed = {**spaces.defaults(facts, CTX), "batch_per_rank": 64}
+    options = SearchOptions(budget_s=300, storage="sqlite://", study="fill", seed=1)
+    loop = SearchLoop(study, "cnn", facts, CTX, run, options, time.monotonic() + 60, lambda event: None,
+                      seeds=[("seed", seed)], measurer=Warm(defaults))
+    assert loop._warm(seed)
+    assert loop.fill(20.0) and _waiting(study)[0].system_attrs["fixed_params"]["batch_per_rank"] == 64
