@@ -16,7 +16,7 @@ from __future__ import annotations
 from .candidate import combine
 from .environment import ENVIRONMENT_KEYS, environment_differences, environment_key
 from .live import LiveMeasurer
-from .measurer import Noise, PairedMeasurer
+from .measurer import Noise, PairedMeasurer, first_pairs
 from .paired_worker import PairedWorker
 from .process_pair import PROCESS_PAIRS, across_processes
 from .stats import CONFIDENCE, MIN_MARGIN, Interval, compare, rounds_interval
@@ -36,5 +36,6 @@ __all__ = [
     "compare",
     "environment_differences",
     "environment_key",
+    "first_pairs",
     "rounds_interval",
 ]

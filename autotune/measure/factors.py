@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from . import stats
 from .candidate import NOTHING, Candidate, environment_defaults, round_factor
 from .environment import environment_differences
+from .measurer import first_pairs
 from .paired_worker import Calibration, WorkerError
 from .process_pair import HopelessEnvironment, enough, process_pair
 
@@ -53,7 +54,7 @@ class EnvironmentFactors:
         least = self.process_pairs[0]
         missing = 0 if key in self.factors else max(0, least - len(self.factor_ratios.get(key, [])))
         missing = int(key not in self._round_factors) if self._confirming else missing
-        windows = 2 * max(4, self.cal.pairs // 2) * self.cal.window_s
+        windows = 2 * first_pairs(self.cal.pairs) * self.cal.window_s
         # before a pair ran: its two workers, each started and its arm built and settled as the calibration's was
         first = 2 * self.noise.start_s if self.noise is not None and self.noise.start_s else self.pool.start_s
         pair_s = self._pair_s or first + windows
@@ -113,7 +114,7 @@ class EnvironmentFactors:
         try:
             run, _, kept = process_pair(
                 self.workload, self.defaults, environment_defaults(params, self.defaults), self.facts, self.settings,
-                pairs=max(4, self.cal.pairs // 2), window_s=self.cal.window_s, seed=seed,
+                pairs=first_pairs(self.cal.pairs), window_s=self.cal.window_s, seed=seed,
                 keep=last and not self.pool.env_alive(key), reference_s=self.cal.s_per_sample)
         except HopelessEnvironment as e:
             self.hopeless[key] = e

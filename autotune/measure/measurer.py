@@ -10,6 +10,12 @@ from ..trial.spec import TrialResult
 from .stats import CONFIDENCE, Interval
 
 
+def first_pairs(pairs: int) -> int:
+    """The window pairs of a candidate's first round and of each process pair of an environment factor: half the
+    calibration's ``pairs`` (``Noise.pairs``), at least 4."""
+    return max(4, pairs // 2)
+
+
 @dataclass(frozen=True)
 class Noise:
     """This machine's noise, from the A/A calibration at the start of a search (the defaults against

@@ -16,7 +16,7 @@ from collections.abc import Callable, Container, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
-from ..measure import PROCESS_PAIRS, Noise, environment_key
+from ..measure import PROCESS_PAIRS, Noise, environment_key, first_pairs
 from ..measure.candidate import paired_method
 from ..measure.script_pairs import CALIBRATION_PAIRS, METHOD
 from ..measure.sizing import LEAST_PAIRS, WINDOWS
@@ -88,7 +88,7 @@ def _first_rounds_s(study: optuna.Study) -> float | None:
     if noise.round_pairs and noise.aa_pairs:  # script mode's (``ScriptMeasurer``: its A/A is CALIBRATION_PAIRS)
         return LEAST_PAIRS * _script_pair_s(noise.wall_s, noise.timed_s, CALIBRATION_PAIRS, noise.aa_pairs,
                                             noise.pairs)
-    return 2 * (2 * max(4, noise.pairs // 2) * noise.window_s)
+    return 2 * (2 * first_pairs(noise.pairs) * noise.window_s)
 
 
 def _script_pair_s(wall_s: float, timed_s: float, ran: int, window_pairs: int, a_pair: int) -> float:
@@ -120,7 +120,7 @@ def first_process_pairs_s(noise: Noise) -> float | None:
     pairs (this says 30.4 s); read from the cheap candidates measured before it, a pair looked like an arm's."""
     if noise.start_s is None:
         return None
-    return PROCESS_PAIRS[0] * (2 * noise.start_s + 2 * max(4, noise.pairs // 2) * noise.window_s)
+    return PROCESS_PAIRS[0] * (2 * noise.start_s + 2 * first_pairs(noise.pairs) * noise.window_s)
 
 
 def in_process_estimate_s(study: optuna.Study) -> float | None:
@@ -200,7 +200,7 @@ def round_parts(result: TrialResult, noise: Noise | None, options: SearchOptions
         return pair_s * max(LEAST_PAIRS, -(-confirmation_pairs(noise, options) // a_pair)), 0.0
     if method not in ("process pairs", "process pairs x in-process pairs"):  # ``LiveMeasurer._end``'s
         return windows + arm, start
-    pair = start + 2 * max(4, noise.pairs // 2) * noise.window_s  # ``LiveMeasurer._factor``'s windows
+    pair = start + 2 * first_pairs(noise.pairs) * noise.window_s  # ``LiveMeasurer._factor``'s windows
     # The process pairs the trial ran: all its pairs when the factor was its whole measurement, else at least
     # the fewest (a factor cut short for time says so in a warning and is counted from it).
     ran = (result.pairs or 1) if method == "process pairs" else PROCESS_PAIRS[0]

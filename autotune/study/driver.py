@@ -36,6 +36,7 @@ from .loop import SearchLoop
 from .options import SearchOptions, check_options
 from .records import BASELINE, PAIRED, Attr, Confirmation, SearchOutcome, StudyAttr, TrialRecord
 from .seeds import check_fixed, history_conflict, not_seeded, seeds, space_digest
+from .turns import fresh_processes
 
 if TYPE_CHECKING:
     import optuna
@@ -319,8 +320,7 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
     if skipped:
         study.set_user_attr(StudyAttr.NOT_SEEDED, skipped)
     loop = SearchLoop(study, workload, facts, ctx, run, options, deadline, notify,
-                      seeds=seeds(facts, ctx, options, workload, measured,
-                                  fresh_processes=bool(getattr(measurer, "fresh_processes", False))),
+                      seeds=seeds(facts, ctx, options, workload, measured, fresh_processes=fresh_processes(measurer)),
                       measurer=measurer)
     try:
         stopped = loop.run()

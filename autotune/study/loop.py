@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import search_spaces as spaces
 from ..errors import TrialError
-from ..measure import Interval, Noise, PairedMeasurer, environment_key
+from ..measure import Interval, Noise, PairedMeasurer, environment_key, first_pairs
 from ..trial.lock import host_lock, owner
 from ..trial.spec import Status, TrialResult
 from . import budget, oom_limits, verdict
@@ -284,7 +284,7 @@ class SearchLoop(Turns):
         """More pairs while the candidate may beat the incumbent and its interval is wide (``race_stop``), never
         into the time its own confirmation will need (``budget.reserve_s``'s ``racing``)."""
         incumbent = verdict.incumbent(self.study)
-        first, cap = max(4, noise.pairs // 2), 3 * noise.pairs
+        first, cap = first_pairs(noise.pairs), 3 * noise.pairs
         confidence = looks_confidence(math.ceil(cap / first))
         used, why = 0, None
         while why is None:

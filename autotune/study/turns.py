@@ -25,6 +25,11 @@ IN_PROCESS_WEIGHT = 2.0  # sampled trials that start no process get this many ti
 SAMPLED_SHARE = Fraction(1, 3)
 
 
+def fresh_processes(measurer: object) -> bool:
+    """Whether every trial ``measurer`` measures starts processes of its own (script mode's): none is cheaper."""
+    return bool(getattr(measurer, "fresh_processes", False))
+
+
 class Turns:
     """What ``SearchLoop`` holds that choosing the next trial reads."""
 
@@ -79,7 +84,7 @@ class Turns:
 
     def fresh_processes(self) -> bool:
         """Whether every trial starts processes of its own (script mode's measurer): none is cheaper."""
-        return bool(getattr(self.measurer, "fresh_processes", False))
+        return fresh_processes(self.measurer)
 
     def fill(self, available: float) -> bool:
         """The budget's end, where a typical trial no longer fits before the time kept for the confirmation: a
