@@ -285,9 +285,11 @@ def test_a_resumed_paired_study_calibrates_again_and_continues(tmp_path: Path, f
 
 def test_a_candidate_slow_on_purpose_is_stopped_after_its_first_round_live(tmp_path: Path, facts: Any) -> None:
     """The live measurer on ``slow`` (a sleep per forward pass): batch 16 runs a quarter of the default 64's
-    samples/s, so after one round its interval lies below 1 - margin and the race stops it. The noise is not
-    the subject: an A/A of the fewest pairs (6), sized as a one-minute budget sizes it, so that the round is 4
-    pairs however busy the machine (with no budget, up to 32 on a busy one)."""
+    samples/s on an idle machine, so after one round its interval lies below 1 - margin and the race stops it.
+    The noise is not the subject: an A/A of the fewest pairs (6), sized as a one-minute budget sizes it, so that
+    the round is 4 pairs however busy the machine (with no budget, up to 32 on a busy one). Nor is the quarter:
+    beside three CPU hogs batch 64's step took 78 ms where batch 16's took 50 (two threads; one thread: 43 and 43)
+    and a round read 0.29-0.39x, in suite runs 0.59x and 0.76x (2026-11-28)."""
     from autotune import search_spaces as spaces
     from autotune.measure.environment import ENVIRONMENT_KEYS
     from autotune.trial import TrialSettings
@@ -305,7 +307,8 @@ def test_a_candidate_slow_on_purpose_is_stopped_after_its_first_round_live(tmp_p
     base, slow = study.get_trials(deepcopy=False)
     assert base.value == 1.0 and base.user_attrs["pairs"] == 6  # the A/A: the measurer's calibration pairs
     assert slow.state.name == "COMPLETE" and slow.user_attrs["params"]["batch_per_rank"] == 16
-    assert slow.value < 0.5 and slow.user_attrs["speedup_high"] < 1 - noise["margin"], slow.user_attrs
+    attrs = slow.user_attrs
+    assert attrs["speedup_low"] <= slow.value <= attrs["speedup_high"] < 1 - noise["margin"], attrs
     if slow.user_attrs["method"].startswith("its first steps"):
         # beside another test process a warm-up step of this 4x-slower arm read over 8x the defaults' (the hopeless
         # rule's bound, 2026-11-27 suite run): stopped even sooner, with no pair, which is as right
