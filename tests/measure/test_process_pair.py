@@ -161,10 +161,12 @@ def test_a_kept_worker_goes_on_with_its_heap_fixed_and_reads_same_against_a_new_
         assert not kept.ready.in_effect["heap_kept"] and kept.heap_fixed  # started with glibc's policy, fixed since
         kept.thaw()
         # ARM is there already: only its copy is added. 10 pairs: with 8 the interval is their min to max, and beside
-        # another test run one disturbed pair set a bound (0.95x [0.82-0.997], twice in a row on the Zen 5 VM)
+        # another test run one disturbed pair set a bound (0.95x [0.82-0.997], twice in a row on the Zen 5 VM); in a
+        # suite run on the Zen 4 the windows drifted, 0.93x [0.86-0.985]: "same" is the search's word at a 5% margin
+        # (the heap states this guards against differed by up to 1.6x)
         cal = kept.calibrate(ARM, params, pairs=10, window_s=0.1)
         aa = cal.aa.ratio
-        assert aa.low <= 1.0 <= aa.high or (aa.low > 0.95 and aa.high < 1.05), aa
+        assert stats.verdict(aa, 0.05) == "same", aa
         assert kept.arms == [ARM]
     finally:
         kept.close()
