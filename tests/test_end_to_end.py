@@ -119,7 +119,7 @@ def test_search_export_apply(slow_study, facts) -> None:
                       r"(\d+\.\d)% \(trial \d+'s confirmed interval\)$", stdout, re.M)
     margin = optuna.load_study(study_name="q", storage=f"sqlite:///{tmp_path}/studies.db").user_attrs["noise"]["margin"]
     # from the bounds as printed, to 2 decimals: a wide interval's rounding moves it by more than the line's 0.1
-    # (CI: [1.08-9.xx] printed 212.4% where the rounded bounds give 212.07%)
+    # (a suite run printed 212.4% where the rounded bounds gave 212.07%)
     low, high = float(claim[2]), float(claim[3])
     told = (told_apart(margin, low + 0.005, high - 0.005), told_apart(margin, low - 0.005, high + 0.005))
     # the lines that say it, not the whole output (pytest cuts a long message in its middle, where they are)

@@ -47,7 +47,7 @@ from .records import (
     records,
 )
 from .seeds import Seed, enqueue_combination, enqueue_next_seed
-from .turns import Turns
+from .turns import Turns, fresh_processes
 
 if TYPE_CHECKING:
     import optuna
@@ -184,7 +184,7 @@ class SearchLoop(Turns):
         if not self._waiting() and self.sampled_turn():
             # Where every trial starts processes (script mode) an in-process trial is no cheaper: Optuna samples the
             # environment too (role ``search``); fixed to the defaults', script mode's samples never changed threads.
-            if not self.fresh_processes():
+            if not fresh_processes(self.measurer):
                 self.enqueue_in_process()
         elif not enqueue_next_seed(self.study, self.seeds) \
                 and not enqueue_combination(self.study, self.facts, self.ctx, self.options.fixed) \

@@ -80,11 +80,7 @@ class Turns:
         """A trial that starts no process (``budget.in_process_estimate_s``); None where every trial starts some
         (``fresh_processes``): read as cheap there, a fill trial of 8 s estimated took 19 s, and the third
         confirmation round of a 1.23x candidate no longer fitted (confirmed [0.71-3.04] over two, defaults kept)."""
-        return None if self.fresh_processes() else budget.in_process_estimate_s(self.study)
-
-    def fresh_processes(self) -> bool:
-        """Whether every trial starts processes of its own (script mode's measurer): none is cheaper."""
-        return fresh_processes(self.measurer)
+        return None if fresh_processes(self.measurer) else budget.in_process_estimate_s(self.study)
 
     def fill(self, available: float) -> bool:
         """The budget's end, where a typical trial no longer fits before the time kept for the confirmation: a
@@ -168,7 +164,7 @@ class Turns:
         warm environment, as for the environments, which keeps most of the trials' time timed. The turn gives way
         once ``DUPLICATES_YIELD`` samples in a row were recipes measured before (a small in-process space, or TPE
         sure of its best): a sample Optuna draws freely comes next."""
-        if self.duplicates >= DUPLICATES_YIELD or self.fresh_processes():
+        if self.duplicates >= DUPLICATES_YIELD or fresh_processes(self.measurer):
             return False  # a measurer that starts processes for every trial (script mode's) has no cheap ones
         started = not_started = 0.0
         for r in records(self.study):
