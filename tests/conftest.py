@@ -133,7 +133,7 @@ def facts():
     return probes.probe()
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")  # frozen: module fixtures share it
 def fast_settings():
     from autotune.trial import TrialSettings
 

@@ -179,17 +179,3 @@ def test_two_ranks_all_reduce_once_per_optimizer_step_with_an_unused_parameter(t
         assert (rank["bucket_view"], rank["static"], rank["bucket_bytes"], rank["broadcast"]) == (True, False,
                                                                                                 5 * 2**20, False)
     assert ranks[0]["weights"] == ranks[1]["weights"]  # the gradients were averaged: the ranks agree
-
-
-def test_a_two_rank_trial_of_a_model_with_an_unused_parameter_runs(two_cores, fast_settings) -> None:
-    """As the search runs it: the detected ``find_unused_parameters`` in the trial's params, and the ranks
-    train past the second step (without it DDP fails there: "Expected to have finished reduction")."""
-    from autotune.study import SearchOptions, search_context
-    from autotune.trial import run_trial
-
-    _, ctx = search_context(UNUSED, two_cores, SearchOptions())
-    params = {**spaces.defaults(two_cores, ctx), "device": "cpu", "reference_batch": 32, "threads": 2,
-              "interop_threads": 1, "processes": 2}
-    result = run_trial(UNUSED, params, two_cores, fast_settings, timeout_s=120)
-    assert result.status == "ok", (result.error, result.log_tail)
-    assert result.in_effect["world_size"] == 2 and result.in_effect["ddp"]["find_unused_parameters"] is True

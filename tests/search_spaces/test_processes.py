@@ -13,6 +13,7 @@ import sys
 import textwrap
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,7 @@ from autotune import search_spaces as spaces
 from autotune.errors import UsageError
 from autotune.probes import Allowed, Core, Runtime
 from autotune.search_spaces import SpaceContext
-from autotune.trial import launch, run_trial
+from autotune.trial import launch, loss_samples, run_trial
 
 from ..conftest import REPO, SHARED
 
@@ -238,18 +239,35 @@ def _two(facts, **changes):
     return {**params, **changes}
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def two_cores(facts):
     if "gloo" not in spaces.processes._backends(facts) or (facts.cpu.allowed.cores or 0) < 2:
         pytest.skip("needs 2 allowed cores and gloo")
     return facts
 
 
-def test_two_process_trial_reports_global_throughput_and_disjoint_ranks(two_cores, fast_settings) -> None:
-    windows = []
-    result = run_trial("tiny", _two(two_cores), two_cores, fast_settings, timeout_s=120,
+UNUSED = "tests.faulty_workloads:unused_parameter"  # ``tiny`` with a layer the forward pass never uses
+
+
+@pytest.fixture(scope="module")
+def two_ranks(two_cores, fast_settings) -> tuple[dict[str, Any], Any, list[int]]:
+    """One 2-process trial as the search runs it, shared by the tests of what such a trial reports (each starts
+    torchrun and two ranks: ~10 s here): of a model with an unused parameter, whose ``find_unused_parameters``
+    the search detects and sets. Its params, its result and the windows it told."""
+    from autotune.study import SearchOptions, search_context
+
+    _, ctx = search_context(UNUSED, two_cores, SearchOptions())
+    params = {**spaces.defaults(two_cores, ctx), "device": "cpu", "reference_batch": 32, "threads": 2,
+              "interop_threads": 1, "processes": 2}
+    windows: list[int] = []
+    result = run_trial(UNUSED, params, two_cores, fast_settings, timeout_s=120,
                        on_window=lambda i, s: windows.append(i) or False)
-    assert result.status == "ok", result.log_tail
+    assert result.status == "ok", (result.error, result.log_tail)
+    return params, result, windows
+
+
+def test_two_process_trial_reports_global_throughput_and_disjoint_ranks(two_ranks) -> None:
+    _, result, windows = two_ranks
     effect = result.in_effect
     assert effect["world_size"] == 2 and len(effect["ranks"]) == 2
     assert [r["threads"] for r in effect["ranks"]] == [1, 1]
@@ -258,6 +276,21 @@ def test_two_process_trial_reports_global_throughput_and_disjoint_ranks(two_core
     assert effect["env"]["OMP_NUM_THREADS"] == "1"
     assert windows == [0, 1] and result.samples_per_s > 0 and 0 < result.loss < 10
     assert result.warnings == []
+
+
+def test_a_model_with_an_unused_parameter_trains_in_two_ranks(two_ranks) -> None:
+    """The detected ``find_unused_parameters`` in the trial's params, and the ranks train past the second step
+    (without it DDP fails there: "Expected to have finished reduction"; the setting itself: test_ddp.py)."""
+    params, result, _ = two_ranks
+    assert params["find_unused_parameters"] is True and result.in_effect["ddp"]["find_unused_parameters"] is True
+
+
+def test_two_ranks_take_their_loss_after_the_samples_of_one_process(two_ranks, two_cores, fast_settings) -> None:
+    """Several ranks train in a trial of their own (torchrun; a paired worker is one process): the loss is taken
+    after the samples one process trains, summed over the ranks, so the guard compares like with like
+    (one process's arms: tests/study/test_quality.py)."""
+    params, result, _ = two_ranks
+    assert result.loss_samples == loss_samples(fast_settings, {**params, "processes": 1}, two_cores) > 0
 
 
 def test_a_crash_in_any_rank_is_a_failed_trial_and_no_rank_is_left(two_cores, fast_settings) -> None:

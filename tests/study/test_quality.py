@@ -13,7 +13,7 @@ import pytest
 from autotune import search_spaces as spaces
 from autotune.measure.paired_worker import PairedWorker
 from autotune.measure.protocol import ArmStatus
-from autotune.trial import TrialSettings, loss_samples, run_trial
+from autotune.trial import TrialSettings, loss_samples
 from autotune.trial.training import schedule
 from autotune.workloads import held_out_sets, held_out_split
 
@@ -131,18 +131,6 @@ def test_every_trial_takes_its_loss_after_the_same_samples(facts, regression_arm
     status, change = regression_arms[arm], BATCHES[arm]
     assert status.step_samples == (change.get("global_batch") or change.get("batch_per_rank", 64))  # as asked
     assert status.loss_samples == _loss_samples(facts) >= 64 * (4 + 24)
-
-
-@pytest.mark.slow
-def test_a_trial_of_two_processes_takes_its_loss_after_the_same_samples(facts) -> None:
-    """Several ranks train in a trial process of their own (torchrun; a paired worker is one process): the same
-    samples as every arm of ``test_every_trial_takes_its_loss_after_the_same_samples``, summed over the ranks."""
-    if 2 not in spaces.processes.choices(facts, spaces.SpaceContext()):
-        pytest.skip("this machine offers no second process")
-    params = _params(facts, qw.regression, batch_per_rank=64, processes=2)
-    result = run_trial(qw.spec("regression"), params, facts, TrialSettings(max_extra_windows=0), timeout_s=180)
-    assert result.status == "ok", result.error
-    assert result.in_effect["world_size"] == 2 and result.loss_samples == _loss_samples(facts)
 
 
 @pytest.mark.slow

@@ -27,29 +27,66 @@ def _params(facts, **changes):
     return {**params, **changes}
 
 
-def test_ok_trial_reports_throughput_loss_and_settings_in_effect(facts, fast_settings) -> None:
-    params = _params(facts, threads=1, interop_threads=1, batch_size=16)
-    windows = []
-    result = run_trial("tiny", params, facts, fast_settings, timeout_s=120,
-                       on_window=lambda i, s: windows.append((i, s)) or False)
+@pytest.fixture(scope="module")
+def tiny_twice(facts, fast_settings, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Two trials of ``tiny`` with the same params and seed, shared by the tests of what an ok trial reports
+    (each trial process pays torch's start: ~3 s of CPU). The first inherits ``OMP_NUM_THREADS=7``; the second
+    starts where a dead search, a live one, another host's and one being created left their trial directories
+    (``kill -9`` runs no clean-up: the directory stays until the next trial on this host)."""
+    import json
+
+    from autotune.trial import lock
+
+    params = _params(facts, threads=1, interop_threads=1, batch_size=16, channels_last=True)
+    windows: list[tuple[int, float]] = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OMP_NUM_THREADS", "7")
+        first = run_trial("tiny", params, facts, fast_settings, timeout_s=120,
+                          on_window=lambda i, s: windows.append((i, s)) or False)
+    folder = tmp_path_factory.mktemp("trial-directories")
+    dead = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    dead_owner = lock.owner(dead.pid)
+    dead.kill()
+    dead.wait()
+    owners = {"dead": dead_owner, "alive": lock.owner(), "other-host": {**dead_owner, "host": "elsewhere/boot"}}
+    for name, owner in owners.items():
+        (folder / f"autotune-trial-{name}").mkdir()
+        (folder / f"autotune-trial-{name}" / "owner.json").write_text(json.dumps(owner))
+    (folder / "autotune-trial-no-owner").mkdir()  # being created by another search: not ours to judge
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tempfile, "tempdir", str(folder))  # where run_trial makes its directory
+        second = run_trial("tiny", params, facts, fast_settings, timeout_s=120)
+    left = sorted(p.name for p in folder.iterdir())
+    return {"first": first, "second": second, "windows": windows, "left": left}
+
+
+def test_ok_trial_reports_throughput_loss_and_settings_in_effect(tiny_twice, fast_settings) -> None:
+    result, windows = tiny_twice["first"], tiny_twice["windows"]
     assert result.status == "ok", result.log_tail
     assert result.samples_per_s > 0 and result.objective > 0 and result.loss > 0
     assert len(result.windows) == fast_settings.windows and [i for i, _ in windows] == [0, 1]
-    assert result.in_effect["threads"] == 1 and result.in_effect["env"]["OMP_NUM_THREADS"] == "1"
-    assert result.startup_s > 0 and result.compile_s >= 0
+    assert result.in_effect["threads"] == 1 and result.startup_s > 0 and result.compile_s >= 0
 
 
-def test_same_seed_same_loss(facts, fast_settings) -> None:
-    params = _params(facts, threads=1)
-    first = run_trial("tiny", params, facts, fast_settings, timeout_s=120)
-    second = run_trial("tiny", params, facts, fast_settings, timeout_s=120)
+def test_same_seed_same_loss(tiny_twice) -> None:
+    first, second = tiny_twice["first"], tiny_twice["second"]
+    assert first.status == second.status == "ok", (first.log_tail, second.log_tail)
     assert first.loss == pytest.approx(second.loss, rel=1e-5)
 
 
-def test_inherited_thread_variables_do_not_leak_into_the_baseline(facts, fast_settings, monkeypatch) -> None:
-    monkeypatch.setenv("OMP_NUM_THREADS", "7")
-    result = run_trial("tiny", _params(facts, threads=1), facts, fast_settings, timeout_s=120)
-    assert result.in_effect["env"]["OMP_NUM_THREADS"] == "1"
+def test_inherited_thread_variables_do_not_leak_into_the_baseline(tiny_twice) -> None:
+    assert tiny_twice["first"].in_effect["env"]["OMP_NUM_THREADS"] == "1"  # inherited 7
+
+
+def test_the_next_trial_removes_directories_left_by_a_dead_search(tiny_twice) -> None:
+    assert tiny_twice["second"].status == "ok", tiny_twice["second"].log_tail
+    assert tiny_twice["left"] == ["autotune-trial-alive", "autotune-trial-no-owner", "autotune-trial-other-host"]
+
+
+def test_amp_in_effect_is_none_where_the_model_has_no_4d_tensors(tiny_twice) -> None:
+    result = tiny_twice["first"]  # channels_last asked
+    assert result.status == "ok", result.log_tail
+    assert result.in_effect["amp"]["channels_last_parameters"] is None  # an MLP: nothing to lay out
 
 
 @pytest.fixture
@@ -170,31 +207,6 @@ def test_pruning_stops_the_trial(facts, fast_settings) -> None:
     assert result.status == "pruned"
 
 
-def test_the_next_trial_removes_directories_left_by_a_dead_search(facts, fast_settings, tmp_path, monkeypatch) -> None:
-    """``kill -9`` runs no clean-up: the search's trial directory stays until the next trial on this host."""
-    import json
-    import subprocess
-    import sys
-    import tempfile
-
-    from autotune.trial import lock
-
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where run_trial makes its directory
-    dead = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    dead_owner = lock.owner(dead.pid)
-    dead.kill()
-    dead.wait()
-    owners = {"dead": dead_owner, "alive": lock.owner(), "other-host": {**dead_owner, "host": "elsewhere/boot"}}
-    for name, owner in owners.items():
-        (tmp_path / f"autotune-trial-{name}").mkdir()
-        (tmp_path / f"autotune-trial-{name}" / "owner.json").write_text(json.dumps(owner))
-    (tmp_path / "autotune-trial-no-owner").mkdir()  # being created by another search: not ours to judge
-    result = run_trial("tiny", _params(facts, threads=1), facts, fast_settings, timeout_s=120)
-    assert result.status == "ok", result.log_tail
-    left = sorted(p.name for p in tmp_path.iterdir())
-    assert left == ["autotune-trial-alive", "autotune-trial-no-owner", "autotune-trial-other-host"]
-
-
 @pytest.mark.parametrize(("channels_last", "amp_dtype"), [(False, "float32"), (True, "float32"), (True, "bfloat16")])
 def test_amp_and_memory_format_are_reported_as_the_trial_ran_them(facts, fast_settings, channels_last,
                                                                   amp_dtype) -> None:
@@ -213,12 +225,6 @@ def test_amp_and_memory_format_are_reported_as_the_trial_ran_them(facts, fast_se
         "channels_last_inputs": channels_last,
     }
     assert result.in_effect["tf32"]["matmul"] is False  # a CPU trial never asks for TF32
-
-
-def test_amp_in_effect_is_none_where_the_model_has_no_4d_tensors(facts, fast_settings) -> None:
-    result = run_trial("tiny", _params(facts, threads=1, channels_last=True), facts, fast_settings, timeout_s=120)
-    assert result.status == "ok", result.log_tail
-    assert result.in_effect["amp"]["channels_last_parameters"] is None  # an MLP: nothing to lay out
 
 
 def test_a_stopped_tree_is_gone_when_stop_tree_returns(tmp_path: Path) -> None:
