@@ -59,10 +59,8 @@ def open_study(options: SearchOptions, name: str, facts: Facts, workload: str) -
     warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
     with storage_errors(options.storage):
         storage = rdb_storage(options.storage)
-        # Two start-up draws, not Optuna's 10: sampled turns come between the first seeds, and drawn at random
-        # they ignored what the seeds measured (docs/search.md, the sampler).
         sampler: optuna.samplers.BaseSampler = optuna.samplers.TPESampler(
-            multivariate=True, group=True, seed=options.seed, n_startup_trials=2
+            multivariate=True, group=True, seed=options.seed, n_startup_trials=6
         )
         if options.fixed:
             sampler = optuna.samplers.PartialFixedSampler(options.fixed, sampler)
