@@ -170,4 +170,4 @@ def test_a_kept_worker_goes_on_with_its_heap_fixed_and_reads_same_against_a_new_
         assert kept.arms == [ARM]
     finally:
         kept.close()
-    assert not _alive(cand_pid)  # without ``keep`` both sides end: test_an_aa_across_processes_reads_same
+    assert not _alive(cand_pid)  # ended by close(); without ``keep`` a pair ends both: test_an_aa_across_processes

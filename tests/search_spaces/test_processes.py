@@ -25,6 +25,7 @@ from autotune.search_spaces import SpaceContext
 from autotune.trial import launch, loss_samples, run_trial
 
 from ..conftest import REPO, SHARED
+from .test_ddp import UNUSED  # ``tiny`` with a layer the forward pass never uses
 
 NVIDIA_SMI = SHARED / "topologies" / "nvidia-smi-query"
 TRIAL = [sys.executable, "-m", "autotune.trial.child", "spec.json"]
@@ -244,9 +245,6 @@ def two_cores(facts):
     if "gloo" not in spaces.processes._backends(facts) or (facts.cpu.allowed.cores or 0) < 2:
         pytest.skip("needs 2 allowed cores and gloo")
     return facts
-
-
-UNUSED = "tests.faulty_workloads:unused_parameter"  # ``tiny`` with a layer the forward pass never uses
 
 
 @pytest.fixture(scope="module")
