@@ -19,8 +19,6 @@ from autotune.study import SearchOptions, run_settings, search, search_context
 from autotune.testing.replay import GridConfig, RecordedGrid, ReplayMeasurer
 from autotune.trial import TrialSettings
 
-from .conftest import REPO
-
 pytestmark = pytest.mark.skipif("measurer" not in inspect.signature(search).parameters,
                                 reason="search() takes no measurer= on this branch (i12-search adds it)")
 
@@ -135,28 +133,3 @@ def test_a_replay_charges_the_recorded_time_against_the_budget(facts: Any, tmp_p
     # The search's clock is real time plus the recorded time: its budget, not past it, most of it recorded (the
     # real part, Optuna and SQLite, took 11 s of a loaded machine once: 48.6 s charged).
     assert 50.0 < spent < 60 * 1.05 and clock.charged > 5 * 5.0, (spent, clock.charged)
-
-
-def test_after_the_seeds_the_sampler_models_them_instead_of_drawing_at_random(tmp_path: Path) -> None:
-    """The recorded recurrent grid (benchmarks/grids, with the facts of the machine that recorded it): its best,
-    bf16 with one thread and one interop thread, is a neighbour of the bf16 seed, not a seed. With 6 trials, the
-    seeds leave the sampler a turn or two; drawn at random (TPE's 6 start-up trials, before) the search reached
-    the best in 5 of 20 seeds, modelled from the seeds in 18 of 20 (``benchmarks/README.md``). Seeds 0-2 read
-    0.80, 0.89 and 0.89 of the best before."""
-    from autotune import probes
-
-    grid = RecordedGrid.load(REPO / "benchmarks" / "grids" / "recurrent-paired.json")
-    facts = probes.Facts.from_dict(grid.facts)
-    base = SearchOptions(budget_s=None, settings=TrialSettings(), compile=False, confirm_top=3)
-    _, ctx = search_context(grid.workload, facts, base)
-    scores = grid.scores(base.max_loss_increase)
-    best, defaults = max(scores.values()), scores[grid.key(grid.defaults)]
-    fixed = {k: v for k, v in spaces.defaults(facts, ctx).items() if k not in grid.searched_names()}
-    found = []
-    for seed in range(3):
-        options = SearchOptions(**{**base.__dict__, "trials": int(0.15 * len(grid.configs)), "seed": seed,
-                                   "fixed": fixed, "storage": f"sqlite:///{tmp_path / 'studies.db'}",
-                                   "study": f"recurrent-{seed}"})
-        outcome = search(grid.workload, options=options, measurer=ReplayMeasurer(grid, seed), facts=facts)
-        found.append(scores.get(grid.key(outcome.recipe.params), 0.0) / best)
-    assert sum(f > 0.999 for f in found) >= 2 and min(found) >= defaults / best - 1e-9, found

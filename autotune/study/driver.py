@@ -59,10 +59,8 @@ def open_study(options: SearchOptions, name: str, facts: Facts, workload: str) -
     warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
     with storage_errors(options.storage):
         storage = rdb_storage(options.storage)
-        # 2 random start-up draws, not Optuna's 10 (or our former 6): the seeds are measured points from the start,
-        # and a short search's few sampled turns, modelled from them, reach their neighbours (docs/search.md)
         sampler: optuna.samplers.BaseSampler = optuna.samplers.TPESampler(
-            multivariate=True, group=True, seed=options.seed, n_startup_trials=2
+            multivariate=True, group=True, seed=options.seed, n_startup_trials=6
         )
         if options.fixed:
             sampler = optuna.samplers.PartialFixedSampler(options.fixed, sampler)
