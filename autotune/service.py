@@ -8,7 +8,7 @@ stored for this hardware fingerprint and workload: the confirmed best of the new
 stored when a search ends, after its side-by-side confirmation). One measured on other hardware is
 refused with the reason; the storage is only read.
 
->>> recipe = fetch("postgresql+psycopg://tuner@db/autotune", "cnn", "v2-1864eb12409c")   # doctest: +SKIP
+>>> recipe = fetch("postgresql+psycopg://tuner@db/autotune", "cnn", "v3-6df7a97e7c9c")   # doctest: +SKIP
 """
 from __future__ import annotations
 

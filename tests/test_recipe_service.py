@@ -76,11 +76,11 @@ def test_a_machine_runs_the_recipe_another_searched(postgres: str, tmp_path: Pat
 
 def test_a_recipe_of_other_hardware_is_refused_with_the_reason(postgres: str, tmp_path: Path, facts) -> None:
     with RecipeStore.open(postgres) as store:
-        other = store.save(Recipe(params={"threads": 3}, workload="fleet-other", fingerprint="v2-000000000000"))
+        other = store.save(Recipe(params={"threads": 3}, workload="fleet-other", fingerprint="v3-000000000000"))
     out = run_cli("run", "--storage", postgres, "--workload", "fleet-other", "--", "true", cwd=tmp_path)
     assert out.returncode == 2
     reason = (f"no recipe for workload fleet-other measured on this machine's hardware {facts.fingerprint} in "
-              f"{postgres}: the newest, recipe {other.id}, was measured on v2-000000000000; search on this hardware "
+              f"{postgres}: the newest, recipe {other.id}, was measured on v3-000000000000; search on this hardware "
               "first: autotune search --workload fleet-other --storage URL")
     assert out.stderr == f"autotune run: error: {reason}\n"
     with pytest.raises(HardwareMismatchError) as refused:

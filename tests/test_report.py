@@ -145,7 +145,7 @@ def test_an_old_study_renders_without_intervals_or_noise(tmp_path: Path, facts) 
     assert "1.80x" in page and "1.80x [" not in page
     assert "Not measured: this study was searched before the A/A calibration" in page
     assert "not computed: 2 feasible measured trial(s), fewer than 8" in page
-    assert "measured on hardware v2-aaaaaaaaaaaa; this machine is" in page  # not this machine: no probe summary
+    assert "measured on hardware v3-aaaaaaaaaaaa; this machine is" in page  # not this machine: no probe summary
     assert 'data-plots="2"' in page  # history and per-knob effect: no importances, no timings recorded
 
 

@@ -80,43 +80,48 @@ def test_autotune_run_with_libiomp5_pinning_applies_and_trains(facts, tmp_path: 
 
 def test_a_recipe_file_from_other_hardware_is_named_in_the_refusal(facts, tmp_path: Path) -> None:
     path = tmp_path / "theirs.json"
-    path.write_text(json.dumps({"params": {"batch_size": 8}, "workload": "tiny", "fingerprint": "v2-0123456789ab"}))
+    path.write_text(json.dumps({"params": {"batch_size": 8}, "workload": "tiny", "fingerprint": "v3-0123456789ab"}))
     with pytest.raises(HardwareMismatchError) as refused:
         autotune.apply(str(path), facts=facts)
     message = str(refused.value)
-    assert message.startswith(f"recipe from {path} was measured on hardware v2-0123456789ab, this machine is "
+    assert message.startswith(f"recipe from {path} was measured on hardware v3-0123456789ab, this machine is "
                               f"{facts.fingerprint}: search again here (autotune search --workload tiny)")
-    stored = Recipe(params={"batch_size": 8}, workload="tiny", fingerprint="v2-0123456789ab", id=7)
+    stored = Recipe(params={"batch_size": 8}, workload="tiny", fingerprint="v3-0123456789ab", id=7)
     with pytest.raises(HardwareMismatchError, match="^recipe 7 was measured on hardware"):
         autotune.apply(stored, facts=facts)
 
 
 def test_autotune_run_names_the_file_in_the_childs_refusal(facts, tmp_path: Path) -> None:
     recipe = tmp_path / "theirs.json"
-    recipe.write_text(json.dumps({"params": {"batch_size": 8}, "workload": "tiny", "fingerprint": "v2-0123456789ab",
+    recipe.write_text(json.dumps({"params": {"batch_size": 8}, "workload": "tiny", "fingerprint": "v3-0123456789ab",
                                   "id": 3}))
     done = _run(tmp_path, recipe)
     assert done.returncode == 1
-    assert f"HardwareMismatchError: recipe 3 from {recipe} was measured on hardware v2-0123456789ab" in done.stderr
+    assert f"HardwareMismatchError: recipe 3 from {recipe} was measured on hardware v3-0123456789ab" in done.stderr
 
 
 def test_a_recipe_of_the_old_fingerprint_scheme_is_refused_with_the_way_out(facts, tmp_path: Path) -> None:
-    old = facts.fingerprint.removeprefix("v2-")  # this very machine, as autotune wrote it before the scheme changed
+    old = _old_scheme(facts)
     path = tmp_path / "old.env"
     path.write_text(to_env(Recipe(params={"batch_size": 8}, workload="cnn", fingerprint=old), {}, None))
     with pytest.raises(HardwareMismatchError) as refused:
         autotune.apply(str(path), facts=facts)
     assert str(refused.value) == (
-        f"recipe from {path} was recorded with autotune's fingerprint v1 ({old}), which this autotune (v2) cannot "
-        "compare: fingerprints now describe the machine and its cgroup cpuset, not the CPUs a process was pinned "
-        "to: search again here (autotune search --workload cnn), or pass allow_other_hardware=True")
-    with pytest.warns(UserWarning, match="fingerprint v1"):
+        f"recipe from {path} was recorded with autotune's fingerprint v2 ({old}), which this autotune (v3) cannot "
+        "compare: fingerprints now tell CPU generations apart by their family and model numbers, where the CPU's "
+        "name may not: search again here (autotune search --workload cnn), or pass allow_other_hardware=True")
+    with pytest.warns(UserWarning, match="fingerprint v2"):
         assert autotune.apply(str(path), facts=facts, allow_other_hardware=True).batch_size == 8
+
+
+def _old_scheme(facts) -> str:
+    """A fingerprint of the scheme before (v2): refused for its scheme, whatever its digits."""
+    return "v2-" + facts.fingerprint.removeprefix("v3-")
 
 
 def _old_study(storage: str, facts) -> None:
     study = optuna.create_study(storage=storage, study_name="old", direction="maximize")
-    study.set_user_attr("fingerprint", facts.fingerprint.removeprefix("v2-"))
+    study.set_user_attr("fingerprint", _old_scheme(facts))
     study.set_user_attr("workload", "tiny")
     study.add_trial(optuna.trial.create_trial(params={}, distributions={}, value=1.0))
 
@@ -128,7 +133,7 @@ def test_a_study_of_the_old_fingerprint_scheme_is_refused_and_kept(facts, tmp_pa
                    cwd=tmp_path)
     assert done.returncode == 2
     (line,) = done.stderr.strip().splitlines()
-    assert "study 'old' was recorded with autotune's fingerprint v1" in line
+    assert "study 'old' was recorded with autotune's fingerprint v2" in line
     assert "search again in a new study: autotune search --workload tiny --study NEW_NAME" in line
     assert len(optuna.load_study(study_name="old", storage=storage).trials) == 1  # its trials are kept
 
@@ -140,18 +145,18 @@ def test_a_new_study_names_the_old_scheme_studies_it_leaves_behind(facts, tmp_pa
         _, created = open_study(SearchOptions(storage=storage), "tiny-new", facts, "tiny")
     assert created
     assert "study 'old' (1 trials) of workload tiny is not continued: it was recorded with autotune's " \
-           "fingerprint v1" in caplog.text
+           "fingerprint v2" in caplog.text
 
 
 def test_a_warm_start_skips_an_old_scheme_recipe_with_a_note(facts, tmp_path: Path, caplog) -> None:
     storage = f"sqlite:///{tmp_path}/studies.db"
     with RecipeStore.open(storage) as store:
         store.save(Recipe(params={"threads": 1}, workload="tiny", fingerprint=facts.fingerprint))
-        old = store.save(Recipe(params={"threads": 2}, workload="tiny", fingerprint=facts.fingerprint[3:]))
+        old = store.save(Recipe(params={"threads": 2}, workload="tiny", fingerprint=_old_scheme(facts)))
     with caplog.at_level("WARNING", logger="autotune.study"):
         assert warm_start(storage, "tiny", facts) == {"threads": 1}  # the newest of this scheme, not the old one
     assert f"warm start: recipe {old.id} of workload tiny is skipped: it was recorded with autotune's " \
-           "fingerprint v1" in caplog.text
+           "fingerprint v2" in caplog.text
 
 
 # Each rank: apply() with its hardware check (it probes the fake machine itself), then what it saw. This CPU

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from ._cpulist import format_cpulist
 from ._facts import Allowed, Core, CpuTopology, NumaNode
 from ._hwloc import Obj, Tree
-from ._isa import CpuInfo, normalize_model
+from ._isa import CpuInfo, family_model, normalize_model
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,8 @@ def from_tree(tree: Tree, info: CpuInfo | None, affinity: frozenset[int] | None 
         source="hwloc",
         partial=False,
         cgroup=_allowed(tree, packages, cores, local, kinds, tree.allowed_cpus),
+        family_model=info.family_model or family_model(_first_info(packages, "CPUFamilyNumber"),
+                                                       _first_info(packages, "CPUModelNumber")),
     )
 
 
@@ -162,4 +164,5 @@ def from_psutil(info: CpuInfo | None, affinity: frozenset[int]) -> CpuTopology:
         model=info.model, vendor=info.vendor, arch=info.arch or os.uname().machine, packages=1, dies=0,
         cores=cores, threads=threads, threads_per_core=(threads // cores,) if threads % cores == 0 else (),
         numa_nodes=(), offline_cpus="", isa=info.isa, allowed=allowed, source="psutil", partial=True,
+        family_model=info.family_model,
     )

@@ -14,7 +14,9 @@ from typing import Any
 # 3: ``Facts.gpus`` are the devices CUDA can use, in CUDA's order (``Gpu.index`` is the CUDA ordinal,
 #    ``Gpu.nvml_index`` the physical GPU), with UUIDs and MIG devices, and ``Facts.cuda`` says what selected
 #    them; schema-2 documents (every GPU NVML saw, NVML's order) read with those None/empty
-SCHEMA_VERSION = 3
+# 4: ``CpuTopology.family_model`` (x86 family and model numbers, which the fingerprint hashes); older documents
+#    read with it None
+SCHEMA_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,8 @@ class CpuTopology:
     # numactl, autotune run's pinning, libiomp5's KMP_AFFINITY) narrows it to ``allowed``: hwloc's allowed
     # cpuset. The fingerprint hashes this view. None where unknown (psutil's partial topology, schema 1).
     cgroup: Allowed | None = None
+    # x86 "family 25 model 17": told apart where the model name is not (a VM's "AMD EPYC"); None elsewhere
+    family_model: str | None = None
 
 
 @dataclass(frozen=True)

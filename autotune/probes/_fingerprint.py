@@ -1,7 +1,8 @@
 """A short, stable hash of what decides performance on a machine.
 
 Studies and recipes carry it so a result measured on one machine is not applied to another. It covers
-the CPU model and ISA, the cores the cgroup cpuset gives (container, Slurm job: ``CpuTopology.cgroup``)
+the CPU model, its x86 family and model numbers (a VM may give two CPU generations one name and the same ISA
+flags) and ISA, the cores the cgroup cpuset gives (container, Slurm job: ``CpuTopology.cgroup``)
 with their package, NUMA node and thread count, the GPUs CUDA can use -- those ``CUDA_VISIBLE_DEVICES``
 selects, in CUDA's order (name, compute capability, links between them, a MIG device's memory) -- and torch's
 version and build. It leaves out what varies between runs on the same machine: free memory, PCI bus ids,
@@ -12,13 +13,14 @@ it measured and libiomp5's ``KMP_AFFINITY`` pins the main thread, and ``apply()`
 still recognise its machine. Facts probed without the runtime or the GPUs hash those parts as absent, so
 compare fingerprints of probes made the same way.
 
-The scheme is versioned: a fingerprint is ``v2-`` and 12 hex digits. A bare 12-digit hash is scheme 1
-(autotune before the prefix: it hashed the CPUs the process may use, affinity included). Fingerprints of
-two schemes cannot be compared, so a study or recipe recorded with another scheme is refused with
-``outdated_fingerprint()``'s explanation rather than taken for other hardware.
+The scheme is versioned: a fingerprint is ``v3-`` and 12 hex digits. A bare 12-digit hash is scheme 1
+(autotune before the prefix: it hashed the CPUs the process may use, affinity included); scheme 2 did not hash
+the family and model numbers. Fingerprints of two schemes cannot be compared, so a study or recipe recorded
+with another scheme is refused with ``outdated_fingerprint()``'s explanation rather than taken for other
+hardware.
 
->>> fingerprint_version("v2-0123456789ab"), fingerprint_version("0123456789ab")
-(2, 1)
+>>> fingerprint_version("v3-0123456789ab"), fingerprint_version("0123456789ab")
+(3, 1)
 """
 from __future__ import annotations
 
@@ -28,17 +30,23 @@ import re
 
 from ._facts import CpuTopology, Gpu, Runtime
 
-VERSION = 2
+VERSION = 3
+# What each scheme changed, for the line that refuses a study or recipe of an older one.
+_CHANGES = {
+    2: "fingerprints now describe the machine and its cgroup cpuset, not the CPUs a process was pinned to",
+    3: "fingerprints now tell CPU generations apart by their family and model numbers, where the CPU's name may not",
+}
 _VERSIONED = re.compile(r"^v(\d+)-")
 
 
 def fingerprint(cpu: CpuTopology, gpus: tuple[Gpu, ...], runtime: Runtime | None) -> str:
-    """``v2-`` and 12 hex digits of SHA-256 over a canonical JSON of the deciding facts."""
+    """``v3-`` and 12 hex digits of SHA-256 over a canonical JSON of the deciding facts."""
     view = cpu.cgroup
     # psutil's partial topology knows no cgroup: the machine's own counts, never the affinity
     cores = [[c.package, c.numa_node, len(c.cpus)] for c in view.core_list] if view else [cpu.cores, cpu.threads]
     data = {
-        "cpu": {"model": cpu.model, "arch": cpu.arch, "isa": sorted(cpu.isa), "cores": cores},
+        "cpu": {"model": cpu.model, "family_model": cpu.family_model, "arch": cpu.arch, "isa": sorted(cpu.isa),
+                "cores": cores},
         "gpus": [
             # a MIG device's slice decides its memory and SMs: hashed; whole GPUs hash as before schema 3
             {"name": g.name, "cc": g.compute_capability, "links": sorted(g.links.items()),
@@ -60,13 +68,14 @@ def fingerprint_version(recorded: str) -> int:
 def outdated_fingerprint(recorded: str | None) -> str | None:
     """Why a recorded fingerprint of another scheme cannot be compared with this machine's, or None.
 
-    >>> outdated_fingerprint("v2-0123456789ab") is None
+    >>> outdated_fingerprint("v3-0123456789ab") is None
     True
-    >>> outdated_fingerprint("0123456789ab")  # doctest: +ELLIPSIS
-    "recorded with autotune's fingerprint v1 (0123456789ab), which this autotune (v2) cannot compare: ..."
+    >>> outdated_fingerprint("v2-0123456789ab")  # doctest: +ELLIPSIS
+    "recorded with autotune's fingerprint v2 (v2-0123456789ab), which this autotune (v3) cannot compare: ..."
     """
     if not recorded or fingerprint_version(recorded) == VERSION:
         return None
-    return (f"recorded with autotune's fingerprint v{fingerprint_version(recorded)} ({recorded}), which this autotune "
-            f"(v{VERSION}) cannot compare: fingerprints now describe the machine and its cgroup cpuset, not the "
-            f"CPUs a process was pinned to")
+    version = fingerprint_version(recorded)
+    changes = "; ".join(why for v, why in _CHANGES.items() if v > version) or f"v{version} is newer than this autotune"
+    return (f"recorded with autotune's fingerprint v{version} ({recorded}), which this autotune (v{VERSION}) cannot "
+            f"compare: {changes}")

@@ -1,4 +1,4 @@
-"""ISA flags, CPU model and vendor from ``/proc/cpuinfo`` (of the live machine or of a recorded tree)."""
+"""ISA flags, CPU model, vendor and x86 family/model numbers from ``/proc/cpuinfo`` (live or of a recorded tree)."""
 from __future__ import annotations
 
 import logging
@@ -27,12 +27,28 @@ class CpuInfo:
     model: str | None
     vendor: str | None
     arch: str | None
+    # x86 CPUID family and model numbers ("family 25 model 17"): a VM may name two generations alike ("AMD EPYC")
+    family_model: str | None = None
 
 
 def normalize_model(name: str | None) -> str | None:
     """Collapse the padding some CPUs put in their brand string ("CPU           E5345  @ 2.33GHz")."""
     name = " ".join((name or "").split())
     return name or None
+
+
+def family_model(family: object, model: object) -> str | None:
+    """``"family F model M"`` from x86 CPUID numbers as cpuinfo or hwloc give them, or None if either is missing.
+
+    The stepping is left out: hosts of one cloud machine type differ in it and train alike.
+
+    >>> family_model("25", "17"), family_model(None, "17"), family_model("6", "")
+    ('family 25 model 17', None, None)
+    """
+    try:
+        return f"family {int(str(family))} model {int(str(model))}"
+    except ValueError:
+        return None
 
 
 def read_cpuinfo(root: str | None) -> CpuInfo | None:
@@ -55,7 +71,8 @@ def parse_cpuinfo(text: str) -> CpuInfo:
     flags = _common(blocks, "flags") | _common(blocks, "Features")
     isa = tuple(f for f in X86_FLAGS + ARM_FEATURES if f in flags)
     first = blocks[0]
-    return CpuInfo(isa=isa, model=_model(first), vendor=_vendor(first), arch=_arch(first))
+    return CpuInfo(isa=isa, model=_model(first), vendor=_vendor(first), arch=_arch(first),
+                   family_model=family_model(first.get("cpu family"), first.get("model")))
 
 
 def cpuinfo_from_py_cpuinfo() -> CpuInfo | None:
@@ -70,7 +87,8 @@ def cpuinfo_from_py_cpuinfo() -> CpuInfo | None:
     flags = set(data.get("flags", ()))
     isa = tuple(f for f in X86_FLAGS + ARM_FEATURES if f in flags)
     return CpuInfo(isa=isa, model=normalize_model(data.get("brand_raw")), vendor=data.get("vendor_id_raw") or None,
-                   arch=data.get("arch_string_raw") or None)
+                   arch=data.get("arch_string_raw") or None,
+                   family_model=family_model(data.get("family"), data.get("model")))
 
 
 def _fields(block: str) -> dict[str, str]:

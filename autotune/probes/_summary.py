@@ -19,7 +19,8 @@ def summary(facts: Facts, more: tuple[tuple[str, str], ...] = ()) -> str:
     tpc = "/".join(map(str, cpu.threads_per_core)) or "?"
     rows = [
         ("Machine", f"recorded tree {facts.root}" if facts.root else "this machine"),
-        ("CPU", f"{cpu.model or 'unknown model'} ({cpu.vendor or 'unknown vendor'}, {cpu.arch or '?'}) [{source}]"),
+        ("CPU", f"{cpu.model or 'unknown model'} ({cpu.vendor or 'unknown vendor'}, {cpu.arch or '?'}"
+                f"{', ' + cpu.family_model if cpu.family_model else ''}) [{source}]"),
         # hwloc shows Die objects only where the kernel reports several per package: 0 means "not split".
         ("Topology", f"{_n(cpu.packages, 'package')}, " + (f"{_n(cpu.dies, 'die')}, " if cpu.dies else "")
                      + f"{_n(cpu.cores, 'core')}, "

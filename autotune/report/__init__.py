@@ -3,7 +3,7 @@
 ``collect`` reads a study as stored, read-only (no database is created), into plain data; ``render``
 turns it into HTML with plotly's JavaScript inline once, so the file opens offline.
 
->>> path = write_report("sqlite:///studies.db", "tiny-v2-1864eb12409c", "report.html")   # doctest: +SKIP
+>>> path = write_report("sqlite:///studies.db", "tiny-v3-6df7a97e7c9c", "report.html")   # doctest: +SKIP
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ are neither created nor migrated, and a database no search has written to simply
 search may be writing at the same time (its SQLite file is in WAL mode: readers do not wait for it).
 
 >>> [s.name for s in summaries("sqlite:///studies.db")]   # doctest: +SKIP
-['tiny-v2-1864eb12409c']
+['tiny-v3-6df7a97e7c9c']
 """
 from __future__ import annotations
 

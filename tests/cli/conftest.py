@@ -11,7 +11,7 @@ DEFAULTS = {"threads": 2, "affinity": "none", "batch_size": 32, "compile_mode": 
             "reference_batch": 32, "lr_scaling": "sqrt", "global_batch": None}
 
 
-def add_study(url: str, name: str, *, workload: str = "tiny", fingerprint: str = "v2-aaaaaaaaaaaa",
+def add_study(url: str, name: str, *, workload: str = "tiny", fingerprint: str = "v3-aaaaaaaaaaaa",
               trials: list[tuple[str, dict[str, Any], str, float | None]], running: int = 0) -> None:
     """A study as a search records it: its facts, then ``(role, params, status, samples/s)`` per trial."""
     import optuna
@@ -35,7 +35,7 @@ def add_study(url: str, name: str, *, workload: str = "tiny", fingerprint: str =
 
 
 def add_recipe(url: str, params: dict[str, Any], *, study: str | None, workload: str = "tiny",
-               fingerprint: str = "v2-aaaaaaaaaaaa", speed: float = 200.0, base: float = 100.0,
+               fingerprint: str = "v3-aaaaaaaaaaaa", speed: float = 200.0, base: float = 100.0,
                interval: tuple[float, float] | None = None) -> Recipe:
     """A stored recipe; ``interval``: its speedup's, as a paired measurement gives it."""
     low, high = interval or (None, None)

@@ -41,7 +41,7 @@ def test_dashboard_serves_the_studies_on_loopback(storage: Path) -> None:
                 time.sleep(0.3)
         assert studies is not None, f"no answer on 127.0.0.1:{port}; exit {proc.poll()}"
         assert [(s["study_name"], s["directions"]) for s in studies] == [("tiny-done", ["maximize"])]
-        assert studies[0]["user_attrs"] == [{"key": "fingerprint", "value": "v2-aaaaaaaaaaaa"},
+        assert studies[0]["user_attrs"] == [{"key": "fingerprint", "value": "v3-aaaaaaaaaaaa"},
                                             {"key": "workload", "value": "tiny"}]
         # Ctrl-C while a request is being served: a reader that does not read its 6 MB script holds the server
         # in the middle of sending it (wsgiref took the interrupt there for a failed request and served on).

@@ -21,7 +21,7 @@ def storage(tmp_path: Path) -> Path:
     add_study(url, "tiny-done", trials=[("baseline", DEFAULTS, "ok", 100.0), ("seed", TUNED, "ok", 180.0),
                                         ("search", {**DEFAULTS, "batch_size": 128}, "oom", None)])
     add_recipe(url, TUNED, study="tiny-done", speed=170.0)
-    add_study(url, "cnn-busy", workload="cnn", fingerprint="v2-bbbbbbbbbbbb", running=1,
+    add_study(url, "cnn-busy", workload="cnn", fingerprint="v3-bbbbbbbbbbbb", running=1,
               trials=[("baseline", DEFAULTS, "ok", 50.0), ("search", {**DEFAULTS, "threads": 1}, "ok", 60.0)])
     return tmp_path
 
@@ -32,9 +32,9 @@ def test_studies_json_lists_each_study_from_the_storage(storage: Path) -> None:
     found = {s["name"]: s for s in json.loads(out.stdout)}
     assert found.keys() == {"tiny-done", "cnn-busy"}
     done, busy = found["tiny-done"], found["cnn-busy"]
-    assert (done["workload"], done["fingerprint"], done["trials"], done["running"]) == ("tiny", "v2-aaaaaaaaaaaa", 3, 0)
+    assert (done["workload"], done["fingerprint"], done["trials"], done["running"]) == ("tiny", "v3-aaaaaaaaaaaa", 3, 0)
     assert (done["speedup"], done["confirmed"], done["recipe"]) == (1.7, True, 1)  # the recipe's, not trial 1's 1.8
-    assert (busy["workload"], busy["fingerprint"], busy["trials"], busy["running"]) == ("cnn", "v2-bbbbbbbbbbbb", 2, 1)
+    assert (busy["workload"], busy["fingerprint"], busy["trials"], busy["running"]) == ("cnn", "v3-bbbbbbbbbbbb", 2, 1)
     assert (busy["speedup"], busy["confirmed"], busy["recipe"]) == (pytest.approx(1.2), False, None)
     for s in found.values():
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT[\d:.]+\+0[12]:00", s["started"]), s  # Paris: with its offset
@@ -45,7 +45,7 @@ def test_studies_table_says_what_is_unconfirmed(storage: Path) -> None:
     out = cli("studies", cwd=storage, env=PARIS)
     assert out.returncode == 0, out.stderr
     rows = {line.split("│")[1].strip(): line for line in out.stdout.splitlines() if line.startswith("│ ")}
-    assert "1.70x" in rows["tiny-done"] and "v2-aaaaaaaaaaaa" in rows["tiny-done"]
+    assert "1.70x" in rows["tiny-done"] and "v3-aaaaaaaaaaaa" in rows["tiny-done"]
     assert "1.20x ?" in rows["cnn-busy"] and "2 (+1 running)" in rows["cnn-busy"]
     assert re.search(r"\d\d:\d\d:\d\d CES?T", out.stdout)
     assert "?: the best single measurement so far, not yet confirmed" in out.stdout
@@ -60,14 +60,14 @@ def test_studies_of_a_database_without_any(tmp_path: Path) -> None:
 
 def test_recipes_lists_newest_first_and_filters(storage: Path) -> None:
     url = f"sqlite:///{storage}/studies.db"
-    add_recipe(url, {**TUNED, "threads": 2}, study="cnn-busy", workload="cnn", fingerprint="v2-bbbbbbbbbbbb")
+    add_recipe(url, {**TUNED, "threads": 2}, study="cnn-busy", workload="cnn", fingerprint="v3-bbbbbbbbbbbb")
     out = cli("recipes", "--json", cwd=storage)
     assert out.returncode == 0, out.stderr
     assert [(r["id"], r["study"], r["speedup"]) for r in json.loads(out.stdout)] == [(2, "cnn-busy", 2.0),
                                                                                       (1, "tiny-done", 1.7)]
     assert [r["id"] for r in json.loads(cli("recipes", "--json", "--workload", "tiny", cwd=storage).stdout)] == [1]
     table = cli("recipes", cwd=storage, env=PARIS).stdout
-    assert re.search(r"│\s+1 │ tiny\s+│ tiny-done\s+│ v2-aaaaaaaaaaaa │\s+170.0 │\s+1.70x │ \S+ \S+ CES?T",
+    assert re.search(r"│\s+1 │ tiny\s+│ tiny-done\s+│ v3-aaaaaaaaaaaa │\s+170.0 │\s+1.70x │ \S+ \S+ CES?T",
                      table), table
 
 
@@ -88,10 +88,10 @@ def test_diff_shows_the_knobs_that_differ_and_the_speeds(storage: Path) -> None:
 
 def test_diff_says_when_speeds_are_not_comparable(storage: Path) -> None:
     url = f"sqlite:///{storage}/studies.db"
-    add_recipe(url, {"threads": 8}, study=None, workload="cnn", fingerprint="v2-cccccccccccc")
+    add_recipe(url, {"threads": 8}, study=None, workload="cnn", fingerprint="v3-cccccccccccc")
     out = cli("diff", "1", "2", cwd=storage)
     assert out.returncode == 0, out.stderr
-    assert "note: measured on different hardware (v2-aaaaaaaaaaaa vs v2-cccccccccccc)" in out.stdout
+    assert "note: measured on different hardware (v3-aaaaaaaaaaaa vs v3-cccccccccccc)" in out.stdout
     assert "note: different workloads (tiny vs cnn)" in out.stdout
     assert re.search(r"│ affinity\s+│ compact\s+│ \(not set\)\s+│", out.stdout)
 
@@ -121,7 +121,7 @@ def test_best_of_a_file_from_this_machine_compares_with_its_defaults(storage: Pa
     assert out.returncode == 0, out.stderr
     assert "(PyTorch's defaults on this machine)" in out.stdout
     assert ("* threads" in out.stdout) == (facts.cpu.allowed.cores != 1)
-    (storage / "other.json").write_text(json.dumps({**recipe, "fingerprint": "v2-cccccccccccc"}))
+    (storage / "other.json").write_text(json.dumps({**recipe, "fingerprint": "v3-cccccccccccc"}))
     out = cli("best", "--recipe", "other.json", cwd=storage)
     assert "PyTorch's defaults: unknown: its study is not in sqlite:///studies.db and it was measured on other" \
            " hardware" in out.stdout

@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from autotune import probes
-from autotune.probes import Allowed, _cpu, _hwloc
+from autotune.probes import Allowed, _cpu, _hwloc, _isa
 from autotune.probes._fingerprint import fingerprint
 
 from _probe_shared import SYSFS
@@ -52,6 +52,18 @@ def test_affinity_narrows_the_allowed_view_of_a_recorded_tree_but_not_its_finger
     assert fingerprint(pinned, (), None) == fingerprint(whole, (), None)
 
 
+def test_without_cpuinfo_the_family_and_model_come_from_hwloc() -> None:
+    path = SYSFS / f"{XML_ONLY}.xml"
+    if not path.is_file():
+        pytest.skip(f"recorded topology {path} not found")
+    text = path.read_text()
+    assert _cpu.from_tree(_hwloc.parse_xml(text), None).family_model is None  # this XML names the model only
+    model = '<info name="CPUModel" value="Intel(R) Xeon(R) CPU E5-2680 0 @ 2.70GHz"/>'
+    numbers = model + '<info name="CPUFamilyNumber" value="6"/><info name="CPUModelNumber" value="45"/>'
+    assert text.count(model) == 2  # one per package, as lstopo writes them on x86
+    assert _cpu.from_tree(_hwloc.parse_xml(text.replace(model, numbers)), None).family_model == "family 6 model 45"
+
+
 @pytest.mark.skipif(not shutil.which("taskset") or len(os.sched_getaffinity(0)) < 2,
                     reason="needs taskset and two CPUs to start a process pinned to fewer CPUs")
 def test_a_process_pinned_with_taskset_has_its_machines_fingerprint() -> None:
@@ -65,17 +77,49 @@ def test_a_process_pinned_with_taskset_has_its_machines_fingerprint() -> None:
 
 
 def test_the_fingerprint_scheme_is_marked_and_older_ones_are_named(facts) -> None:
-    assert facts.fingerprint.startswith(f"v{probes.FINGERPRINT_VERSION}-") and probes.FINGERPRINT_VERSION == 2
-    assert probes.fingerprint_version(facts.fingerprint) == 2
+    assert facts.fingerprint.startswith(f"v{probes.FINGERPRINT_VERSION}-") and probes.FINGERPRINT_VERSION == 3
+    assert probes.fingerprint_version(facts.fingerprint) == 3
     assert probes.outdated_fingerprint(facts.fingerprint) is None
-    old = probes.outdated_fingerprint(facts.fingerprint.removeprefix("v2-"))  # as autotune wrote it before
-    assert old is not None and "fingerprint v1" in old and "cgroup cpuset" in old
+    digits = facts.fingerprint.removeprefix("v3-")
+    v2 = probes.outdated_fingerprint(f"v2-{digits}")
+    assert v2 is not None and "fingerprint v2" in v2 and "family and model" in v2 and "cgroup" not in v2
+    v1 = probes.outdated_fingerprint(digits)  # as autotune wrote it before the prefix: both changes since
+    assert v1 is not None and "fingerprint v1" in v1 and "cgroup cpuset" in v1 and "family and model" in v1
 
 
-def test_facts_carry_the_cgroup_view_and_still_read_schema_1(facts) -> None:
+# Two 2-vCPU VMs this project ran on, as their /proc/cpuinfo began (one processor of each, flags abridged to
+# the probe's): the same name, vendor and ISA flags, a Zen 5 and a Zen 4 whose bf16 matmuls ran 941 and
+# 433 GFLOP/s.
+_VM_CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: {family}
+model\t\t: {model}
+model name\t: AMD EPYC
+stepping\t: {stepping}
+flags\t\t: fpu lm avx2 avx512f avx512_bf16 avx512_vnni
+"""
+
+
+def test_cpu_generations_a_vm_names_alike_have_different_fingerprints(facts) -> None:
+    zen5, zen4, zen4_other_host = (_isa.parse_cpuinfo(_VM_CPUINFO.format(family=f, model=m, stepping=s))
+                                   for f, m, s in (("26", "2", "0"), ("25", "17", "1"), ("25", "17", "2")))
+    assert zen5.model == zen4.model == "AMD EPYC" and zen5.isa == zen4.isa
+    assert (zen5.family_model, zen4.family_model) == ("family 26 model 2", "family 25 model 17")
+
+    def on(info: _isa.CpuInfo) -> str:
+        return _print(facts, replace(facts.cpu, model=info.model, vendor=info.vendor, isa=info.isa,
+                                     family_model=info.family_model))
+    assert on(zen5) != on(zen4)
+    assert on(zen4) == on(zen4_other_host)  # the stepping is not hashed: hosts of one machine type differ in it
+    assert on(replace(zen4, family_model=None)) not in (on(zen4), on(zen5))  # unknown is not either of them
+
+
+def test_facts_carry_the_cgroup_view_and_family_and_still_read_schemas_1_and_3(facts) -> None:
     doc = facts.to_dict()
-    assert doc["schema_version"] == probes.SCHEMA_VERSION == 3
+    assert doc["schema_version"] == probes.SCHEMA_VERSION == 4
     assert doc["cpu"]["cgroup"]["cpus"] and probes.Facts.from_json(facts.to_json()) == facts
+    del doc["cpu"]["family_model"]
+    assert probes.Facts.from_dict({**doc, "schema_version": 3}).cpu.family_model is None
     del doc["cpu"]["cgroup"]
     old = probes.Facts.from_dict(json.loads(json.dumps({**doc, "schema_version": 1})))
     assert (old.schema_version, old.cpu.cgroup, old.cpu.allowed) == (1, None, facts.cpu.allowed)

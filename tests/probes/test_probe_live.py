@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -119,7 +120,9 @@ def test_fingerprint_is_stable_on_one_machine(live):
     again = probes.probe(runtime=False, gpus=False)
     assert again.fingerprint == live.fingerprint
     scheme, _, digest = live.fingerprint.partition("-")
-    assert scheme == "v2" and len(digest) == 12 and int(digest, 16) >= 0
+    assert scheme == "v3" and len(digest) == 12 and int(digest, 16) >= 0
+    if live.cpu.arch == "x86_64":  # every x86 /proc/cpuinfo names a family and a model
+        assert re.fullmatch(r"family \d+ model \d+", live.cpu.family_model or ""), live.cpu.family_model
 
 
 @pytest.fixture(scope="module")

@@ -108,17 +108,20 @@ def test_hybrid_cores_have_their_kind(recorded_facts):
     assert kinds == [("kind1@5000MHz", 2)] * 6 + [("kind0@3900MHz", 1)] * 8
 
 
-@pytest.mark.parametrize(("name", "model", "vendor", "isa"), [
+@pytest.mark.parametrize(("name", "model", "vendor", "isa", "family_model"), [
     ("memorysidecaches", "Intel(R) Xeon(R) Gold 6230 CPU @ 2.10GHz", "GenuineIntel",
-     ("avx2", "avx512f", "avx512_vnni")),
-    ("20em64t-hybrid-1p6c2t+2ca4co1t", "13th Gen Intel(R) Core(TM) i7-1370P", "GenuineIntel", ("avx2",)),
-    ("8em64t-2s2ca2c", "Intel(R) Xeon(R) CPU E5345 @ 2.33GHz", "GenuineIntel", ()),
-    ("128arm-2pa2n8cluster4co", "Kunpeng-920", "HiSilicon", ()),
-    ("nvidiagpunumanodes", "POWER9, altivec supported", None, ()),
+     ("avx2", "avx512f", "avx512_vnni"), "family 6 model 85"),
+    ("20em64t-hybrid-1p6c2t+2ca4co1t", "13th Gen Intel(R) Core(TM) i7-1370P", "GenuineIntel", ("avx2",),
+     "family 6 model 186"),
+    ("8em64t-2s2ca2c", "Intel(R) Xeon(R) CPU E5345 @ 2.33GHz", "GenuineIntel", (), "family 6 model 15"),
+    ("16amd64-8n2c", "Dual Core AMD Opteron(tm) Processor 865", "AuthenticAMD", (), "family 15 model 33"),
+    ("128arm-2pa2n8cluster4co", "Kunpeng-920", "HiSilicon", (), None),  # its name holds implementer and part
+    ("nvidiagpunumanodes", "POWER9, altivec supported", None, (), None),
 ])
-def test_model_vendor_and_isa_from_the_recorded_cpuinfo(name, model, vendor, isa, recorded_facts):
+def test_model_vendor_isa_and_family_from_the_recorded_cpuinfo(name, model, vendor, isa, family_model,
+                                                               recorded_facts):
     cpu = recorded_facts[name].cpu
-    assert (cpu.model, cpu.vendor, cpu.isa) == (model, vendor, isa)
+    assert (cpu.model, cpu.vendor, cpu.isa, cpu.family_model) == (model, vendor, isa, family_model)
 
 
 @pytest.mark.parametrize(("name", "total", "available"), [
@@ -144,7 +147,7 @@ def test_live_only_facts_are_not_probed(name, recorded_facts, recorded_roots):
 def test_recorded_machines_have_distinct_fingerprints(recorded_facts):
     prints = [f.fingerprint for f in recorded_facts.values()]
     assert len(set(prints)) == len(prints) == 12
-    assert all(p.startswith("v2-") and len(p) == 15 and int(p[3:], 16) >= 0 for p in prints)
+    assert all(p.startswith("v3-") and len(p) == 15 and int(p[3:], 16) >= 0 for p in prints)
 
 
 def test_xml_only_machine_matches_hwloc_xml(recorded_facts):
