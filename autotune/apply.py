@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from . import distributed
 from . import search_spaces as spaces
 from .errors import DeviceMissingError, HardwareMismatchError, UsageError
-from .recipe import Recipe, checked, format_note, load_recipe_file
+from .recipe import Recipe, checked, format_note, load_recipe_file, search_command
 from .steps import Model, StepReporter
 
 if TYPE_CHECKING:
@@ -249,7 +249,7 @@ def _other_hardware(recipe: Recipe, here: str) -> str:
 
     why = outdated_fingerprint(recipe.fingerprint)
     what = f"was {why}" if why else f"was measured on hardware {recipe.fingerprint}, this machine is {here}"
-    return (f"{recipe.label} {what}: search again here (autotune search --workload {recipe.workload}), "
+    return (f"{recipe.label} {what}: search again here ({search_command(recipe.workload)}), "
             "or pass allow_other_hardware=True")
 
 

@@ -93,6 +93,24 @@ class Recipe:
         return cls(**{"format": 1, **known})  # written before recipes had a format: format 1
 
 
+SCRIPT_WORKLOAD = "script:"  # a script-mode recipe's workload: "script:" and the script's path as given
+
+
+def search_command(workload: str, *options: str) -> str:
+    """The ``autotune search`` line that measures ``workload`` again: for a script's, the script after ``--``
+    (its arguments are not recorded: the user adds them).
+
+    >>> search_command("cnn", "--study NEW_NAME")
+    'autotune search --workload cnn --study NEW_NAME'
+    >>> search_command("script:train.py", "--storage URL")
+    'autotune search --storage URL -- python train.py'
+    """
+    if workload.startswith(SCRIPT_WORKLOAD):
+        script = shlex.quote(workload.removeprefix(SCRIPT_WORKLOAD))
+        return " ".join(["autotune search", *options, "-- python", script])
+    return " ".join(["autotune search --workload", shlex.quote(workload), *options])
+
+
 def checked(recipe: Recipe) -> Recipe:
     """``recipe``, if a search could have written it: its format is one this autotune reads, and every param
     a known knob with a value the search space offers on some machine (``search_spaces.recipe_problems``).

@@ -13,7 +13,7 @@ refused with the reason; the storage is only read.
 from __future__ import annotations
 
 from .errors import HardwareMismatchError, UsageError
-from .recipe import Recipe, checked
+from .recipe import Recipe, checked, search_command
 from .store import RecipeStore, shown_url
 
 
@@ -32,8 +32,8 @@ def fetch(storage: str, workload: str, fingerprint: str, *, study: str | None = 
         raise HardwareMismatchError(
             f"no recipe for {scope} measured on this machine's hardware {fingerprint} in {shown_url(storage)}: the "
             f"newest, {elsewhere.label}, was measured on {elsewhere.fingerprint}; search on this hardware first: "
-            f"autotune search --workload {workload} --storage URL"
+            f"{search_command(workload, '--storage URL')}"
         )
     held = f"; workloads with recipes: {', '.join(workloads)}" if workloads else ""
-    raise UsageError(f"no recipe for {scope} in {shown_url(storage)}: run 'autotune search --workload {workload} "
-                     f"--storage URL' first{held}")
+    again = search_command(workload, "--storage URL")
+    raise UsageError(f"no recipe for {scope} in {shown_url(storage)}: run '{again}' first{held}")

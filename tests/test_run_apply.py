@@ -89,6 +89,11 @@ def test_a_recipe_file_from_other_hardware_is_named_in_the_refusal(facts, tmp_pa
     stored = Recipe(params={"batch_size": 8}, workload="tiny", fingerprint="v3-0123456789ab", id=7)
     with pytest.raises(HardwareMismatchError, match="^recipe 7 was measured on hardware"):
         autotune.apply(stored, facts=facts)
+    # a script's recipe: its search is the script after --, "--workload script:..." names no workload
+    script = Recipe(params={"batch_size": 8}, workload="script:my dir/train.py", fingerprint="v3-0123456789ab", id=8)
+    with pytest.raises(HardwareMismatchError) as refused:
+        autotune.apply(script, facts=facts)
+    assert "search again here (autotune search -- python 'my dir/train.py'), or pass" in str(refused.value)
 
 
 def test_autotune_run_names_the_file_in_the_childs_refusal(facts, tmp_path: Path) -> None:

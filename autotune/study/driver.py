@@ -23,6 +23,7 @@ from ..errors import HardwareMismatchError, TrialError, UsageError
 from ..measure import PairedMeasurer, stats
 from ..measure.measurer import told_apart
 from ..probes import outdated_fingerprint
+from ..recipe import search_command
 from ..store import RecipeStore, check_storage_url, create_schema, storage_errors, use_wal
 from ..trial.spec import Status
 from ..workloads import Workload, call_user, load_workload
@@ -100,7 +101,7 @@ def _check_hardware(study: optuna.Study, name: str, facts: Facts, workload: str)
     if why:
         raise HardwareMismatchError(
             f"study {name!r} was {why}: its trials are kept, but it cannot be continued; search again in a new "
-            f"study: autotune search --workload {workload} --study NEW_NAME (or without --study)"
+            f"study: {search_command(workload, '--study NEW_NAME')} (or without --study)"
         )
     # The fingerprint leaves out the affinity (taskset): trials of one study must still run on the same CPUs.
     recorded_set = study.user_attrs.get(StudyAttr.CPU_SET, cpu_set)
