@@ -93,7 +93,7 @@ class Recipe:
         return cls(**{"format": 1, **known})  # written before recipes had a format: format 1
 
 
-SCRIPT_WORKLOAD = "script:"  # a script-mode recipe's workload: "script:" and the script's path as given
+SCRIPT_WORKLOAD = "script:"  # a script-mode recipe's workload: "script:" and the script's path (study.script_mode)
 
 
 def search_command(workload: str, *options: str) -> str:

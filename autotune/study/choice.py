@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import search_spaces as spaces
 from ..errors import TrialError
-from ..recipe import Recipe, format_speedup
+from ..recipe import SCRIPT_WORKLOAD, Recipe, format_speedup
 from ..trial.spec import Status, TrialResult
 from . import roofline
 from .guard import CANNOT_RESOLVE
@@ -19,7 +19,6 @@ from .records import (
     BASELINE,
     CONFIRM,
     NOT_RUN,
-    SCRIPT,
     Attr,
     Confirmation,
     StudyAttr,
@@ -57,7 +56,7 @@ def choose_recipe(
         after = f" after {baseline.result.loss_samples} samples" if baseline.result.loss_samples else ""
         unresolved = sum(1 for r in rejected if "quality" in r.rejected_by and CANNOT_RESOLVE in (r.reason or ""))
         of_them = f"; {unresolved} of them as it could not resolve its limit on this workload" if unresolved else ""
-        loss = "training loss the script told" if workload.startswith(SCRIPT) else "held-out loss"
+        loss = "training loss the script told" if workload.startswith(SCRIPT_WORKLOAD) else "held-out loss"
         notes.append(f"{worse} trial(s) rejected by the quality guard ({loss}{after} above the limit{of_them})")
     second = study.get_trials(deepcopy=False)[best.number].user_attrs.get(Attr.GUARD) if best is not baseline else None
     if second:

@@ -249,7 +249,7 @@ def _open_for_options(options: SearchOptions, name: str, facts: Facts, ctx: spac
             raise UsageError(
                 f"study {name!r} holds samples/s of single processes (recorded by an older autotune), not paired "
                 "speedups over the defaults: it is kept as it is, but cannot be continued; search in a new study: "
-                f"autotune search --workload {workload} --study NEW_NAME (or without --study)"
+                f"{search_command(workload, '--study NEW_NAME')} (or without --study)"
             )
         old, name = name, f"{name}-{PAIRED}"
         log.warning("study %r holds samples/s (an older autotune): kept untouched; this search goes on in study %r",

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ..measure import MIN_MARGIN
-from ..recipe import SCRIPT_WORKLOAD, Recipe, format_speedup
+from ..recipe import Recipe, format_speedup
 from ..trial.spec import Status, TrialResult
 
 if TYPE_CHECKING:
@@ -74,7 +74,6 @@ COMBINED: Final = "combined"  # the fastest environment with the fastest in-proc
 CONFIRM: Final = "confirm"  # a side-by-side re-run of a candidate or the baseline
 
 PAIRED: Final = "paired-v1"  # StudyAttr.MEASURE of a study whose trial values are speedups over the defaults
-SCRIPT: Final = SCRIPT_WORKLOAD  # a script-mode study's workload starts so (``script_mode.workload_label``)
 
 # Outcomes that count toward --trials.
 MEASURED = (Status.OK, Status.OOM, Status.NAN, Status.CRASH, Status.TIMEOUT, Status.PRUNED)

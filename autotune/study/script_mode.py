@@ -24,12 +24,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .. import search_spaces as spaces
 from ..errors import UsageError
+from ..recipe import SCRIPT_WORKLOAD
 from ..trial.runner import loss_samples
 from .budget import parse_duration
 from .driver import one_context_only, run_settings, search
 from .events import Phase, Progress, ignore
 from .options import SearchOptions, check_options
-from .records import SCRIPT, SearchOutcome, StudyAttr
+from .records import SearchOutcome, StudyAttr
 
 if TYPE_CHECKING:
     from ..probes import Facts
@@ -50,7 +51,7 @@ def workload_label(argv: list[str]) -> str:
     """
     given = [a for a in argv[1:] if not a.startswith("-")]
     script = next((a for a in given if a.endswith(".py")), given[0] if given else argv[0] if argv else "")
-    return f"{SCRIPT}{script}"
+    return f"{SCRIPT_WORKLOAD}{script}"
 
 
 def absolute(argv: list[str]) -> list[str]:
@@ -120,6 +121,6 @@ def search_script(argv: list[str], *, batch_size: int, options: SearchOptions | 
         command, defaults, facts, folder, workload=label,
         loss_samples=loss_samples(options.settings, defaults, facts), startup_s=told.startup_s, seed=options.seed,
         on_phase=lambda name, detail: notify(Phase(name, None, detail)), **measuring)
-    stem = Path(label.removeprefix("script:")).stem
+    stem = Path(label.removeprefix(SCRIPT_WORKLOAD)).stem
     return search(label, options=options, progress=progress, measurer=measurer, facts=facts, ctx=ctx, stem=stem,
                   attrs={StudyAttr.SCRIPT_OWNS: told.owned})
