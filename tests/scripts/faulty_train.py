@@ -1,4 +1,4 @@
-"""A user's training script of the README's pattern whose step takes a known time, 8 ms, or 4 ms with
+"""A user's training script of the README's pattern whose step takes a known time, 18 ms, or 6 ms with
 channels_last (a 1x1 conv: channels_last is in its space), and which misbehaves with channels_last as ``FAULT``
 says: ``crash`` (an exception at step 5), ``exit`` (exit 0 at step 5), ``hang`` (at step 8), ``no-step`` (never
 steps), ``print`` (10 kB of output a step). With ``DIST`` set, every copy joins a one-process gloo group on
@@ -28,7 +28,7 @@ optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 model, optimizer = tuned.prepare(model, optimizer)
 if fault == "no-step":
     time.sleep(3600)
-pause = 0.004 if fast else 0.008
+pause = 0.006 if fast else 0.018
 number, _, role = Path.cwd().name.partition("-")
 if role == "candidate" and number in os.environ.get("SLOW_PAIRS", "").split(","):
     pause *= 1.5

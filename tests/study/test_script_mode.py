@@ -68,8 +68,8 @@ def test_a_scripts_fault_is_the_trials_failure_with_its_reason(facts: Any, tmp_p
 
 def test_a_script_mode_search_stores_the_faster_recipe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The baseline is the A/A of fresh copy pairs; the seed with channels_last (held by --fix in every trial
-    but the baseline) steps in half the time, printing 10 kB a step to its log; the recipe says so, named after
-    the script, with the loss told at the study's samples. Every copy joins a gloo group on the port its
+    but the baseline) steps in a third of the time, printing 10 kB a step to its log; the recipe says so, named
+    after the script, with the loss told at the study's samples. Every copy joins a gloo group on the port its
     environment gives (two at once on one port: EADDRINUSE). Two of the A/A's copies are 1.5x slow for their life
     (``SLOW_PAIRS``): its process pairs read 0.67, 1, 0.67 with windows that agree, so a round is sized to more
     process pairs of fewer windows (``measure.sizing``), the candidate's pairs too, and the recipe is found."""
@@ -87,6 +87,7 @@ def test_a_script_mode_search_stores_the_faster_recipe(tmp_path: Path, monkeypat
                             folder=tmp_path / "copies", min_window_s=0.1)
     seen = [(r.number, r.role, r.result.status, r.result.objective, r.result.speedup_low, r.result.speedup_high,
              r.result.error, r.result.warnings, r.reason) for r in outcome.records], outcome.recipe.notes
+    print(seen)  # whole, where a failed assertion's message is cut in its middle
     assert outcome.study == f"faulty_train-{outcome.recipe.fingerprint}"
     import optuna
 
@@ -97,7 +98,9 @@ def test_a_script_mode_search_stores_the_faster_recipe(tmp_path: Path, monkeypat
     assert outcome.best.result.pairs == 2 * int(outcome.best.result.method[-2]), seen  # type: ignore[index, union-attr]
     assert outcome.recipe.workload == f"script:{SCRIPT}"
     assert outcome.recipe.params["channels_last"] is True and outcome.recipe.params["processes"] == 1, seen
-    assert 1.5 < outcome.recipe.speedup < 2.6, seen
+    # A third of the time, where beside a loaded suite's tests a half (8 ms and 4 ms steps) read 1.60x
+    # [1.14-2.24] once, short of the 1.22 the A/A's slow pairs let a recipe claim: the defaults were kept.
+    assert 2.0 < outcome.recipe.speedup < 3.6, seen
     assert outcome.baseline.result.method == "script process pairs (A/A)"
     assert outcome.best.result.loss is not None and outcome.baseline.result.loss is not None
     assert outcome.best.result.method.startswith("script process pairs (")  # type: ignore[union-attr]
