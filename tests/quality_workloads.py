@@ -271,6 +271,31 @@ def stall() -> Workload:
     return replace(trap(), model=lambda: _Trap(_channels_last, STALL_S))
 
 
+HICCUP_S = 0.1  # ``hiccup``'s one-off stall: 30x its step, a third of a CPU window (``arms.WINDOW_FLOOR_S``)
+
+
+class _Hiccup(_Trap):
+    """``_Trap`` whose second training forward pass also sleeps ``HICCUP_S``, once in the model's life."""
+
+    def __init__(self) -> None:
+        super().__init__(_channels_last)
+        self.passes = 0
+
+    def forward(self, x: Any) -> Any:
+        if self.training:
+            self.passes += 1
+            if self.passes == 2:
+                time.sleep(HICCUP_S)
+        return super().forward(x)
+
+
+def hiccup() -> Workload:
+    """``trap`` whose every model stalls once, in its second training step, for ``HICCUP_S``: as one step of an
+    arm whose steps take milliseconds stalls on a busy VM (a preemption, a neighbour's burst) or builds a kernel
+    late, where the arm is as fast as any other."""
+    return replace(trap(), model=_Hiccup, name="quality-hiccup")
+
+
 class _SlowToCompile(torch.nn.Sequential):
     """Sleeps ``COMPILE_SLEEP_S`` whenever torch.compile traces it: a compile that takes minutes."""
 

@@ -46,7 +46,7 @@ from ..trial.training import NonFiniteLoss, evaluate, failure, in_effect
 from .batches import Batches, signal_all
 from .footprint import Footprint
 from .freeze import proc_state, wait_stopped
-from .hopeless import FIRST_STEP_HOPELESS, judged_step
+from .hopeless import Judge, judged_step
 from .phases import Phases, profiled
 from .protocol import ArmState, ArmStatus, WindowRecord, WorkerSpec
 
@@ -102,9 +102,9 @@ class Arm:
         self.seed = seed  # its training seed; None: the worker's
         self.wide = wide  # its loss also over the wide held-out set (``wide_loss``)
         self.wide_loss: float | None = None
-        # (factor, the reference's seconds per sample): give up after a normal warm-up step slower than their product
+        # (factor, the reference's seconds per sample): give up once warm-up steps are slower than their product
         self.give_up = give_up
-        self.gave_up: float | None = None  # its step's time per sample over the reference's, where it gave up
+        self.gave_up: float | None = None  # its slow steps' time per sample over the reference's (``Judge``)
         self.state: ArmState = "ok"
         self.error: str | None = None
         self.trained = 0
@@ -309,24 +309,24 @@ class Arm:
         loss = None
         # the steps that may hold compile work (CUDA-graph capture: steps 2-3) are warm-up, never a window's
         charged = max(1, spaces.compilation.charged_steps(self.params.get("compile_mode"), self.tuned.device))
-        for index in range(max(charged, self.bench.spec.warmup_steps)):
+        steps, index = max(charged, self.bench.spec.warmup_steps), 0
+        floor_s = WINDOW_FLOOR_S.get(self.tuned.device, WINDOW_FLOOR_S["cpu"])
+        judge = Judge(*self.give_up, floor_s) if self.give_up is not None and self.step_samples else None
+        while index < steps or (judge is not None and judge.pending):
             self._sync()
             start = time.perf_counter()
             loss = self._step()
             self._sync()
             spent = time.perf_counter() - start
-            if index < charged:
-                self._first_steps.append(spent)
-            else:
-                self._warm_steps.append(spent)
+            (self._first_steps if index < charged else self._warm_steps).append(spent)
             self._loss_if_due(loss)
             loader = self.batches.loader
-            judged = judged_step(index, charged, self.compiled, loader.num_workers, loader.prefetch_factor)
-            if self.give_up is not None and self.step_samples and judged:
-                slower = spent / self.step_samples / self.give_up[1]
-                if slower > self.give_up[0] * (1.0 if index >= charged else FIRST_STEP_HOPELESS):
-                    self.gave_up = slower
+            if judge is not None and judged_step(index, charged, self.compiled, loader.num_workers,
+                                                 loader.prefetch_factor):
+                self.gave_up = judge.step(spent, self.step_samples, first=index < charged)
+                if self.gave_up is not None:
                     break
+            index += 1
         if not self.bench.settled and self.gave_up is None:  # a hopeless arm is ended: nothing to settle for
             settled = self._settle()
             loss = settled if settled is not None else loss

@@ -69,9 +69,9 @@ class Bench:
     def add(self, name: str, params: dict[str, Any], seed: int | None = None, wide: bool = False,
             give_up: float | None = None, against: str | None = None, reference_s: float | None = None) -> Arm:
         """Build and warm up an arm (``protocol.AddArm``); a failed warm-up leaves a failed arm (``ArmFailed``
-        raised). ``give_up``: its warm-up ends after a normal step that takes more than that many times the time
-        per sample of the arm ``against`` (the one it is paired with), when that arm has been timed, else
-        ``reference_s`` seconds per sample."""
+        raised). ``give_up``: its warm-up ends once its steps take more than that many times the time per
+        sample (``hopeless.Judge``) of the arm ``against`` (the one it is paired with), when that arm has been timed,
+        else ``reference_s`` seconds per sample."""
         differences = environment_differences(self.spec.params, params)
         if differences:
             raise EnvironmentMismatch("environment-level knobs differ from this worker's: " + ", ".join(differences))

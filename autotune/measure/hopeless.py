@@ -1,13 +1,13 @@
 """The hopeless-arm rule: an arm far slower than the defaults in its first steps stops there, measured slower, and is
-never trained to the quality guard's samples (``Arm._warm_up`` judges its steps; the live measurer's warm-up limit
-stops a step that does not end)."""
+never trained to the quality guard's samples (``Arm._warm_up`` judges its steps with ``Judge``; the live measurer's
+warm-up limit stops a step that does not end)."""
 from __future__ import annotations
 
-# An arm whose first normal step takes this many times the defaults' time per sample is far slower than any
-# noise (in one process 1-2%; one step on a busy 2-vCPU VM, up to 2-3x): it stops there, measured slower, never
-# trained to the quality guard's samples. fp16 autocast on a CPU with AVX512-FP16 ran a CNN at 0.01-0.04x and
-# took 60-131 s of a 2-minute search. (At 4, batch 16 of a sleep-bound fixture, 4x slower per sample by design,
-# was stopped on some runs and raced on others.)
+# An arm whose normal steps take this many times the defaults' time per sample is far slower than any noise (in
+# one process 1-2%; a window on a busy 2-vCPU VM, up to 2-3x): it stops there, measured slower, never trained to
+# the quality guard's samples. fp16 autocast on a CPU with AVX512-FP16 ran a CNN at 0.01-0.04x and took 60-131 s
+# of a 2-minute search. (At 4, batch 16 of a sleep-bound fixture, 4x slower per sample by design, was stopped on
+# some runs and raced on others.)
 HOPELESS = 8.0
 # An eager arm's first step also builds its kernels (oneDNN primitives, allocations): judged at this many times
 # ``HOPELESS``, so a 100x arm stops after one step. A compiled arm's first steps hold its compilation: not judged;
@@ -16,6 +16,41 @@ HOPELESS = 8.0
 # first step 73-158x the defaults', its second 10-16x, its windows 7.5x; on the CNN with two workers on 2 vCPUs, its
 # third step 33x, where its windows read 1.18x).
 FIRST_STEP_HOPELESS = 4.0
+
+
+class Judge:
+    """Judges an arm's warm-up steps against a reference's seconds per sample: it gives up once its steps over
+    the limit, in a row, have lasted ``floor_s`` (a window's floor: one such step, where it outlasts a window).
+    A step of milliseconds that stalls once (a preemption on a busy VM, a kernel built late) is no verdict:
+    ``tiny``'s bf16 arm was once stopped at "0.01x" by one step, where its windows read 0.66-0.75x.
+
+    >>> judge = Judge(8.0, 0.001, 0.3)  # the reference: 1 ms a sample; a CPU window's floor
+    >>> judge.step(0.1, 1, first=False), judge.step(0.001, 1, first=False)  # a stall, then a normal step
+    (None, None)
+    >>> [judge.step(0.1, 1, first=False) for _ in range(3)]  # 100x, three times in a row: 0.3 s
+    [None, None, 100.0]
+    """
+
+    def __init__(self, factor: float, reference_s: float, floor_s: float) -> None:
+        self.factor, self.reference_s, self.floor_s = factor, reference_s, floor_s
+        self.streak_s = 0.0  # the slow steps in a row so far
+        self.ratios: list[float] = []
+
+    def step(self, spent: float, samples: int, first: bool) -> float | None:
+        """Judge a step of ``spent`` seconds (``first``: it may hold the kernels' build): the least of the slow
+        steps' ratios to the reference where the arm gives up (at least that many times slower), else None."""
+        slower = spent / samples / self.reference_s
+        if slower <= self.factor * (FIRST_STEP_HOPELESS if first else 1.0):
+            self.streak_s, self.ratios = 0.0, []
+            return None
+        self.streak_s += spent
+        self.ratios.append(slower)
+        return min(self.ratios) if self.streak_s >= self.floor_s else None
+
+    @property
+    def pending(self) -> bool:
+        """Slow steps not yet judged: the warm-up takes more steps until they are."""
+        return bool(self.ratios)
 
 
 def judged_step(index: int, charged: int, compiled: bool, workers: int, prefetch: int | None) -> bool:

@@ -55,8 +55,8 @@ class AddArm:
     params: dict[str, Any]
     seed: int | None = None
     wide: bool = False
-    # Give up after its first normal step (``hopeless.HOPELESS``): when a step takes more than ``give_up`` x the
-    # arm ``against``'s time per sample, its warm-up ends there and its status says ``gave_up``. Where no arm of
+    # Give up in its warm-up (``hopeless.Judge``): when its steps take more than ``give_up`` x the arm ``against``'s
+    # time per sample for a window's floor, its warm-up ends there and its status says ``gave_up``. Where no arm of
     # this worker is the reference (another environment's process), ``reference_s``: seconds per sample measured
     # elsewhere (the defaults' in the search's calibration).
     give_up: float | None = None
@@ -175,7 +175,7 @@ class ArmStatus:
     settle_steps: int = 0  # untimed steps it trained after its warm-up as its process's first arm (``paired.SETTLE_S``)
     wide_loss: float | None = None  # its loss over the wide held-out set then, when added ``wide``
     held_out: tuple[int, int] | None = None  # samples in the held-out and the wide set, when added ``wide``
-    gave_up: float | None = None  # its step's time per sample over ``against``'s, where it gave up (``give_up``)
+    gave_up: float | None = None  # its slow steps' time per sample over ``against``'s, the least, where it gave up
     data_wait: float | None = None  # the share of its windows spent waiting for the next batch (``Arm.data_wait``)
     phases: tuple[tuple[str, float], ...] | None = None  # each part's share of its windows (``phases.Phases``)
 

@@ -431,6 +431,31 @@ def test_an_arm_reads_how_much_of_its_step_waits_for_data(facts: Any) -> None:
     assert waits["one-worker"] is not None and waits["one-worker"] > INPUT_BOUND, waits
 
 
+def test_a_short_step_that_stalls_once_is_no_verdict_and_a_slow_arm_gives_up_after_a_windows_time(
+        facts: Any) -> None:
+    """The hopeless rule on steps of milliseconds: ``hiccup``'s second step stalls once for 0.1 s, about 30x its
+    step, as one step on a busy VM may; that alone must not end an arm (``tiny``'s bf16 seed was once recorded at
+    0.01x from one step, where its windows read 0.66-0.75x). Its ``channels_last`` arm is ~19x slower at every
+    step: it gives up once its slow steps in a row have lasted a CPU window (``WINDOW_FLOOR_S``), a few steps."""
+    from autotune.measure.arms import WINDOW_FLOOR_S
+    from autotune.measure.hopeless import HOPELESS
+    from tests.quality_workloads import HICCUP_S
+
+    base = _params(facts, batch_size=16)
+    with PairedWorker("tests.quality_workloads:hiccup", base, facts, SETTINGS) as worker:
+        worker.add_arm("a", base)
+        worker.add_arm("b", base)
+        worker.run_pairs("a", "b", 1, WINDOW_FLOOR_S["cpu"])
+        stalled = worker.add_arm("stalled", base, give_up=HOPELESS, against="a")
+        assert stalled.state == "ok" and stalled.gave_up is None, stalled
+        started = time.monotonic()
+        slow = worker.add_arm("slow", {**base, "channels_last": True}, give_up=HOPELESS, against="a")
+        spent = time.monotonic() - started
+    assert slow.state == "ok" and slow.gave_up is not None and slow.gave_up > HOPELESS, slow
+    # the stall and the slow steps until their sum passed the floor: not the quality guard's samples
+    assert spent < HICCUP_S + 4 * WINDOW_FLOOR_S["cpu"] and slow.trained < 16 * 12, (spent, slow.trained)
+
+
 @pytest.mark.parametrize(("workers", "prefetch", "first_judged"), [(0, None, 0), (1, 2, 3), (2, 2, 5), (2, 4, 9)])
 def test_an_arm_with_dataloader_workers_is_judged_after_their_first_prefetch(workers: int, prefetch: int | None,
                                                                              first_judged: int) -> None:
