@@ -285,6 +285,12 @@ class ScriptMeasurer:
                 base.window(0.0, min_steps=WARMUP_STEPS, timeout_s=limit)
                 self.step_s = _step_s(base.steps[told:])
             hopeless = self._hopeless(base, cand)
+            if hopeless is not None and _span_s(cand) < self.min_window_s:
+                # steps of milliseconds that stalled once (a preemption) are no verdict: judged over a window
+                cand.window(self.min_window_s, min_steps=1, timeout_s=max(self.stall_s, 20 * self.min_window_s))
+                if cand.exited is not None:
+                    return failure(runs)
+                hopeless = self._hopeless(base, cand)
             if hopeless is not None:
                 trial.failed = _hopeless_result(hopeless)
                 return None
@@ -313,7 +319,7 @@ class ScriptMeasurer:
         return max(self.min_window_s, WINDOW_STEPS * (self.step_s or 0.0))
 
     def _hopeless(self, base: ScriptRun, cand: ScriptRun) -> float | None:
-        """The candidate's warm-up steps' time per sample over the defaults', where it is ``HOPELESS`` or worse."""
+        """The candidate's steps' time per sample over the defaults', where it is ``HOPELESS`` or worse."""
         mine, theirs = _s_per_sample(cand), _s_per_sample(base)
         if mine is None or theirs is None or mine < HOPELESS * theirs:
             return None
@@ -362,6 +368,11 @@ def _s_per_sample(run: ScriptRun) -> float | None:
     if len(steps) < 2 or steps[-1].samples <= steps[0].samples:
         return None
     return (steps[-1].ended - steps[0].ended) / (steps[-1].samples - steps[0].samples)
+
+
+def _span_s(run: ScriptRun) -> float:
+    """Seconds between the copy's first and last step so far (what ``_s_per_sample`` is judged over)."""
+    return run.steps[-1].ended - run.steps[0].ended if len(run.steps) >= 2 else 0.0
 
 
 def _step_s(steps: list[Step]) -> float | None:

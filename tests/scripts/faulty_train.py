@@ -1,7 +1,8 @@
-"""A user's training script of the README's pattern whose step takes a known time, 18 ms, or 6 ms with
-channels_last (a 1x1 conv: channels_last is in its space), and which misbehaves with channels_last as ``FAULT``
-says: ``crash`` (an exception at step 5), ``exit`` (exit 0 at step 5), ``hang`` (at step 8), ``no-step`` (never
-steps), ``print`` (10 kB of output a step). With ``DIST`` set, every copy joins a one-process gloo group on
+"""A user's training script of the README's pattern whose step takes a known time, 18 ms (``STEP_S``), or a third
+of it with channels_last (a 1x1 conv: channels_last is in its space), and which misbehaves with channels_last as
+``FAULT`` says: ``crash`` (an exception at step 5), ``exit`` (exit 0 at step 5), ``hang`` (at step 8), ``no-step``
+(never steps), ``print`` (10 kB of output a step), ``slow`` (every step 20x the defaults'), ``stall`` (its second
+step 0.1 s longer, once). With ``DIST`` set, every copy joins a one-process gloo group on
 ``MASTER_PORT``, 29500 unless set, as scripts written for torchrun do. ``SLOW_PAIRS=1,3``: the candidate-side copies
 of process pairs 1 and 3 (their folders' numbers) step 1.5x slower for their whole life, as one process in a few
 drew on a shared VM."""
@@ -28,7 +29,8 @@ optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 model, optimizer = tuned.prepare(model, optimizer)
 if fault == "no-step":
     time.sleep(3600)
-pause = 0.006 if fast else 0.018
+step_s = float(os.environ.get("STEP_S", "0.018"))
+pause = 20 * step_s if fault == "slow" else step_s / 3 if fast else step_s
 number, _, role = Path.cwd().name.partition("-")
 if role == "candidate" and number in os.environ.get("SLOW_PAIRS", "").split(","):
     pause *= 1.5
@@ -44,6 +46,8 @@ while True:
         raise RuntimeError("boom at step 5")
     if fault == "exit" and steps == 5:
         sys.exit(0)
+    if fault == "stall" and steps == 1:
+        time.sleep(0.1)
     if fault == "hang" and steps == 8:
         time.sleep(3600)
     if fault == "print":

@@ -66,6 +66,22 @@ def test_a_scripts_fault_is_the_trials_failure_with_its_reason(facts: Any, tmp_p
     assert result.status == status and result.error is not None and result.error.startswith(said), result.error
 
 
+@pytest.mark.parametrize("fault", ["slow", "stall"])
+def test_a_copy_far_slower_in_its_first_steps_stops_there_and_one_stall_is_no_verdict(
+        facts: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str) -> None:
+    """Steps of 3 ms (``STEP_S``): ``slow``'s candidate copy steps 20x slower than the defaults' and stops after
+    its warm-up, measured slower (no pairs, no loss); ``stall``'s second step is 0.1 s longer once, which read
+    ~17x over its warm-up's two steps: it is judged over a window's time instead, and measured in pairs (a third
+    of the defaults' step)."""
+    monkeypatch.setenv("STEP_S", "0.003")
+    interval, result = _measure(facts, tmp_path, fault)
+    if fault == "slow":
+        assert result.status == Status.OK and result.pairs == 0 and result.objective < 0.125, result
+        assert result.method.startswith("its first steps") and result.loss is None, result
+    else:
+        assert interval.count > 0 and interval.median > 1.5, (interval, result)
+
+
 def test_a_script_mode_search_stores_the_faster_recipe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The baseline is the A/A of fresh copy pairs; the seed with channels_last (held by --fix in every trial
     but the baseline) steps in a third of the time, printing 10 kB a step to its log; the recipe says so, named
