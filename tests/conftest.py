@@ -45,6 +45,10 @@ def pytest_configure(config: pytest.Config) -> None:
             os.environ.pop(name, None)
     # The kernels' measured speeds (``probes.measured``) are cached in the test run's folder, not the user's.
     os.environ["AUTOTUNE_CACHE"] = str(Path(tempfile.gettempdir()) / "autotune-cache")
+    # GNU OpenMP's threads wait at a barrier by sleeping, not spinning, in every process the tests start (a
+    # variable no knob sets, so trials keep it): two threads of a sleep-bound fixture spun 0.37 of a CPU where
+    # they slept at 0.05, on the 2 CPUs the suite's three processes share.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 # The files that take longest (seconds of one serial run on the 2-vCPU VM: 172, 166, 116, 100, 66, 62, 43, 41,
