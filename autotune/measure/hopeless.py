@@ -10,11 +10,11 @@ from __future__ import annotations
 # some runs and raced on others.)
 HOPELESS = 8.0
 # An eager arm's first step also builds its kernels (oneDNN primitives, allocations): judged at this many times
-# ``HOPELESS``, so a 100x arm stops after one step. A compiled arm's first steps hold its compilation: not judged;
-# nor the steps of an arm with DataLoader workers until they have taken the batches the workers prefetch at their
-# start (num_workers x prefetch_factor): its steps share the CPUs with that burst (on ``tiny``, 0.3 ms a step: its
-# first step 73-158x the defaults', its second 10-16x, its windows 7.5x; on the CNN with two workers on 2 vCPUs, its
-# third step 33x, where its windows read 1.18x).
+# ``HOPELESS``, so a 100x arm stops after one step that outlasts a window. A compiled arm's first steps hold its
+# compilation: not judged; nor the steps of an arm with DataLoader workers until they have taken the batches the
+# workers prefetch at their start (num_workers x prefetch_factor): its steps share the CPUs with that burst (on
+# ``tiny``, 0.3 ms a step: its first step 73-158x the defaults', its second 10-16x, its windows 7.5x; on the CNN with
+# two workers on 2 vCPUs, its third step 33x, where its windows read 1.18x).
 FIRST_STEP_HOPELESS = 4.0
 
 
