@@ -367,7 +367,7 @@ def _s_per_sample(run: ScriptRun) -> float | None:
     steps = run.steps
     if len(steps) < 2 or steps[-1].samples <= steps[0].samples:
         return None
-    return (steps[-1].ended - steps[0].ended) / (steps[-1].samples - steps[0].samples)
+    return _span_s(run) / (steps[-1].samples - steps[0].samples)
 
 
 def _span_s(run: ScriptRun) -> float:
