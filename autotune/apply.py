@@ -243,14 +243,32 @@ def _resolve(source: RecipeSource, storage: str | None) -> Recipe:
     raise UsageError(f"apply() takes a recipe file, a recipe id or a Recipe, not {type(source).__name__}")
 
 
-def _other_hardware(recipe: Recipe, here: str) -> str:
+# Set by ``autotune run --allow-other-hardware`` for the command it starts: apply() there warns, as asked, where it
+# would refuse.
+ALLOW_OTHER_HARDWARE = "AUTOTUNE_ALLOW_OTHER_HARDWARE"
+
+
+def _other_hardware(recipe: Recipe, here: str, way_out: str | None) -> str:
     """Why a recipe's fingerprint does not match this machine's, and what to do."""
     from .probes import outdated_fingerprint
 
     why = outdated_fingerprint(recipe.fingerprint)
     what = f"was {why}" if why else f"was measured on hardware {recipe.fingerprint}, this machine is {here}"
-    return (f"{recipe.label} {what}: search again here ({search_command(recipe.workload)}), "
-            "or pass allow_other_hardware=True")
+    return (f"{recipe.label} {what}: search again here ({search_command(recipe.workload)})"
+            + (f", or {way_out}" if way_out else ""))
+
+
+def check_machine(recipe: Recipe, facts: Facts, *, allow_other_hardware: bool = False,
+                  way_out: str = "pass allow_other_hardware=True") -> str | None:
+    """Raises ``HardwareMismatchError`` for a recipe of other hardware than ``facts`` (or of an older fingerprint
+    scheme) unless ``allow_other_hardware``, which returns the reason as a warning instead; None for a recipe of
+    this machine. ``apply()`` and ``autotune run`` (before it starts the command) check the same way;
+    ``way_out`` names the caller's switch."""
+    if not recipe.fingerprint or recipe.fingerprint == facts.fingerprint:
+        return None
+    if not allow_other_hardware:
+        raise HardwareMismatchError(_other_hardware(recipe, facts.fingerprint, way_out))
+    return _other_hardware(recipe, facts.fingerprint, None)
 
 
 def _cuda_missing(recipe: Recipe) -> str | None:
@@ -285,9 +303,10 @@ def apply(
     DataLoader kwargs, autocast context and model preparation. Raises ``HardwareMismatchError`` for a
     recipe measured on other hardware (the machine and its cgroup cpuset: the CPUs ``autotune run`` pinned
     this process to do not count), or recorded with an older fingerprint scheme, unless
-    ``allow_other_hardware``; ``DeviceMissingError`` (one of them, whatever ``allow_other_hardware`` says)
-    for a CUDA recipe where torch has no CUDA or sees no GPU. Warns (``Tuned.warnings``) for
-    environment-level knobs not in effect.
+    ``allow_other_hardware`` (or ``AUTOTUNE_ALLOW_OTHER_HARDWARE=1``, which ``autotune run
+    --allow-other-hardware`` sets), then it warns; ``DeviceMissingError`` (one of them, whatever
+    ``allow_other_hardware`` says) for a CUDA recipe where torch has no CUDA or sees no GPU. Warns
+    (``Tuned.warnings``) for environment-level knobs not in effect.
     With ``workload`` (and no ``source``): the newest recipe of that workload in ``storage`` (default
     ``$AUTOTUNE_STORAGE``, else ``sqlite:///studies.db``) measured on this machine's hardware
     (``autotune.service``), e.g. ``apply(workload="cnn", storage="postgresql+psycopg://…")``.
@@ -317,11 +336,11 @@ def apply(
         log.info(note)
     if facts is None:
         facts = probes.probe()
-    if check_hardware and recipe.fingerprint and recipe.fingerprint != facts.fingerprint:
-        message = _other_hardware(recipe, facts.fingerprint)
-        if not allow_other_hardware:
-            raise HardwareMismatchError(message)
-        warnings.warn(message, stacklevel=2)
+    if check_hardware:
+        allowed = allow_other_hardware or os.environ.get(ALLOW_OTHER_HARDWARE) == "1"
+        other = check_machine(recipe, facts, allow_other_hardware=allowed)
+        if other:
+            warnings.warn(other, stacklevel=2)
     missing_cuda = _cuda_missing(recipe)  # before torch.cuda.set_device would fail with an AttributeError
     if missing_cuda:
         raise DeviceMissingError(missing_cuda)

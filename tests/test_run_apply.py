@@ -96,13 +96,26 @@ def test_a_recipe_file_from_other_hardware_is_named_in_the_refusal(facts, tmp_pa
     assert "search again here (autotune search -- python 'my dir/train.py'), or pass" in str(refused.value)
 
 
-def test_autotune_run_names_the_file_in_the_childs_refusal(facts, tmp_path: Path) -> None:
+def test_autotune_run_refuses_a_recipe_of_other_hardware_before_the_command_starts(facts, tmp_path: Path) -> None:
+    """In one line, before the script has loaded anything (its apply() would refuse it after); told to, it starts
+    the script, whose apply() warns where it would refuse."""
     recipe = tmp_path / "theirs.json"
     recipe.write_text(json.dumps({"params": {"batch_size": 8}, "workload": "tiny", "fingerprint": "v3-0123456789ab",
                                   "id": 3}))
-    done = _run(tmp_path, recipe)
-    assert done.returncode == 1
-    assert f"HardwareMismatchError: recipe 3 from {recipe} was measured on hardware v3-0123456789ab" in done.stderr
+    (tmp_path / "train.py").write_text('open("started", "w").close()\n' + TRAIN)
+    command = ("run", "--recipe", str(recipe), "--", sys.executable, "train.py")
+    done = run_cli(*command, cwd=tmp_path, timeout=120)
+    assert done.returncode == 2 and not (tmp_path / "started").exists(), done.stderr
+    assert done.stderr.splitlines() == [
+        f"autotune run: error: recipe 3 from {recipe} was measured on hardware v3-0123456789ab, this machine is "
+        f"{facts.fingerprint}: search again here (autotune search --workload tiny), or pass --allow-other-hardware"]
+
+    allowed = run_cli(*command[:1], "--allow-other-hardware", *command[1:], cwd=tmp_path, timeout=120)
+    assert allowed.returncode == 0, allowed.stderr
+    assert json.loads((tmp_path / "seen.json").read_text())["stepped"] is True
+    why = f"recipe 3 from {recipe} was measured on hardware v3-0123456789ab, this machine is {facts.fingerprint}"
+    assert f"autotune run: warning: {why}: search again here (autotune search --workload tiny)\n" in allowed.stderr
+    assert f"UserWarning: {why}: search again here (autotune search --workload tiny)\n" in allowed.stderr
 
 
 def test_a_recipe_of_the_old_fingerprint_scheme_is_refused_with_the_way_out(facts, tmp_path: Path) -> None:

@@ -56,7 +56,8 @@ def test_the_exported_files_load_and_apply_in_a_fresh_process(folder: Path) -> N
     # written on one machine (the study's fingerprint): elsewhere apply() refuses them unless told, as it should
     code = ("import json, torch, autotune; tuned = autotune.apply(allow_other_hardware=True); "
             "print(json.dumps({'threads': torch.get_num_threads(), 'batch': tuned.batch_size}))")
-    out = subprocess.run([sys.executable, "-m", "autotune", "run", "--recipe", "recipe-2.env", "--", sys.executable,
-                          "-c", code], cwd=folder, capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-m", "autotune", "run", "--allow-other-hardware", "--recipe",
+                          "recipe-2.env", "--", sys.executable, "-c", code], cwd=folder, capture_output=True, text=True,
+                         timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1]) == {"threads": 1, "batch": env.params["batch_per_rank"]}

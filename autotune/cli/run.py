@@ -7,7 +7,8 @@ set is kept, with a warning naming the recipe's value.
 
 With ``--workload NAME`` (and no ``--recipe``) the recipe is the newest one in the storage for NAME
 measured on this machine's hardware (``autotune.service``): a fleet of identical machines shares one
-search through ``--storage postgresql+psycopg://…``; a recipe of other hardware is refused.
+search through ``--storage postgresql+psycopg://…``. A recipe of other hardware is refused before the command
+starts, as ``apply()`` in it would refuse it; ``--allow-other-hardware`` starts it with a warning instead.
 
 A recipe with ``processes`` P > 1 starts ``python SCRIPT ARGS`` (or ``python -m MODULE ARGS``) as
 ``python -m torch.distributed.run --standalone --nproc-per-node P SCRIPT ARGS``: P ranks, each pinned
@@ -42,26 +43,36 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--workload", default=None, metavar="W",
                    help="the newest recipe of this workload measured on this machine's hardware")
     add_storage(p)
+    p.add_argument("--allow-other-hardware", action="store_true",
+                   help="start the command with a recipe measured on other hardware (warns, here and in apply()), "
+                   "where it is refused before the command starts")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from .. import probes
+    from ..apply import ALLOW_OTHER_HARDWARE, check_machine
     from ..errors import UsageError
     from ..trial import launch
 
     command = command_after_dashes(args)
     if not command:
         raise UsageError("no command: autotune run --recipe best.env -- python train.py")
+    facts = probes.probe()  # as apply() in the command probes: the fingerprints compare
     if args.workload and not args.recipe:
-        from .. import probes
         from ..service import fetch
 
-        recipe = fetch(args.storage, args.workload, probes.probe().fingerprint, study=args.study)
+        recipe = fetch(args.storage, args.workload, facts.fingerprint, study=args.study)
     else:
         recipe = find_recipe(args)
+    # refused here in one line, not after the command has started and loaded its data
+    other = check_machine(recipe, facts, allow_other_hardware=args.allow_other_hardware,
+                          way_out="pass --allow-other-hardware")
     plan = launch.for_recipe(recipe, command, os.environ)  # as 'autotune export --format env' writes it
-    for warning in plan.warnings:
+    if args.allow_other_hardware:
+        plan.env[ALLOW_OTHER_HARDWARE] = "1"
+    for warning in [other, *plan.warnings] if other else plan.warnings:
         print(f"autotune run: warning: {warning}", file=sys.stderr)
     try:
         proc = launch.start(plan)
