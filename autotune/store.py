@@ -109,12 +109,16 @@ def check_storage_url(url: str) -> None:
     if not url.startswith("sqlite:///"):
         return
     path = Path(url.removeprefix("sqlite:///"))
-    if path.exists() and path.stat().st_size > 0:
+    if not path.exists():
+        return
+    try:
         with open(path, "rb") as f:
-            if f.read(16) != b"SQLite format 3\x00":
-                raise StorageError(
-                    f"{path} exists but is not an SQLite database: move it away or pass --storage URL"
-                )
+            head = f.read(16)
+    except OSError as e:  # a folder of that name, a file this user may not read
+        raise StorageError(f"{path} exists but cannot be read as an SQLite database ({e.strerror}): move it away "
+                           "or pass --storage URL") from e
+    if head and head != b"SQLite format 3\x00":
+        raise StorageError(f"{path} exists but is not an SQLite database: move it away or pass --storage URL")
 
 
 # SQLSTATEs of a schema another worker created first: unique_violation (PostgreSQL's catalog of types),

@@ -8,6 +8,8 @@ from autotune.errors import StorageError, UsageError
 from autotune.recipe import Recipe
 from autotune.store import RecipeStore
 
+from .conftest import cli
+
 
 def test_save_get_latest(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'studies.db'}"
@@ -32,6 +34,16 @@ def test_corrupt_database_is_reported_and_left_alone(tmp_path: Path) -> None:
     with pytest.raises(StorageError, match="not an SQLite database"):
         RecipeStore.open(f"sqlite:///{path}")
     assert path.read_bytes() == garbage
+
+
+def test_a_folder_named_as_the_database_is_reported_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "studies.db").mkdir()
+    for verb in (("best",), ("search", "--workload", "tiny", "--budget", "10s")):
+        done = cli(*verb, cwd=tmp_path)
+        assert done.returncode == 2 and done.stderr.splitlines() == [
+            f"autotune {verb[0]}: error: studies.db exists but cannot be read as an SQLite database (Is a directory): "
+            "move it away or pass --storage URL"], done.stderr
+    assert (tmp_path / "studies.db").is_dir() and not any((tmp_path / "studies.db").iterdir())
 
 
 def test_bad_url() -> None:
