@@ -48,12 +48,13 @@ class EnvironmentFactors:
     def _too_short(self, key: str, deadline: float) -> str | None:
         """Why a candidate of another environment is not started: its process pairs (the last one's worker is kept
         for its arms) or its worker's start would outlast ``deadline``, from the starts and pairs measured so far;
-        None when it may finish."""
-        if not self.pool.start_s or self.calibration is None:
-            return None  # nothing measured yet
+        None when it may finish. A confirmation round is admitted by the confirmation's own estimate
+        (``budget.rounds_s``, which also sized the time kept for it): judged here again by another estimate, the
+        last round of a tight budget was skipped, its gain left unconfirmed."""
+        if not self.pool.start_s or self.calibration is None or self._confirming:
+            return None  # nothing measured yet, or the confirmation's to judge
         least = self.process_pairs[0]
         missing = 0 if key in self.factors else max(0, least - len(self.factor_ratios.get(key, [])))
-        missing = int(key not in self._round_factors) if self._confirming else missing
         windows = 2 * first_pairs(self.cal.pairs) * self.cal.window_s
         # before a pair ran: its two workers, each started and its arm built and settled as the calibration's was
         first = 2 * self.noise.start_s if self.noise is not None and self.noise.start_s else self.pool.start_s
@@ -78,7 +79,7 @@ class EnvironmentFactors:
         if key in self.hopeless:  # its first steps were far slower in an earlier trial: no candidate of it can win
             raise HopelessEnvironment(self.hopeless[key].slower, self.hopeless[key].status, earlier=True)
         if self._confirming:
-            return self._round_factor(key, params, trial, deadline)
+            return self._round_factor(key, params, trial)
         ratios = list(self.factor_ratios.get(key, []))
         least, most = self.process_pairs
         if key in self.factors:
@@ -128,12 +129,10 @@ class EnvironmentFactors:
         self._pair_s = time.monotonic() - started
         return run.ratio.median
 
-    def _round_factor(self, key: str, params: dict[str, Any], trial: Candidate, deadline: float) -> stats.Interval:
-        """A confirmation round's factor for ``key``: one fresh process pair of this round (``round_factor``)."""
+    def _round_factor(self, key: str, params: dict[str, Any], trial: Candidate) -> stats.Interval:
+        """A confirmation round's factor for ``key``: one fresh process pair of this round (``round_factor``), run
+        whenever the confirmation admitted the round (``_too_short``)."""
         if key not in self._round_factors:
-            if self._pair_s and deadline - time.monotonic() < 1.5 * self._pair_s:
-                trial.warnings.append("no process pair for this round's factor: time ran out")
-                return NOTHING
             self.pool.set_all_aside()
             earlier = self.factor_ratios.get(key, [])
             ratio = self._process_pair(key, params, trial, last=True, seed=trial.seed + 7 * len(earlier))

@@ -249,7 +249,9 @@ class ReplayMeasurer:
         if handle.kind in (ACROSS, FACTOR):
             pairs = 1 if self.confirming else len(config.split(False)[1])
             need = pairs * float(self.grid.recorded.get("process_pair_s") or 0.0)
-            if need > timeout_s:  # as live (``EnvironmentFactors._too_short``): not started, nothing charged
+            # as live (``EnvironmentFactors._too_short``): not started, nothing charged; a confirmation round is the
+            # confirmation's to admit
+            if need > timeout_s and not self.confirming:
                 return TrialResult(Status.SKIPPED, error=f"not started: another environment needs {pairs} process "
                                                          f"pair(s), about {need:.0f} s; {timeout_s:.0f} s were left")
         self.charge(config.warmup_s)

@@ -233,6 +233,34 @@ def test_a_candidate_of_another_environment_is_not_started_without_the_time_its_
         "not started: another environment needs 3 process pair(s), about 32 s; 30 s were left")
 
 
+def test_a_confirmation_round_runs_the_process_pair_the_confirmation_admitted_it_with(facts: Any,
+                                                                                      monkeypatch: Any) -> None:
+    """The confirmation admits a round by its own estimate (``budget.rounds_s``, which also sized the time kept for
+    the rounds); the measurer does not judge it again by another. Asked for 1.5x the last process pair, a 2-minute
+    search of ``tiny`` skipped its last round with 6-9 s left and 6-s pairs, and left a gain read 1.15x and 1.43x
+    in two rounds at [0.31-5.34], unconfirmed."""
+    import time
+    from types import SimpleNamespace
+
+    from autotune.measure.candidate import Candidate
+    from autotune.measure.live import LiveMeasurer
+
+    base = {**defaults(facts, SpaceContext()), "device": "cpu"}
+    measurer = LiveMeasurer("tiny", base, facts, TrialSettings())
+    measurer.pool.start_s, measurer._pair_s = 2.5, 6.0  # as that search measured them
+    measurer.calibration = SimpleNamespace(pairs=16, window_s=0.05)  # type: ignore[assignment]
+    other = {**base, "affinity": "compact" if base["affinity"] != "compact" else "none"}
+    key, ran = environment_key(other), []
+    monkeypatch.setattr(measurer, "_process_pair", lambda *args, last, seed: ran.append(last) or 1.2)
+    assert measurer._too_short(key, time.monotonic() + 7.0) is not None  # in the search: its 3 pairs do not fit
+    measurer.reseed(7)
+    trial = Candidate(other, "c1", 7, time.monotonic())
+    assert measurer._too_short(key, time.monotonic() + 7.0) is None
+    factor = measurer._factor(key, other, trial, time.monotonic() + 7.0)
+    assert ran == [True] and factor.median == pytest.approx(1.2) and trial.warnings == [], trial.warnings
+    measurer.close()
+
+
 def test_fresh_pairs_whose_defaults_run_out_of_time_are_a_timeout_not_a_crash(facts: Any) -> None:
     """A two-process candidate is measured in fresh process pairs; when the time left ends inside the defaults'
     process, the trial ran out of time (a 2-minute demo recorded it as a crash of the defaults). Seed 1 starts the

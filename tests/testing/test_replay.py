@@ -141,6 +141,9 @@ def test_another_environment_whose_process_pairs_do_not_fit_is_not_started() -> 
     assert clock.charged == 0.0
     started = m.begin({**DEFAULTS, "threads": 1}, 25.0)
     assert not isinstance(started, TrialResult) and clock.charged == pytest.approx(20.0)
+    m.reseed(3)  # a confirmation round: admitted by the confirmation's estimate, its one pair runs
+    round_ = m.begin({**DEFAULTS, "threads": 1}, 5.0)
+    assert not isinstance(round_, TrialResult) and clock.charged == pytest.approx(30.0)
 
 
 def test_end_gives_the_trial_result_of_the_drawn_pairs() -> None:
