@@ -34,23 +34,23 @@ class Judge:
     def __init__(self, factor: float, reference_s: float, floor_s: float) -> None:
         self.factor, self.reference_s, self.floor_s = factor, reference_s, floor_s
         self.streak_s = 0.0  # the slow steps in a row so far
-        self.ratios: list[float] = []
+        self.least: float | None = None  # their least ratio to the reference; None: no slow step pending
 
     def step(self, spent: float, samples: int, first: bool) -> float | None:
         """Judge a step of ``spent`` seconds (``first``: it may hold the kernels' build): the least of the slow
         steps' ratios to the reference where the arm gives up (at least that many times slower), else None."""
         slower = spent / samples / self.reference_s
         if slower <= self.factor * (FIRST_STEP_HOPELESS if first else 1.0):
-            self.streak_s, self.ratios = 0.0, []
+            self.streak_s, self.least = 0.0, None
             return None
         self.streak_s += spent
-        self.ratios.append(slower)
-        return min(self.ratios) if self.streak_s >= self.floor_s else None
+        self.least = slower if self.least is None else min(self.least, slower)
+        return self.least if self.streak_s >= self.floor_s else None
 
     @property
     def pending(self) -> bool:
         """Slow steps not yet judged: the warm-up takes more steps until they are."""
-        return bool(self.ratios)
+        return self.least is not None
 
 
 def judged_step(index: int, charged: int, compiled: bool, workers: int, prefetch: int | None) -> bool:
