@@ -74,14 +74,18 @@ SLEEP_S = 0.01  # ``sleepy``'s sleep in every training forward pass: nearly all 
 
 
 def sleepy() -> Any:
-    """A model whose every training forward pass sleeps ``SLEEP_S``, twice that with channels_last weights, and
-    whose compute is too small for an OpenMP team (an MSE loss: cross_entropy's kernels started one, and with the
-    defaults' two threads on two busy cores a step took 20-50 ms where one thread took 1 ms). So its steps take
-    about as long beside another test run as alone, and its A/A is narrow. Its convolution, unused, makes it a
-    CNN for the search, which offers it the channels_last seed on every CPU: a candidate slower with confidence,
-    which the race stops after its first interval and which is never confirmed. While the file named by
-    ``AUTOTUNE_TEST_STALL`` exists, a channels_last forward pass (the seed's, never the baseline's) stalls: a
-    trial that stays alive, its DataLoader workers and all, until the test removes the file (or kills it)."""
+    """A model whose every training forward pass sleeps ``SLEEP_S``, twice that for a seed (channels_last weights
+    or autocast: the search's first single change after the baseline on every CPU, autocast first where this
+    machine's kernels measured bfloat16 fast), and whose compute is too small for an OpenMP team (an MSE loss:
+    cross_entropy's kernels started one, and with the defaults' two threads on two busy cores a step took 20-50 ms
+    where one thread took 1 ms). So its steps take about as long beside another test run as alone, and its A/A is
+    narrow. Its convolution, unused, makes it a CNN for the search, which offers it the channels_last seed on
+    every CPU. A seed is a candidate slower with confidence, which the race stops after its first interval and
+    which is never confirmed. While the file named by ``AUTOTUNE_TEST_STALL`` exists, a seed's forward pass
+    (never the baseline's) stalls: a trial that stays alive, its DataLoader workers and all, until the test
+    removes the file or kills it, or the search stops it as far slower (14 s into a 10-minute search on a Zen 4:
+    its first step outlasted the warm-up limit; before autocast counted as a seed, the bfloat16 seed that comes
+    first there ran 2.5 s, unstalled)."""
     import torch
 
     class Sleepy(torch.nn.Module):
@@ -92,13 +96,19 @@ def sleepy() -> Any:
 
         def forward(self, x: Any) -> Any:
             if self.training:
-                seed = self.conv.weight.is_contiguous(memory_format=torch.channels_last) \
-                    and not self.conv.weight.is_contiguous()
+                seed = _autocast() or (self.conv.weight.is_contiguous(memory_format=torch.channels_last)
+                                       and not self.conv.weight.is_contiguous())
                 flag = os.environ.get("AUTOTUNE_TEST_STALL")
                 while seed and flag and os.path.exists(flag):
                     time.sleep(0.1)
                 time.sleep(SLEEP_S * (2 if seed else 1))
             return x.flatten(1)[:, :10] * self.scale
+
+    def _autocast() -> bool:
+        try:
+            return torch.is_autocast_enabled("cpu")
+        except TypeError:  # torch before 2.4: no device argument
+            return torch.is_autocast_cpu_enabled()
 
     def dataset() -> Any:
         g = torch.Generator().manual_seed(3)

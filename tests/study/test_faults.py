@@ -24,8 +24,8 @@ from ..conftest import REPO, SLEEPY
 from .conftest import BUDGET_S, SEARCH_ALONE, own_host, running_trial, search_here, start_search, trials, wait_for
 
 FAULTY = REPO / "tests" / "faulty_workloads.py"
-# SLEEPY's channels_last seed comes right after the baseline on every CPU, slower with confidence
-# (``faulty_workloads.sleepy``), and a busy neighbour hardly stretches its search.
+# SLEEPY's first seed (channels_last, or autocast where bfloat16 measured fast) comes right after the baseline on
+# every CPU, slower with confidence (``faulty_workloads.sleepy``), and a busy neighbour hardly stretches its search.
 # QUICK's --budget 10m: a search stops by itself then, so no wait on one is longer. Waits are on what a search
 # prints or records; the first is bounded by this, later ones by what the first measured (the machine's speed and load).
 SEARCH_S = BUDGET_S + 60  # a whole search: its budget, then its report
