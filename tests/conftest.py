@@ -51,13 +51,15 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
-# The files that take longest (seconds of one serial run on the 2-vCPU VM: 172, 166, 116, 100, 66, 62, 43, 41,
-# 40), run first: pytest-xdist's --dist loadfile hands out whole files in collection order, and collected in
-# folder order the trial/ folder's came last, so one process ran them alone at the end.
-LONGEST_FILES = ("study/test_faults.py", "measure/test_live.py", "test_end_to_end.py", "trial/test_runner.py",
-                 "study/test_workers.py", "study/test_race.py", "measure/test_process_pair.py",
-                 "search_spaces/test_processes.py", "study/test_inputs.py", "study/test_script_mode.py",
-                 "measure/test_script.py")
+# The files that take longest, run first: pytest-xdist's --dist loadfile hands out whole files in collection order,
+# and collected in folder order a long file that came last ran alone at the end. Their seconds summed over their
+# tests in two runs of the whole suite (three processes, 2-vCPU Zen 4, 2026-11-29): 147, 95, 88, 81, 73, 68, 65,
+# 64, 54, 39, 33, 31, 31, 28, 27, 27, 25, 22; the rest take 17 s or less each.
+LONGEST_FILES = ("study/test_script_mode.py", "test_end_to_end.py", "study/test_faults.py", "study/test_hopeless.py",
+                 "trial/test_runner.py", "measure/test_live.py", "study/test_workers.py", "study/test_race.py",
+                 "measure/test_arms.py", "search_spaces/test_processes.py", "test_run_apply.py",
+                 "measure/test_process_pair.py", "study/test_inputs.py", "test_imports.py", "measure/test_script.py",
+                 "test_read_while_searching.py", "cli/test_search_progress.py", "test_replay_search.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
