@@ -178,6 +178,8 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     for args, message in [
         (("search", "--workload", "nosuch", "--budget", "10s"), "not a bundled name"),
         (("search", "--workload", "tiny", "--budget", "soon"), "bad duration"),
+        # (`--budget -5m`, argparse's usage error: tests/cli/test_usage.py)
+        (("search", "--workload", "tiny", "--budget=-5m"), "bad duration '-5m': it must be more than zero"),
         (("best",), "no studies.db here: run 'autotune search' first"),
         (("export", "--recipe", "missing.env"), "cannot read recipe file"),
         # nothing listens on port 1: refused at once, or (seen on a loaded 2-core machine) psycopg's timeout first

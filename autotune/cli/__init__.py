@@ -8,16 +8,30 @@ import argparse
 import logging
 import os
 import sys
+from typing import NoReturn
 
 from ..errors import AutotuneError
 
 VERBS = ("probe", "search", "studies", "recipes", "best", "diff", "report", "export", "run", "dashboard", "completion")
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose "expected one argument" says how to give a value that starts with a dash:
+    ``--budget -5m`` reads ``-5m`` as an option (only plain negative numbers are values), and rewriting the
+    command line instead could change the command of ``autotune run`` given without ``--``. The verbs' parsers
+    are of this class too (``add_subparsers`` makes them of their parent's)."""
+
+    def error(self, message: str) -> NoReturn:
+        if message.startswith("argument ") and message.endswith(": expected one argument"):
+            option = message.removeprefix("argument ").split(":")[0].split("/")[-1]
+            message += f" (if its value starts with '-', write {option}=VALUE)"
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
     import importlib
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="autotune",
         description="Hardware-aware auto-tuner for PyTorch training: probe the machine, search the knobs "
         "that matter on it with real short training runs, export and apply the best recipe.",

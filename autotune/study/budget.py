@@ -43,6 +43,8 @@ def parse_duration(text: str) -> float:
     5400.0
     """
     cleaned = text.strip().lower()
+    negative = cleaned.startswith("-")  # read as a duration, then refused as one: it must be more than zero
+    cleaned = cleaned.removeprefix("-")
     if re.fullmatch(r"\d+(\.\d+)?", cleaned):
         seconds = float(cleaned)
     else:
@@ -50,7 +52,7 @@ def parse_duration(text: str) -> float:
         if not parts or "".join(n + u for n, u in parts) != cleaned or len({u for _, u in parts}) != len(parts):
             raise UsageError(f"bad duration {text!r}: use e.g. 90s, 30m, 1h30m")
         seconds = sum(float(n) * _UNIT[u] for n, u in parts)
-    if seconds <= 0:
+    if seconds <= 0 or negative:
         raise UsageError(f"bad duration {text!r}: it must be more than zero")
     return seconds
 

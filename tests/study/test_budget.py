@@ -23,6 +23,12 @@ def test_bad_durations_say_how_to_write_one(text: str) -> None:
         parse_duration(text)
 
 
+@pytest.mark.parametrize("text", ["-5m", "-90", "0s", "-1h30m"])
+def test_a_duration_of_zero_or_less_says_so(text: str) -> None:
+    with pytest.raises(UsageError, match="it must be more than zero"):
+        parse_duration(text)
+
+
 def test_a_candidate_is_estimated_from_candidates_or_else_from_the_calibration() -> None:
     """The baseline (the A/A calibration) is no model of a candidate's race: before any candidate, the estimate
     is a first round of pairs at the calibration's window, twice over; the confirmation's reserve is its pairs."""
