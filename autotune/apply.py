@@ -23,18 +23,18 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from . import distributed
 from . import search_spaces as spaces
 from .errors import DeviceMissingError, HardwareMismatchError, UsageError
-from .recipe import Recipe, checked, format_note, load_recipe_file, search_command
+from .recipe import Recipe, checked, format_note, search_command
+from .recipe_file import load_recipe_file, recipe_from_variable
 from .steps import Model, StepReporter
 
 if TYPE_CHECKING:
@@ -227,12 +227,11 @@ def _resolve(source: RecipeSource, storage: str | None) -> Recipe:
         text = os.environ.get("AUTOTUNE_RECIPE")
         if not text:
             raise UsageError("apply() without a recipe needs AUTOTUNE_RECIPE: load an env file or use 'autotune run'")
-        recipe = Recipe.from_dict(json.loads(text))  # 'autotune run' keeps the file it read in ``source``
-        return checked(recipe if recipe.source else replace(recipe, source="the AUTOTUNE_RECIPE variable"))
+        return recipe_from_variable(text)  # 'autotune run' keeps the file it read in ``source``
     if isinstance(source, Recipe):
-        return source
+        return checked(source)
     if isinstance(source, dict):
-        return Recipe(params=dict(source), workload="(params)")
+        return checked(Recipe(params=dict(source), workload="(params)"))
     if isinstance(source, int) or (isinstance(source, str) and source.isdigit()):
         from .store import RecipeStore, default_storage
 

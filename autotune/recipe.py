@@ -1,8 +1,6 @@
-"""A ``Recipe``: the chosen knob values plus where they were measured, and its env-file form.
-
-The env file is both a shell file (``set -a; . ./best.env; set +a`` exports the environment-level
-knobs) and the recipe's portable form: ``autotune.apply("best.env")`` parses it (never executes it)
-and reads the full recipe back from ``AUTOTUNE_RECIPE``.
+"""A ``Recipe``: the chosen knob values plus where they were measured, and its checks (``checked``): what a
+recipe from a file, a variable or a shared store must be before anything applies or starts it. Its files (the
+env file and JSON) are ``autotune.recipe_file``'s.
 
 Recipe formats (``Recipe.format``, in the JSON and in the env file's header): 2 holds the batch each
 process loads (``batch_per_rank``); 1, every recipe without a ``format``, holds ``batch_size``, the batch
@@ -11,18 +9,15 @@ measured: ``format_note`` says in one line what a format-1 recipe means.
 """
 from __future__ import annotations
 
-import json
 import math
-import re
 import shlex
-from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .errors import UsageError
 
 FORMAT = 2  # the recipe format this autotune writes (see the module docstring)
-_ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 
 
 @dataclass(frozen=True)
@@ -51,7 +46,8 @@ class Recipe:
     source: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        if self.format is None:  # a stored row has no format column: its params say which it is
+        # a stored row has no format column: its params say which it is
+        if self.format is None and isinstance(self.params, dict):
             object.__setattr__(self, "format", 1 if "batch_size" in self.params else FORMAT)
 
     @property
@@ -86,7 +82,9 @@ class Recipe:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Recipe:
+    def from_dict(cls, data: Any) -> Recipe:
+        if not isinstance(data, dict):
+            raise UsageError(f"not an autotune recipe: a JSON {type(data).__name__}, where a recipe is an object")
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         if "params" not in known or "workload" not in known:
             raise UsageError("not an autotune recipe: it has no 'params' or 'workload'")
@@ -111,20 +109,85 @@ def search_command(workload: str, *options: str) -> str:
     return " ".join(["autotune search --workload", shlex.quote(workload), *options])
 
 
-def checked(recipe: Recipe) -> Recipe:
-    """``recipe``, if a search could have written it: its format is one this autotune reads, and every param
-    a known knob with a value the search space offers on some machine (``search_spaces.recipe_problems``).
-    UsageError naming each param that is not, before anything applies it: a recipe file or a shared store's
-    recipe sets the environment and the training of whoever runs it."""
+def problems(recipe: Recipe) -> list[str]:
+    """Everything in ``recipe`` that no search writes, ``[]`` for a recipe it could have: a format this autotune
+    does not read, a header field of the wrong type (texts are texts, speeds finite numbers, notes a list of
+    texts), no fingerprint on a recipe read from a file, a variable or a store (``source`` or ``id`` set), and
+    every param that is not a known knob with a value the search space offers on some machine
+    (``search_spaces.recipe_problems``). A listing shows such a recipe as refused; ``checked`` refuses it."""
     from . import search_spaces as spaces
 
-    if not isinstance(recipe.format, int) or recipe.format > FORMAT:
-        raise UsageError(f"{recipe.label} is format {recipe.format!r}, this autotune reads formats 1 to {FORMAT}: "
-                         "upgrade autotune, or search again")
-    problems = spaces.recipe_problems(recipe.params)
-    if problems:
-        raise UsageError(f"{recipe.label} holds what no search writes: {'; '.join(problems)}")
+    if not isinstance(recipe.params, dict):
+        return spaces.recipe_problems(recipe.params)
+    if not isinstance(recipe.format, int) or isinstance(recipe.format, bool) or not 1 <= recipe.format <= FORMAT:
+        return [f"is format {recipe.format!r}, this autotune reads formats 1 to {FORMAT}: upgrade autotune, or "
+                "search again"]
+    out = [f"{name}={getattr(recipe, name)!r}: not allowed ({what})" for name, (check, what) in _HEADER.items()
+           if not check(getattr(recipe, name))]
+    if not recipe.fingerprint and (recipe.source is not None or recipe.id is not None):
+        out.append("fingerprint: missing (every stored or exported recipe names the hardware it was measured on)")
+    return out + spaces.recipe_problems(recipe.params)
+
+
+def checked(recipe: Recipe) -> Recipe:
+    """``recipe``, if a search could have written it (``problems``); else UsageError naming each problem, before
+    anything applies or starts it: a recipe file or a shared store's recipe sets the environment and the
+    training of whoever runs it. Every way a recipe enters passes here (a file, ``AUTOTUNE_RECIPE``, a store by
+    id, study or workload, the recipe service, ``apply()``), and so does every launch plan of a recipe
+    (``trial.launch.for_recipe``)."""
+    found = problems(recipe)
+    if found and found[0].startswith("is format"):
+        raise UsageError(f"{recipe.label} {found[0]}")
+    if found:
+        raise UsageError(f"{recipe.label} holds what no search writes: {'; '.join(found)}")
     return recipe
+
+
+def _text(optional: bool = True, most: int = 4096) -> tuple[Callable[[Any], bool], str]:
+    what = f"{'null or ' if optional else ''}a text of at most {most} characters"
+    return (lambda v: (optional and v is None) or (type(v) is str and len(v) <= most)), what
+
+
+def _amount(least: float = 0.0, infinite: bool = False) -> tuple[Callable[[Any], bool], str]:
+    def check(v: Any) -> bool:
+        if v is None:
+            return True
+        if type(v) not in (int, float) or math.isnan(v) or (math.isinf(v) and not infinite):
+            return False
+        return bool(v >= least)
+    return check, f"null or a {'' if infinite else 'finite '}number" + (f" of at least {least:g}" if least > -1 else "")
+
+
+def _iso(text: str) -> bool:
+    from datetime import datetime
+
+    try:
+        datetime.fromisoformat(text)
+    except ValueError:
+        return False
+    return len(text) <= 64
+
+
+def _texts(v: Any) -> bool:
+    return type(v) is list and all(type(n) is str for n in v)
+
+
+def _peaks(v: Any) -> bool:
+    return v is None or (type(v) is dict and all(type(k) is str and _amount()[0](x) and x is not None
+                                                  for k, x in v.items()))
+
+
+# A recipe's fields besides its params and format, with what a search writes in each (the env header prints them).
+_HEADER: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "workload": _text(optional=False), "fingerprint": _text(most=64), "study": _text(most=512),
+    "created": ((lambda v: v is None or (type(v) is str and _iso(v))), "null or an ISO 8601 time"),
+    "source": _text(), "samples_per_s": _amount(), "baseline_samples_per_s": _amount(), "speedup": _amount(),
+    "speedup_low": _amount(), "speedup_high": _amount(infinite=True),  # one process pair: unbounded above
+    "loss": _amount(least=-math.inf), "baseline_loss": _amount(least=-math.inf), "flop_per_sample": _amount(),
+    "peak_memory_bytes": ((lambda v: v is None or (type(v) is int and v >= 0)), "null or an integer of at least 0"),
+    "id": ((lambda v: v is None or (type(v) is int and 1 <= v < 2**63)), "null or a positive integer"),
+    "notes": (_texts, "a list of texts"), "matmul_gflops": (_peaks, "null or an object of finite numbers"),
+}
 
 
 def format_note(recipe: Recipe) -> str | None:
@@ -220,72 +283,3 @@ def share(fraction: float) -> str:
 
 def _number(value: float) -> str:
     return f"{value:.0f}" if value >= 10 else f"{value:.2g}"
-
-
-def to_env(
-    recipe: Recipe, environment: dict[str, str], cpus: list[int] | None, nodes: tuple[int, ...] | None = None
-) -> str:
-    """The env-file text: comments, the recipe as JSON, and the environment-level knobs, all quoted.
-
-    ``LD_PRELOAD`` keeps what the shell already preloads, after the recipe's libraries (as ``autotune
-    run`` does). CPU affinity and memory binding cannot be variables: ``AUTOTUNE_CPUS`` and
-    ``AUTOTUNE_MEMBIND`` hold them for ``taskset``/``numactl``, and ``autotune.apply()`` warns when unapplied.
-    """
-    lines = [
-        f"# autotune recipe {recipe.id or ''} for workload {recipe.workload} (study {recipe.study})",
-        f"# hardware fingerprint {recipe.fingerprint}; created {recipe.created}",
-        f"# recipe format {recipe.format}: " + ("batch_size is summed over the processes" if recipe.format == 1
-                                                else "batch_per_rank is each process's batch"),
-    ]
-    if recipe.speedup is not None:
-        lines.append(
-            f"# {recipe.speedup_text} PyTorch defaults" + (
-                f": {recipe.samples_per_s:.1f} vs {recipe.baseline_samples_per_s:.1f} samples/s"
-                if recipe.samples_per_s is not None and recipe.baseline_samples_per_s is not None else "")
-        )
-    lines.append("# Load in bash with: set -a; . ./THIS_FILE; set +a   (or: autotune run --recipe THIS_FILE -- CMD)")
-    values = {"AUTOTUNE_RECIPE": json.dumps(recipe.to_dict(), sort_keys=True)}
-    if cpus is not None:
-        values["AUTOTUNE_CPUS"] = ",".join(map(str, cpus))  # for: taskset -c "$AUTOTUNE_CPUS" CMD
-    if nodes:
-        values["AUTOTUNE_MEMBIND"] = ",".join(map(str, nodes))  # for: numactl --membind="$AUTOTUNE_MEMBIND" CMD
-    values.update(environment)
-    lines += [f"{key}={shlex.quote(value)}" + ('"${LD_PRELOAD:+:$LD_PRELOAD}"' if key == "LD_PRELOAD" else "")
-              for key, value in values.items()]
-    return "\n".join(lines) + "\n"
-
-
-def parse_env(text: str, source: str = "env file") -> dict[str, str]:
-    """Parse ``KEY=VALUE`` lines written by ``to_env`` without executing anything."""
-    values: dict[str, str] = {}
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        match = _ASSIGNMENT.match(line)
-        try:
-            words = shlex.split(match.group(2)) if match else None
-        except ValueError:
-            words = None
-        if not match or words is None or len(words) > 1:
-            raise UsageError(f"{source}:{number}: not a KEY=VALUE line: {raw[:60]!r}")
-        values[match.group(1)] = words[0] if words else ""
-    return values
-
-
-def load_recipe_file(path: str | Path) -> Recipe:
-    """A recipe from an exported ``.env`` or ``.json`` file."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise UsageError(f"cannot read recipe file {path}: {e.strerror}") from e
-    try:
-        if path.suffix == ".json":
-            return checked(replace(Recipe.from_dict(json.loads(text)), source=str(path)))
-        values = parse_env(text, str(path))
-        if "AUTOTUNE_RECIPE" not in values:
-            raise UsageError(f"{path} has no AUTOTUNE_RECIPE line: export it with 'autotune export'")
-        return checked(replace(Recipe.from_dict(json.loads(values["AUTOTUNE_RECIPE"])), source=str(path)))
-    except json.JSONDecodeError as e:
-        raise UsageError(f"{path}: the recipe is not valid JSON ({e.msg} at line {e.lineno})") from e

@@ -80,18 +80,55 @@ _COLUMNS = {"study", "workload", "fingerprint", "params", "samples_per_s", "base
 _DETAILS = tuple(f.name for f in fields(Recipe) if f.name not in _COLUMNS | {"source"})
 
 
+# Query and fragment parameters that hold a secret (libpq's password and sslpassword, a token, a secret key).
+_SECRET_PARAMETER = re.compile(r"([?&;#][^=&;#]*(?:pass|secret|token)[^=&;#]*=)([^&;#]*)", re.IGNORECASE)
+
+
+def _userinfo(url: str) -> tuple[str, str, str] | None:
+    """``(before, password, after)`` of a URL whose authority holds ``user:password@``, with or without a scheme;
+    the authority ends at the last ``@`` (a password may hold ``@``, ``/``, ``#`` unencoded). None: no password
+    there (an SQLite path starts with ``/`` after the scheme)."""
+    scheme, sep, rest = url.partition("://")
+    head = scheme + sep if sep else ""
+    rest = rest if sep else url
+    if rest.startswith("/") or "@" not in rest:
+        return None
+    info, _, host = rest.rpartition("@")
+    user, colon, password = info.partition(":")
+    return (f"{head}{user}:", password, f"@{host}") if colon else None
+
+
+def secrets_of(url: str) -> list[str]:
+    """The secrets a storage URL holds as written and percent-decoded: its password and secret parameters."""
+    from urllib.parse import unquote
+
+    found = [m.group(2) for m in _SECRET_PARAMETER.finditer(url)]
+    parts = _userinfo(url)
+    found += [parts[1]] if parts else []
+    return sorted({form for s in found if s for form in (s, unquote(s), unquote(s).replace("+", " "))}, key=len,
+                  reverse=True)
+
+
 def shown_url(url: str) -> str:
-    """``url`` as messages, logs and reports show it: its password masked (SQLAlchemy's rendering), so that it
-    lands in no terminal, CI log or report. A URL SQLAlchemy cannot parse is masked between ``:`` and ``@``.
+    """``url`` as messages, logs and reports show it, every secret masked so that it lands in no terminal, CI log
+    or report: the password of ``user:password@`` (one holding ``@`` or ``/`` too, with or without a scheme), and
+    a ``password=`` (or other secret) parameter.
 
     >>> shown_url("postgresql+psycopg://u:s3cr3t@host/db"), shown_url("sqlite:///studies.db")
     ('postgresql+psycopg://u:***@host/db', 'sqlite:///studies.db')
+    >>> shown_url("u:p@x@h/db"), shown_url("postgresql://h/db?user=u&password=p")
+    ('u:***@h/db', 'postgresql://h/db?user=u&password=***')
     """
-    try:
-        parsed = make_url(url)
-    except (ArgumentError, ValueError):  # ValueError: a port that is no number
-        return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
-    return url if parsed.password is None else parsed.render_as_string(hide_password=True)
+    parts = _userinfo(url)
+    shown = f"{parts[0]}***{parts[2]}" if parts else url
+    return _SECRET_PARAMETER.sub(r"\1***", shown)
+
+
+def hide_secrets(text: str, url: str) -> str:
+    """``text`` (a driver's message, say) with every secret of ``url`` in it masked."""
+    for secret in secrets_of(url):
+        text = text.replace(secret, "***")
+    return text
 
 
 def bad_url(url: str) -> UsageError:
@@ -108,9 +145,12 @@ def check_storage_url(url: str) -> None:
         raise bad_url(url) from e
     if not url.startswith("sqlite:///"):
         return
-    path = Path(url.removeprefix("sqlite:///"))
+    path = Path(url.removeprefix("sqlite:///").partition("?")[0])
     if not path.exists():
         return
+    if not path.is_file() and not path.is_dir():  # a FIFO would hang the reader until killed (a folder: below)
+        raise StorageError(f"{path} exists but is not a regular file, so not an SQLite database: move it away or "
+                           "pass --storage URL")
     try:
         with open(path, "rb") as f:
             head = f.read(16)
@@ -256,6 +296,8 @@ class RecipeStore:
             return _to_recipe(row)
 
     def get(self, recipe_id: int) -> Recipe:
+        if not 1 <= recipe_id < 2**63:  # no row has it, and SQLite cannot even be asked (OverflowError)
+            raise UsageError(f"no recipe {recipe_id} in this database: 'autotune best' lists the latest")
         with Session(self._engine) as session:
             row = session.get(_RecipeRow, recipe_id, options=self._options()) if self._has_table else None
             if row is None:

@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from autotune.measure import stats
-    from autotune.recipe import load_recipe_file
+    from autotune.recipe_file import load_recipe_file
 
     recipe = load_recipe_file(args.recipe)
     autotune = shutil.which("autotune") or str(Path(sys.executable).with_name("autotune"))

@@ -94,7 +94,8 @@ def test_an_old_recipe_of_several_processes_says_what_its_batch_means(facts, tmp
     for var in ("LOCAL_RANK", "WORLD_SIZE", "RANK"):
         assert var not in __import__("os").environ
     path = tmp_path / "old.json"
-    path.write_text(json.dumps({"params": {"batch_size": 64, "processes": 2}, "workload": "tiny"}))
+    path.write_text(json.dumps({"params": {"batch_size": 64, "processes": 2}, "workload": "tiny",
+                                "fingerprint": facts.fingerprint}))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         tuned = autotune.apply(str(path), facts=facts, check_hardware=False)
@@ -103,7 +104,8 @@ def test_an_old_recipe_of_several_processes_says_what_its_batch_means(facts, tmp
                     "(32 per process); recipes searched now hold batch_per_rank"]
     assert tuned.batch_size == 64  # trains alone here (not under torchrun): the whole batch
     new = tmp_path / "new.json"
-    new.write_text(json.dumps({"params": {"batch_per_rank": 16, "processes": 2}, "workload": "tiny", "format": 2}))
+    new.write_text(json.dumps({"params": {"batch_per_rank": 16, "processes": 2}, "workload": "tiny", "format": 2,
+                               "fingerprint": facts.fingerprint}))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         tuned = autotune.apply(str(new), facts=facts, check_hardware=False)
@@ -127,7 +129,7 @@ def test_a_cuda_recipe_where_torch_has_no_cuda_is_one_line_naming_the_recipe(fac
         monkeypatch.setenv("WORLD_SIZE", "2")
     path = tmp_path / "gpu.json"
     path.write_text(json.dumps({"params": {"batch_per_rank": 8, "device": "cuda", "processes": processes},
-                                "workload": "cnn", "format": 2}))
+                                "workload": "cnn", "format": 2, "fingerprint": facts.fingerprint}))
     with pytest.raises(DeviceMissingError) as caught:
         autotune.apply(str(path), facts=facts, check_hardware=False)
     assert isinstance(caught.value, HardwareMismatchError)

@@ -7,13 +7,15 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
 
 from autotune import probes
 from autotune.measure.measurer import told_apart
-from autotune.recipe import format_place, load_recipe_file
+from autotune.recipe import format_place
+from autotune.recipe_file import load_recipe_file
 from autotune.study import choose_recipe
 from autotune.trial import TrialSettings, loss_samples
 from autotune.workloads import flop_per_sample, load_workload
@@ -165,9 +167,9 @@ def test_search_export_apply(slow_study, facts) -> None:
     assert under_run["threads"] == recipe.params["threads"] and under_run["warnings"] == []
 
 
-def test_apply_warns_when_environment_knobs_are_missing(tmp_path: Path) -> None:
+def test_apply_warns_when_environment_knobs_are_missing(tmp_path: Path, facts: Any) -> None:
     recipe = {"params": {"threads": 1, "interop_threads": 1, "affinity": "compact", "batch_size": 8},
-              "workload": "tiny"}
+              "workload": "tiny", "fingerprint": facts.fingerprint}
     (tmp_path / "r.json").write_text(json.dumps(recipe))
     plain = _python(PROBE_SCRIPT.format(source="'r.json'"), tmp_path)
     assert plain["threads"] == 1  # in-process knobs are applied anyway

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from autotune import cli
+from autotune import cli, probes
 from autotune.probes import Allowed, Core, _nvml, _probe
-from autotune.recipe import parse_env
+from autotune.recipe_file import parse_env
 from autotune.trial import launch
 
 from .conftest import SHARED
@@ -46,14 +46,14 @@ class _Done:
 def test_the_env_file_and_the_run_plan_carry_the_same_variables_and_cpus(hgx_host, monkeypatch,
                                                                          tmp_path: Path) -> None:
     recipe = tmp_path / "r.json"
-    recipe.write_text(json.dumps({"params": PARAMS, "workload": "tiny"}))
+    recipe.write_text(json.dumps({"params": PARAMS, "workload": "tiny", "fingerprint": probes.probe().fingerprint}))
     assert cli.main(["export", "--format", "env", "--recipe", str(recipe), "-o", str(tmp_path / "best.env")]) == 0
     started: list[launch.LaunchPlan] = []
     monkeypatch.setattr(launch, "start", lambda plan: started.append(plan) or _Done())  # plan it, start nothing
     assert cli.main(["run", "--recipe", str(recipe), "--", "python", "train.py"]) == 0
 
     (plan,) = started
-    exported = parse_env((tmp_path / "best.env").read_text())
+    exported = {k: v for k, (_, v) in parse_env((tmp_path / "best.env").read_text()).items()}
     assert exported["NCCL_P2P_LEVEL"] == plan.env["NCCL_P2P_LEVEL"] == "NVL"  # NV18 between every pair
     slices = exported["AUTOTUNE_RANK_CPUS"].split(";")
     assert exported["AUTOTUNE_RANK_CPUS"] == plan.env["AUTOTUNE_RANK_CPUS"] and len(slices) == 8
@@ -73,9 +73,10 @@ def test_a_single_process_gpu_recipe_pins_cpus_local_to_its_gpu(hgx_host, monkey
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")
     recipe = tmp_path / "r.json"
     recipe.write_text(json.dumps({"params": {"threads": 4, "affinity": "compact", "device": "cuda",
-                                             "batch_size": 64}, "workload": "tiny"}))
+                                             "batch_size": 64}, "workload": "tiny",
+                                  "fingerprint": probes.probe().fingerprint}))
     assert cli.main(["export", "--format", "env", "--recipe", str(recipe), "-o", str(tmp_path / "best.env")]) == 0
-    exported = parse_env((tmp_path / "best.env").read_text())
+    exported = {k: v for k, (_, v) in parse_env((tmp_path / "best.env").read_text()).items()}
     assert exported["AUTOTUNE_CPUS"] == "32,33,34,35"
     assert exported.get("AUTOTUNE_MEMBIND", "1") == "1"  # the GPU's NUMA node, where numactl is found
 

@@ -11,20 +11,21 @@ import pytest
 
 from autotune import search_spaces as spaces
 from autotune.errors import UsageError
-from autotune.recipe import FORMAT, Recipe, checked, load_recipe_file
+from autotune.recipe import FORMAT, Recipe, checked
+from autotune.recipe_file import load_recipe_file
 from autotune.search_spaces import SpaceContext, allowed_values
 
 from .conftest import cli
 from .fakes.machines import two_sockets
 
 BAD = [  # (what changes in a real recipe of this machine, what the line names)
-    ({"threads": "1; touch /tmp/x"}, "threads='1; touch /tmp/x': not allowed (an integer of at least 1)"),
-    ({"threads": 0}, "threads=0: not allowed (an integer of at least 1)"),
-    ({"threads": True}, "threads=True: not allowed (an integer of at least 1)"),
-    ({"threads": 2.0}, "threads=2.0: not allowed (an integer of at least 1)"),
+    ({"threads": "1; touch /tmp/x"}, "threads='1; touch /tmp/x': not allowed (an integer from 1 to 4096)"),
+    ({"threads": 0}, "threads=0: not allowed (an integer from 1 to 4096)"),
+    ({"threads": True}, "threads=True: not allowed (an integer from 1 to 4096)"),
+    ({"threads": 2.0}, "threads=2.0: not allowed (an integer from 1 to 4096)"),
     ({"allocator": "/tmp/evil.so"}, "allocator='/tmp/evil.so': not allowed (one of 'default', 'jemalloc', 'tcmalloc')"),
     ({"openmp": "llvm"}, "openmp='llvm': not allowed (one of 'gnu', 'intel')"),
-    ({"num_workers": -3}, "num_workers=-3: not allowed (an integer of at least 0)"),
+    ({"num_workers": -3}, "num_workers=-3: not allowed (an integer from 0 to 8)"),
     ({"compile_mode": "fastest"}, "compile_mode='fastest': not allowed (one of 'none', 'default'"),
     ({"amp_dtype": "float8"}, "amp_dtype='float8': not allowed (one of 'float32', 'bfloat16', 'float16')"),
     ({"pin_memory": "yes"}, "pin_memory='yes': not allowed (true or false)"),

@@ -15,7 +15,8 @@ import pytest
 import autotune
 from autotune import search_spaces as spaces
 from autotune.errors import HardwareMismatchError
-from autotune.recipe import Recipe, to_env
+from autotune.recipe import Recipe
+from autotune.recipe_file import to_env
 from autotune.store import RecipeStore
 from autotune.study import SearchOptions
 from autotune.study.driver import open_study

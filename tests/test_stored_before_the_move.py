@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.recipe import load_recipe_file
+from autotune.recipe_file import load_recipe_file
 
 from .conftest import REPO, cli
 from .study.conftest import trials

@@ -11,6 +11,8 @@ import sys
 from typing import NoReturn
 
 from ..errors import AutotuneError
+from ..store import hide_secrets, secrets_of
+from ._common import printable
 
 VERBS = ("probe", "search", "studies", "recipes", "best", "diff", "report", "export", "run", "dashboard", "completion")
 
@@ -69,18 +71,26 @@ def entry() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.debug else logging.WARNING,
         format="autotune: %(levelname)s: %(message)s",
     )
+    storage = getattr(args, "storage", None)
+    if storage and _storage_given(argv) and secrets_of(storage):
+        print(f"autotune {args.verb}: warning: the password in --storage is visible to every user of this machine "
+              "(the process list shows command lines): give the URL in AUTOTUNE_STORAGE, or the password in "
+              "~/.pgpass (or PGPASSWORD)", file=sys.stderr)
     try:
         return int(args.func(args) or 0)
     except AutotuneError as e:
         if args.debug:
             raise
-        # one line, even when a driver's message spans several (psycopg's "Is the server running...")
-        print(f"autotune {args.verb}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        # one line, even when a driver's message spans several (psycopg's "Is the server running..."); no secret of
+        # the storage URL, no control character of a stored or read text
+        said = printable(hide_secrets(" ".join(str(e).split()), storage or ""))
+        print(f"autotune {args.verb}: error: {said}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `autotune recipes | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so Python's flush at exit is quiet
@@ -91,6 +101,13 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - a bug: one line, the traceback with --debug
         if args.debug:
             raise
-        print(f"autotune {args.verb}: internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)",
-              file=sys.stderr)
+        said = printable(hide_secrets(str(e), storage or ""))
+        print(f"autotune {args.verb}: internal error: {type(e).__name__}: {said} (rerun with --debug for the "
+              "traceback)", file=sys.stderr)
         return 1
+
+
+def _storage_given(argv: list[str]) -> bool:
+    """``--storage`` is on the command line (not from ``AUTOTUNE_STORAGE``), before any ``--`` of a command."""
+    words = argv[:argv.index("--")] if "--" in argv else argv
+    return any(w == "--storage" or w.startswith("--storage=") for w in words)

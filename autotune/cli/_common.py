@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -47,23 +48,44 @@ def _finite(value: Any) -> Any:
     return value
 
 
+# Control characters but the tab and the newline: ESC starts a terminal's sequences (an OSC retitles it), BEL,
+# CR and the C1 controls rewrite what it shows.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    r"""Text from a store or a file as a terminal may get it: its control characters removed.
+
+    >>> printable("a\x1b]0;owned\x07b\rc")
+    'a]0;ownedbc'
+    """
+    return _CONTROL.sub("", text)
+
+
 def console(stderr: bool = False) -> Console:
-    """Rich's console; written to a file or pipe (CI logs, tests) it is 120 columns wide rather than rich's 80,
-    so tables are not wrapped mid-word. ``COLUMNS`` still decides where set."""
+    """Rich's console, for text a store or a file holds: no markup (a study named ``[/bold]`` is text, not a
+    style), and every string it renders (tables, titles, lines) stripped of control characters (``printable``).
+    Written to a file or pipe (CI logs, tests) it is 120 columns wide rather than rich's 80, so tables are not
+    wrapped mid-word. ``COLUMNS`` still decides where set."""
     import os
     import sys
 
     from rich.console import Console
 
+    class Plain(Console):
+        def render_str(self, text: str, **kwargs: Any) -> Any:
+            return super().render_str(printable(text), **{**kwargs, "markup": False})
+
     stream = sys.stderr if stderr else sys.stdout
     width = None if stream.isatty() or os.environ.get("COLUMNS") else 120
-    return Console(stderr=stderr, highlight=False, width=width)
+    return Plain(stderr=stderr, highlight=False, markup=False, width=width)
 
 
 def find_recipe(args: argparse.Namespace) -> Recipe:
     """The recipe a verb works on: ``--recipe ID|FILE``, else the latest in the storage (``--study``/``--workload``).
     The storage is opened read-only: looking for a recipe creates no database."""
     from ..errors import UsageError
+    from ..recipe import checked
     from ..store import RecipeStore
 
     source = getattr(args, "recipe", None)
@@ -74,18 +96,20 @@ def find_recipe(args: argparse.Namespace) -> Recipe:
         recipe = store.latest(study=study, workload=workload)
         if recipe is None:
             raise UsageError(_no_recipe(store, args.storage, study, workload))
-    return recipe
+    return checked(recipe)
 
 
 def recipe_from(source: str, storage: str) -> Recipe:
-    """A recipe named on the command line: a stored recipe's id, or an exported file (read-only)."""
-    from ..recipe import load_recipe_file
+    """A recipe named on the command line, checked (``recipe.checked``): a stored recipe's id, or an exported file
+    (read-only)."""
+    from ..recipe import checked
+    from ..recipe_file import load_recipe_file
     from ..store import RecipeStore
 
-    if not source.isdigit():
+    if not (source.isascii() and source.isdigit()):
         return load_recipe_file(source)
     with RecipeStore.open(storage, readonly=True) as store:
-        return store.get(int(source))
+        return checked(store.get(int(source)))
 
 
 def when(moment: datetime | str | None) -> str:

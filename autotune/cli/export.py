@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def render(recipe: Recipe, fmt: str) -> str:
     """The exported text of a recipe (env or json)."""
-    from ..recipe import to_env
+    from ..recipe_file import to_env
     from ..trial import launch
 
     if fmt == "json":
@@ -37,16 +37,12 @@ def render(recipe: Recipe, fmt: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import UsageError
+    from ..files import write_whole
 
     text = render(find_recipe(args), args.format)
     if args.output is None:
         sys.stdout.write(text)
         return 0
-    try:
-        with open(args.output, "w") as f:
-            f.write(text)
-    except OSError as e:
-        raise UsageError(f"cannot write {args.output}: {e.strerror}") from e
+    write_whole(args.output, text)  # a link named -o is replaced, never followed to overwrite its target
     print(f"wrote {args.output}", file=sys.stderr)
     return 0

@@ -22,6 +22,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
+    from ..recipe import problems
     from ..store import RecipeStore
 
     with RecipeStore.open(args.storage, readonly=True) as store:
@@ -39,6 +40,10 @@ def run(args: argparse.Namespace) -> int:
         table.add_column(column, justify="right" if column in ("id", "samples/s", "speedup") else "left",
                          no_wrap=column == "speedup")
     for r in found:
+        if problems(r):  # listed, not shown as a speed: 'autotune best --recipe ID' says what no search writes
+            table.add_row(str(r.id), str(r.workload), str(r.study or "-"), str(r.fingerprint or "?"), "-", "refused",
+                          "-")
+            continue
         table.add_row(str(r.id), r.workload, r.study or "-", r.fingerprint or "?",
                       "-" if r.samples_per_s is None else f"{r.samples_per_s:.1f}",
                       r.speedup_text, when(r.created))

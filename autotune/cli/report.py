@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import add_storage, recipe_from, shown_url
+from ._common import add_storage, printable, recipe_from, shown_url
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -25,7 +25,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def default_path(study: str) -> str:
-    return f"report-{study}.html"
+    """``report-STUDY.html`` in the working folder, the study's name made a plain file name (it comes from a store:
+    ``x/../../escaped`` must not name a file elsewhere)."""
+    from ..files import safe_name
+
+    return f"report-{safe_name(study)}.html"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,5 +49,5 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"no study in {shown_url(args.storage)}: run 'autotune search' first")
         study = found[0].name
     path = write_report(args.storage, study, args.output or default_path(study))
-    print(f"report of study {study} written to {path}")
+    print(printable(f"report of study {study} written to {path}"))
     return 0

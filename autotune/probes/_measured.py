@@ -18,6 +18,7 @@ import json
 import math
 import os
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -261,8 +262,13 @@ def write_cached(path: Path, data: dict[str, Any]) -> None:
     written is measured around, never an error."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(f".{os.getpid()}.tmp")
-        partial.write_text(json.dumps(data, indent=1))
-        partial.replace(path)
+        # a name no one can guess or plant a link at beforehand (a pid-named one could be), in the cache's own folder
+        descriptor, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError:
-        pass
+        return
+    try:
+        with os.fdopen(descriptor, "w") as f:
+            f.write(json.dumps(data, indent=1))
+        os.replace(partial, path)
+    except OSError:
+        Path(partial).unlink(missing_ok=True)

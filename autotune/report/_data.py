@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..measure import Noise
-from ..recipe import matmul_dtype
+from ..recipe import checked, matmul_dtype
 from ..search_spaces import RUN_KEYS
 from ..store import RecipeStore, shown_url, storage_errors
 from ..study import roofline
@@ -97,7 +97,7 @@ def collect(url: str, study_name: str, facts: Facts | None = None) -> ReportData
                     f"no study {study_name!r} in {shown_url(url)}; its studies: {names or 'none'}") from None
             with RecipeStore.open(url, readonly=True) as store:
                 recipe = store.latest(study=study_name)
-            return _from_study(study, recipe, facts)
+            return _from_study(study, checked(recipe) if recipe is not None else None, facts)
     finally:
         storage.engine.dispose()
 

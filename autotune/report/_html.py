@@ -190,9 +190,9 @@ def _budget(data: ReportData) -> str:
 
 def write(data: ReportData, path: str | Path) -> Path:
     """Write the report to ``path`` (its folder must exist); returns the path."""
-    target = Path(path)
-    target.write_text(render(data), encoding="utf-8")
-    return target
+    from ..files import write_whole
+
+    return write_whole(path, render(data))
 
 
 __all__ = ["render", "speed", "write"]

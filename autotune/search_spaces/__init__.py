@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import os
+import re
 from typing import TYPE_CHECKING
 
 from . import _amp as amp
@@ -62,6 +63,8 @@ __all__ = [
     "data",
     "ddp",
     "defaults",
+    "beyond",
+    "env_forms",
     "environment",
     "heuristic",
     "ipex",
@@ -124,6 +127,26 @@ def environment(params: Params, facts: Facts) -> dict[str, str]:
             if key not in env or key in family.OVERRIDES:
                 env[key] = value
     return env
+
+
+def beyond(params: Params, facts: Facts) -> list[str]:
+    """The knobs of ``params`` above what this machine offers (a recipe of a larger machine, or one edited by
+    hand): warnings where it is launched here. Values no machine is offered are ``recipe_problems``."""
+    gpus = len(facts.gpus) if params.get("device") == "cuda" else 0
+    most = {"threads": (threads.max_threads(facts), "the CPUs this process may use"),
+            "num_workers": (data.most_workers(facts), "its cores, at most 8"),
+            "processes": (gpus or int(facts.cpu.allowed.cores or 1), "its GPUs" if gpus else "its cores")}
+    return [f"{key}={params[key]} is more than this machine offers ({limit}: {what})"
+            for key, (limit, what) in most.items() if type(params.get(key)) is int and params[key] > limit]
+
+
+def env_forms(params: Params) -> dict[str, re.Pattern[str]]:
+    """Every variable some family may set for ``params`` on any machine, with the form of its value (what an env
+    file may hold for the recipe: ``autotune.recipe_file``)."""
+    forms: dict[str, str] = {}
+    for family in FAMILIES:
+        forms.update(family.env_forms(params))
+    return {key: re.compile(form) for key, form in forms.items()}
 
 
 def _overriders_last() -> list[KnobFamily]:

@@ -35,6 +35,7 @@ KEYS = ("batch_per_rank",)
 ENV_VARS: tuple[str, ...] = ()
 OVERRIDES: tuple[str, ...] = ()
 LR_RULES = ("sqrt", "linear", "none")
+MOST = 1 << 20  # the largest batch (per rank, reference or global) a recipe may hold
 MEMORY_SHARE = 0.9  # of a device's memory a recipe's estimated (and measured) peak may take
 
 

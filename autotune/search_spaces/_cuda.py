@@ -27,6 +27,7 @@ processes); the TF32 knobs are in-process.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -84,6 +85,10 @@ def promising(facts: Facts, ctx: SpaceContext) -> list[Params]:
 
 def environment(params: Params, facts: Facts) -> dict[str, str]:
     return dict.fromkeys(ENV_VARS, EXPANDABLE) if params.get("cuda_alloc") == "expandable_segments" else {}
+
+
+def env_forms(params: Params) -> dict[str, str]:
+    return dict.fromkeys(ENV_VARS, re.escape(EXPANDABLE)) if params.get("cuda_alloc") == "expandable_segments" else {}
 
 
 def check_environment(params: Params, facts: Facts) -> list[str]:

@@ -27,13 +27,15 @@ if TYPE_CHECKING:
     from ..probes import Facts
 
 KEYS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
+MOST_WORKERS = 8  # the most DataLoader workers offered on any machine
+PREFETCH = (2, 4)  # the prefetch factors offered (None: no workers)
 ENV_VARS: tuple[str, ...] = ()
 OVERRIDES: tuple[str, ...] = ()
 
 
 def most_workers(facts: Facts) -> int:
     """The most DataLoader workers offered: the cores this process may use, at most 8."""
-    return max(1, min(8, int(facts.cpu.allowed.cores or 1)))
+    return max(1, min(MOST_WORKERS, int(facts.cpu.allowed.cores or 1)))
 
 
 def space(trial: SuggestingTrial, facts: Facts, ctx: SpaceContext) -> Params:
@@ -45,7 +47,7 @@ def space(trial: SuggestingTrial, facts: Facts, ctx: SpaceContext) -> Params:
         "num_workers": workers,
         "pin_memory": pin,
         "persistent_workers": True,
-        "prefetch_factor": trial.suggest_categorical("prefetch_factor", (2, 4)),
+        "prefetch_factor": trial.suggest_categorical("prefetch_factor", PREFETCH),
     }
 
 

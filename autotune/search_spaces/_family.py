@@ -3,9 +3,11 @@
 A family owns some recipe keys (``KEYS``). Its ``space`` is the define-by-run search space over them;
 ``defaults`` are PyTorch's (the baseline), ``heuristic`` what ``torch.backends.xeon.run_cpu`` would choose,
 ``promising`` single changes of the defaults worth measuring first. Before Python starts, ``environment``
-gives the variables to set (every one it may set is in ``ENV_VARS``); inside the process ``apply_process``
-sets what can be set there and ``check_environment`` says which environment-level settings are not in
-effect. ``prepare_model`` (before the optimizer exists) and ``prepare`` (with it) change the user's model.
+gives the variables to set (every one it may set is in ``ENV_VARS``), and ``env_forms`` the variables it may
+set for given params on any machine, each with its value's form (a regular expression: an env file is read
+against them, and a line of another form refused); inside the process ``apply_process`` sets what can be set
+there and ``check_environment`` says which environment-level settings are not in effect. ``prepare_model``
+(before the optimizer exists) and ``prepare`` (with it) change the user's model.
 
 Overrides are declared, not implied by order: ``OVERRIDES`` names the variables of *other* families that
 this family's ``environment`` replaces when it sets them (``processes`` gives each rank its share of the
@@ -85,6 +87,8 @@ class KnobFamily(Protocol):
 
     def environment(self, params: Params, facts: Facts) -> dict[str, str]: ...
 
+    def env_forms(self, params: Params) -> dict[str, str]: ...
+
     def apply_process(self, params: Params, facts: Facts | None) -> list[str]: ...
 
     def check_environment(self, params: Params, facts: Facts) -> list[str]: ...
@@ -106,6 +110,10 @@ class Defaults:
         return {}
 
     @staticmethod
+    def env_forms(params: Params) -> dict[str, str]:
+        return {}
+
+    @staticmethod
     def apply_process(params: Params, facts: Facts | None) -> list[str]:
         return []
 
@@ -122,7 +130,8 @@ class Defaults:
         return Prepared(model, optimizer=optimizer)
 
 
-OPTIONAL_HOOKS = ("promising", "environment", "apply_process", "check_environment", "prepare_model", "prepare")
+OPTIONAL_HOOKS = ("promising", "environment", "env_forms", "apply_process", "check_environment", "prepare_model",
+                  "prepare")
 
 
 class Family:

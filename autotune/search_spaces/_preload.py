@@ -23,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -117,6 +118,23 @@ def environment(params: Params, facts: Facts) -> dict[str, str]:
     if params.get("allocator") == "jemalloc" and _path(facts, "jemalloc"):
         env["MALLOC_CONF"] = JEMALLOC_CONF
     return env
+
+
+def env_forms(params: Params) -> dict[str, str]:
+    """``LD_PRELOAD``: absolute paths (no ``.`` or ``..`` step) of the chosen libraries only, colon-separated."""
+    chosen = [c for c in (params.get("openmp"), params.get("allocator")) if c in ("intel", "jemalloc", "tcmalloc")]
+    forms: dict[str, str] = {}
+    if chosen:
+        library = r"(?:/(?!\.\.?/)[A-Za-z0-9_.+-]+)*/(?:" + "|".join(_LIBRARY[c] for c in chosen) + r")[A-Za-z0-9_.+-]*"
+        forms["LD_PRELOAD"] = f"{library}(?::{library})*"
+    if params.get("openmp") == "intel":
+        if params.get("kmp_blocktime") in BLOCKTIMES:
+            forms["KMP_BLOCKTIME"] = str(params["kmp_blocktime"])
+        if params.get("affinity", "none") != "none":
+            forms["KMP_AFFINITY"] = re.escape(KMP_AFFINITY)
+    if params.get("allocator") == "jemalloc":
+        forms["MALLOC_CONF"] = re.escape(JEMALLOC_CONF)
+    return forms
 
 
 # Hooks this family has nothing to do at (search_spaces._family); apply_process: a library is preloaded

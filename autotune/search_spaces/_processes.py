@@ -60,6 +60,7 @@ OVERRIDES: tuple[str, ...] = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # the threa
 RANK_CPUS = "AUTOTUNE_RANK_CPUS"
 BACKENDS = {"cpu": "gloo", "cuda": "nccl"}
 CPU_COUNTS = (1, 2, 4, 8)
+MOST = 64  # the most processes a recipe may hold: one per GPU of the largest single node, with room
 
 
 def count(params: dict[str, Any]) -> int:
@@ -183,6 +184,17 @@ def environment(params: Params, facts: Facts) -> dict[str, str]:
     if params.get("device") == "cuda" and _all_nvlinked(list(facts.gpus[:processes])):
         env["NCCL_P2P_LEVEL"] = "NVL"
     return env
+
+
+_CPULIST = r"[0-9]+(?:-[0-9]+)?(?:,[0-9]+(?:-[0-9]+)?)*"  # the kernel's list syntax (``format_cpulist``)
+
+
+def env_forms(params: Params) -> dict[str, str]:
+    if count(params) <= 1:
+        return {}
+    forms = {"OMP_NUM_THREADS": r"[1-9][0-9]{0,4}", "MKL_NUM_THREADS": r"[1-9][0-9]{0,4}",
+             RANK_CPUS: f"{_CPULIST}(?:;{_CPULIST})*"}
+    return {**forms, "NCCL_P2P_LEVEL": "NVL"} if params.get("device") == "cuda" else forms
 
 
 def launched_ranks() -> tuple[int, int] | None:

@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 AFFINITIES = ("none", "compact", "spread")
+MOST = 4096  # the most threads a recipe may hold: more than one machine's CPUs (a recipe above this one's warns)
+MOST_INTEROP = 4  # the most inter-op threads offered
 KEYS = ("threads", "interop_threads", "affinity")
 ENV_VARS: tuple[str, ...] = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # every variable environment() may set
 OVERRIDES: tuple[str, ...] = ()
@@ -66,7 +68,7 @@ def gpu_local_cores(facts: Facts) -> list[Core]:
 
 
 def max_threads(facts: Facts) -> int:
-    return max(1, int(facts.cpu.allowed.threads or os.cpu_count() or 1))
+    return max(1, min(MOST, int(facts.cpu.allowed.threads or os.cpu_count() or 1)))
 
 
 def physical_cores(facts: Facts) -> int:
@@ -77,7 +79,7 @@ def space(trial: SuggestingTrial, facts: Facts, ctx: SpaceContext) -> Params:
     if ctx.device == "cuda":
         return _gpu_space(trial, facts, ctx)
     threads = trial.suggest_int("threads", 1, max_threads(facts))
-    interop = trial.suggest_int("interop_threads", 1, max(1, min(4, physical_cores(facts))))
+    interop = trial.suggest_int("interop_threads", 1, max(1, min(MOST_INTEROP, physical_cores(facts))))
     multi_node = len({c.numa_node for c in _core_list(facts)}) > 1 or facts.cpu.allowed.packages > 1
     choices = AFFINITIES if multi_node else ("none", "compact")
     affinity = trial.suggest_categorical("affinity", choices)
@@ -96,7 +98,7 @@ def _gpu_space(trial: SuggestingTrial, facts: Facts, ctx: SpaceContext) -> Param
 def defaults(facts: Facts, ctx: SpaceContext) -> Params:
     """PyTorch's defaults: one intra-op thread per physical core, no pinning."""
     cores = physical_cores(facts)
-    return {"threads": cores, "interop_threads": min(4, cores), "affinity": "none"}
+    return {"threads": cores, "interop_threads": min(MOST_INTEROP, cores), "affinity": "none"}
 
 
 def heuristic(facts: Facts, ctx: SpaceContext) -> Params:
@@ -169,6 +171,13 @@ def environment(params: Params, facts: Facts) -> dict[str, str]:
     if not threads:
         return {}
     return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+
+
+INTEGER = r"[1-9][0-9]{0,4}"  # the form of a thread count in a variable
+
+
+def env_forms(params: Params) -> dict[str, str]:
+    return dict.fromkeys(ENV_VARS, INTEGER) if params.get("threads") else {}
 
 
 def apply_process(params: Params, facts: Facts | None) -> list[str]:

@@ -21,6 +21,7 @@ from .. import search_spaces as spaces
 from ..errors import UsageError
 from ..measure import ENVIRONMENT_KEYS, environment_differences
 from ..probes import outdated_fingerprint
+from ..recipe import problems
 from ..store import RecipeStore
 from ..trial.spec import Status
 from .records import BASELINE, COMBINED, CONFIRM, WARM_START, Attr, params_key, records, study_margin
@@ -129,6 +130,11 @@ def warm_start(storage: str, workload: str, facts: Facts) -> dict[str, Any] | No
     if why and newest is not None:  # the workload's newest recipe is of another scheme, so newer than the one used
         log.warning("warm start: %s of workload %s is skipped: it was %s", newest.label, workload, why)
     if recipe is None:
+        return None
+    refused = problems(recipe)  # a shared store's row: its params would run in this search's trials
+    if refused:
+        log.warning("warm start: %s of workload %s is skipped: it holds what no search writes: %s", recipe.label,
+                    workload, "; ".join(refused))
         return None
     # a format-1 recipe's global batch_size is the batch_per_rank it meant (search_spaces.batch)
     return {k: v for k, v in spaces.batch.upgraded(recipe.params).items() if k not in spaces.RUN_KEYS}

@@ -10,9 +10,10 @@ search may be writing at the same time (its SQLite file is in WAL mode: readers 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from ..recipe import problems
 from ..store import RecipeStore, check_storage_url, readonly_connect, shown_url, storage_errors
 from ..trial.spec import Status
 from .records import BASELINE, CONFIRM, MEASURED, Attr, StudyAttr, TrialRecord, records
@@ -85,7 +86,7 @@ def summaries(url: str) -> list[StudySummary]:
                    for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
     finally:
         storage.engine.dispose()
-    return sorted(out, key=lambda s: s.last or s.started or datetime.min.astimezone(), reverse=True)
+    return sorted(out, key=lambda s: s.last or s.started or datetime.min.replace(tzinfo=timezone.utc), reverse=True)
 
 
 def _summary(study: optuna.Study, store: RecipeStore) -> StudySummary:
@@ -94,6 +95,8 @@ def _summary(study: optuna.Study, store: RecipeStore) -> StudySummary:
     trials = study.get_trials(deepcopy=False)
     recs = [r for r in records(study) if r.role != CONFIRM]
     recipe = store.latest(study=study.study_name)
+    if recipe is not None and problems(recipe):  # what no search writes is listed as no recipe ('best' says why)
+        recipe = None
     speedup, confirmed = (recipe.speedup, True) if recipe and recipe.speedup else (_best_so_far(recs), False)
     starts = [t.datetime_start for t in trials if t.datetime_start]
     ends = [t.datetime_complete or t.datetime_start for t in trials if t.datetime_start]

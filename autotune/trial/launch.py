@@ -46,7 +46,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from .. import distributed
@@ -128,12 +128,17 @@ def for_recipe(recipe: Recipe, cmd: list[str], base_env: Mapping[str, str], *,
 
     The user's variables in ``base_env`` are kept (warnings name the recipe's values) unless ``keep_user_env`` is
     False (a script-mode trial's copy: the recipe's values replace them, as in a trial); ``AUTOTUNE_RECIPE``
-    holds the recipe for ``autotune.apply()``. ``facts`` default to ``probe_for(recipe.params)``.
+    holds the recipe for ``autotune.apply()``. ``facts`` default to ``probe_for(recipe.params)``. The recipe is
+    checked first (``recipe.checked``); knobs above this machine's facts are warnings (``search_spaces.beyond``).
     """
+    from ..recipe import checked
+
+    checked(recipe)  # no start of a recipe's plan without the check, whatever the caller did
     facts = probe_for(recipe.params) if facts is None else facts
     launch = plan(cmd, recipe.params, facts, base_env, keep_user_env=keep_user_env)
     launch.env["AUTOTUNE_RECIPE"] = json.dumps(recipe.to_dict(), sort_keys=True)
-    return launch
+    beyond = tuple(spaces.beyond(recipe.params, facts))
+    return replace(launch, warnings=beyond + launch.warnings) if beyond else launch
 
 
 # Libraries of which only one may serve a process: preloading two of a kind leaves the first in charge.

@@ -11,33 +11,105 @@ False
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import os
 import socket
+import stat
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..errors import TrialError
+
 log = logging.getLogger(__name__)
 
 
+LOCK_NAME = "autotune-trials.lock"
+NAME_HOLDER_AFTER_S = 60.0  # a wait this long names who holds the lock
+
+
 @contextmanager
-def host_lock() -> Iterator[None]:
-    """One trial at a time on this host: parallel trials would measure each other."""
-    path = os.path.join(tempfile.gettempdir(), "autotune-trials.lock")
-    with open(path, "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.warning("another autotune trial runs on this host; waiting for it to end")
-            fcntl.flock(handle, fcntl.LOCK_EX)
+def host_lock(name_holder_after_s: float = NAME_HOLDER_AFTER_S) -> Iterator[None]:
+    """One trial at a time on this host: parallel trials would measure each other, a second user's too. The lock
+    file in the shared temporary folder is opened without following a link (another user's link would have a
+    root search create or lock a file of their choosing) and without waiting on a FIFO; a wait over
+    ``name_holder_after_s`` names the holder's user and process id."""
+    path = os.path.join(tempfile.gettempdir(), LOCK_NAME)
+    descriptor = _open_lock(path)
+    try:
+        _acquire(descriptor, path, name_holder_after_s)
         try:
             yield
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            fcntl.flock(descriptor, fcntl.LOCK_UN)
+    finally:
+        os.close(descriptor)
+
+
+def _open_lock(path: str) -> int:
+    flags = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        descriptor = os.open(path, flags, 0o644)
+    except OSError as e:
+        what = "a symbolic link" if e.errno == errno.ELOOP else e.strerror
+        raise TrialError(f"cannot open the host's trial lock {path} ({what}): remove it, or set TMPDIR to a folder "
+                         "of your own") from e
+    info = os.fstat(descriptor)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(descriptor)
+        raise TrialError(f"the host's trial lock {path} is not a regular file: remove it, or set TMPDIR to a folder "
+                         "of your own")
+    if info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) != 0o644:
+        os.fchmod(descriptor, 0o644)  # readable by the host's other users, whose searches take it too
+    return descriptor
+
+
+def _acquire(descriptor: int, path: str, name_holder_after_s: float) -> None:
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        log.warning("another autotune trial runs on this host; waiting for it to end")
+    started, named = time.monotonic(), False
+    while True:
+        time.sleep(0.05)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            waited = time.monotonic() - started
+            if not named and waited >= name_holder_after_s:
+                log.warning(f"still waiting after {waited:.0f} s for the host's trial lock {path}, held by "
+                            f"{lock_holder(descriptor)}")
+                named = True
+
+
+def lock_holder(descriptor: int) -> str:
+    """Who holds the lock on the open file ``descriptor``: ``user NAME, process PID`` from the kernel's table of
+    locks (``/proc/locks``: ``ID: FLOCK ADVISORY WRITE PID MAJOR:MINOR:INODE ...``), or ``an unknown process``."""
+    import psutil
+
+    info = os.fstat(descriptor)
+    device = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 6 and fields[1] != "->" and fields[5] == device and fields[4].isdigit():
+            pid = int(fields[4])
+            try:
+                user = psutil.Process(pid).username()
+            except (psutil.Error, KeyError):  # gone, or a uid with no name
+                user = "?"
+            return f"user {user}, process {pid}"
+    return "an unknown process"
 
 
 def host_id() -> str:
@@ -71,4 +143,4 @@ def owner_gone(record: Mapping[str, Any]) -> bool | None:
     return process_started(int(record["pid"])) != record.get("pid_started")
 
 
-__all__ = ["host_id", "host_lock", "owner", "owner_gone", "process_started"]
+__all__ = ["host_id", "host_lock", "lock_holder", "owner", "owner_gone", "process_started"]

@@ -158,7 +158,8 @@ def test_two_ranks_all_reduce_once_per_optimizer_step_with_an_unused_parameter(t
     params = {"batch_per_rank": 4, "processes": 2, "global_batch": 32, "threads": 2, "device": "cpu",
               "gradient_as_bucket_view": True, "bucket_cap_mb": 5, "static_graph": False,
               "find_unused_parameters": True}
-    (tmp_path / "r.json").write_text(json.dumps({"params": params, "workload": "unused", "format": 2}))
+    (tmp_path / "r.json").write_text(json.dumps({"params": params, "workload": "unused", "format": 2,
+                                                "fingerprint": two_cores.fingerprint}))
     (tmp_path / "train.py").write_text(textwrap.dedent(SCRIPT.format(repo=str(REPO))))
     out = subprocess.run([sys.executable, "-m", "autotune", "run", "--recipe", "r.json", "--", sys.executable,
                           "train.py"], cwd=tmp_path, capture_output=True, text=True, timeout=180,

@@ -15,7 +15,7 @@ import pytest
 
 from autotune import search_spaces as spaces
 from autotune.probes import Runtime, format_cpulist
-from autotune.recipe import load_recipe_file, to_env
+from autotune.recipe_file import load_recipe_file, to_env
 from autotune.trial import launch, run_trial
 
 from .. import conftest
@@ -235,8 +235,10 @@ def _child(cwd: Path, prefix: list[str], source: str = "", overrides: dict | Non
 
 def _recipe_file(tmp_path: Path, **params) -> Path:
     path = tmp_path / "r.json"
+    from autotune import probes
+
     path.write_text(json.dumps({"params": {"threads": 2, "interop_threads": 1, "batch_size": 8, **params},
-                                "workload": "tiny"}))
+                                "workload": "tiny", "fingerprint": probes.probe().fingerprint}))
     return path
 
 

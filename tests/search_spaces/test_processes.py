@@ -325,7 +325,8 @@ def test_autotune_run_starts_the_ranks_of_a_two_process_recipe(two_cores, tmp_pa
     params = _two(two_cores, batch_per_rank=8)
     if recipe_format == 1:
         params = {**{k: v for k, v in params.items() if k != "batch_per_rank"}, "batch_size": 16}
-    recipe = {"params": params, "workload": "tiny", **({"format": 2} if recipe_format == 2 else {})}
+    recipe = {"params": params, "workload": "tiny", "fingerprint": two_cores.fingerprint,
+              **({"format": 2} if recipe_format == 2 else {})}
     (tmp_path / "r.json").write_text(json.dumps(recipe))
     (tmp_path / "show.py").write_text(textwrap.dedent(SCRIPT))
     out = subprocess.run([sys.executable, "-m", "autotune", "run", "--recipe", "r.json", "--", sys.executable,
