@@ -10,6 +10,7 @@ measured: ``format_note`` says in one line what a format-1 recipe means.
 from __future__ import annotations
 
 import math
+import re
 import shlex
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -158,6 +159,9 @@ def _amount(least: float = 0.0, infinite: bool = False) -> tuple[Callable[[Any],
     return check, f"null or a {'' if infinite else 'finite '}number" + (f" of at least {least:g}" if least > -1 else "")
 
 
+_TOKEN = re.compile(r"[A-Za-z0-9_.:+-]{1,64}")  # what ``probes.fingerprint`` writes, of every scheme
+
+
 def _iso(text: str) -> bool:
     from datetime import datetime
 
@@ -179,7 +183,9 @@ def _peaks(v: Any) -> bool:
 
 # A recipe's fields besides its params and format, with what a search writes in each (the env header prints them).
 _HEADER: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "workload": _text(optional=False), "fingerprint": _text(most=64), "study": _text(most=512),
+    "workload": _text(optional=False), "study": _text(most=512),
+    "fingerprint": ((lambda v: v is None or (type(v) is str and bool(_TOKEN.fullmatch(v)))),
+                    "null or a hardware fingerprint such as v3-0123456789ab"),
     "created": ((lambda v: v is None or (type(v) is str and _iso(v))), "null or an ISO 8601 time"),
     "source": _text(), "samples_per_s": _amount(), "baseline_samples_per_s": _amount(), "speedup": _amount(),
     "speedup_low": _amount(), "speedup_high": _amount(infinite=True),  # one process pair: unbounded above

@@ -125,9 +125,11 @@ def shown_url(url: str) -> str:
 
 
 def hide_secrets(text: str, url: str) -> str:
-    """``text`` (a driver's message, say) with every secret of ``url`` in it masked."""
+    """``text`` (a driver's message, say) with every secret of ``url`` in it masked, and each part of one that a
+    parser could have cut at ``@``, ``#``, ``/``, ``:`` or ``?`` (of 3 characters or more)."""
     for secret in secrets_of(url):
-        text = text.replace(secret, "***")
+        for part in [secret, *(p for p in re.split(r"[@#/:?]", secret) if len(p) >= 3)]:
+            text = text.replace(part, "***")
     return text
 
 
@@ -137,12 +139,19 @@ def bad_url(url: str) -> UsageError:
 
 
 def check_storage_url(url: str) -> None:
-    """Refuse a URL SQLAlchemy cannot read (a port that is no number), and an SQLite path that exists but is not
-    an SQLite database (before anyone writes to it)."""
+    """Refuse a URL SQLAlchemy cannot read (a port that is no number), one whose password SQLAlchemy would cut
+    short (an unencoded ``@``: the rest would be taken for the host and shown in the driver's errors), and an SQLite
+    path that exists but is not an SQLite database (before anyone writes to it)."""
+    from urllib.parse import unquote
+
     try:
-        make_url(url)
+        parsed = make_url(url)
     except (ArgumentError, ValueError) as e:
         raise bad_url(url) from e
+    ours = _userinfo(url)
+    if ours and parsed.password is not None and unquote(ours[1]) != parsed.password:
+        raise UsageError(f"the password of storage URL {shown_url(url)!r} holds an unencoded '@', '/' or '?', which "
+                         "ends it early: percent-encode them (%40, %2F, %3F), or keep it in ~/.pgpass")
     if not url.startswith("sqlite:///"):
         return
     path = Path(url.removeprefix("sqlite:///").partition("?")[0])

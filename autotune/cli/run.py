@@ -59,13 +59,14 @@ def run(args: argparse.Namespace) -> int:
     command = command_after_dashes(args)
     if not command:
         raise UsageError("no command: autotune run --recipe best.env -- python train.py")
-    facts = probes.probe()  # as apply() in the command probes: the fingerprints compare
     if args.workload and not args.recipe:
         from ..service import fetch
 
+        facts = probes.probe()  # as apply() in the command probes: the fingerprints compare
         recipe = fetch(args.storage, args.workload, facts.fingerprint, study=args.study)
     else:
-        recipe = find_recipe(args)
+        recipe = find_recipe(args)  # checked, and a storage error said, before the machine is probed
+        facts = probes.probe()
     # refused here in one line, not after the command has started and loaded its data
     other = check_machine(recipe, facts, allow_other_hardware=args.allow_other_hardware,
                           way_out="pass --allow-other-hardware")

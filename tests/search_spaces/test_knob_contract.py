@@ -16,6 +16,8 @@ run of a conv model with ``--global-batch``, and a CUDA run:
 """
 from __future__ import annotations
 
+import re
+
 import inspect
 import types
 from collections.abc import Callable, Iterator, Sequence
@@ -249,3 +251,29 @@ def test_the_aggregate_is_the_union_of_the_families(cases: list[Case]) -> None:
         for recipe in case.recipes:
             env = spaces.environment(recipe, case.facts)
             assert set(env) == {var for f in FAMILIES for var in f.environment(recipe, case.facts)}, case.name
+
+
+@FAMILY
+def test_every_variable_set_has_a_form_the_env_file_is_read_against(family: KnobFamily, cases: list[Case]) -> None:
+    """What ``environment`` sets for a recipe on any of these machines is a variable ``env_forms`` names for the
+    recipe's params alone, with a value of its form: an exported env file's reader (``recipe_file``) refuses any
+    other line, so a family whose forms lag behind its variables would make its own exports unreadable."""
+    for case in cases:
+        for params in case.recipes:
+            forms = {key: re.compile(form) for key, form in family.env_forms(params).items()}
+            for key, value in family.environment(params, case.facts).items():
+                assert key in forms and forms[key].fullmatch(value), (_name(family), case.name, key, value, params)
+
+
+def test_every_recipe_the_spaces_make_is_exported_and_read_back(cases: list[Case]) -> None:
+    """The whole exporter against the whole reader: each case's recipes written as env files (with their CPUs and
+    nodes) read back as the same recipe; the first refusal of a recipe the search could write fails here."""
+    from autotune.recipe import Recipe
+    from autotune.recipe_file import read_env, to_env
+
+    for case in cases:
+        for params in case.recipes[::7]:  # every 7th: the paths overlap, and this runs in a fraction of a second
+            recipe = Recipe(params={**params, "reference_batch": 64}, workload="w", fingerprint="v3-0123456789ab")
+            text = to_env(recipe, spaces.environment(params, case.facts), spaces.cpus_for(params, case.facts),
+                          spaces.memory_nodes(params, case.facts))
+            assert read_env(text) == recipe, case.name
