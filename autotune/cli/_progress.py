@@ -30,18 +30,21 @@ if TYPE_CHECKING:
     from rich.live import Live
 
 PLAIN_PHASES = ("calibrating noise", "compiling", "confirming", "input-bound")  # worth a line of a log
-OUTCOMES = ("ok", "stopped early", "infeasible", "failed")
+OUTCOMES = ("ok", "stopped early", "infeasible", "failed", "cut by the budget")
 
 
 def outcome(result: TrialResult, reason: str | None) -> str:
     """Which count a finished trial goes to: ok, stopped early (pruned), infeasible (a measured trial the
-    quality guard or a knob not in effect rejects; out of memory; NaN loss) or failed (crash, time limit, Ctrl-C)."""
+    quality guard or a knob not in effect rejects; out of memory; NaN loss), cut by the budget (its end stopped it) or
+    failed (crash, its own time limit, Ctrl-C)."""
     if result.status == Status.OK:
         return "infeasible" if reason else "ok"
     if result.status == Status.PRUNED:
         return "stopped early"
     if result.status in (Status.OOM, Status.NAN, Status.SKIPPED):
         return "infeasible"
+    if result.status == Status.CUT:
+        return "cut by the budget"
     return "failed"
 
 
@@ -155,7 +158,7 @@ def render(board: Board) -> RenderableType:
                      f"{knobs_text(changed(params, board.defaults))}")
     else:
         grid.add_row("best so far", "-")
-    counts = ", ".join(f"{n} {name}" for name, n in board.counts.items())
+    counts = ", ".join(f"{n} {name}" for name, n in board.counts.items() if n or name != "cut by the budget")
     if board.confirmation_runs:
         counts += f"; {board.confirmation_runs} confirmation run(s)"
     grid.add_row("trials", counts)

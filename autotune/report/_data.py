@@ -141,6 +141,8 @@ def _outcome(r: TrialRecord) -> str:
         return "stopped early"
     if r.result.status == Status.DUPLICATE:
         return "not measured"  # the same recipe as an earlier trial: that one's row holds the measurement
+    if r.result.status == Status.CUT:
+        return "cut by the budget"
     return "infeasible" if r.result.status in (Status.OOM, Status.NAN, Status.SKIPPED) else "failed"
 
 

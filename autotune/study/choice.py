@@ -46,7 +46,8 @@ def choose_recipe(
     baseline = baselines[0]
     notes: list[str] = []
     margin = confirmation.margin if confirmation is not None else study_margin(study)
-    if confirmation is not None and any(c.confirmed for c in confirmation.candidates):
+    if confirmation is not None and (confirmation.runs or any(c.rounds or c.failed for c in confirmation.candidates)):
+        # once a round of it ran, only the confirmation decides: never the search's in-process interval
         best, measured = _confirmed(confirmation, searched, baseline, notes)
     else:
         best, measured = _single(searched, baseline, margin, notes, confirmation)
@@ -115,6 +116,9 @@ def _confirmed(confirmation: Confirmation, searched: list[TrialRecord], baseline
             notes.append(f"best candidate (trial {contender.number}) {contender.interval()}: not faster with "
                          f"confidence (its low bound must be above {1 + confirmation.margin:.2f}x): "
                          "the recipe keeps the defaults")
+        else:
+            notes.append("no candidate completed a confirmation round: the recipe keeps the defaults (the search's "
+                         "own intervals are not offered once its confirmation ran)")
         return baseline, baseline.result
     record = next(r for r in searched if r.number == winner.number)
     fastest = confirmation.fastest

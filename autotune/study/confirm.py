@@ -97,6 +97,8 @@ class Rounds:
         self.floors = budget.floors(loop.study)  # each environment's part of a round, at least as the search measured
         self.spent: set[tuple[str, int]] = set()  # (environment, round): its part of that round paid
         self.cut: list[str] = []  # candidates left out of their later rounds for time
+        self.stopped: list[str] = []  # rounds the budget's end cut short: not used, and no failure of the candidate
+        self.took: dict[str, float] = {}  # each candidate's longest completed round, in seconds: the next one's price
         self.left_out: set[str] = set()  # out of the later rounds: for time, or below the leader (``_race``)
         self.outpaced: list[str] = []  # candidates left out of their later rounds: below the leader with confidence
         self.made = 0
@@ -131,17 +133,29 @@ class Rounds:
         with host_lock():
             trial = new_trial(loop, entry.number, round_)
             remaining = loop.deadline - time.monotonic()
-            own = budget.round_s(entry.result, loop.noise, loop.options, round_)
-            timeout = max(1.0, min(remaining, max(60.0, 3 * own)))
-            self.done[(params_key(entry.params), round_)] = loop.run_one(trial, CONFIRM, entry.params, timeout)
+            # its own limit, from its measured times: a round stopped there stopped answering; one the budget's end
+            # stopped before it is cut (``budget.judged``), and the rounds that completed decide
+            limit = max(60.0, 3 * budget.round_s(entry.result, loop.noise, loop.options, round_),
+                        3 * self.took.get(params_key(entry.params), 0.0))
+            timeout = max(1.0, min(remaining, limit))
+            result = loop.run_one(trial, CONFIRM, entry.params, timeout, own_s=limit)
+            self.done[(params_key(entry.params), round_)] = result
+        if result.status == Status.CUT:
+            self.stopped.append(f"trial {entry.number}'s round {round_ + 1} of {self.count}")
+            self.left_out.add(params_key(entry.params))
+        elif result.status == Status.OK:
+            key = params_key(entry.params)
+            self.took[key] = max(self.took.get(key, 0.0), result.wall_s)
         self.spent.add((environment_key(entry.params), round_))
         self.made += 1
 
     def needed_s(self, entries: list[tuple[TrialRecord, int]]) -> float:
         """The rounds ``(candidate, round)`` of ``entries`` (``budget.rounds_s``), an environment's part none where
-        it was paid already in that round."""
-        return budget.rounds_s([(e.result, environment_key(e.params), r) for e, r in entries], self.loop.noise,
-                               self.loop.options, paid=self.spent, floors=self.floors)
+        it was paid already in that round; at least what their candidates' completed rounds took (a round is not
+        started where its candidate's last one shows it cannot end in the time left)."""
+        estimate = budget.rounds_s([(e.result, environment_key(e.params), r) for e, r in entries], self.loop.noise,
+                                   self.loop.options, paid=self.spent, floors=self.floors)
+        return max(estimate, sum(self.took.get(params_key(e.params), 0.0) for e, _ in entries))
 
     def note(self, note: str | None) -> str | None:
         """What the user reads of the rounds left out, after ``note``."""
@@ -150,12 +164,17 @@ class Rounds:
                     "candidates ranked above kept their rounds)")
         if self.outpaced:
             note = "; ".join(filter(None, [note, f"{', '.join(self.outpaced)}: not measured further"]))
+        if self.stopped:
+            note = "; ".join(filter(None, [note, f"{', '.join(self.stopped)} cut by the budget's end (the search's "
+                                                 "time, not the candidate's failure): not used, the completed rounds "
+                                                 "decide"]))
         return note
 
     def candidate(self, record: TrialRecord) -> Candidate:
-        """``record``'s confirmation over the rounds it had (one skipped for time is not a failure of the recipe)."""
+        """``record``'s confirmation over the rounds it completed (one skipped or cut for time is not a failure of
+        the recipe)."""
         rounds = [self.done[k] for k in sorted(self.done) if k[0] == params_key(record.params)
-                  and self.done[k].status != Status.SKIPPED]
+                  and self.done[k].status not in (Status.SKIPPED, Status.CUT)]
         failed = next((f"{r.status}: {r.error}" for r in rounds if r.status != Status.OK), None)
         confirmed = combine_rounds(rounds) if rounds and failed is None else None
         return Candidate(record.number, record.role, record.params, record.result.objective or 0.0,

@@ -205,7 +205,8 @@ class SearchLoop(Turns):
         self.duplicates = 0
         remaining = self.deadline - time.monotonic()  # the lock may have been waited for
         timeout = max(1.0, min(remaining, self.timeout_s(params, remaining, estimate)))
-        result = self.run_one(trial, role, params, timeout)
+        own = budget.own_limit_s(self.study, self.options, params, estimate)
+        result = self.run_one(trial, role, params, timeout, own_s=own)
         if result.status == Status.SKIPPED:  # the measurer did not start it: its processes would outlast the time
             return ("budget" if skips + 1 >= MAX_SKIPS else None), skips + 1, result, role
         return None, 0, result, role
@@ -233,14 +234,19 @@ class SearchLoop(Turns):
         return next((r.number for r in records(self.study)
                      if r.role != CONFIRM and r.result.status == Status.OK and params_key(r.params) == key), None)
 
-    def run_one(self, trial: optuna.Trial, role: str, params: dict[str, Any], timeout: float) -> TrialResult:
-        """Measure a claimed trial (the host lock held) and record it; Ctrl-C records it interrupted."""
+    def run_one(self, trial: optuna.Trial, role: str, params: dict[str, Any], timeout: float,
+                own_s: float | None = None) -> TrialResult:
+        """Measure a claimed trial (the host lock held) and record it; Ctrl-C records it interrupted. ``own_s``: its
+        own limit, where ``timeout`` may be the budget's: a timeout short of it is cut, not the candidate's
+        (``budget.judged``)."""
         self.notify(TrialStarted(trial.number, role, params))
         self.current = trial.number
         trial.set_user_attr(Attr.RUN_STARTED, time.time())  # wall clock: comparable between workers
         try:
             with heartbeat(self.study, trial):
                 result, why = self._measure(role, params, time.monotonic() + timeout)
+            if own_s is not None:
+                result = budget.judged(result, timeout, own_s)
         except KeyboardInterrupt:
             trial.set_user_attr(Attr.RUN_ENDED, time.time())
             self.record(trial, role, params, TrialResult(Status.INTERRUPTED, error="stopped by Ctrl-C"))

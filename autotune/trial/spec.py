@@ -29,6 +29,7 @@ class Status(str, Enum):
     INTERRUPTED = "interrupted"
     SKIPPED = "skipped"  # never run: the search knew its batch size runs out of memory
     DUPLICATE = "duplicate"  # never run: the same recipe as an earlier trial, whose measurement stands
+    CUT = "cut"  # stopped by the search's budget, not by the candidate: no measurement, and no failure of it
 
     def __str__(self) -> str:
         return str(self.value)

@@ -1,0 +1,154 @@
+"""A gain found and confirmed is never thrown away because the budget ran out (issue 55): a confirmation round the
+budget's end stops is cut, not the candidate's failure, and the rounds that completed decide; a candidate that stops
+answering while time remains still fails. On a scripted clock (``ReplayClock``: no sleeping) and a stubbed pair."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+
+from autotune import search_spaces as spaces
+from autotune.measure import Noise
+from autotune.measure.stats import Interval
+from autotune.study.choice import choose_recipe
+from autotune.study.confirm import confirm
+from autotune.study.loop import SearchLoop
+from autotune.study.options import SearchOptions
+from autotune.study.records import CONFIRM, params_key, records
+from autotune.testing.replay import ReplayClock
+from autotune.trial.spec import Status, TrialResult
+
+ROUND_S = 10.0  # what a confirmation round of the stubbed pair takes on the scripted clock
+
+
+@dataclass
+class Round:
+    params: dict[str, Any]
+    timeout_s: float
+    number: int
+
+
+@dataclass
+class Stubbed:
+    """A measurer whose search trials are results at once (the first: the defaults), and whose confirmation rounds
+    read ``rounds[trial][i]`` (a median, low, high; or a crash) after ``ROUND_S`` on the clock; a round of ``hang``
+    never answers: the clock runs to its time limit and the worker's reply is the live measurer's timeout."""
+
+    clock: ReplayClock
+    search: list[TrialResult]
+    rounds: dict[str, list[tuple[float, float, float] | None]]
+    hang: tuple[str, int] | None = None
+    confirming: bool = False
+    begun: dict[str, int] = field(default_factory=dict)
+    names: dict[str, str] = field(default_factory=dict)
+
+    def calibrate(self, timeout_s: float) -> Noise:
+        return Noise(window_s=0.3, pairs=8, half_width=0.03, margin=0.02, spread=0.04, aa=(1.0, 0.99, 1.01))
+
+    def reseed(self, seed: int) -> None:
+        self.confirming = True
+
+    def begin(self, params: dict[str, Any], timeout_s: float) -> object:
+        if not self.confirming:  # the search's trials, in turn: the defaults, the fast one, the slow one
+            self.names.setdefault(params_key(params), ("defaults", "fast", "slow")[len(self.names)])
+            return self.search.pop(0)
+        name = self.names[params_key(params)]
+        self.begun[name] = self.begun.get(name, 0) + 1
+        return Round(params, timeout_s, self.begun[name] - 1)
+
+    def more(self, handle: Any, n: int, timeout_s: float, confidence: float = 0.95) -> Interval:
+        return Interval(1.0, 0.9, 1.1, confidence, n)
+
+    def end(self, handle: Any) -> TrialResult:
+        name = self.names[params_key(handle.params)]
+        if self.hang == (name, handle.number):
+            self.clock.charge(handle.timeout_s)
+            return TrialResult(Status.TIMEOUT, error="the paired worker did not answer RunPairs within 1 s; stopped",
+                               wall_s=handle.timeout_s)
+        self.clock.charge(ROUND_S)
+        read = self.rounds[name][handle.number]
+        if read is None:
+            return TrialResult(Status.CRASH, error="the paired worker exited with 1", wall_s=ROUND_S)
+        median, low, high = read
+        return TrialResult(Status.OK, objective=median, speedup_low=low, speedup_high=high, pairs=8,
+                           samples_per_s=100 * median, baseline_samples_per_s=100.0, loss=1.0, wall_s=ROUND_S,
+                           timed_s=ROUND_S / 2, method="in-process pairs")
+
+    def close(self) -> None:
+        pass
+
+
+def _search(tmp_path: Path, facts: Any, stub: Stubbed, budget_s: float, clock: ReplayClock) -> Any:
+    """Explore (the defaults; then, as the loop takes seeds and samples, trial 1 at 1.64x [1.50-1.80] and trial 2 at
+    1.20x [1.10-1.30]), confirm 3 rounds of both with ``budget_s`` left on the clock, and choose the recipe."""
+    ctx = spaces.SpaceContext(default_batch_size=32, conv=True)
+    run = {"device": "cpu", "reference_batch": 32}
+    base = {**spaces.defaults(facts, ctx), **run}
+    seeds = [("baseline", base), ("seed", {**base, "channels_last": True}), ("seed", {**base, "num_workers": 1})]
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    study = optuna.create_study(storage=url, study_name="cut", direction="maximize")
+    options = SearchOptions(storage=url, trials=3, budget_s=None, confirm_top=2, confirm_rounds=3)
+    with clock.patched():
+        loop = SearchLoop(study, "tiny", facts, ctx, run, options, deadline=clock.monotonic() + 1e6,
+                          notify=lambda event: None, seeds=seeds, measurer=stub)
+        assert loop.run() == "trials"
+        loop.deadline = clock.monotonic() + budget_s
+        confirmation = confirm(loop)
+        recipe = choose_recipe(study, "tiny", facts, "cut", confirmation)[0]
+    return recipe, records(study)
+
+
+def _explored() -> list[TrialResult]:
+    ok = {"status": Status.OK, "loss": 1.0, "pairs": 8, "wall_s": 5.0, "timed_s": 2.5, "method": "in-process pairs"}
+    return [TrialResult(**{**ok, "method": None}, objective=1.0, speedup_low=0.99, speedup_high=1.01,
+                        samples_per_s=100.0),
+            TrialResult(**ok, objective=1.64, speedup_low=1.50, speedup_high=1.80, samples_per_s=164.0),
+            TrialResult(**ok, objective=1.20, speedup_low=1.10, speedup_high=1.30, samples_per_s=120.0)]
+
+
+FAST: list[tuple[float, float, float] | None] = [(1.40, 1.30, 1.50), (1.42, 1.33, 1.52), (1.41, 1.30, 1.50)]
+SLOW: list[tuple[float, float, float] | None] = [(1.05, 0.95, 1.15), (1.02, 0.92, 1.12), (1.04, 0.94, 1.14)]
+
+
+@pytest.mark.parametrize("other", ["not confirmed", "failed"])
+def test_a_round_the_budget_cuts_is_no_failure_and_the_completed_rounds_decide(
+        tmp_path: Path, facts: Any, other: str) -> None:
+    """Trial 1's third round is the last of the budget: its worker does not answer until the deadline stops
+    it. It is offered on its two completed rounds' interval (not the search's 1.64x [1.50-1.80]), the cut round
+    named, whether the other candidate was confirmed (below the bar) or failed."""
+    clock = ReplayClock()
+    stub = Stubbed(clock, _explored(), {"fast": FAST, "slow": SLOW if other == "not confirmed" else [None]},
+                   hang=("fast", 2))
+    # rounds 1 and 2 of both (or of trial 1 alone after trial 2's crash) take 10 s each; its round 3 starts
+    # with 15 s left (its price: its rounds took 10 s) and is cut there, short of its own limit of 60 s
+    measured = 4 if other == "not confirmed" else 3
+    recipe, recs = _search(tmp_path, facts, stub, measured * ROUND_S + 15.0, clock)
+    rounds = [r for r in recs if r.role == CONFIRM]
+    cut = [r for r in rounds if r.result.status == Status.CUT]
+    # 15 s on the scripted clock, less the real seconds the study's writes took
+    assert len(cut) == 1 and re.match(r"cut by the budget's end after 1[0-5] s \(its own limit: 60 s\)",
+                                      cut[0].result.error), cut
+    assert not [r for r in rounds if r.result.status == Status.TIMEOUT]
+    assert recipe.params == recs[1].params, recipe.notes  # the fast one
+    assert (recipe.speedup_low, recipe.speedup_high) != (1.50, 1.80)
+    assert recipe.speedup == pytest.approx((FAST[0][0] * FAST[1][0]) ** 0.5, rel=1e-3)
+    said = " ".join(recipe.notes)
+    assert "trial 1's round 3 of 3 cut by the budget's end" in said and "over 2 rounds of fresh processes" in said
+
+
+def test_a_candidate_that_stops_answering_while_time_remains_still_fails(tmp_path: Path, facts: Any) -> None:
+    """Trial 1's second round never answers with an hour left: it reaches its own limit (3x its measured round, at
+    least 60 s) and is a timeout, its confirmation failed: not offered, and never on the search's interval."""
+    clock = ReplayClock()
+    stub = Stubbed(clock, _explored(), {"fast": FAST, "slow": SLOW}, hang=("fast", 1))
+    recipe, recs = _search(tmp_path, facts, stub, 3600.0, clock)
+    timeouts = [r for r in recs if r.role == CONFIRM and r.result.status == Status.TIMEOUT]
+    assert len(timeouts) == 1 and "stopped answering within its own limit of 60 s" in timeouts[0].result.error
+    assert recipe.params == recs[0].params and recipe.speedup == 1.0, recipe.notes  # the defaults
+    said = " ".join(recipe.notes)
+    assert "trial 1 failed its confirmation (timeout: stopped answering" in said
+    assert "the recipe keeps the defaults" in said
