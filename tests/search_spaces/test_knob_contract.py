@@ -16,9 +16,8 @@ run of a conv model with ``--global-batch``, and a CUDA run:
 """
 from __future__ import annotations
 
-import re
-
 import inspect
+import re
 import types
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
