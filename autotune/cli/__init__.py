@@ -73,10 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.debug else logging.WARNING,
-        format="autotune: %(levelname)s: %(message)s",
-    )
+    handler = logging.StreamHandler()
+    handler.setFormatter(_Printable("autotune: %(levelname)s: %(message)s"))  # a log line may quote stored text
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, handlers=[handler])
     storage = getattr(args, "storage", None)
     if storage and _storage_given(argv) and secrets_of(storage):
         print(f"autotune {args.verb}: warning: the password in --storage is visible to every user of this machine "
@@ -105,6 +104,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"autotune {args.verb}: internal error: {type(e).__name__}: {said} (rerun with --debug for the "
               "traceback)", file=sys.stderr)
         return 1
+
+
+class _Printable(logging.Formatter):
+    """Log lines without control characters (``printable``): a warning may name a study or a workload of a store."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return printable(super().format(record))
 
 
 def _storage_given(argv: list[str]) -> bool:

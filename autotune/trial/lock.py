@@ -18,6 +18,7 @@ import os
 import socket
 import stat
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -70,23 +71,27 @@ def _open_lock(path: str) -> int:
 
 
 def _acquire(descriptor: int, path: str, name_holder_after_s: float) -> None:
+    """Take the lock, waiting in the kernel's queue (a waiter polling it was starved by a holder that took it back at
+    once: two workers of one study, one of them measured every trial); a wait over ``name_holder_after_s`` is named
+    once, from a timer, with who holds it."""
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return
     except BlockingIOError:
         log.warning("another autotune trial runs on this host; waiting for it to end")
-    started, named = time.monotonic(), False
-    while True:
-        time.sleep(0.05)
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            waited = time.monotonic() - started
-            if not named and waited >= name_holder_after_s:
-                log.warning(f"still waiting after {waited:.0f} s for the host's trial lock {path}, held by "
-                            f"{lock_holder(descriptor)}")
-                named = True
+    started = time.monotonic()
+
+    def name_holder() -> None:
+        log.warning(f"still waiting after {time.monotonic() - started:.0f} s for the host's trial lock {path}, held by "
+                    f"{lock_holder(descriptor)}")
+
+    timer = threading.Timer(name_holder_after_s, name_holder)
+    timer.daemon = True
+    timer.start()
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+    finally:
+        timer.cancel()
 
 
 def lock_holder(descriptor: int) -> str:

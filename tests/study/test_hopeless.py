@@ -155,7 +155,7 @@ def test_a_compile_that_takes_minutes_ends_within_the_budget(tmp_path: Any, fact
     the first is stopped at the time its budget leaves (cut by the budget, recorded: the budget's end stopped it
     before its own limit, a quarter of the budget or 60 s), and the search ends within its budget + 5% (measured:
     31.2 s for 30 s)."""
-    budget = 20.0
+    budget = 30.0  # 20 s left no time for a candidate after a loaded 2-vCPU Zen 3 calibrated (none compiled)
     fixed = {"compile_mode": "default", "threads": 1, "interop_threads": 1}
     started = time.monotonic()
     outcome = search_here("tests.quality_workloads:slow_compile", _one_core(facts), budget_s=budget, compile=True,

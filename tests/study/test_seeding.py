@@ -181,7 +181,7 @@ def test_a_confirmation_of_a_compiled_recipe_gets_a_time_limit_from_its_own_tria
             return Noise(window_s=0.5, pairs=6, half_width=0.05, margin=0.03, spread=0.1, aa=(1.0, 0.97, 1.03))
 
     class Recording(SearchLoop):
-        def run_one(self, trial, role, params, timeout):
+        def run_one(self, trial, role, params, timeout, own_s=None):
             limits[params["compile_mode"]] = timeout
             result = TrialResult("ok", objective=1.2, speedup_low=1.1, speedup_high=1.3, loss=1.0)
             self.record(trial, role, params, result)
@@ -228,7 +228,7 @@ def test_a_short_budget_keeps_the_later_rounds_of_the_candidates_ranked_above(fa
             return Noise(window_s=0.001, pairs=6, half_width=0.05, margin=0.03, spread=0.1, aa=(1.0, 0.97, 1.03))
 
     class Timed(SearchLoop):
-        def run_one(self, trial, role, params, timeout):
+        def run_one(self, trial, role, params, timeout, own_s=None):
             clock.now += walls[params["batch_size"]]
             measured.append(params["batch_size"])
             result = TrialResult("ok", objective=1.4, speedup_low=1.3, speedup_high=1.5, loss=1.0, wall_s=10.0)
