@@ -452,8 +452,9 @@ def test_a_short_step_that_stalls_once_is_no_verdict_and_a_slow_arm_gives_up_aft
         slow = worker.add_arm("slow", {**base, "channels_last": True}, give_up=HOPELESS, against="a")
         spent = time.monotonic() - started
     assert slow.state == "ok" and slow.gave_up is not None and slow.gave_up > HOPELESS, slow
-    # the stall and the slow steps until their sum passed the floor: not the quality guard's samples
-    assert spent < HICCUP_S + 4 * WINDOW_FLOOR_S["cpu"] and slow.trained < 16 * 12, (spent, slow.trained)
+    # the stall and the slow steps until their sum passed the floor: not the quality guard's samples (the arm's
+    # build is in ``spent`` too: 1.33 s in a loaded suite on a 2-vCPU Zen 3, where 1.3 held on Zen 4)
+    assert spent < 2 * (HICCUP_S + 4 * WINDOW_FLOOR_S["cpu"]) and slow.trained < 16 * 12, (spent, slow.trained)
 
 
 @pytest.mark.parametrize(("workers", "prefetch", "first_judged"), [(0, None, 0), (1, 2, 3), (2, 2, 5), (2, 4, 9)])

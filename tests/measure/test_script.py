@@ -37,7 +37,8 @@ def test_two_copies_of_a_users_script_take_turns_in_windows_and_none_is_left(fac
                 rates.append(run.window(0.4, timeout_s=90))
                 idle_ticks.append(freeze.cpu_ticks(other.proc.pid) - before)  # type: ignore[union-attr]
                 assert freeze.proc_state(other.proc.pid) == "T"  # type: ignore[union-attr]
-        assert all(rate is not None and 200 < rate < 1e6 for rate in rates), rates  # samples/s of a small CNN
+        # samples/s of a small CNN on one thread: 169-322 in a loaded suite on a 2-vCPU Zen 3 (a rate, not garbage)
+        assert all(rate is not None and 50 < rate < 1e6 for rate in rates), rates
         assert idle_ticks == [0] * 6  # the idle copy never ran while the other was timed
         assert all(run.loss is not None and run.loss.samples == 256 for run in runs)  # told once, at 256 samples
         assert all(s.samples % 64 == 0 for run in runs for s in run.steps)

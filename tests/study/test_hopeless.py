@@ -101,14 +101,17 @@ def test_an_environment_far_slower_in_its_first_steps_costs_one_process_pairs_st
     base = measurer.defaults
     assert base["interop_threads"] == 1, base
     try:
-        measurer.calibrate(60)
+        noise = measurer.calibrate(60)
         started = time.monotonic()
         stopped = measurer.begin({**base, "interop_threads": 2}, 120)
         spent = time.monotonic() - started
         assert isinstance(stopped, TrialResult) and stopped.status == "ok", stopped
         assert stopped.speedup_high == 0.125 and stopped.objective < 0.125 and stopped.pairs == 0, stopped
         assert "in its environment's process pair" in stopped.warnings[-1], stopped.warnings
-        assert spent < 15, spent  # two workers' start and a step or two
+        # one process pair: two workers' start (the calibration's measure of one, on this machine as loaded now)
+        # and a step or two; three pairs are six starts. A fixed 15 s held on Zen 4; a loaded 2-vCPU Zen 3 took 15.9.
+        start = noise.start_s or 5.0
+        assert spent < 4 * start + 5, (spent, start)
         key = environment_key({**base, "interop_threads": 2})
         assert key in measurer.hopeless and not measurer.factor_ratios.get(key), measurer.factor_ratios
         started = time.monotonic()
