@@ -120,9 +120,9 @@ def problems(recipe: Recipe) -> list[str]:
 
     if not isinstance(recipe.params, dict):
         return spaces.recipe_problems(recipe.params)
-    if not isinstance(recipe.format, int) or isinstance(recipe.format, bool) or not 1 <= recipe.format <= FORMAT:
-        return [f"is format {recipe.format!r}, this autotune reads formats 1 to {FORMAT}: upgrade autotune, or "
-                "search again"]
+    unread = _unread_format(recipe)
+    if unread:
+        return [unread]
     out = [f"{name}={getattr(recipe, name)!r}: not allowed ({what})" for name, (check, what) in _HEADER.items()
            if not check(getattr(recipe, name))]
     if not recipe.fingerprint and (recipe.source is not None or recipe.id is not None):
@@ -137,11 +137,18 @@ def checked(recipe: Recipe) -> Recipe:
     id, study or workload, the recipe service, ``apply()``), and so does every launch plan of a recipe
     (``trial.launch.for_recipe``)."""
     found = problems(recipe)
-    if found and found[0].startswith("is format"):
+    if found == [_unread_format(recipe)]:  # a format it cannot read is the whole problem: the rest is not read
         raise UsageError(f"{recipe.label} {found[0]}")
     if found:
         raise UsageError(f"{recipe.label} holds what no search writes: {'; '.join(found)}")
     return recipe
+
+
+def _unread_format(recipe: Recipe) -> str | None:
+    """Why this autotune cannot read ``recipe``'s format, or None."""
+    if isinstance(recipe.format, int) and not isinstance(recipe.format, bool) and 1 <= recipe.format <= FORMAT:
+        return None
+    return f"is format {recipe.format!r}, this autotune reads formats 1 to {FORMAT}: upgrade autotune, or search again"
 
 
 def _text(optional: bool = True, most: int = 4096) -> tuple[Callable[[Any], bool], str]:
@@ -177,8 +184,11 @@ def _texts(v: Any) -> bool:
 
 
 def _peaks(v: Any) -> bool:
-    return v is None or (type(v) is dict and all(type(k) is str and _amount()[0](x) and x is not None
+    return v is None or (type(v) is dict and all(type(k) is str and x is not None and _FINITE(x)
                                                   for k, x in v.items()))
+
+
+_FINITE = _amount()[0]
 
 
 # A recipe's fields besides its params and format, with what a search writes in each (the env header prints them).

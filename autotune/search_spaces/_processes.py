@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 from ..probes import format_cpulist, parse_cpulist
 from ._context import SpaceContext
 from ._family import Params, SuggestingTrial
+from ._threads import INTEGER  # each rank's share of the threads family's variables
 
 if TYPE_CHECKING:
     from ..probes import Core, Facts, Gpu
@@ -192,8 +193,7 @@ _CPULIST = r"[0-9]+(?:-[0-9]+)?(?:,[0-9]+(?:-[0-9]+)?)*"  # the kernel's list sy
 def env_forms(params: Params) -> dict[str, str]:
     if count(params) <= 1:
         return {}
-    forms = {"OMP_NUM_THREADS": r"[1-9][0-9]{0,4}", "MKL_NUM_THREADS": r"[1-9][0-9]{0,4}",
-             RANK_CPUS: f"{_CPULIST}(?:;{_CPULIST})*"}
+    forms = {"OMP_NUM_THREADS": INTEGER, "MKL_NUM_THREADS": INTEGER, RANK_CPUS: f"{_CPULIST}(?:;{_CPULIST})*"}
     return {**forms, "NCCL_P2P_LEVEL": "NVL"} if params.get("device") == "cuda" else forms
 
 
