@@ -5,7 +5,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from ._common import add_storage, find_recipe, to_json
+from ._common import add_storage, find_recipe, printable, to_json
 
 if TYPE_CHECKING:
     from ..recipe import Recipe
@@ -32,7 +32,7 @@ def render(recipe: Recipe, fmt: str) -> str:
     # environment-level knobs (affinity, library paths, NCCL) resolve on this machine, as 'autotune run' does
     plan = launch.for_recipe(recipe, [], {})
     for warning in plan.warnings:
-        print(f"autotune export: warning: {warning}", file=sys.stderr)
+        print(f"autotune export: warning: {printable(warning)}", file=sys.stderr)
     return to_env(recipe, plan.env, plan.cpus, plan.membind)
 
 

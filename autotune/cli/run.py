@@ -26,7 +26,7 @@ import argparse
 import os
 import sys
 
-from ._common import add_storage, command_after_dashes, find_recipe
+from ._common import add_storage, command_after_dashes, find_recipe, printable
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     if args.allow_other_hardware:
         plan.env[ALLOW_OTHER_HARDWARE] = "1"
     for warning in [other, *plan.warnings] if other else plan.warnings:
-        print(f"autotune run: warning: {warning}", file=sys.stderr)
+        print(f"autotune run: warning: {printable(warning)}", file=sys.stderr)  # may quote a stored workload
     try:
         proc = launch.start(plan)
     except FileNotFoundError as e:
