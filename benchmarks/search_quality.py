@@ -225,7 +225,7 @@ def replay(args: argparse.Namespace) -> int:
     import inspect
 
     from autotune import search_spaces as spaces
-    from autotune.study import SearchOptions, search
+    from autotune.study import Budget, SearchOptions, search
     from autotune.study.driver import search_context
     from autotune.testing.replay import RecordedGrid, ReplayClock, ReplayMeasurer
     from autotune.trial import TrialSettings
@@ -286,9 +286,8 @@ def replay(args: argparse.Namespace) -> int:
                                            "study": f"quality-{seed}", "budget_s": args.budget})
                 t0 = time.monotonic()
                 clock = ReplayClock()  # the recorded time of what the grid answers, against --budget
-                with clock.patched():
-                    outcome = search(grid.workload, options=options, measurer=ReplayMeasurer(grid, seed, clock),
-                                     facts=facts)
+                outcome = search(grid.workload, options=options, measurer=ReplayMeasurer(grid, seed, clock),
+                                 facts=facts, timing=Budget.start(options.budget_s, clock.monotonic))
                 key = grid.key(outcome.recipe.params)
                 confirms = sum(1 for r in outcome.records if r.role == "confirm")
                 runs[with_seeds].append({

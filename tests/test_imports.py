@@ -172,6 +172,92 @@ def test_the_check_finds_a_private_import() -> None:
             "autotune.study.m: from autotune.probes import _nvml"]
 
 
+STUDY = REPO / "autotune" / "study"
+# ``getattr``/``hasattr`` in the search, each on what it reads (module, the call's first argument): never a measurer,
+# whose contract is a base class (``measure.PairedMeasurer``) that mypy checks.
+GETATTR_ALLOWED = {
+    ("choice", "r.result"),  # a sum over one of a result's timing fields, named by the caller
+    ("confirm", "r"),  # the same over the rounds' results
+    ("driver", "recipe"), ("driver", "stored"),  # the interval a store without its columns did not read back
+    ("liveness", "storage"),  # an Optuna storage with or without heartbeats
+}
+
+
+def _study_modules() -> dict[str, ast.Module]:
+    return {path.stem: ast.parse(path.read_text(), str(path)) for path in sorted(STUDY.glob("*.py"))}
+
+
+def attribute_probes(trees: dict[str, ast.Module]) -> set[tuple[str, str]]:
+    """Every ``getattr``/``hasattr`` call in ``trees`` as (module, its first argument's source)."""
+    return {(name, ast.unparse(node.args[0])) for name, tree in trees.items() for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr") and node.args}
+
+
+def test_the_search_probes_attributes_only_where_its_allowlist_says() -> None:
+    assert attribute_probes(_study_modules()) <= GETATTR_ALLOWED
+
+
+def test_the_check_finds_an_attribute_probe_of_a_measurer() -> None:
+    tree = ast.parse("def f(loop):\n    return getattr(loop.measurer, 'noise', None)\n")
+    assert attribute_probes({"loop": tree}) == {("loop", "loop.measurer")}
+
+
+def measurer_types(trees: dict[str, ast.Module]) -> set[tuple[str, str, str]]:
+    """Every parameter and annotated attribute named ``measurer`` in ``trees``: (module, its name, its type)."""
+    found = set()
+    for name, tree in trees.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.arg) and node.arg == "measurer":
+                found.add((name, node.arg, ast.unparse(node.annotation) if node.annotation else ""))
+            elif isinstance(node, ast.AnnAssign) and ast.unparse(node.target).split(".")[-1] == "measurer":
+                found.add((name, ast.unparse(node.target), ast.unparse(node.annotation)))
+    return found
+
+
+def test_every_measurer_of_the_search_is_typed_as_the_base_class() -> None:
+    found = measurer_types(_study_modules())
+    assert found and {t for _, _, t in found} <= {"PairedMeasurer", "PairedMeasurer | None"}, found
+
+
+def clock_reads(trees: dict[str, ast.Module]) -> set[str]:
+    """The modules of ``trees`` that read a clock themselves (``monotonic``, ``perf_counter``, ``time``) or import
+    ``time``, where only the search's ``Budget`` may: a replay's clock reaches the search through it alone."""
+    found = set()
+    for name, tree in trees.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import) and any(a.name == "time" for a in node.names) or \
+                    isinstance(node, ast.ImportFrom) and node.module == "time" or \
+                    isinstance(node, ast.Attribute) and node.attr in ("monotonic", "perf_counter", "monotonic_ns") or \
+                    isinstance(node, ast.Name) and node.id in ("monotonic", "perf_counter"):
+                found.add(name)
+    return found
+
+
+def test_only_the_budget_reads_the_clock_in_the_search() -> None:
+    assert clock_reads(_study_modules()) == {"budget"}
+
+
+def test_the_check_finds_a_clock_read_however_imported() -> None:
+    for source in ("from time import monotonic\nx = monotonic()\n", "import time\n", "t = clock.perf_counter()\n"):
+        assert clock_reads({"m": ast.parse(source)}) == {"m"}, source
+
+
+def test_the_search_imports_the_engine_only_through_its_package() -> None:
+    """``autotune.study`` imports ``autotune.measure``'s public names alone: no module of it (its workers' wire
+    types, its private helpers), so the package's ``__all__`` is the seam."""
+    import autotune.measure
+
+    found = []
+    for name, tree in _study_modules().items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "measure" and node.level:
+                if node.module != "measure":
+                    found.append(f"{name}: from ..{node.module} import ...")
+                found += [f"{name}: {a.name}" for a in node.names if a.name not in autotune.measure.__all__]
+    assert found == []
+
+
 def test_no_module_is_over_400_lines() -> None:
     long = {name: n for name, path in modules().items() if (n := len(path.read_text().splitlines())) > 400}
     assert long == {}

@@ -1,7 +1,8 @@
 """The paired measuring engine: recipes compared with the defaults side by side, with intervals.
 
 - ``stats``: the median of per-pair ratios with its exact interval, the verdict, the calibration's arithmetic;
-- ``measurer``: the contract the search drives (``PairedMeasurer``) and the noise a calibration found (``Noise``);
+- ``measurer``: the contract the search drives (``PairedMeasurer``, every measurer's base class) and the noise a
+  calibration found (``Noise``);
 - inside a worker process: ``arms`` (an arm: one set of in-process knobs with its own model, trained in windows),
   ``bench`` (a worker's arms, and pairs of their windows), ``footprint`` (an arm's device memory);
 - ``worker``: the worker process, ``python -m autotune.measure.worker SPEC.json``; ``paired_worker``:
@@ -9,25 +10,32 @@
 - across processes: ``environment`` (the knobs that decide a process), ``process_pair`` (two live workers
   alternated, the idle one frozen; ``across_processes`` over several fresh pairs);
 - the search's measurer: ``live`` (``LiveMeasurer``), with ``pool`` (its workers) and ``candidate`` (one
-  candidate being measured).
+  candidate being measured); script mode's: ``script_pairs`` (``ScriptMeasurer``); what a confirmation round of
+  a measured recipe costs: ``costs``.
 """
 from __future__ import annotations
 
-from .candidate import combine
+from .candidate import combine, paired_method
+from .costs import IN_PROCESS_METHODS, STARTED_S, first_rounds_s, own_copies, round_parts
 from .environment import ENVIRONMENT_KEYS, environment_differences, environment_key
 from .live import LiveMeasurer
-from .measurer import Noise, PairedMeasurer, first_pairs
+from .measurer import LossReading, Noise, PairedMeasurer, first_pairs, told_apart
 from .paired_worker import PairedWorker
 from .process_pair import PROCESS_PAIRS, across_processes
+from .script_pairs import ScriptMeasurer, script_context
 from .stats import CONFIDENCE, MIN_MARGIN, Interval, compare, rounds_interval
 
 __all__ = [
     "CONFIDENCE",
     "ENVIRONMENT_KEYS",
+    "IN_PROCESS_METHODS",
     "MIN_MARGIN",
     "PROCESS_PAIRS",
+    "STARTED_S",
+    "ScriptMeasurer",
     "Interval",
     "LiveMeasurer",
+    "LossReading",
     "Noise",
     "PairedMeasurer",
     "PairedWorker",
@@ -37,5 +45,11 @@ __all__ = [
     "environment_differences",
     "environment_key",
     "first_pairs",
+    "first_rounds_s",
+    "own_copies",
+    "paired_method",
+    "round_parts",
     "rounds_interval",
+    "script_context",
+    "told_apart",
 ]

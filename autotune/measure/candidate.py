@@ -34,13 +34,17 @@ def environment_defaults(params: dict[str, Any], defaults: dict[str, Any]) -> di
     return {**defaults, **{k: params.get(k) for k in ENVIRONMENT_KEYS if k in params or k in defaults}}
 
 
+# How a one-process candidate was measured, as its result names it (``TrialResult.method``, ``paired_method``)
+IN_PROCESS, ACROSS, FACTOR = "in-process pairs", "process pairs x in-process pairs", "process pairs"
+
+
 def paired_method(params: dict[str, Any], defaults: dict[str, Any]) -> str:
     """How a one-process candidate of ``params`` is measured against ``defaults``, as its result names it: arms of
     the defaults' worker, its environment's process pairs alone (it IS its environment's defaults), or those
     times an arm in its environment's worker."""
     if same_environment(params, defaults):
-        return "in-process pairs"
-    return "process pairs" if params == environment_defaults(params, defaults) else "process pairs x in-process pairs"
+        return IN_PROCESS
+    return FACTOR if params == environment_defaults(params, defaults) else ACROSS
 
 
 def combine(factor: stats.Interval, ratios: Sequence[float],

@@ -3,37 +3,49 @@ environment's defaults against the search's defaults, in fresh process pairs (``
 candidates of that environment until ``enough``, one pair of its own in each confirmation round."""
 from __future__ import annotations
 
+import re
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from . import stats
 from .candidate import NOTHING, Candidate, environment_defaults, round_factor
 from .environment import environment_differences
-from .measurer import first_pairs
+from .measurer import PairedMeasurer, first_pairs
 from .paired_worker import Calibration, WorkerError
 from .process_pair import HopelessEnvironment, enough, process_pair
 
 if TYPE_CHECKING:
-    from .measurer import Noise
     from .pool import PhaseHook, WorkerPool
 
 
-class EnvironmentFactors:
-    """The factors' state and measurement; ``LiveMeasurer`` holds the workers, settings and calibration they use."""
+CUT_FACTOR = "environment factor from {} process pair(s): time ran out"  # a trial's warning, read by ``cut_pairs``
+_CUT = re.compile(r"environment factor from (\d+) process pair")
+
+
+def cut_pairs(warnings: Iterable[str]) -> list[int]:
+    """The process pairs of each environment factor a trial's ``warnings`` say was cut short for time
+    (``CUT_FACTOR``)."""
+    return [int(m.group(1)) for w in warnings if (m := _CUT.search(w))]
+
+
+class EnvironmentFactors(PairedMeasurer):
+    """The factors' state and measurement (``factors``: environment key -> its factor; ``factor_ratios``:
+    environment key -> one ratio per process pair run); ``LiveMeasurer`` holds the workers, settings and
+    calibration they use."""
+
+    keeps_factors = True
 
     workload: str
-    defaults: dict[str, Any]
     facts: Any
     settings: Any
     pool: WorkerPool
     calibration: Calibration | None
-    noise: Noise | None
     process_pairs: tuple[int, int]
     on_phase: PhaseHook
 
-    def __init__(self) -> None:
-        self.factors: dict[str, stats.Interval] = {}  # environment key -> its factor (``environment_key``)
-        self.factor_ratios: dict[str, list[float]] = {}  # environment key -> one ratio per process pair run
+    def __init__(self, defaults: dict[str, Any]) -> None:
+        PairedMeasurer.__init__(self, defaults)
         self._confirming = False  # after ``reseed``: each round's factors are its own process pairs
         self._round_factors: dict[str, stats.Interval] = {}  # this confirmation round's, by environment key
         self._pair_s = 0.0  # the last process pair's wall time
@@ -93,7 +105,7 @@ class EnvironmentFactors:
             cost = spent / new if new else (self._pair_s if grow else 0.0)
             if cost and deadline - started < 1.5 * cost:
                 if len(ratios) < least:
-                    trial.warnings.append(f"environment factor from {len(ratios)} process pair(s): time ran out")
+                    trial.warnings.append(CUT_FACTOR.format(len(ratios)))
                 break
             ratios.append(self._process_pair(key, params, trial, last=len(ratios) + 1 == target,
                                              seed=trial.seed + len(ratios)))

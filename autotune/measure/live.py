@@ -14,7 +14,10 @@ from ..trial.spec import Status, TrialResult
 from . import stats
 from .arms import WINDOW_FLOOR_S, choose_window_s
 from .candidate import (
+    ACROSS,
     DEFAULTS,
+    FACTOR,
+    IN_PROCESS,
     NOTHING,
     Candidate,
     combine,
@@ -28,7 +31,7 @@ from .candidate import (
 from .environment import environment_differences, environment_key
 from .factors import EnvironmentFactors
 from .hopeless import HOPELESS
-from .measurer import BUSY, Noise, too_busy
+from .measurer import BUSY, LossReading, Noise, too_busy
 from .paired_worker import Calibration, WorkerError
 from .pool import PhaseHook, WorkerPool, lost
 from .process_pair import PROCESS_PAIRS, HopelessEnvironment
@@ -40,8 +43,7 @@ PROFILE_S = 2.0  # the defaults under torch's profiler after the calibration (a 
 
 
 class LiveMeasurer(EnvironmentFactors):
-    """The search's ``PairedMeasurer`` on this machine (``autotune.measure.measurer.PairedMeasurer``).
-
+    """The search's ``PairedMeasurer`` on this machine, with every capability (the second look's ``losses`` too):
     - ``calibrate``: the defaults' worker started and calibrated once (an A/A: ``Noise``);
     - a candidate of the defaults' environment is an arm in that worker, paired with the defaults arm;
     - another environment: its factor (its in-process defaults / the defaults, over fresh process pairs,
@@ -56,8 +58,9 @@ class LiveMeasurer(EnvironmentFactors):
     - the first ``begin(defaults)`` after ``calibrate`` is the baseline trial: ``end`` gives the A/A's interval
       and the defaults arm's loss (no pairs run).
     A failed arm is a ``TrialResult`` (oom, nan, crash); a dead or hung worker a crash or timeout, and the
-    worker is started again for the next candidate. How the search drives it: ``measurer.PairedMeasurer``.
-    """
+    worker is started again for the next candidate."""
+
+    second_look = True
 
     def __init__(self, workload: str, defaults: dict[str, Any], facts: Any, settings: Any, *,
                  calibration_pairs: int = 16, half_width: float = 0.03, window_s: float | None = None,
@@ -72,8 +75,7 @@ class LiveMeasurer(EnvironmentFactors):
         self.on_phase: PhaseHook = on_phase or (lambda name, detail: None)
         self.pool = WorkerPool(workload, defaults, facts, settings, lambda name, detail: self.on_phase(name, detail))
         self.calibration: Calibration | None = None
-        self.noise: Noise | None = None
-        EnvironmentFactors.__init__(self)
+        EnvironmentFactors.__init__(self, defaults)
         self._count = 0
         self._baseline_given = False
         self.warm_up_slack_s = WARM_UP_SLACK_S
@@ -141,7 +143,6 @@ class LiveMeasurer(EnvironmentFactors):
             return True
         key = environment_key(params)
         return key in self.factors and self.pool.env_alive(key)
-
 
     def reseed(self, seed: int) -> None:
         """A confirmation round's fresh pairs: new window orders, fresh worker processes (what is confirmed is
@@ -275,9 +276,9 @@ class LiveMeasurer(EnvironmentFactors):
         return self._trial(handle).in_effect()
 
     def losses(self, arms: list[tuple[dict[str, Any], int]], timeout_s: float, *,
-               wide: bool = False) -> list[ArmStatus]:
+               wide: bool = False) -> list[LossReading]:
         """The quality guard's second look (``autotune.study.guard``): ``WorkerPool.losses``."""
-        return self.pool.losses(arms, timeout_s, wide=wide)
+        return [LossReading.of(s) for s in self.pool.losses(arms, timeout_s, wide=wide)]
 
     def _pairs(self, trial: Candidate, n: int, deadline: float) -> None:
         assert trial.worker is not None
@@ -348,8 +349,7 @@ class LiveMeasurer(EnvironmentFactors):
             trial.startup_s, self.pool.startup_s = self.pool.startup_s, 0.0
             trial.timed_s = noise.timed_s if noise else 0.0
             trial.started = time.monotonic() - (noise.wall_s if noise else 0.0)
-        method = ("in-process pairs" if trial.factor is None else
-                  "process pairs x in-process pairs" if trial.in_process else "process pairs")
+        method = IN_PROCESS if trial.factor is None else ACROSS if trial.in_process else FACTOR
         rates = [p.cand.rate for p in trial.records]
         beside = [p.base.rate for p in trial.records] if trial.factor is None else []  # the defaults arm itself
         return TrialResult(

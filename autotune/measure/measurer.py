@@ -1,13 +1,17 @@
-"""The contract between the search and the measuring engine: ``PairedMeasurer``, which the search loop drives,
-and ``Noise``, what the calibration found."""
+"""The contract between the search and the measuring engine: ``PairedMeasurer``, the base class of every measurer
+the search loop drives, and ``Noise``, what the calibration found."""
 from __future__ import annotations
 
+import abc
 import math
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..trial.spec import TrialResult
-from .stats import CONFIDENCE, Interval
+from .stats import CONFIDENCE, Interval, pooled_log_sd
+
+if TYPE_CHECKING:
+    from .protocol import ArmStatus
 
 
 def first_pairs(pairs: int) -> int:
@@ -97,28 +101,109 @@ def told_apart(margin: float, low: float, high: float) -> float:
     return (1 + margin) * math.sqrt(high / low) - 1
 
 
-class PairedMeasurer(Protocol):
+@dataclass(frozen=True)
+class LossReading:
+    """A loss the measurer took for the quality guard's second look (``PairedMeasurer.losses``): its ``arm``,
+    ``state`` "ok" or how it failed, the loss at ``loss_samples``, and over the wide held-out set where asked
+    (``held_out``: the samples of the held-out and the wide set)."""
+
+    arm: str
+    state: str
+    error: str | None = None
+    loss: float | None = None
+    loss_samples: int | None = None
+    wide_loss: float | None = None
+    held_out: tuple[int, int] | None = None
+
+    @classmethod
+    def of(cls, status: ArmStatus) -> LossReading:
+        """A worker's arm as the reading the search sees."""
+        return cls(status.arm, status.state, status.error, status.loss, status.loss_samples, status.wide_loss,
+                   status.held_out)
+
+
+class PairedMeasurer(abc.ABC):
     """Measures recipes as speedups over the defaults, in pairs of windows. The search loop
     drives it: ``calibrate`` once, then per candidate ``begin``, ``more`` as often as the race wants
     (each call adds ``n`` pairs and returns the interval over all of the candidate's pairs so far at
     ``confidence``, amortised, and combined with its environment's factor from process pairs), then ``end``, which
     returns the trial's result (``objective`` = the speedup's median, ``speedup_low``/``speedup_high``,
     ``method``, ``pairs``, the loss at the study's sample count, timings) and drops the candidate.
-    Live: ``LiveMeasurer`` (``autotune.measure.live``); replayed: a recorded grid (``benchmarks/search_quality.py``).
-    A failure (crash, OOM, NaN) is a ``TrialResult`` from ``begin`` or ``end``, never an exception;
-    KeyboardInterrupt propagates once every process is stopped."""
+    Live: ``LiveMeasurer`` (``autotune.measure.live``); script mode: ``ScriptMeasurer``; replayed: a recorded grid
+    (``autotune.testing.replay``). A failure (crash, OOM, NaN) is a ``TrialResult`` from ``begin`` or ``end``, never
+    an exception; KeyboardInterrupt propagates once every process is stopped.
 
+    What a measurer may also do has a default here, which a measurer that can do more overrides (the search asks
+    nothing else of it): its class facts (``fresh_processes``, ``machine_speeds``, ``machine_limits``,
+    ``second_look``, ``keeps_factors``), its state (``defaults``, ``noise``, ``factors``, ``factor_ratios``, read as
+    ``between``), a confirmation round (``reseed``, then ``confirm``), and ``warm``, ``loss``, ``skip_loss``,
+    ``in_effect`` and ``losses``. What a round costs is read from its result (``costs``)."""
+
+    fresh_processes: ClassVar[bool] = False  # every trial starts processes of its own: none is cheaper
+    machine_speeds: ClassVar[bool] = True  # this machine's kernel speeds apply to what it measures (seeding)
+    machine_limits: ClassVar[bool] = True  # a share of this machine's peaks can be told of what it measures
+    second_look: ClassVar[bool] = False  # it takes losses at other training seeds (``losses``)
+    keeps_factors: ClassVar[bool] = False  # its ``factors`` last the search: a continued study hands it its recorded
+
+    def __init__(self, defaults: dict[str, Any]) -> None:
+        self.defaults = defaults  # every knob and run setting of the defaults, as the search passes them
+        self.noise: Noise | None = None  # the calibration's, and later what the measurer's trials changed of it
+        self.factors: dict[str, Interval] = {}  # environment key -> its factor, where it measures across processes
+        self.factor_ratios: dict[str, list[float]] = {}  # one ratio per process pair, by whose pairs they are
+
+    @abc.abstractmethod
     def calibrate(self, timeout_s: float) -> Noise:
-        ...
+        """The defaults against themselves: this machine's noise."""
 
+    @abc.abstractmethod
     def begin(self, params: dict[str, Any], timeout_s: float) -> object | TrialResult:
-        ...
+        """A handle of the candidate ``params``, or its failed result."""
 
+    @abc.abstractmethod
     def more(self, handle: object, n: int, timeout_s: float, confidence: float = CONFIDENCE) -> Interval:
-        ...
+        """``n`` pairs more; the interval over all of the candidate's so far."""
 
+    @abc.abstractmethod
     def end(self, handle: object) -> TrialResult:
-        ...
+        """The candidate's result; it is dropped."""
 
+    @abc.abstractmethod
     def close(self) -> None:
-        ...
+        """Every process it started ends."""
+
+    def between(self) -> tuple[float, int] | None:
+        """How a process pair's ratio varied between fresh processes: the standard deviation of its log over the
+        pairs of ``factor_ratios``, pooled by whose they are (``stats.pooled_log_sd``), and the pairs; None without."""
+        return pooled_log_sd(list(self.factor_ratios.values()))
+
+    def confirm(self, handle: object, pairs: int, timeout_s: float) -> TrialResult:
+        """A confirmation round of the candidate ``begin`` gave: ``pairs`` pairs at once (fresh since ``reseed``),
+        no race; its result."""
+        self.more(handle, pairs, timeout_s)
+        return self.end(handle)
+
+    def reseed(self, seed: int) -> None:  # noqa: B027 - a capability with nothing to do by default
+        """A confirmation round begins: its pairs are fresh (``seed``: the round's). Nothing to renew by default."""
+
+    def warm(self, params: dict[str, Any]) -> bool | None:
+        """Whether a candidate of ``params`` would start no process; None where the measurer says nothing of its
+        processes (the search then takes only the defaults' environment as warm)."""
+        return None
+
+    def loss(self, handle: object) -> float | None:
+        """The candidate's quality-guard loss once taken (the race stops a candidate the guard will reject); None
+        before, or where the measurer takes it only at ``end``."""
+        return None
+
+    def skip_loss(self, handle: object) -> None:  # noqa: B027 - a capability with nothing to do by default
+        """The candidate cannot be the recipe: ``end`` need not train it to the quality guard's sample count."""
+
+    def in_effect(self, handle: object) -> dict[str, Any] | None:
+        """The knobs the candidate's process reports in effect, once known; None where not told."""
+        return None
+
+    def losses(self, arms: list[tuple[dict[str, Any], int]], timeout_s: float, *,
+               wide: bool = False) -> list[LossReading]:
+        """The losses of ``arms`` (params, training seed), for the quality guard's second look; only where
+        ``second_look``."""
+        raise NotImplementedError(f"{type(self).__name__} takes no losses at other seeds (second_look is False)")

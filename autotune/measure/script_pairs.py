@@ -30,7 +30,7 @@ from ..trial import launch
 from ..trial.spec import Status, TrialResult
 from . import sizing, stats
 from .hopeless import HOPELESS
-from .measurer import Noise
+from .measurer import Noise, PairedMeasurer
 from .script import ScriptRun, failure, start_together, window_pairs
 from .sizing import LEAST_PAIRS
 
@@ -116,34 +116,35 @@ def _plan(argv: list[str], params: dict[str, Any], facts: Facts, env: Mapping[st
     return launch.for_recipe(recipe, list(argv), env, facts=facts, keep_user_env=False)
 
 
-class ScriptMeasurer:
-    """The ``PairedMeasurer`` of script mode (see the module docstring). ``folder`` holds each copy's folder;
-    ``min_window_s`` is the shortest window, ``start_limit_s`` a copy's limit to its warm-up's end (default: 4x the
-    first copy's ``startup_s``, at least ``MIN_START_S``), ``stall_s`` the least a window waits for a step."""
+class ScriptMeasurer(PairedMeasurer):
+    """The ``PairedMeasurer`` of script mode (see the module docstring): every trial starts its copies
+    (``fresh_processes``), and a script's FLOP are not counted, so no share of the machine's peak is told
+    (``machine_limits``); ``factor_ratios`` holds each measured recipe's process pairs' ratios (the A/A's too: how a
+    ratio varies between fresh processes). ``folder`` holds each copy's folder; ``min_window_s`` is the shortest
+    window, ``start_limit_s`` a copy's limit to its warm-up's end (default: 4x the first copy's ``startup_s``, at
+    least ``MIN_START_S``), ``stall_s`` the least a window waits for a step."""
+
+    fresh_processes = True
+    machine_limits = False
 
     def __init__(self, argv: list[str], defaults: dict[str, Any], facts: Facts, folder: Path, *, workload: str,
                  loss_samples: int, startup_s: float = 0.0, seed: int = 0, env: Mapping[str, str] | None = None,
                  on_phase: Callable[[str, str], None] | None = None, min_window_s: float = MIN_WINDOW_S,
                  start_limit_s: float | None = None, stall_s: float = STALL_S) -> None:
-        self.argv, self.defaults, self.facts, self.folder = argv, defaults, facts, folder
+        PairedMeasurer.__init__(self, defaults)
+        self.argv, self.facts, self.folder = argv, facts, folder
         self.workload, self.loss_samples = workload, loss_samples
         self.env = dict(os.environ if env is None else env)
         self.on_phase = on_phase or (lambda name, detail: None)
         self.rng = random.Random(seed)
         self.start_limit_s = start_limit_s or max(MIN_START_S, 4 * startup_s)
         self.min_window_s, self.stall_s = min_window_s, stall_s
-        self.noise: Noise | None = None
         self.rounds = sizing.Rounds(sizing.WINDOWS, LEAST_PAIRS, 0.0, 0.0)  # sized by the A/A, then each trial
         self.spread: sizing.Spread | None = None  # from the calibration on
         self.calibration: ScriptTrial | None = None
         self.step_s: float | None = None  # the defaults' optimizer step
         self._count = 0
         self._live: list[ScriptRun] = []
-        # Each measured recipe's process pairs' ratios (the A/A's too): how a ratio varies between fresh processes
-        # (``study.driver.searched_noise`` pools them).
-        self.factor_ratios: dict[str, list[float]] = {}
-        self.limits = None  # a script's FLOP are not counted, so no share of the machine's peak: not measured
-        self.fresh_processes = True  # every trial starts copies: none is cheaper (``Turns.in_process_turn``)
 
     # PairedMeasurer ------------------------------------------------------------------------------------------
     def calibrate(self, timeout_s: float) -> Noise:
@@ -350,7 +351,7 @@ METHOD = "script process pairs"
 
 
 def script_method(pairs: int) -> str:
-    """A script-mode trial's ``TrialResult.method``, with the process pairs it ran."""
+    """A script-mode trial's ``TrialResult.method``, with the process pairs it ran (``costs`` reads it)."""
     return f"{METHOD} ({pairs})"
 
 

@@ -1,14 +1,15 @@
 """The search: an Optuna study of real, short training runs, within a time budget.
 
 Imports point one way: ``driver`` (the search: open the study, seed it, run the loop, confirm, choose the
-recipe) uses ``seeds``, ``loop``, ``confirm`` and ``choice``; they use ``budget``, ``events`` (what the search
-tells its caller), ``records`` (what is stored in the study, and how it is read back), ``oom_limits``,
-``options`` and ``significance`` (the noise rule). ``summaries`` reads stored studies for the CLI's views.
-Candidates are measured through ``autotune.measure``'s ``PairedMeasurer``; nothing here imports the CLI.
+recipe) uses ``seeds``, ``loop``, ``confirm`` and ``choice``; they use ``budget`` (the search's time, ``Budget``:
+its one clock, and how it is spent), ``events`` (what the search tells its caller), ``records`` (what is stored in
+the study, and how it is read back), ``oom_limits``, ``options`` and ``significance`` (the noise rule).
+``summaries`` reads stored studies for the CLI's views. Candidates are measured through ``autotune.measure``'s
+``PairedMeasurer`` base class; nothing here imports the CLI.
 """
 from __future__ import annotations
 
-from .budget import parse_duration
+from .budget import Budget, parse_duration
 from .choice import choose_recipe
 from .driver import run_settings, search, search_context
 from .options import SearchOptions, check_options
@@ -16,6 +17,7 @@ from .records import SearchOutcome
 from .script_mode import search_script
 
 __all__ = [
+    "Budget",
     "SearchOptions",
     "SearchOutcome",
     "check_options",

@@ -13,15 +13,24 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Callable, Container, Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
-from ..measure import PROCESS_PAIRS, Noise, environment_key, first_pairs
-from ..measure.candidate import paired_method
-from ..measure.script_pairs import CALIBRATION_PAIRS, METHOD
-from ..measure.sizing import LEAST_PAIRS, WINDOWS
+from ..measure import (
+    IN_PROCESS_METHODS,
+    PROCESS_PAIRS,
+    STARTED_S,
+    Noise,
+    environment_key,
+    first_pairs,
+    first_rounds_s,
+    own_copies,
+    paired_method,
+)
+from ..measure import round_parts as measured_round_parts
 from ..trial.spec import Status, TrialResult
 from .records import BASELINE, CONFIRM, Attr, StudyAttr, contenders, lineup, records, study_margin
 
@@ -31,11 +40,41 @@ if TYPE_CHECKING:
     from .options import SearchOptions
 
 _PART = re.compile(r"(\d+(?:\.\d+)?)([hms])")
-_SCRIPT_PAIRS = re.compile(re.escape(METHOD) + r" \((\d+)\)")  # ``script_pairs.script_method``'s
-_CUT_FACTOR = re.compile(r"environment factor from (\d+) process pair")  # ``LiveMeasurer._factor``'s warning
 _UNIT = {"h": 3600.0, "m": 60.0, "s": 1.0}
-IN_PROCESS_METHODS = ("in-process pairs", "process pairs x in-process pairs")  # ``LiveMeasurer._end``'s
-STARTED_S = 1.0  # a candidate's start-up longer than this started a process (Python and torch: 1.5 s at least)
+
+
+@dataclass
+class Budget:
+    """A search's time, the one clock its modules read: ``clock`` (monotonic seconds: ``time.monotonic``, or a
+    replay's, which adds the recorded time of what it answered), when the search began (``started``) and its
+    ``deadline`` (infinite without a budget). Built once (``start``) and shared by the loop, the guard and the
+    confirmation; what is kept for the confirmation is priced from the study (``reserve_s``)."""
+
+    deadline: float
+    clock: Callable[[], float] = time.monotonic
+    started: float = 0.0
+
+    @classmethod
+    def start(cls, budget_s: float | None, clock: Callable[[], float] = time.monotonic) -> Budget:
+        """A search that begins now with ``budget_s`` seconds (None: no time limit)."""
+        now = clock()
+        return cls(now + budget_s if budget_s else math.inf, clock, now)
+
+    def now(self) -> float:
+        return self.clock()
+
+    def left(self, deadline: float | None = None) -> float:
+        """Seconds until ``deadline`` (default: the search's)."""
+        return (self.deadline if deadline is None else deadline) - self.clock()
+
+    def spent(self) -> float:
+        """Seconds since the search began."""
+        return self.clock() - self.started
+
+    @staticmethod
+    def wall() -> float:
+        """The wall clock, comparable between the workers of a study on several hosts (not the budget's)."""
+        return time.time()
 
 
 def parse_duration(text: str) -> float:
@@ -82,24 +121,10 @@ def _median_wall_s(study: optuna.Study, keep: Callable[[dict[str, Any]], bool]) 
 
 
 def _first_rounds_s(study: optuna.Study) -> float | None:
-    """A first round of pairs at the calibration's window length, twice over; None without a calibration. Script
-    mode's first round is ``LEAST_PAIRS`` fresh process pairs, each started as the A/A's were: read as windows
-    alone, a GPU machine's script (copies that took 25 s a pair to start) began a candidate with 21 s left, which
-    ran out before its copies' first steps and was told as a fault of the defaults' copy."""
+    """A candidate's trial before any was measured, from the study's calibration (``measure.first_rounds_s``); None
+    without a calibration."""
     noise = recorded_noise(study)
-    if noise is None:
-        return None
-    if noise.round_pairs and noise.aa_pairs:  # script mode's (``ScriptMeasurer``: its A/A is CALIBRATION_PAIRS)
-        return LEAST_PAIRS * _script_pair_s(noise.wall_s, noise.timed_s, CALIBRATION_PAIRS, noise.aa_pairs,
-                                            noise.pairs)
-    return 2 * (2 * first_pairs(noise.pairs) * noise.window_s)
-
-
-def _script_pair_s(wall_s: float, timed_s: float, ran: int, window_pairs: int, a_pair: int) -> float:
-    """One script-mode process pair of ``a_pair`` window pairs, priced from ``ran`` measured pairs of
-    ``window_pairs`` window pairs in all (``wall_s``, ``timed_s`` of it in windows): its copies' start, as theirs,
-    and the window pairs it runs now."""
-    return max(0.0, wall_s - timed_s) / ran + a_pair * timed_s / max(1, window_pairs)
+    return None if noise is None else first_rounds_s(noise)
 
 
 def started_estimate_s(study: optuna.Study) -> float | None:
@@ -171,47 +196,10 @@ def round_s(result: TrialResult, noise: Noise | None, options: SearchOptions, ro
 
 def round_parts(result: TrialResult, noise: Noise | None, options: SearchOptions, round_: int) -> tuple[float, float]:
     """Round ``round_`` of confirming the recipe measured by ``result``: (its own time, the time its environment
-    spends on the round whichever candidates of it are confirmed). Its own: its in-process pairs' windows (two a
-    pair, at the calibration's length, 10% over for whole steps), and for a recipe of the defaults' environment
-    its time outside windows in the search once more (its arm built, evaluation); a recipe that IS its
-    environment (method ``process pairs``) has none: its environment's process pair is its measurement. Its
-    environment's: for the defaults', a worker's start, as the calibration's (its time outside windows: a worker
-    started, its arms built and settled); for another, one fresh process pair (``LiveMeasurer.reseed``), whose
-    environment side goes on as the round's worker (``LiveMeasurer._factor``), which costs what the trial's pairs
-    did, at least a worker's start and the pair's windows; a factor the search cut
-    short for time is completed in round 0, counted as ``PROCESS_PAIRS[0]`` pairs (completing it costs those,
-    not the fewer pairs the search ran). Recipes of one environment share its part in a round (``reserve_s``).
-
-    Where the calibration recorded its worker's start (``Noise.start_s``), a worker's start is that, and a
-    recipe's own time outside windows is its arm's build and warm-up (``warmup_s``): a round evaluates no loss and
-    profiles nothing. Counted from the calibration's and the trial's whole time outside windows (the A/A's second
-    arm, the defaults' 2-s profile, the candidate's loss and profile), a 2-minute CNN search kept 54 s for three
-    rounds that took 24 s, and stopped exploring at 45 s."""
-    outside = max(0.0, result.wall_s - (result.timed_s or 0.0))
-    if noise is None:
-        return result.wall_s, 0.0
-    windows = 2 * confirmation_pairs(noise, options) * noise.window_s * 1.1
-    if noise.start_s is not None:  # a worker started and its defaults' arm built and settled, as measured
-        start, arm = noise.start_s, result.warmup_s or 0.0
-    else:  # a study calibrated before ``start_s`` was recorded
-        start, arm = max(0.0, noise.wall_s - noise.timed_s), outside
-    method = result.method or ""
-    script = _SCRIPT_PAIRS.fullmatch(method)
-    if script:  # script mode: a round is fresh process pairs of copies, each started as the trial's were
-        # and running the window pairs a pair has now (``Noise.pairs``: the rounds were resized since, or not)
-        ran, a_pair = max(1, int(script.group(1))), max(1, noise.pairs)
-        pair_s = _script_pair_s(result.wall_s, result.timed_s or 0.0, ran, result.pairs or ran * WINDOWS, a_pair)
-        return pair_s * max(LEAST_PAIRS, -(-confirmation_pairs(noise, options) // a_pair)), 0.0
-    if method not in ("process pairs", "process pairs x in-process pairs"):  # ``LiveMeasurer._end``'s
-        return windows + arm, start
-    pair = start + 2 * first_pairs(noise.pairs) * noise.window_s  # ``LiveMeasurer._factor``'s windows
-    # The process pairs the trial ran: all its pairs when the factor was its whole measurement, else at least
-    # the fewest (a factor cut short for time says so in a warning and is counted from it).
-    ran = (result.pairs or 1) if method == "process pairs" else PROCESS_PAIRS[0]
-    cut = [int(m.group(1)) for w in result.warnings if (m := _CUT_FACTOR.search(w))]
-    per_pair = max(pair, outside / max(1, min([ran, *cut])))
-    own = 0.0 if method == "process pairs" else windows
-    return own, per_pair * (PROCESS_PAIRS[0] if cut and round_ == 0 else 1)  # its last pair's worker goes on
+    spends on the round whichever candidates of it are confirmed), at ``confirmation_pairs`` window pairs a round
+    (``measure.round_parts``, which reads the result as its measurer wrote it)."""
+    pairs = confirmation_pairs(noise, options) if noise is not None else 0
+    return measured_round_parts(result, noise, pairs, round_)
 
 
 def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | None, *,
@@ -260,7 +248,7 @@ def floors(study: optuna.Study) -> dict[str, float]:
     kept 86 s for three rounds that took 53 s, and the search stopped exploring at 62 s)."""
     found: dict[str, float] = {}
     for r in records(study):
-        if r.role == CONFIRM or r.result.status != Status.OK or (r.result.method or "").startswith(METHOD):
+        if r.role == CONFIRM or r.result.status != Status.OK or own_copies(r.result):
             continue
         key = environment_key(r.params)
         if r.role == BASELINE:
@@ -325,6 +313,6 @@ def _seconds(value: float) -> str:
     return "none yet" if math.isinf(value) else f"{value:.0f} s"
 
 
-__all__ = ["confirm_s", "confirmation_pairs", "estimate_s", "first_process_pairs_s", "floors", "in_process_estimate_s",
-           "parse_duration", "racing_reserve_s", "reserve_s", "round_parts", "round_s", "started_estimate_s",
-           "timeout_s"]
+__all__ = ["Budget", "confirm_s", "confirmation_pairs", "estimate_s", "first_process_pairs_s", "floors",
+           "in_process_estimate_s", "parse_duration", "racing_reserve_s", "reserve_s", "round_parts", "round_s",
+           "started_estimate_s", "timeout_s"]

@@ -27,7 +27,6 @@ candidate wrongly is at most ``1 - CONFIDENCE`` (``_race``).
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -72,7 +71,7 @@ def confirm(loop: SearchLoop) -> Confirmation | None:
     baseline, top = lineup(loop.study, options.confirm_top)
     if baseline is None:
         return None  # the search checks for a baseline before it confirms
-    started = time.monotonic()
+    started = loop.budget.now()
     rounds = Rounds(loop, top, _earlier(loop.study), max(1, options.confirm_rounds))
     note = None if top else "no feasible recipe besides the defaults could be faster by the margin: nothing to confirm"
     # A continued study whose trials were all measured before: this search's workers were never calibrated.
@@ -83,7 +82,7 @@ def confirm(loop: SearchLoop) -> Confirmation | None:
                        key=lambda c: (c.failed is not None, c.confirmed is None, -c.median))
     margin = loop.noise.margin if loop.noise is not None else MIN_MARGIN
     return Confirmation(Candidate(baseline.number, baseline.role, baseline.params, 1.0, baseline.result),
-                        tuple(confirmed), rounds.note(note), rounds.made, time.monotonic() - started, margin)
+                        tuple(confirmed), rounds.note(note), rounds.made, loop.budget.now() - started, margin)
 
 
 class Rounds:
@@ -107,7 +106,6 @@ class Rounds:
         return any((params_key(e.params), r) not in self.done for e in self.top for r in range(self.count))
 
     def run(self) -> None:
-        reseed = getattr(self.loop.measurer, "reseed", None)  # fresh workers, window orders (and factors)
         for round_ in range(self.count):
             # A candidate whose confirmation failed in an earlier round is out of the contest: not measured again.
             alive = [e for e in self.top if params_key(e.params) not in self.left_out
@@ -115,8 +113,8 @@ class Rounds:
             raced = _race(alive, self.done, round_, self.count, self.outpaced)
             self.left_out.update(params_key(e.params) for e in alive if e not in raced)  # out of every later round
             missing = [e for e in raced if (params_key(e.params), round_) not in self.done]
-            if reseed is not None and missing:
-                reseed(self.loop.options.seed + 7919 + round_)  # one more fresh process pair a factor, each round
+            if missing:  # fresh workers, window orders, and one more fresh process pair a factor, each round
+                self.loop.measurer.reseed(self.loop.options.seed + 7919 + round_)
             for entry in missing:
                 self.measure(entry, round_, raced)
 
@@ -126,13 +124,13 @@ class Rounds:
         loop = self.loop
         ahead = alive[:alive.index(entry)]
         needed = self.needed_s([(entry, round_), *((e, r) for e in ahead for r in range(round_ + 1, self.count))])
-        if loop.deadline - time.monotonic() < max(1.0, needed):
+        if loop.budget.left() < max(1.0, needed):
             self.left_out.add(params_key(entry.params))
             self.cut.append(f"trial {entry.number} from round {round_ + 1} of {self.count} on")
             return
         with host_lock():
             trial = new_trial(loop, entry.number, round_)
-            remaining = loop.deadline - time.monotonic()
+            remaining = loop.budget.left()
             # its own limit, from its measured times: a round stopped there stopped answering; one the budget's end
             # stopped before it is cut (``budget.judged``), and the rounds that completed decide
             limit = max(60.0, 3 * budget.round_s(entry.result, loop.noise, loop.options, round_),

@@ -12,7 +12,6 @@ import logging
 import math
 import os
 import subprocess
-import time
 import warnings
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
@@ -20,15 +19,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from .. import probes
 from .. import search_spaces as spaces
 from ..errors import HardwareMismatchError, TrialError, UsageError
-from ..measure import PairedMeasurer, stats
-from ..measure.measurer import told_apart
+from ..measure import PairedMeasurer, told_apart
 from ..probes import outdated_fingerprint
 from ..recipe import search_command
 from ..store import RecipeStore, check_storage_url, create_schema, storage_errors, use_wal
 from ..trial.spec import Status
 from ..workloads import Workload, call_user, load_workload
 from . import roofline
-from .budget import parse_duration
+from .budget import Budget, parse_duration
 from .choice import choose_recipe, time_spent
 from .confirm import confirm
 from .events import Progress, SearchDone, SearchStarted, ignore
@@ -279,16 +277,18 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
            budget: str | float | None = None, trials: int | None = None,
            measurer: PairedMeasurer | None = None, facts: Facts | None = None,
            measured: probes.Measured | None = None, ctx: spaces.SpaceContext | None = None,
-           stem: str | None = None, attrs: dict[str, Any] | None = None) -> SearchOutcome:
+           stem: str | None = None, attrs: dict[str, Any] | None = None,
+           timing: Budget | None = None) -> SearchOutcome:
     """Search the knobs for ``workload`` and store the best recipe; ``progress`` receives the events
     of ``autotune.study.events``. ``measurer`` measures the trials (default: the live paired workers,
     ``autotune.measure.live.LiveMeasurer``; a replayed grid plugs in here); the search closes it.
     ``facts``: the machine whose space is searched (default: this one, probed now; a replayed grid's
     is the machine that recorded it). ``measured``: its kernels' measured speeds, which order and drop the
-    precision seeds (default: the measurer's ``measured`` where it has one, a replayed grid's; else this
-    machine's, ``probes.measured``, cached). ``ctx`` and ``stem``: the space's context and the default study name's
-    stem where ``workload`` names no workload factory (script mode, ``study.script_mode``); ``attrs``: user
-    attributes set on the study once it is open.
+    precision seeds (default: this machine's, ``probes.measured``, cached, where the measurer's are this
+    machine's, ``machine_speeds``; none for a replayed grid's). ``ctx`` and ``stem``: the space's context and the
+    default study name's stem where ``workload`` names no workload factory (script mode, ``study.script_mode``);
+    ``attrs``: user attributes set on the study once it is open. ``timing``: the search's time, begun before
+    (script mode's, at its first copy) or on another clock (a replay's); default: ``options.budget_s`` from now.
 
     >>> outcome = search("tiny", budget="60s")          # doctest: +SKIP
     >>> outcome.recipe.speedup                           # doctest: +SKIP
@@ -299,8 +299,8 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
     if trials is not None:
         options = replace(options, trials=trials)
     check_options(options)
-    started = time.monotonic()
-    deadline = started + options.budget_s if options.budget_s else float("inf")
+    timing = timing or Budget.start(options.budget_s)
+    started = timing.now()
     notify = progress or ignore
 
     facts = facts or probes.probe()
@@ -314,13 +314,12 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
     run = run_settings(ctx, options)
     notify(SearchStarted(name, facts, ctx, options.budget_s, not created, {**spaces.defaults(facts, ctx), **run}))
     if measured is None:
-        measured = getattr(measurer, "measured", None) if hasattr(measurer, "measured") else \
-            _measured(facts, ctx.device)
+        measured = _measured(facts, ctx.device) if measurer is None or measurer.machine_speeds else None
     roofline.record(study, wl, _limits(measurer, facts, ctx.device))
     skipped = not_seeded(facts, ctx, measured)
     if skipped:
         study.set_user_attr(StudyAttr.NOT_SEEDED, skipped)
-    loop = SearchLoop(study, workload, facts, ctx, run, options, deadline, notify,
+    loop = SearchLoop(study, workload, facts, ctx, run, options, timing, notify,
                       seeds=seeds(facts, ctx, options, workload, measured, fresh_processes=fresh_processes(measurer)),
                       measurer=measurer)
     try:
@@ -342,7 +341,7 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
     noise = searched_noise(study.user_attrs.get(StudyAttr.NOISE), loop, confirmation, best)
     if noise is not None:  # the report reads it: without, it said "between fresh processes not measured"
         study.set_user_attr(StudyAttr.NOISE, noise)
-    outcome = SearchOutcome(name, recipe, baseline, best, records, stopped, time.monotonic() - started, confirmation,
+    outcome = SearchOutcome(name, recipe, baseline, best, records, stopped, timing.now() - started, confirmation,
                             noise, time_spent(records))
     notify(SearchDone(outcome))
     return outcome
@@ -359,11 +358,12 @@ def _measured(facts: Facts, device: str) -> probes.Measured | None:
 
 
 def _limits(measurer: PairedMeasurer | None, facts: Facts, device: str) -> probes.Limits | None:
-    """The searched machine's limits: a replayed grid's (its measurer's ``limits``), else this machine's (its
+    """The searched machine's limits: none where its measurer's are not this machine's (``machine_limits``: a
+    replayed grid's, a script's), else this machine's (its
     first GPU's on ``cuda``), measured once and cached, where ``facts`` are this process's CPUs (not a recorded
     tree's, nor facts made up for another machine)."""
-    if hasattr(measurer, "limits"):
-        return getattr(measurer, "limits")  # noqa: B009 - not every PairedMeasurer has one
+    if measurer is not None and not measurer.machine_limits:
+        return None
     here = facts.root is None and facts.cpu.allowed.threads == len(os.sched_getaffinity(0))
     if not here:
         return None
@@ -381,7 +381,7 @@ def searched_noise(noise: dict[str, Any] | None, loop: SearchLoop, confirmation:
     apart: the narrowest confirmed interval's, or without a confirmation the chosen trial's."""
     if noise is None:
         return None
-    between = stats.pooled_log_sd(list(getattr(loop.measurer, "factor_ratios", {}).values()))
+    between = loop.measurer.between()
     if between is not None:
         noise = {**noise, "between": between[0], "between_pairs": between[1]}
     widths = [(c.low, c.high, f"trial {c.number}'s confirmed interval") for c in

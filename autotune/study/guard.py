@@ -24,8 +24,7 @@ several processes (ranks average their gradients) is left to the first look, and
 from __future__ import annotations
 
 import math
-import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import TrialError
 from ..trial.spec import Status, TrialResult
@@ -35,8 +34,8 @@ from .records import StudyAttr, params_key
 if TYPE_CHECKING:
     import optuna
 
-    from ..measure import Noise
-    from ..measure.protocol import ArmStatus
+    from ..measure import LossReading, Noise, PairedMeasurer
+    from .budget import Budget
     from .options import SearchOptions
 
 SPREAD_SEEDS = 2  # training seeds besides the search's own that the defaults' loss is taken at
@@ -66,12 +65,12 @@ def spread(losses: list[float]) -> float:
 
 class Guard:
     """The quality guard of one search: the first look (``verdict.quality``), and the second where it is near
-    the limit. ``measurer``: a ``PairedMeasurer`` with ``losses`` (``LiveMeasurer.losses``); without it there
-    is no second look. The verdicts of second looks are kept by recipe for the search's later looks at it."""
+    the limit. ``measurer``: its second look takes ``losses`` where the measurer can (``second_look``); else
+    there is none. The verdicts of second looks are kept by recipe for the search's later looks at it."""
 
-    def __init__(self, study: optuna.Study, options: SearchOptions, measurer: Any, seed: int,
-                 on_phase: Any = None) -> None:
-        self.study, self.options, self.measurer, self.seed = study, options, measurer, seed
+    def __init__(self, study: optuna.Study, options: SearchOptions, measurer: PairedMeasurer, budget: Budget,
+                 seed: int, on_phase: Any = None) -> None:
+        self.study, self.options, self.measurer, self.budget, self.seed = study, options, measurer, budget, seed
         self.on_phase = on_phase or (lambda name, detail: None)
         self.second: dict[str, tuple[float, str | None, str]] = {}
 
@@ -92,15 +91,15 @@ class Guard:
     def verdict(self, params: dict[str, Any], loss: float, deadline: float) -> tuple[float, str | None, str | None]:
         """``(increase, why it is rejected or None, what the second look found or None)`` for ``loss``; the second
         look takes a minute of the budget at most, and never past ``deadline``."""
-        deadline = min(deadline, time.monotonic() + 60.0)
+        deadline = min(deadline, self.budget.now() + 60.0)
         tolerance = self.options.max_loss_increase
         increase, reason = verdict.quality(self.study, self.options, loss)
         key = params_key(params)
         if key in self.second:
             return self.second[key]
-        if not near_limit(increase, tolerance) or getattr(self.measurer, "losses", None) is None:
+        if not near_limit(increase, tolerance) or not self.measurer.second_look:
             return increase, reason, None
-        if deadline - time.monotonic() < MIN_LOOK_S:
+        if self.budget.left(deadline) < MIN_LOOK_S:
             return increase, reason, "too little time left to take the defaults' loss at other seeds"
         try:
             seeds = self._spread(deadline)
@@ -125,9 +124,8 @@ class Guard:
             return recorded
         seeds = [self.seed + k for k in range(SPREAD_SEEDS + 1)]
         self.on_phase("quality guard", f"the defaults' loss at seeds {', '.join(map(str, seeds))}")
-        defaults = getattr(self.measurer, "defaults", {})
-        statuses = self.measurer.losses([(defaults, s) for s in seeds], max(1.0, deadline - time.monotonic()),
-                                        wide=True)
+        statuses = self.measurer.losses([(self.measurer.defaults, s) for s in seeds],
+                                        max(1.0, self.budget.left(deadline)), wide=True)
         failed = _failure(statuses)
         if failed is not None:
             raise TrialError(failed)
@@ -151,14 +149,15 @@ class Guard:
         self.on_phase("quality guard", f"the recipe's loss at seeds {', '.join(map(str, seeds['seeds']))}")
         try:
             statuses = self.measurer.losses([(params, s) for s in seeds["seeds"]],
-                                             max(1.0, deadline - time.monotonic()), wide=wide)
+                                             max(1.0, self.budget.left(deadline)), wide=wide)
             why = _failure(statuses)
         except TrialError as e:
             statuses, why = [], str(e)
         if why is not None:
             return (verdict.UNBOUNDED, f"{CANNOT_RESOLVE} +{tolerance:.0%} limit on this "
                     f"workload ({said}), and this recipe's loss at those seeds could not be taken: {why}", said)
-        losses = [s.wide_loss if wide else s.loss for s in statuses]
+        # each took its loss (``_failure``); the wide one, as the defaults' did (``wide``)
+        losses = cast("list[float]", [s.wide_loss if wide else s.loss for s in statuses])
         increases = [verdict.relative_increase(loss, b) for loss, b in zip(losses, base, strict=True)]
         each = ", ".join(f"{i:+.1%}" if i < verdict.UNBOUNDED else "unbounded" for i in increases)
         said += f"; this recipe's loss against the defaults' at each seed, over {over}: {each}"
@@ -170,7 +169,7 @@ class Guard:
         return max(increases), f"{CANNOT_RESOLVE} +{tolerance:.0%} limit on this workload: {said}", said
 
 
-def _failure(statuses: list[ArmStatus]) -> str | None:
+def _failure(statuses: list[LossReading]) -> str | None:
     """Why the first arm of ``statuses`` that took no loss failed, or None when every one took its loss."""
     failed = next((s for s in statuses if s.state != "ok" or s.loss is None), None)
     return None if failed is None else f"arm {failed.arm}: {failed.state} {failed.error or ''}".strip()

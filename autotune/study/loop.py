@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +30,7 @@ from ..measure import Interval, Noise, PairedMeasurer, environment_key, first_pa
 from ..trial.lock import host_lock, owner
 from ..trial.spec import Status, TrialResult
 from . import budget, oom_limits, verdict
+from .budget import Budget
 from .events import Phase, Progress, TrialStarted
 from .guard import Guard
 from .liveness import fail_orphans, heartbeat
@@ -65,11 +65,11 @@ class SearchLoop(Turns):
 
     def __init__(
         self, study: optuna.Study, workload: str, facts: Facts, ctx: spaces.SpaceContext,
-        run_settings: dict[str, Any], options: SearchOptions, deadline: float, notify: Progress,
+        run_settings: dict[str, Any], options: SearchOptions, budget: Budget, notify: Progress,
         seeds: list[Seed] | None = None, measurer: PairedMeasurer | None = None,
     ) -> None:
         self.study, self.workload, self.facts, self.ctx = study, workload, facts, ctx
-        self.run_settings, self.options, self.deadline, self.notify = run_settings, options, deadline, notify
+        self.run_settings, self.options, self.budget, self.notify = run_settings, options, budget, notify
         self.seeds = seeds or []  # (role, params) measured first, in order (``autotune.study.seeds``)
         self.defaults = {**spaces.defaults(facts, ctx), **run_settings}  # the baseline's params
         self.current: int | None = None  # the trial being measured, for the phase events
@@ -79,7 +79,7 @@ class SearchLoop(Turns):
             measurer = LiveMeasurer(workload, self.defaults, facts, options.settings, seed=options.seed,
                                     on_phase=self.phase, busy=options.busy_limit)
         self.measurer = measurer
-        self.guard = Guard(study, options, measurer, options.settings.seed, self.phase)
+        self.guard = Guard(study, options, measurer, budget, options.settings.seed, self.phase)
         self.noise: Noise | None = None
         self.baseline_error: str | None = None
         self.duplicates = 0  # consecutive samples of a recipe measured before (``_measured_before``)
@@ -108,14 +108,14 @@ class SearchLoop(Turns):
         while True:
             if self.options.trials is not None and self.measured() >= self.options.trials:
                 return "trials"
-            if self.deadline - time.monotonic() <= 1:
+            if self.budget.left() <= 1:
                 return "budget"
             with host_lock():
                 if self.options.trials is not None and self.measured() >= self.options.trials:
                     return "trials"  # reached by another worker while this one waited for the lock
                 if not self.calibrated():
                     return "baseline failed"
-                remaining, estimate = self.deadline - time.monotonic(), self.next_estimate_s()
+                remaining, estimate = self.budget.left(), self.next_estimate_s()
                 available = remaining - self.reserve_s(estimate) if estimate is not None else remaining
                 if remaining <= 1 or (estimate is not None and available < estimate and not self.fill(available)):
                     self._no_candidate(remaining, estimate)
@@ -140,7 +140,7 @@ class SearchLoop(Turns):
         if self.noise is not None or not _has_baseline(self.study):
             return True
         try:
-            self.calibrate(self.deadline - time.monotonic())
+            self.calibrate(self.budget.left())
         except TrialError as e:
             self.baseline_error = f"the calibration failed: {e}"
             return False
@@ -162,15 +162,15 @@ class SearchLoop(Turns):
     def _follow_noise(self) -> None:
         """A measurer that sizes its rounds from what its trials measured (script mode's) changed its noise: the
         budget and the confirmation read the new one (``Noise.round_pairs``)."""
-        noise = getattr(self.measurer, "noise", None)
-        if isinstance(noise, Noise) and self.noise is not None and noise != self.noise:
+        noise = self.measurer.noise
+        if noise is not None and self.noise is not None and noise != self.noise:
             self.noise = noise
             self.study.set_user_attr(StudyAttr.NOISE, asdict(noise))
 
     def _factors(self) -> dict[str, Interval]:
-        """The measurer's environment factors by environment (``LiveMeasurer.factors``; empty for another)."""
-        factors = getattr(self.measurer, "factors", None)
-        return factors if isinstance(factors, dict) else {}
+        """The measurer's environment factors by environment, where it keeps them (``PairedMeasurer.factors``); else
+        none."""
+        return self.measurer.factors if self.measurer.keeps_factors else {}
 
     def _next(self, skips: int, estimate: float | None) -> tuple[str | None, int, TrialResult | None, str]:
         """Ask the next trial and measure it (the host lock held); a batch size known to run out of memory
@@ -203,7 +203,7 @@ class SearchLoop(Turns):
             self.duplicates = self.duplicates + 1 if same is not None else 0
             return ("space" if skips + 1 >= MAX_SKIPS else None), skips + 1, None, role
         self.duplicates = 0
-        remaining = self.deadline - time.monotonic()  # the lock may have been waited for
+        remaining = self.budget.left()  # the lock may have been waited for
         timeout = max(1.0, min(remaining, self.timeout_s(params, remaining, estimate)))
         own = budget.own_limit_s(self.study, self.options, params, estimate)
         result = self.run_one(trial, role, params, timeout, own_s=own)
@@ -241,17 +241,17 @@ class SearchLoop(Turns):
         (``budget.judged``)."""
         self.notify(TrialStarted(trial.number, role, params))
         self.current = trial.number
-        trial.set_user_attr(Attr.RUN_STARTED, time.time())  # wall clock: comparable between workers
+        trial.set_user_attr(Attr.RUN_STARTED, self.budget.wall())  # wall clock: comparable between workers
         try:
             with heartbeat(self.study, trial):
-                result, why = self._measure(role, params, time.monotonic() + timeout)
+                result, why = self._measure(role, params, self.budget.now() + timeout)
             if own_s is not None:
                 result = budget.judged(result, timeout, own_s)
         except KeyboardInterrupt:
-            trial.set_user_attr(Attr.RUN_ENDED, time.time())
+            trial.set_user_attr(Attr.RUN_ENDED, self.budget.wall())
             self.record(trial, role, params, TrialResult(Status.INTERRUPTED, error="stopped by Ctrl-C"))
             raise
-        trial.set_user_attr(Attr.RUN_ENDED, time.time())
+        trial.set_user_attr(Attr.RUN_ENDED, self.budget.wall())
         if why:
             trial.set_user_attr(Attr.RACE, why)
         factor = self._factors().get(environment_key(params))
@@ -262,17 +262,17 @@ class SearchLoop(Turns):
 
     def _measure(self, role: str, params: dict[str, Any], deadline: float) -> tuple[TrialResult, str | None]:
         """The baseline: the calibration; a confirmation: a fixed number of fresh pairs; others race."""
-        started = time.monotonic()
+        started = self.budget.now()
         if role == BASELINE:
             try:
                 self.study.set_user_attr(StudyAttr.MEASURE, PAIRED)
-                self.calibrate(deadline - time.monotonic())
+                self.calibrate(self.budget.left(deadline))
             except TrialError as e:
                 return TrialResult(Status.CRASH, error=f"the calibration failed: {e}"), None
         noise = self.noise
         if noise is None:
             return TrialResult(Status.CRASH, error="no calibration: the baseline did not complete"), None
-        handle = self.measurer.begin(params, max(1.0, deadline - time.monotonic()))
+        handle = self.measurer.begin(params, max(1.0, self.budget.left(deadline)))
         if isinstance(handle, TrialResult):
             return handle, None
         if role == BASELINE:
@@ -281,8 +281,7 @@ class SearchLoop(Turns):
             pairs = budget.confirmation_pairs(noise, self.options)
             self.phase("confirming", f"{pairs // noise.pairs} fresh process pairs of {noise.pairs} window pairs"
                        if noise.round_pairs else f"{pairs} fresh pairs in fresh processes")
-            self.measurer.more(handle, pairs, max(1.0, deadline - time.monotonic()))
-            return self.measurer.end(handle), None
+            return self.measurer.confirm(handle, pairs, max(1.0, self.budget.left(deadline))), None
         return self._race(handle, noise, deadline, params, started)
 
     def _race(self, handle: object, noise: Noise, deadline: float, params: dict[str, Any],
@@ -295,9 +294,9 @@ class SearchLoop(Turns):
         used, why = 0, None
         while why is None:
             n = first if used == 0 else min(first, cap - used)
-            now, limit = time.monotonic(), deadline
+            now, limit = self.budget.now(), deadline
             if used:
-                limit = min(deadline, self.deadline - budget.racing_reserve_s(
+                limit = min(deadline, self.budget.deadline - budget.racing_reserve_s(
                     self.study, self.options, params, self.defaults, wall_s=now - started,
                     timed_s=2 * used * noise.window_s))
             if used and limit - now < 3 * n * noise.window_s:  # two windows a pair, and the evaluation after
@@ -309,25 +308,27 @@ class SearchLoop(Turns):
             why = (self._over_guard(handle, params) or self._not_in_effect(handle, params)
                    or race_stop(interval, noise, incumbent, used, cap))
         if why == SLOWER:  # it cannot be the recipe: no training to the guard's samples
-            getattr(self.measurer, "skip_loss", lambda handle: None)(handle)
+            self.measurer.skip_loss(handle)
         return self.measurer.end(handle), why
 
     def _over_guard(self, handle: object, params: dict[str, Any]) -> str | None:
         """Why the quality guard will reject the candidate, once its loss is known (a measurer's ``loss``), or
         None: it cannot be the recipe, so no more pairs."""
-        loss = getattr(self.measurer, "loss", lambda handle: None)(handle)
-        return None if loss is None or not math.isfinite(loss) else self.guard.verdict(params, loss, self.deadline)[1]
+        loss = self.measurer.loss(handle)
+        if loss is None or not math.isfinite(loss):
+            return None
+        return self.guard.verdict(params, loss, self.budget.deadline)[1]
 
     def _not_in_effect(self, handle: object, params: dict[str, Any]) -> str | None:
         """The knobs the candidate's process reports not in effect (a measurer's ``in_effect``), or None: it
         measures another recipe than its own and is rejected as such (``verdict``), so no more pairs."""
-        in_effect = getattr(self.measurer, "in_effect", lambda handle: None)(handle)
+        in_effect = self.measurer.in_effect(handle)
         return "; ".join(spaces.not_in_effect(params, in_effect or {})) or None
 
     def record(self, trial: optuna.Trial, role: str, params: dict[str, Any], result: TrialResult) -> None:
         """Store the trial's result and constraints and tell Optuna its value (or state)."""
         self._follow_noise()
-        guarded = None if role == BASELINE else self.guard.of_result(params, result, self.noise, self.deadline)
+        guarded = None if role == BASELINE else self.guard.of_result(params, result, self.noise, self.budget.deadline)
         verdict.record(self.study, self.facts, self.options, trial, role, params, result, self.notify, guarded)
 
 

@@ -17,7 +17,6 @@ import logging
 import os
 import shutil
 import tempfile
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -26,7 +25,7 @@ from .. import search_spaces as spaces
 from ..errors import UsageError
 from ..recipe import SCRIPT_WORKLOAD
 from ..trial.runner import loss_samples
-from .budget import parse_duration
+from .budget import Budget, parse_duration
 from .driver import one_context_only, run_settings, search
 from .events import Phase, Progress, ignore
 from .options import SearchOptions, check_options
@@ -77,7 +76,7 @@ def search_script(argv: list[str], *, batch_size: int, options: SearchOptions | 
     new temporary folder); ``measuring``: ``ScriptMeasurer``'s options (``min_window_s``, ``start_limit_s``,
     ``stall_s``)."""
     from .. import probes
-    from ..measure.script_pairs import ScriptMeasurer, script_context
+    from ..measure import ScriptMeasurer, script_context
 
     if not argv:
         raise UsageError("script mode needs a command after --: autotune search -- python train.py")
@@ -102,7 +101,7 @@ def search_script(argv: list[str], *, batch_size: int, options: SearchOptions | 
     defaults = {**spaces.defaults(facts, ctx), **run_settings(ctx, options)}
     folder = folder or Path(tempfile.mkdtemp(prefix="autotune-script-"))
     notify(Phase("starting the script", None, "one copy with the defaults, to its first step"))
-    started = time.monotonic()
+    timing = Budget.start(options.budget_s)  # the budget holds the first copy's run too
     try:
         told = script_context(command, defaults, facts, folder / "context", os.environ,
                               min(CONTEXT_TIMEOUT_S, options.budget_s or CONTEXT_TIMEOUT_S))
@@ -114,8 +113,8 @@ def search_script(argv: list[str], *, batch_size: int, options: SearchOptions | 
     options = replace(options, fixed={**options.fixed, **held})
     for knob, why in told.owned.items():
         log.warning("%s: %s; left out of the search", knob, why)
-    if options.budget_s:  # the budget holds the first copy's run too
-        options = replace(options, budget_s=max(1.0, options.budget_s - (time.monotonic() - started)))
+    if options.budget_s:
+        options = replace(options, budget_s=max(1.0, options.budget_s - timing.spent()))
     defaults = {**spaces.defaults(facts, ctx), **run_settings(ctx, options)}
     measurer = ScriptMeasurer(
         command, defaults, facts, folder, workload=label,
@@ -123,4 +122,4 @@ def search_script(argv: list[str], *, batch_size: int, options: SearchOptions | 
         on_phase=lambda name, detail: notify(Phase(name, None, detail)), **measuring)
     stem = Path(label.removeprefix(SCRIPT_WORKLOAD)).stem
     return search(label, options=options, progress=progress, measurer=measurer, facts=facts, ctx=ctx, stem=stem,
-                  attrs={StudyAttr.SCRIPT_OWNS: told.owned})
+                  attrs={StudyAttr.SCRIPT_OWNS: told.owned}, timing=timing)

@@ -25,9 +25,10 @@ IN_PROCESS_WEIGHT = 2.0  # sampled trials that start no process get this many ti
 SAMPLED_SHARE = Fraction(1, 3)
 
 
-def fresh_processes(measurer: object) -> bool:
-    """Whether every trial ``measurer`` measures starts processes of its own (script mode's): none is cheaper."""
-    return bool(getattr(measurer, "fresh_processes", False))
+def fresh_processes(measurer: PairedMeasurer | None) -> bool:
+    """Whether every trial ``measurer`` measures starts processes of its own (script mode's): none is cheaper (the
+    live measurer's, None, does not)."""
+    return measurer is not None and measurer.fresh_processes
 
 
 class Turns:
@@ -193,9 +194,9 @@ class Turns:
         the run's settings, as its trial will measure them: without (``device`` is an environment key) every seed
         read as another environment's, was priced as process pairs and never filled the budget's end."""
         params = {**params, **self.run_settings}
-        warm = getattr(self.measurer, "warm", None)
+        warm = self.measurer.warm(params)
         if warm is not None:
-            return bool(warm(params))
+            return warm
         return not environment_differences(self.defaults, params) and spaces.processes.count(params) == 1
 
     def _waiting(self) -> list[optuna.trial.FrozenTrial]:

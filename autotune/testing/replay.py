@@ -38,16 +38,13 @@ import json
 import math
 import random
 import statistics
-import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import AutotuneError
-from ..measure import ENVIRONMENT_KEYS, Interval, Noise, combine, stats
+from ..measure import ENVIRONMENT_KEYS, Interval, Noise, PairedMeasurer, combine, stats
 from ..measure.candidate import round_factor
 from ..measure.process_pair import PROCESS_PAIRS
 from ..trial.spec import Status, TrialResult
@@ -211,18 +208,22 @@ def _value(params: dict[str, Any], key: str) -> Any:
     return params.get(key, params.get(RENAMED.get(key, key)))
 
 
-class ReplayMeasurer:
-    """A ``PairedMeasurer`` over a ``RecordedGrid`` (see the module docstring); ``seed``: the search's.
+class ReplayMeasurer(PairedMeasurer):
+    """A ``PairedMeasurer`` over a ``RecordedGrid`` (see the module docstring); ``seed``: the search's. The recording
+    machine's kernel speeds and matmul peaks are not in the grid: this one's do not apply (``machine_speeds``,
+    ``machine_limits``).
 
     As the live measurer (``autotune.measure.live.LiveMeasurer``): the defaults themselves are the baseline,
     whose speedup is the calibration's A/A; the defaults of another environment are their process-pair
     factor alone; ``reseed`` draws new orders (the confirmation's fresh pairs)."""
 
+    machine_speeds = False
+    machine_limits = False
+
     def __init__(self, grid: RecordedGrid, seed: int = 0, clock: ReplayClock | None = None) -> None:
+        PairedMeasurer.__init__(self, grid.defaults)
         self.grid, self.seed = grid, seed
         self.clock = clock  # charged the recorded time of what it answers, where given
-        self.measured = None  # the recording machine's kernel speeds are not in the grid: this one's do not apply
-        self.limits = None  # nor its matmul peaks
         self.begun: dict[tuple[Any, ...], int] = {}
         self.confirming = False  # after ``reseed``: the held-out half of every combination's measurements
 
@@ -329,8 +330,8 @@ _NOTHING = Interval(0.0, 0.0, 0.0, 0.0, 0)  # no pair yet: slower than anything 
 class ReplayClock:
     """The search's clock during a replay: real time plus the recorded time the replay charged for what it
     answered (``ReplayMeasurer.charge``), so a 2-minute replay runs out of budget where a 2-minute search would,
-    a knob that cost 100 s included. ``patched()`` puts it in place of the ``time`` module the search's
-    modules read ``monotonic()`` from."""
+    a knob that cost 100 s included. The search reads it through its budget:
+    ``search(..., timing=Budget.start(budget_s, clock.monotonic))``."""
 
     def __init__(self) -> None:
         self.charged = 0.0
@@ -340,23 +341,6 @@ class ReplayClock:
 
     def charge(self, seconds: float) -> None:
         self.charged += max(0.0, seconds)
-
-    def __getattr__(self, name: str) -> Any:  # the rest of the ``time`` module, as it is
-        return getattr(time, name)
-
-    @contextmanager
-    def patched(self) -> Iterator[ReplayClock]:
-        import autotune.study as study
-
-        modules = [m for name, m in sorted(sys.modules.items())
-                   if name.startswith(study.__name__ + ".") and getattr(m, "time", None) is time]
-        for module in modules:
-            module.time = self  # type: ignore[attr-defined]
-        try:
-            yield self
-        finally:
-            for module in modules:
-                module.time = time  # type: ignore[attr-defined]
 
 
 def _spread(ratios: list[float]) -> float | None:

@@ -14,7 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from autotune.study import Budget
+
 from ..conftest import _free_port, needs_module, run_cli
+from ..stubs import StubMeasurer
 from .conftest import DEFAULTS, add_study
 
 
@@ -86,7 +89,6 @@ def test_dashboard_of_an_unknown_study_names_those_there(storage: Path) -> None:
 def _loop_study(url: str, facts) -> None:
     """A study recorded by the real search loop (real Optuna, real SQLite); only the measurements are scripted:
     the baseline, a trial over the quality guard, one whose loss became NaN, one out of memory."""
-    import time
 
     from autotune.search_spaces import SpaceContext, defaults
     from autotune.study import SearchOptions
@@ -101,7 +103,7 @@ def _loop_study(url: str, facts) -> None:
               TrialResult("ok", samples_per_s=150.0, objective=1.5, speedup_low=1.4, speedup_high=1.6, loss=2.0),
               TrialResult("nan", error="the loss became nan"), TrialResult("oom", error="out of memory")]
 
-    class Scripted:  # a PairedMeasurer whose measurements are the script's
+    class Scripted(StubMeasurer):  # a PairedMeasurer whose measurements are the script's
         def calibrate(self, timeout_s):
             return Noise(window_s=0.3, pairs=8, half_width=0.03, margin=0.02, spread=0.04, aa=(1.0, 0.99, 1.01))
 
@@ -122,7 +124,7 @@ def _loop_study(url: str, facts) -> None:
     study = optuna.create_study(storage=url, study_name="loop", direction="maximize")
     options = SearchOptions(storage=url, trials=4, budget_s=None)
     loop = SearchLoop(study, "tiny", facts, ctx, {"device": "cpu", "reference_batch": 32}, options,
-                      deadline=time.monotonic() + 600, notify=lambda event: None,
+                      budget=Budget.start(600), notify=lambda event: None,
                       seeds=[("baseline", defaults(facts, ctx))], measurer=Scripted())
     assert loop.run() == "trials" and script == []
 

@@ -5,7 +5,9 @@ from typing import Any
 import pytest
 
 from autotune.errors import UsageError
-from autotune.study import parse_duration
+from autotune.study import Budget, parse_duration
+
+from ..stubs import StubMeasurer
 
 
 @pytest.mark.parametrize(
@@ -169,7 +171,6 @@ def test_a_script_modes_rounds_are_its_process_pairs_alone() -> None:
 
 def _script_loop(facts: Any, measurer: Any, options: Any, seconds: float) -> Any:
     """A SearchLoop of script mode over a measurer of noise alone, calibrated, ``seconds`` from its deadline."""
-    import time
 
     import optuna
 
@@ -177,7 +178,7 @@ def _script_loop(facts: Any, measurer: Any, options: Any, seconds: float) -> Any
     from autotune.study.loop import SearchLoop
 
     loop = SearchLoop(optuna.create_study(direction="maximize"), "script:train.py", facts,
-                      SpaceContext(default_batch_size=64), {}, options, deadline=time.monotonic() + seconds,
+                      SpaceContext(default_batch_size=64), {}, options, budget=Budget.start(seconds),
                       notify=lambda *a: None, measurer=measurer)
     loop.calibrate(60.0)
     return loop
@@ -205,7 +206,7 @@ def test_a_script_candidate_is_not_started_where_its_first_process_pairs_cannot_
     noise = Noise(window_s=0.5, pairs=6, half_width=0.03, margin=0.2, spread=0.4, aa=(1.0, 0.76, 1.33),
                   timed_s=20.0, wall_s=76.0, aa_pairs=18, round_pairs=24)
 
-    class Calibrated:
+    class Calibrated(StubMeasurer):
         fresh_processes = True
 
         def calibrate(self, timeout_s: float) -> Noise:
@@ -407,9 +408,11 @@ def test_the_rounds_a_measurer_resizes_are_the_ones_the_budget_keeps_time_for(fa
     from autotune.study.budget import recorded_noise, reserve_s
     from autotune.trial import TrialResult
 
-    class Resizing:
-        noise = Noise(window_s=0.5, pairs=6, half_width=0.03, margin=0.035, spread=0.1, aa=(1.0, 0.97, 1.03),
-                      timed_s=18.0, wall_s=27.0, round_pairs=12)
+    class Resizing(StubMeasurer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.noise = Noise(window_s=0.5, pairs=6, half_width=0.03, margin=0.035, spread=0.1,
+                               aa=(1.0, 0.97, 1.03), timed_s=18.0, wall_s=27.0, round_pairs=12)
 
         def calibrate(self, timeout_s: float) -> Noise:
             return self.noise

@@ -14,6 +14,7 @@ import pytest
 from autotune import search_spaces as spaces
 from autotune.measure import Noise
 from autotune.measure.stats import Interval
+from autotune.study import Budget
 from autotune.study.choice import choose_recipe
 from autotune.study.confirm import confirm
 from autotune.study.loop import SearchLoop
@@ -21,6 +22,8 @@ from autotune.study.options import SearchOptions
 from autotune.study.records import CONFIRM, params_key, records
 from autotune.testing.replay import ReplayClock
 from autotune.trial.spec import Status, TrialResult
+
+from ..stubs import StubMeasurer
 
 ROUND_S = 10.0  # what a confirmation round of the stubbed pair takes on the scripted clock
 
@@ -33,7 +36,7 @@ class Round:
 
 
 @dataclass
-class Stubbed:
+class Stubbed(StubMeasurer):
     """A measurer whose search trials are results at once (the first: the defaults), and whose confirmation rounds
     read ``rounds[trial][i]`` (a median, low, high; or a crash) after ``ROUND_S`` on the clock; a round of ``hang``
     never answers: the clock runs to its time limit and the worker's reply is the live measurer's timeout."""
@@ -45,6 +48,9 @@ class Stubbed:
     confirming: bool = False
     begun: dict[str, int] = field(default_factory=dict)
     names: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        StubMeasurer.__init__(self)
 
     def calibrate(self, timeout_s: float) -> Noise:
         return Noise(window_s=0.3, pairs=8, half_width=0.03, margin=0.02, spread=0.04, aa=(1.0, 0.99, 1.01))
@@ -92,13 +98,12 @@ def _search(tmp_path: Path, facts: Any, stub: Stubbed, budget_s: float, clock: R
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     study = optuna.create_study(storage=url, study_name="cut", direction="maximize")
     options = SearchOptions(storage=url, trials=3, budget_s=None, confirm_top=2, confirm_rounds=3)
-    with clock.patched():
-        loop = SearchLoop(study, "tiny", facts, ctx, run, options, deadline=clock.monotonic() + 1e6,
-                          notify=lambda event: None, seeds=seeds, measurer=stub)
-        assert loop.run() == "trials"
-        loop.deadline = clock.monotonic() + budget_s
-        confirmation = confirm(loop)
-        recipe = choose_recipe(study, "tiny", facts, "cut", confirmation)[0]
+    loop = SearchLoop(study, "tiny", facts, ctx, run, options, budget=Budget(clock.monotonic() + 1e6, clock.monotonic),
+                      notify=lambda event: None, seeds=seeds, measurer=stub)
+    assert loop.run() == "trials"
+    loop.budget.deadline = clock.monotonic() + budget_s
+    confirmation = confirm(loop)
+    recipe = choose_recipe(study, "tiny", facts, "cut", confirmation)[0]
     return recipe, records(study)
 
 

@@ -8,7 +8,6 @@ highest of the copies. The repeat is recorded as a duplicate and told PRUNED; th
 its samples only repeat."""
 from __future__ import annotations
 
-import time
 from dataclasses import asdict
 from typing import Any
 
@@ -18,12 +17,14 @@ import pytest
 from autotune import search_spaces as spaces
 from autotune.measure import Noise
 from autotune.measure.environment import ENVIRONMENT_KEYS
-from autotune.study import SearchOptions
+from autotune.study import Budget, SearchOptions
 from autotune.study.budget import estimate_s, in_process_estimate_s
 from autotune.study.loop import SearchLoop
 from autotune.study.records import Attr
 from autotune.study.turns import DUPLICATES_YIELD
 from autotune.trial.spec import Status, TrialResult
+
+from ..stubs import StubMeasurer
 
 CTX = spaces.SpaceContext(default_batch_size=32, conv=True)
 NOISE = Noise(window_s=0.3, pairs=16, half_width=0.03, margin=0.02, spread=0.06, aa=(1.0, 0.98, 1.02), timed_s=9.6,
@@ -31,11 +32,12 @@ NOISE = Noise(window_s=0.3, pairs=16, half_width=0.03, margin=0.02, spread=0.06,
 HEURISTIC = {"threads": 1, "interop_threads": 1}  # another environment than the defaults'
 
 
-class Warm:
+class Warm(StubMeasurer):
     """A measurer's ``warm``: the defaults' environment, and the environments named warm."""
 
     def __init__(self, defaults: dict[str, Any], *warm: dict[str, Any]) -> None:
-        self.defaults, self.warm_envs = defaults, [{k: p.get(k) for k in ENVIRONMENT_KEYS} for p in warm]
+        super().__init__(defaults)
+        self.warm_envs = [{k: p.get(k) for k in ENVIRONMENT_KEYS} for p in warm]
 
     def warm(self, params: dict[str, Any]) -> bool:
         env = {k: params.get(k) for k in ENVIRONMENT_KEYS}
@@ -67,7 +69,7 @@ def searched(facts: Any) -> tuple[optuna.Study, dict[str, Any]]:
 
 def _loop(study: optuna.Study, facts: Any, measurer: Any, seeds: list | None = None) -> SearchLoop:
     options = SearchOptions(budget_s=300, storage="sqlite://", study="fill", seed=1)
-    return SearchLoop(study, "cnn", facts, CTX, {}, options, time.monotonic() + 60, lambda event: None,
+    return SearchLoop(study, "cnn", facts, CTX, {}, options, Budget.start(60), lambda event: None,
                       seeds=seeds, measurer=measurer)
 
 
@@ -115,7 +117,7 @@ def test_where_every_trial_starts_processes_the_end_of_the_budget_is_not_filled(
     """Script mode: the first round's 8 s read as a cheap trial's took 19 s, and left the leader's last
     confirmation round out."""
 
-    class Fresh:
+    class Fresh(StubMeasurer):
         fresh_processes = True
 
         def warm(self, params: dict[str, Any]) -> bool:
@@ -178,19 +180,20 @@ def test_candidates_that_start_no_process_get_twice_the_time_of_those_that_start
     assert not loop.in_process_turn()
 
 
-class Slow:
-    """A measurer whose confirmation rounds take ``sleep_s`` each, measuring ``speed`` (mixed: an environment
-    factor and in-process pairs)."""
+class Slow(StubMeasurer):
+    """A measurer whose confirmation rounds take ``sleep_s`` each on its scripted clock (``now``), measuring
+    ``speed`` (mixed: an environment factor and in-process pairs)."""
 
     def __init__(self, sleep_s: float) -> None:
-        self.sleep_s, self.measured = sleep_s, []
+        super().__init__()
+        self.sleep_s, self.measured, self.now = sleep_s, [], 0.0
 
     def begin(self, params: dict[str, Any], timeout_s: float) -> object:
         self.measured.append(params["channels_last"])
         return params
 
     def more(self, handle: object, n: int, timeout_s: float, confidence: float = 0.95) -> Any:
-        time.sleep(self.sleep_s)
+        self.now += self.sleep_s
         from autotune.measure.stats import Interval
 
         return Interval(1.3, 1.25, 1.35, 0.95, n)
@@ -221,13 +224,13 @@ def test_a_candidate_sharing_its_environments_round_is_not_left_out_for_that_tim
     _add(study, "search", env, 1.3, 40.0, "process pairs x in-process pairs", 25.0)
     measurer = Slow(2.0)
     options = SearchOptions(budget_s=300, storage=storage, study="shared", confirm_top=2, confirm_rounds=1)
-    loop = SearchLoop(study, "cnn", facts, CTX, {}, options, time.monotonic() + 60, lambda event: None,
-                      measurer=measurer)
-    loop.noise = NOISE
     from autotune.study.budget import round_s
 
     first = round_s(next(r for r in _records(study) if r.number == 1).result, NOISE, options, 0)
-    loop.deadline = time.monotonic() + first + 1.5  # the first fits; after it, less than a whole round is left
+    # the first fits; after it, less than a whole round is left
+    loop = SearchLoop(study, "cnn", facts, CTX, {}, options, Budget(first + 1.5, lambda: measurer.now),
+                      lambda event: None, measurer=measurer)
+    loop.noise = NOISE
     outcome = confirm(loop)
     assert outcome is not None and outcome.note is None, outcome.note
     assert measurer.measured == [True, False]
@@ -335,7 +338,7 @@ def test_sampled_trials_take_a_third_of_the_turns_while_seeds_remain(facts: Any,
              for c, b in ((False, 8), (False, 16), (False, 64), (False, 128), (True, 8), (True, 16))]
     options = SearchOptions(budget_s=300, storage="sqlite://", study="share", seed=1, trials=7)
     # (an hour's deadline: the trials answer at once, but with fresh processes each is estimated as the baseline's)
-    loop = SearchLoop(study, "cnn", facts, CTX, {}, options, time.monotonic() + 3600, lambda event: None,
+    loop = SearchLoop(study, "cnn", facts, CTX, {}, options, Budget.start(3600), lambda event: None,
                       seeds=seeds, measurer=(AnsweringFresh if fresh else Answering)(defaults))
     loop.noise = NOISE
     assert loop.run() == "trials"
@@ -356,7 +359,7 @@ def test_sampled_trials_take_a_third_of_the_turns_while_seeds_remain(facts: Any,
     assert [t.params["batch_per_rank"] for t in study.get_trials(deepcopy=False)[1:] if
             t.user_attrs[Attr.ROLE] == "seed"] == [8, 16, 64, 128]  # in their order, none lost
     # once the seeds are all taken, the loop samples as before (the in-process turn, the combination)
-    assert not SearchLoop(study, "cnn", facts, CTX, {}, options, time.monotonic() + 60, lambda event: None,
+    assert not SearchLoop(study, "cnn", facts, CTX, {}, options, Budget.start(60), lambda event: None,
                           seeds=seeds[:4], measurer=Answering(defaults)).sampled_turn()
 
 
@@ -377,7 +380,7 @@ def test_where_the_defaults_wait_for_data_the_input_is_seeded_first(facts: Any, 
     seeds = [("seed", {**defaults, "channels_last": True})]
     events: list[Any] = []
     loop = SearchLoop(study, "cnn", facts, CTX, {}, SearchOptions(budget_s=300, storage="sqlite://", study="input"),
-                      time.monotonic() + 60, events.append, seeds=seeds, measurer=Answering(defaults))
+                      Budget.start(60), events.append, seeds=seeds, measurer=Answering(defaults))
     loop.noise = NOISE
     loop._next(0, None)
     asked = study.get_trials(deepcopy=False)[-1].user_attrs[Attr.PARAMS]
@@ -406,7 +409,7 @@ def test_a_seed_is_read_with_the_runs_settings_as_its_trial_will_measure_it(fact
     _add(study, "baseline", defaults, 1.0, 15.0, "in-process pairs", 1.6)
     seed = {**spaces.defaults(facts, CTX), "batch_per_rank": 64}
     options = SearchOptions(budget_s=300, storage="sqlite://", study="fill", seed=1)
-    loop = SearchLoop(study, "cnn", facts, CTX, run, options, time.monotonic() + 60, lambda event: None,
+    loop = SearchLoop(study, "cnn", facts, CTX, run, options, Budget.start(60), lambda event: None,
                       seeds=[("seed", seed)], measurer=Warm(defaults))
     assert loop._warm(seed)
     assert loop.fill(20.0) and _waiting(study)[0].system_attrs["fixed_params"]["batch_per_rank"] == 64

@@ -6,37 +6,42 @@ arms' seeds and the wide held-out set are real (``test_an_arm_trains_at_its_own_
 (scripted speeds, the loop, Optuna, SQLite) whose recipe a one-seed loss would have passed."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
 
-from autotune.measure.protocol import ArmStatus
-from autotune.study import SearchOptions
+from autotune.measure import LossReading
+from autotune.study import Budget, SearchOptions
 from autotune.study.guard import Guard
 from autotune.study.records import StudyAttr
 
 from .. import quality_workloads as qw
+from ..stubs import StubMeasurer
 
 BASE = 2.0  # the defaults' loss at the search's seed
 
 
-class Losses:
+class Losses(StubMeasurer):
     """A measurer's ``losses``: the defaults' loss by seed, a candidate's by (batch, seed); wide = 1.01 x normal."""
 
+    second_look = True
+
     def __init__(self, defaults: dict[int, float], candidate: dict[int, float]) -> None:
-        self.defaults = {"batch_per_rank": 32}
+        StubMeasurer.__init__(self, {"batch_per_rank": 32})
         self.by_seed, self.candidate = defaults, candidate
         self.asked: list[tuple[int, int]] = []  # (batch, seed)
 
-    def losses(self, arms: list[tuple[dict[str, Any], int]], timeout_s: float, *, wide: bool = False) -> list[Any]:
+    def losses(self, arms: list[tuple[dict[str, Any], int]], timeout_s: float, *,
+               wide: bool = False) -> list[LossReading]:
         out = []
         for params, seed in arms:
             batch = params.get("batch_per_rank", 32)
             self.asked.append((batch, seed))
             loss = self.by_seed[seed] if batch == 32 else self.candidate[seed]
-            out.append(ArmStatus(f"loss-{seed}", "ok", loss=loss, wide_loss=1.01 * loss if wide else None,
+            out.append(LossReading(f"loss-{seed}", "ok", loss=loss, wide_loss=1.01 * loss if wide else None,
                                  loss_samples=1024, held_out=(512, 2048) if wide else None))
         return out
 
@@ -44,7 +49,7 @@ class Losses:
 def _guard(measurer: Losses) -> Guard:
     study = optuna.create_study(direction="maximize")
     study.set_user_attr(StudyAttr.BASELINE_LOSS, BASE)
-    return Guard(study, SearchOptions(max_loss_increase=0.05), measurer, seed=0)
+    return Guard(study, SearchOptions(max_loss_increase=0.05), measurer, Budget(math.inf), seed=0)
 
 
 FAR = 1e9  # no deadline

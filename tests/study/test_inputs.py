@@ -6,7 +6,6 @@ import logging
 import math
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from autotune.errors import UsageError
 from autotune.recipe import Recipe
 from autotune.search_spaces import SpaceContext, defaults
 from autotune.store import RecipeStore
-from autotune.study import SearchOptions, search
+from autotune.study import Budget, SearchOptions, search
 from autotune.study.loop import SearchLoop
 from autotune.study.records import records
 from autotune.trial import TrialSettings
@@ -185,7 +184,7 @@ def _run(facts, tmp_path: Path, candidates: list[dict]) -> list[tuple[optuna.tri
     # What is in effect is the subject, not the speed: the fewest pairs (one process pair), still real processes.
     measurer = LiveMeasurer("tiny", {**defaults(facts, CTX), **RUN}, facts, options.settings, calibration_pairs=6,
                             process_pairs=(1, 1), busy=math.inf)
-    loop = SearchLoop(study, "tiny", facts, CTX, RUN, options, time.monotonic() + 600, lambda *a: None,
+    loop = SearchLoop(study, "tiny", facts, CTX, RUN, options, Budget.start(600), lambda *a: None,
                       measurer=measurer)
     try:
         # The baseline trial first: its loss is the quality guard's reference (without one no candidate passes).

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +10,7 @@ import optuna
 import pytest
 
 from autotune.search_spaces import SpaceContext, defaults
-from autotune.study import SearchOptions
+from autotune.study import Budget, SearchOptions
 from autotune.study.loop import SearchLoop
 from autotune.study.oom_limits import known_oom, record_oom
 from autotune.study.records import StudyAttr
@@ -63,7 +62,7 @@ def test_through_the_search_loop_an_oom_skips_only_its_own_settings(facts, tmp_p
     base = defaults(facts, ctx)  # the defaults' environment: every candidate is an arm of the defaults' worker
     measurer = LiveMeasurer(f"{FAULTY}:oom", {**base, **run}, facts, options.settings, calibration_pairs=6,
                             busy=math.inf)  # the subject is the OOM record, not the noise
-    loop = SearchLoop(study, f"{FAULTY}:oom", facts, ctx, run, options, time.monotonic() + 300, lambda *a: None,
+    loop = SearchLoop(study, f"{FAULTY}:oom", facts, ctx, run, options, Budget.start(300), lambda *a: None,
                       measurer=measurer)
     try:
         loop.calibrate(120)  # the search's A/A comes first

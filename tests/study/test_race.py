@@ -18,6 +18,7 @@ from autotune.study import SearchOptions, search
 from autotune.study.race import looks_confidence, race_stop
 from autotune.trial import TrialResult
 
+from ..stubs import StubMeasurer
 from .conftest import QuickMeasurer
 
 NOISE = Noise(window_s=0.3, pairs=8, half_width=0.03, margin=0.02, spread=0.06, aa=(1.0, 0.98, 1.02), timed_s=4.8,
@@ -25,11 +26,14 @@ NOISE = Noise(window_s=0.3, pairs=8, half_width=0.03, margin=0.02, spread=0.06, 
 SPEED = {8: 0.5, 16: 0.8, 32: 1.0, 64: 1.3, 128: 1.01}  # tiny's batch sizes (32 is its default): true speedups
 
 
-class Scripted:
+class Scripted(StubMeasurer):
     """A ``PairedMeasurer`` whose candidates' speedups come from ``SPEED`` by batch size; an interval's half width
     is 0.4 / sqrt(pairs), about a wide machine's. Records every ``more`` call per candidate."""
 
+    keeps_factors = True  # as LiveMeasurer's
+
     def __init__(self, speed: dict[int, float] | None = None, confirmed: dict[int, float] | None = None) -> None:
+        StubMeasurer.__init__(self)  # not super(): a test's Lossy takes another base after this one
         self.speed = speed or SPEED
         self.confirmed = confirmed or {}  # what fresh processes measure (after ``reseed``), where it differs
         self.calls: list[tuple[int, list[int]]] = []  # (batch size, pairs asked per call)

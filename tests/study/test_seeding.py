@@ -1,7 +1,6 @@
 """What a study measures first (baseline, warm start, seeds, --fix), and the confirmation's verdict."""
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,10 +12,12 @@ from autotune.errors import UsageError
 from autotune.recipe import Recipe
 from autotune.search_spaces import SpaceContext, defaults
 from autotune.store import RecipeStore
-from autotune.study import SearchOptions
+from autotune.study import Budget, SearchOptions
 from autotune.study.seeds import enqueue_next_seed
 from autotune.study.seeds import seeds as search_seeds
 from autotune.study.significance import beats, noise
+
+from ..stubs import StubMeasurer
 
 CTX = SpaceContext(default_batch_size=32)
 
@@ -146,7 +147,7 @@ def test_a_compile_trial_gets_its_own_time_estimate(facts) -> None:
         study.add_trial(optuna.trial.create_trial(
             value=1.0, user_attrs={"wall_s": wall, "status": "ok", "role": "search", "params": {"compile_mode": mode}}))
     options = SearchOptions(budget_s=600, confirm_top=0)
-    loop = SearchLoop(study, "tiny", facts, CTX, {}, options, deadline=0.0, notify=lambda *a: None)
+    loop = SearchLoop(study, "tiny", facts, CTX, {}, options, budget=Budget(0.0), notify=lambda *a: None)
     estimate = loop.estimate_s()
     assert estimate == pytest.approx(1.2 * 9.0)
     assert loop.timeout_s({"compile_mode": "none"}, 500.0, estimate) == 60.0  # max(60, 5 x 10.8)
@@ -176,7 +177,7 @@ def test_a_confirmation_of_a_compiled_recipe_gets_a_time_limit_from_its_own_tria
             "wall_s": wall, "status": "ok", "objective": speed, "role": role, "params": params}))
     limits: dict[str, float] = {}
 
-    class Calibrating:  # a continued study's workers are calibrated before they confirm
+    class Calibrating(StubMeasurer):  # a continued study's workers are calibrated before they confirm
         def calibrate(self, timeout_s: float) -> Noise:
             return Noise(window_s=0.5, pairs=6, half_width=0.05, margin=0.03, spread=0.1, aa=(1.0, 0.97, 1.03))
 
@@ -188,8 +189,8 @@ def test_a_confirmation_of_a_compiled_recipe_gets_a_time_limit_from_its_own_tria
             return result
 
     options = SearchOptions(budget_s=10_000, confirm_top=2)
-    loop = Recording(study, "tiny", facts, CTX, {}, options, deadline=time.monotonic() + 10_000, notify=lambda *a: None,
-                     measurer=Calibrating())  # type: ignore[arg-type] - run_one is replaced
+    loop = Recording(study, "tiny", facts, CTX, {}, options, budget=Budget.start(10_000), notify=lambda *a: None,
+                     measurer=Calibrating())
     confirmation = confirm(loop)
     # a round's estimate: the trial's time outside windows and its 6 pairs of 0.5 s windows (10% over)
     assert limits == {"none": 60.0, "default": pytest.approx(3 * (50.0 + 2 * 6 * 0.5 * 1.1))}
@@ -202,7 +203,6 @@ def test_a_short_budget_keeps_the_later_rounds_of_the_candidates_ranked_above(fa
     others, the third in none. Before, the first candidate that did not fit ended the confirmation: the
     2-minute demo's two fastest candidates got one round of three."""
     from autotune.measure import Noise
-    from autotune.study import confirm as confirm_module
     from autotune.study.confirm import confirm
     from autotune.study.loop import SearchLoop
     from autotune.trial import TrialResult
@@ -214,7 +214,6 @@ def test_a_short_budget_keeps_the_later_rounds_of_the_candidates_ranked_above(fa
             return self.now
 
     clock = Clock()
-    monkeypatch.setattr(confirm_module, "time", clock)
     study = optuna.create_study(direction="maximize")
     for role, wall, batch, speed in [("baseline", 9.0, 32, 1.0), ("search", 10.0, 64, 1.5), ("search", 30.0, 128, 1.4),
                                      ("search", 10.0, 16, 1.3)]:
@@ -223,7 +222,7 @@ def test_a_short_budget_keeps_the_later_rounds_of_the_candidates_ranked_above(fa
     walls = {64: 10.0, 128: 30.0, 16: 10.0}
     measured: list[int] = []
 
-    class Calibrating:
+    class Calibrating(StubMeasurer):
         def calibrate(self, timeout_s: float) -> Noise:  # windows of 1 ms: a round takes its trial's time
             return Noise(window_s=0.001, pairs=6, half_width=0.05, margin=0.03, spread=0.1, aa=(1.0, 0.97, 1.03))
 
@@ -236,8 +235,8 @@ def test_a_short_budget_keeps_the_later_rounds_of_the_candidates_ranked_above(fa
             return result
 
     options = SearchOptions(budget_s=75, confirm_top=3)
-    loop = Timed(study, "tiny", facts, CTX, {}, options, deadline=75.5, notify=lambda *a: None,
-                 measurer=Calibrating())  # type: ignore[arg-type] - run_one is replaced
+    loop = Timed(study, "tiny", facts, CTX, {}, options, budget=Budget(75.5, clock.monotonic), notify=lambda *a: None,
+                 measurer=Calibrating())
     confirmation = confirm(loop)
     assert measured == [64, 128, 64, 64], measured
     assert confirmation is not None

@@ -1,0 +1,96 @@
+"""What a measured recipe's confirmation round costs, read from its result as its measurer wrote it: the search's
+budget (``autotune.study.budget``) keeps time for the rounds and prices each before it starts.
+
+A result says how it was measured (``TrialResult.method``): arms of the defaults' worker (``IN_PROCESS``), its
+environment's process pairs alone (``FACTOR``: it IS its environment's defaults) or those times an arm in its
+environment's worker (``ACROSS``), or script mode's fresh process pairs of copies (``script_pairs.script_method``).
+The formats are read here, beside the measurers that write them, so the budget never parses a measurer's words.
+"""
+from __future__ import annotations
+
+import re
+
+from ..trial.spec import TrialResult
+from .candidate import ACROSS, FACTOR, IN_PROCESS
+from .factors import cut_pairs
+from .measurer import Noise, first_pairs
+from .process_pair import PROCESS_PAIRS
+from .script_pairs import CALIBRATION_PAIRS, METHOD
+from .sizing import LEAST_PAIRS, WINDOWS
+
+IN_PROCESS_METHODS = (IN_PROCESS, ACROSS)  # ``LiveMeasurer._end``'s methods of a candidate with an arm of its own
+STARTED_S = 1.0  # a candidate's start-up longer than this started a process (Python and torch: 1.5 s at least)
+_SCRIPT = re.compile(re.escape(METHOD) + r" \((\d+)\)")  # ``script_pairs.script_method``'s
+
+
+def first_rounds_s(noise: Noise) -> float:
+    """A candidate's trial before any was measured: a first round of pairs at the calibration's window length, twice
+    over. Script mode's first round is ``LEAST_PAIRS`` fresh process pairs, each started as the A/A's were: read as
+    windows alone, a GPU machine's script (copies that took 25 s a pair to start) began a candidate with 21 s left,
+    which ran out before its copies' first steps and was told as a fault of the defaults' copy."""
+    if noise.round_pairs and noise.aa_pairs:  # script mode's (``ScriptMeasurer``: its A/A is CALIBRATION_PAIRS)
+        return LEAST_PAIRS * _script_pair_s(noise.wall_s, noise.timed_s, CALIBRATION_PAIRS, noise.aa_pairs,
+                                            noise.pairs)
+    return 2 * (2 * first_pairs(noise.pairs) * noise.window_s)
+
+
+def _script_pair_s(wall_s: float, timed_s: float, ran: int, window_pairs: int, a_pair: int) -> float:
+    """One script-mode process pair of ``a_pair`` window pairs, priced from ``ran`` measured pairs of
+    ``window_pairs`` window pairs in all (``wall_s``, ``timed_s`` of it in windows): its copies' start, as theirs,
+    and the window pairs it runs now."""
+    return max(0.0, wall_s - timed_s) / ran + a_pair * timed_s / max(1, window_pairs)
+
+
+def own_copies(result: TrialResult) -> bool:
+    """Whether ``result`` was measured in script mode's fresh pairs of copies (a candidate's or the A/A's): no
+    environment's worker is started beside them in a round."""
+    return (result.method or "").startswith(METHOD)
+
+
+def round_parts(result: TrialResult, noise: Noise | None, pairs: int, round_: int) -> tuple[float, float]:
+    """Round ``round_`` of confirming the recipe measured by ``result``, ``pairs`` window pairs a round
+    (``budget.confirmation_pairs``): (its own time, the time its environment spends on the round whichever
+    candidates of it are confirmed). Its own: its in-process pairs' windows (two a pair, at the calibration's
+    length, 10% over for whole steps), and for a recipe of the defaults' environment its time outside windows in
+    the search once more (its arm built, evaluation); a recipe that IS its environment (method ``FACTOR``) has
+    none: its environment's process pair is its measurement. Its environment's: for the defaults', a worker's
+    start, as the calibration's (its time outside windows: a worker started, its arms built and settled); for
+    another, one fresh process pair (``LiveMeasurer.reseed``), whose environment side goes on as the round's worker
+    (``LiveMeasurer._factor``), which costs what the trial's pairs did, at least a worker's start and the pair's
+    windows; a factor the search cut short for time is completed in round 0, counted as ``PROCESS_PAIRS[0]`` pairs
+    (completing it costs those, not the fewer pairs the search ran). Recipes of one environment share its part in
+    a round (``budget.reserve_s``).
+
+    Where the calibration recorded its worker's start (``Noise.start_s``), a worker's start is that, and a
+    recipe's own time outside windows is its arm's build and warm-up (``warmup_s``): a round evaluates no loss and
+    profiles nothing. Counted from the calibration's and the trial's whole time outside windows (the A/A's second
+    arm, the defaults' 2-s profile, the candidate's loss and profile), a 2-minute CNN search kept 54 s for three
+    rounds that took 24 s, and stopped exploring at 45 s."""
+    outside = max(0.0, result.wall_s - (result.timed_s or 0.0))
+    if noise is None:
+        return result.wall_s, 0.0
+    windows = 2 * pairs * noise.window_s * 1.1
+    if noise.start_s is not None:  # a worker started and its defaults' arm built and settled, as measured
+        start, arm = noise.start_s, result.warmup_s or 0.0
+    else:  # a study calibrated before ``start_s`` was recorded
+        start, arm = max(0.0, noise.wall_s - noise.timed_s), outside
+    method = result.method or ""
+    script = _SCRIPT.fullmatch(method)
+    if script:  # script mode: a round is fresh process pairs of copies, each started as the trial's were and
+        # running the window pairs a pair has now (``Noise.pairs``: the rounds were resized since, or not)
+        ran, a_pair = max(1, int(script.group(1))), max(1, noise.pairs)
+        pair_s = _script_pair_s(result.wall_s, result.timed_s or 0.0, ran, result.pairs or ran * WINDOWS, a_pair)
+        return pair_s * max(LEAST_PAIRS, -(-pairs // a_pair)), 0.0
+    if method not in (FACTOR, ACROSS):
+        return windows + arm, start
+    pair = start + 2 * first_pairs(noise.pairs) * noise.window_s  # ``LiveMeasurer._factor``'s windows
+    # The process pairs the trial ran: all its pairs when the factor was its whole measurement, else at least
+    # the fewest (a factor cut short for time says so in a warning and is counted from it).
+    ran = (result.pairs or 1) if method == FACTOR else PROCESS_PAIRS[0]
+    cut = cut_pairs(result.warnings)
+    per_pair = max(pair, outside / max(1, min([ran, *cut])))
+    own = 0.0 if method == FACTOR else windows
+    return own, per_pair * (PROCESS_PAIRS[0] if cut and round_ == 0 else 1)  # its last pair's worker goes on
+
+
+__all__ = ["IN_PROCESS_METHODS", "STARTED_S", "first_rounds_s", "own_copies", "round_parts"]
