@@ -38,11 +38,14 @@ demo: $(VENV)/.installed
 # starts (Xeon: 517-546 s; three: 461-486 s; four: 460 s and A/A tests failing beside the load; TEST_WORKERS=0:
 # one process, no xdist). The system packages some tests need
 # (tests/system-deps.sh) are installed by a prerequisite, once, not in the timed part.
-# pytest exits 5 when it collected no test: that is reported, not treated as a failure.
+# pytest exits 5 when it collected no test: that is reported, not treated as a failure. Bytecode is written
+# (PYTHONDONTWRITEBYTECODE, set on some CI machines, unset): the suite starts hundreds of Python processes, and each
+# compiled autotune's modules again (1.45 s to import the worker, the study and the CLI without their bytecode,
+# 1.03 s with it, on the 2-vCPU Zen 3).
 test: $(VENV)/.installed $(VENV)/.system-deps
 	$(BIN)/ruff check .
 	@types=$$(mktemp); $(BIN)/mypy > $$types 2>&1 & mypy=$$!; \
-	rc=0; $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 -rs \
+	rc=0; env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 -rs \
 		$(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; rc=0; fi; \
 	wait $$mypy || rc=1; echo "mypy:"; cat $$types; rm -f $$types; exit $$rc

@@ -183,7 +183,7 @@ def _run(facts, tmp_path: Path, candidates: list[dict]) -> list[tuple[optuna.tri
                                                    eval_samples=128), confirm_top=0)
     # What is in effect is the subject, not the speed: the fewest pairs (one process pair), still real processes.
     measurer = LiveMeasurer("tiny", {**defaults(facts, CTX), **RUN}, facts, options.settings, calibration_pairs=6,
-                            process_pairs=(1, 1), busy=math.inf)
+                            process_pairs=(1, 1), busy=math.inf, profile_s=0.0)
     loop = SearchLoop(study, "tiny", facts, CTX, RUN, options, Budget.start(600), lambda *a: None,
                       measurer=measurer)
     try:

@@ -61,7 +61,7 @@ def test_through_the_search_loop_an_oom_skips_only_its_own_settings(facts, tmp_p
                                                    eval_samples=32), confirm_top=0)
     base = defaults(facts, ctx)  # the defaults' environment: every candidate is an arm of the defaults' worker
     measurer = LiveMeasurer(f"{FAULTY}:oom", {**base, **run}, facts, options.settings, calibration_pairs=6,
-                            busy=math.inf)  # the subject is the OOM record, not the noise
+                            busy=math.inf, profile_s=0.0)  # the subject is the OOM record, not the noise
     loop = SearchLoop(study, f"{FAULTY}:oom", facts, ctx, run, options, Budget.start(300), lambda *a: None,
                       measurer=measurer)
     try:

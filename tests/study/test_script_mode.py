@@ -18,7 +18,7 @@ from autotune.measure.script_pairs import ScriptMeasurer, script_context
 from autotune.study import search_script
 from autotune.trial.spec import Status
 
-from ..conftest import run_cli
+from ..conftest import cli, run_cli
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "faulty_train.py"
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_cnn.py"
@@ -160,7 +160,7 @@ def test_a_program_given_as_a_relative_path_runs_from_the_copies_folders_as_the_
     assert absolute(["python3", "train.py"])[0] == "python3"  # looked up on PATH by each copy, as the shell would
     for program, said in (("venv/bin/pyhton", "venv/bin/pyhton: no such program (or not executable)"),
                           ("pyhton3", "pyhton3: no such program on PATH")):
-        out = run_cli("search", "--batch-size", "8", "--", program, "train.py", cwd=tmp_path)
+        out = cli("search", "--batch-size", "8", "--", program, "train.py", cwd=tmp_path)  # refused before a start
         line = out.stderr.strip()
         assert out.returncode == 2 and "\n" not in line and said in line, out
     assert not (tmp_path / "studies.db").exists()
@@ -198,7 +198,7 @@ def test_a_script_of_several_processes_is_one_line(tmp_path: Path) -> None:
     (("--batch-size", "8"), "--batch-size is for script mode"),
 ])
 def test_script_modes_usage_errors(tmp_path: Path, args: tuple[str, ...], said: str) -> None:
-    out = run_cli("search", *args, cwd=tmp_path)
+    out = cli("search", *args, cwd=tmp_path)
     assert out.returncode == 2 and said in out.stderr, out
 
 
