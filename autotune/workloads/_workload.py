@@ -139,11 +139,15 @@ def _import_file(target: str) -> Any:
         raise UsageError(f"workload file {target!r} cannot be imported")
     module = importlib.util.module_from_spec(file_spec)
     sys.modules[module_name] = module
+    # The user's folder is left as it was: no __pycache__ beside their file (where bytecode is written at all)
+    writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True
     try:
         file_spec.loader.exec_module(module)
     except (Exception, SystemExit) as e:  # SystemExit: a script's top-level sys.exit() or argparse
         del sys.modules[module_name]
         raise _user_error(target, e) from e
+    finally:
+        sys.dont_write_bytecode = writes
     return module
 
 
