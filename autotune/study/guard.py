@@ -74,24 +74,24 @@ class Guard:
         self.on_phase = on_phase or (lambda name, detail: None)
         self.second: dict[str, tuple[float, str | None, str]] = {}
 
-    def of_result(self, params: dict[str, Any], result: TrialResult, noise: Noise | None,
-                  deadline: float) -> tuple[float, str | None, str | None] | None:
+    def of_result(self, params: dict[str, Any], result: TrialResult,
+                  noise: Noise | None) -> tuple[float, str | None, str | None] | None:
         """The verdict on a measured candidate's result (``verdict``), as ``verdict.record`` takes it; a candidate
         slower than the defaults with confidence (the race's ``SLOWER``, a hopeless arm) took no loss and needs
         none, it cannot be the recipe; None: the first look on whatever loss the result has."""
         if result.status != Status.OK:
             return None
         if result.loss is not None and math.isfinite(result.loss):
-            return self.verdict(params, result.loss, deadline)
+            return self.verdict(params, result.loss)
         margin = noise.margin if noise is not None else 0.0
         if result.loss is None and result.speedup_high is not None and result.speedup_high < 1 - margin:
             return 0.0, None, "no loss taken: slower than the defaults with confidence, it cannot be the recipe"
         return None
 
-    def verdict(self, params: dict[str, Any], loss: float, deadline: float) -> tuple[float, str | None, str | None]:
+    def verdict(self, params: dict[str, Any], loss: float) -> tuple[float, str | None, str | None]:
         """``(increase, why it is rejected or None, what the second look found or None)`` for ``loss``; the second
-        look takes a minute of the budget at most, and never past ``deadline``."""
-        deadline = min(deadline, self.budget.now() + 60.0)
+        look takes a minute of the budget at most, and never past the search's deadline."""
+        deadline = min(self.budget.deadline, self.budget.now() + 60.0)
         tolerance = self.options.max_loss_increase
         increase, reason = verdict.quality(self.study, self.options, loss)
         key = params_key(params)

@@ -315,9 +315,7 @@ class SearchLoop(Turns):
         """Why the quality guard will reject the candidate, once its loss is known (a measurer's ``loss``), or
         None: it cannot be the recipe, so no more pairs."""
         loss = self.measurer.loss(handle)
-        if loss is None or not math.isfinite(loss):
-            return None
-        return self.guard.verdict(params, loss, self.budget.deadline)[1]
+        return None if loss is None or not math.isfinite(loss) else self.guard.verdict(params, loss)[1]
 
     def _not_in_effect(self, handle: object, params: dict[str, Any]) -> str | None:
         """The knobs the candidate's process reports not in effect (a measurer's ``in_effect``), or None: it
@@ -328,7 +326,7 @@ class SearchLoop(Turns):
     def record(self, trial: optuna.Trial, role: str, params: dict[str, Any], result: TrialResult) -> None:
         """Store the trial's result and constraints and tell Optuna its value (or state)."""
         self._follow_noise()
-        guarded = None if role == BASELINE else self.guard.of_result(params, result, self.noise, self.budget.deadline)
+        guarded = None if role == BASELINE else self.guard.of_result(params, result, self.noise)
         verdict.record(self.study, self.facts, self.options, trial, role, params, result, self.notify, guarded)
 
 

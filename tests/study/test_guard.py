@@ -46,20 +46,17 @@ class Losses(StubMeasurer):
         return out
 
 
-def _guard(measurer: Losses) -> Guard:
+def _guard(measurer: Losses, deadline: float = math.inf) -> Guard:
     study = optuna.create_study(direction="maximize")
     study.set_user_attr(StudyAttr.BASELINE_LOSS, BASE)
-    return Guard(study, SearchOptions(max_loss_increase=0.05), measurer, Budget(math.inf), seed=0)
-
-
-FAR = 1e9  # no deadline
+    return Guard(study, SearchOptions(max_loss_increase=0.05), measurer, Budget(deadline), seed=0)
 
 
 def test_a_loss_far_from_the_limit_takes_no_second_look() -> None:
     measurer = Losses({0: BASE, 1: 3.0, 2: 1.5}, {0: 2.5, 1: 3.0, 2: 1.5})
     guard = _guard(measurer)
-    assert guard.verdict({"batch_per_rank": 64}, 1.9, FAR) == pytest.approx((-0.05, None, None))  # better
-    increase, reason, second = guard.verdict({"batch_per_rank": 64}, 2.5, FAR)  # +25%: rejected on one loss
+    assert guard.verdict({"batch_per_rank": 64}, 1.9) == pytest.approx((-0.05, None, None))  # better
+    increase, reason, second = guard.verdict({"batch_per_rank": 64}, 2.5)  # +25%: rejected on one loss
     assert increase == pytest.approx(0.25) and "+25.0% over the baseline's" in reason and second is None
     assert measurer.asked == []
 
@@ -67,13 +64,13 @@ def test_a_loss_far_from_the_limit_takes_no_second_look() -> None:
 def test_where_the_seeds_agree_within_the_limit_the_one_loss_decides() -> None:
     measurer = Losses({0: BASE, 1: 2.02, 2: 1.99}, {})
     guard = _guard(measurer)
-    increase, reason, second = guard.verdict({"batch_per_rank": 64}, 2.08, FAR)
+    increase, reason, second = guard.verdict({"batch_per_rank": 64}, 2.08)
     assert increase == pytest.approx(0.04) and reason is None
     assert "differs by 1.5% between 3 training seeds on 512 held-out samples" in second
     assert "this loss decides" in second
     assert measurer.asked == [(32, 0), (32, 1), (32, 2)]  # the defaults only
     assert guard.study.user_attrs[StudyAttr.LOSS_SPREAD]["losses"] == [BASE, 2.02, 1.99]
-    guard.verdict({"batch_per_rank": 128}, 2.09, FAR)
+    guard.verdict({"batch_per_rank": 128}, 2.09)
     assert len(measurer.asked) == 3  # once per study
 
 
@@ -89,13 +86,13 @@ def test_where_the_seeds_spread_wider_than_the_limit_the_candidate_is_judged_see
     seed within the limit passes, every seed over rejects, seeds on both sides cannot be resolved (not offered)."""
     measurer = Losses({0: BASE, 1: 2.5, 2: 1.5}, candidate)
     guard = _guard(measurer)
-    increase, reason, second = guard.verdict({"batch_per_rank": 64}, 2.08, FAR)  # +4% at seed 0: one loss passes
+    increase, reason, second = guard.verdict({"batch_per_rank": 64}, 2.08)  # +4% at seed 0: one loss passes
     assert (reason is None) == passes, reason
     assert increase <= 0.05 if passes else increase > 0.05
     assert "differs by 50.0% between 3 training seeds" in second
     assert words in (second if passes else reason), (second, reason)
     assert measurer.asked == [(32, 0), (32, 1), (32, 2), (64, 0), (64, 1), (64, 2)]
-    assert guard.verdict({"batch_per_rank": 64}, 2.08, FAR) == (increase, reason, second)  # kept for the recipe
+    assert guard.verdict({"batch_per_rank": 64}, 2.08) == (increase, reason, second)  # kept for the recipe
     assert len(measurer.asked) == 6
 
 
@@ -103,10 +100,10 @@ def test_a_recipe_of_several_processes_and_a_short_deadline_keep_the_first_look(
     import time
 
     guard = _guard(Losses({0: BASE, 1: 2.5, 2: 1.5}, {}))
-    increase, reason, second = guard.verdict({"batch_per_rank": 64, "processes": 2}, 2.08, FAR)
+    increase, reason, second = guard.verdict({"batch_per_rank": 64, "processes": 2}, 2.08)
     assert reason is None and "a recipe of several processes has no second look" in second
-    late = _guard(Losses({0: BASE, 1: 2.5, 2: 1.5}, {}))
-    assert late.verdict({"batch_per_rank": 64}, 2.08, time.monotonic() + 1)[2] == \
+    late = _guard(Losses({0: BASE, 1: 2.5, 2: 1.5}, {}), deadline=time.monotonic() + 1)
+    assert late.verdict({"batch_per_rank": 64}, 2.08)[2] == \
         "too little time left to take the defaults' loss at other seeds"
 
 
