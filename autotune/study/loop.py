@@ -9,7 +9,8 @@ is the A/A's (a replayed grid answers the same way).
 Each candidate then RACES the incumbent (the best feasible median so far): a first round of
 ``max(4, noise.pairs // 2)`` pairs, more rounds while it may still beat the incumbent and its interval is
 wider than the noise's half width, at most ``3 x noise.pairs``; it stops early when it is slower than the
-defaults with confidence or its interval lies below the incumbent's or above it (``race_stop``). A stopped
+defaults with confidence or its interval lies below the incumbent's or above it, at a look whose interval reached
+the confidence it asked (``race.Race``). A stopped
 candidate is COMPLETE with its median (the sampler learns from it) and says why it stopped (``Attr.RACE``). What a
 measured trial is (the quality guard, knobs in effect, infeasible) is ``verdict``'s.
 
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import search_spaces as spaces
 from ..errors import TrialError
-from ..measure import Interval, Noise, PairedMeasurer, environment_key, first_pairs
+from ..measure import Interval, Noise, PairedMeasurer, environment_key
 from ..trial.lock import host_lock, owner
 from ..trial.spec import Status, TrialResult
 from . import budget, oom_limits, verdict
@@ -34,7 +35,7 @@ from .budget import Budget
 from .events import Phase, Progress, TrialStarted
 from .guard import Guard
 from .liveness import fail_orphans, heartbeat
-from .race import SLOWER, looks_confidence, race_stop
+from .race import SLOWER, Race
 from .records import (
     BASELINE,
     CONFIRM,
@@ -288,12 +289,10 @@ class SearchLoop(Turns):
               started: float) -> tuple[TrialResult, str | None]:
         """More pairs while the candidate may beat the incumbent and its interval is wide (``race_stop``), never
         into the time its own confirmation will need (``budget.reserve_s``'s ``racing``)."""
-        incumbent = verdict.incumbent(self.study)
-        first, cap = first_pairs(noise.pairs), 3 * noise.pairs
-        confidence = looks_confidence(math.ceil(cap / first))
+        race = Race(noise, verdict.incumbent(self.study))
         used, why = 0, None
         while why is None:
-            n = first if used == 0 else min(first, cap - used)
+            n = race.pairs(used)
             now, limit = self.budget.now(), deadline
             if used:
                 limit = min(deadline, self.budget.deadline - budget.racing_reserve_s(
@@ -303,10 +302,10 @@ class SearchLoop(Turns):
                 why = "the trial's time ran out" if limit == deadline else "the time its confirmation needs is kept"
                 break
             left = limit - now
-            interval = self.measurer.more(handle, n, max(1.0, left), confidence=confidence)
+            interval = self.measurer.more(handle, n, max(1.0, left), confidence=race.confidence)
             used += n
             why = (self._over_guard(handle, params) or self._not_in_effect(handle, params)
-                   or race_stop(interval, noise, incumbent, used, cap))
+                   or race.stop(interval, used))
         if why == SLOWER:  # it cannot be the recipe: no training to the guard's samples
             self.measurer.skip_loss(handle)
         return self.measurer.end(handle), why
