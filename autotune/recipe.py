@@ -19,6 +19,10 @@ from typing import Any
 from .errors import UsageError
 
 FORMAT = 2  # the recipe format this autotune writes (see the module docstring)
+# What a recipe's stated speedup stands on: a confirmation of two rounds or more in fresh processes; one round of it
+# (its interval does not see how a speedup varies between processes); the search's own interval (confirmation off);
+# the defaults kept (1.0 by definition).
+CLAIMS = ("confirmed", "provisional", "search", "defaults")
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,8 @@ class Recipe:
     speedup: float | None = None
     speedup_low: float | None = None  # the speedup's confidence interval (paired measurement)
     speedup_high: float | None = None
+    confidence: float | None = None  # the interval's coverage as its method reached it
+    claim: str | None = None  # what the stated speedup stands on (``CLAIMS``); None: stored before it was recorded
     loss: float | None = None
     baseline_loss: float | None = None
     peak_memory_bytes: int | None = None
@@ -55,6 +61,15 @@ class Recipe:
     def speedup_text(self) -> str:
         """``1.23x [1.15-1.31]`` (the interval when it was measured paired), ``1.23x``, or ``-``."""
         return format_speedup(self.speedup, self.speedup_low, self.speedup_high)
+
+    @property
+    def claim_text(self) -> str:
+        """``confirmed, 95% interval``: what the stated speedup stands on and its interval's coverage, where they
+        were recorded (a recipe stored before: the 95% its search asked); empty for the defaults kept."""
+        said = {"confirmed": "confirmed", "provisional": "provisional: one confirmation round",
+                "search": "the search's own interval, not confirmed"}.get(self.claim or "")
+        coverage = f"{self.confidence * 100:.3g}%" if self.confidence else "95%"  # 95%, 99.2%, 87.5%
+        return ", ".join(filter(None, [said, f"{coverage} interval" if self.speedup_low is not None else None]))
 
     @property
     def place_text(self) -> str | None:
@@ -199,6 +214,9 @@ _HEADER: dict[str, tuple[Callable[[Any], bool], str]] = {
     "created": ((lambda v: v is None or (type(v) is str and _iso(v))), "null or an ISO 8601 time"),
     "source": _text(), "samples_per_s": _amount(), "baseline_samples_per_s": _amount(), "speedup": _amount(),
     "speedup_low": _amount(), "speedup_high": _amount(infinite=True),  # one process pair: unbounded above
+    "confidence": ((lambda v: v is None or (type(v) in (int, float) and 0 < v <= 1)),
+                   "null or a number above 0 and at most 1"),
+    "claim": ((lambda v: v is None or v in CLAIMS), f"null or one of {', '.join(CLAIMS)}"),
     "loss": _amount(least=-math.inf), "baseline_loss": _amount(least=-math.inf), "flop_per_sample": _amount(),
     "peak_memory_bytes": ((lambda v: v is None or (type(v) is int and v >= 0)), "null or an integer of at least 0"),
     "id": ((lambda v: v is None or (type(v) is int and 1 <= v < 2**63)), "null or a positive integer"),

@@ -60,6 +60,7 @@ def to_env(
             f"# {recipe.speedup_text} PyTorch defaults" + (
                 f": {recipe.samples_per_s:.1f} vs {recipe.baseline_samples_per_s:.1f} samples/s"
                 if recipe.samples_per_s is not None and recipe.baseline_samples_per_s is not None else "")
+            + (f" ({recipe.claim_text})" if recipe.claim_text else "")
         )
     lines.append("# Load in bash with: set -a; . ./THIS_FILE; set +a   (or, checked first: autotune run --recipe "
                  "THIS_FILE -- CMD)")

@@ -44,8 +44,8 @@ def run(args: argparse.Namespace) -> int:
                   if recipe.samples_per_s is not None and recipe.baseline_samples_per_s is not None else "")
         losses = (f"; loss {recipe.loss:.4f} vs {recipe.baseline_loss:.4f}"
                   if recipe.loss is not None and recipe.baseline_loss is not None else "")
-        interval = " (95% interval)" if recipe.speedup_low is not None else ""
-        out.print(f"{recipe.speedup_text}{interval} PyTorch defaults{speeds}{losses}", markup=False, soft_wrap=True)
+        claim = f" ({recipe.claim_text})" if recipe.claim_text else ""
+        out.print(f"{recipe.speedup_text}{claim} PyTorch defaults{speeds}{losses}", markup=False, soft_wrap=True)
     if recipe.place_text:
         out.print(f"at {recipe.place_text}", markup=False, soft_wrap=True)
     out.print(f"hardware {recipe.fingerprint}, created {when(recipe.created)}")

@@ -214,7 +214,7 @@ def _print_outcome(out: Console, outcome: SearchOutcome) -> None:
     table.add_row(label, _rate(r.samples_per_s), f"{r.loss:.4f}", speedup)
     out.print(table)
     if best.number != base.number:
-        out.print(f"{speedup} over PyTorch defaults", markup=False)
+        out.print(f"{speedup} over PyTorch defaults" + (f" ({r.claim_text})" if r.claim_text else ""), markup=False)
     if r.place_text:
         out.print(f"{'best' if best.number != base.number else 'the defaults'}: {r.place_text}", markup=False,
                   soft_wrap=True)

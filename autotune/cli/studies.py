@@ -11,8 +11,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "studies", help="list the studies in the storage (workload, hardware, trials, best speedup, when)",
         description="List the studies of the storage: workload, hardware fingerprint, measured trials (and "
-        "running ones), best speedup over PyTorch's defaults (the stored recipe's, confirmed side by side; "
-        "else the best single measurement so far, marked '?'), when it was last active (--json: also when it began). "
+        "running ones), best speedup over PyTorch's defaults (the stored recipe's; marked '?' where it is not "
+        "confirmed: the best single measurement so far, or a recipe whose speedup is provisional, the search's own "
+        "or stored before autotune kept its claim), when it was last active (--json: also when it began). "
         "Reads the storage only, also while a search writes to it.",
     )
     p.add_argument("--json", action="store_true", help="print a JSON list (times in ISO 8601 with their zone)")
@@ -45,6 +46,6 @@ def run(args: argparse.Namespace) -> int:
                       "-" if s.recipe is None else str(s.recipe), when(s.last))
     out.print(table)
     if any(s.speedup is not None and not s.confirmed for s in found):
-        out.print("?: the best single measurement so far, not yet confirmed side by side with the defaults",
-                  markup=False)
+        out.print("?: not confirmed side by side with the defaults over two rounds of fresh processes (the best single "
+                  "measurement so far; or the recipe's claim: 'autotune best' says it)", markup=False)
     return 0

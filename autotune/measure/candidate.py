@@ -178,7 +178,7 @@ class Candidate:
         if not runs:
             return TrialResult(Status.CRASH, error="no fresh process pair ran", wall_s=time.monotonic() - self.started)
         return replace(runs[0], objective=interval.median, speedup_low=interval.low, speedup_high=interval.high,
-                       method="fresh process pairs", pairs=interval.count,
+                       confidence=interval.confidence, method="fresh process pairs", pairs=interval.count,
                        samples_per_s=statistics.median(r.samples_per_s or 0.0 for r in runs),
                        baseline_samples_per_s=statistics.median(b.samples_per_s or 0.0 for b, _ in self.fresh),
                        startup_s=self.startup_s, warmup_s=self.warmup_s, timed_s=self.timed_s,

@@ -355,7 +355,7 @@ class LiveMeasurer(EnvironmentFactors):
         return TrialResult(
             Status.OK, samples_per_s=statistics.median(rates) if rates else status.step_samples / (status.step_s or 1),
             objective=1.0 if trial.baseline else interval.median,  # the defaults against themselves: 1 by definition
-            speedup_low=interval.low, speedup_high=interval.high, method=method,
+            speedup_low=interval.low, speedup_high=interval.high, confidence=interval.confidence, method=method,
             pairs=interval.count, baseline_samples_per_s=statistics.median(beside) if beside else None,
             compile_s=status.compile_s, startup_s=trial.startup_s, warmup_s=trial.warmup_s,
             timed_s=trial.timed_s, loss=status.loss, loss_samples=status.loss_samples,

@@ -228,7 +228,7 @@ class ScriptMeasurer(PairedMeasurer):
             return TrialResult(Status.CRASH, error="no window measured both copies", wall_s=wall_s)
         return TrialResult(
             Status.OK, samples_per_s=statistics.median(trial.cand_rates), objective=interval.median,
-            speedup_low=interval.low, speedup_high=interval.high,
+            speedup_low=interval.low, speedup_high=interval.high, confidence=interval.confidence,
             method=script_method(len(trial.medians)), pairs=trial.windows,
             baseline_samples_per_s=statistics.median(trial.base_rates), loss=trial.loss[1] if trial.loss else None,
             loss_samples=trial.loss[0] if trial.loss else None, startup_s=trial.startup_s, timed_s=trial.timed_s,

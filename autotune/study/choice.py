@@ -1,9 +1,12 @@
 """From a study's recorded trials to the recipe: feasible, and faster than the defaults with confidence.
 
 Every value is a speedup over the defaults with its interval (``autotune.measure.live``). With a
-confirmation, only its fresh pairs decide (``Confirmation.best``: the low bound above ``1 + margin``);
-without one, the fastest feasible trial's own interval must clear the same bar. Otherwise the recipe
-keeps the defaults, and a note says why ("best candidate 1.04x [0.98-1.10]: not faster with confidence").
+confirmation, only its fresh pairs decide (``Confirmation.best``: the low bound above ``1 + margin``), also when it
+confirmed nothing (no round completed: the defaults are kept, and the note says why); without one (``--confirm 0``),
+the fastest feasible trial's own interval must clear the same bar. Otherwise the recipe keeps the defaults, and a
+note says why ("best candidate 1.04x [0.98-1.10]: not faster with confidence"). The recipe's ``claim`` says which
+of these its speedup stands on (``recipe.CLAIMS``): a winner of one confirmation round is ``provisional``, never
+``confirmed``.
 """
 from __future__ import annotations
 
@@ -46,11 +49,13 @@ def choose_recipe(
     baseline = baselines[0]
     notes: list[str] = []
     margin = confirmation.margin if confirmation is not None else study_margin(study)
-    if confirmation is not None and (confirmation.runs or any(c.rounds or c.failed for c in confirmation.candidates)):
-        # once a round of it ran, only the confirmation decides: never the search's in-process interval
+    if confirmation is not None:  # only the confirmation decides: never the search's in-process interval
         best, measured = _confirmed(confirmation, searched, baseline, notes)
+        winner = confirmation.best
+        claim = "defaults" if best is baseline else "confirmed" if winner and winner.rounds >= 2 else "provisional"
     else:
-        best, measured = _single(searched, baseline, margin, notes, confirmation)
+        best, measured = _single(searched, baseline, margin, notes)
+        claim = "defaults" if best is baseline else "search"
     rejected = [r for r in searched if r.result.status == Status.OK and not r.feasible]
     worse = sum(1 for r in rejected if "quality" in r.rejected_by)
     if worse:
@@ -76,7 +81,8 @@ def choose_recipe(
     flop, matmul = roofline.of(study)
     recipe = Recipe(params=best.params, workload=workload, fingerprint=facts.fingerprint, study=name,
                     loss=best.result.loss, baseline_loss=baseline.result.loss, notes=notes, peak_memory_bytes=peak,
-                    flop_per_sample=flop, matmul_gflops=matmul, **_speeds(best is baseline, measured, baseline.result))
+                    flop_per_sample=flop, matmul_gflops=matmul, claim=claim,
+                    **_speeds(best is baseline, measured, baseline.result))
     return recipe, baseline, best, all_records
 
 
@@ -91,7 +97,8 @@ def _speeds(defaults: bool, measured: TrialResult, baseline: TrialResult) -> dic
     rate = measured.samples_per_s
     beside = measured.baseline_samples_per_s
     return dict(samples_per_s=rate, baseline_samples_per_s=beside if beside is not None else baseline.samples_per_s,
-                speedup=speedup, speedup_low=measured.speedup_low, speedup_high=measured.speedup_high)
+                speedup=speedup, speedup_low=measured.speedup_low, speedup_high=measured.speedup_high,
+                confidence=measured.confidence)
 
 
 def interval(result: TrialResult) -> str:
@@ -108,7 +115,8 @@ def _confirmed(confirmation: Confirmation, searched: list[TrialRecord], baseline
         if c.failed:
             notes.append(f"trial {c.number} failed its confirmation ({c.failed}): not offered")
         elif c.confirmed is not None:
-            notes.append(f"trial {c.number}: {c.first:.2f}x in the search, confirmed at {c.interval()} "
+            notes.append(f"trial {c.number}: {c.first:.2f}x in the search, "
+                         f"{'confirmed' if c.rounds >= 2 else 'measured again'} at {c.interval()} "
                          + rounds_said(c.rounds, c.pairs))
     if winner is None or winner.confirmed is None:
         contender = next((c for c in confirmation.candidates if c.confirmed is not None), None)
@@ -116,16 +124,24 @@ def _confirmed(confirmation: Confirmation, searched: list[TrialRecord], baseline
             notes.append(f"best candidate (trial {contender.number}) {contender.interval()}: not faster with "
                          f"confidence (its low bound must be above {1 + confirmation.margin:.2f}x): "
                          "the recipe keeps the defaults")
-        else:
+        elif confirmation.candidates:
             notes.append("no candidate completed a confirmation round: the recipe keeps the defaults (the search's "
-                         "own intervals are not offered once its confirmation ran)")
+                         "own intervals are never offered where a confirmation was asked)")
+        elif any(r.feasible and r.role != BASELINE for r in searched):
+            notes.append("the recipe keeps the defaults")  # the confirmation's note says why nothing was confirmed
+        else:
+            notes.append("no feasible recipe besides the defaults: the recipe keeps the defaults")
         return baseline, baseline.result
     record = next(r for r in searched if r.number == winner.number)
     fastest = confirmation.fastest
     if fastest is not None and fastest.number != winner.number:
         notes.append(f"trial {winner.number} chosen over trial {fastest.number} ({fastest.interval()}): as fast "
                      f"within that interval, with the higher low bound")
-    notes.append(f"best (trial {winner.number}) confirmed at {winner.interval()} over PyTorch defaults")
+    if winner.rounds >= 2:
+        notes.append(f"best (trial {winner.number}) confirmed at {winner.interval()} over PyTorch defaults")
+    else:
+        notes.append(f"best (trial {winner.number}) provisional at {winner.interval()} over PyTorch defaults (one "
+                     "confirmation round: not confirmed)")
     return record, winner.confirmed
 
 
@@ -138,13 +154,10 @@ def rounds_said(rounds: int, pairs: int) -> str:
             "rounds' medians")
 
 
-def _single(searched: list[TrialRecord], baseline: TrialRecord, margin: float, notes: list[str],
-            confirmation: Confirmation | None) -> tuple[TrialRecord, TrialResult]:
+def _single(searched: list[TrialRecord], baseline: TrialRecord, margin: float,
+            notes: list[str]) -> tuple[TrialRecord, TrialResult]:
     feasible = [r for r in searched if r.feasible and r.role != BASELINE]
-    if confirmation is None:
-        notes.append("not confirmed with fresh pairs (confirmation off): the search's own intervals")
-    elif confirmation.note:
-        notes.append(f"not confirmed: {confirmation.note}")
+    notes.append("not confirmed with fresh pairs (confirmation off): the search's own intervals")
     best = max(feasible, key=lambda r: r.result.objective or 0.0, default=None)
     if best is None:
         notes.append("no feasible recipe besides the defaults: the recipe keeps the defaults")

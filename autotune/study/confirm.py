@@ -208,8 +208,9 @@ def _race(alive: list[TrialRecord], done: dict[tuple[str, int], TrialResult], ro
 
 
 def _interval(result: TrialResult) -> Interval:
-    return Interval(result.objective or 0.0, result.speedup_low or 0.0, result.speedup_high or 0.0, CONFIDENCE,
-                    result.pairs or 0)
+    """A round's interval at the coverage its method reached (a round stored before it was recorded: the 95% asked)."""
+    return Interval(result.objective or 0.0, result.speedup_low or 0.0, result.speedup_high or 0.0,
+                    result.confidence or CONFIDENCE, result.pairs or 0)
 
 
 def combine_rounds(rounds: list[TrialResult]) -> TrialResult:
@@ -228,7 +229,7 @@ def combine_rounds(rounds: list[TrialResult]) -> TrialResult:
 
     return replace(last, objective=combined.median, samples_per_s=median("samples_per_s"),
                    baseline_samples_per_s=median("baseline_samples_per_s"), speedup_low=combined.low,
-                   speedup_high=combined.high,
+                   speedup_high=combined.high, confidence=combined.confidence,
                    pairs=sum(r.pairs or 0 for r in rounds), wall_s=total("wall_s"), timed_s=total("timed_s"),
                    startup_s=total("startup_s"), warmup_s=total("warmup_s"),
                    method=f"{last.method}, {len(rounds)} fresh process(es)" if last.method else last.method)

@@ -27,9 +27,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class StudySummary:
-    """One study as ``autotune studies`` shows it. ``speedup`` is the stored recipe's (confirmed side by
-    side with the defaults) when there is one, else the best feasible trial's single measurement over
-    the baseline's (``confirmed`` False); None before a baseline and a feasible trial exist."""
+    """One study as ``autotune studies`` shows it. ``speedup`` is the stored recipe's when there is one (``confirmed``
+    only where its claim is: two confirmation rounds or more, or the defaults kept), else the best feasible trial's
+    single measurement over the baseline's; None before a baseline and a feasible trial exist."""
 
     name: str
     workload: str | None
@@ -43,12 +43,13 @@ class StudySummary:
     last: datetime | None  # the newest trial's end (or start, while it runs)
     speedup_low: float | None = None  # the stored recipe's interval (paired measurement)
     speedup_high: float | None = None
+    claim: str | None = None  # the stored recipe's (``recipe.CLAIMS``); None: no recipe, or stored before it was kept
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name, "workload": self.workload, "fingerprint": self.fingerprint, "trials": self.trials,
             "running": self.running, "speedup": self.speedup, "speedup_low": self.speedup_low,
-            "speedup_high": self.speedup_high, "confirmed": self.confirmed, "recipe": self.recipe,
+            "speedup_high": self.speedup_high, "confirmed": self.confirmed, "claim": self.claim, "recipe": self.recipe,
             "started": self.started.isoformat() if self.started else None,
             "last": self.last.isoformat() if self.last else None,
         }
@@ -97,7 +98,9 @@ def _summary(study: optuna.Study, store: RecipeStore) -> StudySummary:
     recipe = store.latest(study=study.study_name)
     if recipe is not None and problems(recipe):  # what no search writes is listed as no recipe ('best' says why)
         recipe = None
-    speedup, confirmed = (recipe.speedup, True) if recipe and recipe.speedup else (_best_so_far(recs), False)
+    stored = recipe is not None and recipe.speedup is not None
+    speedup = recipe.speedup if recipe is not None and stored else _best_so_far(recs)
+    confirmed = stored and recipe is not None and recipe.claim in ("confirmed", "defaults")
     starts = [t.datetime_start for t in trials if t.datetime_start]
     ends = [t.datetime_complete or t.datetime_start for t in trials if t.datetime_start]
     return StudySummary(
@@ -107,8 +110,8 @@ def _summary(study: optuna.Study, store: RecipeStore) -> StudySummary:
         running=sum(1 for t in trials if t.state == optuna.trial.TrialState.RUNNING),
         speedup=speedup, confirmed=confirmed, recipe=recipe.id if recipe else None,
         started=_local(min(starts)) if starts else None, last=_local(max(ends)) if ends else None,
-        speedup_low=recipe.speedup_low if confirmed and recipe else None,
-        speedup_high=recipe.speedup_high if confirmed and recipe else None,
+        speedup_low=recipe.speedup_low if stored and recipe else None,
+        speedup_high=recipe.speedup_high if stored and recipe else None, claim=recipe.claim if recipe else None,
     )
 
 

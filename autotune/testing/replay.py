@@ -305,9 +305,10 @@ class ReplayMeasurer(PairedMeasurer):
         timed = n.get("timed_s", 0.0) if h.kind == BASELINE else \
             len(h.drawn) * (c.window_s + max(c.window_s, c.step_s or 0.0))
         return TrialResult(Status.OK, objective=iv.median, speedup_low=iv.low, speedup_high=iv.high,
-                           method=IN_PROCESS if h.kind == BASELINE else h.kind, pairs=iv.count, loss=c.loss,
-                           loss_samples=c.loss_samples, compile_s=c.compile_s, warmup_s=c.warmup_s, timed_s=timed,
-                           wall_s=c.warmup_s + timed, spread=_spread(h.drawn), data_wait=c.data_wait)
+                           confidence=iv.confidence, method=IN_PROCESS if h.kind == BASELINE else h.kind,
+                           pairs=iv.count, loss=c.loss, loss_samples=c.loss_samples, compile_s=c.compile_s,
+                           warmup_s=c.warmup_s, timed_s=timed, wall_s=c.warmup_s + timed, spread=_spread(h.drawn),
+                           data_wait=c.data_wait)
 
     def close(self) -> None:
         pass

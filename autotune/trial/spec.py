@@ -77,6 +77,7 @@ class TrialResult:
     speedup_high: float | None = None
     method: str | None = None  # "in-process pairs", "process pairs x in-process pairs"; None: samples/s of one process
     pairs: int | None = None  # window pairs behind the interval
+    confidence: float | None = None  # the interval's coverage as its method reached it (None: stored before, 95% asked)
     baseline_samples_per_s: float | None = None  # the defaults' own rate beside it, measured (None: not beside it)
     peak_memory_bytes: int | None = None  # peak device memory of the measured recipe (CUDA), for the 90% warning
     data_wait: float | None = None  # the share of its timed steps spent waiting for the next batch (the input's)

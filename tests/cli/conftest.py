@@ -36,10 +36,11 @@ def add_study(url: str, name: str, *, workload: str = "tiny", fingerprint: str =
 
 def add_recipe(url: str, params: dict[str, Any], *, study: str | None, workload: str = "tiny",
                fingerprint: str = "v3-aaaaaaaaaaaa", speed: float = 200.0, base: float = 100.0,
-               interval: tuple[float, float] | None = None) -> Recipe:
-    """A stored recipe; ``interval``: its speedup's, as a paired measurement gives it."""
+               interval: tuple[float, float] | None = None, claim: str | None = "confirmed") -> Recipe:
+    """A stored recipe; ``interval``: its speedup's, as a paired measurement gives it; ``claim``: what it stands on
+    (a search's confirmation by default; None: stored before autotune kept it)."""
     low, high = interval or (None, None)
     with RecipeStore.open(url) as store:
         return store.save(Recipe(params=params, workload=workload, fingerprint=fingerprint, study=study,
                                  samples_per_s=speed, baseline_samples_per_s=base, speedup=speed / base, loss=1.0,
-                                 baseline_loss=1.0, speedup_low=low, speedup_high=high))
+                                 baseline_loss=1.0, speedup_low=low, speedup_high=high, claim=claim))

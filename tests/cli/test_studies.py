@@ -48,7 +48,20 @@ def test_studies_table_says_what_is_unconfirmed(storage: Path) -> None:
     assert "1.70x" in rows["tiny-done"] and "v3-aaaaaaaaaaaa" in rows["tiny-done"]
     assert "1.20x ?" in rows["cnn-busy"] and "2 (+1 running)" in rows["cnn-busy"]
     assert re.search(r"\d\d:\d\d:\d\d CES?T", out.stdout)
-    assert "?: the best single measurement so far, not yet confirmed" in out.stdout
+    assert "?: not confirmed side by side with the defaults over two rounds" in out.stdout
+
+
+@pytest.mark.parametrize("claim", ["provisional", "search", None])
+def test_studies_marks_a_recipe_whose_speedup_is_not_confirmed(storage: Path, claim: str | None) -> None:
+    """A recipe offered on one confirmation round, on the search's own interval (``--confirm 0``), or stored before
+    autotune kept its claim is listed with its interval and '?', never as confirmed."""
+    url = f"sqlite:///{storage}/studies.db"
+    add_recipe(url, {**TUNED, "threads": 2}, study="tiny-done", speed=140.0, interval=(1.2, 1.6), claim=claim)
+    found = {s["name"]: s for s in json.loads(cli("studies", "--json", cwd=storage).stdout)}
+    assert (found["tiny-done"]["confirmed"], found["tiny-done"]["claim"]) == (False, claim)
+    rows = {line.split("│")[1].strip(): line for line in cli("studies", cwd=storage).stdout.splitlines()
+            if line.startswith("│ ")}
+    assert "1.40x [1.20-1.60] ?" in rows["tiny-done"]
 
 
 def test_studies_of_a_database_without_any(tmp_path: Path) -> None:
@@ -132,7 +145,7 @@ def test_every_view_gives_a_paired_speedup_with_its_interval(storage: Path) -> N
     paired = add_recipe(url, {**TUNED, "threads": 2}, study="tiny-done", speed=123.0, interval=(1.15, 1.31))
     best = cli("best", "--recipe", str(paired.id), cwd=storage)
     assert best.returncode == 0, best.stderr
-    assert "1.23x [1.15-1.31] (95% interval) PyTorch defaults (123.0 vs 100.0 samples/s)" in best.stdout
+    assert "1.23x [1.15-1.31] (confirmed, 95% interval) PyTorch defaults (123.0 vs 100.0 samples/s)" in best.stdout
     recipes = cli("recipes", cwd=storage)
     assert "1.23x [1.15-1.31]" in recipes.stdout and "1.70x" in recipes.stdout  # an old recipe: no interval
     studies = cli("studies", "--json", cwd=storage)
@@ -143,4 +156,5 @@ def test_every_view_gives_a_paired_speedup_with_its_interval(storage: Path) -> N
     assert re.search(r"speedup\s+│ 1.70x\s+│ 1.23x \[1.15-1.31\]", diff.stdout), diff.stdout
     export = cli("export", "--recipe", str(paired.id), "--format", "env", "-o", "best.env", cwd=storage)
     assert export.returncode == 0, export.stderr
-    assert "# 1.23x [1.15-1.31] PyTorch defaults: 123.0 vs 100.0 samples/s" in (storage / "best.env").read_text()
+    header = "# 1.23x [1.15-1.31] PyTorch defaults: 123.0 vs 100.0 samples/s (confirmed, 95% interval)"
+    assert header in (storage / "best.env").read_text()

@@ -88,7 +88,7 @@ class Stubbed(StubMeasurer):
         pass
 
 
-def _search(tmp_path: Path, facts: Any, stub: Stubbed, budget_s: float, clock: ReplayClock) -> Any:
+def _search(tmp_path: Path, facts: Any, stub: Stubbed, budget_s: float, clock: ReplayClock, rounds: int = 3) -> Any:
     """Explore (the defaults; then, as the loop takes seeds and samples, trial 1 at 1.64x [1.50-1.80] and trial 2 at
     1.20x [1.10-1.30]), confirm 3 rounds of both with ``budget_s`` left on the clock, and choose the recipe."""
     ctx = spaces.SpaceContext(default_batch_size=32, conv=True)
@@ -101,7 +101,7 @@ def _search(tmp_path: Path, facts: Any, stub: Stubbed, budget_s: float, clock: R
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     study = optuna.create_study(storage=url, study_name="cut", direction="maximize",
                                 sampler=optuna.samplers.TPESampler(seed=0))
-    options = SearchOptions(storage=url, trials=3, budget_s=None, confirm_top=2, confirm_rounds=3)
+    options = SearchOptions(storage=url, trials=3, budget_s=None, confirm_top=2, confirm_rounds=rounds)
     loop = SearchLoop(study, "tiny", facts, ctx, run, options, budget=Budget(clock.monotonic() + 1e6, clock.monotonic),
                       notify=lambda event: None, seeds=seeds, measurer=stub)
     assert loop.run() == "trials"
@@ -147,6 +147,31 @@ def test_a_round_the_budget_cuts_is_no_failure_and_the_completed_rounds_decide(
     assert recipe.speedup == pytest.approx((FAST[0][0] * FAST[1][0]) ** 0.5, rel=1e-3)
     said = " ".join(recipe.notes)
     assert "trial 1's round 3 of 3 cut by the budget's end" in said and "over 2 rounds of fresh processes" in said
+    assert (recipe.claim, recipe.confidence) == ("confirmed", 0.95)
+
+
+def test_a_confirmation_that_completed_no_round_keeps_the_defaults_and_says_why(tmp_path: Path, facts: Any) -> None:
+    """5 s left, each round 10 s: no round starts. The search's own 1.64x [1.50-1.80] (an early-stopped in-process
+    interval) is not offered: the defaults are kept, with the confirmation's reason (before: offered at 1.64x)."""
+    clock = ReplayClock()
+    recipe, recs = _search(tmp_path, facts, Stubbed(clock, _explored(), {"fast": FAST, "slow": SLOW}), 5.0, clock)
+    assert not [r for r in recs if r.role == CONFIRM and r.result.status == Status.OK]
+    assert recipe.params == recs[0].params and (recipe.speedup, recipe.claim) == (1.0, "defaults"), recipe.notes
+    said = " ".join(recipe.notes)
+    assert "the budget was short" in said and "no candidate completed a confirmation round" in said, said
+
+
+def test_a_recipe_of_one_confirmation_round_is_provisional_not_confirmed(tmp_path: Path, facts: Any) -> None:
+    """With one round asked (``--confirm-rounds 1``), the faster candidate is offered on that round's interval, as
+    provisional: its claim, its note and its env header never say confirmed."""
+    clock = ReplayClock()
+    stub = Stubbed(clock, _explored(), {"fast": FAST, "slow": SLOW})
+    recipe, _ = _search(tmp_path, facts, stub, 3600.0, clock, rounds=1)
+    assert (recipe.speedup, recipe.speedup_low, recipe.claim) == (1.40, 1.30, "provisional"), recipe.notes
+    said = " ".join(recipe.notes)
+    assert "provisional at 1.40x [1.30-1.50] over PyTorch defaults (one confirmation round: not confirmed)" in said
+    assert "confirmed at" not in said.replace("not confirmed", "")
+    assert recipe.claim_text == "provisional: one confirmation round, 95% interval"
 
 
 def test_a_candidate_that_stops_answering_while_time_remains_still_fails(tmp_path: Path, facts: Any) -> None:
