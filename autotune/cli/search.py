@@ -43,7 +43,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "the end the fastest feasible recipes (not those the search found below 1 + the noise margin) are "
         "measured again with fresh pairs, in --confirm-rounds rounds of fresh worker processes (--confirm); a "
         "recipe is kept "
-        "only if its confirmed speedup's low bound clears 1 by the noise margin, and said with its GFLOP/s as a "
+        "only if its confirmed speedup's low bound clears 1 by the noise margin (no round completed: the defaults "
+        "are kept), and said with its GFLOP/s as a "
         "share of this machine's measured matmul peak (the workload's FLOP counted once; the defaults profiled "
         "for 2 s after the calibration and each fastest-yet candidate for 1 s, for the report's breakdown of a "
         "step). Ctrl-C stops the "
@@ -101,8 +102,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    "calibration's window pairs split over them (at least 6 a round); its speedup is the rounds' "
                    "geometric mean, its interval includes the spread between them; one whose interval so far lies "
                    "below the leading candidate's low bound is left out of the later rounds, and one whose search "
-                   "interval lies below the low bound of one confirmed before it gets no round; R at least 1 "
-                   "(default: 3)")
+                   "interval lies below the low bound of one confirmed before it gets no round; a recipe of one "
+                   "round is offered as provisional, not confirmed (it does not see how a speedup varies between "
+                   "processes); R at least 1 (default: 3)")
     p.add_argument("--seed", type=int, default=0, help="sampler and training seed, 0 to 2**32-1 (default: 0)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object per event (JSON lines, each with \"event\": its name) and the "
