@@ -4,7 +4,8 @@ A search keeps its fastest measurement, and the fastest of many noisy measuremen
 curse). So the top ``confirm_top`` feasible recipes (by their search median; not those whose search interval lies
 wholly below ``1 + margin``: they could not be offered; ranked highest low bound first, ``lineup``) are measured
 again against the defaults with FRESH pairs, in ``confirm_rounds`` rounds: each round starts new worker processes (a
-new seed for the windows' order) and measures every candidate in them, ``budget.confirmation_pairs`` pairs each, and
+new seed for the windows' order) and measures every candidate in them, in an order drawn anew each round (the
+ranking decides only who keeps time when it runs short), ``budget.confirmation_pairs`` pairs each, and
 adds one fresh process pair to every environment factor, which that round's factor is made of alone: no measurement
 of the search takes part in the confirmed figure (the search's process pairs lend only their spread, the width of
 one pair's ratio). An in-process ratio differs from one process to the next, so the rounds are the units: a
@@ -26,6 +27,7 @@ candidate wrongly is at most ``1 - CONFIDENCE`` (``_race``).
 """
 from __future__ import annotations
 
+import random
 import statistics
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -115,15 +117,20 @@ class Rounds:
             missing = [e for e in raced if (params_key(e.params), round_) not in self.done]
             if missing:  # fresh workers, window orders, and one more fresh process pair a factor, each round
                 self.loop.measurer.reseed(self.loop.options.seed + 7919 + round_)
+            # in an order drawn again each round: a worker's speed drifts with its age (1.45x to 1.95x in a lab
+            # note), and a fixed order would give the first-ranked the same moment of every round
+            random.Random(self.loop.options.seed * 7919 + round_).shuffle(missing)
             for entry in missing:
                 self.measure(entry, round_, raced)
 
     def measure(self, entry: TrialRecord, round_: int, alive: list[TrialRecord]) -> None:
-        """``entry``'s round ``round_``, unless its time is the later rounds' of the candidates ranked above it
-        (``alive``, best first)."""
+        """``entry``'s round ``round_``, unless its time is the rounds still to come of the candidates ranked above
+        it (``alive``, best first; their rounds of ``round_`` too where not measured yet)."""
         loop = self.loop
-        ahead = alive[:alive.index(entry)]
-        needed = self.needed_s([(entry, round_), *((e, r) for e in ahead for r in range(round_ + 1, self.count))])
+        ahead = [e for e in alive[:alive.index(entry)] if params_key(e.params) not in self.left_out]
+        # theirs from this round on where the shuffled order has not measured them in it yet
+        needed = self.needed_s([(entry, round_), *((e, r) for e in ahead for r in range(
+            round_ if (params_key(e.params), round_) not in self.done else round_ + 1, self.count))])
         if loop.budget.left() < max(1.0, needed):
             self.left_out.add(params_key(entry.params))
             self.cut.append(f"trial {entry.number} from round {round_ + 1} of {self.count} on")
