@@ -50,9 +50,7 @@ def choose_recipe(
     notes: list[str] = []
     margin = confirmation.margin if confirmation is not None else study_margin(study)
     if confirmation is not None:  # only the confirmation decides: never the search's in-process interval
-        best, measured = _confirmed(confirmation, searched, baseline, notes)
-        winner = confirmation.best
-        claim = "defaults" if best is baseline else "confirmed" if winner and winner.rounds >= 2 else "provisional"
+        best, measured, claim = _confirmed(confirmation, searched, baseline, notes)
     else:
         best, measured = _single(searched, baseline, margin, notes)
         claim = "defaults" if best is baseline else "search"
@@ -107,7 +105,8 @@ def interval(result: TrialResult) -> str:
 
 
 def _confirmed(confirmation: Confirmation, searched: list[TrialRecord], baseline: TrialRecord,
-               notes: list[str]) -> tuple[TrialRecord, TrialResult]:
+               notes: list[str]) -> tuple[TrialRecord, TrialResult, str]:
+    """The confirmation's choice, its measurement and its claim (``Candidate.claim``, or ``defaults``)."""
     winner = confirmation.best
     if confirmation.note:
         notes.append(f"confirmation: {confirmation.note}")
@@ -116,7 +115,7 @@ def _confirmed(confirmation: Confirmation, searched: list[TrialRecord], baseline
             notes.append(f"trial {c.number} failed its confirmation ({c.failed}): not offered")
         elif c.confirmed is not None:
             notes.append(f"trial {c.number}: {c.first:.2f}x in the search, "
-                         f"{'confirmed' if c.rounds >= 2 else 'measured again'} at {c.interval()} "
+                         f"{'confirmed' if c.claim == 'confirmed' else 'measured again'} at {c.interval()} "
                          + rounds_said(c.rounds, c.pairs))
     if winner is None or winner.confirmed is None:
         contender = next((c for c in confirmation.candidates if c.confirmed is not None), None)
@@ -131,18 +130,18 @@ def _confirmed(confirmation: Confirmation, searched: list[TrialRecord], baseline
             notes.append("the recipe keeps the defaults")  # the confirmation's note says why nothing was confirmed
         else:
             notes.append("no feasible recipe besides the defaults: the recipe keeps the defaults")
-        return baseline, baseline.result
+        return baseline, baseline.result, "defaults"
     record = next(r for r in searched if r.number == winner.number)
     fastest = confirmation.fastest
     if fastest is not None and fastest.number != winner.number:
         notes.append(f"trial {winner.number} chosen over trial {fastest.number} ({fastest.interval()}): as fast "
                      f"within that interval, with the higher low bound")
-    if winner.rounds >= 2:
+    if winner.claim == "confirmed":
         notes.append(f"best (trial {winner.number}) confirmed at {winner.interval()} over PyTorch defaults")
     else:
         notes.append(f"best (trial {winner.number}) provisional at {winner.interval()} over PyTorch defaults (one "
                      "confirmation round: not confirmed)")
-    return record, winner.confirmed
+    return record, winner.confirmed, winner.claim
 
 
 def rounds_said(rounds: int, pairs: int) -> str:

@@ -386,7 +386,7 @@ def searched_noise(noise: dict[str, Any] | None, loop: SearchLoop, confirmation:
         noise = {**noise, "between": between[0], "between_pairs": between[1]}
     confirmed = [c for c in (confirmation.candidates if confirmation else ())
                  if c.confirmed is not None and c.failed is None]
-    widths = [(c.low, c.high, f"trial {c.number}'s {'confirmed' if c.rounds >= 2 else 'one-round'} interval")
+    widths = [(c.low, c.high, f"trial {c.number}'s {'confirmed' if c.claim == 'confirmed' else 'one-round'} interval")
               for c in confirmed]
     if not widths and best.result.speedup_low and best.result.speedup_high and best.role != BASELINE:
         widths = [(best.result.speedup_low, best.result.speedup_high, f"trial {best.number}'s search interval")]

@@ -76,8 +76,15 @@ def race_stop(interval: Interval, noise: Noise, incumbent: tuple[float, float, f
     """
     if interval.count == 0:
         return "failed"
-    if interval.confidence < asked - 1e-12:  # exact coverages: 1 - 2/2**n against 1 - 0.05/looks
-        return f"{used} pairs, the most a candidate gets" if used >= cap else None
+    reached = interval.confidence >= asked - 1e-12  # exact coverages: 1 - 2/2**n against 1 - 0.05/looks
+    said = _interval_says(interval, noise, incumbent) if reached else None
+    if said is None and used >= cap:
+        return f"{used} pairs, the most a candidate gets"
+    return said
+
+
+def _interval_says(interval: Interval, noise: Noise, incumbent: tuple[float, float, float] | None) -> str | None:
+    """Why ``interval`` (at the confidence its look asked) ends the race, or None."""
     if interval.high < 1 - noise.margin:
         return SLOWER
     if incumbent is not None and interval.high < incumbent[1]:
@@ -88,8 +95,6 @@ def race_stop(interval: Interval, noise: Noise, incumbent: tuple[float, float, f
         return f"above the incumbent's interval (its high {incumbent[2]:.2f}x)"
     if (interval.high - interval.low) / 2 <= noise.half_width * interval.median:
         return f"interval within +-{noise.half_width:.0%}"
-    if used >= cap:
-        return f"{used} pairs, the most a candidate gets"
     return None
 
 

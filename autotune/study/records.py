@@ -194,6 +194,12 @@ class Candidate:
         """``1.23x [1.15-1.31]``"""
         return format_speedup(self.median, self.low, self.high)
 
+    @property
+    def claim(self) -> str:
+        """What its confirmation claims (``recipe.CLAIMS``): ``confirmed`` over two rounds or more, else
+        ``provisional`` (one round's interval does not see how a speedup varies between processes)."""
+        return "confirmed" if self.rounds >= 2 else "provisional"
+
 
 @dataclass(frozen=True)
 class Confirmation:

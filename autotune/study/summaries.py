@@ -98,9 +98,8 @@ def _summary(study: optuna.Study, store: RecipeStore) -> StudySummary:
     recipe = store.latest(study=study.study_name)
     if recipe is not None and problems(recipe):  # what no search writes is listed as no recipe ('best' says why)
         recipe = None
-    stored = recipe is not None and recipe.speedup is not None
-    speedup = recipe.speedup if recipe is not None and stored else _best_so_far(recs)
-    confirmed = stored and recipe is not None and recipe.claim in ("confirmed", "defaults")
+    stored = recipe if recipe is not None and recipe.speedup is not None else None  # else: the best so far
+    speedup = stored.speedup if stored is not None else _best_so_far(recs)
     starts = [t.datetime_start for t in trials if t.datetime_start]
     ends = [t.datetime_complete or t.datetime_start for t in trials if t.datetime_start]
     return StudySummary(
@@ -108,10 +107,11 @@ def _summary(study: optuna.Study, store: RecipeStore) -> StudySummary:
         fingerprint=study.user_attrs.get(StudyAttr.FINGERPRINT),
         trials=sum(1 for r in recs if r.result.status in MEASURED),
         running=sum(1 for t in trials if t.state == optuna.trial.TrialState.RUNNING),
-        speedup=speedup, confirmed=confirmed, recipe=recipe.id if recipe else None,
+        speedup=speedup, confirmed=stored is not None and stored.claim in ("confirmed", "defaults"),
+        recipe=recipe.id if recipe else None,
         started=_local(min(starts)) if starts else None, last=_local(max(ends)) if ends else None,
-        speedup_low=recipe.speedup_low if stored and recipe else None,
-        speedup_high=recipe.speedup_high if stored and recipe else None, claim=recipe.claim if recipe else None,
+        speedup_low=stored.speedup_low if stored else None, speedup_high=stored.speedup_high if stored else None,
+        claim=recipe.claim if recipe else None,
     )
 
 
