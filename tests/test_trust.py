@@ -81,7 +81,8 @@ def test_an_exported_env_file_loaded_by_bash_creates_nothing(facts: Any, tmp_pat
     ({"fingerprint": None}, "fingerprint: missing"),
     ({"speedup": "fast"}, "speedup='fast': not allowed"),
     ({"details": {"speedup_low": float("nan")}}, "speedup_low=nan: not allowed"),
-], ids=["threads", "fingerprint", "speedup", "nan"])
+    ({"details": {"claim": "\x1b[2Jconfirmed"}}, "claim='\\x1b[2Jconfirmed': not allowed"),
+], ids=["threads", "fingerprint", "speedup", "nan", "claim"])
 def test_a_hostile_stored_recipe_is_refused_by_every_verb_before_anything_starts(
         facts: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, columns: dict[str, Any], said: str) -> None:
     url = _store(tmp_path, _good(facts), _good(facts), **columns)
