@@ -19,9 +19,9 @@ from typing import Any
 from .errors import UsageError
 
 FORMAT = 2  # the recipe format this autotune writes (see the module docstring)
-# What a recipe's stated speedup stands on: a confirmation of two rounds or more in fresh processes; one round of it
-# (its interval does not see how a speedup varies between processes); the search's own interval (confirmation off);
-# the defaults kept (1.0 by definition).
+# What a recipe's stated speedup stands on: confirmed (two confirmation rounds or more, then 6 fresh process pairs
+# started as your training is, faster with confidence); provisional (fewer of either, each said); the search's own
+# interval (confirmation off); the defaults kept (1.0 by definition).
 CLAIMS = ("confirmed", "provisional", "search", "defaults")
 
 
@@ -40,6 +40,13 @@ class Recipe:
     speedup_high: float | None = None
     confidence: float | None = None  # the interval's coverage as its method reached it
     claim: str | None = None  # what the stated speedup stands on (``CLAIMS``); None: stored before it was recorded
+    # The fresh process pairs of your runs the stated speedup comes from (``measure.runs``; None: stored before, or
+    # a search without them), where one run of yours against a plain one falls 9 times in 10, and the seconds of
+    # training timed in each process of those pairs (after its start and warm-up).
+    process_pairs: int | None = None
+    run_low: float | None = None
+    run_high: float | None = None
+    run_s: float | None = None
     loss: float | None = None
     baseline_loss: float | None = None
     peak_memory_bytes: int | None = None
@@ -66,10 +73,23 @@ class Recipe:
     def claim_text(self) -> str:
         """``confirmed, 95% interval``: what the stated speedup stands on and its interval's coverage, where they
         were recorded (a recipe stored before: the 95% its search asked); empty for the defaults kept."""
+        pairs = self.process_pairs
         said = {"confirmed": "confirmed", "provisional": "provisional: one confirmation round",
                 "search": "the search's own interval, not confirmed"}.get(self.claim or "")
+        if pairs is not None and self.claim in ("confirmed", "provisional"):
+            said = f"{self.claim}: " + (f"{pairs} fresh process pairs of your training" if self.run_low is not None
+                                         else "not measured in processes of your training")
         coverage = f"{self.confidence * 100:.3g}%" if self.confidence else "95%"  # 95%, 99.2%, 87.5%
         return ", ".join(filter(None, [said, f"{coverage} interval" if self.speedup_low is not None else None]))
+
+    @property
+    def run_text(self) -> str | None:
+        """``a run of yours: 1.02-1.31x the defaults' (9 runs in 10; 2.1 s of training timed a process)``, or None
+        where no process pair of your runs measured it."""
+        if self.run_low is None or self.run_high is None:
+            return None
+        timed = f"; {self.run_s:.1f} s of training timed a process" if self.run_s else ""
+        return f"a run of yours: {self.run_low:.2f}-{self.run_high:.2f}x the defaults' (9 runs in 10{timed})"
 
     @property
     def place_text(self) -> str | None:
@@ -217,6 +237,8 @@ _HEADER: dict[str, tuple[Callable[[Any], bool], str]] = {
     "confidence": ((lambda v: v is None or (type(v) in (int, float) and 0 < v <= 1)),
                    "null or a number above 0 and at most 1"),
     "claim": ((lambda v: v is None or v in CLAIMS), f"null or one of {', '.join(CLAIMS)}"),
+    "process_pairs": ((lambda v: v is None or (type(v) is int and 0 <= v <= 1000)), "null or an integer 0 to 1000"),
+    "run_low": _amount(), "run_high": _amount(infinite=True), "run_s": _amount(),
     "loss": _amount(least=-math.inf), "baseline_loss": _amount(least=-math.inf), "flop_per_sample": _amount(),
     "peak_memory_bytes": ((lambda v: v is None or (type(v) is int and v >= 0)), "null or an integer of at least 0"),
     "id": ((lambda v: v is None or (type(v) is int and 1 <= v < 2**63)), "null or a positive integer"),

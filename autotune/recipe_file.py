@@ -62,6 +62,8 @@ def to_env(
                 if recipe.samples_per_s is not None and recipe.baseline_samples_per_s is not None else "")
             + (f" ({recipe.claim_text})" if recipe.claim_text else "")
         )
+    if recipe.run_text:
+        lines.append(f"# {recipe.run_text}")
     lines.append("# Load in bash with: set -a; . ./THIS_FILE; set +a   (or, checked first: autotune run --recipe "
                  "THIS_FILE -- CMD)")
     values = {RECIPE_VARIABLE: json.dumps(recipe.to_dict(), sort_keys=True)}

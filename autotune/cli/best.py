@@ -46,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
                   if recipe.loss is not None and recipe.baseline_loss is not None else "")
         claim = f" ({recipe.claim_text})" if recipe.claim_text else ""
         out.print(f"{recipe.speedup_text}{claim} PyTorch defaults{speeds}{losses}", markup=False, soft_wrap=True)
+    if recipe.run_text:
+        out.print(recipe.run_text, markup=False, soft_wrap=True)
     if recipe.place_text:
         out.print(f"at {recipe.place_text}", markup=False, soft_wrap=True)
     out.print(f"hardware {recipe.fingerprint}, created {when(recipe.created)}")

@@ -105,6 +105,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    "interval lies below the low bound of one confirmed before it gets no round; a recipe of one "
                    "round is offered as provisional, not confirmed (it does not see how a speedup varies between "
                    "processes); R at least 1 (default: 3)")
+    p.add_argument("--claim-pairs", type=int, default=None, metavar="N",
+                   help="the chosen recipe is then run against the defaults in N fresh process pairs, each process "
+                   "started as 'autotune run' starts your training; the stated speedup, its 95%% interval and the "
+                   "range of one run of yours (9 runs in 10) come from these pairs alone; confirmed takes 6 or "
+                   "more (default: 6 with a budget of 5 minutes or more, else as many from 3 as a third of the "
+                   "budget holds, none below 3; 0: none, and the recipe is provisional)")
     p.add_argument("--seed", type=int, default=0, help="sampler and training seed, 0 to 2**32-1 (default: 0)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object per event (JSON lines, each with \"event\": its name) and the "
@@ -125,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
                                train_steps=args.train_steps, seed=args.seed),
         max_loss_increase=args.max_loss_increase, global_batch=args.global_batch, lr_scaling=args.lr_scaling,
         busy_limit=args.busy_limit, seed=args.seed, compile=not args.no_compile, fixed=parse_fixes(args.fix),
-        confirm_top=args.confirm, confirm_rounds=args.confirm_rounds,
+        confirm_top=args.confirm, confirm_rounds=args.confirm_rounds, claim_pairs=args.claim_pairs,
     )
     check_options(options)  # before anything is probed or written (search() checks again, for library callers)
     command = command_after_dashes(args)
@@ -217,6 +223,8 @@ def _print_outcome(out: Console, outcome: SearchOutcome) -> None:
     out.print(table)
     if best.number != base.number:
         out.print(f"{speedup} over PyTorch defaults" + (f" ({r.claim_text})" if r.claim_text else ""), markup=False)
+        if r.run_text:
+            out.print(r.run_text, markup=False, soft_wrap=True)
     if r.place_text:
         out.print(f"{'best' if best.number != base.number else 'the defaults'}: {r.place_text}", markup=False,
                   soft_wrap=True)

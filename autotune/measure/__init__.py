@@ -11,7 +11,7 @@
   alternated, the idle one frozen; ``across_processes`` over several fresh pairs);
 - the search's measurer: ``live`` (``LiveMeasurer``), with ``pool`` (its workers) and ``candidate`` (one
   candidate being measured); script mode's: ``script_pairs`` (``ScriptMeasurer``); what a confirmation round of
-  a measured recipe costs: ``costs``.
+  a measured recipe costs: ``costs``; what a run of yours gets, from fresh process pairs: ``runs``.
 """
 from __future__ import annotations
 
@@ -22,13 +22,18 @@ from .live import LiveMeasurer
 from .measurer import LossReading, Noise, PairedMeasurer, first_pairs, told_apart
 from .paired_worker import PairedWorker
 from .process_pair import PROCESS_PAIRS, across_processes
+from .runs import CLAIM_PAIRS, RUN_CONFIDENCE, PairFailed, RunPair, Runs
+from .runs import LEAST_PAIRS as LEAST_CLAIM_PAIRS
+from .runs import WINDOW_PAIRS as RUN_WINDOW_PAIRS
 from .script_pairs import ScriptMeasurer, script_context
 from .stats import CONFIDENCE, MIN_MARGIN, Interval, compare, rounds_interval
 
 __all__ = [
+    "CLAIM_PAIRS",
     "CONFIDENCE",
     "ENVIRONMENT_KEYS",
     "IN_PROCESS_METHODS",
+    "LEAST_CLAIM_PAIRS",
     "MIN_MARGIN",
     "PROCESS_PAIRS",
     "STARTED_S",
@@ -38,7 +43,12 @@ __all__ = [
     "LossReading",
     "Noise",
     "PairedMeasurer",
+    "PairFailed",
     "PairedWorker",
+    "RUN_CONFIDENCE",
+    "RUN_WINDOW_PAIRS",
+    "RunPair",
+    "Runs",
     "across_processes",
     "combine",
     "compare",

@@ -3,7 +3,9 @@ environment's defaults against the search's defaults, in fresh process pairs (``
 candidates of that environment until ``enough``, one pair of its own in each confirmation round."""
 from __future__ import annotations
 
+import random
 import re
+import statistics
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -14,6 +16,7 @@ from .environment import environment_differences
 from .measurer import PairedMeasurer, first_pairs
 from .paired_worker import Calibration, WorkerError
 from .process_pair import HopelessEnvironment, enough, process_pair
+from .runs import WINDOW_PAIRS, PairFailed, RunPair
 
 if TYPE_CHECKING:
     from .pool import PhaseHook, WorkerPool
@@ -35,6 +38,7 @@ class EnvironmentFactors(PairedMeasurer):
     calibration they use."""
 
     keeps_factors = True
+    user_processes = True
 
     workload: str
     facts: Any
@@ -112,7 +116,7 @@ class EnvironmentFactors(PairedMeasurer):
             spent += time.monotonic() - started
             self.factor_ratios[key] = list(ratios)
         interval = stats.log_mean_interval(ratios) if ratios else NOTHING
-        if ratios and enough(ratios, self.cal.half_width, least=least, most=most):
+        if ratios and enough(ratios, self.cal.half_width, most=most):  # settled by its pilot's spread
             self.factors[key] = interval
         return interval
 
@@ -150,3 +154,31 @@ class EnvironmentFactors(PairedMeasurer):
             ratio = self._process_pair(key, params, trial, last=True, seed=trial.seed + 7 * len(earlier))
             self._round_factors[key] = round_factor(ratio, earlier, self.factors.get(key))
         return self._round_factors[key]
+
+    def user_pair(self, params: dict[str, Any], seed: int, timeout_s: float) -> RunPair:
+        """One fresh process pair of the recipe ``params`` against the defaults (``measure.runs``): two workers of one
+        model each, the heap as a plain process has it, alternated with the idle one frozen (``process_pair``); a
+        recipe of several processes, which no worker holds, as fresh trial processes one after the other. The
+        search's own workers are ended first: your run has the machine to itself."""
+        from ..trial.runner import run_trial
+
+        self.pool.close()
+        started = time.monotonic()
+        if int(params.get("processes") or 1) > 1:
+            runs = {}
+            for side in random.Random(seed).sample(["base", "cand"], 2):
+                left = max(1.0, started + timeout_s - time.monotonic())
+                runs[side] = run_trial(self.workload, self.defaults if side == "base" else params, self.facts,
+                                       self.settings, timeout_s=left)
+                if not runs[side].samples_per_s:
+                    raise PairFailed(f"the {side} run ended {runs[side].status}: {runs[side].error}")
+            rate, base = runs["cand"].samples_per_s or 0.0, runs["base"].samples_per_s or 1.0
+            return RunPair(rate / base, runs["cand"].timed_s or 0.0, time.monotonic() - started, rate, base)
+        try:
+            run, window_s, _ = process_pair(self.workload, self.defaults, params, self.facts, self.settings,
+                                            pairs=WINDOW_PAIRS, window_s=self.cal.window_s, seed=seed,
+                                            reference_s=self.cal.s_per_sample)
+        except WorkerError as e:
+            raise PairFailed(str(e)) from e
+        rates = [statistics.median(getattr(p, side).rate for p in run.pairs) for side in ("cand", "base")]
+        return RunPair(run.ratio.median, WINDOW_PAIRS * window_s, time.monotonic() - started, *rates)

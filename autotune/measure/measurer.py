@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..trial.spec import TrialResult
+from .runs import RunPair
 from .stats import CONFIDENCE, Interval, pooled_log_sd
 
 if TYPE_CHECKING:
@@ -144,6 +145,7 @@ class PairedMeasurer(abc.ABC):
     machine_limits: ClassVar[bool] = True  # a share of this machine's peaks can be told of what it measures
     second_look: ClassVar[bool] = False  # it takes losses at other training seeds (``losses``)
     keeps_factors: ClassVar[bool] = False  # its ``factors`` last the search: a continued study hands it its recorded
+    user_processes: ClassVar[bool] = False  # it runs a recipe and the defaults as your training runs (``user_pair``)
 
     def __init__(self, defaults: dict[str, Any]) -> None:
         self.defaults = defaults  # every knob and run setting of the defaults, as the search passes them
@@ -207,3 +209,9 @@ class PairedMeasurer(abc.ABC):
         """The losses of ``arms`` (params, training seed), for the quality guard's second look; only where
         ``second_look``."""
         raise NotImplementedError(f"{type(self).__name__} takes no losses at other seeds (second_look is False)")
+
+    def user_pair(self, params: dict[str, Any], seed: int, timeout_s: float) -> RunPair:
+        """One fresh process pair of ``params`` against the defaults, each process started as ``autotune run``
+        starts your training (``measure.runs``); ``runs.PairFailed`` says why one failed. Only where
+        ``user_processes``."""
+        raise NotImplementedError(f"{type(self).__name__} runs no process of yours (user_processes is False)")

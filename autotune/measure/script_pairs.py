@@ -31,6 +31,7 @@ from ..trial.spec import Status, TrialResult
 from . import sizing, stats
 from .hopeless import HOPELESS
 from .measurer import Noise, PairedMeasurer
+from .runs import WINDOW_PAIRS, PairFailed, RunPair
 from .script import ScriptRun, failure, start_together, window_pairs
 from .sizing import LEAST_PAIRS
 
@@ -126,6 +127,7 @@ class ScriptMeasurer(PairedMeasurer):
 
     fresh_processes = True
     machine_limits = False
+    user_processes = True
 
     def __init__(self, argv: list[str], defaults: dict[str, Any], facts: Facts, folder: Path, *, workload: str,
                  loss_samples: int, startup_s: float = 0.0, seed: int = 0, env: Mapping[str, str] | None = None,
@@ -174,7 +176,8 @@ class ScriptMeasurer(PairedMeasurer):
         self.noise = Noise(window_s, sizing.WINDOWS, 0.03, stats.margin_from_calibration(aa),
                            max(within) - min(within), (aa.median, aa.low, aa.high), timed_s=trial.timed_s,
                            wall_s=wall_s, within=max(abs(r - 1) for r in within), aa_pairs=len(within),
-                           within_what="identical copies of the script in a process pair")
+                           within_what="identical copies of the script in a process pair",
+                           start_s=self.spread.pair_s / 2)  # a copy's part of a pair's time outside windows
         self._follow(self.spread.add(trial.medians, sizing.WINDOWS, aa=True))  # the noise's round, sized
         return self.noise
 
@@ -241,6 +244,15 @@ class ScriptMeasurer(PairedMeasurer):
     def loss(self, handle: object) -> float | None:
         trial = self._trial(handle)
         return trial.loss[1] if trial.loss else None
+
+    def user_pair(self, params: dict[str, Any], seed: int, timeout_s: float) -> RunPair:
+        """A fresh pair of copies of your script (``_process_pair``), its loss not waited for: the guard has read it."""
+        trial = ScriptTrial(dict(params), baseline=False, deadline=time.monotonic() + timeout_s, loss=(0, 0.0))
+        why = self._process_pair(trial, params, WINDOW_PAIRS, [])
+        if why is not None or trial.failed is not None or not trial.medians:
+            raise PairFailed(why or (trial.failed.error if trial.failed else None) or "no window pair ran")
+        return RunPair(trial.medians[-1], trial.timed_s / 2, time.monotonic() - trial.started, trial.cand_rates[-1],
+                       trial.base_rates[-1])
 
     def close(self) -> None:
         """Stop every live copy (Ctrl-C included: none is left running or frozen)."""

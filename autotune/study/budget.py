@@ -11,17 +11,21 @@ however many candidates share them (``round_parts``), as measured.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import time
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..measure import (
+    CLAIM_PAIRS,
     IN_PROCESS_METHODS,
+    LEAST_CLAIM_PAIRS,
     PROCESS_PAIRS,
+    RUN_WINDOW_PAIRS,
     STARTED_S,
     Noise,
     environment_key,
@@ -70,6 +74,15 @@ class Budget:
     def spent(self) -> float:
         """Seconds since the search began."""
         return self.clock() - self.started
+
+    @contextlib.contextmanager
+    def holding(self, seconds: float) -> Iterator[None]:
+        """Within it, the deadline is ``seconds`` earlier: time kept for what comes after (``claim_s``)."""
+        self.deadline -= seconds
+        try:
+            yield
+        finally:
+            self.deadline += seconds
 
     @staticmethod
     def wall() -> float:
@@ -225,7 +238,44 @@ def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | Non
     if not entries:
         return 0.0
     rounds = [(result, env, n) for result, env in entries for n in range(max(1, options.confirm_rounds))]
-    return 1.1 * rounds_s(rounds, noise, options, floors=floors(study))
+    return 1.1 * rounds_s(rounds, noise, options, floors=floors(study)) + claim_s(study, options)
+
+
+CLAIM_SHARE = 1 / 3  # of a budget under 5 minutes, the most its claim about your runs takes
+
+
+def claim_pair_s(noise: Noise | None) -> float | None:
+    """One process pair of the claim about your runs (``measure.runs``): two workers, each started with its arm
+    built and settled as the calibration's (``Noise.start_s``), and their window pairs; None where not recorded."""
+    if noise is None or noise.start_s is None:
+        return None
+    return 2 * noise.start_s + 2 * RUN_WINDOW_PAIRS * noise.window_s
+
+
+def claim_pairs(options: SearchOptions, pair_s: float | None) -> int:
+    """How many process pairs the claim about your runs asks: ``--claim-pairs``; else ``CLAIM_PAIRS`` with a budget
+    of 5 minutes or more (or none); under it as many, from ``LEAST_CLAIM_PAIRS``, as a third of it holds at
+    ``pair_s`` each, and none where fewer fit (two pairs' interval is 12.7 standard errors wide) or where a pair's
+    price is unknown (a study calibrated before ``Noise.start_s`` was recorded).
+
+    >>> from .options import SearchOptions
+    >>> [claim_pairs(SearchOptions(budget_s=b), 16.0) for b in (120, 180, 240, 300)]
+    [0, 3, 5, 6]
+    """
+    if options.claim_pairs is not None:
+        return options.claim_pairs
+    if options.budget_s is None or options.budget_s >= 300:
+        return CLAIM_PAIRS
+    if not pair_s:
+        return 0
+    fits = int(options.budget_s * CLAIM_SHARE // pair_s)
+    return min(CLAIM_PAIRS, fits) if fits >= LEAST_CLAIM_PAIRS else 0
+
+
+def claim_s(study: optuna.Study, options: SearchOptions) -> float:
+    """Time kept for the claim about your runs: its pairs (``claim_pairs``) at ``claim_pair_s`` each."""
+    pair_s = claim_pair_s(recorded_noise(study))
+    return claim_pairs(options, pair_s) * (pair_s or 0.0)
 
 
 def racing_reserve_s(study: optuna.Study, options: SearchOptions, params: dict[str, Any],

@@ -17,6 +17,7 @@ from ..errors import TrialError
 from ..recipe import SCRIPT_WORKLOAD, Recipe, format_speedup
 from ..trial.spec import Status, TrialResult
 from . import roofline
+from .claim import stated
 from .guard import CANNOT_RESOLVE
 from .records import (
     BASELINE,
@@ -40,7 +41,8 @@ def choose_recipe(
     study: optuna.Study, workload: str, facts: Facts, name: str, confirmation: Confirmation | None = None
 ) -> tuple[Recipe, TrialRecord, TrialRecord, list[TrialRecord]]:
     """The recipe (with baseline and best records): the confirmed candidate whose speedup's low bound is above
-    ``1 + margin``, else (no confirmation) the fastest feasible trial under the same rule, else the defaults."""
+    ``1 + margin``, else (no confirmation) the fastest feasible trial under the same rule, else the defaults; the
+    confirmation's choice states what its process pairs of your training read (``claim.stated``), where they ran."""
     all_records = records(study)
     searched = [r for r in all_records if r.role != CONFIRM]
     baselines = [r for r in searched if r.role == BASELINE and r.result.status == Status.OK]
@@ -49,8 +51,13 @@ def choose_recipe(
     baseline = baselines[0]
     notes: list[str] = []
     margin = confirmation.margin if confirmation is not None else study_margin(study)
+    yours: dict[str, Any] = {}
     if confirmation is not None:  # only the confirmation decides: never the search's in-process interval
         best, measured, claim = _confirmed(confirmation, searched, baseline, notes)
+        user = confirmation.user
+        if user is not None and best is not baseline and best.number == user.number:
+            said, claim, yours = stated(claim, measured, user, notes)
+            best, measured = (best, said) if said is not None else (baseline, baseline.result)
     else:
         best, measured = _single(searched, baseline, margin, notes)
         claim = "defaults" if best is baseline else "search"
@@ -79,7 +86,7 @@ def choose_recipe(
     flop, matmul = roofline.of(study)
     recipe = Recipe(params=best.params, workload=workload, fingerprint=facts.fingerprint, study=name,
                     loss=best.result.loss, baseline_loss=baseline.result.loss, notes=notes, peak_memory_bytes=peak,
-                    flop_per_sample=flop, matmul_gflops=matmul, claim=claim,
+                    flop_per_sample=flop, matmul_gflops=matmul, claim=claim, **yours,
                     **_speeds(best is baseline, measured, baseline.result))
     return recipe, baseline, best, all_records
 

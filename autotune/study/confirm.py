@@ -37,6 +37,7 @@ from ..recipe import format_speedup
 from ..trial.lock import host_lock
 from ..trial.spec import Status, TrialResult
 from . import budget
+from .claim import user_runs
 from .loop import SearchLoop
 from .race import looks_confidence
 from .records import (
@@ -79,12 +80,14 @@ def confirm(loop: SearchLoop) -> Confirmation | None:
     # A continued study whose trials were all measured before: this search's workers were never calibrated.
     if rounds.missing() and not loop.calibrated():
         note, rounds.count = f"not measured: {loop.baseline_error}", 0
-    rounds.run()
+    with loop.budget.holding(budget.claim_s(loop.study, options)):  # the stated figure's pairs come after
+        rounds.run()
     confirmed = sorted((rounds.candidate(r) for r in top),
                        key=lambda c: (c.failed is not None, c.confirmed is None, -c.median))
     margin = loop.noise.margin if loop.noise is not None else MIN_MARGIN
-    return Confirmation(Candidate(baseline.number, baseline.role, baseline.params, 1.0, baseline.result),
-                        tuple(confirmed), rounds.note(note), rounds.made, loop.budget.now() - started, margin)
+    confirmation = Confirmation(Candidate(baseline.number, baseline.role, baseline.params, 1.0, baseline.result),
+                                tuple(confirmed), rounds.note(note), rounds.made, loop.budget.now() - started, margin)
+    return replace(confirmation, user=user_runs(loop, confirmation))  # what the recipe states, if it offers one
 
 
 class Rounds:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
 from .. import search_spaces as spaces
@@ -80,6 +80,8 @@ class SearchLoop(Turns):
             measurer = LiveMeasurer(workload, self.defaults, facts, options.settings, seed=options.seed,
                                     on_phase=self.phase, busy=options.busy_limit)
         self.measurer = measurer
+        if not measurer.user_processes:  # no claim about your runs: no time kept for it (``budget.claim_s``)
+            self.options = options = replace(options, claim_pairs=0)
         self.guard = Guard(study, options, measurer, budget, options.settings.seed, self.phase)
         self.noise: Noise | None = None
         self.baseline_error: str | None = None

@@ -26,6 +26,9 @@ class SearchOptions:
     fixed: dict[str, Any] = field(default_factory=dict)  # knobs held at a value (--fix KNOB=VALUE)
     confirm_top: int = 3  # candidates re-run side by side with the baseline before one is declared best
     confirm_rounds: int = 3  # the confirmation's rounds, each in fresh worker processes (the calibration's pairs split)
+    # fresh process pairs of the chosen recipe against the defaults, started as your training is, behind the stated
+    # speedup (``measure.runs``); None: by the budget (``budget.claim_pairs``), 0: none (the claim stays provisional)
+    claim_pairs: int | None = None
     busy_limit: float = 1.5  # the widest A/A interval (high / low) recipes are ranked on (``measurer.too_busy``)
     seeded: bool = True  # False: the baseline alone is seeded, the sampler picks the rest (the benchmark's control)
 
@@ -54,6 +57,8 @@ def check_options(options: SearchOptions) -> None:
     need(options.confirm_top >= 0, f"--confirm must be 0 or more (got {options.confirm_top})")
     need(options.busy_limit > 1, f"--busy-limit must be more than 1 (got {options.busy_limit})")
     need(options.confirm_rounds >= 1, f"--confirm-rounds must be at least 1 (got {options.confirm_rounds})")
+    need(options.claim_pairs is None or 0 <= options.claim_pairs <= 100,
+         f"--claim-pairs must be 0 to 100 (got {options.claim_pairs})")
     need(s.warmup_steps >= 0, f"--warmup-steps must be 0 or more (got {s.warmup_steps})")
     need(s.windows >= 1 and s.measure_steps >= s.windows,
          f"--steps must be at least {max(1, s.windows)}, one per timed window (got {s.measure_steps})")

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from ..measure import MIN_MARGIN
+from ..measure import MIN_MARGIN, Runs
 from ..recipe import Recipe, format_speedup
 from ..trial.spec import Status, TrialResult
 
@@ -63,6 +63,7 @@ class StudyAttr:
     FLOP_PER_SAMPLE: Final = "flop_per_sample"  # a training step per sample (``roofline``); None: not counted
     MATMUL_GFLOPS: Final = "matmul_gflops"  # the machine's measured matmul peak per dtype (``probes.Limits``)
     SCRIPT_OWNS: Final = "script_owns"  # script mode: knobs the script sets itself, left out: knob -> why
+    USER_RUNS: Final = "user_runs"  # the claim's process pairs of your training (``claim.UserRuns.to_dict``)
 
 
 Role = Literal["baseline", "heuristic", "warm-start", "seed", "combined", "search", "in-process", "confirm"]
@@ -202,6 +203,21 @@ class Candidate:
 
 
 @dataclass(frozen=True)
+class UserRuns:
+    """The claim's process pairs of the recipe of trial ``number``: ``runs`` (their ratios; empty: none ran), the
+    pairs asked, and why fewer ran (or none was asked)."""
+
+    number: int
+    runs: Runs
+    asked: int
+    why: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"trial": self.number, "ratios": list(self.runs.ratios), "run_s": self.runs.run_s,
+                "asked": self.asked, "why": self.why}
+
+
+@dataclass(frozen=True)
 class Confirmation:
     baseline: Candidate  # the defaults: their A/A (the calibration) is their measurement
     candidates: tuple[Candidate, ...]  # highest confirmed median first; failed ones last
@@ -209,6 +225,7 @@ class Confirmation:
     runs: int = 0  # confirmation measurements made by this search (not earlier ones)
     wall_s: float = 0.0
     margin: float = field(default=MIN_MARGIN)  # the calibration's: a speedup counts when its low is above 1 + margin
+    user: UserRuns | None = None  # its choice's process pairs of your training (``claim.user_runs``)
 
     def _faster(self) -> list[Candidate]:
         """The confirmed candidates whose speedup's LOW bound is above ``1 + margin``, of those the most rounds

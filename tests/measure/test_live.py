@@ -122,8 +122,14 @@ def test_a_factor_cut_short_keeps_its_pair_and_a_confirmation_round_measures_its
         measurer.more(again, 2, 300)
         measurer.more(again, 2, 300)  # a confirmation grows nothing in its rounds
         result = measurer.end(again)
+        # the claim's process pair of your runs (``user_pair``): the search's workers end first, then two fresh
+        # workers of one model each, the recipe's whole params in one, its windows' rates told
+        yours = measurer.user_pair(one, 3, 300)
+        assert measurer.pool.worker is None and measurer.pool.env is None
     finally:
         measurer.close()
+    assert yours.ratio < 1 and yours.run_s == pytest.approx(4 * 0.1), yours
+    assert yours.samples_per_s and yours.baseline_samples_per_s and yours.samples_per_s < yours.baseline_samples_per_s
     own = measurer._round_factors[key]
     assert result.status == "ok" and measurer.factor_ratios[key] == searched, result  # the search's pair, alone
     assert (result.objective, result.speedup_low, result.speedup_high) == (own.median, own.low, own.high)

@@ -1,0 +1,93 @@
+"""What a run of yours gets: the recipe against the defaults in fresh process pairs, each process started as
+``autotune run`` starts your training (the recipe's environment, ``apply()`` inside it, one model, the heap as
+your process has it), the two run alternately with the idle one stopped. A process pair gives one ratio (its
+windows' median), and a process's speed is a factor that lasts its life, so the pairs are the units: on the log
+scale their mean has a Student-t interval, and one more pair, a run of yours against a plain one, falls in the
+prediction interval ``mean +- t * s * sqrt(1 + 1/n)`` (both exact for log-normal pairs, approximate otherwise:
+``tests/measure/test_runs.py`` draws processes that run at two speeds).
+
+    >>> runs = Runs((1.10, 1.25, 1.18, 1.05, 1.30, 1.15), run_s=2.0)
+    >>> iv = runs.mean()
+    >>> round(iv.median, 3), round(iv.low, 3), round(iv.high, 3), iv.count
+    (1.169, 1.075, 1.27, 6)
+    >>> [round(x, 3) for x in runs.one_run()]
+    [0.984, 1.388]
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from . import stats
+
+CLAIM_PAIRS = 6  # process pairs behind a claim about your runs where the budget allows (5 minutes or more)
+LEAST_PAIRS = 3  # the fewest that give an interval (two: a t quantile of 12.7 at 95%)
+RUN_CONFIDENCE = 0.9  # "9 runs in 10"
+WINDOW_PAIRS = 4  # window pairs in each process pair: a process's own factor, not its windows, decides the spread
+
+
+class PairFailed(RuntimeError):
+    """A process pair of a claim about your runs did not give a ratio: the message says why."""
+
+
+@dataclass(frozen=True)
+class RunPair:
+    """One fresh process pair: the recipe's process over the defaults' (``ratio``, its windows' median), the timed
+    training of each process (``run_s``), the pair's wall time, and each process's samples/s (its windows' median).
+    """
+
+    ratio: float
+    run_s: float
+    wall_s: float
+    samples_per_s: float | None = None
+    baseline_samples_per_s: float | None = None
+
+
+def prediction_interval(ratios: Sequence[float], confidence: float = RUN_CONFIDENCE) -> tuple[float, float]:
+    """Where one more ratio of the kind of ``ratios`` falls, at ``confidence``: on the log scale, their mean
+    +- t(n - 1) x their standard deviation x sqrt(1 + 1/n); ``(0, inf)`` from fewer than two.
+
+    >>> [round(x, 3) for x in prediction_interval([0.9, 1.0, 1.1], 0.9)]
+    [0.71, 1.398]
+    """
+    if len(ratios) < 2:
+        return 0.0, math.inf
+    logs = [math.log(r) for r in ratios]
+    centre, n = statistics.fmean(logs), len(logs)
+    half = stats.t_quantile(1 - (1 - confidence) / 2, n - 1) * statistics.stdev(logs) * math.sqrt(1 + 1 / n)
+    return math.exp(centre - half), math.exp(centre + half)
+
+
+@dataclass(frozen=True)
+class Runs:
+    """The process pairs of a claim about your runs: one ratio each, the timed training of each process, and the
+    median samples/s of the recipe's processes and of the defaults' (None: not told)."""
+
+    ratios: tuple[float, ...]
+    run_s: float
+    samples_per_s: float | None = None
+    baseline_samples_per_s: float | None = None
+
+    @classmethod
+    def of(cls, pairs: Sequence[RunPair]) -> Runs:
+        """The runs of ``pairs`` (none: no ratio, 0 s)."""
+        def median(values: list[float | None]) -> float | None:
+            told = [v for v in values if v]
+            return statistics.median(told) if told else None
+
+        return cls(tuple(p.ratio for p in pairs), statistics.median(p.run_s for p in pairs) if pairs else 0.0,
+                   median([p.samples_per_s for p in pairs]), median([p.baseline_samples_per_s for p in pairs]))
+
+    def mean(self, confidence: float = stats.CONFIDENCE) -> stats.Interval:
+        """The geometric mean of the pairs' ratios with its Student-t interval (``stats.log_mean_interval``)."""
+        return stats.log_mean_interval(self.ratios, confidence)
+
+    def one_run(self, confidence: float = RUN_CONFIDENCE) -> tuple[float, float]:
+        """Where a run of yours against a plain one falls, ``confidence`` of the time (``prediction_interval``)."""
+        return prediction_interval(self.ratios, confidence)
+
+
+__all__ = ["CLAIM_PAIRS", "LEAST_PAIRS", "RUN_CONFIDENCE", "WINDOW_PAIRS", "PairFailed", "RunPair", "Runs",
+           "prediction_interval"]

@@ -1,0 +1,95 @@
+"""The claim about your runs: after the confirmation chose a recipe, it runs against the defaults in fresh process
+pairs started as ``autotune run`` starts your training (``PairedMeasurer.user_pair``, ``measure.runs``), and the
+stated speedup, its interval and where one run of yours falls come from these pairs alone: none of them took part
+in choosing the recipe. The confirmation's rounds (the search's workers, which hold several models and fix their
+heap) choose; these pairs state.
+
+What the recipe claims (``recipe.CLAIMS``): ``confirmed`` where two confirmation rounds or more chose it and
+``CLAIM_PAIRS`` process pairs or more read it faster than the defaults with confidence (the interval's low bound
+above 1); ``provisional`` with fewer of either, each said in a note; the defaults kept where its pairs read it
+slower with confidence. Without three pairs (a budget too short, a failed pair) the recipe is provisional and
+states the confirmation's interval, said as of the search's workers.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from ..measure import CLAIM_PAIRS, LEAST_CLAIM_PAIRS, PairFailed, RunPair, Runs
+from ..recipe import format_speedup
+from . import budget
+from .records import Confirmation, StudyAttr, UserRuns
+
+if TYPE_CHECKING:
+    from ..trial.spec import TrialResult
+    from .loop import SearchLoop
+
+
+def user_runs(loop: SearchLoop, confirmation: Confirmation | None) -> UserRuns | None:
+    """The confirmation's choice run in ``budget.claim_pairs`` fresh process pairs of your training, while the budget
+    holds the next one (priced from the calibration, then from the pairs so far); recorded in the study
+    (``StudyAttr.USER_RUNS``). None where there is no such claim: no confirmation, nothing it would offer, or a
+    measurer that runs no process of yours."""
+    winner = confirmation.best if confirmation is not None else None
+    if winner is None or winner.confirmed is None or not loop.measurer.user_processes:
+        return None
+    options, pair_s = loop.options, budget.claim_pair_s(loop.noise)
+    asked = budget.claim_pairs(options, pair_s)
+    why = None if asked else ("--claim-pairs 0" if options.claim_pairs == 0 else
+                              f"a budget of {options.budget_s:.0f} s holds no {LEAST_CLAIM_PAIRS} process pairs of "
+                              f"about {pair_s:.0f} s in a third of it; give --budget 5m" if pair_s else
+                              "a pair's price is unknown: its study was calibrated by an earlier autotune")
+    pairs: list[RunPair] = []
+    for i in range(asked):
+        need = max([pair_s or 0.0, *(p.wall_s for p in pairs)])
+        if loop.budget.left() < need:
+            why = f"the budget's end: {i} of {asked} process pairs ran (each about {need:.0f} s)"
+            break
+        loop.phase("your runs", f"trial {winner.number} against the defaults: fresh process pair {i + 1} of {asked}")
+        try:
+            seed, left = options.seed * 7919 + 104729 + i, max(1.0, loop.budget.left())
+            pairs.append(loop.measurer.user_pair(winner.params, seed, left))
+        except PairFailed as e:
+            why = f"process pair {i + 1} failed: {e}"
+            break
+    found = UserRuns(winner.number, Runs.of(pairs), asked, why)
+    loop.study.set_user_attr(StudyAttr.USER_RUNS, found.to_dict())
+    return found
+
+
+def stated(claim: str, measured: TrialResult, user: UserRuns,
+           notes: list[str]) -> tuple[TrialResult | None, str, dict[str, Any]]:
+    """What the recipe states of trial ``user.number`` whose confirmation (``measured``, claiming ``claim``) chose it:
+    the result with the pairs' speedup and interval, its claim and the recipe's fields of your runs (``Recipe.
+    process_pairs``, ``run_low``, ``run_high``, ``run_s``); None for the result where the pairs read it slower than
+    the defaults with confidence (the defaults are kept). Its notes join ``notes``."""
+    runs, n = user.runs, len(user.runs.ratios)
+    of_workers = format_speedup(measured.objective, measured.speedup_low, measured.speedup_high)
+    if n < LEAST_CLAIM_PAIRS:
+        ran = f"; {n} pair(s) ran: {', '.join(f'{r:.2f}x' for r in runs.ratios)}" if n else ""
+        notes.append(f"not measured in processes of your training ({user.why or 'too few pairs'}{ran}): the stated "
+                     f"interval is the confirmation's in the search's workers, {of_workers}; the recipe is provisional")
+        return measured, "provisional", {"process_pairs": n}
+    mean = runs.mean()
+    low, high = runs.one_run()
+    said = format_speedup(mean.median, mean.low, mean.high)
+    if mean.high < 1.0:
+        notes.append(f"trial {user.number} in {n} fresh process pairs of your training: {said}, slower than the "
+                     f"defaults with confidence (the search's workers read {of_workers}): the recipe keeps the "
+                     "defaults")
+        return None, "defaults", {}
+    short = [why for ok, why in ((claim == "confirmed", "one confirmation round chose it"),
+                                 (n >= CLAIM_PAIRS, f"{n} process pairs, where confirmed takes {CLAIM_PAIRS}"),
+                                 (mean.low > 1.0, "its interval in your processes reaches 1.00x")) if not ok]
+    notes.append(f"your runs (trial {user.number}, {n} fresh process pairs as 'autotune run' starts your training, "
+                 f"none of which chose it): {said}, a run of yours {low:.2f}-{high:.2f}x (9 runs in 10); the search's "
+                 f"workers read {of_workers}" + (f" ({user.why})" if user.why else "")
+                 + (f"; provisional: {'; '.join(short)}" if short else ""))
+    result = replace(measured, objective=mean.median, speedup_low=mean.low, speedup_high=mean.high,
+                     confidence=mean.confidence, samples_per_s=runs.samples_per_s or measured.samples_per_s,
+                     baseline_samples_per_s=runs.baseline_samples_per_s or measured.baseline_samples_per_s)
+    fields = {"process_pairs": n, "run_low": low, "run_high": high, "run_s": runs.run_s}
+    return result, "provisional" if short else "confirmed", fields
+
+
+__all__ = ["stated", "user_runs"]

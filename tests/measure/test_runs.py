@@ -1,0 +1,71 @@
+"""The claim about your runs (``measure.runs``) covers what your process gets: over many seeded draws of fresh process
+pairs (a process's speed a factor of its life: log-normal, or two speeds as some VMs run), the interval of the mean
+holds the truth and the prediction interval holds the next pair, each at least as often as a binomial bound allows
+for its confidence. Fewer than two pairs state nothing."""
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from autotune.measure.runs import Runs, prediction_interval
+
+DRAWS = 600
+GAIN = 1.25
+
+
+def _process(rng: random.Random, kind: str) -> float:
+    """One fresh process's speed factor for its whole life."""
+    if kind == "log-normal":
+        return math.exp(rng.gauss(0.0, 0.10))
+    return (0.72 if rng.random() < 0.3 else 1.0) * math.exp(rng.gauss(0.0, 0.02))  # two speeds
+
+
+def _pair(rng: random.Random, kind: str) -> float:
+    return GAIN * _process(rng, kind) / _process(rng, kind)
+
+
+def _least(n: int, p: float, alpha: float = 0.001) -> int:
+    """The fewest successes of ``n`` at coverage ``p`` that a true coverage ``p`` falls below with chance
+    ``alpha`` at most: a lower count says the coverage is below ``p``."""
+    below = 0.0
+    for k in range(n + 1):
+        below += math.comb(n, k) * p**k * (1 - p) ** (n - k)
+        if below > alpha:
+            return k
+    return n
+
+
+@pytest.mark.parametrize("kind", ["log-normal", "two speeds"])
+@pytest.mark.parametrize("pairs", [3, 6])
+def test_the_mean_and_one_run_are_covered_at_their_confidence(kind: str, pairs: int) -> None:
+    rng = random.Random(f"{kind}{pairs}")
+    mean_in = run_in = 0
+    for _ in range(DRAWS):
+        runs = Runs(tuple(_pair(rng, kind) for _ in range(pairs)), run_s=1.0)
+        iv = runs.mean()
+        low, high = runs.one_run()
+        mean_in += iv.low <= GAIN <= iv.high  # the pairs' log ratio is symmetric about the gain's log
+        run_in += low <= _pair(rng, kind) <= high
+    assert mean_in >= _least(DRAWS, 0.95), (kind, pairs, mean_in)
+    assert run_in >= _least(DRAWS, 0.90), (kind, pairs, run_in)
+    assert mean_in <= DRAWS - 5 and run_in <= DRAWS - 30  # not covered by being infinitely wide
+
+
+def test_a_broken_prediction_interval_is_caught_by_the_same_bound() -> None:
+    """The bound fails an interval made to cover 80% (the t quantile of the mean's interval, without the pair's own
+    spread): the test above can fail."""
+    rng = random.Random(7)
+    run_in = 0
+    for _ in range(DRAWS):
+        runs = Runs(tuple(_pair(rng, "log-normal") for _ in range(6)), run_s=1.0)
+        low, high = prediction_interval(runs.ratios, 0.80)
+        run_in += low <= _pair(rng, "log-normal") <= high
+    assert run_in < _least(DRAWS, 0.90)
+
+
+def test_fewer_than_two_pairs_state_nothing() -> None:
+    assert prediction_interval([1.2]) == (0.0, math.inf)
+    iv = Runs((1.2,), run_s=1.0).mean()
+    assert (iv.low, iv.high) == (0.0, math.inf)

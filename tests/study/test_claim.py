@@ -1,0 +1,116 @@
+"""The claim is about your process (issue 57): the recipe the confirmation chose runs against the defaults in fresh
+process pairs started as your training is, and the stated speedup, its interval and the range of one run of yours
+come from those pairs alone; confirmed takes two rounds and six pairs faster with confidence. On the scripted clock
+and stubbed pair of ``test_confirm_cut``, whose rounds read the fast recipe at 1.40x [1.30-1.50] in the workers."""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune.measure import PairFailed, RunPair
+from autotune.recipe_file import to_env
+from autotune.testing.replay import ReplayClock
+
+from .test_confirm_cut import FAST, SLOW, Stubbed, _explored, _search
+
+PAIR_S = 15.0  # a process pair of your runs on the scripted clock
+
+
+@dataclass
+class Yours(Stubbed):
+    """``Stubbed``, whose process pairs of your runs read ``ratios`` in turn (a ``None``: that pair fails)."""
+
+    ratios: list[float | None] = field(default_factory=list)
+    asked: list[dict[str, Any]] = field(default_factory=list)
+    user_processes = True
+
+    def user_pair(self, params: dict[str, Any], seed: int, timeout_s: float) -> RunPair:
+        self.asked.append(params)
+        self.clock.charge(PAIR_S)
+        ratio = self.ratios.pop(0)
+        if ratio is None:
+            raise PairFailed("the candidate worker's arm failed (crash): exit 1")
+        return RunPair(ratio, 2.0, PAIR_S)
+
+
+YOURS = [1.15, 1.22, 1.10, 1.25, 1.18, 1.12]  # your process pairs: below the workers' 1.40x
+
+
+def _yours(tmp_path: Path, facts: Any, ratios: list[float | None], *, budget_s: float = 3600.0,
+           claim_pairs: int | None = None) -> tuple[Any, Yours]:
+    clock = ReplayClock()
+    stub = Yours(clock, _explored(), {"fast": FAST, "slow": SLOW}, ratios=list(ratios))
+    recipe, _ = _search(tmp_path, facts, stub, budget_s, clock, claim_pairs=claim_pairs)
+    return recipe, stub
+
+
+def test_the_stated_speedup_is_your_runs_not_the_workers(tmp_path: Path, facts: Any) -> None:
+    """Six pairs of your runs read about 1.17x: the recipe states their geometric mean with a t interval over them
+    and where one run of yours falls (9 in 10), not the workers' 1.41x (before: 1.41x [1.37-1.45], confirmed);
+    every view carries it."""
+    recipe, stub = _yours(tmp_path, facts, YOURS)
+    assert len(stub.asked) == 6 and stub.asked[0] == recipe.params
+    logs = [math.log(r) for r in YOURS]
+    assert recipe.speedup == pytest.approx(math.exp(statistics.fmean(logs)), rel=1e-9)
+    half = 2.5706 * statistics.stdev(logs) / math.sqrt(6)  # t(5) at 97.5%
+    assert recipe.speedup_low == pytest.approx(recipe.speedup * math.exp(-half), rel=1e-3)
+    assert recipe.speedup_high == pytest.approx(recipe.speedup * math.exp(half), rel=1e-3)
+    run = 2.0150 * statistics.stdev(logs) * math.sqrt(1 + 1 / 6)  # t(5) at 95%: the 90% prediction
+    assert recipe.run_low == pytest.approx(recipe.speedup * math.exp(-run), rel=1e-3)
+    assert recipe.run_high == pytest.approx(recipe.speedup * math.exp(run), rel=1e-3)
+    assert (recipe.claim, recipe.process_pairs, recipe.run_s, recipe.confidence) == ("confirmed", 6, 2.0, 0.95)
+    assert recipe.claim_text == "confirmed: 6 fresh process pairs of your training, 95% interval"
+    said = " ".join(recipe.notes)
+    assert "your runs (trial 1, 6 fresh process pairs" in said and "the search's workers read 1.41x" in said, said
+    assert recipe.run_text is not None and recipe.run_text.startswith(
+        f"a run of yours: {recipe.run_low:.2f}-{recipe.run_high:.2f}x the defaults' (9 runs in 10")
+    header = to_env(recipe, {}, None)
+    assert f"# {recipe.run_text}" in header and "confirmed: 6 fresh process pairs" in header
+
+
+@pytest.mark.parametrize("case", ["three pairs asked", "interval reaches 1"])
+def test_fewer_pairs_or_rounds_or_an_interval_reaching_one_is_provisional(tmp_path: Path, facts: Any,
+                                                                           case: str) -> None:
+    """Confirmed needs six pairs of your runs whose low bound is above 1.00x (and two confirmation rounds)."""
+    ratios = [1.30, 0.95, 1.25, 1.02, 1.28, 0.97] if case == "interval reaches 1" else YOURS
+    clock = ReplayClock()
+    stub = Yours(clock, _explored(), {"fast": FAST, "slow": SLOW}, ratios=list(ratios))
+    recipe, _ = _search(tmp_path, facts, stub, 3600.0, clock, claim_pairs=3 if case == "three pairs asked" else None)
+    assert recipe.claim == "provisional" and recipe.run_low is not None, recipe.notes
+    said = " ".join(recipe.notes)
+    why = {"three pairs asked": "3 process pairs, where confirmed takes 6",
+           "interval reaches 1": "its interval in your processes reaches 1.00x"}[case]
+    assert f"provisional: {why}" in said, said
+    assert recipe.speedup_low is not None and (recipe.speedup_low > 1.0) == (case != "interval reaches 1")
+
+
+def test_a_recipe_your_runs_read_slower_keeps_the_defaults(tmp_path: Path, facts: Any) -> None:
+    """The workers confirmed 1.41x, your runs read 0.80-0.86x in six pairs: never slower, the defaults are kept."""
+    recipe, _ = _yours(tmp_path, facts, [0.82, 0.85, 0.80, 0.86, 0.83, 0.81])
+    assert (recipe.speedup, recipe.claim, recipe.process_pairs) == (1.0, "defaults", None), recipe.notes
+    assert "slower than the defaults with confidence" in " ".join(recipe.notes)
+
+
+@pytest.mark.parametrize("case", ["none asked", "a pair failed", "the budget's end"])
+def test_without_three_pairs_of_your_runs_the_recipe_is_provisional_and_says_why(tmp_path: Path, facts: Any,
+                                                                                 case: str) -> None:
+    """No interval of your runs from fewer than three pairs: the workers' interval is stated, named as theirs, and
+    the recipe is provisional with the reason (a failed pair, the budget's end, --claim-pairs 0)."""
+    ratios: list[float | None] = [1.2, None] if case == "a pair failed" else YOURS
+    # the confirmation's five rounds (10 s each: the fast one's three, the slow one's two, after which the race
+    # leaves it out) and two pairs of 15 s fit
+    budget_s = 50.0 + 2 * PAIR_S + 5.0 if case == "the budget's end" else 3600.0
+    recipe, stub = _yours(tmp_path, facts, ratios, budget_s=budget_s,
+                          claim_pairs=0 if case == "none asked" else None)
+    assert (recipe.claim, recipe.run_low, recipe.speedup) == ("provisional", None, pytest.approx(1.41, abs=0.005))
+    said = " ".join(recipe.notes)
+    assert "not measured in processes of your training" in said and "the search's workers, 1.41x" in said, said
+    why = {"none asked": "--claim-pairs 0", "a pair failed": "process pair 2 failed: the candidate worker's arm",
+           "the budget's end": "the budget's end: 2 of 6 process pairs ran"}[case]
+    assert why in said, said
+    assert recipe.claim_text == "provisional: not measured in processes of your training, 95% interval"
