@@ -118,6 +118,29 @@ def test_a_paired_study_reports_speedups_with_intervals_noise_importances_and_fa
     assert facts.fingerprint in page.split("The machine</h2>")[1].split("</pre>")[0]  # this machine's probe
 
 
+def test_the_report_and_autotune_best_state_the_same_figures_for_the_recipe(tmp_path: Path, facts) -> None:
+    """The recipe's speedup and its place against the machine's peak are the recipe's own, in the report's summary
+    as in what the console and ``autotune best`` print: not its search trial's (a busy start's demo printed 82
+    GFLOP/s on the console where the report's table said 3.9, from the search trial's rates). Here the search trial
+    read 1.6x at 1,600 samples/s, the recipe's own pairs 1.72x at 820 beside the defaults' 400."""
+    url = f"sqlite:///{tmp_path}/studies.db"
+    add_paired_study(url, "tiny-paired", facts)
+    with RecipeStore.open(url) as store:
+        store.save(Recipe(params={**DEFAULTS, "threads": 4, "compile_mode": "default"}, workload="tiny",
+                          fingerprint=facts.fingerprint, study="tiny-paired", speedup=1.72, speedup_low=1.55,
+                          speedup_high=1.84, samples_per_s=820.0, baseline_samples_per_s=400.0, flop_per_sample=1e8,
+                          matmul_gflops={"float32": 200.0, "bfloat16": 800.0}, claim="confirmed", process_pairs=6,
+                          run_low=1.35, run_high=2.05, run_s=2.0))
+    summary = render(collect(url, "tiny-paired", facts)).split("Baseline and best</h2>")[1].split("<h2>")[0]
+    shown = cli("best", "--storage", url, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    text = " ".join(shown.stdout.split())
+    for said in ("1.72x [1.55-1.84]", "82 GFLOP/s = 41% of the float32 matmul peak (200 GFLOP/s)", "40 GFLOP/s = 20%",
+                 "a run of yours: 1.35-2.05x the defaults&#x27; (9 runs in 10; 2.0 s of training timed a process)"):
+        assert said in summary and said.replace("&#x27;", "'") in text, (said, summary, text)
+    assert "160 GFLOP/s" not in summary  # the search trial's
+
+
 def test_samples_of_a_measured_recipe_are_counted_not_listed(paired_db: str, facts) -> None:
     import optuna
 

@@ -6,12 +6,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..recipe import format_place, format_speedup
+from ..recipe import format_place, format_speedup, matmul_dtype
 from . import _figures
 
 if TYPE_CHECKING:
     from plotly.graph_objects import Figure
 
+    from ..recipe import Recipe
     from ._data import ReportData, Row
 
 STYLE = """
@@ -42,6 +43,14 @@ def speed(row: Row | None) -> str:
 def place(data: ReportData, row: Row) -> str:
     """``41 GFLOP/s = 20% of the float32 matmul peak (205 GFLOP/s)``, or ``-`` where the FLOP were not counted."""
     return _e(format_place(row.samples_per_s, data.flop_per_sample, data.matmul_gflops, row.dtype) or "-")
+
+
+def _recipe_place(data: ReportData, recipe: Recipe, row: Row, defaults: bool = False) -> str:
+    """Where the recipe's (or beside it, the defaults') samples/s stand against the machine's matmul peak; a recipe
+    stored without its rates: its trial's (``row``)."""
+    rate = (recipe.baseline_samples_per_s if defaults else recipe.samples_per_s) or row.samples_per_s
+    dtype = "float32" if defaults else matmul_dtype(recipe.params)
+    return _e(format_place(rate, data.flop_per_sample, data.matmul_gflops, dtype) or "-")
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
@@ -103,10 +112,19 @@ def _summary(data: ReportData) -> str:
     rows = [["PyTorch defaults", f"trial {base.number}", speed(base), place(data, base), "(the defaults)"]]
     if best is not None and best.number != base.number:
         rows.append(["best trial", f"trial {best.number}", speed(best), place(data, best), _knobs(best.changed)])
+    if recipe is not None and recipe.speedup is not None and best is not None and best.number != base.number:
+        # the stored recipe's own figures, as the console and ``autotune best`` state them: not the search trial's
+        # (a busy start's trial read 3.9 GFLOP/s where the recipe's confirmation read 82)
+        rows = [["PyTorch defaults", f"trial {base.number}", "1.00x", _recipe_place(data, recipe, base, True),
+                 "(the defaults)"],
+                ["the recipe", f"trial {best.number}", _e(recipe.speedup_text), _recipe_place(data, recipe, best),
+                 _knobs(best.changed)]]
     text = _table(["", "trial", "speedup", "against the machine's limit", "differs from the defaults"], rows)
     if recipe is not None and recipe.speedup is not None:
         speedup = format_speedup(recipe.speedup, recipe.speedup_low, recipe.speedup_high)
-        text += (f"<p>Stored recipe {_e(recipe.id)}: <b>{_e(speedup)}</b> the defaults' speed; "
+        claim = f" ({recipe.claim_text})" if recipe.claim_text else ""
+        run = f"; {recipe.run_text}" if recipe.run_text else ""
+        text += (f"<p>Stored recipe {_e(recipe.id)}: <b>{_e(speedup)}</b> the defaults' speed{_e(claim)}{_e(run)}; "
                  "how it was chosen:</p>")
         text += "".join(f'<p class="note">{_e(note)}</p>' for note in recipe.notes)
     else:
