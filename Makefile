@@ -5,7 +5,7 @@ VENV ?= .venv
 # multi-GB CUDA build); override e.g. `make demo TORCH_SPEC='torch==2.8.0'`.
 TORCH_SPEC ?= torch==2.13.0
 WORKLOAD ?= cnn
-BUDGET ?= 2m
+BUDGET ?= 3m
 TEST_WORKERS ?= 3
 BIN := $(VENV)/bin
 

@@ -207,8 +207,8 @@ def needed(ratios: list[float], half_width: float, *, least: int = SETTLED, most
     """How many process pairs a comparison takes (Stein's two-stage rule): the first ``PILOT`` pairs' spread, at the
     t quantile of their degrees of freedom, sets the pairs whose interval is within ``±half_width``; at least
     ``least``, at most ``most`` (``most`` until the pilot ran). Later pairs never change it: a width judged on the
-    pairs so far stops where they agree by chance, and on processes that run at two speeds such a stop from three
-    pairs covered 52-77% (``tests/measure/test_process_pair.py``).
+    pairs so far stops where they agree by chance: on processes of two speeds (half of them 0.72x) such a stop from
+    three pairs covered 91.9% at 95%, this rule 94.5% (``tests/measure/test_process_pair.py``).
 
     >>> needed([0.995, 1.0, 1.005], 0.03), needed([0.9, 1.0, 1.1], 0.03), needed([1.0], 0.03)
     (5, 8, 8)
