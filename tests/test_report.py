@@ -105,7 +105,7 @@ def test_a_paired_study_reports_speedups_with_intervals_noise_importances_and_fa
     # the stored recipe, with its interval where the store keeps one
     assert re.search(r"Stored recipe 1: <b>1\.60x( \[1\.50-1\.70\])?</b>", page)
     assert ("identical arms in one process spread over 6.0% (A/A, max - min); between fresh processes not measured "
-            "(no other environment was measured); the smallest gain these intervals could tell apart is 6.1% (the "
+            "(no other environment was measured); the smallest gain this search tells apart 4 times in 5 is 7.0% (the "
             "A/A&#x27;s interval)") in page
     assert "loss 2.1 is +45% over the baseline&#x27;s 1.45 (limit +5%)" in page and "out of memory" in page
     assert "best (trial 4) confirmed at median 1.60x" in page

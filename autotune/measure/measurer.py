@@ -5,11 +5,12 @@ from __future__ import annotations
 import abc
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..trial.spec import TrialResult
 from .runs import RunPair
-from .stats import CONFIDENCE, Interval, pooled_log_sd
+from .stats import CONFIDENCE, Interval, pooled_log_sd, t_quantile
 
 if TYPE_CHECKING:
     from .protocol import ArmStatus
@@ -73,7 +74,8 @@ class Noise:
                    "between fresh processes not measured (no other environment was measured)")
         told = self.told_apart if self.told_apart is not None else told_apart(self.margin, self.aa[1], self.aa[2])
         by = self.told_by or "the A/A's interval"
-        return f"{within}; {between}; the smallest gain these intervals could tell apart is {told:.1%} ({by})"
+        return (f"{within}; {between}; the smallest gain this search tells apart 4 times in 5 is {told:.1%} "
+                f"({by})")
 
 
 BUSY = 1.5  # an A/A interval whose high is this many times its low: identical arms cannot be told from a 50% gain
@@ -90,16 +92,29 @@ def too_busy(aa: Interval, limit: float = BUSY) -> str | None:
     return f"the machine was too busy to calibrate: identical arms read {aa.median:.2f}x [{aa.low:.2f}-{aa.high:.2f}]"
 
 
-def told_apart(margin: float, low: float, high: float) -> float:
-    """The smallest gain an interval as wide as ``[low, high]`` tells apart: its low bound must clear ``1 + margin``,
-    so a true gain g is told apart once ``g / sqrt(high / low)`` does, ``(1 + margin) * sqrt(high / low) - 1``.
+POWER = 0.8  # the chance of telling a gain apart at which the noise line states it
 
-    >>> round(told_apart(0.02, 0.97, 1.03), 4)
-    0.0511
+
+def told_apart(margin: float, low: float, high: float, df: float = math.inf, confidence: float = CONFIDENCE,
+               power: float = POWER) -> float:
+    """The smallest gain a design whose interval is as wide as ``[low, high]`` (at ``confidence``, ``df`` degrees of
+    freedom) tells apart with chance ``power``: its low bound must clear ``1 + margin``. On the log scale the
+    interval is ``+-t * se`` about the estimate, so a true gain g clears the bar with chance ``power`` once
+    ``log g >= log(1 + margin) + (t + t_power) * se``. At half that chance it would be ``(1 + margin) * sqrt(high /
+    low) - 1``, the interval's own half width: a gain of that size is missed every other time.
+
+    >>> round(told_apart(0.02, 0.97, 1.03), 4), round(told_apart(0.02, 0.97, 1.03, power=0.5), 4)
+    (0.0647, 0.0511)
     """
     if low <= 0 or not math.isfinite(high):
         return math.inf
-    return (1 + margin) * math.sqrt(high / low) - 1
+    if math.isinf(df):
+        quantile = NormalDist().inv_cdf
+        t, t_power = quantile(1 - (1 - confidence) / 2), quantile(power)
+    else:
+        t, t_power = t_quantile(1 - (1 - confidence) / 2, df), (t_quantile(power, df) if power > 0.5 else 0.0)
+    half = math.log(high / low) / 2
+    return (1 + margin) * math.exp(half * (1 + t_power / t)) - 1
 
 
 @dataclass(frozen=True)

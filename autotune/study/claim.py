@@ -12,13 +12,14 @@ states the confirmation's interval, said as of the search's workers.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..measure import CLAIM_PAIRS, LEAST_CLAIM_PAIRS, PairFailed, RunPair, Runs
+from ..measure import CLAIM_PAIRS, LEAST_CLAIM_PAIRS, PairFailed, RunPair, Runs, told_apart
 from ..recipe import format_speedup
 from . import budget
-from .records import Confirmation, StudyAttr, UserRuns
+from .records import BASELINE, Confirmation, StudyAttr, TrialRecord, UserRuns
 
 if TYPE_CHECKING:
     from ..trial.spec import TrialResult
@@ -92,4 +93,35 @@ def stated(claim: str, measured: TrialResult, user: UserRuns,
     return result, "provisional" if short else "confirmed", fields
 
 
-__all__ = ["stated", "user_runs"]
+def searched_noise(noise: dict[str, Any] | None, loop: SearchLoop, confirmation: Confirmation | None,
+                   best: TrialRecord) -> dict[str, Any] | None:
+    """The calibration's noise with what the search measured besides: the spread of a process pair's ratio
+    between fresh processes (every environment factor's pairs), and the smallest gain the search tells apart 4
+    times in 5 (``measure.told_apart`` at its degrees of freedom): from the design that states the recipe, its
+    process pairs of your runs where three or more ran, else the narrowest confirmed interval (its rounds), else the
+    chosen trial's search interval."""
+    if noise is None:
+        return None
+    between = loop.measurer.between()
+    if between is not None:
+        noise = {**noise, "between": between[0], "between_pairs": between[1]}
+    user = confirmation.user if confirmation is not None else None
+    if user is not None and len(user.runs.ratios) >= LEAST_CLAIM_PAIRS:
+        mean, n = user.runs.mean(), len(user.runs.ratios)
+        widths = [(mean.low, mean.high, n - 1.0, f"trial {user.number}'s {n} process pairs of your runs")]
+    else:
+        widths = [(c.low, c.high, c.rounds - 1.0 if c.rounds >= 2 else math.inf,
+                   f"trial {c.number}'s {'confirmed' if c.claim == 'confirmed' else 'one-round'} interval")
+                  for c in (confirmation.candidates if confirmation else ())
+                  if c.confirmed is not None and not c.failed]
+    if not widths and best.result.speedup_low and best.result.speedup_high and best.role != BASELINE:
+        widths = [(best.result.speedup_low, best.result.speedup_high, math.inf,
+                   f"trial {best.number}'s search interval")]
+    told = [(told_apart(noise["margin"], low, high, df), by) for low, high, df, by in widths]
+    if told:
+        gain, by = min(told)
+        noise = {**noise, "told_apart": gain, "told_by": by}
+    return noise
+
+
+__all__ = ["searched_noise", "stated", "user_runs"]

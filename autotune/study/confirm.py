@@ -80,8 +80,7 @@ def confirm(loop: SearchLoop) -> Confirmation | None:
     # A continued study whose trials were all measured before: this search's workers were never calibrated.
     if rounds.missing() and not loop.calibrated():
         note, rounds.count = f"not measured: {loop.baseline_error}", 0
-    with loop.budget.holding(budget.claim_s(loop.study, options)):  # the stated figure's pairs come after
-        rounds.run()
+    rounds.run()
     confirmed = sorted((rounds.candidate(r) for r in top),
                        key=lambda c: (c.failed is not None, c.confirmed is None, -c.median))
     margin = loop.noise.margin if loop.noise is not None else MIN_MARGIN
@@ -98,6 +97,11 @@ class Rounds:
     def __init__(self, loop: SearchLoop, top: list[TrialRecord], done: dict[tuple[str, int], TrialResult],
                  count: int) -> None:
         self.loop, self.top, self.done, self.count = loop, top, done, count
+        # the claim's process pairs of your runs come after (``claim.user_runs``): their time is kept once a candidate
+        # could be offered; before, a round may use it (a 3-minute demo left two candidates out for time that then
+        # went unused: nothing was offered to state)
+        self.claim_s = budget.claim_s(loop.study, loop.options)
+        self.bar = 1 + (loop.noise.margin if loop.noise is not None else MIN_MARGIN)
         self.floors = budget.floors(loop.study)  # each environment's part of a round, at least as the search measured
         self.spent: set[tuple[str, int]] = set()  # (environment, round): its part of that round paid
         self.cut: list[str] = []  # candidates left out of their later rounds for time
@@ -134,13 +138,14 @@ class Rounds:
         # theirs from this round on where the shuffled order has not measured them in it yet
         needed = self.needed_s([(entry, round_), *((e, r) for e in ahead for r in range(
             round_ if (params_key(e.params), round_) not in self.done else round_ + 1, self.count))])
-        if loop.budget.left() < max(1.0, needed):
+        held = self.claim_s if self.offers() else 0.0
+        if loop.budget.left() - held < max(1.0, needed):
             self.left_out.add(params_key(entry.params))
             self.cut.append(f"trial {entry.number} from round {round_ + 1} of {self.count} on")
             return
         with host_lock():
             trial = new_trial(loop, entry.number, round_)
-            remaining = loop.budget.left()
+            remaining = loop.budget.left() - held
             # its own limit, from its measured times: a round stopped there stopped answering; one the budget's end
             # stopped before it is cut (``budget.judged``), and the rounds that completed decide
             limit = max(60.0, 3 * budget.round_s(entry.result, loop.noise, loop.options, round_),
@@ -156,6 +161,10 @@ class Rounds:
             self.took[key] = max(self.took.get(key, 0.0), result.wall_s)
         self.spent.add((environment_key(entry.params), round_))
         self.made += 1
+
+    def offers(self) -> bool:
+        """Whether a candidate could be offered on its rounds so far (its interval's low bound above the bar)."""
+        return any(self.candidate(e).low > self.bar for e in self.top)
 
     def needed_s(self, entries: list[tuple[TrialRecord, int]]) -> float:
         """The rounds ``(candidate, round)`` of ``entries`` (``budget.rounds_s``), an environment's part none where

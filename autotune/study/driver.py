@@ -9,7 +9,6 @@ and the recipe chosen (``autotune.study.choice``) and stored.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import subprocess
 import warnings
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from .. import probes
 from .. import search_spaces as spaces
 from ..errors import HardwareMismatchError, TrialError, UsageError
-from ..measure import PairedMeasurer, told_apart
+from ..measure import PairedMeasurer
 from ..probes import outdated_fingerprint
 from ..recipe import search_command
 from ..store import RecipeStore, check_storage_url, create_schema, storage_errors, use_wal
@@ -28,12 +27,13 @@ from ..workloads import Workload, call_user, load_workload
 from . import roofline
 from .budget import Budget, parse_duration
 from .choice import choose_recipe, time_spent
+from .claim import searched_noise
 from .confirm import confirm
 from .events import Progress, SearchDone, SearchStarted, ignore
 from .liveness import fail_orphans
 from .loop import SearchLoop
 from .options import SearchOptions, check_options
-from .records import BASELINE, PAIRED, Attr, Confirmation, SearchOutcome, StudyAttr, TrialRecord
+from .records import BASELINE, PAIRED, Attr, SearchOutcome, StudyAttr
 from .seeds import check_fixed, history_conflict, not_seeded, seeds, space_digest
 from .turns import fresh_processes
 
@@ -372,28 +372,6 @@ def _limits(measurer: PairedMeasurer | None, facts: Facts, device: str) -> probe
     except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:  # the limits are for the views
         log.warning("the machine's limits were not measured (%s): speeds are shown without a share of the peak", e)
         return None
-
-
-def searched_noise(noise: dict[str, Any] | None, loop: SearchLoop, confirmation: Confirmation | None,
-                   best: TrialRecord) -> dict[str, Any] | None:
-    """The calibration's noise with what the search measured besides: the spread of a process pair's ratio
-    between fresh processes (every environment factor's pairs), and the smallest gain its intervals could tell
-    apart: the narrowest confirmed interval's, or without a confirmation the chosen trial's."""
-    if noise is None:
-        return None
-    between = loop.measurer.between()
-    if between is not None:
-        noise = {**noise, "between": between[0], "between_pairs": between[1]}
-    confirmed = [c for c in (confirmation.candidates if confirmation else ())
-                 if c.confirmed is not None and c.failed is None]
-    widths = [(c.low, c.high, f"trial {c.number}'s {'confirmed' if c.claim == 'confirmed' else 'one-round'} interval")
-              for c in confirmed]
-    if not widths and best.result.speedup_low and best.result.speedup_high and best.role != BASELINE:
-        widths = [(best.result.speedup_low, best.result.speedup_high, f"trial {best.number}'s search interval")]
-    if widths:
-        low, high, by = min(widths, key=lambda w: w[1] / w[0] if w[0] > 0 else math.inf)
-        noise = {**noise, "told_apart": told_apart(noise["margin"], low, high), "told_by": by}
-    return noise
 
 
 __all__ = ["open_study", "rdb_storage", "run_settings", "samples_per_s_study", "search", "search_context"]

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from autotune.measure import PairFailed, RunPair
+from autotune.measure import Noise, PairFailed, RunPair
 from autotune.recipe_file import to_env
 from autotune.testing.replay import ReplayClock
 
@@ -27,7 +27,11 @@ class Yours(Stubbed):
 
     ratios: list[float | None] = field(default_factory=list)
     asked: list[dict[str, Any]] = field(default_factory=list)
+    start_s: float | None = None  # the calibration's worker start: what prices a pair of your runs
     user_processes = True
+
+    def calibrate(self, timeout_s: float) -> Noise:
+        return replace(super().calibrate(timeout_s), start_s=self.start_s)
 
     def user_pair(self, params: dict[str, Any], seed: int, timeout_s: float) -> RunPair:
         self.asked.append(params)
@@ -114,3 +118,22 @@ def test_without_three_pairs_of_your_runs_the_recipe_is_provisional_and_says_why
            "the budget's end": "the budget's end: 2 of 6 process pairs ran"}[case]
     assert why in said, said
     assert recipe.claim_text == "provisional: not measured in processes of your training, 95% interval"
+
+
+@pytest.mark.parametrize("offered", [True, False])
+def test_the_claims_time_is_kept_once_a_candidate_could_be_offered(tmp_path: Path, facts: Any, offered: bool) -> None:
+    """Six pairs priced at 15 s each (two workers' starts of 6.3 s, 4 window pairs of 0.3 s) are kept from the
+    confirmation once a candidate's rounds clear the bar: the slow one's round that would eat them is left out, and
+    all six pairs run. Where no candidate could be offered there is nothing to state, and the rounds use that time
+    (a 3-minute demo left two candidates out for time that then went unused)."""
+    clock = ReplayClock()
+    rounds = {"fast": FAST, "slow": SLOW} if offered else {"fast": SLOW, "slow": SLOW}
+    stub = Yours(clock, _explored(), rounds, ratios=list(YOURS), start_s=6.3)
+    recipe, records = _search(tmp_path, facts, stub, 40.0 + 6 * PAIR_S + 5.0, clock)
+    made = len([r for r in records if r.role == "confirm"])
+    said = " ".join(recipe.notes)
+    if offered:
+        assert len(stub.asked) == 6 and recipe.claim == "confirmed" and made == 4, (made, said)
+        assert "the budget was short: trial 2 from round 2 of 3 on left out" in said, said
+    else:
+        assert not stub.asked and recipe.claim == "defaults" and made == 6, (made, said)
