@@ -7,14 +7,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from autotune.recipe import Recipe
 
 from .conftest import run_cli
 
-SCRIPT = Path(__file__).resolve().parent.parent / "examples" / "train_cnn.py"
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
-def test_the_example_script_trains_plain_and_with_a_recipe(tmp_path: Path, facts) -> None:
+@pytest.mark.parametrize("script", ["train_cnn.py", "train_transformer.py"])
+def test_the_example_script_trains_plain_and_with_a_recipe(tmp_path: Path, facts, script: str) -> None:
+    """The bundled CNN and transformer as a user writes them (``benchmarks/claims.py`` runs both ways)."""
+    SCRIPT = EXAMPLES / script
     env = {**os.environ, "TRAIN_S": "0.3"}
     plain = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, env=env, timeout=120)
     assert plain.returncode == 0, plain.stderr

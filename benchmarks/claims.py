@@ -1,0 +1,182 @@
+"""Does the stated claim cover what the user's own script gets? Independent searches of the bundled CNN and
+transformer (a fresh study each, in a folder of its own), each followed by the user's script
+(``examples/train_cnn.py``, ``examples/train_transformer.py``) plain and under ``autotune run --recipe`` in fresh
+processes, ``--pairs`` pairs in an order drawn per pair. Resumable: each finished run is one JSON line appended to
+``--out``; a run already there is not run again, so the campaign can go on across sessions.
+
+    python benchmarks/claims.py --runs 12 --budget 5m               # hours on 2 vCPUs
+    python benchmarks/claims.py --summary                           # what the file holds so far
+
+Per workload it prints how often the user's mean (the geometric mean of the pairs' ratios) fell inside the stated
+interval and how often one pair fell inside the stated range of one run, each with its Clopper-Pearson 95%
+interval; runs that kept the defaults are counted apart. The last line is one JSON object: per workload ``runs``,
+``offered``, ``mean_inside``, ``pairs_inside_prediction``, ``user_below_stated_low`` and
+``median_interval_width_ratio`` (the stated interval's log width over the width a 95% t interval would have with
+the claim's own number of process pairs and the spread of the user's pairs).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = {"cnn": ROOT / "examples" / "train_cnn.py", "transformer": ROOT / "examples" / "train_transformer.py"}
+OUT = ROOT / "benchmarks" / "results" / "claims.jsonl"
+
+
+def _cli() -> str:
+    return shutil.which("autotune") or str(Path(sys.executable).with_name("autotune"))
+
+
+def _script_run(command: list[str], seconds: float, cwd: Path) -> float:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNE_RECIPE")}
+    env["TRAIN_S"] = str(seconds)
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=cwd, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}): {done.stderr.strip()[-400:]}")
+    return float(json.loads(lines[-1])["samples_per_s"])
+
+
+def one_run(workload: str, index: int, budget: str, pairs: int, seconds: float) -> dict[str, Any]:
+    """A fresh search of ``workload`` (seed ``index``) in a folder of its own, then the user's script both ways."""
+    with tempfile.TemporaryDirectory(prefix=f"claims-{workload}-{index}-") as folder:
+        here = Path(folder)
+        load = os.getloadavg()[0]
+        started = time.monotonic()
+        search = subprocess.run([_cli(), "search", "--workload", workload, "--budget", budget, "--seed", str(index),
+                                 "--json"], capture_output=True, text=True, cwd=here, check=False)
+        search_s = time.monotonic() - started
+        if search.returncode != 0:
+            return {"workload": workload, "run": index, "error": search.stderr.strip()[-400:], "load": load}
+        subprocess.run([_cli(), "export", "--format", "env", "-o", "best.env"], cwd=here, check=True,
+                       capture_output=True)
+        best = json.loads(subprocess.run([_cli(), "best", "--json"], cwd=here, check=True, capture_output=True,
+                                         text=True).stdout)
+        recipe = best.get("recipe", best)
+        row: dict[str, Any] = {"workload": workload, "run": index, "budget": budget, "search_s": search_s,
+                               "load": load, "claim": recipe.get("claim"), "speedup": recipe.get("speedup"),
+                               "low": recipe.get("speedup_low"), "high": recipe.get("speedup_high"),
+                               "run_low": recipe.get("run_low"), "run_high": recipe.get("run_high"),
+                               "process_pairs": recipe.get("process_pairs"), "params": recipe.get("params")}
+        if recipe.get("claim") in (None, "defaults"):
+            return {**row, "ratios": []}
+        plain = [sys.executable, str(SCRIPTS[workload])]
+        tuned = [_cli(), "run", "--recipe", "best.env", "--", *plain]
+        rng, ratios = random.Random(f"{workload}{index}"), []
+        for _ in range(pairs):
+            order = ["plain", "tuned"] if rng.random() < 0.5 else ["tuned", "plain"]
+            rate = {side: _script_run(plain if side == "plain" else tuned, seconds, here) for side in order}
+            ratios.append(rate["tuned"] / rate["plain"])
+        return {**row, "ratios": ratios, "seconds": seconds, "load_after": os.getloadavg()[0]}
+
+
+def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """The exact binomial interval of ``k`` successes in ``n`` (each bound by bisection on the binomial tail).
+
+    >>> [round(x, 3) for x in clopper_pearson(20, 22)], [round(x, 3) for x in clopper_pearson(0, 10)]
+    ([0.708, 0.989], [0.0, 0.308])
+    """
+    if n == 0:
+        return 0.0, 1.0
+
+    def at_most(j: int, p: float) -> float:
+        return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(j + 1))
+
+    def solve(rising: Any, target: float) -> float:  # the p where rising(p) == target, rising increasing in p
+        lo, hi = 0.0, 1.0
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if rising(mid) < target else (lo, mid)
+        return (lo + hi) / 2
+
+    alpha = 1 - confidence
+    low = 0.0 if k == 0 else solve(lambda p: 1 - at_most(k - 1, p), alpha / 2)  # P(X >= k) = alpha / 2
+    high = 1.0 if k == n else solve(lambda p: 1 - at_most(k, p), 1 - alpha / 2)  # P(X <= k) = alpha / 2
+    return low, high
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    from autotune.measure.stats import t_quantile
+
+    out: dict[str, Any] = {}
+    for workload in sorted({r["workload"] for r in rows}):
+        mine = [r for r in rows if r["workload"] == workload and "error" not in r]
+        offered = [r for r in mine if r.get("ratios") and r.get("low") and r.get("high")]
+        inside = below = pairs_in = pairs_all = 0
+        widths = []
+        for r in offered:
+            logs = [math.log(x) for x in r["ratios"]]
+            mean = math.exp(statistics.fmean(logs))
+            inside += r["low"] <= mean <= r["high"]
+            below += mean < r["low"]
+            if r.get("run_low") is not None:
+                pairs_in += sum(r["run_low"] <= x <= r["run_high"] for x in r["ratios"])
+                pairs_all += len(r["ratios"])
+            n = r.get("process_pairs") or 0
+            if n >= 2 and len(logs) >= 2 and statistics.stdev(logs) > 0:
+                justified = 2 * t_quantile(0.975, n - 1) * statistics.stdev(logs) / math.sqrt(n)
+                widths.append(math.log(r["high"] / r["low"]) / justified)
+        out[workload] = {
+            "runs": len(mine), "offered": len(offered), "mean_inside": inside,
+            "mean_inside_ci": clopper_pearson(inside, len(offered)), "pairs_inside_prediction": pairs_in,
+            "pairs": pairs_all, "pairs_inside_ci": clopper_pearson(pairs_in, pairs_all),
+            "user_below_stated_low": below,
+            "median_interval_width_ratio": statistics.median(widths) if widths else None,
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=12, help="runs per workload (default 12)")
+    parser.add_argument("--budget", default="5m", help="each search's budget (default 5m)")
+    parser.add_argument("--pairs", type=int, default=10, help="the user's fresh-process pairs per run (default 10)")
+    parser.add_argument("--seconds", type=float, default=8.0, help="timed training per user process (default 8)")
+    parser.add_argument("--workloads", nargs="+", default=list(SCRIPTS), choices=list(SCRIPTS))
+    parser.add_argument("--out", type=Path, default=OUT, help=f"JSON lines, appended (default {OUT})")
+    parser.add_argument("--summary", action="store_true", help="print what --out holds; run nothing")
+    args = parser.parse_args(argv)
+
+    rows = [json.loads(line) for line in args.out.read_text().splitlines() if line.strip()] if args.out.exists() else []
+    if not args.summary:
+        done = {(r["workload"], r["run"]) for r in rows}
+        todo = [(w, i) for i in range(args.runs) for w in args.workloads if (w, i) not in done]
+        print(f"claims: {len(done)} run(s) in {args.out}, {len(todo)} to go (each about a {args.budget} search and "
+              f"{2 * args.pairs} script runs of {args.seconds:g} s); load average {os.getloadavg()[0]:.2f}",
+              flush=True)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        for workload, index in todo:
+            row = one_run(workload, index, args.budget, args.pairs, args.seconds)
+            with args.out.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            rows.append(row)
+            mean = math.exp(statistics.fmean(math.log(x) for x in row["ratios"])) if row.get("ratios") else None
+            print(f"{workload} run {index}: claim {row.get('claim')} {row.get('speedup')} "
+                  f"[{row.get('low')}-{row.get('high')}], user " + (f"{mean:.3f}" if mean else "-")
+                  + (f" error: {row['error']}" if "error" in row else ""), flush=True)
+    result = summary(rows)
+    for workload, s in result.items():
+        lo, hi = s["mean_inside_ci"]
+        plo, phi = s["pairs_inside_ci"]
+        print(f"{workload}: {s['runs']} runs, {s['offered']} offered a recipe; the user's mean inside the stated "
+              f"interval in {s['mean_inside']} [{lo:.2f}-{hi:.2f}], below its low bound in "
+              f"{s['user_below_stated_low']}; single pairs inside the range of one run {s['pairs_inside_prediction']}"
+              f" of {s['pairs']} [{plo:.2f}-{phi:.2f}]; median width ratio {s['median_interval_width_ratio']}")
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
