@@ -84,12 +84,12 @@ class Recipe:
 
     @property
     def run_text(self) -> str | None:
-        """``a run of yours: 1.02-1.31x the defaults' (9 runs in 10; 2.1 s of training timed a process)``, or None
-        where no process pair of your runs measured it."""
+        """``a run of yours: 1.02-1.31x the defaults' (90% prediction interval; 2.1 s of training timed a process)``,
+        or None where no process pair of your runs measured it."""
         if self.run_low is None or self.run_high is None:
             return None
         timed = f"; {self.run_s:.1f} s of training timed a process" if self.run_s else ""
-        return f"a run of yours: {self.run_low:.2f}-{self.run_high:.2f}x the defaults' (9 runs in 10{timed})"
+        return f"a run of yours: {self.run_low:.2f}-{self.run_high:.2f}x the defaults' (90% prediction interval{timed})"
 
     @property
     def place_text(self) -> str | None:

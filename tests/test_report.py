@@ -136,7 +136,8 @@ def test_the_report_and_autotune_best_state_the_same_figures_for_the_recipe(tmp_
     assert shown.returncode == 0, shown.stderr
     text = " ".join(shown.stdout.split())
     for said in ("1.72x [1.55-1.84]", "82 GFLOP/s = 41% of the float32 matmul peak (200 GFLOP/s)", "40 GFLOP/s = 20%",
-                 "a run of yours: 1.35-2.05x the defaults&#x27; (9 runs in 10; 2.0 s of training timed a process)"):
+                 "a run of yours: 1.35-2.05x the defaults&#x27; (90% prediction interval; 2.0 s of training timed a "
+                 "process)"):
         assert said in summary and said.replace("&#x27;", "'") in text, (said, summary, text)
     assert "160 GFLOP/s" not in summary  # the search trial's
 

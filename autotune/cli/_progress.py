@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from rich.console import Console, RenderableType
     from rich.live import Live
 
-PLAIN_PHASES = ("calibrating noise", "compiling", "confirming", "input-bound")  # worth a line of a log
+PLAIN_PHASES = ("calibrating noise", "compiling", "confirming", "input-bound", "your runs")  # worth a line of a log
 OUTCOMES = ("ok", "stopped early", "infeasible", "failed", "cut by the budget")
 
 

@@ -177,8 +177,12 @@ class EnvironmentFactors(PairedMeasurer):
         try:
             run, window_s, _ = process_pair(self.workload, self.defaults, params, self.facts, self.settings,
                                             pairs=WINDOW_PAIRS, window_s=self.cal.window_s, seed=seed,
-                                            reference_s=self.cal.s_per_sample)
+                                            reference_s=self.cal.s_per_sample, timeout_s=timeout_s)
         except WorkerError as e:
             raise PairFailed(str(e)) from e
+        failed = next((s for s in (run.cand, run.base) if s.state != "ok"), None)
+        if failed is not None or len(run.pairs) < WINDOW_PAIRS:  # one window of an arm that then crashed is no run
+            why = f"{failed.state}: {failed.error}" if failed is not None else "fewer windows than asked"
+            raise PairFailed(f"{len(run.pairs)} of {WINDOW_PAIRS} window pairs ran ({why})")
         rates = [statistics.median(getattr(p, side).rate for p in run.pairs) for side in ("cand", "base")]
         return RunPair(run.ratio.median, WINDOW_PAIRS * window_s, time.monotonic() - started, *rates)

@@ -24,7 +24,7 @@ from . import stats
 
 CLAIM_PAIRS = 6  # process pairs behind a claim about your runs where the budget allows (5 minutes or more)
 LEAST_PAIRS = 3  # the fewest that give an interval (two: a t quantile of 12.7 at 95%)
-RUN_CONFIDENCE = 0.9  # "9 runs in 10"
+RUN_CONFIDENCE = 0.9  # the prediction interval for one run
 WINDOW_PAIRS = 4  # window pairs in each process pair: a process's own factor, not its windows, decides the spread
 
 
@@ -69,6 +69,7 @@ class Runs:
     run_s: float
     samples_per_s: float | None = None
     baseline_samples_per_s: float | None = None
+    wall_s: float = 0.0  # the pairs' wall time in all
 
     @classmethod
     def of(cls, pairs: Sequence[RunPair]) -> Runs:
@@ -78,7 +79,8 @@ class Runs:
             return statistics.median(told) if told else None
 
         return cls(tuple(p.ratio for p in pairs), statistics.median(p.run_s for p in pairs) if pairs else 0.0,
-                   median([p.samples_per_s for p in pairs]), median([p.baseline_samples_per_s for p in pairs]))
+                   median([p.samples_per_s for p in pairs]), median([p.baseline_samples_per_s for p in pairs]),
+                   sum(p.wall_s for p in pairs))
 
     def mean(self, confidence: float = stats.CONFIDENCE) -> stats.Interval:
         """The geometric mean of the pairs' ratios with its Student-t interval (``stats.log_mean_interval``)."""

@@ -246,7 +246,7 @@ class ScriptMeasurer(PairedMeasurer):
         return trial.loss[1] if trial.loss else None
 
     def user_pair(self, params: dict[str, Any], seed: int, timeout_s: float) -> RunPair:
-        """A fresh pair of copies of your script (``_process_pair``), its loss not waited for: the guard has read it."""
+        """A fresh pair of copies of your script (``_process_pair``, in its ``rng``'s order), no loss waited for."""
         trial = ScriptTrial(dict(params), baseline=False, deadline=time.monotonic() + timeout_s, loss=(0, 0.0))
         why = self._process_pair(trial, params, WINDOW_PAIRS, [])
         if why is not None or trial.failed is not None or not trial.medians:

@@ -11,11 +11,10 @@ however many candidates share them (``round_parts``), as measured.
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import re
 import time
-from collections.abc import Callable, Container, Iterable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -74,15 +73,6 @@ class Budget:
     def spent(self) -> float:
         """Seconds since the search began."""
         return self.clock() - self.started
-
-    @contextlib.contextmanager
-    def holding(self, seconds: float) -> Iterator[None]:
-        """Within it, the deadline is ``seconds`` earlier: time kept for what comes after (``claim_s``)."""
-        self.deadline -= seconds
-        try:
-            yield
-        finally:
-            self.deadline += seconds
 
     @staticmethod
     def wall() -> float:
@@ -241,7 +231,7 @@ def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | Non
     return 1.1 * rounds_s(rounds, noise, options, floors=floors(study)) + claim_s(study, options)
 
 
-CLAIM_SHARE = 1 / 3  # of a budget under 5 minutes, the most its claim about your runs takes
+CLAIM_SHARE = 0.4  # of a budget, the most its claim about your runs takes
 
 
 def claim_pair_s(noise: Noise | None) -> float | None:
@@ -253,18 +243,18 @@ def claim_pair_s(noise: Noise | None) -> float | None:
 
 
 def claim_pairs(options: SearchOptions, pair_s: float | None) -> int:
-    """How many process pairs the claim about your runs asks: ``--claim-pairs``; else ``CLAIM_PAIRS`` with a budget
-    of 5 minutes or more (or none); under it as many, from ``LEAST_CLAIM_PAIRS``, as a third of it holds at
-    ``pair_s`` each, and none where fewer fit (two pairs' interval is 12.7 standard errors wide) or where a pair's
+    """How many process pairs the claim about your runs asks: ``--claim-pairs``; else ``CLAIM_PAIRS`` without a
+    budget, and with one as many, up to ``CLAIM_PAIRS``, as ``CLAIM_SHARE`` of it holds at ``pair_s`` each: none
+    where fewer than ``LEAST_CLAIM_PAIRS`` fit (two pairs' interval is 12.7 standard errors wide) or where a pair's
     price is unknown (a study calibrated before ``Noise.start_s`` was recorded).
 
     >>> from .options import SearchOptions
-    >>> [claim_pairs(SearchOptions(budget_s=b), 16.0) for b in (120, 180, 240, 300)]
-    [0, 3, 5, 6]
+    >>> [claim_pairs(SearchOptions(budget_s=b), 16.0) for b in (90, 120, 180, 300, 1800)]
+    [0, 3, 4, 6, 6]
     """
     if options.claim_pairs is not None:
         return options.claim_pairs
-    if options.budget_s is None or options.budget_s >= 300:
+    if options.budget_s is None:
         return CLAIM_PAIRS
     if not pair_s:
         return 0

@@ -56,7 +56,7 @@ def choose_recipe(
         best, measured, claim = _confirmed(confirmation, searched, baseline, notes)
         user = confirmation.user
         if user is not None and best is not baseline and best.number == user.number:
-            said, claim, yours = stated(claim, measured, user, notes)
+            said, claim, yours = stated(claim, measured, user, margin, notes)
             best, measured = (best, said) if said is not None else (baseline, baseline.result)
     else:
         best, measured = _single(searched, baseline, margin, notes)

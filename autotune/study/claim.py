@@ -16,7 +16,7 @@ import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..measure import CLAIM_PAIRS, LEAST_CLAIM_PAIRS, PairFailed, RunPair, Runs, told_apart
+from ..measure import CLAIM_PAIRS, CONFIDENCE, LEAST_CLAIM_PAIRS, PairFailed, RunPair, Runs, told_apart
 from ..recipe import format_speedup
 from . import budget
 from .records import BASELINE, Confirmation, StudyAttr, TrialRecord, UserRuns
@@ -38,32 +38,40 @@ def user_runs(loop: SearchLoop, confirmation: Confirmation | None) -> UserRuns |
     asked = budget.claim_pairs(options, pair_s)
     why = None if asked else ("--claim-pairs 0" if options.claim_pairs == 0 else
                               f"a budget of {options.budget_s:.0f} s holds no {LEAST_CLAIM_PAIRS} process pairs of "
-                              f"about {pair_s:.0f} s in a third of it; give --budget 5m" if pair_s else
+                              f"about {pair_s:.0f} s in {budget.CLAIM_SHARE:.0%} of it; give --budget 5m" if pair_s else
                               "a pair's price is unknown: its study was calibrated by an earlier autotune")
     pairs: list[RunPair] = []
-    for i in range(asked):
-        need = max([pair_s or 0.0, *(p.wall_s for p in pairs)])
-        if loop.budget.left() < need:
-            why = f"the budget's end: {i} of {asked} process pairs ran (each about {need:.0f} s)"
-            break
-        loop.phase("your runs", f"trial {winner.number} against the defaults: fresh process pair {i + 1} of {asked}")
-        try:
-            seed, left = options.seed * 7919 + 104729 + i, max(1.0, loop.budget.left())
-            pairs.append(loop.measurer.user_pair(winner.params, seed, left))
-        except PairFailed as e:
-            why = f"process pair {i + 1} failed: {e}"
-            break
-    found = UserRuns(winner.number, Runs.of(pairs), asked, why)
-    loop.study.set_user_attr(StudyAttr.USER_RUNS, found.to_dict())
+    try:
+        for i in range(asked):
+            need = max([pair_s or 0.0, *(p.wall_s for p in pairs)])
+            if loop.budget.left() < need:
+                why = f"the budget's end: {i} of {asked} process pairs ran (each about {need:.0f} s)"
+                break
+            loop.current = winner.number  # the phase line names the recipe's trial
+            loop.phase("your runs", f"fresh process pair {i + 1} of {asked} against the defaults, started as your "
+                       "training is")
+            try:
+                seed, left = options.seed * 7919 + 104729 + i, max(1.0, loop.budget.left())
+                pairs.append(loop.measurer.user_pair(winner.params, seed, left))
+            except PairFailed as e:
+                why = f"process pair {i + 1} failed: {e}"
+                break
+    except BaseException:  # Ctrl-C: what ran is kept in the study, and the search ends as it would
+        why = f"stopped after {len(pairs)} of {asked} process pairs"
+        raise
+    finally:
+        found = UserRuns(winner.number, Runs.of(pairs), asked, why)
+        loop.study.set_user_attr(StudyAttr.USER_RUNS, found.to_dict())
     return found
 
 
-def stated(claim: str, measured: TrialResult, user: UserRuns,
+def stated(claim: str, measured: TrialResult, user: UserRuns, margin: float,
            notes: list[str]) -> tuple[TrialResult | None, str, dict[str, Any]]:
     """What the recipe states of trial ``user.number`` whose confirmation (``measured``, claiming ``claim``) chose it:
-    the result with the pairs' speedup and interval, its claim and the recipe's fields of your runs (``Recipe.
-    process_pairs``, ``run_low``, ``run_high``, ``run_s``); None for the result where the pairs read it slower than
-    the defaults with confidence (the defaults are kept). Its notes join ``notes``."""
+    the result with the pairs' speedup and interval, its claim (confirmed: their low bound above ``1 + margin``, as
+    every offer's) and the recipe's fields of your runs (``Recipe.process_pairs``, ``run_low``, ``run_high``,
+    ``run_s``); None for the result where the pairs' mean is not above 1.00x: not faster in your runs, the
+    defaults are kept. Its notes join ``notes``."""
     runs, n = user.runs, len(user.runs.ratios)
     of_workers = format_speedup(measured.objective, measured.speedup_low, measured.speedup_high)
     if n < LEAST_CLAIM_PAIRS:
@@ -74,18 +82,18 @@ def stated(claim: str, measured: TrialResult, user: UserRuns,
     mean = runs.mean()
     low, high = runs.one_run()
     said = format_speedup(mean.median, mean.low, mean.high)
-    if mean.high < 1.0:
-        notes.append(f"trial {user.number} in {n} fresh process pairs of your training: {said}, slower than the "
-                     f"defaults with confidence (the search's workers read {of_workers}): the recipe keeps the "
-                     "defaults")
+    if mean.median <= 1.0:
+        notes.append(f"trial {user.number} in {n} fresh process pairs of your training: {said}, not faster than the "
+                     f"defaults there (the search's workers read {of_workers}): the recipe keeps the defaults")
         return None, "defaults", {}
     short = [why for ok, why in ((claim == "confirmed", "one confirmation round chose it"),
                                  (n >= CLAIM_PAIRS, f"{n} process pairs, where confirmed takes {CLAIM_PAIRS}"),
-                                 (mean.low > 1.0, "its interval in your processes reaches 1.00x")) if not ok]
+                                 (mean.low > 1 + margin, f"its interval in your processes reaches {1 + margin:.2f}x"))
+             if not ok]
     notes.append(f"your runs (trial {user.number}, {n} fresh process pairs as 'autotune run' starts your training, "
-                 f"none of which chose it): {said}, a run of yours {low:.2f}-{high:.2f}x (9 runs in 10); the search's "
-                 f"workers read {of_workers}" + (f" ({user.why})" if user.why else "")
-                 + (f"; provisional: {'; '.join(short)}" if short else ""))
+                 f"{user.runs.wall_s:.0f} s, none of which chose it): {said}, a run of yours {low:.2f}-{high:.2f}x "
+                 f"(90% prediction interval); the search's workers read {of_workers}"
+                 + (f" ({user.why})" if user.why else "") + (f"; provisional: {'; '.join(short)}" if short else ""))
     result = replace(measured, objective=mean.median, speedup_low=mean.low, speedup_high=mean.high,
                      confidence=mean.confidence, samples_per_s=runs.samples_per_s or measured.samples_per_s,
                      baseline_samples_per_s=runs.baseline_samples_per_s or measured.baseline_samples_per_s)
@@ -108,16 +116,17 @@ def searched_noise(noise: dict[str, Any] | None, loop: SearchLoop, confirmation:
     user = confirmation.user if confirmation is not None else None
     if user is not None and len(user.runs.ratios) >= LEAST_CLAIM_PAIRS:
         mean, n = user.runs.mean(), len(user.runs.ratios)
-        widths = [(mean.low, mean.high, n - 1.0, f"trial {user.number}'s {n} process pairs of your runs")]
+        widths = [(mean.low, mean.high, n - 1.0, mean.confidence,
+                   f"trial {user.number}'s {n} process pairs of your runs")]
     else:
-        widths = [(c.low, c.high, c.rounds - 1.0 if c.rounds >= 2 else math.inf,
+        widths = [(c.low, c.high, c.rounds - 1.0 if c.rounds >= 2 else math.inf, c.confirmed.confidence or CONFIDENCE,
                    f"trial {c.number}'s {'confirmed' if c.claim == 'confirmed' else 'one-round'} interval")
                   for c in (confirmation.candidates if confirmation else ())
                   if c.confirmed is not None and not c.failed]
     if not widths and best.result.speedup_low and best.result.speedup_high and best.role != BASELINE:
-        widths = [(best.result.speedup_low, best.result.speedup_high, math.inf,
+        widths = [(best.result.speedup_low, best.result.speedup_high, math.inf, best.result.confidence or CONFIDENCE,
                    f"trial {best.number}'s search interval")]
-    told = [(told_apart(noise["margin"], low, high, df), by) for low, high, df, by in widths]
+    told = [(told_apart(noise["margin"], low, high, df, confidence), by) for low, high, df, confidence, by in widths]
     if told:
         gain, by = min(told)
         noise = {**noise, "told_apart": gain, "told_by": by}

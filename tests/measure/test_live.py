@@ -283,3 +283,37 @@ def test_fresh_pairs_whose_defaults_run_out_of_time_are_a_timeout_not_a_crash(fa
                       lambda name, detail: None)
     assert trial.failed is not None and trial.failed.status == "timeout", trial.failed
     assert trial.failed.error.startswith("the defaults failed in a fresh process: ") and not trial.fresh
+
+
+@pytest.mark.parametrize("case", ["an arm failed partway", "the budget's end"])
+def test_a_pair_of_your_runs_is_whole_and_within_the_time_it_was_given(facts: Any, case: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A claim's process pair (``user_pair``) whose candidate arm ran out of memory after one of its four windows is
+    no run of yours (its one window was a ratio before); one given 1 s stops at its workers' start (each command's
+    own limit was 120-300 s, past a 3-minute search's end)."""
+    import time
+
+    from autotune.measure import LiveMeasurer, PairFailed
+    from autotune.measure import factors as factors_module
+    from autotune.measure.paired_worker import Calibration
+    from autotune.measure.process_pair import ProcessPairRun
+    from autotune.measure.protocol import ArmStatus, PairRecord, WindowRecord
+
+    base = _params(facts, 32)
+    measurer = LiveMeasurer("tiny", base, facts, SETTINGS, profile_s=0.0)
+    measurer.calibration = Calibration(0.1, 8, 0.03, 0.02, 0.02, None, 0.01, 0.001)  # type: ignore[arg-type]
+    if case == "an arm failed partway":
+        window = WindowRecord("defaults", 100.0, 3, 96, 0.96)
+        run = ProcessPairRun(ArmStatus("defaults", "ok"), ArmStatus("defaults", "oom", "out of memory"),
+                             (PairRecord("base", window, window),), (1, 2))
+        monkeypatch.setattr(factors_module, "process_pair", lambda *a, **k: (run, 0.1, None))
+    started = time.monotonic()
+    try:
+        with pytest.raises(PairFailed) as failed:
+            measurer.user_pair({**base, "channels_last": True}, 0, 1.0)
+    finally:
+        measurer.close()
+    if case == "an arm failed partway":
+        assert str(failed.value) == "1 of 4 window pairs ran (oom: out of memory)"
+    else:
+        assert time.monotonic() - started < 15.0, failed.value  # both workers stopped at their start's 1 s
