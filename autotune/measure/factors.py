@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import random
 import re
-import statistics
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from ..trial.spec import Status
 from . import stats
 from .candidate import NOTHING, Candidate, environment_defaults, round_factor
 from .environment import environment_differences
 from .measurer import PairedMeasurer, first_pairs
 from .paired_worker import Calibration, WorkerError
 from .process_pair import HopelessEnvironment, enough, process_pair
-from .runs import WINDOW_PAIRS, PairFailed, RunPair
+from .runs import PairFailed, RunPair
 
 if TYPE_CHECKING:
     from .pool import PhaseHook, WorkerPool
@@ -156,33 +156,23 @@ class EnvironmentFactors(PairedMeasurer):
         return self._round_factors[key]
 
     def user_pair(self, params: dict[str, Any], seed: int, timeout_s: float) -> RunPair:
-        """One fresh process pair of the recipe ``params`` against the defaults (``measure.runs``): two workers of one
-        model each, the heap as a plain process has it, alternated with the idle one frozen (``process_pair``); a
-        recipe of several processes, which no worker holds, as fresh trial processes one after the other. The
-        search's own workers are ended first: your run has the machine to itself."""
+        """One pair of your runs (``measure.runs``): a fresh trial process of the defaults and one of the recipe
+        ``params``, each alone as ``autotune run`` starts your training (``trial.runner.run_trial``: the recipe's
+        environment, ``apply()`` inside, one model, the heap as a plain process has it), one after the other in an
+        order drawn from ``seed``, within ``timeout_s``. The search's own workers are ended first: your run has the
+        machine to itself."""
         from ..trial.runner import run_trial
 
         self.pool.close()
-        started = time.monotonic()
-        if int(params.get("processes") or 1) > 1:
-            runs = {}
-            for side in random.Random(seed).sample(["base", "cand"], 2):
-                left = max(1.0, started + timeout_s - time.monotonic())
-                runs[side] = run_trial(self.workload, self.defaults if side == "base" else params, self.facts,
-                                       self.settings, timeout_s=left)
-                if not runs[side].samples_per_s:
-                    raise PairFailed(f"the {side} run ended {runs[side].status}: {runs[side].error}")
-            rate, base = runs["cand"].samples_per_s or 0.0, runs["base"].samples_per_s or 1.0
-            return RunPair(rate / base, runs["cand"].timed_s or 0.0, time.monotonic() - started, rate, base)
-        try:
-            run, window_s, _ = process_pair(self.workload, self.defaults, params, self.facts, self.settings,
-                                            pairs=WINDOW_PAIRS, window_s=self.cal.window_s, seed=seed,
-                                            reference_s=self.cal.s_per_sample, timeout_s=timeout_s)
-        except WorkerError as e:
-            raise PairFailed(str(e)) from e
-        failed = next((s for s in (run.cand, run.base) if s.state != "ok"), None)
-        if failed is not None or len(run.pairs) < WINDOW_PAIRS:  # one window of an arm that then crashed is no run
-            why = f"{failed.state}: {failed.error}" if failed is not None else "fewer windows than asked"
-            raise PairFailed(f"{len(run.pairs)} of {WINDOW_PAIRS} window pairs ran ({why})")
-        rates = [statistics.median(getattr(p, side).rate for p in run.pairs) for side in ("cand", "base")]
-        return RunPair(run.ratio.median, WINDOW_PAIRS * window_s, time.monotonic() - started, *rates)
+        started, rates, timed = time.monotonic(), {}, 0.0
+        for side in random.Random(seed).sample(["base", "cand"], 2):
+            left = started + timeout_s - time.monotonic()
+            whose = "the defaults'" if side == "base" else "the recipe's"
+            if left <= 0.0:
+                raise PairFailed(f"no time left for {whose} run")
+            run = run_trial(self.workload, self.defaults if side == "base" else params, self.facts, self.settings,
+                            timeout_s=left)
+            if run.status != Status.OK or not run.samples_per_s:
+                raise PairFailed(f"{whose} run: {run.status}: {run.error}")
+            rates[side], timed = run.samples_per_s, max(timed, run.timed_s or 0.0)
+        return RunPair(rates["cand"] / rates["base"], timed, time.monotonic() - started, rates["cand"], rates["base"])

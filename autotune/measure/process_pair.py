@@ -26,7 +26,6 @@ import math
 import random
 import statistics
 import sys
-import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -77,9 +76,8 @@ class ProcessPair:
 
     def __init__(self, workload: str, base_params: dict[str, Any], cand_params: dict[str, Any], facts: Any,
                  settings: Any, *, seed: int = 0, python: str = sys.executable,
-                 reference_s: float | None = None, deadline: float | None = None) -> None:
+                 reference_s: float | None = None) -> None:
         self.reference_s = reference_s
-        self.deadline = deadline  # monotonic: no start, warm-up or window waits past it (None: their own limits)
         first: Side = "base" if random.Random(seed).random() < 0.5 else "cand"
         self.started: tuple[Side, Side] = ("base", "cand") if first == "base" else ("cand", "base")
         self.params: dict[Side, dict[str, Any]] = {"base": base_params, "cand": cand_params}
@@ -108,15 +106,15 @@ class ProcessPair:
         for side in self.started:
             self.workers[side].launch()
         for side in self.started:
-            self.workers[side].wait_ready(self._limit(120.0))
+            self.workers[side].wait_ready()
         for worker in self.workers.values():
             worker.freeze()
         for side in self.started:
             worker = self.workers[side]
             worker.thaw()
             reference = self._reference_s() if side == "cand" and self.reference_s else None  # judged where asked
-            status = worker.add_arm(ARM, self.params[side], self._limit(300.0),
-                                    give_up=HOPELESS if reference else None, reference_s=reference)
+            status = worker.add_arm(ARM, self.params[side], give_up=HOPELESS if reference else None,
+                                    reference_s=reference)
             if status.state != "ok":
                 raise WorkerError(f"the {side} worker's arm failed ({status.state}): {status.error}")
             self.status[side] = status
@@ -124,10 +122,6 @@ class ProcessPair:
         slower = self._gave_up()
         if slower is not None:
             raise HopelessEnvironment(slower, self.status["cand"])
-
-    def _limit(self, own_s: float) -> float:
-        """A command's time limit: its own, or less where the pair's ``deadline`` comes first (at least 1 s)."""
-        return own_s if self.deadline is None else max(1.0, min(own_s, self.deadline - time.monotonic()))
 
     def _reference_s(self) -> float | None:
         """The candidate is judged against the defaults' seconds per sample: their worker's warm-up where it warmed
@@ -159,8 +153,7 @@ class ProcessPair:
         worker = self.workers[side]
         worker.thaw()
         try:
-            run = worker.run_windows(ARM, n, window_s, timeout_s if timeout_s is not None or self.deadline is None
-                                     else self._limit(120.0 + 2 * n * window_s))
+            run = worker.run_windows(ARM, n, window_s, timeout_s)
         finally:
             worker.freeze()
         self.status[side] = run.status
@@ -239,19 +232,17 @@ def enough(ratios: list[float], half_width: float, *, least: int = SETTLED, most
 
 def process_pair(workload: str, base_params: dict[str, Any], cand_params: dict[str, Any], facts: Any,
                  settings: Any, *, pairs: int = 8, window_s: float | None = None, seed: int = 0,
-                 python: str = sys.executable, keep: bool = False, reference_s: float | None = None,
-                 timeout_s: float | None = None) -> tuple[ProcessPairRun, float, PairedWorker | None]:
+                 python: str = sys.executable, keep: bool = False,
+                 reference_s: float | None = None) -> tuple[ProcessPairRun, float, PairedWorker | None]:
     """One process pair's ``pairs`` pairs of windows (of ``window_s``, else the pair's own ``window_s``): its run,
     the window length and, with ``keep``, its candidate's worker, not ended: frozen, its heap fixed from now on
     (``PairedWorker.fix_heap``), its one arm ``ARM``, for in-process arms of that environment (a search's
     environment worker: a worker's start saved). WorkerError when an arm failed; ``HopelessEnvironment`` when
-    the candidate's first steps were far slower than the defaults' ``reference_s`` (``ProcessPair.start``).
-    ``timeout_s``: no command of the pair waits past it (a WorkerError then), else each its own limit."""
+    the candidate's first steps were far slower than the defaults' ``reference_s`` (``ProcessPair.start``)."""
     kept = None
-    deadline = time.monotonic() + timeout_s if timeout_s is not None else None
     try:
         with ProcessPair(workload, base_params, cand_params, facts, settings, seed=seed, python=python,
-                         reference_s=reference_s, deadline=deadline) as pair:
+                         reference_s=reference_s) as pair:
             window_s = window_s or pair.window_s
             run = pair.run(pairs, window_s, seed=seed)
             if keep and run.pairs:

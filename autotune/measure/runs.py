@@ -1,7 +1,8 @@
-"""What a run of yours gets: the recipe against the defaults in fresh process pairs, each process started as
-``autotune run`` starts your training (the recipe's environment, ``apply()`` inside it, one model, the heap as
-your process has it), the two run alternately with the idle one stopped. A process pair gives one ratio (its
-windows' median), and a process's speed is a factor that lasts its life, so the pairs are the units: on the log
+"""What a run of yours gets: the recipe against the defaults in pairs of fresh processes, each started as ``autotune
+run`` starts your training (the recipe's environment, ``apply()`` inside it, one model, the heap as your process
+has it) and run alone, the two one after the other as you would run your script twice. A pair gives one ratio (the
+recipe's samples/s over the defaults'); a process's speed is a factor that lasts its life and the machine's moves
+between runs, so the pairs are the units: on the log
 scale their mean has a Student-t interval, and one more pair, a run of yours against a plain one, falls in the
 prediction interval ``mean +- t * s * sqrt(1 + 1/n)`` (both exact for log-normal pairs, approximate otherwise:
 ``tests/measure/test_runs.py`` draws processes that run at two speeds).
@@ -25,7 +26,7 @@ from . import stats
 CLAIM_PAIRS = 6  # process pairs behind a claim about your runs where the budget allows (5 minutes or more)
 LEAST_PAIRS = 3  # the fewest that give an interval (two: a t quantile of 12.7 at 95%)
 RUN_CONFIDENCE = 0.9  # the prediction interval for one run
-WINDOW_PAIRS = 4  # window pairs in each process pair: a process's own factor, not its windows, decides the spread
+WINDOW_PAIRS = 4  # timed windows of each script copy: a process's own factor, not its windows, decides the spread
 
 
 class PairFailed(RuntimeError):
@@ -34,9 +35,8 @@ class PairFailed(RuntimeError):
 
 @dataclass(frozen=True)
 class RunPair:
-    """One fresh process pair: the recipe's process over the defaults' (``ratio``, its windows' median), the timed
-    training of each process (``run_s``), the pair's wall time, and each process's samples/s (its windows' median).
-    """
+    """One pair of your runs: the recipe's process over the defaults' (``ratio``), the timed training of each
+    process (``run_s``), the pair's wall time, and each process's samples/s."""
 
     ratio: float
     run_s: float

@@ -17,6 +17,7 @@ import os
 import random
 import shutil
 import socket
+import statistics
 import subprocess
 import tempfile
 import time
@@ -26,6 +27,7 @@ from pathlib import Path
 from ..steps import LOSS_SAMPLES, STEPS, Effect, Loss, Model, Step, decode
 from ..trial import launch
 from . import freeze
+from .runs import WINDOW_PAIRS, PairFailed, RunPair
 
 TRIAL = "AUTOTUNE_TRIAL"  # set in a script-mode trial: the script may skip its own logging and checkpoints
 POLL_S = 0.01
@@ -154,6 +156,51 @@ class ScriptRun(freeze.Freezable):
             with contextlib.suppress(OSError):
                 os.close(self._read)
             self._read = None
+
+
+def alone(run: ScriptRun, whose: str, windows: int, window_s: float, warmup_steps: int,
+          timeout_s: float) -> float | str:
+    """The copy ``run`` (``whose``: the defaults', the candidate's) started, warmed up (``warmup_steps`` steps,
+    untimed) and timed alone, as you run your script: the median samples/s of its ``windows`` windows, or why it
+    gave none (it failed, or ``timeout_s`` ran out first). Stopped whatever happens."""
+    deadline = time.monotonic() + max(1.0, timeout_s)
+    try:
+        start_together([run], max(1.0, timeout_s))
+        if run.exited is None:
+            run.window(0.0, min_steps=warmup_steps, timeout_s=max(1.0, deadline - time.monotonic()))
+        rates: list[float] = []
+        while len(rates) < windows and run.exited is None and time.monotonic() < deadline:
+            rate = run.window(window_s, timeout_s=max(1.0, min(20 * window_s, deadline - time.monotonic())))
+            if rate is None:
+                break
+            rates.append(rate)
+        if len(rates) == windows:
+            return statistics.median(rates)
+        late = run.exited is None and time.monotonic() >= deadline
+        return f"{whose} copy: the time ran out" if late else failure([run], (whose,))
+    finally:
+        run.stop()
+
+
+def alone_pair(plans: dict[str, launch.LaunchPlan], folder: Path, window_s: float, warmup_steps: int, seed: int,
+               timeout_s: float, live: list[ScriptRun]) -> RunPair:
+    """A pair of your runs (``measure.runs``): the defaults' copy and the candidate's (``plans``: ``base`` and
+    ``cand``), each alone (``alone``), one after the other in an order drawn from ``seed``, within ``timeout_s``;
+    ``live`` holds the copy running (for a Ctrl-C's stop). ``PairFailed`` says why a copy gave no rate."""
+    started, rates = time.monotonic(), {}
+    for side in random.Random(seed).sample(["base", "cand"], 2):
+        run = ScriptRun(plans[side], folder / side)
+        live.append(run)
+        try:
+            rate = alone(run, "the defaults'" if side == "base" else "the candidate's", WINDOW_PAIRS, window_s,
+                         warmup_steps, started + timeout_s - time.monotonic())
+        finally:
+            live.remove(run)
+        if isinstance(rate, str):
+            raise PairFailed(rate)
+        rates[side] = rate
+    return RunPair(rates["cand"] / rates["base"], WINDOW_PAIRS * window_s, time.monotonic() - started, rates["cand"],
+                   rates["base"])
 
 
 def start_together(runs: list[ScriptRun], timeout_s: float) -> None:

@@ -31,8 +31,8 @@ from ..trial.spec import Status, TrialResult
 from . import sizing, stats
 from .hopeless import HOPELESS
 from .measurer import Noise, PairedMeasurer
-from .runs import WINDOW_PAIRS, PairFailed, RunPair
-from .script import ScriptRun, failure, start_together, window_pairs
+from .runs import RunPair
+from .script import ScriptRun, alone_pair, failure, start_together, window_pairs
 from .sizing import LEAST_PAIRS
 
 log = logging.getLogger(__name__)
@@ -246,13 +246,12 @@ class ScriptMeasurer(PairedMeasurer):
         return trial.loss[1] if trial.loss else None
 
     def user_pair(self, params: dict[str, Any], seed: int, timeout_s: float) -> RunPair:
-        """A fresh pair of copies of your script (``_process_pair``, in its ``rng``'s order), no loss waited for."""
-        trial = ScriptTrial(dict(params), baseline=False, deadline=time.monotonic() + timeout_s, loss=(0, 0.0))
-        why = self._process_pair(trial, params, WINDOW_PAIRS, [])
-        if why is not None or trial.failed is not None or not trial.medians:
-            raise PairFailed(why or (trial.failed.error if trial.failed else None) or "no window pair ran")
-        return RunPair(trial.medians[-1], trial.timed_s / 2, time.monotonic() - trial.started, trial.cand_rates[-1],
-                       trial.base_rates[-1])
+        """Copies of your script alone, one after the other, as you run it (``script.alone_pair``)."""
+        self._count += 1
+        plans = {side: _plan(self.argv, p, self.facts, self.env, self.workload)
+                 for side, p in (("base", self.defaults), ("cand", params))}
+        return alone_pair(plans, self.folder / f"{self._count}-yours", self._window_s(), WARMUP_STEPS, seed,
+                          timeout_s, self._live)
 
     def close(self) -> None:
         """Stop every live copy (Ctrl-C included: none is left running or frozen)."""

@@ -103,3 +103,28 @@ def test_an_environment_knob_is_set_before_the_copy_starts_and_read_over_fresh_p
     # standard errors wide. The step's own work beside the sleep lifts the ratio above 0.25 (a pair read 0.61
     # against 0.5 in the loaded suite when the sleeps were 5 and 10 ms: about 2.7 ms of work per step)
     assert 0.15 < result.objective < 0.6 and all(0.15 < r < 0.6 for r in handle.medians), (interval, result)
+
+
+def test_a_pair_of_your_runs_runs_each_copy_alone_one_after_the_other(facts: Any, tmp_path: Path) -> None:
+    """The claim's pair of your runs in script mode (``alone_pair``): the defaults' copy and the candidate's, each
+    started, warmed up and timed alone, one after the other; their rates and their ratio, nothing left running. A
+    copy that cannot start in the time given is the pair's failure, said as such."""
+    import pytest
+
+    from autotune.measure import PairFailed
+    from autotune.measure.script import alone_pair
+
+    params = {**spaces.defaults(facts, spaces.SpaceContext(default_batch_size=64)), "device": "cpu",
+              "reference_batch": 64, "threads": 1, "interop_threads": 1}
+    plans = {side: launch.for_recipe(Recipe(params=p, workload="examples/train_cnn.py", fingerprint=facts.fingerprint),
+                                     [sys.executable, str(REPO / "examples" / "train_cnn.py")],
+                                     {**os.environ, "TRAIN_S": "300"}, facts=facts)
+             for side, p in (("base", params), ("cand", {**params, "channels_last": True}))}
+    live: list[ScriptRun] = []
+    pair = alone_pair(plans, tmp_path / "yours", 0.3, 2, 0, 120.0, live)
+    assert pair.samples_per_s and pair.baseline_samples_per_s and not live
+    assert pair.ratio == pytest.approx(pair.samples_per_s / pair.baseline_samples_per_s)
+    assert all((tmp_path / "yours" / side / "script.log").is_file() for side in ("base", "cand"))
+    with pytest.raises(PairFailed, match="copy: the time ran out|did not call"):
+        alone_pair(plans, tmp_path / "late", 0.3, 2, 0, 0.5, live)
+    assert not live

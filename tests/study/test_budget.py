@@ -99,9 +99,9 @@ def test_a_round_is_priced_at_a_workers_start_and_the_candidates_arm_not_the_cal
     assert round_parts(candidate, noise, options, 0) == pytest.approx((windows + 0.18, 4.2))
     study.set_user_attr("noise", asdict(noise))
     kept = reserve_s(study, options, 28.0)
-    # and the claim's process pairs of your runs: as many as 40% of the 2 minutes holds (4), each two workers' starts
-    # and 4 window pairs (``claim_s``)
-    claim = 4 * (2 * 4.2 + 2 * 4 * 0.3)
+    # and the claim's pairs of your runs: as many as 40% of the 2 minutes holds (3), each two fresh processes, started
+    # as the calibration's worker and trained for twice 4 window pairs (``claim_s``)
+    claim = 3 * 2 * (4.2 + 2 * 4 * 0.3)
     assert kept - claim == pytest.approx(1.1 * 3 * (4.2 + windows + 0.18)) and 24.0 < kept - claim < 30.0  # 27.5 s
     # a study calibrated before the worker's start was recorded: as before, from the whole time outside windows
     study.set_user_attr("noise", asdict(replace(noise, start_s=None)))

@@ -125,13 +125,13 @@ def test_without_three_pairs_of_your_runs_the_recipe_is_provisional_and_says_why
 
 @pytest.mark.parametrize("offered", [True, False])
 def test_the_claims_time_is_kept_once_a_candidate_could_be_offered(tmp_path: Path, facts: Any, offered: bool) -> None:
-    """Six pairs priced at 15 s each (two workers' starts of 6.3 s, 4 window pairs of 0.3 s) are kept from the
+    """Six pairs priced at 15 s each (two processes: a start of 5.1 s, twice 4 windows of 0.3 s) are kept from the
     confirmation once a candidate's rounds clear the bar: the slow one's round that would eat them is left out, and
     all six pairs run. Where no candidate could be offered there is nothing to state, and the rounds use that time
     (a 3-minute demo left two candidates out for time that then went unused)."""
     clock = ReplayClock()
     rounds = {"fast": FAST, "slow": SLOW} if offered else {"fast": SLOW, "slow": SLOW}
-    stub = Yours(clock, _explored(), rounds, ratios=list(YOURS), start_s=6.3)
+    stub = Yours(clock, _explored(), rounds, ratios=list(YOURS), start_s=5.1)
     recipe, records = _search(tmp_path, facts, stub, 40.0 + 6 * PAIR_S + 5.0, clock)
     made = len([r for r in records if r.role == "confirm"])
     said = " ".join(recipe.notes)
