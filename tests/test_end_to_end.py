@@ -127,8 +127,10 @@ def test_search_export_apply(slow_study, facts) -> None:
     margin = optuna.load_study(study_name="q", storage=f"sqlite:///{tmp_path}/studies.db").user_attrs["noise"]["margin"]
     # from the bounds as printed, to 2 decimals: a wide interval's rounding moves it by more than the line's 0.1
     # (a suite run printed 212.4% where the rounded bounds gave 212.07%)
-    low, high = float(claim[2]), float(claim[3])
-    told = (told_apart(margin, low + 0.005, high - 0.005), told_apart(margin, low - 0.005, high + 0.005))
+    # at the interval's coverage as printed (the round's 8 pairs: 99.2%), 4 times in 5
+    low, high, coverage = float(claim[2]), float(claim[3]), float(claim[4]) / 100
+    told = (told_apart(margin, low + 0.005, high - 0.005, confidence=coverage),
+            told_apart(margin, low - 0.005, high + 0.005, confidence=coverage))
     # the lines that say it, not the whole output (pytest cuts a long message in its middle, where they are)
     said = [line for line in stdout.splitlines() if line.startswith(("noise:", "note:"))]
     assert noise and 100 * told[0] - 0.05 <= float(noise[1]) <= 100 * told[1] + 0.05, (said, told)
