@@ -69,7 +69,8 @@ def one_run(workload: str, index: int, budget: str, pairs: int, seconds: float) 
                                "load": load, "claim": recipe.get("claim"), "speedup": recipe.get("speedup"),
                                "low": recipe.get("speedup_low"), "high": recipe.get("speedup_high"),
                                "run_low": recipe.get("run_low"), "run_high": recipe.get("run_high"),
-                               "process_pairs": recipe.get("process_pairs"), "params": recipe.get("params")}
+                               "process_pairs": recipe.get("process_pairs"), "params": recipe.get("params"),
+                               "notes": recipe.get("notes")}
         if recipe.get("claim") in (None, "defaults"):
             return {**row, "ratios": []}
         plain = [sys.executable, str(SCRIPTS[workload])]
