@@ -41,7 +41,7 @@ class Recipe:
     confidence: float | None = None  # the interval's coverage as its method reached it
     claim: str | None = None  # what the stated speedup stands on (``CLAIMS``); None: stored before it was recorded
     # The fresh process pairs of your runs the stated speedup comes from (``measure.runs``; None: stored before, or
-    # a search without them), where one run of yours against a plain one falls 9 times in 10, and the seconds of
+    # a search without them), where one run of yours against a plain one falls (90% prediction), and the seconds of
     # training timed in each process of those pairs (after its start and warm-up).
     process_pairs: int | None = None
     run_low: float | None = None

@@ -3,7 +3,6 @@ environment's defaults against the search's defaults, in fresh process pairs (``
 candidates of that environment until ``enough``, one pair of its own in each confirmation round."""
 from __future__ import annotations
 
-import random
 import re
 import time
 from collections.abc import Iterable
@@ -16,7 +15,7 @@ from .environment import environment_differences
 from .measurer import PairedMeasurer, first_pairs
 from .paired_worker import Calibration, WorkerError
 from .process_pair import HopelessEnvironment, enough, process_pair
-from .runs import PairFailed, RunPair
+from .runs import PairFailed, RunPair, sequential
 
 if TYPE_CHECKING:
     from .pool import PhaseHook, WorkerPool
@@ -164,15 +163,15 @@ class EnvironmentFactors(PairedMeasurer):
         from ..trial.runner import run_trial
 
         self.pool.close()
-        started, rates, timed = time.monotonic(), {}, 0.0
-        for side in random.Random(seed).sample(["base", "cand"], 2):
-            left = started + timeout_s - time.monotonic()
-            whose = "the defaults'" if side == "base" else "the recipe's"
+        deadline = time.monotonic() + timeout_s
+
+        def alone(side: str) -> tuple[float, float]:
+            left, whose = deadline - time.monotonic(), "the defaults'" if side == "base" else "the recipe's"
             if left <= 0.0:
                 raise PairFailed(f"no time left for {whose} run")
             run = run_trial(self.workload, self.defaults if side == "base" else params, self.facts, self.settings,
                             timeout_s=left)
             if run.status != Status.OK or not run.samples_per_s:
                 raise PairFailed(f"{whose} run: {run.status}: {run.error}")
-            rates[side], timed = run.samples_per_s, max(timed, run.timed_s or 0.0)
-        return RunPair(rates["cand"] / rates["base"], timed, time.monotonic() - started, rates["cand"], rates["base"])
+            return run.samples_per_s, run.timed_s or 0.0
+        return sequential(seed, alone)

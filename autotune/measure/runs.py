@@ -1,11 +1,11 @@
 """What a run of yours gets: the recipe against the defaults in pairs of fresh processes, each started as ``autotune
 run`` starts your training (the recipe's environment, ``apply()`` inside it, one model, the heap as your process
-has it) and run alone, the two one after the other as you would run your script twice. A pair gives one ratio (the
-recipe's samples/s over the defaults'); a process's speed is a factor that lasts its life and the machine's moves
-between runs, so the pairs are the units: on the log
-scale their mean has a Student-t interval, and one more pair, a run of yours against a plain one, falls in the
-prediction interval ``mean +- t * s * sqrt(1 + 1/n)`` (both exact for log-normal pairs, approximate otherwise:
-``tests/measure/test_runs.py`` draws processes that run at two speeds).
+has it) and run alone, the two one after the other as you would run your script twice (``sequential``). A pair
+gives one ratio (the recipe's samples/s over the defaults'); a process's speed is a factor that lasts its life and
+the machine's moves between runs, so the pairs are the units: on the log scale their mean has a Student-t interval,
+and one more pair, a run of yours against a plain one, falls in the prediction interval ``mean +- t * s * sqrt(1 +
+1/n)`` (both exact for log-normal pairs, approximate otherwise: ``tests/measure/test_runs.py`` draws processes
+that run at two speeds).
 
     >>> runs = Runs((1.10, 1.25, 1.18, 1.05, 1.30, 1.15), run_s=2.0)
     >>> iv = runs.mean()
@@ -17,8 +17,10 @@ prediction interval ``mean +- t * s * sqrt(1 + 1/n)`` (both exact for log-normal
 from __future__ import annotations
 
 import math
+import random
 import statistics
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from . import stats
@@ -43,6 +45,17 @@ class RunPair:
     wall_s: float
     samples_per_s: float | None = None
     baseline_samples_per_s: float | None = None
+
+
+def sequential(seed: int, run: Callable[[str], tuple[float, float]]) -> RunPair:
+    """A pair of your runs: ``run(side)`` runs one fresh process alone (``base``: the defaults', ``cand``: the
+    recipe's) and gives its samples/s and its seconds timed, or raises ``PairFailed``; the two one after the other,
+    in an order drawn from ``seed``."""
+    started, rates, timed = time.monotonic(), {}, 0.0
+    for side in random.Random(seed).sample(["base", "cand"], 2):
+        rates[side], seconds = run(side)
+        timed = max(timed, seconds)
+    return RunPair(rates["cand"] / rates["base"], timed, time.monotonic() - started, rates["cand"], rates["base"])
 
 
 def prediction_interval(ratios: Sequence[float], confidence: float = RUN_CONFIDENCE) -> tuple[float, float]:
@@ -92,4 +105,4 @@ class Runs:
 
 
 __all__ = ["CLAIM_PAIRS", "LEAST_PAIRS", "RUN_CONFIDENCE", "WINDOW_PAIRS", "PairFailed", "RunPair", "Runs",
-           "prediction_interval"]
+           "prediction_interval", "sequential"]

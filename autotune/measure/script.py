@@ -27,7 +27,7 @@ from pathlib import Path
 from ..steps import LOSS_SAMPLES, STEPS, Effect, Loss, Model, Step, decode
 from ..trial import launch
 from . import freeze
-from .runs import WINDOW_PAIRS, PairFailed, RunPair
+from .runs import WINDOW_PAIRS, PairFailed, RunPair, sequential
 
 TRIAL = "AUTOTUNE_TRIAL"  # set in a script-mode trial: the script may skip its own logging and checkpoints
 POLL_S = 0.01
@@ -187,20 +187,20 @@ def alone_pair(plans: dict[str, launch.LaunchPlan], folder: Path, window_s: floa
     """A pair of your runs (``measure.runs``): the defaults' copy and the candidate's (``plans``: ``base`` and
     ``cand``), each alone (``alone``), one after the other in an order drawn from ``seed``, within ``timeout_s``;
     ``live`` holds the copy running (for a Ctrl-C's stop). ``PairFailed`` says why a copy gave no rate."""
-    started, rates = time.monotonic(), {}
-    for side in random.Random(seed).sample(["base", "cand"], 2):
+    deadline = time.monotonic() + timeout_s
+
+    def copy(side: str) -> tuple[float, float]:
         run = ScriptRun(plans[side], folder / side)
         live.append(run)
         try:
             rate = alone(run, "the defaults'" if side == "base" else "the candidate's", WINDOW_PAIRS, window_s,
-                         warmup_steps, started + timeout_s - time.monotonic())
+                         warmup_steps, deadline - time.monotonic())
         finally:
             live.remove(run)
         if isinstance(rate, str):
             raise PairFailed(rate)
-        rates[side] = rate
-    return RunPair(rates["cand"] / rates["base"], WINDOW_PAIRS * window_s, time.monotonic() - started, rates["cand"],
-                   rates["base"])
+        return rate, WINDOW_PAIRS * window_s
+    return sequential(seed, copy)
 
 
 def start_together(runs: list[ScriptRun], timeout_s: float) -> None:

@@ -6,9 +6,9 @@ heap) choose; these pairs state.
 
 What the recipe claims (``recipe.CLAIMS``): ``confirmed`` where two confirmation rounds or more chose it and
 ``CLAIM_PAIRS`` process pairs or more read it faster than the defaults with confidence (the interval's low bound
-above 1); ``provisional`` with fewer of either, each said in a note; the defaults kept where its pairs read it
-slower with confidence. Without three pairs (a budget too short, a failed pair) the recipe is provisional and
-states the confirmation's interval, said as of the search's workers.
+above 1 + margin, as every offer's); ``provisional`` with fewer of either, each said in a note; the defaults kept
+where the pairs' mean is not above 1.00x. Without three pairs (a budget too short, a failed pair) the recipe is
+provisional and states the confirmation's interval, said as of the search's workers.
 """
 from __future__ import annotations
 
