@@ -36,10 +36,11 @@ from .paired_worker import Calibration, WorkerError
 from .pool import PhaseHook, WorkerPool, lost
 from .process_pair import PROCESS_PAIRS, HopelessEnvironment
 from .protocol import ArmStatus
+from .runs import trial_run_s
 
 log = logging.getLogger(__name__)
 WARM_UP_SLACK_S = 10.0  # an eager arm's build and first kernels, beyond its warm-up steps (``_warm_up_limit_s``)
-PROFILE_S = 2.0  # the defaults under torch's profiler after the calibration (a faster candidate: half of it)
+PROFILE_S = 2.0  # the defaults under torch's profiler after the calibration (a faster candidate: half; 0: none)
 
 
 class LiveMeasurer(EnvironmentFactors):
@@ -68,16 +69,14 @@ class LiveMeasurer(EnvironmentFactors):
                  on_phase: PhaseHook | None = None, busy: float = BUSY, profile_s: float = PROFILE_S) -> None:
         self.workload, self.defaults, self.facts, self.settings = workload, defaults, facts, settings
         self.calibration_pairs, self.half_width, self.window_s = calibration_pairs, half_width, window_s
-        self.process_pairs, self.seed, self.busy = process_pairs, seed, busy  # busy: ``measurer.too_busy``
-        self.profile_s = profile_s  # 0: the defaults are not profiled
+        self.process_pairs, self.seed, self.busy, self.profile_s = process_pairs, seed, busy, profile_s
         self.operators: dict[str, float] | None = None  # the defaults' top operators (``phases.top_operators``)
         self._fastest = 1.0  # the fastest candidate's median so far: a faster one is profiled
         self.on_phase: PhaseHook = on_phase or (lambda name, detail: None)
         self.pool = WorkerPool(workload, defaults, facts, settings, lambda name, detail: self.on_phase(name, detail))
         self.calibration: Calibration | None = None
         EnvironmentFactors.__init__(self, defaults)
-        self._count = 0
-        self._baseline_given = False
+        self._count, self._baseline_given = 0, False
         self.warm_up_slack_s = WARM_UP_SLACK_S
 
     # The defaults' worker --------------------------------------------------------------------------------
@@ -110,7 +109,8 @@ class LiveMeasurer(EnvironmentFactors):
         if self.profile_s > 0:  # at most a sixth of the time given, as the A/A
             self.operators = self._profile(worker, DEFAULTS, min(self.profile_s, timeout_s / 6), cal.step_s, "defaults")
             self.pool.defaults_worker(timeout_s, with_arm=True)  # the same, unless the profile stopped it
-        self.noise = Noise.from_calibration(cal, wall_s=time.monotonic() - started, start_s=start_s)
+        self.noise = Noise.from_calibration(cal, wall_s=time.monotonic() - started, start_s=start_s, run_s=trial_run_s(
+            start_s, cal.step_s, self.settings, self.defaults.get("batch_per_rank") or 1))
         return self.noise
 
     def _profile(self, worker: Any, arm: str, seconds: float, step_s: float, who: str) -> dict[str, float] | None:

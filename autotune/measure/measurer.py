@@ -52,14 +52,18 @@ class Noise:
     # The calibration's worker start until its defaults' arm was built and settled: what a fresh worker of the
     # defaults costs before its first window (the rest of ``wall_s`` less ``timed_s`` is the A/A's and the profile's).
     start_s: float | None = None
+    # One fresh process of the defaults as a pair of your runs starts it, start to exit, where the measurer knows
+    # its shape (``runs.trial_run_s``); else a pair is priced from ``start_s`` and windows.
+    run_s: float | None = None
 
     @classmethod
-    def from_calibration(cls, cal: Any, wall_s: float = 0.0, start_s: float | None = None) -> Noise:
+    def from_calibration(cls, cal: Any, wall_s: float = 0.0, start_s: float | None = None,
+                         run_s: float | None = None) -> Noise:
         """A worker's ``paired_worker.Calibration`` as the search's noise."""
         aa = cal.aa.amortised
         return cls(cal.window_s, cal.pairs, cal.half_width, cal.margin, cal.spread, (aa.median, aa.low, aa.high),
                    timed_s=2 * aa.count * cal.window_s, wall_s=wall_s, within=max(abs(r - 1) for r in cal.aa.ratios),
-                   aa_pairs=aa.count, start_s=start_s)
+                   aa_pairs=aa.count, start_s=start_s, run_s=run_s)
 
     def note(self) -> str:
         """What the user reads of the noise the search worked with, each figure as measured."""

@@ -23,12 +23,27 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ..trial.spec import TrialSettings
 from . import stats
 
 CLAIM_PAIRS = 6  # process pairs behind a claim about your runs where the budget allows (5 minutes or more)
 LEAST_PAIRS = 3  # the fewest that give an interval (two: a t quantile of 12.7 at 95%)
 RUN_CONFIDENCE = 0.9  # the prediction interval for one run
 WINDOW_PAIRS = 4  # timed windows of each script copy: a process's own factor, not its windows, decides the spread
+
+
+def trial_run_s(start_s: float, step_s: float, settings: TrialSettings, batch: int) -> float:
+    """What one fresh trial process of the defaults takes, start to exit, as a pair of your runs starts it in
+    workload mode (``trial.runner.run_trial``): its start, warm-up, timed steps (the extra windows of a spread
+    too wide are not counted) and the held-out loss (a forward pass is about a third of a step). A price from
+    windows alone took a fifth of a slow transformer process's 50 s of steps.
+
+    >>> from autotune.trial.spec import TrialSettings
+    >>> round(trial_run_s(4.0, 0.1, TrialSettings(), batch=64), 2)  # 4 + 24 steps, 512 samples' loss
+    7.07
+    """
+    steps = settings.warmup_steps + settings.measure_steps + settings.eval_samples / max(1, batch) / 3
+    return start_s + steps * step_s
 
 
 class PairFailed(RuntimeError):

@@ -238,10 +238,12 @@ def claim_pair_s(noise: Noise | None) -> float | None:
     """One pair of your runs for the claim (``measure.runs``): two fresh processes one after the other, each started
     as the calibration's worker was, its model built and settled (``Noise.start_s``), and trained for twice a
     pair's windows (its warm-up and the loss besides: a CNN process took 10.2 s where this says 8.7 s, 2-vCPU Zen
-    3; from the first pair on, the pairs' own time is the price); None where the start was not recorded."""
+    3; from the first pair on, the pairs' own time is the price), or the process's own shape where the measurer
+    knows it (``Noise.run_s``: a trial process trains its steps, whatever the windows); None where the start was
+    not recorded."""
     if noise is None or noise.start_s is None:
         return None
-    return 2 * (noise.start_s + 2 * RUN_WINDOW_PAIRS * noise.window_s)
+    return 2 * max(noise.start_s + 2 * RUN_WINDOW_PAIRS * noise.window_s, noise.run_s or 0.0)
 
 
 def claim_pairs(options: SearchOptions, pair_s: float | None) -> int:

@@ -45,6 +45,8 @@ def test_the_live_measurer_calibrates_once_and_measures_each_candidate_as_an_arm
         assert noise.aa[1] <= noise.aa[0] <= noise.aa[2] and noise.wall_s > noise.timed_s > 0
         # its worker's start to the defaults' arm settled: part of its time outside windows (the A/A, the profile)
         assert noise.start_s is not None and 0 < noise.start_s < noise.wall_s - noise.timed_s
+        # and a fresh trial process of the defaults, the price of a pair of your runs: its start and its steps
+        assert noise.run_s is not None and noise.run_s > noise.start_s + (2 + 6) * measurer.calibration.step_s
         worker = measurer.pool.worker
         assert worker is not None and worker.ready is not None
 

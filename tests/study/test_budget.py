@@ -103,6 +103,12 @@ def test_a_round_is_priced_at_a_workers_start_and_the_candidates_arm_not_the_cal
     # as the calibration's worker and trained for twice 4 window pairs (``claim_s``)
     claim = 3 * 2 * (4.2 + 2 * 4 * 0.3)
     assert kept - claim == pytest.approx(1.1 * 3 * (4.2 + windows + 0.18)) and 24.0 < kept - claim < 30.0  # 27.5 s
+    # where a process's own shape is known and longer (a trial process trains its steps however short the windows,
+    # a slow defaults' 50 s where windows said 6 s): that is the price, and 40% of 2 minutes holds no 3 such pairs
+    study.set_user_attr("noise", asdict(replace(noise, run_s=12.0)))
+    assert reserve_s(study, options, 28.0) == pytest.approx(kept - claim)
+    study.set_user_attr("noise", asdict(replace(noise, run_s=7.0)))
+    assert reserve_s(study, options, 28.0) == pytest.approx(kept - claim + 3 * 2 * 7.0)
     # a study calibrated before the worker's start was recorded: as before, from the whole time outside windows
     study.set_user_attr("noise", asdict(replace(noise, start_s=None)))
     assert reserve_s(study, options, 28.0) == pytest.approx(1.1 * 3 * ((19.0 - 9.6) + windows + (23.2 - 20.2)))
