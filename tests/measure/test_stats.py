@@ -55,6 +55,21 @@ def test_the_combined_interval_covers_the_truth_about_as_often_as_it_says(factor
     assert 0.92 <= held / 800 <= 0.985, held
 
 
+@pytest.mark.parametrize(("pairs", "spread", "least"), [(2, 3.0, 0.88), (3, 3.0, 0.92), (3, 1.0, 0.93)])
+def test_a_pooled_spread_is_lent_only_where_the_recipes_own_agrees(pairs: int, spread: float, least: float) -> None:
+    """Script mode's interval of a recipe's few process pairs borrows the spread of the A/A's and earlier recipes'
+    pairs (``stats.pooled_log_mean_interval``). Where the recipe's processes truly vary 3x as much (input-bound),
+    pooling always covered 81% from 2 pairs and 86% from 3; borrowed only where its own spread agrees, 91% and
+    95% (1,500 seeded draws each; the bound is 4 binomial standard errors under that). Where all vary alike, it
+    still covers (96-97%)."""
+    rng, covered, draws = random.Random(pairs * 10 + int(spread)), 0, 1500
+    for _ in range(draws):
+        own = [math.exp(rng.gauss(0.0, 0.05 * spread)) for _ in range(pairs)]
+        others = [[math.exp(rng.gauss(0.0, 0.05)) for _ in range(3)] for _ in range(3)]
+        covered += stats.pooled_log_mean_interval(own, others).contains(1.0)
+    assert covered / draws >= least, covered
+
+
 def test_t_quantiles_of_whole_and_fractional_degrees_of_freedom() -> None:
     assert stats.t_quantile(0.975, 1) == pytest.approx(12.7062, abs=1e-4)
     assert stats.t_quantile(0.9999, 1) == pytest.approx(3183.0988, abs=1e-3)
