@@ -173,7 +173,8 @@ class ScriptMeasurer(PairedMeasurer):
         self.spread = sizing.Spread(pooled[0] if pooled else 0.0, max(0.0, wall_s - trial.timed_s) / len(groups),
                                     trial.timed_s / max(1, len(within)))
         self.calibration = trial
-        self.noise = Noise(window_s, sizing.WINDOWS, 0.03, stats.margin_from_calibration(aa),
+        # Unlike arms in one process, fresh copies in a drawn order keep no placement: the A/A's width is noise
+        self.noise = Noise(window_s, sizing.WINDOWS, 0.03, max(stats.MIN_MARGIN, abs(aa.median - 1.0)),
                            max(within) - min(within), (aa.median, aa.low, aa.high), timed_s=trial.timed_s,
                            wall_s=wall_s, within=max(abs(r - 1) for r in within), aa_pairs=len(within),
                            within_what="identical copies of the script in a process pair",
