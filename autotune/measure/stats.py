@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from .distributions import f_cdf, t_quantile
@@ -98,6 +98,38 @@ def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> 
     ordered = sorted(values)
     k, coverage = order_rank(len(ordered), confidence)
     return Interval(statistics.median(ordered), ordered[k - 1], ordered[len(ordered) - k], coverage, len(ordered))
+
+
+def lag1_autocorrelation(values: Sequence[float]) -> float:
+    """The lag-1 autocorrelation of a series, bias-corrected: the plain estimate of an independent series' is
+    about -1/n, and of an AR(1) series' ``rho - (1 + 4 rho) / n`` (Marriott and Pope), so ``(n r + 1) / (n - 4)``.
+
+    >>> round(lag1_autocorrelation([0.1, -0.2, 0.05, 0.3, -0.1, 0.0, 0.2, -0.15]), 2)
+    -0.53
+    """
+    n = len(values)
+    if n < 3:
+        return 0.0
+    mean = statistics.fmean(values)
+    d = [x - mean for x in values]
+    den = sum(x * x for x in d)
+    r = sum(a * b for a, b in zip(d[:-1], d[1:], strict=False)) / den if den else 0.0
+    return max(-1.0, min(1.0, (n * r + 1) / (n - 4))) if n > 4 else r
+
+
+def serial_median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
+    """``median_interval`` of values taken one after another (a worker's window pairs), widened on the log scale
+    by ``sqrt((1 + r) / (1 - r))`` where their logs' bias-corrected lag-1 autocorrelation r is above 0 (capped
+    at 0.9): n pairs that drift together hold about ``n (1 - r) / (1 + r)`` independent ones. Simulated AR(1)
+    series of 16 pairs (``tests/measure/test_stats.py``): at r = 0.6 the plain interval covered 81%, this 93%;
+    independent pairs are widened little (98.3% -> 98.7%). Measured here, pairs' ratios in one worker had lag-1
+    -0.05 to +0.02 (the arms' shared drift cancels in the ratio); this is for machines where it does not."""
+    interval = median_interval(values, confidence)
+    r = min(0.9, lag1_autocorrelation([math.log(v) for v in values])) if len(values) >= 5 else 0.0
+    if r <= 0 or not 0 < interval.low <= interval.median <= interval.high < math.inf:
+        return interval
+    factor, m = math.sqrt((1 + r) / (1 - r)), interval.median
+    return replace(interval, low=m * (interval.low / m) ** factor, high=m * (interval.high / m) ** factor)
 
 
 def log_mean_interval(ratios: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
@@ -176,8 +208,9 @@ def median_part(ratios: Sequence[float]) -> Part:
     logs = [math.log(r) for r in ratios]
     if len(logs) < 2:
         return Part(logs[0] if logs else 0.0, math.inf, 1.0)
-    return Part(math.log(statistics.median(ratios)), (_MEDIAN_SE * robust_sigma(logs)) ** 2 / len(logs),
-                max(1.0, _MAD_EFFICIENCY * (len(logs) - 1)))
+    r = max(0.0, min(0.9, lag1_autocorrelation(logs))) if len(logs) >= 5 else 0.0  # as ``serial_median_interval``
+    return Part(math.log(statistics.median(ratios)), (_MEDIAN_SE * robust_sigma(logs)) ** 2 / len(logs)
+                * (1 + r) / (1 - r), max(1.0, _MAD_EFFICIENCY * (len(logs) - 1)))
 
 
 def interval_part(interval: Interval) -> Part:
@@ -342,9 +375,9 @@ def compare(records: Sequence[PairRecord], base: ArmStatus, cand: ArmStatus, *, 
     if not records:
         raise ValueError(f"no pairs to compare ({base.arm}: {base.state}, {cand.arm}: {cand.state})")
 
-    ratio = median_interval([r.ratio for r in records], confidence)
+    ratio = serial_median_interval([r.ratio for r in records], confidence)
     ratios = amortised_ratios(records, base, cand, train_steps=train_steps)
-    paid = median_interval(ratios, confidence)
+    paid = serial_median_interval(ratios, confidence)
     return Comparison(ratio, paid, verdict(paid, margin), margin, tuple(ratios))
 
 

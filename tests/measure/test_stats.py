@@ -16,7 +16,7 @@ def test_a_combined_interval_is_one_welch_satterthwaite_t_interval_on_the_log_sc
     """Factor (a t interval over 3 process pairs) x in-process median (16 window pairs): the log estimates and
     their variances add, and one t quantile at the Welch-Satterthwaite degrees of freedom sets the width. It is
     labelled with the confidence asked and counted in the fewer units, the process pairs."""
-    factors, ratios = [0.82, 0.8, 0.77], [1.5 + 0.01 * (i % 5 - 2) for i in range(16)]
+    factors, ratios = [0.82, 0.8, 0.77], [1.5 + 0.01 * (2 * i % 5 - 2) for i in range(16)]  # no drift
     logs = [math.log(f) for f in factors]
     mean = sum(logs) / 3
     v_factor = sum((x - mean) ** 2 for x in logs) / 2 / 3
@@ -67,6 +67,22 @@ def test_a_pooled_spread_is_lent_only_where_the_recipes_own_agrees(pairs: int, s
         own = [math.exp(rng.gauss(0.0, 0.05 * spread)) for _ in range(pairs)]
         others = [[math.exp(rng.gauss(0.0, 0.05)) for _ in range(3)] for _ in range(3)]
         covered += stats.pooled_log_mean_interval(own, others).contains(1.0)
+    assert covered / draws >= least, covered
+
+
+@pytest.mark.parametrize(("rho", "least"), [(0.6, 0.89), (0.0, 0.97)])
+def test_window_pairs_that_drift_together_get_a_wider_interval(rho: float, least: float) -> None:
+    """A worker's window pairs one after another (``stats.compare``): where their ratios drift (AR(1), lag-1
+    ``rho`` on the log scale), the order-statistic interval of 16 pairs covered the true median 81% of the time at
+    rho = 0.6; widened by the effective sample size, 93%. Independent pairs still cover (98.7%). 1,500 seeded
+    draws each; the bound 4 binomial standard errors under."""
+    rng, covered, draws = random.Random(int(rho * 10)), 0, 1500
+    for _ in range(draws):
+        x, ratios = rng.gauss(0.0, 1.0), []
+        for _ in range(16):
+            x = rho * x + math.sqrt(1 - rho * rho) * rng.gauss(0.0, 1.0)
+            ratios.append(math.exp(0.05 * x))
+        covered += stats.serial_median_interval(ratios).contains(1.0)
     assert covered / draws >= least, covered
 
 
