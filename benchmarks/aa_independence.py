@@ -49,7 +49,7 @@ def lag1(series: list[list[float]]) -> tuple[float, int]:
         pairs += len(xs) - 1
     used = [len(xs) for xs in series if len(xs) >= 2]
     r, length = (num / den if den else 0.0), statistics.fmean(used) if used else 0.0
-    return (max(-1.0, min(1.0, (length * r + 1) / (length - 4))) if length > 4 else r), pairs
+    return max(-1.0, min(1.0, (length * r + 1) / (length - 4) if length >= 8 else r + 1 / max(1.0, length))), pairs
 
 
 def measure(workload: str, comparisons: int, pairs: int, workers: int, seed: int) -> dict[str, Any]:

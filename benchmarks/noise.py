@@ -1,25 +1,31 @@
-"""The paired methods' false differences, coverage and power near the margin, in one process and across processes.
+"""Do the intervals and verdicts a user reads hold? False differences, coverage and power of the paired methods, in
+one process and across processes, and end to end on searches of a fixture whose gain is known.
 
-    python benchmarks/noise.py [--comparisons 20] [--pairs 16] [--process-pairs 3-8] [--half both|in|across]
-                               [--effects 3 5 10] [--quick]
+    python benchmarks/noise.py --quick                       # prints its time estimate, then a smoke test
+    python benchmarks/noise.py --half in                     # 60 A/A + 40 effect comparisons (resumable)
+    python benchmarks/noise.py --half across                 # the same across fresh processes (hours on 2 vCPUs)
+    python benchmarks/noise.py --e2e 6 --budget 3m           # 6 searches of a fixture with a known gain
+    python benchmarks/noise.py --summary [--broken]          # judge what --out holds; run nothing
 
-Each half measures ``--comparisons`` comparisons of identical arms (A/A) and as many of a fixture knob that adds
-a known share of step time (``benchmarks/effects.py``: 3%, 5% and 10% by default), with the method the search
-uses for that half:
-- in one process: two arms of one worker, ``--pairs`` pairs of windows a comparison (window length from the step
-  time, ``measure.arms.choose_window_s``), judged by the median ratio's exact 95% interval against the margin
-  (``measure.stats.MIN_MARGIN``); the knob is ``channels_last`` (the fixture's step grows when its input is
-  channels_last). The comparisons of one effect run back to back in one worker, as a search's candidates do;
-- across processes: ``measure.process_pair.across_processes``, two live workers alternated, the idle one frozen,
-  ``--pairs`` // 2 pairs of windows a process pair, over ``--process-pairs`` fresh pairs, judged by the Student-t
-  95% interval of their geometric mean; the knob is ``threads=1`` (the fixture's step grows when the process was
-  started with one thread; its model computes on one thread on both sides, so the knob has no effect of its own).
-A detection is a "slower" verdict. Per half it prints the A/A false differences and coverage (intervals that hold
-1.0), the detections at each effect with the median ratio measured, the lag-1 autocorrelation of the A/A's log
-ratios (window pairs in one process; process pairs across), and last one JSON object: per half ``aa_false``,
-``aa_coverage``, ``power`` (effect in % -> detections), ``measured`` (effect -> median ratio),
-``lag1_autocorrelation``, ``comparisons`` and the pairs used. Target per half: A/A coverage at least 18 of 20,
-false differences at most 1 of 20, detections at least 18 of 20 at 10%; 3% and 5% are reported.
+Every comparison starts fresh: in one process, a new worker with two arms (``measure.PairedWorker``), ``--pairs``
+window pairs, judged as ``stats.compare`` judges (the median's exact interval, widened where pairs drift); across
+processes, ``measure.across_processes``: fresh process pairs until ``enough`` (the two-stage rule), judged by the
+Student-t interval of their geometric mean. Each finished comparison is one JSON line appended to ``--out``, its
+ratios kept, so the campaign resumes where it stopped and ``--summary`` judges it again without running.
+
+Per half: ``--aa`` comparisons of identical arms (A/A); then the gain this design tells apart 4 times in 5
+(``measure.told_apart`` at the A/A intervals' median width); then ``--effects`` comparisons of a knob worth that
+gain, of three kinds a real knob changes (``benchmarks/effects.py``: more compute, a stall, an allocator's work),
+in turn; and for each kind a long reference run (3 workers x 32 pairs in one process, 12 process pairs across)
+whose median is the truth the effect comparisons' intervals are checked against. Targets per half: A/A false
+differences at most 10%, A/A coverage and effect coverage at least 90%, the 80%-power gain detected in 70-90%,
+each printed with its Clopper-Pearson 95% interval. ``--broken`` judges the same ratios with 80% intervals said to
+be 95%: the benchmark must fail on them (a benchmark that cannot fail is no check).
+
+End to end (``--e2e N``): N searches (a fresh study each) of ``effects.py:in_compute_150``, whose defaults run 15%
+more chain links than ``channels_last`` does; the stated interval and a run's range are checked against 8 fresh
+trial-process pairs of the chosen recipe against the defaults. The last line is one JSON object with every
+figure and ``passed``.
 """
 from __future__ import annotations
 
@@ -28,124 +34,305 @@ import json
 import math
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from aa_independence import lag1  # noqa: E402 - a benchmark beside this one
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import effects  # noqa: E402 - the fixtures beside this file
+from claims import _cli, clopper_pearson  # noqa: E402 - a benchmark beside this one
 
-FIXTURE = str(Path(__file__).resolve().parent / "effects.py")
+OUT = HERE / "results" / "noise.jsonl"
+REFERENCE = {"in": (3, 32), "across": (12, 12)}  # in: workers x pairs; across: least, most process pairs
+E2E_SHARE = 0.15
 
 
-def _in_process(effect: int, base: dict[str, Any], facts: Any, comparisons: int, pairs: int) -> list[dict[str, Any]]:
-    from autotune.measure import PairedWorker, compare
+def _base(facts: Any) -> dict[str, Any]:
+    from autotune.search_spaces import SpaceContext, defaults
+
+    return {**defaults(facts, SpaceContext(default_batch_size=32, conv=True)), "device": "cpu", "reference_batch": 32}
+
+
+def _in_process(spec: str, base: dict[str, Any], facts: Any, pairs: int, seed: int, knob: bool) -> dict[str, Any]:
+    """One comparison in a fresh worker: the defaults' arm and the knob's (``channels_last``; without ``knob``
+    the defaults' again: an A/A)."""
+    from autotune.measure import PairedWorker
     from autotune.measure.arms import choose_window_s
     from autotune.trial import TrialSettings
 
-    settings = TrialSettings()
-    cand = {**base, "channels_last": True} if effect else base
-    out = []
-    with PairedWorker(f"{FIXTURE}:in{effect or 3}", base, facts, settings) as worker:
-        statuses = [worker.add_arm(name, params) for name, params in (("base", base), ("cand", cand))]
+    with PairedWorker(spec, base, facts, TrialSettings()) as worker:
+        cand = {**base, "channels_last": True} if knob else base
+        statuses = [worker.add_arm(name, p) for name, p in (("base", base), ("cand", cand))]
         failed = [s for s in statuses if s.state != "ok"]
         if failed:
             raise SystemExit(f"arm failed: {failed[0].arm} {failed[0].state} {failed[0].error}")
         window_s = choose_window_s(statuses[0].step_s or 0.0)
-        for index in range(comparisons):
-            run = worker.run_pairs("base", "cand", pairs, window_s, seed=index)
-            c = compare(run.pairs, run.base, run.cand, train_steps=settings.train_steps)
-            out.append(_result(c.ratio, c.verdict, [p.ratio for p in run.pairs], window_s=window_s))
-            _print("in", effect, index, out[-1])
-    return out
+        run = worker.run_pairs("base", "cand", pairs, window_s, seed=seed)
+    return {"ratios": [p.ratio for p in run.pairs], "window_s": window_s}
 
 
-def _across(effect: int, base: dict[str, Any], facts: Any, comparisons: int, pairs: int, least: int,
-            most: int) -> list[dict[str, Any]]:
+def _across(spec: str, base: dict[str, Any], facts: Any, pairs: int, least: int, most: int, seed: int,
+            knob: bool) -> dict[str, Any]:
+    """One comparison over fresh process pairs: the defaults' environment and the knob's (``threads=1``; without
+    ``knob`` the defaults' again: an A/A)."""
     from autotune.measure import across_processes
     from autotune.trial import TrialSettings
 
-    cand = {**base, "threads": 1, "interop_threads": 1} if effect else base
-    out = []
-    for index in range(comparisons):
-        r = across_processes(f"{FIXTURE}:across{effect or 3}", base, cand, facts, TrialSettings(),
-                             pairs=max(4, pairs // 2), least=least, most=most, seed=1000 * index + effect)
-        out.append(_result(r.ratio, r.verdict, list(r.per_process), window_s=r.window_s))
-        _print("across", effect, index, out[-1])
+    cand = {**base, "threads": 1, "interop_threads": 1} if knob else base
+    r = across_processes(spec, base, cand, facts, TrialSettings(),
+                         pairs=max(4, pairs // 2), least=least, most=most, seed=seed)
+    return {"ratios": list(r.per_process), "window_s": r.window_s}
+
+
+def judge(record: dict[str, Any], confidence: float = 0.95) -> Any:
+    """The interval the search would state from ``record``'s ratios, at ``confidence``."""
+    from autotune.measure import stats
+
+    if record["half"] == "in":
+        return stats.serial_median_interval(record["ratios"], confidence)
+    return stats.log_mean_interval(record["ratios"], confidence)
+
+
+def _said(record: dict[str, Any], broken: bool) -> Any:
+    """The interval as the user reads it; ``broken``: one that covers 80% while it says 95% (across, the t interval
+    at 80%; in one process, the median's large-sample interval at 80%, ``stats.median_part``: the order statistics
+    asked for 80% would not do, 16 pairs' interval jumps from 92.3% to 79.0% and would still cover 92%)."""
+    from autotune.measure import stats
+
+    if not broken:
+        return judge(record)
+    if record["half"] == "across":
+        return judge(record, 0.80)
+    iv = stats.part_interval(stats.median_part(record["ratios"]), 0.80)
+    return stats.Interval(iv.median, iv.low, iv.high, 0.95, iv.count)
+
+
+def power_share(aa: list[dict[str, Any]]) -> float:
+    """The gain (as a share: 0.065 is 6.5%) the A/A comparisons' design tells apart 4 times in 5 (``told_apart``,
+    their margin ``MIN_MARGIN``), rounded to 0.5%: in one process at their intervals' median width; across, at
+    the width of a t interval of their median count of process pairs with their pooled spread (a few pairs'
+    standard deviation is under the true one more often than not: their median width would say a gain detected
+    62% of the time, not 80%)."""
+    from autotune.measure import told_apart
+    from autotune.measure.stats import MIN_MARGIN, t_quantile
+
+    if not aa:
+        return math.nan
+    if aa[0]["half"] == "in":
+        widths = [judge(r) for r in aa]
+        gain = statistics.median(told_apart(MIN_MARGIN, iv.low, iv.high) for iv in widths)
+    else:
+        logs = [[math.log(x) for x in r["ratios"]] for r in aa if len(r["ratios"]) >= 2]
+        df = sum(len(x) - 1 for x in logs)
+        pooled = math.sqrt(sum(statistics.variance(x) * (len(x) - 1) for x in logs) / df)
+        n = statistics.median(len(x) for x in logs)
+        half = t_quantile(0.975, n - 1) * pooled / math.sqrt(n)
+        gain = told_apart(MIN_MARGIN, math.exp(-half), math.exp(half), n - 1.0)
+    return round(2 * gain, 2) / 2
+
+
+def _reference(records: list[dict[str, Any]], half: str, kind: str, share: float) -> float | None:
+    logs = [math.log(x) for r in records if (r["half"], r["role"], r["kind"], r["share"]) == (half, "reference",
+                                                                                             kind, share)
+            for x in r["ratios"]]
+    if not logs:
+        return None
+    return math.exp(statistics.median(logs) if half == "in" else statistics.fmean(logs))
+
+
+def summary(records: list[dict[str, Any]], broken: bool = False) -> dict[str, Any]:
+    """Per half: A/A false differences and coverage, the effect comparisons' coverage of their reference and the
+    detections at the 80%-power gain, each a count of n with its Clopper-Pearson 95% interval, and ``passed``."""
+    from autotune.measure.stats import MIN_MARGIN, verdict
+
+    out: dict[str, Any] = {}
+    for half in ("in", "across"):
+        aa = [r for r in records if r["half"] == half and r["role"] == "aa"]
+        found = [r for r in records if r["half"] == half and r["role"] == "effect"]
+        if not aa and not found:
+            continue
+        said = [_said(r, broken) for r in aa]
+        row: dict[str, Any] = {"aa": len(aa), "aa_false": sum(verdict(iv, MIN_MARGIN) != "same" for iv in said),
+                               "aa_coverage": sum(iv.contains(1.0) for iv in said),
+                               "lag1_autocorrelation": _lag1(aa)}
+        truths = {(r["kind"], r["share"]): _reference(records, half, r["kind"], r["share"]) for r in found}
+        judged = [(r, _said(r, broken), truths[(r["kind"], r["share"])]) for r in found]
+        covered = [iv.contains(truth) for _, iv, truth in judged if truth is not None]
+        row.update({"share": found[0]["share"] if found else power_share(aa), "effects": len(found),
+                    "detected": sum(verdict(iv, MIN_MARGIN) == "faster" for _, iv, _ in judged),
+                    "effect_coverage": sum(covered), "effect_referenced": len(covered),
+                    "truth": {f"{k}": round(v, 4) for (k, _), v in truths.items() if v is not None}})
+        checks = [(row["aa_false"], row["aa"], None, 0.10), (row["aa_coverage"], row["aa"], 0.90, None),
+                  (row["effect_coverage"], row["effect_referenced"], 0.90, None),
+                  (row["detected"], row["effects"], 0.70, 0.90)]
+        row["bounds"] = [[round(b, 3) for b in clopper_pearson(k, n)] if n else None for k, n, _, _ in checks]
+        row["passed"] = all(n > 0 and (least is None or k >= least * n) and (most is None or k <= most * n)
+                            for k, n, least, most in checks)
+        out[half] = row
+    ends = [r for r in records if r["role"] == "e2e"]
+    if ends:
+        offered = [r for r in ends if r.get("claim") not in (None, "defaults")]
+        inside = sum(r["low"] <= r["truth"] <= r["high"] for r in offered)
+        pairs = [(r["run_low"], r["run_high"], x) for r in offered if r.get("run_low") for x in r["pairs"]]
+        out["e2e"] = {"runs": len(ends), "offered": len(offered), "truth_inside": inside,
+                      "pairs_inside_run_range": sum(lo <= x <= hi for lo, hi, x in pairs), "pairs": len(pairs),
+                      "passed": bool(offered) and inside >= 0.9 * len(offered)}
     return out
 
 
-def _result(ratio: Any, verdict: str, ratios: list[float], **extra: Any) -> dict[str, Any]:
-    return {"ratio": ratio.median, "low": ratio.low, "high": ratio.high, "verdict": verdict,
-            "holds_1": ratio.low <= 1.0 <= ratio.high, "units": len(ratios), "ratios": ratios, **extra}
+def _lag1(records: list[dict[str, Any]]) -> float | None:
+    from aa_independence import lag1
+
+    series = [[math.log(x) for x in r["ratios"]] for r in records]
+    return round(lag1(series)[0], 3) if series else None
 
 
-def _print(half: str, effect: int, index: int, r: dict[str, Any]) -> None:
-    print(f"{half:6s} +{effect:2d}% #{index:2d}: {r['ratio']:.3f} [{r['low']:.3f}-{r['high']:.3f}] {r['verdict']} "
-          f"({r['units']} pairs)", flush=True)
+def _e2e(index: int, budget: str, facts: Any) -> dict[str, Any]:
+    """A search of the known-gain fixture in a folder of its own, then its recipe against the defaults in 8 fresh
+    trial-process pairs (``measure.runs.sequential``): their geometric mean is the truth."""
+    from autotune.measure.runs import PairFailed, sequential
+    from autotune.trial import TrialSettings
+    from autotune.trial.runner import run_trial
+
+    spec = effects.name("in", "compute", E2E_SHARE)
+    with tempfile.TemporaryDirectory(prefix=f"noise-e2e-{index}-") as folder:
+        search = subprocess.run([_cli(), "search", "--workload", spec, "--budget", budget, "--seed", str(index)],
+                                capture_output=True, text=True, cwd=folder, check=False)
+        if search.returncode != 0:
+            return {"error": search.stderr.strip()[-400:]}
+        best = json.loads(subprocess.run([_cli(), "best", "--json"], cwd=folder, check=True, capture_output=True,
+                                         text=True).stdout)
+    recipe = best.get("recipe", best)
+    row = {k: recipe.get(v) for k, v in (("claim", "claim"), ("speedup", "speedup"), ("low", "speedup_low"),
+                                         ("high", "speedup_high"), ("run_low", "run_low"), ("run_high", "run_high"),
+                                         ("process_pairs", "process_pairs"))}
+    if recipe.get("claim") in (None, "defaults"):
+        return {**row, "pairs": [], "truth": None, "params": recipe.get("params")}
+    params, base = {**_base(facts), **recipe["params"]}, _base(facts)
+
+    def alone(side: str) -> tuple[float, float]:
+        run = run_trial(spec, base if side == "base" else params, facts, TrialSettings(), timeout_s=600)
+        if run.status != "ok" or not run.samples_per_s:
+            raise PairFailed(f"{side}: {run.status}: {run.error}")
+        return run.samples_per_s, run.timed_s or 0.0
+
+    pairs = [sequential(index * 100 + i, alone).ratio for i in range(8)]
+    return {**row, "pairs": pairs, "truth": math.exp(statistics.fmean(math.log(x) for x in pairs)),
+            "params": {k: v for k, v in recipe["params"].items() if base.get(k) != v}}
 
 
-def _summary(runs: dict[int, list[dict[str, Any]]], comparisons: int) -> dict[str, Any]:
-    aa = runs.get(0, [])
-    return {
-        "comparisons": comparisons,
-        "aa_false": sum(r["verdict"] != "same" for r in aa),
-        "aa_coverage": sum(r["holds_1"] for r in aa),
-        "power": {str(e): sum(r["verdict"] == "slower" for r in rs) for e, rs in runs.items() if e},
-        "measured": {str(e): round(statistics.median(r["ratio"] for r in rs), 4) for e, rs in runs.items()},
-        "median_width": {str(e): round(statistics.median(r["high"] / r["low"] for r in rs if r["low"] > 0), 4)
-                         for e, rs in runs.items()},
-        "pairs": {str(e): statistics.median(r["units"] for r in rs) for e, rs in runs.items()},
-        "lag1_autocorrelation": round(lag1([[math.log(x) for x in r["ratios"]] for r in aa])[0], 3),
-        "lag1_pairs": lag1([[math.log(x) for x in r["ratios"]] for r in aa])[1],
-    }
+def _read(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
-def _range(text: str) -> tuple[int, int]:
-    least, _, most = text.partition("-")
-    return int(least), int(most or least)
+def _campaign(half: str, args: argparse.Namespace, records: list[dict[str, Any]], facts: Any,
+              record: Any) -> None:
+    """``half``'s A/A comparisons, then the reference runs and the effect comparisons at the 80%-power gain, each
+    run only where ``records`` lack it."""
+    base = _base(facts)
+
+    def one(kind: str, share: float, knob: bool, seed: int, *, pairs: int = args.pairs,
+            process_pairs: tuple[int, int] = args.process_pairs) -> dict[str, Any]:
+        spec, started, load = effects.name(half, kind, share), time.monotonic(), os.getloadavg()[0]
+        found = (_in_process(spec, base, facts, pairs, seed, knob) if half == "in" else
+                 _across(spec, base, facts, pairs, *process_pairs, seed, knob))
+        return {**found, "load": round(load, 2), "wall_s": round(time.monotonic() - started, 1)}
+
+    def have(role: str, kind: str | None = None, share: float | None = None) -> list[dict[str, Any]]:
+        return [r for r in records if r["half"] == half and r["role"] == role
+                and (kind is None or r["kind"] == kind) and (share is None or r["share"] == share)]
+
+    for i in range(len(have("aa")), args.aa):
+        record({"half": half, "role": "aa", "kind": "compute", "share": 0.0, "index": i,
+                **one("compute", 0.0, False, seed=i)})
+    effects_done = have("effect")
+    share = effects_done[0]["share"] if effects_done else power_share(have("aa"))
+    if not 0 < share < 1:
+        raise SystemExit(f"{half}: no gain this design tells apart 4 times in 5 ({share})")
+    print(f"{half}: the gain told apart 4 times in 5 is {share:.1%}; the effects are of that share", flush=True)
+    workers, reference_pairs = REFERENCE[half] if not args.quick else (1, 8)
+    for kind in effects.KINDS:
+        for w in range(len(have("reference", kind, share)), workers if half == "in" else 1):
+            extra = {"pairs": reference_pairs} if half == "in" else {"process_pairs": (workers, reference_pairs)
+                                                                    if not args.quick else (3, 3)}
+            record({"half": half, "role": "reference", "kind": kind, "share": share, "index": w,
+                    **one(kind, share, True, seed=10_000 + w, **extra)})
+    for i in range(len(effects_done), args.effects):
+        kind = effects.KINDS[i % len(effects.KINDS)]
+        record({"half": half, "role": "effect", "kind": kind, "share": share, "index": i,
+                **one(kind, share, True, seed=1_000 + i)})
+
+
+def _estimate_s(args: argparse.Namespace, halves: list[str]) -> float:
+    """A rough time for what is asked, from 2-vCPU figures: a fresh worker's start and arms about 8 s, a window
+    about 0.35 s; a process pair about 20 s; a search its budget and its reference pairs about 20 s each."""
+    per = {"in": 8 + 2 * args.pairs * 0.35, "across": sum(args.process_pairs) / 2 * 20}
+    references = {"in": 3 * (8 + 64 * 0.35), "across": 12 * 20} if not args.quick else {"in": 14, "across": 60}
+    runs = sum((args.aa + args.effects) * per[h] + len(effects.KINDS) * references[h] for h in halves)
+    return runs + args.e2e * (_budget_s(args.budget) + 8 * 20)
+
+
+def _budget_s(text: str) -> float:
+    return float(text[:-1]) * {"s": 1, "m": 60, "h": 3600}[text[-1]] if text[-1] in "smh" else float(text)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--comparisons", type=int, default=20)
-    parser.add_argument("--pairs", type=int, default=16, help="pairs of windows per in-process comparison")
-    parser.add_argument("--process-pairs", type=_range, default=(3, 8), metavar="LEAST-MOST",
-                        help="fresh process pairs per across-process comparison (default 3-8)")
-    parser.add_argument("--half", choices=("both", "in", "across"), default="both")
-    parser.add_argument("--effects", type=int, nargs="+", default=[3, 5, 10], choices=(3, 5, 10))
-    parser.add_argument("--quick", action="store_true", help="2 comparisons, 8 pairs, 3 process pairs: a smoke test")
+    parser.add_argument("--half", choices=("both", "in", "across", "none"), default="both")
+    parser.add_argument("--aa", type=int, default=60, help="A/A comparisons per half (default 60)")
+    parser.add_argument("--effects", type=int, default=40, help="effect comparisons per half (default 40)")
+    parser.add_argument("--pairs", type=int, default=16, help="window pairs per in-process comparison (default 16)")
+    parser.add_argument("--process-pairs", type=lambda t: tuple(int(x) for x in t.split("-")), default=(3, 8),
+                        metavar="LEAST-MOST", help="fresh process pairs per comparison across (default 3-8)")
+    parser.add_argument("--e2e", type=int, default=0, help="searches of the known-gain fixture (default 0)")
+    parser.add_argument("--budget", default="3m", help="each end-to-end search's budget (default 3m)")
+    parser.add_argument("--out", type=Path, default=OUT, help=f"JSON lines, appended (default {OUT})")
+    parser.add_argument("--summary", action="store_true", help="judge what --out holds; run nothing")
+    parser.add_argument("--broken", action="store_true", help="judge with 80%% intervals said to be 95%%")
+    parser.add_argument("--quick", action="store_true",
+                        help="2 A/A and 3 effect comparisons a half, 8 pairs, into a file of its own: a smoke test")
     args = parser.parse_args(argv)
     if args.quick:
-        args.comparisons, args.pairs, args.process_pairs = 2, 8, (3, 3)
+        args.aa, args.effects, args.pairs, args.process_pairs = 2, 3, 8, (3, 3)
+        if args.out == OUT:
+            args.out = Path(tempfile.gettempdir()) / "noise-quick.jsonl"
+            args.out.unlink(missing_ok=True)
+    halves = [h for h in ("in", "across") if args.half in ("both", h)]
+    records = _read(args.out)
+    if not args.summary:
+        print(f"about {_estimate_s(args, halves) / 60:.0f} minutes if nothing is recorded yet; results to {args.out}",
+              flush=True)
+        from autotune import probes
 
-    from autotune import probes
-    from autotune.search_spaces import SpaceContext, defaults
+        facts = probes.probe()
+        args.out.parent.mkdir(parents=True, exist_ok=True)
 
-    facts = probes.probe()
-    base = {**defaults(facts, SpaceContext(default_batch_size=32, conv=True)), "device": "cpu",
-            "reference_batch": 32}
-    started, load_before = time.monotonic(), os.getloadavg()
-    halves: dict[str, Any] = {}
-    for half in ("in", "across"):
-        if args.half not in ("both", half):
-            continue
-        runs = {effect: (_in_process(effect, base, facts, args.comparisons, args.pairs) if half == "in" else
-                         _across(effect, base, facts, args.comparisons, args.pairs, *args.process_pairs))
-                for effect in (0, *args.effects)}
-        s = halves["in_process" if half == "in" else "across_processes"] = _summary(runs, args.comparisons)
-        n = args.comparisons
-        power = ", ".join(f"+{e}%: {d}/{n} (measured {s['measured'][e]:.3f}x, {s['pairs'][e]:g} pairs)"
-                          for e, d in s["power"].items())
-        print(f"{half}: A/A false {s['aa_false']}/{n}, coverage {s['aa_coverage']}/{n}; detected {power}; "
-              f"lag-1 {s['lag1_autocorrelation']:+.3f} over {s['lag1_pairs']} pairs")
-    n = args.comparisons
-    passed = all(s["aa_coverage"] >= 0.9 * n and s["aa_false"] <= max(1, n // 20)
-                 and s["power"].get("10", n) >= 0.9 * n for s in halves.values())
-    print(json.dumps({"benchmark": "noise", "machine": f"{facts.cpu.model}, {os.cpu_count()} CPUs",
-                      "fingerprint": facts.fingerprint, "wall_s": round(time.monotonic() - started, 1),
-                      "loadavg": [load_before, os.getloadavg()], **halves, "passed": passed}))
+        def record(row: dict[str, Any]) -> None:
+            row = {**row, "fingerprint": facts.fingerprint, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            with args.out.open("a") as out:
+                out.write(json.dumps(row) + "\n")
+            records.append(row)
+            iv = judge(row) if row.get("ratios") else None
+            print(f"{row['half']} {row['role']} {row['kind']} {row['share']:.1%} #{row['index']}: "
+                  + (f"{iv.median:.3f} [{iv.low:.3f}-{iv.high:.3f}] " if iv else "")
+                  + f"({len(row.get('ratios', []))} units, {row.get('wall_s', 0):.0f} s, load {row.get('load')})",
+                  flush=True)
+
+        for half in halves:
+            _campaign(half, args, records, facts, record)
+        for i in range(len([r for r in records if r["role"] == "e2e"]), args.e2e):
+            record({"half": "e2e", "role": "e2e", "kind": "compute", "share": E2E_SHARE, "index": i,
+                    "load": round(os.getloadavg()[0], 2), **_e2e(i, args.budget, facts)})
+    found = summary(records, broken=args.broken)
+    for half, row in found.items():
+        print(f"{half}: " + ", ".join(f"{k} {v}" for k, v in row.items() if k not in ("bounds", "truth"))
+              + (f"; Clopper-Pearson 95%: {row['bounds']}; truth {row['truth']}" if "bounds" in row else ""))
+    passed = bool(found) and all(row["passed"] for row in found.values())
+    print(json.dumps({"benchmark": "noise", "broken": args.broken, **found, "passed": passed}))
     return 0 if passed else 1
 
 

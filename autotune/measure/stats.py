@@ -101,8 +101,9 @@ def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> 
 
 
 def lag1_autocorrelation(values: Sequence[float]) -> float:
-    """The lag-1 autocorrelation of a series, bias-corrected: the plain estimate of an independent series' is
-    about -1/n, and of an AR(1) series' ``rho - (1 + 4 rho) / n`` (Marriott and Pope), so ``(n r + 1) / (n - 4)``.
+    """The lag-1 autocorrelation of a series, bias-corrected: the plain estimate of an AR(1) series' is about
+    ``rho - (1 + 4 rho) / n`` (Marriott and Pope), so ``(n r + 1) / (n - 4)`` from 8 values on; under 8, where
+    that divides by almost nothing, ``r + 1 / n`` (an independent series' bias).
 
     >>> round(lag1_autocorrelation([0.1, -0.2, 0.05, 0.3, -0.1, 0.0, 0.2, -0.15]), 2)
     -0.53
@@ -114,7 +115,7 @@ def lag1_autocorrelation(values: Sequence[float]) -> float:
     d = [x - mean for x in values]
     den = sum(x * x for x in d)
     r = sum(a * b for a, b in zip(d[:-1], d[1:], strict=False)) / den if den else 0.0
-    return max(-1.0, min(1.0, (n * r + 1) / (n - 4))) if n > 4 else r
+    return max(-1.0, min(1.0, (n * r + 1) / (n - 4) if n >= 8 else r + 1 / n))
 
 
 def serial_median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
