@@ -33,6 +33,7 @@ class Chain(torch.nn.Module):
         super().__init__()
         generator = torch.Generator().manual_seed(0)
         self.weight = torch.nn.Parameter(torch.randn(64, 64, generator=generator) * 0.1)
+        self.mix = torch.nn.Conv2d(4, 4, 1)  # a convolution: the search offers channels_last where a model has one
         self.head = torch.nn.Linear(64, 2)
         self.share, self.where, self.kind = share, where, kind
         self._last: float | None = None  # the previous forward's start
@@ -54,7 +55,7 @@ class Chain(torch.nn.Module):
                 self._period = period if self._period is None else 0.8 * self._period + 0.2 * period
         target = self.share * self._period if slowed and self._period else 0.0
         self._last = started
-        h = x.reshape(x.shape[0], -1)
+        h = self.mix(x).reshape(x.shape[0], -1)
         for _ in range(ITERATIONS + (round(ITERATIONS * self.share) if slowed and self.kind == "compute" else 0)):
             h = torch.tanh(h @ self.weight)
         injected = time.perf_counter()

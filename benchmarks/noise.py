@@ -13,19 +13,21 @@ processes, ``measure.across_processes``: fresh process pairs until ``enough`` (t
 Student-t interval of their geometric mean. Each finished comparison is one JSON line appended to ``--out``, its
 ratios kept, so the campaign resumes where it stopped and ``--summary`` judges it again without running.
 
-Per half: ``--aa`` comparisons of identical arms (A/A); then the gain this design tells apart 4 times in 5
-(``measure.told_apart`` at the A/A intervals' median width); then ``--effects`` comparisons of a knob worth that
-gain, of three kinds a real knob changes (``benchmarks/effects.py``: more compute, a stall, an allocator's work),
-in turn; and for each kind a long reference run (3 workers x 32 pairs in one process, 12 process pairs across)
-whose median is the truth the effect comparisons' intervals are checked against. Targets per half: A/A false
-differences at most 10%, A/A coverage and effect coverage at least 90%, the 80%-power gain detected in 70-90%,
-each printed with its Clopper-Pearson 95% interval. ``--broken`` judges the same ratios with 80% intervals said to
-be 95%: the benchmark must fail on them (a benchmark that cannot fail is no check).
+Verdicts take the 2% margin (``MIN_MARGIN``): a fresh worker has no calibration of its own to set one. Per half:
+``--aa`` comparisons of identical arms (A/A); then the gain this design tells apart 4 times in 5
+(``measure.told_apart``, the noise line's formula, at the A/A intervals' width); then ``--effects`` comparisons
+of a knob worth that gain, of three kinds a real knob changes (``benchmarks/effects.py``: more compute, a stall,
+an allocator's work), in turn; and for each kind a long reference run (3 workers x 32 pairs in one process, 12
+process pairs across) whose median is the truth the effect comparisons' intervals are checked against. Targets per
+half (the issue's): A/A false differences at most 10%, A/A coverage and effect coverage at least 90%, the
+80%-power gain detected in 70-90% (which a design of exactly 80% power misses 7% of the time at 40 comparisons),
+each printed with its Clopper-Pearson 95% interval. ``--broken`` judges the same ratios with 80% intervals said
+to be 95%: the benchmark must fail on them (a benchmark that cannot fail is no check).
 
 End to end (``--e2e N``): N searches (a fresh study each) of ``effects.py:in_compute_150``, whose defaults run 15%
 more chain links than ``channels_last`` does; the stated interval and a run's range are checked against 8 fresh
-trial-process pairs of the chosen recipe against the defaults. The last line is one JSON object with every
-figure and ``passed``.
+trial-process pairs of the chosen recipe against the defaults (one miss, or 10% of the runs, is chance: a 95%
+interval misses 1 in 20). The last line is one JSON object with every figure and ``passed``.
 """
 from __future__ import annotations
 
@@ -113,7 +115,7 @@ def _said(record: dict[str, Any], broken: bool) -> Any:
 
 def power_share(aa: list[dict[str, Any]]) -> float:
     """The gain (as a share: 0.065 is 6.5%) the A/A comparisons' design tells apart 4 times in 5 (``told_apart``,
-    their margin ``MIN_MARGIN``), rounded to 0.5%: in one process at their intervals' median width; across, at
+    their margin ``MIN_MARGIN``), to 0.1%: in one process at their intervals' median width; across, at
     the width of a t interval of their median count of process pairs with their pooled spread (a few pairs'
     standard deviation is under the true one more often than not: their median width would say a gain detected
     62% of the time, not 80%)."""
@@ -132,7 +134,7 @@ def power_share(aa: list[dict[str, Any]]) -> float:
         n = statistics.median(len(x) for x in logs)
         half = t_quantile(0.975, n - 1) * pooled / math.sqrt(n)
         gain = told_apart(MIN_MARGIN, math.exp(-half), math.exp(half), n - 1.0)
-    return round(2 * gain, 2) / 2
+    return round(gain, 3)  # the fixtures' resolution (per mille); coarser rounding moved the power itself
 
 
 def _reference(records: list[dict[str, Any]], half: str, kind: str, share: float) -> float | None:
@@ -173,14 +175,15 @@ def summary(records: list[dict[str, Any]], broken: bool = False) -> dict[str, An
         row["passed"] = all(n > 0 and (least is None or k >= least * n) and (most is None or k <= most * n)
                             for k, n, least, most in checks)
         out[half] = row
-    ends = [r for r in records if r["role"] == "e2e"]
+    ends = [r for r in records if r["role"] == "e2e" and "error" not in r]
     if ends:
         offered = [r for r in ends if r.get("claim") not in (None, "defaults")]
         inside = sum(r["low"] <= r["truth"] <= r["high"] for r in offered)
         pairs = [(r["run_low"], r["run_high"], x) for r in offered if r.get("run_low") for x in r["pairs"]]
+        # 95% intervals miss one run in 20: with a few runs one miss is chance, not a broken interval
         out["e2e"] = {"runs": len(ends), "offered": len(offered), "truth_inside": inside,
                       "pairs_inside_run_range": sum(lo <= x <= hi for lo, hi, x in pairs), "pairs": len(pairs),
-                      "passed": bool(offered) and inside >= 0.9 * len(offered)}
+                      "passed": bool(offered) and len(offered) - inside <= max(1, 0.1 * len(offered))}
     return out
 
 
@@ -220,7 +223,10 @@ def _e2e(index: int, budget: str, facts: Any) -> dict[str, Any]:
             raise PairFailed(f"{side}: {run.status}: {run.error}")
         return run.samples_per_s, run.timed_s or 0.0
 
-    pairs = [sequential(index * 100 + i, alone).ratio for i in range(8)]
+    try:
+        pairs = [sequential(index * 100 + i, alone).ratio for i in range(8)]
+    except PairFailed as e:
+        return {**row, "error": f"a reference pair failed: {e}"}
     return {**row, "pairs": pairs, "truth": math.exp(statistics.fmean(math.log(x) for x in pairs)),
             "params": {k: v for k, v in recipe["params"].items() if base.get(k) != v}}
 
@@ -300,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         args.aa, args.effects, args.pairs, args.process_pairs = 2, 3, 8, (3, 3)
         if args.out == OUT:
             args.out = Path(tempfile.gettempdir()) / "noise-quick.jsonl"
-            args.out.unlink(missing_ok=True)
+            if not args.summary:
+                args.out.unlink(missing_ok=True)
     halves = [h for h in ("in", "across") if args.half in ("both", h)]
     records = _read(args.out)
     if not args.summary:
@@ -324,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
 
         for half in halves:
             _campaign(half, args, records, facts, record)
-        for i in range(len([r for r in records if r["role"] == "e2e"]), args.e2e):
+        for i in range(len([r for r in records if r["role"] == "e2e" and "error" not in r]), args.e2e):
             record({"half": "e2e", "role": "e2e", "kind": "compute", "share": E2E_SHARE, "index": i,
                     "load": round(os.getloadavg()[0], 2), **_e2e(i, args.budget, facts)})
     found = summary(records, broken=args.broken)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import AutotuneError, UsageError
 from ..measure import Noise
 from ..recipe import format_speedup
-from ..study import SearchOptions, SearchOutcome, check_options, parse_duration, search, search_script
+from ..study import SearchOptions, SearchOutcome, check_options, how_measured, parse_duration, search, search_script
 from ..study.events import Event, SearchStarted
 from ..study.records import NOT_RUN
 from ..trial import TrialSettings
@@ -234,8 +234,12 @@ def _print_outcome(out: Console, outcome: SearchOutcome) -> None:
     if outcome.noise:
         noise = Noise(**{**outcome.noise, "aa": tuple(outcome.noise["aa"])})
         out.print(f"noise: {noise.note()}", markup=False, soft_wrap=True)  # one line, as the notes: grep finds it
+    how = [note for note in r.notes if how_measured(note)]
     for note in r.notes:
-        out.print(f"note: {note}", markup=False, soft_wrap=True)
+        if not how_measured(note):
+            out.print(f"note: {note}", markup=False, soft_wrap=True)
+    if how:
+        out.print(f"{len(how)} note(s) on how these figures were measured: autotune best", markup=False)
     out.print(f"recipe {r.id} stored; export it with: autotune export --format env -o best.env")
 
 

@@ -16,6 +16,10 @@ assumption about the ratios' distribution (skewed, heavy-tailed: a window hit by
 costs a sort, and is the same every time. Its price: it cannot be narrower than the ratios' spacing, and
 below 6 ratios no 95% interval exists (the widest, min to max, then covers less, and says so).
 
+Window pairs taken one after another that drift together (their log ratios' lag-1 autocorrelation above what
+independent pairs reach by chance) get that interval widened by the effective sample size
+(``serial_median_interval``, what ``compare`` states): then approximate, no longer exact.
+
 Verdict: ``faster`` when the interval's low end is above ``1 + margin``, ``slower`` when its high end is
 below ``1 - margin``, else ``same``. The margin is the smallest gain the machine's A/A calibration can tell
 apart from a systematic in-process difference (at least ``MIN_MARGIN``).
@@ -35,6 +39,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from .distributions import f_cdf, t_quantile
+from .serial import drift
 
 if TYPE_CHECKING:
     from .protocol import ArmStatus, PairRecord, WindowRecord
@@ -100,33 +105,18 @@ def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> 
     return Interval(statistics.median(ordered), ordered[k - 1], ordered[len(ordered) - k], coverage, len(ordered))
 
 
-def lag1_autocorrelation(values: Sequence[float]) -> float:
-    """The lag-1 autocorrelation of a series, bias-corrected: the plain estimate of an AR(1) series' is about
-    ``rho - (1 + 4 rho) / n`` (Marriott and Pope), so ``(n r + 1) / (n - 4)`` from 8 values on; under 8, where
-    that divides by almost nothing, ``r + 1 / n`` (an independent series' bias).
-
-    >>> round(lag1_autocorrelation([0.1, -0.2, 0.05, 0.3, -0.1, 0.0, 0.2, -0.15]), 2)
-    -0.53
-    """
-    n = len(values)
-    if n < 3:
-        return 0.0
-    mean = statistics.fmean(values)
-    d = [x - mean for x in values]
-    den = sum(x * x for x in d)
-    r = sum(a * b for a, b in zip(d[:-1], d[1:], strict=False)) / den if den else 0.0
-    return max(-1.0, min(1.0, (n * r + 1) / (n - 4) if n >= 8 else r + 1 / n))
-
-
 def serial_median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
     """``median_interval`` of values taken one after another (a worker's window pairs), widened on the log scale
-    by ``sqrt((1 + r) / (1 - r))`` where their logs' bias-corrected lag-1 autocorrelation r is above 0 (capped
-    at 0.9): n pairs that drift together hold about ``n (1 - r) / (1 + r)`` independent ones. Simulated AR(1)
-    series of 16 pairs (``tests/measure/test_stats.py``): at r = 0.6 the plain interval covered 81%, this 93%;
-    independent pairs are widened little (98.3% -> 98.7%). Measured here, pairs' ratios in one worker had lag-1
-    -0.05 to +0.02 (the arms' shared drift cancels in the ratio); this is for machines where it does not."""
+    by ``sqrt((1 + r) / (1 - r))`` where they drift together (``drift``: r, their logs' lag-1 autocorrelation):
+    n such pairs hold about ``n (1 - r) / (1 + r)`` independent ones, and the order statistics' coverage, exact
+    for independent pairs, is then approximate. Simulated AR(1) series of 16 pairs (``tests/measure/
+    test_stats.py``): at r = 0.6 the plain interval covered 81%, this 93%; independent pairs are widened in about 5%
+    of series (8 or 16 pairs). Measured here, pairs' ratios in one worker had lag-1 -0.05 to +0.02 (the arms'
+    shared drift cancels in the ratio); this is for machines where it does not."""
     interval = median_interval(values, confidence)
-    r = min(0.9, lag1_autocorrelation([math.log(v) for v in values])) if len(values) >= 5 else 0.0
+    if not values or min(values) <= 0:
+        return interval
+    r = drift([math.log(v) for v in values])
     if r <= 0 or not 0 < interval.low <= interval.median <= interval.high < math.inf:
         return interval
     factor, m = math.sqrt((1 + r) / (1 - r)), interval.median
@@ -155,10 +145,11 @@ def pooled_log_mean_interval(ratios: Sequence[float], others: Sequence[Sequence[
     """``log_mean_interval`` with the spread of the logs pooled over ``ratios`` and ``others`` (groups of ratios of
     like units: other recipes' process pairs on the same machine and script), its degrees of freedom theirs in all:
     two process pairs alone give a t-interval 12.7 standard errors wide. Pooled only where ``ratios``' own spread
-    agrees with the others' (its variance ratio below the F distribution's median: a recipe whose processes vary
-    more, an input-bound one, is not given a spread it does not have); otherwise its own interval, with its own
-    degrees of freedom. Simulated with a recipe's spread 2-7x the others' (``tests/measure/test_stats.py``), 95%
-    intervals cover 91-93% of the time from 2 pairs and 94-95% from 3 (pooling always: 73-89%).
+    is at even odds no larger than the others' (its variance ratio below the F distribution's median: a recipe
+    whose processes vary more, an input-bound one, is not given a spread it does not have); otherwise its own
+    interval, with its own degrees of freedom (so does half of those that vary alike). Simulated with a recipe's
+    spread 2-7x the others' (``tests/measure/test_stats.py``), 95% intervals cover 91-93% of the time from 2 pairs
+    and 94-95% from 3 (pooling always: 73-89%).
 
     >>> others = [[0.98, 1.0, 1.02], [1.2, 1.25, 1.22]]
     >>> iv = pooled_log_mean_interval([1.5, 1.53], others)
@@ -209,9 +200,9 @@ def median_part(ratios: Sequence[float]) -> Part:
     logs = [math.log(r) for r in ratios]
     if len(logs) < 2:
         return Part(logs[0] if logs else 0.0, math.inf, 1.0)
-    r = max(0.0, min(0.9, lag1_autocorrelation(logs))) if len(logs) >= 5 else 0.0  # as ``serial_median_interval``
-    return Part(math.log(statistics.median(ratios)), (_MEDIAN_SE * robust_sigma(logs)) ** 2 / len(logs)
-                * (1 + r) / (1 - r), max(1.0, _MAD_EFFICIENCY * (len(logs) - 1)))
+    kept = (1 - (r := drift(logs))) / (1 + r)  # the share of pairs that count, where they drift together
+    return Part(math.log(statistics.median(ratios)), (_MEDIAN_SE * robust_sigma(logs)) ** 2 / (len(logs) * kept),
+                max(1.0, _MAD_EFFICIENCY * (len(logs) * kept - 1)))
 
 
 def interval_part(interval: Interval) -> Part:

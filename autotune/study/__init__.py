@@ -10,7 +10,7 @@ the study, and how it is read back), ``oom_limits``, ``options`` and ``significa
 from __future__ import annotations
 
 from .budget import Budget, parse_duration
-from .choice import choose_recipe
+from .choice import choose_recipe, how_measured
 from .driver import run_settings, search, search_context
 from .options import SearchOptions, check_options
 from .records import SearchOutcome
@@ -22,6 +22,7 @@ __all__ = [
     "SearchOutcome",
     "check_options",
     "choose_recipe",
+    "how_measured",
     "parse_duration",
     "run_settings",
     "search",

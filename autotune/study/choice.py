@@ -10,6 +10,7 @@ of these its speedup stands on (``recipe.CLAIMS``): a winner of one confirmation
 """
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from .. import search_spaces as spaces
@@ -89,6 +90,23 @@ def choose_recipe(
                     flop_per_sample=flop, matmul_gflops=matmul, claim=claim, **yours,
                     **_speeds(best is baseline, measured, baseline.result))
     return recipe, baseline, best, all_records
+
+
+# Notes on how the stated figures were measured (each candidate's rounds and the race's, the chosen one's claim and
+# your runs, where the time went, the defaults' speeds): the summary's claim and noise lines carry what a user acts
+# on; ``autotune best`` prints them all.
+_HOW = re.compile(r"^(trial \d+: .* in the search, |best \(trial \d+\) (confirmed|provisional) at |timed |"
+                  r"your runs \(trial \d+, |trial \d+ chosen over trial \d+ |the defaults ran at |"
+                  r"confirmation: (?!the budget was short))")
+
+
+def how_measured(note: str) -> bool:
+    """Whether ``note`` tells how the stated figures were measured rather than a problem or a decision to act on.
+
+    >>> how_measured("timed 61 s of 207 s in 3 trial(s) (30%)"), how_measured("confirmation: the budget was short")
+    (True, False)
+    """
+    return bool(_HOW.match(note))
 
 
 def _speeds(defaults: bool, measured: TrialResult, baseline: TrialResult) -> dict[str, Any]:
@@ -225,4 +243,4 @@ def defaults_note(all_records: list[TrialRecord]) -> str | None:
             "apart, each trial's median): a speedup here is the one of the machine as it was while it was measured")
 
 
-__all__ = ["choose_recipe", "defaults_note", "interval", "time_note", "time_spent"]
+__all__ = ["choose_recipe", "defaults_note", "how_measured", "interval", "time_note", "time_spent"]

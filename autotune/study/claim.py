@@ -92,8 +92,11 @@ def stated(claim: str, measured: TrialResult, user: UserRuns, margin: float,
              if not ok]
     notes.append(f"your runs (trial {user.number}, {n} fresh process pairs as 'autotune run' starts your training, "
                  f"{user.runs.wall_s:.0f} s, none of which chose it): {said}, a run of yours {low:.2f}-{high:.2f}x "
-                 f"(90% prediction interval); the search's workers read {of_workers}"
-                 + (f" ({user.why})" if user.why else "") + (f"; provisional: {'; '.join(short)}" if short else ""))
+                 f"(90% prediction interval); the search's workers read {of_workers}")
+    if user.why:
+        notes.append(f"your runs: {user.why}")
+    if short:
+        notes.append(f"the recipe is provisional: {'; '.join(short)}")
     result = replace(measured, objective=mean.median, speedup_low=mean.low, speedup_high=mean.high,
                      confidence=mean.confidence, samples_per_s=runs.samples_per_s or measured.samples_per_s,
                      baseline_samples_per_s=runs.baseline_samples_per_s or measured.baseline_samples_per_s)

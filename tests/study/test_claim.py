@@ -14,6 +14,7 @@ import pytest
 
 from autotune.measure import Noise, PairFailed, RunPair
 from autotune.recipe_file import to_env
+from autotune.study import how_measured
 from autotune.testing.replay import ReplayClock
 
 from .test_confirm_cut import FAST, SLOW, Stubbed, _explored, _search
@@ -140,3 +141,41 @@ def test_the_claims_time_is_kept_once_a_candidate_could_be_offered(tmp_path: Pat
         assert "the budget was short: trial 2 from round 2 of 3 on left out" in said, said
     else:
         assert not stub.asked and recipe.claim == "defaults" and made == 6, (made, said)
+
+
+def _printed(recipe: Any, found: list[Any]) -> str:
+    """What ``autotune search`` prints after the search (``cli.search``): its table, claim, noise and notes."""
+    import io
+
+    from rich.console import Console
+
+    from autotune.cli.search import _print_outcome
+    from autotune.study import SearchOutcome
+
+    baseline = next(r for r in found if r.role == "baseline")
+    best = next(r for r in found if r.number == 1)  # the fast recipe, the confirmation's choice
+    printed = io.StringIO()
+    outcome = SearchOutcome("cut", recipe, baseline, best, found, "trials", 60.0)
+    _print_outcome(Console(file=printed, width=300), outcome)
+    return printed.getvalue()
+
+
+@pytest.mark.parametrize("case", ["confirmed", "three pairs asked"])
+def test_the_summary_says_the_claim_once_and_each_problem_on_a_line(tmp_path: Path, facts: Any, case: str) -> None:
+    """The summary's notes are what a user acts on: the claim and a run's range are their own lines, a provisional
+    recipe's reasons one note; how each figure was measured (the rounds, your runs, where the time went) stays in the
+    recipe for ``autotune best``, counted in one line. Before, a confirmed recipe printed 5 notes."""
+    clock = ReplayClock()
+    stub = Yours(clock, _explored(), {"fast": FAST, "slow": SLOW}, ratios=list(YOURS))
+    asked = 3 if case == "three pairs asked" else None
+    recipe, found = _search(tmp_path, facts, stub, 3600.0, clock, claim_pairs=asked)
+    text = _printed(recipe, found)
+    notes = [line for line in text.splitlines() if line.startswith("note: ")]
+    how = sum(how_measured(n) for n in recipe.notes)
+    assert how >= 3 and f"{how} note(s) on how these figures were measured: autotune best" in text, recipe.notes
+    assert f"over PyTorch defaults ({recipe.claim_text})" in text and f"{recipe.run_text}" in text, text
+    if case == "confirmed":
+        assert notes == [], notes
+    else:
+        assert len(notes) == 1 and notes[0].startswith(
+            "note: the recipe is provisional: 3 process pairs, where confirmed takes 6"), notes
