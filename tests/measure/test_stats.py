@@ -92,37 +92,6 @@ def test_window_pairs_that_drift_together_get_a_wider_interval(rho: float, pairs
     assert wider / draws <= widened, wider
 
 
-@pytest.mark.parametrize(("pairs", "spread", "least"), [(2, 3.0, 0.88), (3, 3.0, 0.92), (3, 1.0, 0.93)])
-def test_a_pooled_spread_is_lent_only_where_the_recipes_own_agrees(pairs: int, spread: float, least: float) -> None:
-    """Script mode's interval of a recipe's few process pairs borrows the spread of the A/A's and earlier recipes'
-    pairs (``stats.pooled_log_mean_interval``). Where the recipe's processes truly vary 3x as much (input-bound),
-    pooling always covered 81% from 2 pairs and 86% from 3; borrowed only where its own spread agrees, 91% and
-    95% (1,500 seeded draws each; the bound is 4 binomial standard errors under that). Where all vary alike, it
-    still covers (96-97%)."""
-    rng, covered, draws = random.Random(pairs * 10 + int(spread)), 0, 1500
-    for _ in range(draws):
-        own = [math.exp(rng.gauss(0.0, 0.05 * spread)) for _ in range(pairs)]
-        others = [[math.exp(rng.gauss(0.0, 0.05)) for _ in range(3)] for _ in range(3)]
-        covered += stats.pooled_log_mean_interval(own, others).contains(1.0)
-    assert covered / draws >= least, covered
-
-
-@pytest.mark.parametrize(("rho", "least"), [(0.6, 0.89), (0.0, 0.97)])
-def test_window_pairs_that_drift_together_get_a_wider_interval(rho: float, least: float) -> None:
-    """A worker's window pairs one after another (``stats.compare``): where their ratios drift (AR(1), lag-1
-    ``rho`` on the log scale), the order-statistic interval of 16 pairs covered the true median 81% of the time at
-    rho = 0.6; widened by the effective sample size, 93%. Independent pairs still cover (98.7%). 1,500 seeded
-    draws each; the bound 4 binomial standard errors under."""
-    rng, covered, draws = random.Random(int(rho * 10)), 0, 1500
-    for _ in range(draws):
-        x, ratios = rng.gauss(0.0, 1.0), []
-        for _ in range(16):
-            x = rho * x + math.sqrt(1 - rho * rho) * rng.gauss(0.0, 1.0)
-            ratios.append(math.exp(0.05 * x))
-        covered += stats.serial_median_interval(ratios).contains(1.0)
-    assert covered / draws >= least, covered
-
-
 def test_t_quantiles_of_whole_and_fractional_degrees_of_freedom() -> None:
     assert stats.t_quantile(0.975, 1) == pytest.approx(12.7062, abs=1e-4)
     assert stats.t_quantile(0.9999, 1) == pytest.approx(3183.0988, abs=1e-3)
