@@ -39,6 +39,13 @@ def _cli() -> str:
     return shutil.which("autotune") or str(Path(sys.executable).with_name("autotune"))
 
 
+def _commit() -> str | None:
+    """The code a run measured (a campaign spans sessions and commits)."""
+    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          check=False)
+    return done.stdout.strip() or None
+
+
 def _script_run(command: list[str], seconds: float, cwd: Path) -> float:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNE_RECIPE")}
     env["TRAIN_S"] = str(seconds)
@@ -66,6 +73,7 @@ def one_run(workload: str, index: int, budget: str, pairs: int, seconds: float) 
                                          text=True).stdout)
         recipe = best.get("recipe", best)
         row: dict[str, Any] = {"workload": workload, "run": index, "budget": budget, "search_s": search_s,
+                               "commit": _commit(),
                                "load": load, "claim": recipe.get("claim"), "speedup": recipe.get("speedup"),
                                "low": recipe.get("speedup_low"), "high": recipe.get("speedup_high"),
                                "run_low": recipe.get("run_low"), "run_high": recipe.get("run_high"),
