@@ -164,7 +164,7 @@ def _printed(recipe: Any, found: list[Any]) -> str:
 def test_the_summary_says_the_claim_once_and_each_problem_on_a_line(tmp_path: Path, facts: Any, case: str) -> None:
     """The summary's notes are what a user acts on: the claim and a run's range are their own lines, a provisional
     recipe's reasons one note; how each figure was measured (the rounds, your runs, where the time went) stays in the
-    recipe for ``autotune best``, counted in one line. Before, a confirmed recipe printed 5 notes."""
+    recipe for ``autotune best``, counted in one line. Before, the summary printed every note."""
     clock = ReplayClock()
     stub = Yours(clock, _explored(), {"fast": FAST, "slow": SLOW}, ratios=list(YOURS))
     asked = 3 if case == "three pairs asked" else None
