@@ -107,6 +107,8 @@ def test_a_paired_study_reports_speedups_with_intervals_noise_importances_and_fa
     assert ("identical arms in one process spread over 6.0% (A/A, max - min); between fresh processes not measured "
             "(no other environment was measured); the smallest gain this search tells apart 4 times in 5 is 7.0% (the "
             "A/A&#x27;s interval)") in page
+    noise = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page.split("A/A&#x27;s interval)")[1].split("</table>")[0]))
+    assert "identical arms, their range (A/A, max - min) 6.0%" in noise, noise  # the noise line's figure, not another
     assert "loss 2.1 is +45% over the baseline&#x27;s 1.45 (limit +5%)" in page and "out of memory" in page
     assert "best (trial 4) confirmed at median 1.60x" in page
     assert 'data-plots="5"' in page and page.count('class="plotly-graph-div"') == 5  # + a step's parts

@@ -149,8 +149,13 @@ def _noise(data: ReportData) -> str:
         return ('<p class="note">Not measured: this study was searched before the A/A calibration '
                 "(paired measurement) existed.</p>")
     low, high = n.aa[1], n.aa[2]
-    rows = [["the defaults against themselves (A/A)", f"{n.aa[0]:.3f}x [{low:.3f}-{high:.3f}]"],
-            ["spread of identical runs (A/A, max - min)", f"{n.spread:.1%}"],
+    # the noise line's own figures, as the console and ``autotune best`` print them (a busy start's A/A range of
+    # 151% read beside a noise line of other figures)
+    within = (["identical arms, their largest difference a window pair", f"{n.within:.1%}"] if n.within is not None
+              else ["identical arms, their range (A/A, max - min)", f"{n.spread:.1%}"])
+    rows = [["the defaults against themselves (A/A)", f"{n.aa[0]:.3f}x [{low:.3f}-{high:.3f}]"], within,
+            *([["a process pair's ratio between fresh processes (standard deviation)", f"{n.between:.1%}"]]
+              if n.between is not None else []),
             ["margin a gain's low bound must clear", f"{n.margin:.1%}"],
             ["window", f"{n.window_s:.2f} s"], ["pairs per first round", str(n.pairs)]]
     return f"<p>{_e(n.note())}.</p>" + _table(["", ""], rows)
