@@ -142,6 +142,11 @@ def test_the_report_and_autotune_best_state_the_same_figures_for_the_recipe(tmp_
                  "process)"):
         assert said in summary and said.replace("&#x27;", "'") in text, (said, summary, text)
     assert "160 GFLOP/s" not in summary  # the search trial's
+    # and a sample's time in the step table: the recipe's rates (1 / 400 and 1 / 820 s), its parts the trials'
+    page = render(collect(url, "tiny-paired", facts))
+    steps = page.split("Where a step's time goes</h2>")[1].split("<div")[0]
+    steps = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", steps))
+    assert "2500 µs" in steps and "1220 µs" in steps, steps
 
 
 def test_samples_of_a_measured_recipe_are_counted_not_listed(paired_db: str, facts) -> None:
