@@ -147,6 +147,7 @@ def test_the_report_and_autotune_best_state_the_same_figures_for_the_recipe(tmp_
     steps = page.split("Where a step's time goes</h2>")[1].split("<div")[0]
     steps = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", steps))
     assert "2500 µs" in steps and "1220 µs" in steps, steps
+    assert "the recipe: 1.72x (stated)" in page  # the history plot's line of what the recipe states
 
 
 def test_samples_of_a_measured_recipe_are_counted_not_listed(paired_db: str, facts) -> None:
