@@ -261,7 +261,7 @@ def test_the_recipe_is_a_feasible_trial_and_the_rejected_one_is_never_chosen(fac
     feasible = {t.number: t for t in searched["all"][1:] if t.user_attrs["status"] == "ok"
                 and "infeasible" not in t.user_attrs}
     assert searched["alone"].number in feasible and searched["hurting"].number not in feasible
-    confirmed = re.search(r"best \(trial (\d+)\) provisional at", stdout)  # its one confirmation round
+    confirmed = re.search(r"best \(trial (\d+)\) ", stdout)  # the summary table's row of the confirmation's choice
     assert confirmed and int(confirmed[1]) in feasible, stdout  # the confirmation chose a feasible one
 
     study = optuna.load_study(study_name="q", storage=f"sqlite:///{folder}/studies.db")
