@@ -47,9 +47,10 @@ def lag1(series: list[list[float]]) -> tuple[float, int]:
         num += sum(a * b for a, b in zip(d[:-1], d[1:], strict=True))
         den += sum(a * a for a in d)
         pairs += len(xs) - 1
+    from autotune.measure.serial import corrected
+
     used = [len(xs) for xs in series if len(xs) >= 2]
-    r, length = (num / den if den else 0.0), statistics.fmean(used) if used else 0.0
-    return max(-1.0, min(1.0, (length * r + 1) / (length - 4) if length >= 8 else r + 1 / max(1.0, length))), pairs
+    return corrected(num / den if den else 0.0, statistics.fmean(used) if used else 0.0), pairs
 
 
 def measure(workload: str, comparisons: int, pairs: int, workers: int, seed: int) -> dict[str, Any]:

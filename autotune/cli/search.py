@@ -234,12 +234,11 @@ def _print_outcome(out: Console, outcome: SearchOutcome) -> None:
     if outcome.noise:
         noise = Noise(**{**outcome.noise, "aa": tuple(outcome.noise["aa"])})
         out.print(f"noise: {noise.note()}", markup=False, soft_wrap=True)  # one line, as the notes: grep finds it
-    how = [note for note in r.notes if how_measured(note)]
-    for note in r.notes:
-        if not how_measured(note):
-            out.print(f"note: {note}", markup=False, soft_wrap=True)
-    if how:
-        out.print(f"{len(how)} note(s) on how these figures were measured: autotune best", markup=False)
+    how = [how_measured(note) for note in r.notes]
+    for note in (note for note, measured in zip(r.notes, how, strict=True) if not measured):
+        out.print(f"note: {note}", markup=False, soft_wrap=True)
+    if any(how):
+        out.print(f"{sum(how)} note(s) on how these figures were measured: autotune best", markup=False)
     out.print(f"recipe {r.id} stored; export it with: autotune export --format env -o best.env")
 
 

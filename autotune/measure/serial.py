@@ -22,8 +22,12 @@ def lag1_autocorrelation(values: Sequence[float]) -> float:
     mean = statistics.fmean(values)
     d = [x - mean for x in values]
     den = sum(x * x for x in d)
-    r = sum(a * b for a, b in zip(d[:-1], d[1:], strict=False)) / den if den else 0.0
-    return max(-1.0, min(1.0, (n * r + 1) / (n - 4) if n >= 16 else r + 1 / n))
+    return corrected(sum(a * b for a, b in zip(d[:-1], d[1:], strict=False)) / den if den else 0.0, n)
+
+
+def corrected(r: float, n: float) -> float:
+    """A plain lag-1 estimate ``r`` of a series of ``n`` values, bias-corrected (``lag1_autocorrelation``)."""
+    return max(-1.0, min(1.0, (n * r + 1) / (n - 4) if n >= 16 else r + 1 / max(1.0, n)))
 
 
 def drift(logs: Sequence[float]) -> float:
