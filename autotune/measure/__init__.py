@@ -26,7 +26,7 @@ from .runs import CLAIM_PAIRS, RUN_CONFIDENCE, PairFailed, RunPair, Runs
 from .runs import LEAST_PAIRS as LEAST_CLAIM_PAIRS
 from .runs import WINDOW_PAIRS as RUN_WINDOW_PAIRS
 from .script_pairs import ScriptMeasurer, script_context
-from .stats import CONFIDENCE, MIN_MARGIN, Interval, compare, rounds_interval
+from .stats import CONFIDENCE, MIN_MARGIN, Interval, compare, rounds_interval, span_margin
 
 __all__ = [
     "CLAIM_PAIRS",
@@ -60,6 +60,7 @@ __all__ = [
     "paired_method",
     "round_parts",
     "rounds_interval",
+    "span_margin",
     "script_context",
     "told_apart",
 ]

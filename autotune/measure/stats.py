@@ -350,6 +350,18 @@ def margin_from_calibration(aa: Interval) -> float:
     return round(max(MIN_MARGIN, aa.high - 1.0, 1.0 / aa.low - 1.0), 6)
 
 
+def span_margin(margin: float, workers: int) -> float:
+    """The margin a verdict on an interval from ``workers`` fresh processes takes: the calibration's ``margin``
+    for one worker's windows, whose interval cannot see how that worker's arms sit; ``MIN_MARGIN`` for an
+    interval over two or more (confirmation rounds, process pairs), whose spread already carries each worker's
+    arm difference (each worker's differs: docs/measurement.md).
+
+    >>> span_margin(0.08, 1), span_margin(0.08, 3)
+    (0.08, 0.02)
+    """
+    return MIN_MARGIN if workers >= 2 else margin
+
+
 @dataclass(frozen=True)
 class Comparison:
     """A paired comparison's score: the candidate's speed relative to the baseline's."""

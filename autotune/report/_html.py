@@ -156,7 +156,7 @@ def _noise(data: ReportData) -> str:
     rows = [["the defaults against themselves (A/A)", f"{n.aa[0]:.3f}x [{low:.3f}-{high:.3f}]"], within,
             *([["a process pair's ratio between fresh processes (standard deviation)", f"{n.between:.1%}"]]
               if n.between is not None else []),
-            ["margin a gain's low bound must clear", f"{n.margin:.1%}"],
+            ["margin one worker's interval must clear (2% over rounds and your runs)", f"{n.margin:.1%}"],
             ["window", f"{n.window_s:.2f} s"], ["pairs per first round", str(n.pairs)]]
     return f"<p>{_e(n.note())}.</p>" + _table(["", ""], rows)
 

@@ -146,7 +146,7 @@ def _confirmed(confirmation: Confirmation, searched: list[TrialRecord], baseline
         contender = next((c for c in confirmation.candidates if c.confirmed is not None), None)
         if contender is not None:
             notes.append(f"best candidate (trial {contender.number}) {contender.interval()}: not faster with "
-                         f"confidence (its low bound must be above {1 + confirmation.margin:.2f}x): "
+                         f"confidence (its low bound must be above {confirmation.bar(contender):.2f}x): "
                          "the recipe keeps the defaults")
         elif confirmation.candidates:
             notes.append("no candidate completed a confirmation round: the recipe keeps the defaults (the search's "

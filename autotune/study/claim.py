@@ -6,9 +6,9 @@ heap) choose; these pairs state.
 
 What the recipe claims (``recipe.CLAIMS``): ``confirmed`` where two confirmation rounds or more chose it and
 ``CLAIM_PAIRS`` process pairs or more read it faster than the defaults with confidence (the interval's low bound
-above 1 + margin, as every offer's); ``provisional`` with fewer of either, each said in a note; the defaults kept
-where the pairs' mean is not above 1.00x. Without three pairs (a budget too short, a failed pair) the recipe is
-provisional and states the confirmation's interval, said as of the search's workers.
+above ``1 + MIN_MARGIN``: fresh processes, ``measure.span_margin``); ``provisional`` with fewer of either, each said
+in a note; the defaults kept where the pairs' mean is not above 1.00x. Without three pairs (a budget too short, a
+failed pair) the recipe is provisional and states the confirmation's interval, said as of the search's workers.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..measure import CLAIM_PAIRS, CONFIDENCE, LEAST_CLAIM_PAIRS, PairFailed, RunPair, Runs, told_apart
+from ..measure import CLAIM_PAIRS, CONFIDENCE, LEAST_CLAIM_PAIRS, PairFailed, RunPair, Runs, span_margin, told_apart
 from ..recipe import format_speedup
 from . import budget
 from .records import BASELINE, Confirmation, StudyAttr, TrialRecord, UserRuns
@@ -67,11 +67,11 @@ def user_runs(loop: SearchLoop, confirmation: Confirmation | None) -> UserRuns |
 
 def stated(claim: str, measured: TrialResult, user: UserRuns, margin: float,
            notes: list[str]) -> tuple[TrialResult | None, str, dict[str, Any]]:
-    """What the recipe states of trial ``user.number`` whose confirmation (``measured``, claiming ``claim``) chose it:
-    the result with the pairs' speedup and interval, its claim (confirmed: their low bound above ``1 + margin``, as
-    every offer's) and the recipe's fields of your runs (``Recipe.process_pairs``, ``run_low``, ``run_high``,
-    ``run_s``); None for the result where the pairs' mean is not above 1.00x: not faster in your runs, the
-    defaults are kept. Its notes join ``notes``."""
+    """What the recipe states of trial ``user.number`` whose confirmation (``measured``, claiming ``claim``) chose
+    it: the result with the pairs' speedup and interval, its claim (confirmed: their low bound above
+    ``1 + measure.span_margin``, as every offer's) and the recipe's fields of your runs (``Recipe.process_pairs``,
+    ``run_low``, ``run_high``, ``run_s``); None for the result where the pairs' mean is not above 1.00x: not faster
+    in your runs, the defaults are kept. Its notes join ``notes``."""
     runs, n = user.runs, len(user.runs.ratios)
     of_workers = format_speedup(measured.objective, measured.speedup_low, measured.speedup_high)
     if n < LEAST_CLAIM_PAIRS:
@@ -86,9 +86,10 @@ def stated(claim: str, measured: TrialResult, user: UserRuns, margin: float,
         notes.append(f"trial {user.number} in {n} fresh process pairs of your training: {said}, not faster than the "
                      f"defaults there (the search's workers read {of_workers}): the recipe keeps the defaults")
         return None, "defaults", {}
+    bar = 1 + span_margin(margin, n)  # fresh processes each: no placement of arms in one worker to allow for
     short = [why for ok, why in ((claim == "confirmed", "one confirmation round chose it"),
                                  (n >= CLAIM_PAIRS, f"{n} process pairs, where confirmed takes {CLAIM_PAIRS}"),
-                                 (mean.low > 1 + margin, f"its interval in your processes reaches {1 + margin:.2f}x"))
+                                 (mean.low > bar, f"its interval in your processes reaches {bar:.2f}x"))
              if not ok]
     notes.append(f"your runs (trial {user.number}, {n} fresh process pairs as 'autotune run' starts your training, "
                  f"{user.runs.wall_s:.0f} s, none of which chose it): {said}, a run of yours {low:.2f}-{high:.2f}x "
@@ -119,17 +120,18 @@ def searched_noise(noise: dict[str, Any] | None, loop: SearchLoop, confirmation:
     user = confirmation.user if confirmation is not None else None
     if user is not None and len(user.runs.ratios) >= LEAST_CLAIM_PAIRS:
         mean, n = user.runs.mean(), len(user.runs.ratios)
-        widths = [(mean.low, mean.high, n - 1.0, mean.confidence,
+        widths = [(mean.low, mean.high, n - 1.0, mean.confidence, n,
                    f"trial {user.number}'s {n} process pairs of your runs")]
     else:
         widths = [(c.low, c.high, c.rounds - 1.0 if c.rounds >= 2 else math.inf, c.confirmed.confidence or CONFIDENCE,
-                   f"trial {c.number}'s {'confirmed' if c.claim == 'confirmed' else 'one-round'} interval")
+                   c.rounds, f"trial {c.number}'s {'confirmed' if c.claim == 'confirmed' else 'one-round'} interval")
                   for c in (confirmation.candidates if confirmation else ())
                   if c.confirmed is not None and not c.failed]
     if not widths and best.result.speedup_low and best.result.speedup_high and best.role != BASELINE:
         widths = [(best.result.speedup_low, best.result.speedup_high, math.inf, best.result.confidence or CONFIDENCE,
-                   f"trial {best.number}'s search interval")]
-    told = [(told_apart(noise["margin"], low, high, df, confidence), by) for low, high, df, confidence, by in widths]
+                   1, f"trial {best.number}'s search interval")]
+    told = [(told_apart(span_margin(noise["margin"], workers), low, high, df, confidence), by)
+            for low, high, df, confidence, workers, by in widths]
     if told:
         gain, by = min(told)
         noise = {**noise, "told_apart": gain, "told_by": by}

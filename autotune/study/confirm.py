@@ -5,14 +5,15 @@ curse). So the top ``confirm_top`` feasible recipes (by their search median; not
 wholly below ``1 + margin``: they could not be offered; ranked highest low bound first, ``lineup``) are measured
 again against the defaults with FRESH pairs, in ``confirm_rounds`` rounds: each round starts new worker processes (a
 new seed for the windows' order) and measures every candidate in them, in an order drawn anew each round (the
-ranking decides only who keeps time when it runs short), ``budget.confirmation_pairs`` pairs each, and
-adds one fresh process pair to every environment factor, which that round's factor is made of alone: no measurement
-of the search takes part in the confirmed figure (the search's process pairs lend only their spread, the width of
-one pair's ratio). An in-process ratio differs from one process to the next, so the rounds are the units: a
-candidate's confirmed speedup is the geometric mean of its rounds' medians with a Student-t interval over them, no
-narrower than the rounds' own intervals allow (``stats.rounds_interval``); one round is that round's own interval,
-and the recipe says so. Only these measurements decide: a recipe is offered when its confirmed speedup's low bound
-is above ``1 + margin`` (``Confirmation.best``); otherwise the defaults are kept, and the report says why. Each
+ranking decides only who keeps time when it runs short), ``budget.confirmation_pairs`` pairs each, and adds one
+fresh process pair to every environment factor, which that round's factor is made of alone: no measurement of the
+search takes part in the confirmed figure (the search's process pairs lend only their spread, the width of one
+pair's ratio). An in-process ratio differs from one process to the next, so the rounds are the units: a candidate's
+confirmed speedup is the geometric mean of its rounds' medians with a Student-t interval over them, no narrower than
+the rounds' own intervals allow (``stats.rounds_interval``); one round is that round's own interval, and the recipe
+says so. Only these measurements decide: a recipe is offered when its confirmed speedup's low bound is above ``1 +
+margin`` (``Confirmation.best``; over two rounds or more the margin is ``MIN_MARGIN``, as their spread carries each
+worker's arm difference: ``measure.span_margin``); otherwise the defaults are kept, and the report says why. Each
 round is a trial of the study with role ``confirm`` (user attributes ``confirms``: the trial it re-measures,
 ``round``), so a resumed search keeps them and measures only what is missing.
 
@@ -32,7 +33,7 @@ import statistics
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ..measure import CONFIDENCE, MIN_MARGIN, Interval, environment_key, rounds_interval
+from ..measure import CONFIDENCE, MIN_MARGIN, Interval, environment_key, rounds_interval, span_margin
 from ..recipe import format_speedup
 from ..trial.lock import host_lock
 from ..trial.spec import Status, TrialResult
@@ -101,7 +102,7 @@ class Rounds:
         # could be offered; before, a round may use it (a 3-minute demo left two candidates out for time that then
         # went unused: nothing was offered to state)
         self.claim_s = budget.claim_s(loop.study, loop.options)
-        self.bar = 1 + (loop.noise.margin if loop.noise is not None else MIN_MARGIN)
+        self.margin = loop.noise.margin if loop.noise is not None else MIN_MARGIN
         self.floors = budget.floors(loop.study)  # each environment's part of a round, at least as the search measured
         self.spent: set[tuple[str, int]] = set()  # (environment, round): its part of that round paid
         self.cut: list[str] = []  # candidates left out of their later rounds for time
@@ -163,8 +164,9 @@ class Rounds:
         self.made += 1
 
     def offers(self) -> bool:
-        """Whether a candidate could be offered on its rounds so far (its interval's low bound above the bar)."""
-        return any(self.candidate(e).low > self.bar for e in self.top)
+        """Whether a candidate could be offered on its rounds so far (its interval's low bound above its bar,
+        ``Confirmation.bar``)."""
+        return any(c.low > 1 + span_margin(self.margin, c.rounds) for c in map(self.candidate, self.top))
 
     def needed_s(self, entries: list[tuple[TrialRecord, int]]) -> float:
         """The rounds ``(candidate, round)`` of ``entries`` (``budget.rounds_s``), an environment's part none where

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from ..measure import MIN_MARGIN, Runs
+from ..measure import MIN_MARGIN, Runs, span_margin
 from ..recipe import Recipe, format_speedup
 from ..trial.spec import Status, TrialResult
 
@@ -224,16 +224,21 @@ class Confirmation:
     note: str | None = None  # why it was shortened or not run
     runs: int = 0  # confirmation measurements made by this search (not earlier ones)
     wall_s: float = 0.0
-    margin: float = field(default=MIN_MARGIN)  # the calibration's: a speedup counts when its low is above 1 + margin
+    margin: float = field(default=MIN_MARGIN)  # the calibration's: one round's speedup counts above 1 + margin
     user: UserRuns | None = None  # its choice's process pairs of your training (``claim.user_runs``)
 
+    def bar(self, candidate: Candidate) -> float:
+        """What ``candidate``'s low bound must clear: ``1 + margin`` over one round, ``1 + MIN_MARGIN`` over more
+        (``measure.span_margin``)."""
+        return 1 + span_margin(self.margin, candidate.rounds)
+
     def _faster(self) -> list[Candidate]:
-        """The confirmed candidates whose speedup's LOW bound is above ``1 + margin``, of those the most rounds
+        """The confirmed candidates whose speedup's LOW bound is above their ``bar``, of those the most rounds
         confirmed: an interval over fewer rounds has not seen how a speedup varies between processes as theirs
         has (a 2-minute CNN search beside a test run confirmed a recipe at 8.15x [3.27-20.28] in one round of 3
         window pairs, where its 3 rounds would have read ~2x, and chose it over bf16's 1.67x [1.49-1.88])."""
         faster = [c for c in self.candidates if c.confirmed is not None and c.failed is None
-                  and c.low > 1 + self.margin]
+                  and c.low > self.bar(c)]
         most = max((c.rounds for c in faster), default=0)
         return [c for c in faster if c.rounds == most]
 

@@ -94,6 +94,25 @@ def test_fewer_pairs_or_rounds_or_an_interval_reaching_one_is_provisional(tmp_pa
     assert recipe.speedup_low is not None and (recipe.speedup_low > 1.02) == (case != "interval reaches 1")
 
 
+@dataclass
+class WideCalibration(Yours):
+    """``Yours`` whose calibration's A/A reached 8% from 1: one worker's arms, which no process pair has."""
+
+    def calibrate(self, timeout_s: float) -> Noise:
+        return replace(super().calibrate(timeout_s), margin=0.08, aa=(1.0, 0.93, 1.08))
+
+
+def test_your_runs_are_held_to_the_floor_not_to_one_workers_margin(tmp_path: Path, facts: Any) -> None:
+    """Six process pairs reading 1.07x [1.03-1.11]: faster with confidence in fresh processes, confirmed, though the
+    calibration's in-process margin was 8%."""
+    clock = ReplayClock()
+    stub = WideCalibration(clock, _explored(), {"fast": FAST, "slow": SLOW},
+                           ratios=[1.10, 1.02, 1.12, 1.05, 1.09, 1.04])
+    recipe, _ = _search(tmp_path, facts, stub, 3600.0, clock)
+    assert recipe.speedup_low is not None and 1.02 < recipe.speedup_low < 1.08, recipe.notes
+    assert recipe.claim == "confirmed", recipe.notes
+
+
 @pytest.mark.parametrize("ratios", [[0.82, 0.85, 0.80, 0.86, 0.83, 0.81], [1.05, 0.92, 1.01, 0.95, 1.02, 0.97]])
 def test_a_recipe_your_runs_do_not_read_faster_keeps_the_defaults(tmp_path: Path, facts: Any,
                                                                   ratios: list[float]) -> None:

@@ -468,6 +468,19 @@ def test_of_candidates_alike_in_speed_the_surer_one_is_the_recipe(candidates: li
     assert (confirmation.best.number if confirmation.best else None) == chosen
 
 
+@pytest.mark.parametrize(("rounds", "chosen"), [(3, 5), (2, 5), (1, None)])
+def test_a_margin_of_one_worker_is_not_asked_of_rounds_across_workers(rounds: int, chosen: int | None) -> None:
+    """An 8% calibration margin (an A/A's far bound) is one worker's arm placement; rounds of fresh workers carry
+    each one's in their spread, so only the 2% floor is asked of them (the transformer's 1.08x [1.04-1.12] over 3
+    rounds kept the defaults against 1.08x)."""
+    from autotune.study.records import Confirmation
+
+    one = _candidate(5, 1.08, 1.04, 1.12, rounds)
+    confirmation = Confirmation(_candidate(0, 1.0, 0.98, 1.02), (one,), margin=0.08)
+    assert (confirmation.best.number if confirmation.best else None) == chosen
+    assert confirmation.bar(one) == (1.02 if rounds >= 2 else 1.08)
+
+
 class Lossy(Scripted):
     """Batch 128 is the fastest by far but trains to a loss twice the defaults' (the guard allows 5%)."""
 
