@@ -117,7 +117,7 @@ class Turns:
         they leave to compute) go right after the baseline and the warm start, before the other seeds. The seed
         list is fixed before the calibration: a 3-minute search of an input-bound workload spent 147 s of 186 on
         precision seeds and never tried a DataLoader worker."""
-        if self.input_read:
+        if self.input_read or not self.options.seeded:  # the sampler alone: no seed of any kind
             return
         base = next((r for r in records(self.study) if r.role == BASELINE and r.result.status == Status.OK), None)
         if base is None:

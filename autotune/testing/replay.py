@@ -12,19 +12,20 @@ every seed sees the same machine.
 Replay draws, it does not invent: each ``begin`` of a combination shuffles its recorded ratios with a generator
 seeded by the search's seed, the combination and how often it was begun, and ``more(n)`` hands out the next ``n``.
 When the recorded ratios run out, ``more`` adds nothing: an interval never claims more pairs than were measured. The
-recorded measurements are split as the live search's are (``split``): the search draws from every other ratio and
-from as many of the environment's process pairs as a live first round runs (at most half); the confirmation (after
-``reseed``) from the other ratios and the process pairs held out, so the measurements that chose a candidate take no
-part in confirming it and the winner's curse shows. (A live confirmation's rounds are each new; here each round is a
-bootstrap resample of the held-out ratios and one held-out process pair drawn, so rounds vary as pairs and processes
-do, as far as the recording holds them.) The search's environment factor is the geometric mean of its process pairs
-with its Student-t interval, a round's its one held-out pair with their spread (``candidate.round_factor``), each
-combined with the in-process ratios as live (``candidate.combine``). As the live measurer, the defaults themselves
-are the baseline trial, whose speedup is the calibration's A/A, and the defaults of another environment are measured
-by their factor alone. A combination recorded as failed (``oom``, ``nan``, ``crash``) fails the same way: at
-``begin`` when it failed before its first pair, at ``end`` when it failed later. A combination that is not in the
-grid is a ``GridMiss`` (the benchmark's fixed knobs and the grid disagree): a bug of the caller, not a trial's
-failure.
+recorded measurements are split at random by the replay's seed (``split``; recorded in time order, a split by order
+hands one side a VM's minutes-long speed state): the search draws from half the ratios and from as many of the
+environment's process pairs as a live first round runs (at most half); the confirmation (after ``reseed``) from the
+other ratios and the process pairs held out, so the measurements that chose a candidate take no part in confirming it
+and the winner's curse shows. A live confirmation's rounds are each new; here each round draws from what earlier
+rounds left of the held-out ratios, and one held-out process pair no round took, so no measurement counts twice; a
+round that finds nothing left is ``cut`` (the recording held no more). The search's environment factor is the
+geometric mean of its process pairs with its Student-t interval, a round's its one held-out pair with their spread
+(``candidate.round_factor``), each combined with the in-process ratios as live (``candidate.combine``). As the live
+measurer, the defaults themselves are the baseline trial, whose speedup is the calibration's A/A, and the defaults of
+another environment are measured by their factor alone. A combination recorded as failed (``oom``, ``nan``,
+``crash``) fails the same way: at ``begin`` when it failed before its first pair, at ``end`` when it failed later. A
+combination that is not in the grid is a ``GridMiss`` (the benchmark's fixed knobs and the grid disagree): a bug of
+the caller, not a trial's failure.
 
     >>> grid = RecordedGrid.load("benchmarks/grids/cnn-paired.json")               # doctest: +SKIP
     >>> m = ReplayMeasurer(grid, seed=0)                                            # doctest: +SKIP
@@ -81,32 +82,37 @@ class GridConfig:
     step_s: float | None = None
     data_wait: float | None = None  # the share of its windows spent waiting for data (``Arm.data_wait``)
 
-    def split(self, confirming: bool) -> tuple[list[float], list[float]]:
-        """The ratios and process-pair factors the search draws from, or (``confirming``) the confirmation: every
-        other ratio each; of the process pairs, as many as a live search's first round runs (``PROCESS_PAIRS``),
-        at most half, rounded up, the search's, the rest the confirmation's (one recorded factor: the search's
-        alone)."""
-        ratios = self.ratios[1::2] if confirming else self.ratios[0::2]
+    def split(self, confirming: bool, seed: object = 0) -> tuple[list[float], list[float]]:
+        """The ratios and process-pair factors the search draws from, or (``confirming``) the confirmation, split
+        at random by ``seed`` (the replay's): half the ratios each (the search's rounded up); of the process pairs,
+        as many as a live search's first round runs (``PROCESS_PAIRS``), at most half, rounded up, the search's, the
+        rest the confirmation's (one recorded factor: the search's alone). Recorded in time order, a split by order
+        gave one side a VM's minutes-long speed state."""
+        rng = random.Random(f"split:{seed}:{json.dumps(self.params, sort_keys=True, default=str)}")
+        ratios = rng.sample(self.ratios, len(self.ratios))
+        half = len(ratios) - len(ratios) // 2
+        ratios = ratios[half:] if confirming else ratios[:half]
         factors = self.process_pair_factors
         if len(factors) < 2:
-            return ratios, factors
+            return ratios, ([] if confirming else factors)
+        factors = rng.sample(factors, len(factors))
         cut = min(PROCESS_PAIRS[0], len(factors) - len(factors) // 2)
         return ratios, (factors[cut:] if confirming else factors[:cut])
 
     def environment(self, confirming: bool = False, confidence: float = stats.CONFIDENCE,
-                    held: float | None = None) -> stats.Interval | None:
+                    held: float | None = None, seed: object = 0) -> stats.Interval | None:
         """Its environment's factor over the defaults' (None: the defaults' environment); confirming, a round's:
         the held-out process pair ``held`` (default: the first held out), the search's pairs lending its spread."""
         if not self.process_pair_factors:
             return None
-        factors = self.split(confirming)[1]
+        factors = self.split(confirming, seed)[1]
         if confirming and len(self.process_pair_factors) >= 2:
-            own = round_factor(factors[0] if held is None else held, self.split(False)[1], None)
+            own = round_factor(factors[0] if held is None else held, self.split(False, seed)[1], None)
             return stats.at_confidence(own, confidence)
         return stats.log_mean_interval(factors, confidence)
 
     def speedup(self, ratios: list[float] | None = None, confirming: bool = False,
-                confidence: float = stats.CONFIDENCE, held: float | None = None) -> stats.Interval:
+                confidence: float = stats.CONFIDENCE, held: float | None = None, seed: object = 0) -> stats.Interval:
         """The speedup over the defaults from ``ratios``, with its interval; by default from everything recorded,
         every ratio and every process pair (the grid's own measurement, which scores a recipe)."""
         if ratios is None:
@@ -114,7 +120,7 @@ class GridConfig:
                 else None
             drawn = self.ratios
         else:
-            env, drawn = self.environment(confirming, confidence, held), ratios
+            env, drawn = self.environment(confirming, confidence, held, seed), ratios
         return stats.median_interval(drawn, confidence) if env is None else combine(env, drawn, confidence)
 
 
@@ -223,9 +229,13 @@ class ReplayMeasurer(PairedMeasurer):
     def __init__(self, grid: RecordedGrid, seed: int = 0, clock: ReplayClock | None = None) -> None:
         PairedMeasurer.__init__(self, grid.defaults)
         self.grid, self.seed = grid, seed
+        self.split_seed = seed  # the split between search and confirmation: the replay's, kept by ``reseed``
         self.clock = clock  # charged the recorded time of what it answers, where given
         self.begun: dict[tuple[Any, ...], int] = {}
         self.confirming = False  # after ``reseed``: the held-out half of every combination's measurements
+        # Held out and not yet drawn, by combination: the confirmation's rounds draw without replacement, so no
+        # pair counts in two rounds (a bootstrap of ~5 ratios repeated a pair in about half of 3 rounds)
+        self.unused: dict[tuple[Any, ...], tuple[list[float], list[float]]] = {}
 
     def calibrate(self, timeout_s: float) -> Noise:
         n = self.grid.noise
@@ -241,14 +251,19 @@ class ReplayMeasurer(PairedMeasurer):
         times = self.begun[key] = self.begun.get(key, 0) + 1
         if config.state != "ok" and not config.ratios:
             return self._failed(config)
-        order = config.split(self.confirming)[0]
+        order, held_out = config.split(self.confirming, self.split_seed)
         rng = random.Random(f"{self.seed}:{key}:{times}")  # str seeds are stable across runs (sha512)
-        if self.confirming:  # a round: as many pairs, drawn with replacement (a bootstrap of the held-out half)
-            order = rng.choices(order, k=len(order))
+        if self.confirming:  # a round: what is left of the held-out half, none drawn by an earlier round
+            order, held_out = self.unused.setdefault(key, (rng.sample(order, len(order)),
+                                                            rng.sample(held_out, len(held_out))))
+            kind = self._kind(config)
+            if not order and kind in (IN_PROCESS, ACROSS) or not held_out and kind in (ACROSS, FACTOR):
+                return TrialResult(Status.CUT, error="the recording holds no more held-out measurements of this "
+                                                     "combination: no round beyond those it held")
         rng.shuffle(order)
-        handle = _Handle(config, order, self._kind(config), self.confirming)
+        handle = _Handle(config, order if not self.confirming else list(order), self._kind(config), self.confirming)
         if handle.kind in (ACROSS, FACTOR):
-            pairs = 1 if self.confirming else len(config.split(False)[1])
+            pairs = 1 if self.confirming else len(config.split(False, self.split_seed)[1])
             need = pairs * float(self.grid.recorded.get("process_pair_s") or 0.0)
             # as live (``EnvironmentFactors._too_short``): not started, nothing charged; a confirmation round is the
             # confirmation's to admit
@@ -257,11 +272,10 @@ class ReplayMeasurer(PairedMeasurer):
                                                          f"pair(s), about {need:.0f} s; {timeout_s:.0f} s were left")
         self.charge(config.warmup_s)
         if handle.kind in (ACROSS, FACTOR):  # its environment's process pairs (the search's, or a round's one)
-            held_out = config.split(True)[1] if self.confirming else []
-            # a live round's fresh process pair is one of many: each round draws one of those held out, so the
-            # rounds vary as processes do (one fixed held-out pair made every round agree: the CNN grid's
-            # environments were confirmed at ~2.1x where all their pairs read 1.47x)
-            handle.held = rng.choice(held_out) if held_out else None
+            # a live round's fresh process pair is one of many: each round takes one held out that no round took
+            # (one fixed held-out pair made every round agree: the CNN grid's environments were confirmed at ~2.1x
+            # where all their pairs read 1.47x)
+            handle.held = held_out.pop() if self.confirming and held_out else None
             self.charge(need)
         return handle
 
@@ -281,6 +295,10 @@ class ReplayMeasurer(PairedMeasurer):
         if h.kind in (IN_PROCESS, ACROSS):
             drawn = h.order[len(h.drawn):len(h.drawn) + n]
             h.drawn.extend(drawn)
+            if h.confirming:  # taken from the held-out pool: no later round draws them
+                pool = self.unused[self.grid.key(h.config.params)][0]
+                for ratio in drawn:
+                    pool.remove(ratio)
             self.charge(len(drawn) * (h.config.window_s + max(h.config.window_s, h.config.step_s or 0.0)))
         return self._interval(h, confidence)
 
@@ -290,8 +308,8 @@ class ReplayMeasurer(PairedMeasurer):
             pairs = self.grid.recorded.get("aa_pairs") or len(h.config.ratios)  # the defaults' copy: as many
             return Interval(median, low, high, stats.CONFIDENCE, int(pairs))
         if h.kind == FACTOR:
-            return h.config.environment(h.confirming, confidence, h.held) or _NOTHING
-        return h.config.speedup(h.drawn, h.confirming, confidence, h.held) if h.drawn else _NOTHING
+            return h.config.environment(h.confirming, confidence, h.held, self.split_seed) or _NOTHING
+        return h.config.speedup(h.drawn, h.confirming, confidence, h.held, self.split_seed) if h.drawn else _NOTHING
 
     def end(self, handle: object) -> TrialResult:
         h = self._handle(handle)

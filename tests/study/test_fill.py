@@ -413,3 +413,22 @@ def test_a_seed_is_read_with_the_runs_settings_as_its_trial_will_measure_it(fact
                       seeds=[("seed", seed)], measurer=Warm(defaults))
     assert loop._warm(seed)
     assert loop.fill(20.0) and _waiting(study)[0].system_attrs["fixed_params"]["batch_per_rank"] == 64
+
+
+def test_without_seeds_no_input_seed_either(facts: Any) -> None:
+    """``seeded=False`` (the benchmark's sampler alone) means no seed of any kind: the defaults waited for data 90%
+    of a step, and still the sampler picks the next trial (the input seeds came in through that door)."""
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=3))
+    study.set_user_attr("noise", asdict(NOISE))
+    defaults = spaces.defaults(facts, CTX)
+    attrs = {Attr.ROLE: "baseline", Attr.PARAMS: defaults, Attr.STATUS: "ok", "objective": 1.0, "wall_s": 15.0,
+             "method": "in-process pairs", "data_wait": 0.9, "loss": 1.0}
+    study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs=attrs))
+    events: list[Any] = []
+    options = SearchOptions(budget_s=300, storage="sqlite://", study="input", seeded=False)
+    loop = SearchLoop(study, "cnn", facts, CTX, {}, options, Budget.start(60), events.append, seeds=[],
+                      measurer=Answering(defaults))
+    loop.noise = NOISE
+    loop._next(0, None)
+    assert loop.seeds == [] and not [e for e in events if getattr(e, "name", None) == "input-bound"]
+    assert study.get_trials(deepcopy=False)[-1].user_attrs[Attr.ROLE] != "seed"

@@ -65,9 +65,10 @@ def test_more_hands_out_recorded_ratios_in_a_seeded_order_and_never_more_than_re
     assert not isinstance(h, TrialResult)
     first = m.more(h, 4, 60.0)
     drawn = list(h.drawn)  # type: ignore[attr-defined]
-    assert len(drawn) == 4 and set(drawn) <= set(FAST[0::2]) and first == stats.median_interval(drawn)
+    searched = sorted(grid.configs[1].split(False, 3)[0])
+    assert len(drawn) == 4 and set(drawn) <= set(searched) and first == stats.median_interval(drawn)
     everything = m.more(h, 100, 60.0)  # 12 recorded, 6 the search's: no interval claims more
-    assert everything.count == 6 and sorted(h.drawn) == FAST[0::2]  # type: ignore[attr-defined]
+    assert everything.count == 6 and sorted(h.drawn) == searched  # type: ignore[attr-defined]
     again = ReplayMeasurer(grid, seed=3)
     h2 = again.begin({**DEFAULTS, "channels_last": True}, 60.0)
     again.more(h2, 4, 60.0)
@@ -81,47 +82,74 @@ def test_more_hands_out_recorded_ratios_in_a_seeded_order_and_never_more_than_re
     assert len(orders) > 1  # another seed, another draw
     h3 = m.begin({**DEFAULTS, "channels_last": True}, 60.0)  # begun again in the search: another order
     m.more(h3, 12, 60.0)
-    assert h3.order != h.order and sorted(h3.order) == FAST[0::2]  # type: ignore[attr-defined]
+    assert h3.order != h.order and sorted(h3.order) == searched  # type: ignore[attr-defined]
+
+
+def test_the_search_and_the_confirmation_split_the_recording_at_random_not_by_its_order() -> None:
+    """Pairs are recorded in time order, and a VM holds a speed for minutes: a split by order (every other ratio,
+    the first process pairs to the search) handed one side a speed state. The split is a seeded draw: half the
+    ratios each, disjoint, and every replay seed its own."""
+    config = GridConfig({"threads": 1}, ratios=FAST, process_pair_factors=[0.8, 0.9, 1.0, 0.5, 0.6, 1.4, 1.5, 1.1])
+    splits = set()
+    for seed in range(20):
+        (ours, our_factors), (theirs, their_factors) = config.split(False, seed), config.split(True, seed)
+        assert sorted(ours + theirs) == FAST and len(ours) == len(theirs) == 6
+        assert sorted(our_factors + their_factors) == sorted(config.process_pair_factors) and len(our_factors) == 3
+        assert config.split(False, seed) == (ours, our_factors)  # the same seed, the same split
+        splits.add((tuple(sorted(ours)), tuple(sorted(our_factors))))
+    assert len(splits) == 20 and (tuple(FAST[0::2]), (0.8, 0.9, 1.0)) not in splits
 
 
 def test_a_confirmation_draws_only_what_the_search_did_not_see() -> None:
     """The winner's curse must be able to show in replay: after ``reseed`` (the confirmation) a combination's
     ratios are the other half of those recorded, and its environment's factor is the process pair the search
     did not draw, its spread lent by the search's pairs (``candidate.round_factor``)."""
-    m = ReplayMeasurer(_grid(), seed=0)
+    grid = _grid()
+    m = ReplayMeasurer(grid, seed=0)
     searched = m.begin({**DEFAULTS, "channels_last": True}, 60.0)
     m.more(searched, 100, 60.0)
     m.reseed(5)
-    confirmed = m.begin({**DEFAULTS, "channels_last": True}, 60.0)
-    iv = m.more(confirmed, 100, 60.0)
-    drawn = confirmed.drawn  # type: ignore[attr-defined]
-    assert len(drawn) == 6 and set(drawn) <= set(FAST[1::2]) and not set(drawn) & set(searched.drawn)  # type: ignore[attr-defined]
-    assert iv == stats.median_interval(drawn)  # a round: a bootstrap resample of the held-out half
+    first = m.begin({**DEFAULTS, "channels_last": True}, 60.0)
+    iv = m.more(first, 4, 60.0)
+    drawn = first.drawn  # type: ignore[attr-defined]
+    assert set(drawn) <= set(grid.configs[1].split(True, 0)[0]) and not set(drawn) & set(searched.drawn)  # type: ignore[attr-defined]
+    assert iv == stats.median_interval(drawn) and len(drawn) == 4
+    # the next round draws what the first left, never a pair twice: 6 held out, 4 drawn, 2 left, then none
+    second = m.begin({**DEFAULTS, "channels_last": True}, 60.0)
+    assert m.more(second, 100, 60.0).count == 2 and not set(second.drawn) & set(drawn)  # type: ignore[attr-defined]
+    third = m.begin({**DEFAULTS, "channels_last": True}, 60.0)
+    assert isinstance(third, TrialResult) and third.status == Status.CUT and "no more held-out" in (third.error or "")
+    held = grid.configs[3].split(True, 0)[1]
     factor = m.begin({**DEFAULTS, "threads": 1}, 60.0)
     own = m.more(factor, 8, 60.0)
-    assert own == round_factor(FACTORS[-1], FACTORS[:-1], None) and own.median == pytest.approx(FACTORS[-1])
+    searched_factors = grid.configs[3].split(False, 0)[1]
+    assert held == [factor.held] and own == round_factor(held[0], searched_factors, None)  # type: ignore[attr-defined]
 
 
 def test_each_confirmation_round_draws_one_of_the_held_out_process_pairs() -> None:
     """A live round's process pair is fresh each time, so rounds of an environment vary as processes do. With one
     fixed held-out pair every round agreed: the CNN grid's environments were confirmed at ~2.1x where all their
-    recorded pairs read 1.47x. Eight recorded pairs: the search draws on the first three (a live search's first
-    round), the rounds one of the other five each, never one the search saw."""
+    recorded pairs read 1.47x. Eight recorded pairs: the search draws on three (a live search's first round), the
+    rounds one of the other five each, never one the search saw nor one an earlier round took; a sixth round is
+    cut (a bootstrap drew pairs again and counted them as new)."""
     factors = [0.8, 0.9, 1.0, 0.5, 0.6, 1.4, 1.5, 1.1]
     grid = _grid()
     grid = replace(grid, configs=[replace(c, process_pair_factors=factors) if c.process_pair_factors else c
                                   for c in grid.configs])
     m = ReplayMeasurer(grid, seed=0)
     searched = m.begin({**DEFAULTS, "threads": 1}, 60.0)
-    assert m.more(searched, 8, 60.0) == stats.log_mean_interval(factors[:3])
-    held = set()
-    for round_seed in range(20):
+    ours = grid.configs[3].split(False, 0)[1]
+    assert m.more(searched, 8, 60.0) == stats.log_mean_interval(ours) and len(ours) == 3
+    held = []
+    for round_seed in range(5):
         m.reseed(round_seed)
         h = m.begin({**DEFAULTS, "threads": 1}, 60.0)
         iv = m.more(h, 8, 60.0)
-        held.add(h.held)  # type: ignore[attr-defined]
-        assert iv == round_factor(h.held, factors[:3], None)  # type: ignore[attr-defined]
-    assert held == set(factors[3:])  # over 20 rounds every held-out pair was drawn, and no other
+        held.append(h.held)  # type: ignore[attr-defined]
+        assert iv == round_factor(h.held, ours, None)  # type: ignore[attr-defined]
+    assert sorted(held) == sorted(set(factors) - set(ours))  # five rounds, five held-out pairs, each once
+    m.reseed(5)
+    assert m.begin({**DEFAULTS, "threads": 1}, 60.0).status == Status.CUT  # type: ignore[union-attr]
     # the grid's own score of a combination is everything recorded: all eight pairs (it was all but the last)
     scored = grid.scores()[grid.key({"threads": 1, "batch_size": 64, "channels_last": True})]
     assert scored == pytest.approx(combine(stats.log_mean_interval(factors), [2.0] * 8).median)
@@ -162,9 +190,9 @@ def test_another_environment_multiplies_its_process_pair_factor() -> None:
     m = ReplayMeasurer(_grid(), seed=0)
     h = m.begin({**DEFAULTS, "threads": 1, "channels_last": True}, 60.0)
     iv = m.more(h, 8, 60.0)
-    env = stats.log_mean_interval(FACTORS[:-1])  # the last recorded pair is the confirmation's
+    env = stats.log_mean_interval(_grid().configs[2].split(False, 0)[1])  # one of three is the confirmation's
     assert iv == combine(env, [2.0] * 4)
-    assert iv.median == pytest.approx(2 * statistics.geometric_mean(FACTORS[:-1])) and iv.low < iv.median < iv.high
+    assert iv.median == pytest.approx(2 * env.median) and iv.low < iv.median < iv.high
     assert m.end(h).method == "process pairs x in-process pairs"
     only = m.begin({**DEFAULTS, "threads": 1}, 60.0)  # that environment's defaults: the factor alone, as live
     assert m.more(only, 8, 60.0) == env
@@ -253,3 +281,24 @@ def test_the_baseline_says_how_much_of_its_step_waited_for_data_as_recorded() ->
     assert m.end(m.begin(dict(DEFAULTS), 60.0)).data_wait == 0.95
     unrecorded = ReplayMeasurer(_grid(), seed=0)  # a grid recorded before: none, and no input seeds
     assert unrecorded.end(unrecorded.begin(dict(DEFAULTS), 60.0)).data_wait is None
+
+
+def test_the_heuristic_is_scored_as_itself_or_reported_missing() -> None:
+    """The run_cpu-style heuristic sets affinity, OpenMP runtime and allocator, which every recorded grid holds
+    fixed: it was scored as the grid cell sharing its threads and batch (another recipe's figure), and a heuristic
+    outside the feasible cells scored 0.0 silently."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from search_quality import score_heuristic
+
+    grid = _grid()
+    scores = grid.scores(0.05)
+    pinned = {**DEFAULTS, "channels_last": True, "affinity": "compact", "allocator": "tcmalloc"}
+    assert score_heuristic(grid, scores, pinned, DEFAULTS) == (
+        None, "not in the grid (it sets affinity='compact', allocator='tcmalloc')")
+    itself = {**DEFAULTS, "channels_last": True}
+    share, said = score_heuristic(grid, scores, itself, DEFAULTS)
+    assert share == pytest.approx(scores[grid.key(itself)] / max(scores.values())) and said == f"{share:.3f}"
+    infeasible = {**DEFAULTS, "batch_size": 256}  # its loss 50% worse: no score, and said so
+    assert score_heuristic(grid, scores, infeasible, DEFAULTS) == (None, "not feasible in the grid")
