@@ -139,3 +139,28 @@ def test_a_replay_charges_the_recorded_time_against_the_budget(facts: Any, tmp_p
     # The search's clock is real time plus the recorded time: its budget, not past it, most of it recorded (the
     # real part, Optuna and SQLite, took 11 s of a loaded machine once: 48.6 s charged).
     assert 50.0 < spent < 60 * 1.05 and clock.charged > 5 * 5.0, (spent, clock.charged)
+
+
+def test_a_baseline_sampler_plugs_into_the_same_search(facts: Any, tmp_path: Path) -> None:
+    """The benchmark's baselines (random search, TPE at its defaults) run in the search's own loop, measurer and
+    confirmation: ``search(..., sampler=)`` asks them, not autotune's sampler, for every sampled knob."""
+    import optuna
+
+    class Counting(optuna.samplers.RandomSampler):
+        asked = 0
+
+        def sample_independent(self, *args: Any, **kwargs: Any) -> Any:
+            Counting.asked += 1
+            return super().sample_independent(*args, **kwargs)
+
+    base = SearchOptions(budget_s=None, settings=TrialSettings(warmup_steps=2, measure_steps=6, eval_samples=128),
+                         compile=False, confirm_top=1, seeded=False)
+    _, ctx = search_context("tiny", facts, base)
+    grid = _grid(facts, ctx, base)
+    fixed = {k: v for k, v in spaces.defaults(facts, ctx).items() if k not in grid.searched_names()}
+    options = SearchOptions(**{**base.__dict__, "trials": 4, "fixed": fixed, "study": "random",
+                               "storage": f"sqlite:///{tmp_path / 'studies.db'}"})
+    outcome = search("tiny", options=options, measurer=ReplayMeasurer(grid, 0), sampler=Counting(seed=0))
+    assert Counting.asked >= 3, Counting.asked  # the sampled trials after the baseline, each knob asked of it
+    roles = {r.role for r in outcome.records} - {"baseline", "confirm"}
+    assert roles and roles <= {"search", "in-process"}, roles  # no seed of any kind: the sampler's trials alone

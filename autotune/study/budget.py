@@ -35,7 +35,7 @@ from ..measure import (
 )
 from ..measure import round_parts as measured_round_parts
 from ..trial.spec import Status, TrialResult
-from .records import BASELINE, CONFIRM, Attr, StudyAttr, contenders, lineup, records, study_margin
+from .records import BASELINE, CONFIRM, Attr, StudyAttr, confirm_bar, contenders, lineup, records
 
 if TYPE_CHECKING:
     import optuna
@@ -221,8 +221,9 @@ def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | Non
     if (estimate is None and racing is None) or options.budget_s is None or options.confirm_top <= 0:
         return 0.0
     noise = recorded_noise(study)
-    baseline, top = lineup(study, options.confirm_top)
-    entries = [(r.result, environment_key(r.params)) for r in contenders(top, 1 + study_margin(study))]
+    baseline, top = lineup(study, options.confirm_top, options.confirm_rounds)
+    entries = [(r.result, environment_key(r.params))
+               for r in contenders(top, confirm_bar(study, options.confirm_rounds))]
     if racing is not None and baseline is not None and len(entries) < options.confirm_top:
         entries.append((racing[0], environment_key(racing[1])))
     if not entries:

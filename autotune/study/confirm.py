@@ -72,7 +72,7 @@ def confirm(loop: SearchLoop) -> Confirmation | None:
     options = loop.options
     if options.confirm_top <= 0:
         return None
-    baseline, top = lineup(loop.study, options.confirm_top)
+    baseline, top = lineup(loop.study, options.confirm_top, options.confirm_rounds)
     if baseline is None:
         return None  # the search checks for a baseline before it confirms
     started = loop.budget.now()

@@ -278,7 +278,7 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
            measurer: PairedMeasurer | None = None, facts: Facts | None = None,
            measured: probes.Measured | None = None, ctx: spaces.SpaceContext | None = None,
            stem: str | None = None, attrs: dict[str, Any] | None = None,
-           timing: Budget | None = None) -> SearchOutcome:
+           timing: Budget | None = None, sampler: optuna.samplers.BaseSampler | None = None) -> SearchOutcome:
     """Search the knobs for ``workload`` and store the best recipe; ``progress`` receives the events
     of ``autotune.study.events``. ``measurer`` measures the trials (default: the live paired workers,
     ``autotune.measure.live.LiveMeasurer``; a replayed grid plugs in here); the search closes it.
@@ -289,6 +289,8 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
     default study name's stem where ``workload`` names no workload factory (script mode, ``study.script_mode``);
     ``attrs``: user attributes set on the study once it is open. ``timing``: the search's time, begun before
     (script mode's, at its first copy) or on another clock (a replay's); default: ``options.budget_s`` from now.
+    ``sampler``: an Optuna sampler in place of autotune's (a benchmark's baseline: random search, TPE at its
+    defaults), in the same loop, measurer, clock and confirmation; ``options.fixed`` still holds.
 
     >>> outcome = search("tiny", budget="60s")          # doctest: +SKIP
     >>> outcome.recipe.speedup                           # doctest: +SKIP
@@ -309,6 +311,10 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
     name = options.study or f"{wl.name if wl is not None else stem}-{facts.fingerprint}"
     study, created, name = _open_for_options(options, name, facts, ctx, workload)
     fail_orphans(study)  # trials of a search killed on this host: failed now, their seeds free again
+    if sampler is not None:
+        import optuna
+
+        study.sampler = optuna.samplers.PartialFixedSampler(options.fixed, sampler) if options.fixed else sampler
     for key, value in (attrs or {}).items():
         study.set_user_attr(key, value)
     run = run_settings(ctx, options)

@@ -190,7 +190,8 @@ class SearchLoop(Turns):
             if not fresh_processes(self.measurer):
                 self.enqueue_in_process()
         elif not enqueue_next_seed(self.study, self.seeds) \
-                and not enqueue_combination(self.study, self.facts, self.ctx, self.options.fixed) \
+                and not (self.options.seeded and enqueue_combination(self.study, self.facts, self.ctx,
+                                                                     self.options.fixed)) \
                 and self.in_process_turn():
             self.enqueue_in_process()
         trial = self.study.ask()

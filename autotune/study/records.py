@@ -126,10 +126,10 @@ def study_margin(study: optuna.Study) -> float:
     return float((study.user_attrs.get(StudyAttr.NOISE) or {}).get("margin", MIN_MARGIN))
 
 
-def lineup(study: optuna.Study, top: int) -> tuple[TrialRecord | None, list[TrialRecord]]:
+def lineup(study: optuna.Study, top: int, rounds: int = 1) -> tuple[TrialRecord | None, list[TrialRecord]]:
     """The baseline's record and the ``top`` fastest feasible distinct recipes' records: what a
-    confirmation re-runs (and the budget keeps time for). A recipe whose search interval lies wholly
-    below ``1 + margin`` (the study's calibrated margin) is left out: its confirmation could not make it
+    confirmation of ``rounds`` rounds re-runs (and the budget keeps time for). A recipe whose search interval lies
+    wholly below what those rounds must clear (``confirm_bar``) is left out: its confirmation could not make it
     the recipe, so the time to confirm it would be lost. They come highest low bound first, the order in which
     the confirmation keeps their rounds' time: a narrow 1.15x [1.12-1.17] before a wide 1.25x [0.77-2.00], whose
     rounds (another environment's process pairs) had left the first one round."""
@@ -137,7 +137,7 @@ def lineup(study: optuna.Study, top: int) -> tuple[TrialRecord | None, list[Tria
     baseline = next((r for r in searched if r.role == BASELINE and r.result.status == Status.OK), None)
     if baseline is None:
         return None, []
-    bar = 1 + study_margin(study)
+    bar = confirm_bar(study, rounds)
     seen = {params_key(baseline.params)}
     picked: list[TrialRecord] = []
     for r in sorted((r for r in searched if r.feasible), key=lambda r: -(r.result.objective or 0.0)):
@@ -149,9 +149,15 @@ def lineup(study: optuna.Study, top: int) -> tuple[TrialRecord | None, list[Tria
     return baseline, sorted(picked, key=lambda r: -(r.result.speedup_low or r.result.objective or 0.0))
 
 
+def confirm_bar(study: optuna.Study, rounds: int) -> float:
+    """What a confirmation of ``rounds`` rounds asks of a candidate's low bound: ``1 + margin`` over one round, the
+    2% floor over more (``measure.span_margin``)."""
+    return 1 + span_margin(study_margin(study), rounds)
+
+
 def contenders(top: list[TrialRecord], bar: float) -> list[TrialRecord]:
     """Of ``lineup``'s candidates, those likely to become the recipe: not one whose search interval lies wholly
-    below the first's search low bound, nor one whose search median is below ``bar`` (1 + margin: more likely
+    below the first's search low bound, nor one whose search median is below ``bar`` (``confirm_bar``: more likely
     than not, fresh pairs read it there too, and the defaults are kept). The time kept for the confirmation counts
     these only: the others are confirmed in the time left, or left out for time (``confirm.Rounds``), and time
     kept for them would stop the search early (a 3-minute script-mode search stopped exploring at 56 s to keep
@@ -289,6 +295,6 @@ def trial_id(trial: optuna.Trial | FrozenTrial) -> int:
 __all__ = [
     "BASELINE", "COMBINED", "CONFIRM", "CONSTRAINTS", "IN_PROCESS", "MEASURED", "NOT_RUN", "PAIRED", "SEARCH",
     "WARM_START",
-    "Attr", "Candidate", "Confirmation", "Role", "SearchOutcome", "StudyAttr", "TrialRecord", "contenders", "lineup",
-    "optuna_storage", "params_key", "records", "trial_id",
+    "Attr", "Candidate", "Confirmation", "Role", "SearchOutcome", "StudyAttr", "TrialRecord", "confirm_bar",
+    "contenders", "lineup", "optuna_storage", "params_key", "records", "trial_id",
 ]

@@ -104,7 +104,7 @@ class Turns:
         if seed is not None:
             self.study.enqueue_trial(seed[1], user_attrs={Attr.ROLE: seed[0]})
             return True
-        combined = combination(self.study, self.facts, self.ctx, self.options.fixed)
+        combined = combination(self.study, self.facts, self.ctx, self.options.fixed) if self.options.seeded else None
         if combined is not None and self._warm(combined):
             self.study.enqueue_trial(combined, user_attrs={Attr.ROLE: COMBINED})
         else:  # a sample that repeats a measured recipe is skipped at once: asking again costs nothing, and

@@ -18,14 +18,14 @@ environment's process pairs as a live first round runs (at most half); the confi
 other ratios and the process pairs held out, so the measurements that chose a candidate take no part in confirming it
 and the winner's curse shows. A live confirmation's rounds are each new; here each round draws from what earlier
 rounds left of the held-out ratios, and one held-out process pair no round took, so no measurement counts twice; a
-round that finds nothing left is ``cut`` (the recording held no more). The search's environment factor is the
-geometric mean of its process pairs with its Student-t interval, a round's its one held-out pair with their spread
-(``candidate.round_factor``), each combined with the in-process ratios as live (``candidate.combine``). As the live
-measurer, the defaults themselves are the baseline trial, whose speedup is the calibration's A/A, and the defaults of
-another environment are measured by their factor alone. A combination recorded as failed (``oom``, ``nan``,
-``crash``) fails the same way: at ``begin`` when it failed before its first pair, at ``end`` when it failed later. A
-combination that is not in the grid is a ``GridMiss`` (the benchmark's fixed knobs and the grid disagree): a bug of
-the caller, not a trial's failure.
+round that finds nothing left is ``skipped`` (the recording held no more; not the budget's cut). The search's
+environment factor is the geometric mean of its process pairs with its Student-t interval, a round's its one held-out
+pair with their spread (``candidate.round_factor``), each combined with the in-process ratios as live
+(``candidate.combine``). As the live measurer, the defaults themselves are the baseline trial, whose speedup is the
+calibration's A/A, and the defaults of another environment are measured by their factor alone. A combination recorded
+as failed (``oom``, ``nan``, ``crash``) fails the same way: at ``begin`` when it failed before its first pair, at
+``end`` when it failed later. A combination that is not in the grid is a ``GridMiss`` (the benchmark's fixed knobs
+and the grid disagree): a bug of the caller, not a trial's failure.
 
     >>> grid = RecordedGrid.load("benchmarks/grids/cnn-paired.json")               # doctest: +SKIP
     >>> m = ReplayMeasurer(grid, seed=0)                                            # doctest: +SKIP
@@ -258,7 +258,7 @@ class ReplayMeasurer(PairedMeasurer):
                                                             rng.sample(held_out, len(held_out))))
             kind = self._kind(config)
             if not order and kind in (IN_PROCESS, ACROSS) or not held_out and kind in (ACROSS, FACTOR):
-                return TrialResult(Status.CUT, error="the recording holds no more held-out measurements of this "
+                return TrialResult(Status.SKIPPED, error="the recording holds no more held-out measurements of this "
                                                      "combination: no round beyond those it held")
         rng.shuffle(order)
         handle = _Handle(config, order if not self.confirming else list(order), self._kind(config), self.confirming)

@@ -415,6 +415,26 @@ def test_a_seed_is_read_with_the_runs_settings_as_its_trial_will_measure_it(fact
     assert loop.fill(20.0) and _waiting(study)[0].system_attrs["fixed_params"]["batch_per_rank"] == 64
 
 
+@pytest.mark.parametrize("seeded", [True, False])
+def test_without_seeds_no_combination_either(facts: Any, seeded: bool) -> None:
+    """A faster batch and another environment measured apart: the combination of both is autotune's seed, which
+    the sampler alone (``seeded=False``, the benchmark's baselines) must not be handed."""
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=3))
+    study.set_user_attr("noise", asdict(NOISE))
+    defaults = spaces.defaults(facts, CTX)
+    for role, params, objective in [("baseline", defaults, 1.0), ("search", {**defaults, "batch_per_rank": 64}, 1.3),
+                                    ("heuristic", {**defaults, "threads": 1, "interop_threads": 1}, 1.04)]:
+        attrs = {Attr.ROLE: role, Attr.PARAMS: params, Attr.STATUS: "ok", "objective": objective, "loss": 1.0,
+                 "method": "in-process pairs", "wall_s": 15.0}
+        study.add_trial(optuna.trial.create_trial(value=objective, user_attrs=attrs))
+    options = SearchOptions(budget_s=300, storage="sqlite://", study="combined", seeded=seeded)
+    loop = SearchLoop(study, "cnn", facts, CTX, {}, options, Budget.start(60), lambda event: None, seeds=[],
+                      measurer=Answering(defaults))
+    loop.noise = NOISE
+    loop._next(0, None)
+    assert (study.get_trials(deepcopy=False)[-1].user_attrs[Attr.ROLE] == "combined") == seeded
+
+
 def test_without_seeds_no_input_seed_either(facts: Any) -> None:
     """``seeded=False`` (the benchmark's sampler alone) means no seed of any kind: the defaults waited for data 90%
     of a step, and still the sampler picks the next trial (the input seeds came in through that door)."""

@@ -601,6 +601,23 @@ def test_the_confirmation_keeps_time_for_the_narrowest_candidate_first() -> None
     assert [r.number for r in top] == [1, 2]  # the narrow one first; 0.9x [0.8-1.0] cannot be offered
 
 
+def test_what_rounds_across_workers_can_confirm_is_confirmed_under_one_worker_s_margin() -> None:
+    """With an 8% calibration margin, 1.05x [1.03-1.07] in the search lies below 1.08: one round (one worker)
+    could not make it the recipe, three rounds of fresh workers (asked 1.02) can, so it is confirmed and kept time
+    for (``confirm_bar``)."""
+    from autotune.study.records import StudyAttr, confirm_bar, contenders, lineup
+
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr(StudyAttr.NOISE, {"margin": 0.08})
+    for number, (role, median, low, high) in enumerate([("baseline", 1.0, 0.95, 1.05), ("seed", 1.05, 1.03, 1.07)]):
+        attrs = {"role": role, "status": "ok", "params": {"n": number}, "objective": median, "speedup_low": low,
+                 "speedup_high": high}
+        study.add_trial(optuna.trial.create_trial(value=median, user_attrs=attrs))
+    assert lineup(study, 3, rounds=1)[1] == [] and confirm_bar(study, 1) == pytest.approx(1.08)
+    top = lineup(study, 3, rounds=3)[1]
+    assert [r.number for r in top] == [1] and contenders(top, confirm_bar(study, 3)) == top
+
+
 def test_the_recipe_says_which_precision_was_not_seeded_and_why(tmp_path: Path, facts: Any) -> None:
     """A CPU reporting AVX512-FP16 whose fp16 kernels measured 40x and 14x slower than float32's: the search
     does not seed fp16, and its recipe's notes say so with the measured reason."""

@@ -118,7 +118,8 @@ def test_a_confirmation_draws_only_what_the_search_did_not_see() -> None:
     second = m.begin({**DEFAULTS, "channels_last": True}, 60.0)
     assert m.more(second, 100, 60.0).count == 2 and not set(second.drawn) & set(drawn)  # type: ignore[attr-defined]
     third = m.begin({**DEFAULTS, "channels_last": True}, 60.0)
-    assert isinstance(third, TrialResult) and third.status == Status.CUT and "no more held-out" in (third.error or "")
+    assert isinstance(third, TrialResult) and third.status == Status.SKIPPED
+    assert "no more held-out" in (third.error or "")
     held = grid.configs[3].split(True, 0)[1]
     factor = m.begin({**DEFAULTS, "threads": 1}, 60.0)
     own = m.more(factor, 8, 60.0)
@@ -131,7 +132,7 @@ def test_each_confirmation_round_draws_one_of_the_held_out_process_pairs() -> No
     fixed held-out pair every round agreed: the CNN grid's environments were confirmed at ~2.1x where all their
     recorded pairs read 1.47x. Eight recorded pairs: the search draws on three (a live search's first round), the
     rounds one of the other five each, never one the search saw nor one an earlier round took; a sixth round is
-    cut (a bootstrap drew pairs again and counted them as new)."""
+    skipped (a bootstrap drew pairs again and counted them as new)."""
     factors = [0.8, 0.9, 1.0, 0.5, 0.6, 1.4, 1.5, 1.1]
     grid = _grid()
     grid = replace(grid, configs=[replace(c, process_pair_factors=factors) if c.process_pair_factors else c
@@ -149,7 +150,7 @@ def test_each_confirmation_round_draws_one_of_the_held_out_process_pairs() -> No
         assert iv == round_factor(h.held, ours, None)  # type: ignore[attr-defined]
     assert sorted(held) == sorted(set(factors) - set(ours))  # five rounds, five held-out pairs, each once
     m.reseed(5)
-    assert m.begin({**DEFAULTS, "threads": 1}, 60.0).status == Status.CUT  # type: ignore[union-attr]
+    assert m.begin({**DEFAULTS, "threads": 1}, 60.0).status == Status.SKIPPED  # type: ignore[union-attr]
     # the grid's own score of a combination is everything recorded: all eight pairs (it was all but the last)
     scored = grid.scores()[grid.key({"threads": 1, "batch_size": 64, "channels_last": True})]
     assert scored == pytest.approx(combine(stats.log_mean_interval(factors), [2.0] * 8).median)
