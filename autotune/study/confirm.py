@@ -33,7 +33,7 @@ import statistics
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ..measure import CONFIDENCE, MIN_MARGIN, Interval, environment_key, rounds_interval, span_margin
+from ..measure import CONFIDENCE, MIN_MARGIN, Interval, environment_key, rounds_interval
 from ..recipe import format_speedup
 from ..trial.lock import host_lock
 from ..trial.spec import Status, TrialResult
@@ -49,6 +49,7 @@ from .records import (
     Confirmation,
     TrialRecord,
     lineup,
+    offer_bar,
     optuna_storage,
     params_key,
     records,
@@ -166,7 +167,7 @@ class Rounds:
     def offers(self) -> bool:
         """Whether a candidate could be offered on its rounds so far (its interval's low bound above its bar,
         ``Confirmation.bar``)."""
-        return any(c.low > 1 + span_margin(self.margin, c.rounds) for c in map(self.candidate, self.top))
+        return any(c.low > offer_bar(self.margin, c.rounds) for c in map(self.candidate, self.top))
 
     def needed_s(self, entries: list[tuple[TrialRecord, int]]) -> float:
         """The rounds ``(candidate, round)`` of ``entries`` (``budget.rounds_s``), an environment's part none where

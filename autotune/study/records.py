@@ -149,10 +149,15 @@ def lineup(study: optuna.Study, top: int, rounds: int = 1) -> tuple[TrialRecord 
     return baseline, sorted(picked, key=lambda r: -(r.result.speedup_low or r.result.objective or 0.0))
 
 
+def offer_bar(margin: float, rounds: int) -> float:
+    """What a confirmation of ``rounds`` rounds asks of a candidate's low bound: ``1 + margin`` (the calibration's)
+    over one round, 1 + the 2% floor over more (``measure.span_margin``)."""
+    return 1 + span_margin(margin, rounds)
+
+
 def confirm_bar(study: optuna.Study, rounds: int) -> float:
-    """What a confirmation of ``rounds`` rounds asks of a candidate's low bound: ``1 + margin`` over one round, the
-    2% floor over more (``measure.span_margin``)."""
-    return 1 + span_margin(study_margin(study), rounds)
+    """``offer_bar`` with the study's calibrated margin."""
+    return offer_bar(study_margin(study), rounds)
 
 
 def contenders(top: list[TrialRecord], bar: float) -> list[TrialRecord]:
@@ -234,9 +239,8 @@ class Confirmation:
     user: UserRuns | None = None  # its choice's process pairs of your training (``claim.user_runs``)
 
     def bar(self, candidate: Candidate) -> float:
-        """What ``candidate``'s low bound must clear: ``1 + margin`` over one round, ``1 + MIN_MARGIN`` over more
-        (``measure.span_margin``)."""
-        return 1 + span_margin(self.margin, candidate.rounds)
+        """What ``candidate``'s low bound must clear (``offer_bar`` over its rounds)."""
+        return offer_bar(self.margin, candidate.rounds)
 
     def _faster(self) -> list[Candidate]:
         """The confirmed candidates whose speedup's LOW bound is above their ``bar``, of those the most rounds
@@ -296,5 +300,5 @@ __all__ = [
     "BASELINE", "COMBINED", "CONFIRM", "CONSTRAINTS", "IN_PROCESS", "MEASURED", "NOT_RUN", "PAIRED", "SEARCH",
     "WARM_START",
     "Attr", "Candidate", "Confirmation", "Role", "SearchOutcome", "StudyAttr", "TrialRecord", "confirm_bar",
-    "contenders", "lineup", "optuna_storage", "params_key", "records", "trial_id",
+    "contenders", "lineup", "offer_bar", "optuna_storage", "params_key", "records", "trial_id",
 ]
