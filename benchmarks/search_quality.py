@@ -15,9 +15,10 @@ pair's factor, each arm's loss at the study's sample count and how an arm failed
 Then (without ``--record``) the search runs against the file: ``search(..., measurer=ReplayMeasurer(grid,
 seed))`` with its real sampler, seeding, race and confirmation, at most ``--fraction`` of the grid's
 combinations as trials, for ``--seeds`` seeds, in seconds: autotune's search, its sampler alone (no seed of any
-kind) and, with ``--baselines``, random search and Optuna's TPE at its defaults, each in the same loop, replayed
-measurer, clock and confirmation (``search(..., sampler=)``: inside autotune's loop, its turns holding the
-environment for in-process trials; not a bare random search). Each is scored on the log scale
+kind) and, with ``--baselines``, random search, Optuna's TPE at its defaults, one factor at a time from the
+defaults, the seed list alone and the grid in random order (``baselines.py``), each in the same loop, replayed
+measurer, clock and confirmation (``search(..., sampler=)``: the baseline picks every trial after the baseline, with
+no in-process turns). Each is scored on the log scale
 (``quality_metrics``): the gain captured G = log T(returned) / log T*, the near-optimal rate, the 10th percentile
 of G, P(T < 1), G against random search's, and G at 30, 60, 120 and 300 s of charged time, medians with bootstrap
 intervals over the seeds. T is, until the grids are verified in held-out sessions (issue 58, item 1), the grid's own
@@ -27,7 +28,7 @@ issue's, on grids whose best is 1.10x or more): median G >= 0.90, near-optimal >
 
     python benchmarks/search_quality.py --record     # once, on a quiet machine (16 minutes on 2 cores)
     python benchmarks/search_quality.py --seeds 20   # replay: the search against the file
-    python benchmarks/search_quality.py --seeds 30 --baselines --budget 120   # beside random search and TPE
+    python benchmarks/search_quality.py --seeds 30 --baselines --budget 120   # beside the baselines
 
 ``benchmarks/grids/cnn-paired.json`` was recorded with ``... --record --pairs 10 --most-pairs 10
 --process-pairs 3 --window-s 0.5`` on a 2-core AMD EPYC (AVX-512 with bf16) with nothing else running (load
@@ -66,6 +67,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import quality_metrics as qm  # noqa: E402 - the scores beside this file
+from baselines import STRATEGIES, Plan  # noqa: E402 - the baselines beside this file
 
 from autotune.testing.replay import ReplayMeasurer  # noqa: E402
 from autotune.trial.spec import Status, TrialResult  # noqa: E402
@@ -75,26 +77,6 @@ AXES = (*SEARCHED, "num_workers")  # what --searched may name
 LOADER = ("num_workers", "persistent_workers", "prefetch_factor")  # the num_workers axis sets all three
 ENVIRONMENT = ("threads", "interop_threads")
 GRIDS = Path(__file__).resolve().parent / "grids"
-
-
-# Each baseline's own seed: TPE's start-up trials are a RandomSampler of its seed, so with one seed for all the
-# sampler alone, random search and TPE drew the same first trials (a 6-trial replay read identical figures).
-def _random(seed: int) -> Any:
-    import optuna
-
-    return optuna.samplers.RandomSampler(seed=100_003 + seed)
-
-
-def _tpe(seed: int) -> Any:
-    import optuna
-
-    return optuna.samplers.TPESampler(seed=200_003 + seed)
-
-
-# (name, seeded, sampler for a seed or None: autotune's), each under the same measurer, clock and confirmation;
-# the first two always run (what the search adds beyond its seeds), the rest with --baselines
-STRATEGIES: list[tuple[str, bool, Any]] = [("autotune", True, None), ("sampler alone", False, None),
-                                           ("random", False, _random), ("tpe defaults", False, _tpe)]
 
 
 class Traced(ReplayMeasurer):
@@ -146,6 +128,13 @@ def _axes(facts: Any, ctx: Any, searched: tuple[str, ...] = SEARCHED) -> list[li
                      *({"num_workers": w, "persistent_workers": True, "prefetch_factor": f}
                        for w in range(1, spaces.data.most_workers(facts) + 1) for f in (2, 4))])
     return axes
+
+
+def _names(keys: list[str]) -> tuple[str, ...]:
+    """The axes (``AXES``) of a grid's searched knobs (``_searched_keys`` backwards; a recorded ``batch_size``
+    is today's ``batch_per_rank``)."""
+    named = {"batch_per_rank": "batch_size", "persistent_workers": None, "prefetch_factor": None}
+    return tuple(n for n in dict.fromkeys(named.get(k, k) for k in keys) if n is not None)
 
 
 def _searched_keys(searched: tuple[str, ...]) -> list[str]:
@@ -346,10 +335,16 @@ def replay(args: argparse.Namespace) -> int:
         if key == grid.key(grid.defaults):  # the reference: its recorded copy is an A/A, the machine's noise
             measured = f"1.000x, the reference (its copy's A/A: {measured})"
         print(f"  {label:9s} {measured}: {dict(zip(grid.searched, key, strict=True))}")
+    from autotune.study.seeds import input_seeds
     from autotune.study.seeds import seeds as search_seeds
 
-    seeded_keys = {grid.key({**grid.defaults, **params}) for _, params in search_seeds(
-        facts, ctx, replace(base_options, fixed=fixed, storage="sqlite://"), grid.workload, None)[1:]}
+    seed_list = [params for _, params in search_seeds(
+        facts, ctx, replace(base_options, fixed=fixed, storage="sqlite://"), grid.workload, None)[1:]]
+    seeded_keys = {grid.key({**grid.defaults, **params}) for params in seed_list}
+    def inputs(wait: float | None) -> list[dict[str, Any]]:
+        return [p for _, p in input_seeds(wait, spaces.defaults(facts, ctx), facts, ctx, fixed)]
+
+    plan = Plan(spaces.defaults(facts, ctx), grid.key, _axes(facts, ctx, _names(grid.searched)), seed_list, inputs)
     truth = grid.scores()  # every cell that ran, feasible or not: what a returned recipe gets (item 1 verifies it)
     best_half = qm.half_width(*_interval(grid, best_key))
     strategies = STRATEGIES if args.baselines else STRATEGIES[:2]
@@ -369,7 +364,7 @@ def replay(args: argparse.Namespace) -> int:
                 measurer = Traced(grid, seed, clock, scores, truth)
                 outcome = search(grid.workload, options=options, measurer=measurer, facts=facts,
                                  timing=Budget.start(options.budget_s, clock.monotonic),
-                                 sampler=make_sampler(seed) if make_sampler else None)
+                                 sampler=make_sampler(seed, plan) if make_sampler else None)
                 key = grid.key(outcome.recipe.params)
                 confirms = sum(1 for r in outcome.records if r.role == "confirm")
                 t = truth.get(key, math.nan)
@@ -502,7 +497,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--confirm", type=int, default=3, help="confirmation candidates (autotune search --confirm)")
     parser.add_argument("--max-loss-increase", type=float, default=0.05)
     parser.add_argument("--baselines", action="store_true",
-                        help="replay: random search and TPE at its defaults too, under the same measurer and clock")
+                        help="replay: random search, TPE at its defaults, one factor at a time, the seed list alone "
+                             "and the grid in random order too, under the same measurer, clock and confirmation")
     args = parser.parse_args(argv)
     return record(args) if args.record else replay(args)
 

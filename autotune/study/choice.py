@@ -39,11 +39,14 @@ if TYPE_CHECKING:
 
 
 def choose_recipe(
-    study: optuna.Study, workload: str, facts: Facts, name: str, confirmation: Confirmation | None = None
+    study: optuna.Study, workload: str, facts: Facts, name: str, confirmation: Confirmation | None = None,
+    searching: tuple[float, float] | None = None,
 ) -> tuple[Recipe, TrialRecord, TrialRecord, list[TrialRecord]]:
     """The recipe (with baseline and best records): the confirmed candidate whose speedup's low bound is above
     ``1 + margin``, else (no confirmation) the fastest feasible trial under the same rule, else the defaults; the
-    confirmation's choice states what its process pairs of your training read (``claim.stated``), where they ran."""
+    confirmation's choice states what its process pairs of your training read (``claim.stated``), where they ran.
+    ``searching``: this search's seconds from the calibration's end to the confirmation's start and the timed ones
+    among them (``SearchLoop.searching``), for the time note."""
     all_records = records(study)
     searched = [r for r in all_records if r.role != CONFIRM]
     baselines = [r for r in searched if r.role == BASELINE and r.result.status == Status.OK]
@@ -80,7 +83,7 @@ def choose_recipe(
         notes.append(f"{knob} left out of the search: {why}")
     for dtype, why in (study.user_attrs.get(StudyAttr.NOT_SEEDED) or {}).items():
         notes.append(f"{dtype} not seeded: {why}")
-    notes.append(time_note(all_records))
+    notes.append(time_note(all_records, searching))
     notes += filter(None, [defaults_note(all_records)])
     peak = best.result.peak_memory_bytes  # CUDA: the 90% warning rides with the recipe
     notes += filter(None, [spaces.batch.memory_warning(peak, best.result.in_effect.get("device_memory_bytes"))])
@@ -193,10 +196,12 @@ def _single(searched: list[TrialRecord], baseline: TrialRecord, margin: float,
     return best, best.result
 
 
-def time_spent(all_records: list[TrialRecord]) -> dict[str, float]:
+def time_spent(all_records: list[TrialRecord], searching: tuple[float, float] | None = None) -> dict[str, float]:
     """Where the trials' time went, in seconds: ``timed`` (windows), ``calibration`` (the baseline trial's A/A
     outside its windows), ``startup`` (worker and process starts, environment factors outside their windows),
-    ``warmup`` (building arms, compiling, warm-up steps), ``evaluation`` (the rest: losses, dropping arms)."""
+    ``warmup`` (building arms, compiling, warm-up steps), ``evaluation`` (the rest: losses, dropping arms); with
+    ``searching``, this search's ``searching`` seconds from the calibration's end to the confirmation's start (the
+    time between trials too) and the candidates' ``searching_timed`` windows among them."""
     def total(field: str, rows: list[TrialRecord]) -> float:
         return sum(getattr(r.result, field) or 0.0 for r in rows)
 
@@ -207,18 +212,22 @@ def time_spent(all_records: list[TrialRecord]) -> dict[str, float]:
     calibration = max(0.0, total("wall_s", base) - total("timed_s", base))
     return {"wall": wall, "timed": timed, "calibration": calibration, "startup": startup, "warmup": warmup,
             "evaluation": max(0.0, wall - timed - calibration - startup - warmup),
-            "confirmation": total("wall_s", [r for r in all_records if r.role == CONFIRM])}
+            "confirmation": total("wall_s", [r for r in all_records if r.role == CONFIRM]),
+            **({"searching": searching[0], "searching_timed": searching[1]} if searching is not None else {})}
 
 
-def time_note(all_records: list[TrialRecord]) -> str:
-    """``timed X s of Y s (Z%)``, and where the rest went."""
-    t = time_spent(all_records)
+def time_note(all_records: list[TrialRecord], searching: tuple[float, float] | None = None) -> str:
+    """``timed X s of Y s (Z%)``, where the rest went, and with ``searching`` the search's share (``time_spent``)."""
+    t = time_spent(all_records, searching)
     share = t["timed"] / t["wall"] if t["wall"] else 0.0
     ran = sum(1 for r in all_records if r.result.status not in NOT_RUN)
     return (f"timed {t['timed']:.0f} s of {t['wall']:.0f} s in {ran} trial(s) ({share:.0%}); "
             f"the rest: calibration {t['calibration']:.0f} s, start-up {t['startup']:.0f} s, "
             f"warm-up/compile {t['warmup']:.0f} s, evaluation {t['evaluation']:.0f} s; "
-            f"confirmation {t['confirmation']:.0f} s of the whole")
+            f"confirmation {t['confirmation']:.0f} s of the whole"
+            + (f"; from the calibration's end to the confirmation's start, {searching[1]:.0f} s of "
+               f"{searching[0]:.0f} s timed ({searching[1] / searching[0]:.0%})"
+               if searching is not None and searching[0] > 0 else ""))
 
 
 def defaults_note(all_records: list[TrialRecord]) -> str | None:

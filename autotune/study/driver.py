@@ -290,12 +290,15 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
     ``attrs``: user attributes set on the study once it is open. ``timing``: the search's time, begun before
     (script mode's, at its first copy) or on another clock (a replay's); default: ``options.budget_s`` from now.
     ``sampler``: an Optuna sampler in place of autotune's (a benchmark's baseline: random search, TPE at its
-    defaults), in the same loop, measurer, clock and confirmation; ``options.fixed`` still holds.
+    defaults, one factor at a time), in the same loop, measurer, clock and confirmation; it picks every trial after
+    the baseline (no seeds, whatever ``options.seeded`` says, and no in-process turns); ``options.fixed`` holds.
 
     >>> outcome = search("tiny", budget="60s")          # doctest: +SKIP
     >>> outcome.recipe.speedup                           # doctest: +SKIP
     """
     options = options or SearchOptions()
+    if sampler is not None:
+        options = replace(options, seeded=False)
     if budget is not None:
         options = replace(options, budget_s=parse_duration(budget) if isinstance(budget, str) else float(budget))
     if trials is not None:
@@ -327,9 +330,10 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
         study.set_user_attr(StudyAttr.NOT_SEEDED, skipped)
     loop = SearchLoop(study, workload, facts, ctx, run, options, timing, notify,
                       seeds=seeds(facts, ctx, options, workload, measured, fresh_processes=fresh_processes(measurer)),
-                      measurer=measurer)
+                      measurer=measurer, outside_sampler=sampler is not None)
     try:
         stopped = loop.run()
+        searching = loop.searching(timing.now())
         if not _has_baseline(study):
             raise TrialError(
                 f"the baseline (PyTorch defaults) did not complete: {loop.baseline_error or 'not run'}; "
@@ -338,7 +342,7 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
         confirmation = confirm(loop)
     finally:
         loop.measurer.close()  # every worker process ends with the search (Ctrl-C included)
-    recipe, baseline, best, records = choose_recipe(study, workload, facts, name, confirmation)
+    recipe, baseline, best, records = choose_recipe(study, workload, facts, name, confirmation, searching)
     with RecipeStore.open(options.storage) as store:
         stored = store.save(recipe)
     # The interval as measured, whether or not this storage has columns for it yet (the store reads back the rest).
@@ -348,7 +352,7 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
     if noise is not None:  # the report reads it: without, it said "between fresh processes not measured"
         study.set_user_attr(StudyAttr.NOISE, noise)
     outcome = SearchOutcome(name, recipe, baseline, best, records, stopped, timing.now() - started, confirmation,
-                            noise, time_spent(records))
+                            noise, time_spent(records, searching))
     notify(SearchDone(outcome))
     return outcome
 

@@ -67,7 +67,7 @@ class SearchLoop(Turns):
     def __init__(
         self, study: optuna.Study, workload: str, facts: Facts, ctx: spaces.SpaceContext,
         run_settings: dict[str, Any], options: SearchOptions, budget: Budget, notify: Progress,
-        seeds: list[Seed] | None = None, measurer: PairedMeasurer | None = None,
+        seeds: list[Seed] | None = None, measurer: PairedMeasurer | None = None, outside_sampler: bool = False,
     ) -> None:
         self.study, self.workload, self.facts, self.ctx = study, workload, facts, ctx
         self.run_settings, self.options, self.budget, self.notify = run_settings, options, budget, notify
@@ -87,6 +87,9 @@ class SearchLoop(Turns):
         self.baseline_error: str | None = None
         self.duplicates = 0  # consecutive samples of a recipe measured before (``_measured_before``)
         self.input_read = False  # whether the baseline's wait for data was read (``seed_the_input``)
+        self.outside_sampler = outside_sampler  # it picks every trial after the baseline (``Turns.in_process_turn``)
+        # the calibration's end (and the baseline's), on the budget's clock and the wall clock (``searching``)
+        self.searching_from: tuple[float, float] | None = None
 
     def phase(self, name: str, detail: str = "") -> None:
         """What the measurement is doing now (``events.Phase``), for the live display."""
@@ -154,6 +157,7 @@ class SearchLoop(Turns):
         environment factors the study's trials recorded are handed to the measurer: a continued search does
         not measure them again."""
         self.noise = self.measurer.calibrate(max(1.0, timeout_s))
+        self.searching_from = self.budget.now(), self.budget.wall()
         self.study.set_user_attr(StudyAttr.NOISE, asdict(self.noise))
         factors = self._factors()
         for r in records(self.study):
@@ -161,6 +165,19 @@ class SearchLoop(Turns):
             if recorded:
                 factors.setdefault(environment_key(r.params), Interval(**recorded))
         return self.noise
+
+    def searching(self, until: float) -> tuple[float, float] | None:
+        """The seconds from the calibration's end (the baseline's, its loss included) to ``until`` (the
+        confirmation's start, on the budget's clock) and how many of them were candidates' timed windows: every
+        candidate begun since, another worker's too (a worker waits for the host lock while another measures);
+        None where this search calibrated nothing."""
+        if self.searching_from is None:
+            return None
+        since, wall = self.searching_from
+        timed = sum(t.user_attrs.get(Attr.TIMED_S) or 0.0 for t in self.study.get_trials(deepcopy=False)
+                    if t.user_attrs.get(Attr.ROLE) not in (BASELINE, CONFIRM)
+                    and (t.user_attrs.get(Attr.RUN_STARTED) or 0.0) >= wall)
+        return max(0.0, until - since), timed
 
     def _follow_noise(self) -> None:
         """A measurer that sizes its rounds from what its trials measured (script mode's) changed its noise: the
@@ -328,6 +345,8 @@ class SearchLoop(Turns):
     def record(self, trial: optuna.Trial, role: str, params: dict[str, Any], result: TrialResult) -> None:
         """Store the trial's result and constraints and tell Optuna its value (or state)."""
         self._follow_noise()
+        if role == BASELINE:  # its loss, evaluated after the calibration, is not the search's time
+            self.searching_from = self.budget.now(), self.budget.wall()
         guarded = None if role == BASELINE else self.guard.of_result(params, result, self.noise)
         verdict.record(self.study, self.facts, self.options, trial, role, params, result, self.notify, guarded)
 

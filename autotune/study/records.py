@@ -31,6 +31,7 @@ class Attr:
     STATUS: Final = "status"
     ERROR: Final = "error"
     WALL_S: Final = "wall_s"
+    TIMED_S: Final = "timed_s"
     INFEASIBLE: Final = "infeasible"  # why a measured trial does not count (quality guard, a knob not in effect)
     LOSS_SAMPLES: Final = "loss_samples"
     RUN_STARTED: Final = "run_started"  # wall clock: comparable between workers

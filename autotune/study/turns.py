@@ -45,6 +45,7 @@ class Turns:
     notify: Progress
     duplicates: int
     input_read: bool
+    outside_sampler: bool  # a sampler given to ``search()`` (a benchmark's baseline) picks every trial
 
     def estimate_s(self, compile_mode: str | None = None) -> float | None:
         """How long one full trial will likely take (``budget.estimate_s``)."""
@@ -67,7 +68,8 @@ class Turns:
         seed = next_seed(self.study, self.seeds)
         params = ({**self.defaults, **waiting[0].system_attrs.get("fixed_params", {})} if waiting
                   else seed[1] if seed is not None
-                  else combination(self.study, self.facts, self.ctx, self.options.fixed))
+                  else combination(self.study, self.facts, self.ctx, self.options.fixed) if self.options.seeded
+                  else None)
         if params is None and self.in_process_turn():
             return self._cheap_estimate_s()
         if params is None:
@@ -92,7 +94,7 @@ class Turns:
         waiting would start one. So the budget's end is not left unused while a cheap candidate still fits."""
 
         cheap = self._cheap_estimate_s()
-        if cheap is None or available < cheap:
+        if cheap is None or available < cheap or self.outside_sampler:  # its next sample may start processes
             return False
         waiting = self._waiting()
         if waiting:
@@ -164,8 +166,10 @@ class Turns:
         the in-process knobs unexplored. So the time is split, twice as much for the in-process knobs, in the best
         warm environment, as for the environments, which keeps most of the trials' time timed. The turn gives way
         once ``DUPLICATES_YIELD`` samples in a row were recipes measured before (a small in-process space, or TPE
-        sure of its best): a sample Optuna draws freely comes next."""
-        if self.duplicates >= DUPLICATES_YIELD or fresh_processes(self.measurer):
+        sure of its best): a sample Optuna draws freely comes next. Never for a sampler given to ``search()``
+        (``outside_sampler``): a benchmark's uniform random search held to the defaults' environment two thirds of
+        its time is not uniform, and one-factor-at-a-time or a grid's order could not follow their own plan."""
+        if self.outside_sampler or self.duplicates >= DUPLICATES_YIELD or fresh_processes(self.measurer):
             return False  # a measurer that starts processes for every trial (script mode's) has no cheap ones
         started = not_started = 0.0
         for r in records(self.study):
