@@ -15,10 +15,14 @@ ratios kept, so the campaign resumes where it stopped and ``--summary`` judges i
 
 Verdicts take the 2% margin (``MIN_MARGIN``): a fresh worker has no calibration of its own to set one. Per half:
 ``--aa`` comparisons of identical arms (A/A); then the gain this design tells apart 4 times in 5
-(``measure.told_apart``, the noise line's formula, at the A/A intervals' width); then ``--effects`` comparisons
-of a knob worth that gain, of three kinds a real knob changes (``benchmarks/effects.py``: more compute, a stall,
-an allocator's work), in turn; and for each kind a long reference run (3 workers x 32 pairs in one process, 12
-process pairs across) whose median is the truth the effect comparisons' intervals are checked against. Targets per
+(``measure.told_apart``, the noise line's formula): across processes at the A/A's pooled spread; in one process at
+the width a candidate's own interval has, the search's noise line's source (``study.claim.searched_noise``), read
+from a pilot of ``--pilot`` effect comparisons at the A/A intervals' width (arms that differ cancel less of a
+window's noise than identical arms: at the A/A's width, 5.3% here, 17 of 40 were detected, where their own intervals
+were 2.9 times as wide); then ``--effects`` comparisons of a knob worth that gain, of three kinds a real knob
+changes (``benchmarks/effects.py``: more compute, a stall, an allocator's work), in turn; and for each kind a long
+reference run (3 workers x 32 pairs in one process, 12 process pairs across) whose median is the truth the effect
+comparisons' intervals are checked against. Targets per
 half (the issue's): A/A false differences at most 10%, A/A coverage and effect coverage at least 90%, the
 80%-power gain detected in 70-90% (which a design of exactly 80% power misses 7% of the time at 40 comparisons),
 each printed with its Clopper-Pearson 95% interval. ``--broken`` judges the same ratios with 80% intervals said
@@ -154,7 +158,8 @@ def summary(records: list[dict[str, Any]], broken: bool = False) -> dict[str, An
     out: dict[str, Any] = {}
     for half in ("in", "across"):
         aa = [r for r in records if r["half"] == half and r["role"] == "aa"]
-        found = [r for r in records if r["half"] == half and r["role"] == "effect"]
+        share, pilot = design_share(records, half) if aa else (math.nan, [])
+        found = [r for r in records if r["half"] == half and r["role"] == "effect" and r["share"] == share]
         if not aa and not found:
             continue
         said = [_said(r, broken) for r in aa]
@@ -164,10 +169,17 @@ def summary(records: list[dict[str, Any]], broken: bool = False) -> dict[str, An
         truths = {(r["kind"], r["share"]): _reference(records, half, r["kind"], r["share"]) for r in found}
         judged = [(r, _said(r, broken), truths[(r["kind"], r["share"])]) for r in found]
         covered = [iv.contains(truth) for _, iv, truth in judged if truth is not None]
-        row.update({"share": found[0]["share"] if found else power_share(aa), "effects": len(found),
+        if pilot:  # the design the A/A's width alone would size: its detections, reported apart
+            row["pilot"] = {"share": pilot[0]["share"], "effects": len(pilot),
+                            "detected": sum(verdict(_said(r, broken), MIN_MARGIN) == "faster" for r in pilot)}
+        # the 80%-power gain at the judged effects' own widths: above the share, they were sized too small
+        row.update({"share": share if math.isfinite(share) else None,
+                    "effects_told_apart": effect_share(found) if found and half == "in" else None,
+                    "effects": len(found),
                     "detected": sum(verdict(iv, MIN_MARGIN) == "faster" for _, iv, _ in judged),
                     "effect_coverage": sum(covered), "effect_referenced": len(covered),
                     "truth": {f"{k}": round(v, 4) for (k, _), v in truths.items() if v is not None}})
+        row["power"] = power_check(records, half, [*pilot, *found], broken)
         checks = [(row["aa_false"], row["aa"], None, 0.10), (row["aa_coverage"], row["aa"], 0.90, None),
                   (row["effect_coverage"], row["effect_referenced"], 0.90, None),
                   (row["detected"], row["effects"], 0.70, 0.90)]
@@ -185,6 +197,64 @@ def summary(records: list[dict[str, Any]], broken: bool = False) -> dict[str, An
                       "pairs_inside_run_range": sum(lo <= x <= hi for lo, hi, x in pairs), "pairs": len(pairs),
                       "passed": bool(offered) and len(offered) - inside <= max(1, 0.1 * len(offered))}
     return out
+
+
+def power_check(records: list[dict[str, Any]], half: str, found: list[dict[str, Any]],
+                broken: bool = False) -> dict[str, Any] | None:
+    """Is the power formula the noise line prints (``told_apart``) right at the sizes the effects really had? Each
+    kind's truth (its reference run) and its comparisons' spread give each comparison's chance to clear ``1 +
+    MIN_MARGIN``: in one process the normal formula at their median interval width (``told_apart``'s); across, the
+    t interval's (a noncentral t, drawn: with 3-4 process pairs the normal one said 98% where 88% were seen) at
+    their pooled spread. The chances' sum is the detections expected, with a 95% band (the normal approximation of
+    their sum's spread). It asks no effect to be of the share asked (the fixtures are not: more chain links or a
+    sleep of a share are not that share of a step)."""
+    from statistics import NormalDist
+
+    from autotune.measure.stats import MIN_MARGIN, verdict
+
+    groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    for r in found:
+        groups.setdefault((r["kind"], r["share"]), []).append(r)
+    expected = variance = 0.0
+    observed = counted = 0
+    for (kind, share), rows in groups.items():
+        truth = _reference(records, half, kind, share)
+        if truth is None:
+            continue
+        intervals = [_said(r, broken) for r in rows]
+        gap = math.log(truth) - math.log(1 + MIN_MARGIN)
+        if half == "in":
+            z = NormalDist().inv_cdf(0.975)
+            se = statistics.median(math.log(iv.high / iv.low) / 2 for iv in intervals) / z
+            chance = NormalDist().cdf(gap / se - z) if se > 0 else float(gap > 0)
+        else:
+            logs = [[math.log(x) for x in r["ratios"]] for r in rows if len(r["ratios"]) >= 2]
+            df = sum(len(x) - 1 for x in logs)
+            sd = math.sqrt(sum(statistics.variance(x) * (len(x) - 1) for x in logs) / df) if df else 0.0
+            chance = _t_power(gap, sd, round(statistics.median(len(x) for x in logs))) if sd > 0 else float(gap > 0)
+        expected, variance = expected + chance * len(rows), variance + chance * (1 - chance) * len(rows)
+        observed += sum(verdict(iv, MIN_MARGIN) == "faster" for iv in intervals)
+        counted += len(rows)
+    if not counted:
+        return None
+    spread = 1.96 * math.sqrt(variance)
+    return {"comparisons": counted, "detected": observed, "expected": round(expected, 1),
+            "band": [round(expected - spread, 1), round(expected + spread, 1)],
+            "within": expected - spread <= observed <= expected + spread}
+
+
+def _t_power(gap: float, sd: float, n: int, draws: int = 20_000) -> float:
+    """The chance that the 95% t interval of ``n`` log ratios of spread ``sd`` has its low bound above ``gap``'s
+    start (a one-sided t test at 2.5%: a noncentral t, drawn with a fixed seed)."""
+    import random
+
+    from autotune.measure.stats import t_quantile
+
+    rng, df = random.Random(7), n - 1
+    t, shift = t_quantile(0.975, df), gap / (sd / math.sqrt(n))
+    hits = sum((rng.gauss(0.0, 1.0) + shift) / math.sqrt(rng.gammavariate(df / 2, 2.0) / df) > t
+               for _ in range(draws))
+    return hits / draws
 
 
 def _lag1(records: list[dict[str, Any]]) -> float | None:
@@ -235,10 +305,32 @@ def _read(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
+def design_share(records: list[dict[str, Any]], half: str) -> tuple[float, list[dict[str, Any]]]:
+    """The gain ``half``'s effect comparisons are sized at (``power_share``; in one process, ``effect_share`` of the
+    pilot), and the pilot: the effect comparisons at the A/A's share (in one process; none across). Once an effect
+    is recorded at another share, that share is the design's: a resumed campaign whose pilot or A/A grew keeps it."""
+    share = power_share([r for r in records if r["half"] == half and r["role"] == "aa"])
+    if half != "in":
+        return share, []
+    found = [r for r in records if r["half"] == half and r["role"] == "effect"]
+    pilot = [r for r in found if r["share"] == share]
+    pinned = next((r["share"] for r in found if r["share"] != share), None)
+    return (pinned if pinned is not None else effect_share(pilot) if pilot else math.nan), pilot
+
+
+def effect_share(pilot: list[dict[str, Any]]) -> float:
+    """The gain (a share) told apart 4 times in 5 at the median width of the ``pilot``'s own intervals, as the
+    noise line reads a candidate's interval (``told_apart``, ``MIN_MARGIN``), to 0.1%."""
+    from autotune.measure import told_apart
+    from autotune.measure.stats import MIN_MARGIN
+
+    return round(statistics.median(told_apart(MIN_MARGIN, iv.low, iv.high) for iv in map(judge, pilot)), 3)
+
+
 def _campaign(half: str, args: argparse.Namespace, records: list[dict[str, Any]], facts: Any,
               record: Any) -> None:
-    """``half``'s A/A comparisons, then the reference runs and the effect comparisons at the 80%-power gain, each
-    run only where ``records`` lack it."""
+    """``half``'s A/A comparisons, in one process the pilot, then the reference runs and the effect comparisons at
+    the 80%-power gain (``design_share``), each run only where ``records`` lack it."""
     base = _base(facts)
 
     def one(kind: str, share: float, knob: bool, seed: int, *, pairs: int = args.pairs,
@@ -255,8 +347,16 @@ def _campaign(half: str, args: argparse.Namespace, records: list[dict[str, Any]]
     for i in range(len(have("aa")), args.aa):
         record({"half": half, "role": "aa", "kind": "compute", "share": 0.0, "index": i,
                 **one("compute", 0.0, False, seed=i)})
-    effects_done = have("effect")
-    share = effects_done[0]["share"] if effects_done else power_share(have("aa"))
+    if half == "in":
+        at_aa = power_share(have("aa"))
+        for i in range(len(have("effect", share=at_aa)), args.pilot):
+            kind = effects.KINDS[i % len(effects.KINDS)]
+            record({"half": half, "role": "effect", "kind": kind, "share": at_aa, "index": i,
+                    **one(kind, at_aa, True, seed=1_000 + i)})
+    share, pilot = design_share(records, half)
+    if pilot and share == pilot[0]["share"]:
+        raise SystemExit(f"{half}: the pilot's width gives the A/A's gain ({share}): no effect would be held out")
+    effects_done = have("effect", share=share)
     if not 0 < share < 1:
         raise SystemExit(f"{half}: no gain this design tells apart 4 times in 5 ({share})")
     print(f"{half}: the gain told apart 4 times in 5 is {share:.1%}; the effects are of that share", flush=True)
@@ -270,7 +370,7 @@ def _campaign(half: str, args: argparse.Namespace, records: list[dict[str, Any]]
     for i in range(len(effects_done), args.effects):
         kind = effects.KINDS[i % len(effects.KINDS)]
         record({"half": half, "role": "effect", "kind": kind, "share": share, "index": i,
-                **one(kind, share, True, seed=1_000 + i)})
+                **one(kind, share, True, seed=(2_000 if half == "in" else 1_000) + i)})
 
 
 def _estimate_s(args: argparse.Namespace, halves: list[str]) -> float:
@@ -278,7 +378,8 @@ def _estimate_s(args: argparse.Namespace, halves: list[str]) -> float:
     about 0.35 s; a process pair about 20 s; a search its budget and its reference pairs about 20 s each."""
     per = {"in": 8 + 2 * args.pairs * 0.35, "across": sum(args.process_pairs) / 2 * 20}
     references = {"in": 3 * (8 + 64 * 0.35), "across": 12 * 20} if not args.quick else {"in": 14, "across": 60}
-    runs = sum((args.aa + args.effects) * per[h] + len(effects.KINDS) * references[h] for h in halves)
+    runs = sum((args.aa + args.effects + (args.pilot if h == "in" else 0)) * per[h] + len(effects.KINDS) * references[h]
+               for h in halves)
     return runs + args.e2e * (_budget_s(args.budget) + 8 * 20)
 
 
@@ -291,6 +392,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--half", choices=("both", "in", "across", "none"), default="both")
     parser.add_argument("--aa", type=int, default=60, help="A/A comparisons per half (default 60)")
     parser.add_argument("--effects", type=int, default=40, help="effect comparisons per half (default 40)")
+    parser.add_argument("--pilot", type=int, default=12,
+                        help="in one process: at least this many effect comparisons at the A/A's width, whose own "
+                             "widths size the effects (default 12; all recorded ones count)")
     parser.add_argument("--pairs", type=int, default=16, help="window pairs per in-process comparison (default 16)")
     parser.add_argument("--process-pairs", type=lambda t: tuple(int(x) for x in t.split("-")), default=(3, 8),
                         metavar="LEAST-MOST", help="fresh process pairs per comparison across (default 3-8)")
@@ -303,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="2 A/A and 3 effect comparisons a half, 8 pairs, into a file of its own: a smoke test")
     args = parser.parse_args(argv)
     if args.quick:
-        args.aa, args.effects, args.pairs, args.process_pairs = 2, 3, 8, (3, 3)
+        args.aa, args.effects, args.pilot, args.pairs, args.process_pairs = 2, 3, 2, 8, (3, 3)
         if args.out == OUT:
             args.out = Path(tempfile.gettempdir()) / "noise-quick.jsonl"
             if not args.summary:
