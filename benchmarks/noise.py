@@ -17,14 +17,13 @@ Verdicts take the 2% margin (``MIN_MARGIN``): a fresh worker has no calibration 
 ``--aa`` comparisons of identical arms (A/A); then the gain this design tells apart 4 times in 5
 (``measure.told_apart``, the noise line's formula): across processes at the A/A's pooled spread; in one process at
 the width a candidate's own interval has, the search's noise line's source (``study.claim.searched_noise``), read
-from a pilot of ``--pilot`` effect comparisons at the A/A intervals' width (arms that differ cancel less of a
-window's noise than identical arms: at the A/A's width, 5.3% here, 17 of 40 were detected, where their own intervals
-were 2.9 times as wide); then ``--effects`` comparisons of a knob worth that gain, of three kinds a real knob
-changes (``benchmarks/effects.py``: more compute, a stall, an allocator's work), in turn; and for each kind a long
-reference run (3 workers x 32 pairs in one process, 12 process pairs across) whose median is the truth the effect
-comparisons' intervals are checked against. Targets per
-half (the issue's): A/A false differences at most 10%, A/A coverage and effect coverage at least 90%, the
-80%-power gain detected in 70-90% (which a design of exactly 80% power misses 7% of the time at 40 comparisons),
+from a pilot of ``--pilot`` effect comparisons at the A/A intervals' width (arms that differ may cancel less of a
+window's noise than identical arms); then ``--effects`` comparisons of a knob worth that gain, of three kinds a
+real knob changes (``benchmarks/effects.py``: more compute, a stall, an allocator's work), in turn; and for each
+kind a long reference run (3 workers x 32 pairs in one process, 12 process pairs across) whose median is the truth
+the effect comparisons' intervals are checked against. Targets per half (the issue's): A/A false differences at
+most 10%, A/A coverage and effect coverage at least 90%, the 80%-power gain detected in 70-90% (which a design of
+exactly 80% power misses 7% of the time at 40 comparisons),
 each printed with its Clopper-Pearson 95% interval. ``--broken`` judges the same ratios with 80% intervals said
 to be 95%: the benchmark must fail on them (a benchmark that cannot fail is no check).
 
@@ -159,7 +158,8 @@ def summary(records: list[dict[str, Any]], broken: bool = False) -> dict[str, An
     for half in ("in", "across"):
         aa = [r for r in records if r["half"] == half and r["role"] == "aa"]
         share, pilot = design_share(records, half) if aa else (math.nan, [])
-        found = [r for r in records if r["half"] == half and r["role"] == "effect" and r["share"] == share]
+        found = [r for r in records if r["half"] == half and r["role"] == "effect" and r["share"] == share
+                 and (half != "in" or r.get("sized") == "pilot")]
         if not aa and not found:
             continue
         said = [_said(r, broken) for r in aa]
@@ -307,14 +307,15 @@ def _read(path: Path) -> list[dict[str, Any]]:
 
 def design_share(records: list[dict[str, Any]], half: str) -> tuple[float, list[dict[str, Any]]]:
     """The gain ``half``'s effect comparisons are sized at (``power_share``; in one process, ``effect_share`` of the
-    pilot), and the pilot: the effect comparisons at the A/A's share (in one process; none across). Once an effect
-    is recorded at another share, that share is the design's: a resumed campaign whose pilot or A/A grew keeps it."""
+    pilot), and the pilot: the effect comparisons at the A/A's share (in one process, ``sized`` "aa"; none across).
+    Once an effect sized by the pilot is recorded (``sized`` "pilot"), its share is the design's: a resumed campaign
+    whose pilot grew keeps it."""
     share = power_share([r for r in records if r["half"] == half and r["role"] == "aa"])
     if half != "in":
         return share, []
     found = [r for r in records if r["half"] == half and r["role"] == "effect"]
-    pilot = [r for r in found if r["share"] == share]
-    pinned = next((r["share"] for r in found if r["share"] != share), None)
+    pilot = [r for r in found if r["share"] == share and r.get("sized", "aa") == "aa"]
+    pinned = next((r["share"] for r in found if r.get("sized") == "pilot"), None)
     return (pinned if pinned is not None else effect_share(pilot) if pilot else math.nan), pilot
 
 
@@ -351,12 +352,12 @@ def _campaign(half: str, args: argparse.Namespace, records: list[dict[str, Any]]
         at_aa = power_share(have("aa"))
         for i in range(len(have("effect", share=at_aa)), args.pilot):
             kind = effects.KINDS[i % len(effects.KINDS)]
-            record({"half": half, "role": "effect", "kind": kind, "share": at_aa, "index": i,
+            record({"half": half, "role": "effect", "kind": kind, "share": at_aa, "index": i, "sized": "aa",
                     **one(kind, at_aa, True, seed=1_000 + i)})
     share, pilot = design_share(records, half)
     if pilot and share == pilot[0]["share"]:
         raise SystemExit(f"{half}: the pilot's width gives the A/A's gain ({share}): no effect would be held out")
-    effects_done = have("effect", share=share)
+    effects_done = [r for r in have("effect", share=share) if half != "in" or r.get("sized") == "pilot"]
     if not 0 < share < 1:
         raise SystemExit(f"{half}: no gain this design tells apart 4 times in 5 ({share})")
     print(f"{half}: the gain told apart 4 times in 5 is {share:.1%}; the effects are of that share", flush=True)
@@ -369,7 +370,8 @@ def _campaign(half: str, args: argparse.Namespace, records: list[dict[str, Any]]
                     **one(kind, share, True, seed=10_000 + w, **extra)})
     for i in range(len(effects_done), args.effects):
         kind = effects.KINDS[i % len(effects.KINDS)]
-        record({"half": half, "role": "effect", "kind": kind, "share": share, "index": i,
+        sized = {"sized": "pilot"} if half == "in" else {}
+        record({"half": half, "role": "effect", "kind": kind, "share": share, "index": i, **sized,
                 **one(kind, share, True, seed=(2_000 if half == "in" else 1_000) + i)})
 
 
@@ -402,6 +404,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", default="3m", help="each end-to-end search's budget (default 3m)")
     parser.add_argument("--out", type=Path, default=OUT, help=f"JSON lines, appended (default {OUT})")
     parser.add_argument("--summary", action="store_true", help="judge what --out holds; run nothing")
+    parser.add_argument("--machine", default=None,
+                        help="the fingerprint whose records are judged and resumed (default: this machine's; 'all')")
     parser.add_argument("--broken", action="store_true", help="judge with 80%% intervals said to be 95%%")
     parser.add_argument("--quick", action="store_true",
                         help="2 A/A and 3 effect comparisons a half, 8 pairs, into a file of its own: a smoke test")
@@ -413,13 +417,20 @@ def main(argv: list[str] | None = None) -> int:
             if not args.summary:
                 args.out.unlink(missing_ok=True)
     halves = [h for h in ("in", "across") if args.half in ("both", h)]
-    records = _read(args.out)
+    from autotune import probes
+
+    facts = probes.probe()
+    machine = args.machine or facts.fingerprint
+    every = _read(args.out)
+    # A campaign is one machine's: its A/A sizes its effects, its references are their truth (a VM's CPU may change
+    # between sessions: a Zen 3 half was resumed on a Zen 4 before the records were told apart).
+    records = every if machine == "all" else [r for r in every if r.get("fingerprint") == machine]
+    print(f"machine {machine}: {len(records)} of the {len(every)} records in {args.out}", flush=True)
     if not args.summary:
+        if machine != facts.fingerprint:
+            raise SystemExit(f"--machine {machine}: this machine is {facts.fingerprint}; it can only add its own")
         print(f"about {_estimate_s(args, halves) / 60:.0f} minutes if nothing is recorded yet; results to {args.out}",
               flush=True)
-        from autotune import probes
-
-        facts = probes.probe()
         args.out.parent.mkdir(parents=True, exist_ok=True)
 
         def record(row: dict[str, Any]) -> None:
@@ -443,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{half}: " + ", ".join(f"{k} {v}" for k, v in row.items() if k not in ("bounds", "truth"))
               + (f"; Clopper-Pearson 95%: {row['bounds']}; truth {row['truth']}" if "bounds" in row else ""))
     passed = bool(found) and all(row["passed"] for row in found.values())
-    print(json.dumps({"benchmark": "noise", "broken": args.broken, **found, "passed": passed}))
+    print(json.dumps({"benchmark": "noise", "machine": machine, "broken": args.broken, **found, "passed": passed}))
     return 0 if passed else 1
 
 

@@ -15,8 +15,8 @@ import noise  # noqa: E402 - the benchmark under test
 
 def _records(half: str, seed: int) -> list[dict]:
     """60 A/A and 40 effect comparisons of one half, drawn: window pairs (16, in one process) or process pairs
-    (4, across) with a log spread of 3%; in one process an effect's arms differ and its pairs spread 6% (measured
-    here: 2.9 times the A/A's width), so a pilot of 12 at the A/A's gain sizes the effects (``design_share``); the
+    (4, across) with a log spread of 3%; in one process an effect's arms differ and its pairs spread 6% (twice the
+    A/A's), so a pilot of 12 at the A/A's gain sizes the effects (``design_share``); the
     effects at the gain the design tells apart 4 times in 5, and a long reference run of each kind at that gain."""
     rng = random.Random(seed)
 
@@ -37,7 +37,8 @@ def _records(half: str, seed: int) -> list[dict]:
     pilot = [effect(kinds[i % 3], share, units()) for i in range(12)] if half == "in" else []
     share = noise.effect_share(pilot) if pilot else share
     references = [{**effect(kind, share, 400), "role": "reference"} for kind in kinds]
-    return aa + pilot + references + [effect(kinds[i % 3], share, units()) for i in range(40)]
+    sized = {"sized": "pilot"} if half == "in" else {}
+    return aa + pilot + references + [{**effect(kinds[i % 3], share, units()), **sized} for i in range(40)]
 
 
 @pytest.mark.parametrize("half", ["in", "across"])
@@ -49,8 +50,9 @@ def test_the_noise_benchmark_passes_true_intervals_and_fails_broken_ones(half: s
 
 
 def test_in_one_process_the_effects_are_sized_at_their_own_width_not_the_a_a_s() -> None:
-    """Sized at the A/A's width, effects whose arms differ were detected 17 times in 40 here (the design said 32):
-    the pilot at that width is reported apart, and the effects judged are those at the pilot's own width."""
+    """Where effects' arms spread twice as much as the A/A's, effects sized at the A/A's width are detected far
+    less than 4 times in 5: the pilot at that width is reported apart, and the effects judged are those sized at the
+    pilot's own width (``sized`` "pilot"), as the noise line reads a candidate's own interval."""
     records = _records("in", seed=3)
     row = noise.summary(records)["in"]
     assert row["pilot"]["effects"] == 12 and row["pilot"]["detected"] < 0.7 * 12, row["pilot"]
