@@ -372,7 +372,10 @@ def replay(args: argparse.Namespace) -> int:
                     "seed": seed, "best_found": scores.get(key, 0.0) / grid_best, "truth": t,
                     "gain": qm.gain(t, grid_best), "near": qm.near_optimal(t, grid_best, best_half),
                     "gain_at": [qm.gain(x, grid_best) for x in qm.anytime(measurer.trace)],
-                    "trials": len(outcome.records) - confirms, "confirmation_runs": confirms,
+                    # measured, as --trials counts them: not a repeat the loop skipped (a planned baseline's end)
+                    "trials": sum(1 for r in outcome.records if r.role != "confirm"
+                                  and r.result.status not in (Status.DUPLICATE, Status.SKIPPED)),
+                    "confirmation_runs": confirms,
                     "claimed": [outcome.recipe.speedup_low, outcome.recipe.speedup_high],
                     "rounds": _rounds(outcome), "wall_s": time.monotonic() - t0, "charged_s": clock.charged,
                     "recipe": dict(zip(grid.searched, key, strict=True))})

@@ -67,6 +67,7 @@ __all__ = [
     "env_forms",
     "environment",
     "heuristic",
+    "interactions",
     "ipex",
     "matmul",
     "apply_process",
@@ -116,6 +117,12 @@ def seeds(facts: Facts, ctx: SpaceContext) -> list[tuple[str, Params]]:
         for change in family.promising(facts, ctx):
             out.append(("seed", {**base, **change}))
     return out
+
+
+def interactions(facts: Facts, ctx: SpaceContext) -> list[Params]:
+    """Changes the families say may pay only beside another family's gain (``interactions(facts, ctx)``): the
+    search tries them with its best in-process recipe once its seeds are measured."""
+    return [change for family in FAMILIES for change in family.interactions(facts, ctx)]
 
 
 def environment(params: Params, facts: Facts) -> dict[str, str]:

@@ -85,6 +85,8 @@ class KnobFamily(Protocol):
 
     def promising(self, facts: Facts, ctx: SpaceContext) -> list[Params]: ...
 
+    def interactions(self, facts: Facts, ctx: SpaceContext) -> list[Params]: ...
+
     def environment(self, params: Params, facts: Facts) -> dict[str, str]: ...
 
     def env_forms(self, params: Params) -> dict[str, str]: ...
@@ -103,6 +105,10 @@ class Defaults:
 
     @staticmethod
     def promising(facts: Facts, ctx: SpaceContext) -> list[Params]:
+        return []
+
+    @staticmethod
+    def interactions(facts: Facts, ctx: SpaceContext) -> list[Params]:
         return []
 
     @staticmethod
@@ -130,8 +136,8 @@ class Defaults:
         return Prepared(model, optimizer=optimizer)
 
 
-OPTIONAL_HOOKS = ("promising", "environment", "env_forms", "apply_process", "check_environment", "prepare_model",
-                  "prepare")
+OPTIONAL_HOOKS = ("promising", "interactions", "environment", "env_forms", "apply_process", "check_environment",
+                  "prepare_model", "prepare")
 
 
 class Family:

@@ -87,6 +87,7 @@ class SearchLoop(Turns):
         self.baseline_error: str | None = None
         self.duplicates = 0  # consecutive samples of a recipe measured before (``_measured_before``)
         self.input_read = False  # whether the baseline's wait for data was read (``seed_the_input``)
+        self.interactions_read = False  # whether the interactions joined the seeds (``seed_the_interactions``)
         self.outside_sampler = outside_sampler  # it picks every trial after the baseline (``Turns.in_process_turn``)
         # the calibration's end (and the baseline's), on the budget's clock and the wall clock (``searching``)
         self.searching_from: tuple[float, float] | None = None
@@ -201,6 +202,7 @@ class SearchLoop(Turns):
         optuna.storages.fail_stale_trials(self.study)  # trials of a killed search elsewhere (heartbeat)
         fail_orphans(self.study)
         self.seed_the_input()
+        self.seed_the_interactions()
         if not self._waiting() and self.sampled_turn():
             # Where every trial starts processes (script mode) an in-process trial is no cheaper: Optuna samples the
             # environment too (role ``search``); fixed to the defaults', script mode's samples never changed threads.

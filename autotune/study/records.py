@@ -67,12 +67,14 @@ class StudyAttr:
     USER_RUNS: Final = "user_runs"  # the claim's process pairs of your training (``claim.UserRuns.to_dict``)
 
 
-Role = Literal["baseline", "heuristic", "warm-start", "seed", "combined", "search", "in-process", "confirm"]
+Role = Literal["baseline", "heuristic", "warm-start", "seed", "combined", "interaction", "search", "in-process",
+               "confirm"]
 BASELINE: Final = "baseline"  # PyTorch's defaults: what every trial is compared with
 WARM_START: Final = "warm-start"  # the recipe stored earlier for this workload and hardware
 SEARCH: Final = "search"  # sampled by Optuna
 IN_PROCESS: Final = "in-process"  # sampled by Optuna in an environment that starts no process (the budget's end)
 COMBINED: Final = "combined"  # the fastest environment with the fastest in-process knobs (``seeds.combination``)
+INTERACTION: Final = "interaction"  # the best in-process recipe with a change that may pay only beside it
 CONFIRM: Final = "confirm"  # a side-by-side re-run of a candidate or the baseline
 
 PAIRED: Final = "paired-v1"  # StudyAttr.MEASURE of a study whose trial values are speedups over the defaults
@@ -298,8 +300,8 @@ def trial_id(trial: optuna.Trial | FrozenTrial) -> int:
 
 
 __all__ = [
-    "BASELINE", "COMBINED", "CONFIRM", "CONSTRAINTS", "IN_PROCESS", "MEASURED", "NOT_RUN", "PAIRED", "SEARCH",
-    "WARM_START",
+    "BASELINE", "COMBINED", "CONFIRM", "CONSTRAINTS", "INTERACTION", "IN_PROCESS", "MEASURED", "NOT_RUN", "PAIRED",
+    "SEARCH", "WARM_START",
     "Attr", "Candidate", "Confirmation", "Role", "SearchOutcome", "StudyAttr", "TrialRecord", "confirm_bar",
     "contenders", "lineup", "offer_bar", "optuna_storage", "params_key", "records", "trial_id",
 ]
