@@ -93,7 +93,7 @@ def params_key(params: dict[str, Any]) -> str:
 @dataclass(frozen=True)
 class TrialRecord:
     number: int
-    role: str  # a Role: baseline | heuristic | warm-start | seed | combined | search | in-process | confirm
+    role: str  # a ``Role``: baseline, heuristic, warm-start, seed, combined, interaction, search, in-process, confirm
     params: dict[str, Any]
     result: TrialResult
     feasible: bool
