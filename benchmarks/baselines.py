@@ -18,7 +18,7 @@ from typing import Any
 
 import optuna
 
-from autotune.study.records import BASELINE, CONFIRM, records
+from autotune.study.records import BASELINE, CONFIRM, TrialRecord, records
 from autotune.trial.spec import Status
 
 Point = dict[str, Any]
@@ -49,14 +49,14 @@ class Planned(optuna.samplers.BaseSampler):
         self.plan = plan
         self.points: dict[int, Point] = {}
 
-    def next_point(self, measured: dict[tuple[Any, ...], float], study: optuna.Study) -> Point | None:
+    def next_point(self, measured: dict[tuple[Any, ...], float], rows: list[TrialRecord]) -> Point | None:
         raise NotImplementedError
 
-    def measured(self, study: optuna.Study) -> dict[tuple[Any, ...], float]:
+    def measured(self, rows: list[TrialRecord]) -> dict[tuple[Any, ...], float]:
         """Each recipe the search tried (its grid key), with its best speedup; -inf where it failed, was
         infeasible or skipped: tried, not to be tried again."""
         out: dict[tuple[Any, ...], float] = {}
-        for r in records(study):
+        for r in rows:
             if r.role == CONFIRM:
                 continue
             ok = r.feasible and r.result.status == Status.OK and r.result.objective is not None
@@ -66,7 +66,8 @@ class Planned(optuna.samplers.BaseSampler):
 
     def before_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         if "fixed_params" not in trial.system_attrs:
-            self.points[trial.number] = self.next_point(self.measured(study), study) or {}
+            rows = records(study)
+            self.points[trial.number] = self.next_point(self.measured(rows), rows) or {}
 
     def infer_relative_search_space(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
         return {}
@@ -92,7 +93,7 @@ class Listed(Planned):
         super().__init__(plan)
         self.order = points
 
-    def next_point(self, measured: dict[tuple[Any, ...], float], study: optuna.Study) -> Point | None:
+    def next_point(self, measured: dict[tuple[Any, ...], float], rows: list[TrialRecord]) -> Point | None:
         return next((p for p in self.order if self.plan.key({**self.plan.defaults, **p}) not in measured), None)
 
 
@@ -100,10 +101,10 @@ class SeedList(Listed):
     """The search's seeds alone, in its order: where the baseline waits for data, its input seeds first (as
     ``Turns.seed_the_input`` puts them), then the list fixed before the calibration."""
 
-    def next_point(self, measured: dict[tuple[Any, ...], float], study: optuna.Study) -> Point | None:
-        base = next((r for r in records(study) if r.role == BASELINE and r.result.status == Status.OK), None)
+    def next_point(self, measured: dict[tuple[Any, ...], float], rows: list[TrialRecord]) -> Point | None:
+        base = next((r for r in rows if r.role == BASELINE and r.result.status == Status.OK), None)
         self.order = [*self.plan.input_seeds(base.result.data_wait if base else None), *self.plan.seeds]
-        return super().next_point(measured, study)
+        return super().next_point(measured, rows)
 
 
 class OneFactor(Planned):
@@ -111,7 +112,7 @@ class OneFactor(Planned):
     fastest if at least ``STEP`` faster; ``SWEEPS`` sweeps over the knobs (a move can make another knob's values
     worth trying again)."""
 
-    def next_point(self, measured: dict[tuple[Any, ...], float], study: optuna.Study) -> Point | None:
+    def next_point(self, measured: dict[tuple[Any, ...], float], rows: list[TrialRecord]) -> Point | None:
         def key(p: Point) -> tuple[Any, ...]:
             return self.plan.key({**self.plan.defaults, **p})
 

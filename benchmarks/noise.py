@@ -128,16 +128,19 @@ def power_share(aa: list[dict[str, Any]]) -> float:
     if not aa:
         return math.nan
     if aa[0]["half"] == "in":
-        widths = [judge(r) for r in aa]
-        gain = statistics.median(told_apart(MIN_MARGIN, iv.low, iv.high) for iv in widths)
-    else:
-        logs = [[math.log(x) for x in r["ratios"]] for r in aa if len(r["ratios"]) >= 2]
-        df = sum(len(x) - 1 for x in logs)
-        pooled = math.sqrt(sum(statistics.variance(x) * (len(x) - 1) for x in logs) / df)
-        n = statistics.median(len(x) for x in logs)
-        half = t_quantile(0.975, n - 1) * pooled / math.sqrt(n)
-        gain = told_apart(MIN_MARGIN, math.exp(-half), math.exp(half), n - 1.0)
-    return round(gain, 3)  # the fixtures' resolution (per mille); coarser rounding moved the power itself
+        return effect_share(aa)
+    pooled, n = _pooled(aa)
+    half = t_quantile(0.975, n - 1) * pooled / math.sqrt(n)
+    return round(told_apart(MIN_MARGIN, math.exp(-half), math.exp(half), n - 1.0), 3)
+
+
+def _pooled(rows: list[dict[str, Any]]) -> tuple[float, float]:
+    """The log ratios' spread pooled over ``rows`` (each with 2 ratios or more; 0 without any) and their median
+    count of ratios."""
+    logs = [[math.log(x) for x in r["ratios"]] for r in rows if len(r["ratios"]) >= 2]
+    df = sum(len(x) - 1 for x in logs)
+    pooled = math.sqrt(sum(statistics.variance(x) * (len(x) - 1) for x in logs) / df) if df else 0.0
+    return pooled, statistics.median(len(x) for x in logs) if logs else 0.0
 
 
 def _reference(records: list[dict[str, Any]], half: str, kind: str, share: float) -> float | None:
@@ -228,10 +231,8 @@ def power_check(records: list[dict[str, Any]], half: str, found: list[dict[str, 
             se = statistics.median(math.log(iv.high / iv.low) / 2 for iv in intervals) / z
             chance = NormalDist().cdf(gap / se - z) if se > 0 else float(gap > 0)
         else:
-            logs = [[math.log(x) for x in r["ratios"]] for r in rows if len(r["ratios"]) >= 2]
-            df = sum(len(x) - 1 for x in logs)
-            sd = math.sqrt(sum(statistics.variance(x) * (len(x) - 1) for x in logs) / df) if df else 0.0
-            chance = _t_power(gap, sd, round(statistics.median(len(x) for x in logs))) if sd > 0 else float(gap > 0)
+            sd, n = _pooled(rows)
+            chance = _t_power(gap, sd, round(n)) if sd > 0 else float(gap > 0)
         expected, variance = expected + chance * len(rows), variance + chance * (1 - chance) * len(rows)
         observed += sum(verdict(iv, MIN_MARGIN) == "faster" for iv in intervals)
         counted += len(rows)
@@ -321,7 +322,8 @@ def design_share(records: list[dict[str, Any]], half: str) -> tuple[float, list[
 
 def effect_share(pilot: list[dict[str, Any]]) -> float:
     """The gain (a share) told apart 4 times in 5 at the median width of the ``pilot``'s own intervals, as the
-    noise line reads a candidate's interval (``told_apart``, ``MIN_MARGIN``), to 0.1%."""
+    noise line reads a candidate's interval (``told_apart``, ``MIN_MARGIN``), to 0.1% (the fixtures' resolution;
+    coarser rounding moved the power itself)."""
     from autotune.measure import told_apart
     from autotune.measure.stats import MIN_MARGIN
 

@@ -335,12 +335,14 @@ def replay(args: argparse.Namespace) -> int:
         if key == grid.key(grid.defaults):  # the reference: its recorded copy is an A/A, the machine's noise
             measured = f"1.000x, the reference (its copy's A/A: {measured})"
         print(f"  {label:9s} {measured}: {dict(zip(grid.searched, key, strict=True))}")
+    from autotune.study.records import NOT_RUN
     from autotune.study.seeds import input_seeds
     from autotune.study.seeds import seeds as search_seeds
 
     seed_list = [params for _, params in search_seeds(
         facts, ctx, replace(base_options, fixed=fixed, storage="sqlite://"), grid.workload, None)[1:]]
     seeded_keys = {grid.key({**grid.defaults, **params}) for params in seed_list}
+
     def inputs(wait: float | None) -> list[dict[str, Any]]:
         return [p for _, p in input_seeds(wait, spaces.defaults(facts, ctx), facts, ctx, fixed)]
 
@@ -373,8 +375,7 @@ def replay(args: argparse.Namespace) -> int:
                     "gain": qm.gain(t, grid_best), "near": qm.near_optimal(t, grid_best, best_half),
                     "gain_at": [qm.gain(x, grid_best) for x in qm.anytime(measurer.trace)],
                     # measured, as --trials counts them: not a repeat the loop skipped (a planned baseline's end)
-                    "trials": sum(1 for r in outcome.records if r.role != "confirm"
-                                  and r.result.status not in (Status.DUPLICATE, Status.SKIPPED)),
+                    "trials": sum(1 for r in outcome.records if r.role != "confirm" and r.result.status not in NOT_RUN),
                     "confirmation_runs": confirms,
                     "claimed": [outcome.recipe.speedup_low, outcome.recipe.speedup_high],
                     "rounds": _rounds(outcome), "wall_s": time.monotonic() - t0, "charged_s": clock.charged,

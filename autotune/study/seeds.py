@@ -201,7 +201,7 @@ def combination(study: optuna.Study, facts: Facts, ctx: spaces.SpaceContext,
     be alive: the combination costs an arm's warm-up and its pairs. Taken only where the in-process knobs beat
     the defaults by the margin and the environment is not slower than the defaults; one process (``processes``
     > 1 is measured in fresh processes, without a factor)."""
-    found = [r for r in records(study) if r.role != CONFIRM and r.feasible and r.result.objective is not None]
+    found = _measured(study)
     baseline = next((r for r in found if r.role == BASELINE), None)
     inner = _inner_winner(study, found)
     if baseline is None or inner is None:
@@ -226,8 +226,7 @@ def interaction_seeds(study: optuna.Study, facts: Facts, ctx: spaces.SpaceContex
     bfloat16 was a GRU's best, where either alone read 0.88x and 1.12x), each not measured yet (role
     ``interaction``); a change of a knob ``--fix`` holds is left out. The single changes cannot show such a gain,
     and a sampler that draws every knob at once seldom lands on it in a short search."""
-    found = [r for r in records(study) if r.role != CONFIRM and r.feasible and r.result.objective is not None]
-    inner = _inner_winner(study, found)
+    inner = _inner_winner(study, _measured(study))
     if inner is None:
         return []
     taken, out = _taken(study), []
@@ -238,6 +237,11 @@ def interaction_seeds(study: optuna.Study, facts: Facts, ctx: spaces.SpaceContex
         if params_key(params) not in taken and not spaces.outside(params, facts, ctx):
             out.append((INTERACTION, params))
     return out
+
+
+def _measured(study: optuna.Study) -> list[TrialRecord]:
+    """The study's feasible measured trials, confirmations aside."""
+    return [r for r in records(study) if r.role != CONFIRM and r.feasible and r.result.objective is not None]
 
 
 def _inner_winner(study: optuna.Study, found: list[TrialRecord]) -> TrialRecord | None:
