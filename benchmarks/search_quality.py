@@ -1,16 +1,12 @@
 """How close does autotune's search get to the best of an exhaustive grid, with a fraction of its trials?
 
 A reduced space (threads x interop_threads x amp_dtype x batch_size x channels_last; compile off; every
-other knob held at PyTorch's default, in the search by ``--fix``) is measured once, every combination
-PAIRED with the engine the search uses live, and recorded to a file (``--record``):
-- the defaults' worker first calibrates (an A/A of the defaults: window length, pairs, margin, noise);
-- every combination in the defaults' environment is an arm of that worker, ``--pairs`` pairs of windows
-  against the defaults arm;
-- every other environment (threads, interop_threads) gets its factor over the defaults from 3 to
-  ``--process-pairs`` fresh process pairs (``across_processes``), and a worker of its own in which its
-  combinations are arms against that environment's defaults arm.
-The file (``autotune.testing.replay.RecordedGrid``, JSON) keeps every pair's amortised ratio, every process
-pair's factor, each arm's loss at the study's sample count and how an arm failed.
+other knob held at PyTorch's default, in the search by ``--fix``) is measured in two stages: the screen
+(``--record``, ``grid_screen.py``: every combination PAIRED with the engine the search uses live, each environment in
+``--workers`` workers visited in random order, resumable), written to a ``RecordedGrid`` (JSON) that keeps every
+pair's amortised ratio, every process pair's factor, each arm's loss at the study's sample count and how an arm
+failed; and the verification (``verify_grid.py``: the cells that decide a score re-measured in fresh process pairs,
+in sessions the replay never sees).
 
 Then (without ``--record``) the search runs against the file: ``search(..., measurer=ReplayMeasurer(grid,
 seed))`` with its real sampler, seeding, race and confirmation, at most ``--fraction`` of the grid's
@@ -21,8 +17,9 @@ measurer, clock and confirmation (``search(..., sampler=)``: the baseline picks 
 no in-process turns). Each is scored on the log scale
 (``quality_metrics``): the gain captured G = log T(returned) / log T*, the near-optimal rate, the 10th percentile
 of G, P(T < 1), G against random search's, and G at 30, 60, 120 and 300 s of charged time, medians with bootstrap
-intervals over the seeds. T is, until the grids are verified in held-out sessions (issue 58, item 1), the grid's own
-measurement of each cell (all recorded pairs), which the replay drew from: the figures say so. Targets (the
+intervals over the seeds. T is the held-out truth where ``verify_grid.py`` re-measured a cell (its file beside the grid,
+or ``--verified``): fresh process pairs in sessions the replay never saw, and T* the best verified; any other cell's
+T is the grid's own measurement (all recorded pairs), which the replay drew from: the figures say which. Targets (the
 issue's, on grids whose best is 1.10x or more): median G >= 0.90, near-optimal >= 70%, the 10th percentile of G >=
 0.5, P(T < 1) <= 2%, the sampler alone's G at least random search's less 0.05 (its paired bootstrap 90% bound).
 
@@ -52,11 +49,8 @@ The last line printed is one JSON object with the figures.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -66,7 +60,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import grid_screen  # noqa: E402 - the screen's recording beside this file
 import quality_metrics as qm  # noqa: E402 - the scores beside this file
+import verify_grid  # noqa: E402 - the held-out truth beside this file
 from baselines import STRATEGIES, Plan  # noqa: E402 - the baselines beside this file
 
 from autotune.testing.replay import ReplayMeasurer  # noqa: E402
@@ -153,121 +149,17 @@ def _setup(workload: str, settings: Any) -> tuple[Any, Any, Any, dict[str, Any]]
     return facts, ctx, options, {**spaces.defaults(facts, ctx), **run_settings(ctx, options)}
 
 
-def _record_arms(worker: Any, defaults: dict[str, Any], combos: list[dict[str, Any]], pairs: int,
-                 window_s: float, train_steps: int, factors: list[float]) -> list[Any]:
-    """Each combination as an arm of ``worker``, ``pairs`` pairs against its ``defaults`` arm, then its loss."""
-    from autotune.measure import stats
-    from autotune.testing.replay import GridConfig
-
-    out = []
-    for index, combo in enumerate(combos):
-        name, started = f"c{index}", time.monotonic()
-        status = worker.add_arm(name, {**defaults, **combo})
-        warmup_s = time.monotonic() - started
-        if status.state != "ok":
-            out.append(GridConfig(combo, status.state, status.error, process_pair_factors=factors, warmup_s=warmup_s))
-            print(f"  {combo}: {status.state} {status.error}", flush=True)
-            worker.drop_arm(name)
-            continue
-        run = worker.run_pairs("defaults", name, pairs, window_s, seed=index)
-        ratios = stats.amortised_ratios(run.pairs, run.base, run.cand, train_steps=train_steps)
-        cand = worker.evaluate(name) if run.cand.state == "ok" else run.cand
-        worker.drop_arm(name)
-        if run.base.state != "ok":  # the long-lived defaults arm diverged or failed: a fresh one for the rest
-            print(f"  the defaults arm failed ({run.base.state}: {run.base.error}); rebuilt", flush=True)
-            worker.drop_arm("defaults")
-            if worker.add_arm("defaults", {**defaults, **{k: combo[k] for k in ENVIRONMENT}}).state != "ok":
-                raise SystemExit("the defaults arm failed again")
-        config = GridConfig(combo, cand.state, cand.error, ratios, factors, cand.loss, cand.loss_samples, window_s,
-                            warmup_s, cand.compile_s, cand.step_s, cand.data_wait)
-        out.append(config)
-        iv = config.speedup() if ratios else None
-        shown = f"{iv.median:.3f} [{iv.low:.3f}-{iv.high:.3f}]" if iv else "-"
-        print(f"  {combo}: {cand.state} speedup {shown} over {len(ratios)} pairs, loss {cand.loss}", flush=True)
-    return out
-
-
 def record(args: argparse.Namespace) -> int:
-    from autotune.measure import PairedWorker, across_processes
-    from autotune.testing.replay import RecordedGrid
+    """The screen (``grid_screen.record``) of every combination of ``--searched`` on ``--workload``."""
     from autotune.trial import TrialSettings
 
-    settings = TrialSettings(warmup_steps=args.warmup_steps, measure_steps=args.steps)
-    facts, ctx, _, defaults = _setup(args.workload, settings)
     searched = tuple(args.searched.split(","))
     unknown = [name for name in searched if name not in AXES]
     if unknown:
         raise SystemExit(f"--searched: {', '.join(unknown)} (known: {', '.join(AXES)})")
-    combos = [{k: v for part in c for k, v in part.items()} for c in itertools.product(*_axes(facts, ctx, searched))]
-    pair_s: list[float] = []  # a process pair's wall time: the replay charges it (``ReplayClock``)
-    envs: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    for combo in combos:
-        envs.setdefault(tuple(combo[k] for k in ENVIRONMENT), []).append(combo)
-    home = tuple(defaults[k] for k in ENVIRONMENT)
-    order = [home, *(env for env in envs if env != home)]  # the defaults' worker first: it calibrates
-    print(f"grid: {len(combos)} combinations of {', '.join(searched)} on {args.workload}, {len(envs)} environments",
-          flush=True)
-    started, load_before = time.monotonic(), os.getloadavg()
-    configs, noise = [], None
-    for env in order:
-        env_defaults = {**defaults, **dict(zip(ENVIRONMENT, env, strict=True))}
-        factors: list[float] = []
-        if env != home:
-            assert noise is not None
-            across_started = time.monotonic()
-            across = across_processes(args.workload, defaults, env_defaults, facts, settings,
-                                      pairs=max(4, noise.pairs // 2), window_s=noise.window_s,
-                                      least=args.process_pairs, most=args.process_pairs,
-                                      half_width=noise.half_width, margin=noise.margin,
-                                      seed=1000 * len(configs))
-            factors = list(across.per_process)
-            pair_s.append((time.monotonic() - across_started) / max(1, len(factors)))
-            print(f"environment {env}: factor {across.ratio.median:.3f} [{across.ratio.low:.3f}-"
-                  f"{across.ratio.high:.3f}] over {len(factors)} process pairs", flush=True)
-        with PairedWorker(args.workload, env_defaults, facts, settings) as worker:
-            if noise is None:
-                noise = _calibrate(worker, defaults, args.pairs, args.window_s)  # keeps its "defaults" arm
-            elif worker.add_arm("defaults", env_defaults).state != "ok":
-                raise SystemExit(f"the defaults arm of environment {env} failed")
-            pairs = min(max(args.pairs, noise.pairs), args.most_pairs)
-            configs += _record_arms(worker, defaults, envs[env], pairs, noise.window_s, settings.train_steps, factors)
-    assert noise is not None
-    load_after = os.getloadavg()
-    wall = time.monotonic() - started
-    grid = RecordedGrid(
-        workload=args.workload, searched=_searched_keys(searched), defaults=defaults,
-        noise={**noise.__dict__, "aa": list(noise.aa)}, configs=configs,
-        note=(f"recorded at niceness {os.nice(0)} on a {os.cpu_count()}-CPU machine "
-              f"({platform.processor() or platform.machine()}), load average {load_before[0]:.2f} at start and "
-              f"{load_after[0]:.2f} at end (the recording alone keeps about as many cores busy as it uses; more "
-              f"means other jobs shared them): its ratios carry that machine's noise"),
-        recorded={"date": time.strftime("%Y-%m-%d %H:%M %Z"), "wall_s": round(wall, 1),
-                  "loadavg": [list(load_before), list(load_after)], "cpus": os.cpu_count(),
-                  "cpu_model": getattr(facts.cpu, "model", None), "pairs": [args.pairs, args.most_pairs],
-                  "aa_pairs": args.pairs, "process_pairs": [args.process_pairs, args.process_pairs],
-                  "window_s": args.window_s,
-                  "steps": args.steps, "warmup_steps": args.warmup_steps,
-                  "process_pair_s": round(statistics.median(pair_s), 2) if pair_s else None},
-        facts=facts.to_dict())
-    out = Path(args.grid)
-    grid.save(out)
-    print(f"recorded {len(configs)} combinations in {wall:.0f} s to {out}")
-    print(json.dumps({"benchmark": "search_quality", "recorded": str(out), "grid_size": len(configs),
-                      "wall_s": round(wall, 1), "loadavg": grid.recorded["loadavg"], "noise": grid.noise}))
-    return 0
-
-
-def _calibrate(worker: Any, defaults: dict[str, Any], pairs: int, window_s: float | None) -> Any:
-    from autotune.measure import Noise
-
-    started = time.monotonic()
-    cal = worker.calibrate("defaults", defaults, pairs=pairs, window_s=window_s)
-    noise = Noise(cal.window_s, cal.pairs, cal.half_width, cal.margin, cal.spread,
-                  (cal.aa.amortised.median, cal.aa.amortised.low, cal.aa.amortised.high),
-                  timed_s=2 * cal.aa.ratio.count * cal.window_s, wall_s=time.monotonic() - started)
-    print(f"calibration: {noise.note()}; A/A {noise.aa[0]:.3f} [{noise.aa[1]:.3f}-{noise.aa[2]:.3f}], "
-          f"window {noise.window_s:.2f} s, {noise.pairs} pairs", flush=True)
-    return noise
+    setup = _setup(args.workload, TrialSettings(warmup_steps=args.warmup_steps, measure_steps=args.steps))
+    combos = grid_screen.combinations(_axes(setup[0], setup[1], searched))
+    return grid_screen.record(args, combos, setup, _searched_keys(searched))
 
 
 def score_heuristic(grid: Any, scores: dict[tuple[Any, ...], float], heuristic: dict[str, Any],
@@ -349,6 +241,9 @@ def replay(args: argparse.Namespace) -> int:
     plan = Plan(spaces.defaults(facts, ctx), grid.key, _axes(facts, ctx, _names(grid.searched)), seed_list, inputs)
     truth = grid.scores()  # every cell that ran, feasible or not: what a returned recipe gets (item 1 verifies it)
     best_half = qm.half_width(*_interval(grid, best_key))
+    held_out = verify_grid.truth_of(verify_grid.read(args.verified or verify_grid.verified_path(args.grid)))
+    truth, t_star, best_half, verified_best, truth_said = held_out_truth(grid, held_out, truth, best_key, best_half)
+    print(f"truth: {truth_said}")
     strategies = STRATEGIES if args.baselines else STRATEGIES[:2]
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in strategies}
     started = time.monotonic()
@@ -372,8 +267,9 @@ def replay(args: argparse.Namespace) -> int:
                 t = truth.get(key, math.nan)
                 runs[name].append({
                     "seed": seed, "best_found": scores.get(key, 0.0) / grid_best, "truth": t,
-                    "gain": qm.gain(t, grid_best), "near": qm.near_optimal(t, grid_best, best_half),
-                    "gain_at": [qm.gain(x, grid_best) for x in qm.anytime(measurer.trace)],
+                    "verified": key in held_out or key == grid.key(grid.defaults),
+                    "gain": qm.gain(t, t_star), "near": qm.near_optimal(t, t_star, best_half),
+                    "gain_at": [qm.gain(x, t_star) for x in qm.anytime(measurer.trace)],
                     # measured, as --trials counts them: not a repeat the loop skipped (a planned baseline's end)
                     "trials": sum(1 for r in outcome.records if r.role != "confirm" and r.result.status not in NOT_RUN),
                     "confirmation_runs": confirms,
@@ -393,10 +289,14 @@ def replay(args: argparse.Namespace) -> int:
     found = [r["best_found"] for r in runs["autotune"]]
     summary = {
         "benchmark": "search_quality", "workload": grid.workload, "grid": str(args.grid),
-        "truth": "the grid's own measurement of each cell (not held out: item 1 of issue 58 verifies it)",
-        "grid_size": len(grid.configs), "feasible": len(scores), "grid_best_speedup": round(grid_best, 4),
-        "verified_best": None, "best_is_seed_or_heuristic": best_key in seeded_keys or (
-            heuristic_score is not None and grid.key(heuristic) == best_key),
+        "truth": truth_said, "grid_size": len(grid.configs), "feasible": len(scores),
+        "grid_best_speedup": round(grid_best, 4), "verified_best": round(t_star, 4) if held_out else None,
+        "best_is_seed_or_heuristic": verified_best in seeded_keys or (
+            heuristic_score is not None and grid.key(heuristic) == verified_best),
+        # what the verify stage must re-measure: every strategy's returned recipes, and how many were not
+        "returned": {name: [dict(p) for p in dict.fromkeys(tuple(r["recipe"].items()) for r in rows)]
+                     for name, rows in runs.items()},
+        "returned_unverified": {name: sum(1 for r in rows if not r["verified"]) for name, rows in runs.items()},
         "trials_allowed": trials, "seeds": args.seeds, **ours,
         "sampler_minus_random_low": _round(qm.paired_low([r["gain"] for r in runs["sampler alone"]],
                                                           [r["gain"] for r in runs["random"]]))
@@ -415,7 +315,7 @@ def replay(args: argparse.Namespace) -> int:
         "wall_s": round(time.monotonic() - started, 1), "recorded": grid.recorded,
     }
     low_vs_random = summary["sampler_minus_random_low"]
-    summary["targets"] = None if grid_best < 1.10 else {  # the issue's; a grid whose best is under 1.10x: n/a
+    summary["targets"] = None if t_star < 1.10 else {  # the issue's; a grid whose best is under 1.10x: n/a
         "median_gain_captured >= 0.90": ours["median_gain_captured"] is not None
         and ours["median_gain_captured"] >= 0.90,
         "near_optimal_rate >= 0.70": ours["near_optimal_rate"] >= 0.70,
@@ -432,17 +332,36 @@ def replay(args: argparse.Namespace) -> int:
         print(f"{name:15s} {interval}   {f['near_optimal_rate']:8.2f} {p10 if p10 is not None else '-':>6} "
               f"{f['p_slower']:6.2f} {f['normalised_vs_random'] or '-':>9} "
               f" {', '.join(f'{x:.2f}' if x is not None else '-' for x in f['gain_at'].values())}")
-    print(f"truth: {summary['truth']}; the grid's best {grid_best:.3f}x is "
+    print(f"truth: {truth_said}; the grid's best {grid_best:.3f}x is "
           f"{'' if summary['grid_best_is_seed'] else 'not '}a seed; defaults {default_score:.3f} of it; heuristic "
           f"{heuristic_said}; {trials} trials of "
           f"{len(grid.configs)}")
     print(json.dumps(summary))
     if summary["targets"] is None:
-        print(f"targets: n/a (the grid's best, {grid_best:.3f}x, is under 1.10x)")
+        print(f"targets: n/a (the best, {t_star:.3f}x, is under 1.10x)")
     else:
         print("targets: " + "; ".join(f"{k} {'n/a (give --baselines)' if v is None else 'met' if v else 'MISSED'}"
                                       for k, v in summary["targets"].items()))
     return 1 if summary["targets_met"] is False else 0
+
+
+def held_out_truth(grid: Any, held_out: dict[tuple[Any, ...], tuple[float, float, float, str]],
+                   truth: dict[tuple[Any, ...], float], best_key: tuple[Any, ...], best_half: float
+                   ) -> tuple[dict[tuple[Any, ...], float], float, float, tuple[Any, ...], str]:
+    """The truth a replay is scored against: the verified cells' (``verify_grid.truth_of``) in place of the
+    screen's, T* the best verified and its half-width the tie band; without a verification, the grid's own.
+    Returns (truth, T*, its half-width, its key, what the truth is, in words)."""
+    if not held_out:
+        return (truth, truth[best_key], best_half, best_key,
+                "the grid's own measurement of each cell (not held out: item 1 of issue 58)")
+    best = max(held_out, key=lambda k: held_out[k][0])
+    t_star, low, high, _ = held_out[best]
+    statuses = [v[3] for v in held_out.values()]
+    said = (f"held out: {len(held_out)} cells re-measured in fresh process pairs ({statuses.count('verified')} "
+            f"verified, {statuses.count('partial')} partial), T* {t_star:.3f}x [{low:.3f}-{high:.3f}] "
+            f"{dict(zip(grid.searched, best, strict=True))}; other cells: the grid's own")
+    return ({**truth, **{k: v[0] for k, v in held_out.items()}, grid.key(grid.defaults): 1.0}, t_star,
+            qm.half_width(low, high), best, said)
 
 
 def _rounds(outcome: Any) -> int:
@@ -489,6 +408,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--process-pairs", type=int, default=8,
                         help="with --record: process pairs per environment (the replay's search draws on as many "
                              "as a live first round runs, its confirmation rounds each on one of the rest)")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="with --record: workers (visits) per environment, the pairs split between them")
+    parser.add_argument("--seed", type=int, default=0, help="with --record: the order of the visits")
     parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--warmup-steps", type=int, default=4)
     parser.add_argument("--seeds", type=int, default=20)
@@ -500,6 +422,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fraction", type=float, default=0.15, help="search trials as a fraction of the grid")
     parser.add_argument("--confirm", type=int, default=3, help="confirmation candidates (autotune search --confirm)")
     parser.add_argument("--max-loss-increase", type=float, default=0.05)
+    parser.add_argument("--verified", default=None,
+                        help="replay: the held-out truth (verify_grid.py's file; default: NAME-verified.jsonl beside "
+                             "the grid, where it exists)")
     parser.add_argument("--baselines", action="store_true",
                         help="replay: random search, TPE at its defaults, one factor at a time, the seed list alone "
                              "and the grid in random order too, under the same measurer, clock and confirmation")
