@@ -11,8 +11,8 @@ engine the search uses live, into a ``RecordedGrid`` that the replay draws from 
   split between its visits: spread over the recording.
 
 Resumable: each visit, once done, is one JSON line in ``NAME.partial.jsonl`` beside the grid (after a header with
-the calibration and the order of visits); a recording started again with the same options continues after the last
-visit done, and writes the grid when every visit is in. The truth that scores a replay comes from another stage
+the calibration, the order of visits and the combinations); a recording started again with the same options runs
+the visits not done, and writes the grid when every visit is in. The truth that scores a replay comes from another stage
 (``verify_grid.py``): the screen's own readings are what the replay draws from.
 """
 from __future__ import annotations
@@ -118,10 +118,11 @@ def _calibrate(worker: Any, defaults: dict[str, Any], pairs: int, window_s: floa
     return noise
 
 
-def _resume(path: Path, header: dict[str, Any]) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-    """What an earlier recording with the same options left: its header (calibration, order) and its visits."""
+def _resume(path: Path, header: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[int, dict[str, Any]]]:
+    """What an earlier recording with the same options left: its header (calibration, order) and its whole visits
+    by index. The file is written back without a line a stop tore (a visit written onto it would be lost)."""
     if not path.exists():
-        return None, []
+        return None, {}
     rows = []
     for line in path.read_text().splitlines():
         try:
@@ -129,9 +130,10 @@ def _resume(path: Path, header: dict[str, Any]) -> tuple[dict[str, Any] | None, 
         except ValueError:
             continue  # torn by a stop mid-write: that visit runs again
     if not rows or rows[0].get("options") != header["options"]:
-        raise SystemExit(f"{path} holds a recording with other options: remove it, or record with its options "
-                         f"({rows[0].get('options') if rows else 'none'})")
-    return rows[0], [r for r in rows[1:] if "visit" in r]
+        raise SystemExit(f"{path} holds a recording with other options (or other combinations): remove it, or "
+                         f"record with its options ({rows[0].get('options') if rows else 'none'})")
+    path.write_text("".join(json.dumps(r, default=str) + "\n" for r in rows))
+    return rows[0], {r["visit"]: r for r in rows[1:] if "visit" in r}
 
 
 def record(args: argparse.Namespace, combos: list[dict[str, Any]], setup: tuple[Any, Any, Any, dict[str, Any]],
@@ -146,8 +148,12 @@ def record(args: argparse.Namespace, combos: list[dict[str, Any]], setup: tuple[
     for combo in combos:
         envs.setdefault(tuple(combo[k] for k in ENVIRONMENT), []).append(combo)
     home = tuple(defaults[k] for k in ENVIRONMENT)
+    if args.workers < 1 or args.process_pairs < args.workers:
+        raise SystemExit(f"--process-pairs {args.process_pairs} for --workers {args.workers}: every visit of an "
+                         "environment takes at least one process pair")
     options = {k: getattr(args, k) for k in ("workload", "searched", "pairs", "most_pairs", "window_s",
                                              "process_pairs", "steps", "warmup_steps", "workers", "seed")}
+    options["combinations"] = combos  # recorded in this order; merged by their knobs
     partial = partial_path(args.grid)
     header, done = _resume(partial, {"options": options})
     if header is None:
@@ -159,7 +165,7 @@ def record(args: argparse.Namespace, combos: list[dict[str, Any]], setup: tuple[
     print(f"grid: {len(combos)} combinations of {args.searched} on {args.workload}, {len(envs)} environments, "
           f"{len(order)} visits ({len(done)} done before)", flush=True)
     for index, env in enumerate(order):
-        if index < len(done):
+        if index in done:
             continue
         nth = order[:index].count(env)
         env_defaults = {**defaults, **dict(zip(ENVIRONMENT, env, strict=True))}
@@ -171,7 +177,7 @@ def record(args: argparse.Namespace, combos: list[dict[str, Any]], setup: tuple[
             across = across_processes(args.workload, defaults, env_defaults, facts, settings,
                                       pairs=max(4, noise.pairs // 2), window_s=noise.window_s, least=count,
                                       most=count, half_width=noise.half_width, margin=noise.margin,
-                                      seed=1000 * index)
+                                      seed=1000 * index + 100_000 * args.seed)
             visit["factors"] = list(across.per_process)
             visit["pair_s"] = (time.monotonic() - across_started) / max(1, len(visit["factors"]))
             print(f"environment {env}, visit {nth + 1}: factor {across.ratio.median:.3f} [{across.ratio.low:.3f}-"
@@ -186,22 +192,30 @@ def record(args: argparse.Namespace, combos: list[dict[str, Any]], setup: tuple[
                 raise SystemExit(f"the defaults arm of environment {env} failed")
             pairs = shares(min(max(args.pairs, noise.pairs), args.most_pairs), args.workers, nth)
             configs = _record_arms(worker, defaults, envs[env], pairs, noise.window_s, settings.train_steps,
-                                   seed=100 * index)
+                                   seed=100 * index + 100_000 * args.seed)
         visit["configs"] = [asdict(c) for c in configs]
+        visit["wall_s"] = time.time() - visit["started"]
         with partial.open("a") as f:
             f.write(json.dumps(visit, default=str) + "\n")
-        done.append(visit)
+        done[index] = visit
     assert noise is not None
     by_env: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    for visit in done:
+    for visit in done.values():
         by_env.setdefault(tuple(visit["env"]), []).append(visit)
+    short = {env: len(by_env.get(env, [])) for env in envs if len(by_env.get(env, [])) != args.workers}
+    if short:
+        raise SystemExit(f"visits per environment {short}, not {args.workers}: {partial} is kept")
     merged = []
     for env, env_combos in envs.items():
         factors = [f for v in by_env[env] for f in v["factors"]]
-        for i in range(len(env_combos)):
-            merged.append(merge([GridConfig(**v["configs"][i]) for v in by_env[env]], factors))
-    load_after, wall = os.getloadavg(), time.time() - header["started"]
-    pair_s = [v["pair_s"] for v in done if "pair_s" in v]
+        for combo in env_combos:
+            parts = [GridConfig(**c) for v in by_env[env] for c in v["configs"] if c["params"] == combo]
+            if len(parts) != args.workers:
+                raise SystemExit(f"{combo}: {len(parts)} visits recorded it, not {args.workers}: {partial} is kept")
+            merged.append(merge(parts, factors))
+    # the recording's own time: a stop between visits is not counted
+    load_after, wall = os.getloadavg(), sum(v.get("wall_s", 0.0) for v in done.values())
+    pair_s = [v["pair_s"] for v in done.values() if "pair_s" in v]
     grid = RecordedGrid(
         workload=args.workload, searched=searched_keys, defaults=defaults,
         noise={**noise.__dict__, "aa": list(noise.aa)}, configs=merged,
@@ -215,7 +229,7 @@ def record(args: argparse.Namespace, combos: list[dict[str, Any]], setup: tuple[
                   "cpu_model": getattr(facts.cpu, "model", None), "pairs": [args.pairs, args.most_pairs],
                   "aa_pairs": args.pairs, "process_pairs": [args.process_pairs, args.process_pairs],
                   "window_s": args.window_s, "steps": args.steps, "warmup_steps": args.warmup_steps,
-                  "workers": args.workers, "visits": [v["env"] for v in done],
+                  "workers": args.workers, "visits": [done[i]["env"] for i in sorted(done)],
                   "process_pair_s": round(statistics.median(pair_s), 2) if pair_s else None},
         facts=facts.to_dict())
     out = Path(args.grid)

@@ -1,8 +1,8 @@
 """The search benchmark's scores (issue 58, item 2): figures a search can fail, on the log scale.
 
-``truth`` maps a grid cell to its speedup T over the defaults; ``best`` is T*, the highest. Until the grids are
-verified in held-out sessions (item 1) the truth is the grid's own measurement of each cell (every recorded pair),
-which the replay's draws come from: say so beside any figure.
+``truth`` maps a grid cell to its speedup T over the defaults; ``best`` is T*, the highest. The truth is held out
+where a grid is verified (item 1, ``verify_grid.py``); elsewhere it is the grid's own measurement of each cell (every
+recorded pair), which the replay's draws come from: say which beside any figure.
 
 - gain captured G = log T(returned) / log T*: 0 for the defaults, negative for a recipe slower than them, 1 for
   the best (``gain``);

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 LEAST_PAIRS = 16  # a verified cell's pairs, over all its sessions
-LEAST_SESSIONS = 2
+LEAST_SESSIONS = 2  # each with at least LEAST_PAIRS / LEAST_SESSIONS of them
 SESSIONS_APART_S = 3600.0  # the first pairs of the earliest and the latest session at least this far apart
 LABELS = ("cell", "defaults", "heuristic")  # "defaults": the A/A; "heuristic": off the grid, as itself
 
@@ -49,6 +49,11 @@ def verified_path(grid_path: str | Path) -> Path:
     """Where a grid's verification lives: beside it, ``NAME-verified.jsonl``."""
     path = Path(grid_path)
     return path.with_name(f"{path.stem}-verified.jsonl")
+
+
+def grid_id(grid: Any) -> str:
+    """Which recording a verification row belongs to: a grid recorded again at the same path is another grid."""
+    return f"{grid.workload}@{grid.recorded.get('date')}"
 
 
 @dataclass(frozen=True)
@@ -61,7 +66,12 @@ class Cell:
 
     @property
     def name(self) -> str:
-        return json.dumps([self.label, list(self.key)], default=str)
+        return json.dumps([self.label, list(self.key), self.changes], default=str, sort_keys=True)
+
+
+def _logs(ratios: Sequence[float]) -> tuple[float, float, int]:
+    logs = [math.log(r) for r in ratios]
+    return statistics.fmean(logs), statistics.variance(logs) if len(logs) > 1 else math.inf, len(logs)
 
 
 @dataclass(frozen=True)
@@ -77,31 +87,51 @@ class Verified:
         return [r for _, ratios in self.sessions.values() for r in ratios]
 
     def truth(self) -> tuple[float, float, float]:
-        """T with its 95% interval over pairs (the log-scale Student t; (T, 0, inf) from fewer than 3 pairs)."""
+        """T with its 95% interval over pairs (the log-scale Student t; (T, 0, inf) from fewer than 3 pairs, NaN
+        from none)."""
         from autotune.measure.runs import LEAST_PAIRS as FEWEST
         from autotune.measure.runs import Runs
 
         if not self.ratios:
             return math.nan, 0.0, math.inf
         if len(self.ratios) < FEWEST:
-            return math.exp(statistics.fmean(math.log(r) for r in self.ratios)), 0.0, math.inf
+            return math.exp(_logs(self.ratios)[0]), 0.0, math.inf
         iv = Runs(tuple(self.ratios), run_s=0.0).mean()
         return iv.median, iv.low, iv.high
 
     def session_means(self) -> dict[str, float]:
-        return {s: math.exp(statistics.fmean(math.log(r) for r in ratios)) for s, (_, ratios) in self.sessions.items()}
+        return {s: math.exp(_logs(ratios)[0]) for s, (_, ratios) in self.sessions.items()}
+
+    def sessions_disagree(self) -> bool:
+        """Whether two sessions' means differ beyond what their own pairs' spread allows (Welch's t at 95%): the
+        pairs of one session share a machine state, and pooled over a disagreement their interval is too narrow."""
+        from autotune.measure.stats import t_quantile
+
+        means = [_logs(ratios) for _, ratios in self.sessions.values() if len(ratios) >= 3]
+        for i, (m1, v1, n1) in enumerate(means):
+            for m2, v2, n2 in means[i + 1:]:
+                if abs(m1 - m2) > t_quantile(0.975, min(n1, n2) - 1) * math.sqrt(v1 / n1 + v2 / n2):
+                    return True
+        return False
 
     def status(self) -> str:
-        """``verified`` (``LEAST_PAIRS`` pairs, ``LEAST_SESSIONS`` sessions begun ``SESSIONS_APART_S`` apart) or
-        ``partial``."""
-        starts = sorted(start for start, _ in self.sessions.values())
+        """``verified``: ``LEAST_PAIRS`` pairs, from ``LEAST_SESSIONS`` sessions of at least their share each, begun
+        ``SESSIONS_APART_S`` apart, whose means agree; ``sessions disagree`` where they would be but do not;
+        ``failed`` where no pair gave a ratio; else ``partial``."""
+        if not self.ratios:
+            return "failed" if self.failed else "partial"
+        each = LEAST_PAIRS // LEAST_SESSIONS
+        starts = sorted(start for start, ratios in self.sessions.values() if len(ratios) >= each)
         apart = len(starts) >= LEAST_SESSIONS and starts[-1] - starts[0] >= SESSIONS_APART_S
-        return "verified" if len(self.ratios) >= LEAST_PAIRS and apart else "partial"
+        if len(self.ratios) < LEAST_PAIRS or not apart:
+            return "partial"
+        return "sessions disagree" if self.sessions_disagree() else "verified"
 
 
-def read(path: str | Path) -> dict[str, Verified]:
-    """Every cell a verification file holds (``Cell.name`` -> ``Verified``); a line that is neither a pair nor a
-    failed pair (torn by a stop mid-write) is skipped."""
+def read(path: str | Path, grid: str | None = None, fingerprint: str | None = None) -> dict[str, Verified]:
+    """Every cell a verification file holds (``Cell.name`` -> ``Verified``), of the recording ``grid``
+    (``grid_id``) and the machine ``fingerprint`` where given; a line that is neither a pair nor a failed pair
+    (torn by a stop mid-write) is skipped."""
     cells: dict[str, Cell] = {}
     sessions: dict[str, dict[str, tuple[float, list[float]]]] = {}
     failed: dict[str, dict[str, int]] = {}
@@ -110,10 +140,12 @@ def read(path: str | Path) -> dict[str, Verified]:
         try:
             row = json.loads(line)
             cell, session = Cell(row["label"], tuple(row["key"]), row["changes"]), str(row["session"])
+            if (grid and row.get("grid") != grid) or (fingerprint and row.get("fingerprint") != fingerprint):
+                continue
             if row.get("failed"):
+                cells.setdefault(cell.name, cell)
                 failed.setdefault(cell.name, {}).setdefault(session, 0)
                 failed[cell.name][session] += 1
-                cells.setdefault(cell.name, cell)
                 continue
             ratio, when = float(row["ratio"]), float(row["unix"])
         except (ValueError, KeyError, TypeError):
@@ -126,9 +158,11 @@ def read(path: str | Path) -> dict[str, Verified]:
     return {name: Verified(cells[name], sessions.get(name, {}), failed.get(name, {})) for name in cells}
 
 
-def truth_of(verified: dict[str, Verified]) -> dict[tuple[Any, ...], tuple[float, float, float, str]]:
-    """The grid cells' truths (label ``cell``; the defaults' is 1 by definition): key -> (T, low, high, status)."""
-    return {v.cell.key: (*v.truth(), v.status()) for v in verified.values() if v.cell.label == "cell" and v.ratios}
+def truth_of(verified: dict[str, Verified]) -> dict[tuple[Any, ...], tuple[float, float, float, str, int]]:
+    """The grid cells' truths (label ``cell``; the defaults' is 1 by definition): key -> (T, low, high, status,
+    failed pairs); a cell whose every pair failed reads T = NaN, status ``failed``."""
+    return {v.cell.key: (*v.truth(), v.status(), sum(v.failed.values()))
+            for v in verified.values() if v.cell.label == "cell"}
 
 
 def returned_recipes(files: Iterable[str | Path]) -> list[dict[str, Any]]:
@@ -165,6 +199,14 @@ def _to_run(cells: list[Cell], done: dict[str, Verified], session: str, pairs: i
     """Each cell's pairs still to run in ``session`` (a failed pair counts as run: ``read`` keeps its count)."""
     had = {name: len(v.sessions.get(session, (0.0, []))[1]) + v.failed.get(session, 0) for name, v in done.items()}
     return {c.name: pairs - had.get(c.name, 0) for c in cells if pairs > had.get(c.name, 0)}
+
+
+def append_line(path: Path, row: dict[str, Any]) -> None:
+    """``row`` as one JSON line at the end of ``path``, after a newline where a stop tore the last line (written
+    onto it, the row would be lost with it)."""
+    torn = path.exists() and path.stat().st_size > 0 and not path.read_bytes().endswith(b"\n")
+    with path.open("a") as f:
+        f.write(("\n" if torn else "") + json.dumps(row, default=str) + "\n")
 
 
 def _pair(workload: str, defaults: dict[str, Any], params: dict[str, Any], facts: Any, seed: int,
@@ -205,12 +247,14 @@ def measure(args: argparse.Namespace) -> int:
         raise SystemExit(f"{args.grid} was recorded on {recorded or 'an unrecorded machine'}, this machine is "
                          f"{facts.fingerprint}: record a grid of this machine's own (search_quality.py --record)")
     settings = TrialSettings()  # as the search's claim about your runs measures (its user pairs)
-    _, ctx, _, defaults = sq._setup(grid.workload, settings)
+    _, ctx, _, today = sq._setup(grid.workload, settings)
+    # the knobs the grid held fixed, as it held them (a knob added since: at today's default), on both sides
+    defaults = {**today, **{RENAMED.get(k, k): v for k, v in grid.defaults.items() if RENAMED.get(k, k) in today}}
     scores = grid.scores(args.max_loss_increase)
     heuristic = {k: v for k, v in spaces.heuristic(facts, ctx).items() if defaults.get(k) != v}
     cells = choose(grid, scores, lambda k: sq._interval(grid, k), heuristic, returned_recipes(args.returned))
     out = Path(args.out or verified_path(args.grid))
-    todo = _to_run(cells, read(out), args.session, args.pairs)
+    todo = _to_run(cells, read(out, grid_id(grid), facts.fingerprint), args.session, args.pairs)
     by_name = {c.name: c for c in cells}
     per_pair = grid.recorded.get("process_pair_s") or 20.0
     print(f"{len(cells)} cells, session {args.session}: {sum(todo.values())} pairs to run (about "
@@ -223,7 +267,7 @@ def measure(args: argparse.Namespace) -> int:
             params = {**defaults, **{RENAMED.get(k, k): v for k, v in cell.changes.items()}}
             seed = rng.randrange(2**31)
             row: dict[str, Any] = {"label": cell.label, "key": list(cell.key), "changes": cell.changes,
-                                   "session": args.session}
+                                   "session": args.session, "grid": grid_id(grid)}
             pair, runs = _pair(grid.workload, defaults, params, facts, seed, args.timeout)
             if isinstance(pair, str):  # recorded, and not a pair: a cell that always fails still ends its session
                 row.update(ratio=None, failed=pair)
@@ -232,8 +276,7 @@ def measure(args: argparse.Namespace) -> int:
                            cand_loss=runs["cand"].loss, base_loss=runs["base"].loss, wall_s=round(pair.wall_s, 1))
             row.update(load=round(os.getloadavg()[0], 2), fingerprint=facts.fingerprint, unix=time.time(),
                        when=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-            with out.open("a") as f:
-                f.write(json.dumps(row, default=str) + "\n")
+            append_line(out, row)
             todo[name] -= 1
             shown = f"{row['ratio']:.3f} ({row['wall_s']:.0f} s" if row["ratio"] else f"failed ({row['failed']}"
             print(f"  {cell.label} {cell.changes}: {shown}, load {row['load']})", flush=True)
@@ -241,15 +284,21 @@ def measure(args: argparse.Namespace) -> int:
     return summary(args)
 
 
+def _finite(x: float) -> float | None:
+    return round(x, 4) if math.isfinite(x) else None
+
+
 def summary(args: argparse.Namespace) -> int:
+    from autotune import probes
     from autotune.testing.replay import RecordedGrid
 
     grid = RecordedGrid.load(args.grid)
     scores = grid.scores(args.max_loss_increase)
     out = Path(args.out or verified_path(args.grid))
-    verified = read(out)
+    machine = probes.Facts.from_dict(grid.facts).fingerprint if grid.facts and not args.any_machine else None
+    verified = read(out, grid_id(grid), machine)
     if not verified:
-        print(f"{out}: nothing verified yet")
+        print(f"{out}: nothing verified yet of {grid_id(grid)}" + (f" on {machine}" if machine else ""))
         return 1
     rows = []
     print(f"{'label':9s} {'screen':>7s} {'T':>7s} {'95% interval':>15s} {'pairs':>5s}  sessions (their means)  status")
@@ -261,18 +310,22 @@ def summary(args: argparse.Namespace) -> int:
         read_before = "-" if screen is None else f"{screen:.3f}"
         print(f"{v.cell.label:9s} {read_before:>7s} {t:7.3f} [{low:6.3f}-{high:6.3f}] {len(v.ratios):5d}  "
               f"{means}  {v.status()}: {v.cell.changes}")
-        rows.append({"label": v.cell.label, "changes": v.cell.changes, "screen": screen, "truth": round(t, 4),
-                     "interval": [round(low, 4), round(high, 4)], "pairs": len(v.ratios),
+        rows.append({"label": v.cell.label, "changes": v.cell.changes, "screen": screen, "truth": _finite(t),
+                     "interval": [_finite(low), _finite(high)], "pairs": len(v.ratios),
+                     "failed": sum(v.failed.values()),
                      "sessions": {s: round(m, 4) for s, m in v.session_means().items()}, "status": v.status()})
-    cells = [r for r in rows if r["label"] == "cell" and r["pairs"]]
+    cells = [r for r in rows if r["label"] == "cell" and r["status"] == "verified"]
     best = max(cells, key=lambda r: r["truth"]) if cells else None
     aa = next((r for r in rows if r["label"] == "defaults"), None)
-    if aa is not None:  # the verification's own check: the defaults against themselves
-        aa["covers_1"] = aa["interval"][0] <= 1.0 <= aa["interval"][1]
+    if aa is not None and aa["interval"][1] is not None:  # the verification's own check: the defaults against
+        aa["covers_1"] = aa["interval"][0] <= 1.0 <= aa["interval"][1]  # themselves
         print(f"A/A (the defaults against themselves): {aa['truth']:.3f} [{aa['interval'][0]:.3f}-"
               f"{aa['interval'][1]:.3f}] over {aa['pairs']} pairs: {'covers' if aa['covers_1'] else 'MISSES'} 1")
-    print(json.dumps({"benchmark": "verify_grid", "grid": str(args.grid), "verification": str(out),
-                      "verified_best": best, "aa": aa, "cells": rows}, default=str))
+    said = "none yet" if best is None else f"{best['truth']:.3f}x {best['changes']}"
+    print(f"verified: {len(cells)} of {sum(1 for r in rows if r['label'] == 'cell')} cells (16 pairs, 2 sessions "
+          f"an hour apart, their means agreeing); the best verified: {said}")
+    print(json.dumps({"benchmark": "verify_grid", "grid": str(args.grid), "recording": grid_id(grid),
+                      "verification": str(out), "verified_best": best, "aa": aa, "cells": rows}, default=str))
     return 0
 
 
