@@ -51,6 +51,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import random
 import statistics
 import sys
 import tempfile
@@ -98,6 +99,43 @@ class Traced(ReplayMeasurer):
             ok = result.status == Status.OK and key in self.feasible
             self.trace.append((self.clock.charged, self.truth.get(key, 1.0), result.objective if ok else None))
         return result
+
+
+class WithYourRuns(Traced):
+    """``Traced`` with the claim about your runs replayed, as a live search spends on it (``study.claim``: up to
+    ``CLAIM_SHARE`` of the budget): each pair drawn, without replacement, from the verification's fresh process
+    pairs of the recipe's cell (``verify_grid.pairs_of``), which the screen the search chose from never saw, and
+    charged their recorded time. A recipe not re-measured has none (``PairFailed``): its claim stays the workers', as
+    a live claim whose pairs failed. A process's start (``Noise.start_s``), which prices a pair before one ran, is the
+    grid's process pair less its windows."""
+
+    user_processes = True
+
+    def __init__(self, grid: Any, seed: int, clock: Any, feasible: dict[tuple[Any, ...], float],
+                 truth: dict[tuple[Any, ...], float], user: dict[tuple[Any, ...], list[tuple[float, float]]]) -> None:
+        super().__init__(grid, seed, clock, feasible, truth)
+        self.user, self.user_left = user, {}
+
+    def calibrate(self, timeout_s: float) -> Any:
+        noise = super().calibrate(timeout_s)
+        pair_s = float(self.grid.recorded.get("process_pair_s") or 0.0)
+        windows = 2 * max(4, noise.pairs // 2) * noise.window_s  # a screen's process pair (``across_processes``)
+        return replace(noise, start_s=max(0.0, (pair_s - windows) / 2)) if pair_s else noise
+
+    def user_pair(self, params: dict[str, Any], seed: int, timeout_s: float) -> Any:
+        from autotune.measure import PairFailed, RunPair
+
+        key = self.grid.key(params)
+        pool = self.user.get(key, [])
+        left = self.user_left.setdefault(key, random.Random(f"user:{self.split_seed}:{key}").sample(pool, len(pool)))
+        if not left:
+            raise PairFailed("the verification holds no (more) fresh process pairs of this recipe" if pool else
+                             "this recipe was not re-measured in fresh process pairs (verify_grid.py)")
+        ratio, wall_s = left.pop()
+        if wall_s > timeout_s:
+            raise PairFailed(f"no time left for a pair of about {wall_s:.0f} s")
+        self.charge(wall_s)
+        return RunPair(ratio, wall_s / 2, wall_s)
 
 
 def _axes(facts: Any, ctx: Any, searched: tuple[str, ...] = SEARCHED) -> list[list[dict[str, Any]]]:
@@ -245,8 +283,11 @@ def replay(args: argparse.Namespace) -> int:
     held_out = verify_grid.truth_of(verify_grid.read(
         args.verified or verify_grid.verified_path(args.grid), verify_grid.grid_id(grid), facts.fingerprint))
     truth, t_star, best_half, verified, truth_said = held_out_truth(grid, held_out, truth, best_key, best_half,
-                                                                    args.provisional)
+                                                                    args.provisional, scores)
     verified_best = max(verified, key=lambda k: truth[k]) if verified else best_key
+    # the claim about your runs draws on the re-measured cells' pairs (any session): the replay spends on it as live
+    user_pairs = verify_grid.pairs_of(args.verified or verify_grid.verified_path(args.grid), verify_grid.grid_id(grid),
+                                      facts.fingerprint)
     print(f"truth: {truth_said}")
     strategies = STRATEGIES if args.baselines else STRATEGIES[:2]
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in strategies}
@@ -262,7 +303,8 @@ def replay(args: argparse.Namespace) -> int:
                                            "study": f"quality-{seed}", "budget_s": args.budget})
                 t0 = time.monotonic()
                 clock = ReplayClock()  # the recorded time of what the grid answers, against --budget
-                measurer = Traced(grid, seed, clock, scores, truth)
+                measurer = (WithYourRuns(grid, seed, clock, scores, truth, user_pairs) if user_pairs
+                            else Traced(grid, seed, clock, scores, truth))
                 outcome = search(grid.workload, options=options, measurer=measurer, facts=facts,
                                  timing=Budget.start(options.budget_s, clock.monotonic),
                                  sampler=make_sampler(seed, plan) if make_sampler else None)
@@ -278,6 +320,7 @@ def replay(args: argparse.Namespace) -> int:
                     "trials": sum(1 for r in outcome.records if r.role != "confirm" and r.result.status not in NOT_RUN),
                     "confirmation_runs": confirms,
                     "claimed": [outcome.recipe.speedup_low, outcome.recipe.speedup_high],
+                    "process_pairs": outcome.recipe.process_pairs,
                     "rounds": _rounds(outcome), "wall_s": time.monotonic() - t0, "charged_s": clock.charged,
                     "recipe": dict(zip(grid.searched, key, strict=True))})
                 r = runs[name][-1]
@@ -356,13 +399,16 @@ def replay(args: argparse.Namespace) -> int:
 
 def held_out_truth(grid: Any, held_out: dict[tuple[Any, ...], tuple[float, float, float, str, int]],
                    truth: dict[tuple[Any, ...], float], best_key: tuple[Any, ...], best_half: float,
-                   provisional: bool = False) -> tuple[dict[tuple[Any, ...], float], float, float, set[Any], str]:
+                   provisional: bool = False, feasible: Any = None
+                   ) -> tuple[dict[tuple[Any, ...], float], float, float, set[Any], str]:
     """The truth a replay is scored against: the verified cells' (``verify_grid.truth_of``: status ``verified``;
-    with ``provisional``, any re-measured in 3 pairs or more) in place of the screen's, T* the best of them and its
-    half-width the tie band; with none, the grid's own. Returns (truth, T*, its half-width, the keys whose truth is
-    held out, what the truth is, in words)."""
+    with ``provisional``, any re-measured in 3 pairs or more) in place of the screen's, T* the best of them that the
+    quality guard lets through (``feasible``: the screen's; None: all) and its half-width the tie band; with none,
+    the grid's own. Returns (truth, T*, its half-width, the keys whose truth is held out, what the truth is, in
+    words)."""
     usable = {k: v for k, v in held_out.items()
               if v[3] == "verified" or (provisional and math.isfinite(v[0]) and math.isfinite(v[2]))}
+    usable = {k: v for k, v in usable.items() if feasible is None or k in feasible}
     statuses = [v[3] for v in held_out.values()]
     counts = ", ".join(f"{statuses.count(s)} {s}" for s in dict.fromkeys(statuses))
     if not usable:
@@ -402,7 +448,11 @@ def _scores(rows: list[dict[str, Any]], random_rows: list[dict[str, Any]] | None
     p10 = finite[max(0, math.ceil(0.10 * len(finite)) - 1)] if finite else math.nan
     g_random = statistics.median(r["gain"] for r in random_rows) if random_rows else None
     at = [statistics.median(r["gain_at"][i] for r in rows) for i in range(len(qm.ANYTIME_S))]
-    return {"median_gain_captured": _round(median), "median_gain_captured_interval": [_round(low), _round(high)],
+    # the claimed interval against the held-out truth, for offered recipes whose truth is held out
+    judged = [r for r in rows if r["verified"] and r["truth"] != 1.0 and None not in r["claimed"]]
+    holds = sum(1 for r in judged if r["claimed"][0] <= r["truth"] <= r["claimed"][1])
+    return {"median_gain_captured": _round(median),
+            "claim_holds_truth": [holds, len(judged)], "median_gain_captured_interval": [_round(low), _round(high)],
             "near_optimal_rate": round(sum(r["near"] for r in rows) / len(rows), 3),
             "p10_gain_captured": _round(p10),
             "p_slower": round(sum(1 for r in rows if r["truth"] < 1.0) / len(rows), 3),

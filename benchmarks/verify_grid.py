@@ -165,6 +165,24 @@ def truth_of(verified: dict[str, Verified]) -> dict[tuple[Any, ...], tuple[float
             for v in verified.values() if v.cell.label == "cell"}
 
 
+def pairs_of(path: str | Path, grid: str | None = None, fingerprint: str | None = None
+             ) -> dict[tuple[Any, ...], list[tuple[float, float]]]:
+    """Each re-measured grid cell's pairs (label ``cell``) as (ratio, wall seconds): a replay's claim about your runs
+    draws from them (``search_quality.WithYourRuns``)."""
+    out: dict[tuple[Any, ...], list[tuple[float, float]]] = {}
+    p = Path(path)
+    for line in (p.read_text().splitlines() if p.exists() else []):
+        try:
+            row = json.loads(line)
+            if row["label"] != "cell" or (grid and row.get("grid") != grid) \
+                    or (fingerprint and row.get("fingerprint") != fingerprint) or not float(row["ratio"]) > 0:
+                continue
+            out.setdefault(tuple(row["key"]), []).append((float(row["ratio"]), float(row["wall_s"])))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
 def returned_recipes(files: Iterable[str | Path]) -> list[dict[str, Any]]:
     """The recipes every strategy's replay seeds returned, from ``search_quality.py``'s last JSON line."""
     out: list[dict[str, Any]] = []

@@ -103,6 +103,8 @@ def test_a_replay_is_scored_against_the_verified_truth_not_the_screen(tmp_path: 
     assert new[other] == pytest.approx(1.43, rel=1e-3) and new[grid.key(grid.defaults)] == 1.0
     assert sq.qm.gain(truth[other], truth[best]) < 0.6 < 0.9 < sq.qm.gain(new[other], t_star)
     assert sq.qm.near_optimal(new[other], t_star, half)
+    assert sq.held_out_truth(grid, vg.truth_of(vg.read(out)), truth, best, 0.05, feasible={other})[1] == \
+        pytest.approx(1.43, rel=1e-3)  # a cell the quality guard refuses is no T*, however fast
 
 
 def test_the_screen_visits_every_environment_twice_in_random_order_after_the_calibration() -> None:
@@ -136,3 +138,24 @@ def test_a_stopped_screen_resumes_with_the_visits_not_done_and_refuses_other_opt
     assert sorted(done) == [0, 2]  # the torn one runs again, the third is not run twice
     with pytest.raises(SystemExit, match="other options"):
         gs._resume(partial, {"options": {"workload": "cnn", "pairs": 16}})
+
+
+def test_the_replayed_claim_draws_your_runs_from_the_verification_without_replacement() -> None:
+    """A live search spends up to 40% of its budget on fresh process pairs of your runs; the replay draws them from
+    the verification (which the screen never saw), charges their time, and never reuses one."""
+    from autotune.measure import PairFailed
+    from autotune.testing.replay import ReplayClock
+
+    grid = RecordedGrid.load(ZEN4)
+    params = {**grid.defaults, "amp_dtype": "bfloat16"}
+    clock = ReplayClock()
+    m = sq.WithYourRuns(grid, 0, clock, {}, {}, {grid.key(params): [(1.3, 20.0), (1.2, 18.0)]})
+    noise = m.calibrate(60.0)
+    assert noise.start_s is not None and 0 < noise.start_s < grid.recorded["process_pair_s"] / 2
+    before = clock.charged
+    ratios = {m.user_pair(params, i, 100.0).ratio for i in range(2)}
+    assert ratios == {1.3, 1.2} and clock.charged - before == pytest.approx(38.0)
+    with pytest.raises(PairFailed, match="no \\(more\\)"):
+        m.user_pair(params, 2, 100.0)
+    with pytest.raises(PairFailed, match="not re-measured"):
+        m.user_pair({**grid.defaults, "channels_last": True}, 0, 100.0)
