@@ -11,7 +11,7 @@ from typing import Any
 
 from .. import search_spaces as spaces
 from ..trial.spec import Status, TrialResult
-from . import stats
+from . import sizing, stats
 from .arms import WINDOW_FLOOR_S, choose_window_s
 from .candidate import (
     ACROSS,
@@ -85,20 +85,21 @@ class LiveMeasurer(EnvironmentFactors):
         started, timeout_s = time.monotonic(), min(timeout_s, 86_400.0)  # no budget: a day is as good
         self.on_phase("calibrating noise", "the defaults against themselves, in one process")
         worker = self.pool.defaults_worker(timeout_s, with_arm=False)
-        # The A/A within a sixth of the time given: its pairs as asked but at least 6 (a 95% interval needs them),
-        # and on a slow machine with a short budget, windows shorter than 4 steps (never under the device's floor).
         status = self.pool.add(worker, DEFAULTS, self.defaults, timeout_s)
         start_s, device = time.monotonic() - started, self.defaults.get("device") or "cpu"
-        window = self.window_s or max(WINDOW_FLOOR_S.get(device, WINDOW_FLOOR_S["cpu"]), min(
-            choose_window_s(status.step_s or status.first_step_s or 0.0, device), timeout_s / 6 / (2 * 6)))
-        pairs = max(6, min(self.calibration_pairs, int(timeout_s / 6 / (2 * window))))
-        for attempt in range(2):  # a machine too busy to calibrate is given a second chance, not a third
+        window, pairs, profile_s = sizing.calibration(
+            timeout_s, start_s, self.profile_s, self.calibration_pairs,
+            choose_window_s(status.step_s or status.first_step_s or 0.0, device),
+            WINDOW_FLOOR_S.get(device, WINDOW_FLOOR_S["cpu"]), self.window_s)
+        for attempt in range(2):  # a machine too busy to calibrate is given a second chance, in what the share left
             cal = worker.calibrate(DEFAULTS, self.defaults, pairs=pairs, half_width=self.half_width, window_s=window,
                                    seed=self.seed + attempt)
             busy = too_busy(cal.aa.amortised, self.busy)
             if busy is None:
                 break
             self.on_phase("calibrating noise", f"{busy}: once more")
+            left = sizing.CALIBRATION_SHARE * timeout_s - (time.monotonic() - started) - profile_s
+            pairs = max(6, min(pairs, int(left / (2 * window))))
         if busy is not None:
             raise WorkerError(f"{busy} twice: rank no recipe on it; try again when the machine is quieter")
         # A budget-sized race: a candidate's most pairs (3 x pairs, two windows each) within a quarter of the time.
@@ -106,8 +107,8 @@ class LiveMeasurer(EnvironmentFactors):
         if cal.pairs > affordable:
             cal = replace(cal, pairs=affordable)
         self.calibration = cal
-        if self.profile_s > 0:  # at most a sixth of the time given, as the A/A
-            self.operators = self._profile(worker, DEFAULTS, min(self.profile_s, timeout_s / 6), cal.step_s, "defaults")
+        if profile_s > 0:
+            self.operators = self._profile(worker, DEFAULTS, profile_s, cal.step_s, "defaults")
             self.pool.defaults_worker(timeout_s, with_arm=True)  # the same, unless the profile stopped it
         self.noise = Noise.from_calibration(cal, wall_s=time.monotonic() - started, start_s=start_s, run_s=trial_run_s(
             start_s, cal.step_s, self.settings, self.defaults.get("batch_per_rank") or 1))  # the search's: format 2
@@ -149,8 +150,7 @@ class LiveMeasurer(EnvironmentFactors):
         measured in processes as new as the user's), and for every environment a factor of this round's own: one
         fresh process pair, no earlier pair pooled with it (the confirmation must not reuse what chose the
         candidate: ``_round_factor``)."""
-        self.seed, self._confirming = seed, True
-        self._round_factors = {}
+        self.seed, self._confirming, self._round_factors = seed, True, {}
         self.close()
 
     def begin(self, params: dict[str, Any], timeout_s: float) -> object | TrialResult:

@@ -16,6 +16,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+CALIBRATION_SHARE = 0.15  # of the time given, the most the calibration's start, A/A and profile take together
 WINDOWS = 6  # window pairs a process pair, unsized (a pair's median: window pairs of the CNN read up to 33% apart)
 FEWEST_WINDOWS = 2  # a pair's median needs two windows at least
 LEAST_PAIRS = 2  # process pairs a round at least (one sees no process's own factor)
@@ -109,3 +110,22 @@ class Spread:
         self.groups.append((list(ratios), windows, aa))
         between = between_sd(self.groups, self.within)
         return rounds(self.within, between, self.pair_s, self.window_pair_s)
+
+
+def calibration(timeout_s: float, start_s: float, profile_s: float, pairs: int, natural_s: float, floor_s: float,
+                window_s: float | None = None) -> tuple[float, int, float]:
+    """The A/A's window and pairs and the profile's seconds, so that the calibration's start (``start_s``, spent), A/A
+    and profile fit in ``CALIBRATION_SHARE`` of ``timeout_s`` (a sixth for the A/A alone left the start and profile
+    beyond it): ``pairs`` as asked but at least 6 (a 95% interval needs them), and the window ``window_s`` where
+    given, else the step's own (``natural_s``) shortened to fit a short budget, never under ``floor_s``.
+
+    >>> calibration(120.0, 5.0, 2.0, 16, 0.5, 0.05)   # 18 s: 5 s started, 2 s of profile, 11 of A/A
+    (0.5, 11, 2.0)
+    >>> calibration(1800.0, 5.0, 2.0, 16, 0.5, 0.05)  # a long budget: the pairs as asked
+    (0.5, 16, 2.0)
+    """
+    share = CALIBRATION_SHARE * timeout_s
+    profile = min(profile_s, share / 6)
+    aa_s = max(0.0, share - start_s - profile)
+    window = window_s or max(floor_s, min(natural_s, aa_s / (2 * 6)))
+    return window, max(6, min(pairs, int(aa_s / (2 * window)))), profile

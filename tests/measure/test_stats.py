@@ -226,3 +226,33 @@ def test_a_calibration_too_wide_to_rank_on_is_taken_again_once_then_ends_the_sea
     with pytest.raises(WorkerError, match=r"too busy to calibrate: identical arms read 1\.10x \[0\.93-1\.70\] twice"):
         measurer().calibrate(60)
     assert len(calls) == 2
+
+
+def test_the_calibration_fits_its_share_of_a_short_budget(facts) -> None:
+    """Start, A/A and profile take at most 15% of the time given (issue 58): in a minute, 9 s, so 7 pairs of 0.5 s
+    windows beside a 1.5 s profile, where a sixth of it for the A/A alone asked 10 pairs and a 2 s profile."""
+    from types import SimpleNamespace
+
+    from autotune.measure import LiveMeasurer
+    from autotune.trial import TrialSettings
+
+    asked: list[tuple[int, float]] = []
+    profiled: list[float] = []
+
+    class Worker:
+        def calibrate(self, *args, pairs: int, window_s: float, **kwargs):
+            asked.append((pairs, window_s))
+            aa = stats.Interval(1.0, 0.99, 1.01, 0.95, pairs)
+            return SimpleNamespace(window_s=window_s, pairs=6, half_width=0.03, margin=0.02, spread=0.1,
+                                   step_s=0.01, aa=SimpleNamespace(amortised=aa, ratios=(0.99, 1.01)))
+
+        def profile(self, arm: str, seconds: float, step_s: float):
+            profiled.append(seconds)
+            return SimpleNamespace(operators={})
+
+    m = LiveMeasurer("tiny", {"device": "cpu"}, facts, TrialSettings(), window_s=0.5, profile_s=2.0)
+    m.pool.defaults_worker = lambda *a, **k: Worker()  # type: ignore[method-assign]
+    m.pool.add = lambda *a, **k: SimpleNamespace(step_s=0.01, first_step_s=0.01)  # type: ignore[method-assign]
+    m.calibrate(60.0)
+    assert asked == [(7, 0.5)] and profiled == [pytest.approx(1.5)]
+    assert 7 * 2 * 0.5 + 1.5 <= 0.15 * 60
