@@ -105,22 +105,35 @@ class WithYourRuns(Traced):
     """``Traced`` with the claim about your runs replayed, as a live search spends on it (``study.claim``: up to
     ``CLAIM_SHARE`` of the budget): each pair drawn, without replacement, from the verification's fresh process
     pairs of the recipe's cell (``verify_grid.pairs_of``), which the screen the search chose from never saw, and
-    charged their recorded time. A recipe not re-measured has none (``PairFailed``): its claim stays the workers', as
-    a live claim whose pairs failed. A process's start (``Noise.start_s``), which prices a pair before one ran, is the
-    grid's process pair less its windows."""
+    charged their recorded time; the truth that scores the seed is then the mean of that cell's other pairs
+    (``truth_beside``), so a claim is never judged against its own pairs. A recipe not re-measured has none
+    (``PairFailed``): its claim stays the workers', as a live claim whose pairs failed. A process's start
+    (``Noise.start_s``) and a trial process's run (``Noise.run_s``), which price a pair before one ran and the
+    start of another environment's candidate, are read from the grid as live reads them from the calibration:
+    replays with a verification are not comparable with replays before it."""
 
     user_processes = True
 
     def __init__(self, grid: Any, seed: int, clock: Any, feasible: dict[tuple[Any, ...], float],
-                 truth: dict[tuple[Any, ...], float], user: dict[tuple[Any, ...], list[tuple[float, float]]]) -> None:
+                 truth: dict[tuple[Any, ...], float], user: dict[tuple[Any, ...], list[tuple[float, float, float]]]
+                 ) -> None:
         super().__init__(grid, seed, clock, feasible, truth)
         self.user, self.user_left = user, {}
+        self.drawn: dict[tuple[Any, ...], list[tuple[float, float, float]]] = {}
 
     def calibrate(self, timeout_s: float) -> Any:
+        from autotune.measure.runs import trial_run_s
+        from autotune.trial import TrialSettings
+
         noise = super().calibrate(timeout_s)
         pair_s = float(self.grid.recorded.get("process_pair_s") or 0.0)
+        if not pair_s:
+            return noise
         windows = 2 * max(4, noise.pairs // 2) * noise.window_s  # a screen's process pair (``across_processes``)
-        return replace(noise, start_s=max(0.0, (pair_s - windows) / 2)) if pair_s else noise
+        start_s, home = max(0.0, (pair_s - windows) / 2), self.grid.find(self.grid.defaults)
+        batch = self.grid.defaults.get("batch_per_rank") or self.grid.defaults.get("batch_size") or 1
+        run_s = trial_run_s(start_s, home.step_s, TrialSettings(), batch) if home.step_s else None
+        return replace(noise, start_s=start_s, run_s=run_s)
 
     def user_pair(self, params: dict[str, Any], seed: int, timeout_s: float) -> Any:
         from autotune.measure import PairFailed, RunPair
@@ -131,11 +144,22 @@ class WithYourRuns(Traced):
         if not left:
             raise PairFailed("the verification holds no (more) fresh process pairs of this recipe" if pool else
                              "this recipe was not re-measured in fresh process pairs (verify_grid.py)")
-        ratio, wall_s = left.pop()
-        if wall_s > timeout_s:
-            raise PairFailed(f"no time left for a pair of about {wall_s:.0f} s")
-        self.charge(wall_s)
-        return RunPair(ratio, wall_s / 2, wall_s)
+        if left[-1][1] > timeout_s:
+            raise PairFailed(f"no time left for a pair of about {left[-1][1]:.0f} s")
+        pair = left.pop()
+        self.drawn.setdefault(key, []).append(pair)
+        self.charge(pair[1])
+        return RunPair(pair[0], pair[2], pair[1])
+
+    def truth_beside(self, key: tuple[Any, ...], truth: float) -> float:
+        """``key``'s truth from the verification's pairs this replay's claim did not draw (``truth`` where it drew
+        none, or all)."""
+        rest = list(self.user.get(key, []))
+        for pair in self.drawn.get(key, []):
+            rest.remove(pair)
+        if not self.drawn.get(key) or not rest:
+            return truth
+        return math.exp(statistics.fmean(math.log(r) for r, _, _ in rest))
 
 
 def _axes(facts: Any, ctx: Any, searched: tuple[str, ...] = SEARCHED) -> list[list[dict[str, Any]]]:
@@ -311,6 +335,8 @@ def replay(args: argparse.Namespace) -> int:
                 key = grid.key(outcome.recipe.params)
                 confirms = sum(1 for r in outcome.records if r.role == "confirm")
                 t = truth.get(key, math.nan)
+                if isinstance(measurer, WithYourRuns) and key in verified and key != grid.key(grid.defaults):
+                    t = measurer.truth_beside(key, t)
                 runs[name].append({
                     "seed": seed, "best_found": scores.get(key, 0.0) / grid_best, "truth": t,
                     "verified": key in verified,
@@ -408,14 +434,17 @@ def held_out_truth(grid: Any, held_out: dict[tuple[Any, ...], tuple[float, float
     words)."""
     usable = {k: v for k, v in held_out.items()
               if v[3] == "verified" or (provisional and math.isfinite(v[0]) and math.isfinite(v[2]))}
-    usable = {k: v for k, v in usable.items() if feasible is None or k in feasible}
     statuses = [v[3] for v in held_out.values()]
     counts = ", ".join(f"{statuses.count(s)} {s}" for s in dict.fromkeys(statuses))
     if not usable:
         return (truth, truth[best_key], best_half, set(),
                 "the grid's own measurement of each cell (not held out"
                 + (f": {len(held_out)} cells re-measured, {counts}, none verified)" if held_out else ")"))
-    best = max(usable, key=lambda k: usable[k][0])
+    contenders = [k for k in usable if feasible is None or k in feasible]
+    if not contenders:
+        return (truth, truth[best_key], best_half, set(),
+                f"the grid's own measurement of each cell (not held out: {counts}, none the quality guard passes)")
+    best = max(contenders, key=lambda k: usable[k][0])
     t_star, low, high = usable[best][:3]
     said = (f"{'provisional, ' if provisional else ''}held out: {len(usable)} cells' truth from fresh process pairs "
             f"({counts}), T* {t_star:.3f}x [{low:.3f}-{high:.3f}] {dict(zip(grid.searched, best, strict=True))}; "
@@ -449,7 +478,8 @@ def _scores(rows: list[dict[str, Any]], random_rows: list[dict[str, Any]] | None
     g_random = statistics.median(r["gain"] for r in random_rows) if random_rows else None
     at = [statistics.median(r["gain_at"][i] for r in rows) for i in range(len(qm.ANYTIME_S))]
     # the claimed interval against the held-out truth, for offered recipes whose truth is held out
-    judged = [r for r in rows if r["verified"] and r["truth"] != 1.0 and None not in r["claimed"]]
+    judged = [r for r in rows if r["verified"] and r["truth"] != 1.0 and None not in r["claimed"]
+              and (r["process_pairs"] or 0) >= 3]  # a claim from your runs (3 pairs at least), not the workers'
     holds = sum(1 for r in judged if r["claimed"][0] <= r["truth"] <= r["claimed"][1])
     return {"median_gain_captured": _round(median),
             "claim_holds_truth": [holds, len(judged)], "median_gain_captured_interval": [_round(low), _round(high)],

@@ -166,10 +166,10 @@ def truth_of(verified: dict[str, Verified]) -> dict[tuple[Any, ...], tuple[float
 
 
 def pairs_of(path: str | Path, grid: str | None = None, fingerprint: str | None = None
-             ) -> dict[tuple[Any, ...], list[tuple[float, float]]]:
-    """Each re-measured grid cell's pairs (label ``cell``) as (ratio, wall seconds): a replay's claim about your runs
-    draws from them (``search_quality.WithYourRuns``)."""
-    out: dict[tuple[Any, ...], list[tuple[float, float]]] = {}
+             ) -> dict[tuple[Any, ...], list[tuple[float, float, float]]]:
+    """Each re-measured grid cell's pairs (label ``cell``) as (ratio, wall seconds, timed seconds of a process): a
+    replay's claim about your runs draws from them (``search_quality.WithYourRuns``)."""
+    out: dict[tuple[Any, ...], list[tuple[float, float, float]]] = {}
     p = Path(path)
     for line in (p.read_text().splitlines() if p.exists() else []):
         try:
@@ -177,7 +177,8 @@ def pairs_of(path: str | Path, grid: str | None = None, fingerprint: str | None 
             if row["label"] != "cell" or (grid and row.get("grid") != grid) \
                     or (fingerprint and row.get("fingerprint") != fingerprint) or not float(row["ratio"]) > 0:
                 continue
-            out.setdefault(tuple(row["key"]), []).append((float(row["ratio"]), float(row["wall_s"])))
+            wall = float(row["wall_s"])
+            out.setdefault(tuple(row["key"]), []).append((float(row["ratio"]), wall, float(row.get("run_s", wall / 2))))
         except (ValueError, KeyError, TypeError):
             continue
     return out
@@ -291,7 +292,8 @@ def measure(args: argparse.Namespace) -> int:
                 row.update(ratio=None, failed=pair)
             else:
                 row.update(ratio=pair.ratio, cand_sps=pair.samples_per_s, base_sps=pair.baseline_samples_per_s,
-                           cand_loss=runs["cand"].loss, base_loss=runs["base"].loss, wall_s=round(pair.wall_s, 1))
+                           cand_loss=runs["cand"].loss, base_loss=runs["base"].loss, wall_s=round(pair.wall_s, 1),
+                           run_s=round(pair.run_s, 2))
             row.update(load=round(os.getloadavg()[0], 2), fingerprint=facts.fingerprint, unix=time.time(),
                        when=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
             append_line(out, row)

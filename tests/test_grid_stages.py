@@ -149,12 +149,16 @@ def test_the_replayed_claim_draws_your_runs_from_the_verification_without_replac
     grid = RecordedGrid.load(ZEN4)
     params = {**grid.defaults, "amp_dtype": "bfloat16"}
     clock = ReplayClock()
-    m = sq.WithYourRuns(grid, 0, clock, {}, {}, {grid.key(params): [(1.3, 20.0), (1.2, 18.0)]})
+    pool = [(1.3, 20.0, 8.0), (1.2, 18.0, 7.0), (1.1, 19.0, 7.5)]
+    m = sq.WithYourRuns(grid, 0, clock, {}, {}, {grid.key(params): pool})
     noise = m.calibrate(60.0)
-    assert noise.start_s is not None and 0 < noise.start_s < grid.recorded["process_pair_s"] / 2
+    assert noise.start_s is not None and 0 < noise.start_s < grid.recorded["process_pair_s"] / 2 and noise.run_s
     before = clock.charged
-    ratios = {m.user_pair(params, i, 100.0).ratio for i in range(2)}
-    assert ratios == {1.3, 1.2} and clock.charged - before == pytest.approx(38.0)
+    drawn = [m.user_pair(params, i, 100.0) for i in range(2)]
+    left = next(p for p in pool if p[0] not in {d.ratio for d in drawn})
+    assert clock.charged - before == pytest.approx(sum(p[1] for p in pool) - left[1])
+    assert m.truth_beside(grid.key(params), 1.2) == pytest.approx(left[0])  # scored by the pair it did not draw
+    m.user_pair(params, 2, 100.0)
     with pytest.raises(PairFailed, match="no \\(more\\)"):
         m.user_pair(params, 2, 100.0)
     with pytest.raises(PairFailed, match="not re-measured"):

@@ -115,17 +115,21 @@ class Spread:
 def calibration(timeout_s: float, start_s: float, profile_s: float, pairs: int, natural_s: float, floor_s: float,
                 window_s: float | None = None) -> tuple[float, int, float]:
     """The A/A's window and pairs and the profile's seconds, so that the calibration's start (``start_s``, spent), A/A
-    and profile fit in ``CALIBRATION_SHARE`` of ``timeout_s`` (a sixth for the A/A alone left the start and profile
-    beyond it): ``pairs`` as asked but at least 6 (a 95% interval needs them), and the window ``window_s`` where
-    given, else the step's own (``natural_s``) shortened to fit a short budget, never under ``floor_s``.
+    and profile fit in ``CALIBRATION_SHARE`` of ``timeout_s`` where 6 pairs fit (a sixth for the A/A alone left the
+    start and profile beyond it): ``pairs`` as asked, fewer where the share holds fewer, never under 6 (a 95%
+    interval needs them); the window ``window_s`` where given, else the step's own (``natural_s``) cut to a
+    seventy-second of a short budget and never under ``floor_s``: the share takes pairs, not window length, which
+    the whole search's windows keep.
 
     >>> calibration(120.0, 5.0, 2.0, 16, 0.5, 0.05)   # 18 s: 5 s started, 2 s of profile, 11 of A/A
     (0.5, 11, 2.0)
     >>> calibration(1800.0, 5.0, 2.0, 16, 0.5, 0.05)  # a long budget: the pairs as asked
     (0.5, 16, 2.0)
+    >>> calibration(60.0, 3.0, 2.0, 16, 0.8, 0.05)    # 9 s: 6 pairs of 0.8 s windows are 9.6 s: past the share
+    (0.8, 6, 1.5)
     """
     share = CALIBRATION_SHARE * timeout_s
     profile = min(profile_s, share / 6)
     aa_s = max(0.0, share - start_s - profile)
-    window = window_s or max(floor_s, min(natural_s, aa_s / (2 * 6)))
+    window = window_s or max(floor_s, min(natural_s, timeout_s / 6 / (2 * 6)))
     return window, max(6, min(pairs, int(aa_s / (2 * window)))), profile

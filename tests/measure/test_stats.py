@@ -255,4 +255,4 @@ def test_the_calibration_fits_its_share_of_a_short_budget(facts) -> None:
     m.pool.add = lambda *a, **k: SimpleNamespace(step_s=0.01, first_step_s=0.01)  # type: ignore[method-assign]
     m.calibrate(60.0)
     assert asked == [(7, 0.5)] and profiled == [pytest.approx(1.5)]
-    assert 7 * 2 * 0.5 + 1.5 <= 0.15 * 60
+    assert sum(2 * n * w for n, w in asked) + sum(profiled) <= 0.15 * 60
