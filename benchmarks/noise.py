@@ -54,7 +54,7 @@ from claims import _cli, clopper_pearson  # noqa: E402 - a benchmark beside this
 
 OUT = HERE / "results" / "noise.jsonl"
 # The reference of each kind in parts (in: workers of 32 window pairs; across: runs of 3 process pairs), spread
-# over the effect comparisons: one 12-pair run before them read the compute effect 1.079x where its 40 comparisons,
+# over the effect comparisons: one 12-pair run before them read the compute effect 1.079x where its 14 comparisons,
 # over the next 45 minutes, averaged 1.061x (8 of the 40 intervals missed that run; 6 missed the mean of the
 # other comparisons of their kind, 1 of the 33 of 5 process pairs or more).
 REFERENCE = {"in": (3, 32), "across": (4, 3)}

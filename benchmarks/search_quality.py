@@ -304,14 +304,14 @@ def replay(args: argparse.Namespace) -> int:
     best_half = qm.half_width(*_interval(grid, best_key))
     if args.verified and not Path(args.verified).exists():
         raise SystemExit(f"--verified {args.verified}: no such file")
-    held_out = verify_grid.truth_of(verify_grid.read(
-        args.verified or verify_grid.verified_path(args.grid), verify_grid.grid_id(grid), facts.fingerprint))
+    found = verify_grid.read(args.verified or verify_grid.verified_path(args.grid), verify_grid.grid_id(grid),
+                             facts.fingerprint)
+    held_out = verify_grid.truth_of(found)
     truth, t_star, best_half, verified, truth_said = held_out_truth(grid, held_out, truth, best_key, best_half,
                                                                     args.provisional, scores)
     verified_best = max(verified, key=lambda k: truth[k]) if verified else best_key
     # the claim about your runs draws on the re-measured cells' pairs (any session): the replay spends on it as live
-    user_pairs = verify_grid.pairs_of(args.verified or verify_grid.verified_path(args.grid), verify_grid.grid_id(grid),
-                                      facts.fingerprint)
+    user_pairs = verify_grid.pairs_of(found)
     print(f"truth: {truth_said}")
     strategies = STRATEGIES if args.baselines else STRATEGIES[:2]
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in strategies}

@@ -81,6 +81,7 @@ class Verified:
     cell: Cell
     sessions: dict[str, tuple[float, list[float]]]
     failed: dict[str, int]  # session -> pairs that gave no ratio
+    pairs: list[tuple[float, float, float]]  # every pair's (ratio, wall seconds, timed seconds of a process)
 
     @property
     def ratios(self) -> list[float]:
@@ -135,6 +136,7 @@ def read(path: str | Path, grid: str | None = None, fingerprint: str | None = No
     cells: dict[str, Cell] = {}
     sessions: dict[str, dict[str, tuple[float, list[float]]]] = {}
     failed: dict[str, dict[str, int]] = {}
+    pairs: dict[str, list[tuple[float, float, float]]] = {}
     p = Path(path)
     for line in (p.read_text().splitlines() if p.exists() else []):
         try:
@@ -147,15 +149,18 @@ def read(path: str | Path, grid: str | None = None, fingerprint: str | None = No
                 failed.setdefault(cell.name, {}).setdefault(session, 0)
                 failed[cell.name][session] += 1
                 continue
-            ratio, when = float(row["ratio"]), float(row["unix"])
+            ratio, when, wall = float(row["ratio"]), float(row["unix"]), float(row.get("wall_s", 0.0))
+            timed = float(row.get("run_s", wall / 2))
         except (ValueError, KeyError, TypeError):
             continue
         if not ratio > 0:
             continue
         cells.setdefault(cell.name, cell)
+        pairs.setdefault(cell.name, []).append((ratio, wall, timed))
         first, ratios = sessions.setdefault(cell.name, {}).get(session, (when, []))
         sessions[cell.name][session] = (min(first, when), [*ratios, ratio])
-    return {name: Verified(cells[name], sessions.get(name, {}), failed.get(name, {})) for name in cells}
+    return {name: Verified(cells[name], sessions.get(name, {}), failed.get(name, {}), pairs.get(name, []))
+            for name in cells}
 
 
 def truth_of(verified: dict[str, Verified]) -> dict[tuple[Any, ...], tuple[float, float, float, str, int]]:
@@ -165,23 +170,10 @@ def truth_of(verified: dict[str, Verified]) -> dict[tuple[Any, ...], tuple[float
             for v in verified.values() if v.cell.label == "cell"}
 
 
-def pairs_of(path: str | Path, grid: str | None = None, fingerprint: str | None = None
-             ) -> dict[tuple[Any, ...], list[tuple[float, float, float]]]:
-    """Each re-measured grid cell's pairs (label ``cell``) as (ratio, wall seconds, timed seconds of a process): a
-    replay's claim about your runs draws from them (``search_quality.WithYourRuns``)."""
-    out: dict[tuple[Any, ...], list[tuple[float, float, float]]] = {}
-    p = Path(path)
-    for line in (p.read_text().splitlines() if p.exists() else []):
-        try:
-            row = json.loads(line)
-            if row["label"] != "cell" or (grid and row.get("grid") != grid) \
-                    or (fingerprint and row.get("fingerprint") != fingerprint) or not float(row["ratio"]) > 0:
-                continue
-            wall = float(row["wall_s"])
-            out.setdefault(tuple(row["key"]), []).append((float(row["ratio"]), wall, float(row.get("run_s", wall / 2))))
-        except (ValueError, KeyError, TypeError):
-            continue
-    return out
+def pairs_of(verified: dict[str, Verified]) -> dict[tuple[Any, ...], list[tuple[float, float, float]]]:
+    """Each re-measured grid cell's pairs (label ``cell``, as ``read`` gives them): a replay's claim about your runs
+    draws from them (``search_quality.WithYourRuns``)."""
+    return {v.cell.key: v.pairs for v in verified.values() if v.cell.label == "cell" and v.pairs}
 
 
 def returned_recipes(files: Iterable[str | Path]) -> list[dict[str, Any]]:
