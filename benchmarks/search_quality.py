@@ -259,7 +259,8 @@ def replay(args: argparse.Namespace) -> int:
     # machine's, and scored over the combinations that space can reach (an AVX2-only machine offers no bf16).
     facts = probes.Facts.from_dict(grid.facts) if grid.facts else probes.probe()
     base_options = SearchOptions(budget_s=None, settings=TrialSettings(), compile=False,
-                                 max_loss_increase=args.max_loss_increase, confirm_top=args.confirm)
+                                 max_loss_increase=args.max_loss_increase, confirm_top=args.confirm,
+                                 confirm_rounds=args.confirm_rounds)
     _, ctx = search_context(grid.workload, facts, base_options)
     scores = grid.scores(args.max_loss_increase)
     if not grid.facts:
@@ -516,6 +517,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="replay: the search's budget in seconds, on a clock that charges what the grid recorded")
     parser.add_argument("--fraction", type=float, default=0.15, help="search trials as a fraction of the grid")
     parser.add_argument("--confirm", type=int, default=3, help="confirmation candidates (autotune search --confirm)")
+    parser.add_argument("--confirm-rounds", type=int, default=3,
+                        help="the confirmation's rounds (autotune search --confirm-rounds, default 3)")
     parser.add_argument("--max-loss-increase", type=float, default=0.05)
     parser.add_argument("--verified", default=None,
                         help="replay: the held-out truth (verify_grid.py's file; default: NAME-verified.jsonl beside "

@@ -236,15 +236,15 @@ CLAIM_SHARE = 0.4  # of a budget, the most its claim about your runs takes
 
 
 def claim_pair_s(noise: Noise | None) -> float | None:
-    """One pair of your runs for the claim (``measure.runs``): two fresh processes one after the other, each started
+    """One pair of your runs for the claim (``measure.runs``): two fresh processes one after the other. Where the
+    measurer knows a process's own shape (``Noise.run_s``: a trial process of the defaults, its start, warm-up, timed
+    steps and loss), twice that: the recipe's process is as long or shorter where it is a gain. Else each started
     as the calibration's worker was, its model built and settled (``Noise.start_s``), and trained for twice a
-    pair's windows (its warm-up and the loss besides: a CNN process took 10.2 s where this says 8.7 s, 2-vCPU Zen
-    3; from the first pair on, the pairs' own time is the price), or the process's own shape where the measurer
-    knows it (``Noise.run_s``: a trial process trains its steps, whatever the windows); None where the start was
-    not recorded."""
+    pair's windows (its warm-up and the loss besides). From the first pair on, the pairs' own time is the price.
+    None where the start was not recorded."""
     if noise is None or noise.start_s is None:
         return None
-    return 2 * max(noise.start_s + 2 * RUN_WINDOW_PAIRS * noise.window_s, noise.run_s or 0.0)
+    return 2 * (noise.run_s or noise.start_s + 2 * RUN_WINDOW_PAIRS * noise.window_s)
 
 
 def claim_pairs(options: SearchOptions, pair_s: float | None) -> int:

@@ -26,9 +26,13 @@ if TYPE_CHECKING:
     from .loop import SearchLoop
 
 
+EXTRA = 1.2  # a pair past those asked starts where the time left is this many times the longest pair so far
+
+
 def user_runs(loop: SearchLoop, confirmation: Confirmation | None) -> UserRuns | None:
     """The confirmation's choice run in ``budget.claim_pairs`` fresh process pairs of your training, while the budget
-    holds the next one (priced from the calibration, then from the pairs so far); recorded in the study
+    holds the next one (priced from the calibration, then from the pairs so far), and without ``--claim-pairs`` in
+    more, up to ``CLAIM_PAIRS``, while the budget's end holds them (``EXTRA``); recorded in the study
     (``StudyAttr.USER_RUNS``). None where there is no such claim: no confirmation, nothing it would offer, or a
     measurer that runs no process of yours."""
     winner = confirmation.best if confirmation is not None else None
@@ -41,20 +45,25 @@ def user_runs(loop: SearchLoop, confirmation: Confirmation | None) -> UserRuns |
                               f"about {pair_s:.0f} s in {budget.CLAIM_SHARE:.0%} of it; give --budget 5m" if pair_s else
                               "a pair's price is unknown: its study was calibrated by an earlier autotune")
     pairs: list[RunPair] = []
+    most = asked if options.claim_pairs is not None else max(asked, CLAIM_PAIRS) if asked else 0
     try:
-        for i in range(asked):
+        for i in range(most):
             need = max([pair_s or 0.0, *(p.wall_s for p in pairs)])
-            if loop.budget.left() < need:
-                why = f"the budget's end: {i} of {asked} process pairs ran (each about {need:.0f} s)"
+            # past the pairs asked, another only where the budget's end holds it with the estimates' 20% to spare:
+            # time the search kept and did not spend narrows your runs' interval instead of going unused
+            if loop.budget.left() < (need if i < asked else EXTRA * need):
+                if i < asked:
+                    why = f"the budget's end: {i} of {asked} process pairs ran (each about {need:.0f} s)"
                 break
             loop.current = winner.number  # the phase line names the recipe's trial
-            loop.phase("your runs", f"fresh process pair {i + 1} of {asked} against the defaults, started as your "
-                       "training is")
+            of = f"{i + 1} of {asked}" if i < asked else f"{i + 1}, past the {asked} asked: the budget's end holds it,"
+            loop.phase("your runs", f"fresh process pair {of} against the defaults, started as your training is")
             try:
                 seed, left = options.seed * 7919 + 104729 + i, max(1.0, loop.budget.left())
                 pairs.append(loop.measurer.user_pair(winner.params, seed, left))
             except PairFailed as e:
-                why = f"process pair {i + 1} failed: {e}"
+                why = (f"the budget's end: process pair {i + 1} was cut ({e})" if loop.budget.left() <= 1.0 else
+                       f"process pair {i + 1} failed: {e}")
                 break
     except BaseException:  # Ctrl-C: what ran is kept in the study, and the search ends as it would
         why = f"stopped after {len(pairs)} of {asked} process pairs"

@@ -79,7 +79,7 @@ def test_a_round_is_priced_at_a_workers_start_and_the_candidates_arm_not_the_cal
 
     from autotune.measure import Noise
     from autotune.study import SearchOptions
-    from autotune.study.budget import reserve_s, round_parts
+    from autotune.study.budget import claim_pair_s, reserve_s, round_parts
     from autotune.trial.spec import Status, TrialResult
 
     noise = Noise(window_s=0.3, pairs=16, half_width=0.03, margin=0.02, spread=0.25, aa=(1.0, 0.96, 1.09),
@@ -109,6 +109,11 @@ def test_a_round_is_priced_at_a_workers_start_and_the_candidates_arm_not_the_cal
     assert reserve_s(study, options, 28.0) == pytest.approx(kept - claim)
     study.set_user_attr("noise", asdict(replace(noise, run_s=7.0)))
     assert reserve_s(study, options, 28.0) == pytest.approx(kept - claim + 3 * 2 * 7.0)
+    # and where it is shorter than twice the windows besides the start: still the process's shape (the windows'
+    # price, 13.2 s a pair here, held 3 pairs where 4 fit)
+    assert claim_pair_s(replace(noise, run_s=5.0)) == pytest.approx(10.0)
+    study.set_user_attr("noise", asdict(replace(noise, run_s=5.0)))
+    assert reserve_s(study, options, 28.0) == pytest.approx(kept - claim + 4 * 2 * 5.0)
     # a study calibrated before the worker's start was recorded: as before, from the whole time outside windows
     study.set_user_attr("noise", asdict(replace(noise, start_s=None)))
     assert reserve_s(study, options, 28.0) == pytest.approx(1.1 * 3 * ((19.0 - 9.6) + windows + (23.2 - 20.2)))

@@ -91,7 +91,7 @@ class Stubbed(StubMeasurer):
 
 
 def _search(tmp_path: Path, facts: Any, stub: Stubbed, budget_s: float, clock: ReplayClock, rounds: int = 3,
-            claim_pairs: int | None = None) -> Any:
+            claim_pairs: int | None = None, budget_option: float | None = None) -> Any:
     """Explore (the defaults; then, as the loop takes seeds and samples, trial 1 at 1.64x [1.50-1.80] and trial 2 at
     1.20x [1.10-1.30]), confirm 3 rounds of both with ``budget_s`` left on the clock, and choose the recipe."""
     ctx = spaces.SpaceContext(default_batch_size=32, conv=True)
@@ -104,7 +104,7 @@ def _search(tmp_path: Path, facts: Any, stub: Stubbed, budget_s: float, clock: R
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     study = optuna.create_study(storage=url, study_name="cut", direction="maximize",
                                 sampler=optuna.samplers.TPESampler(seed=0))
-    options = SearchOptions(storage=url, trials=3, budget_s=None, confirm_top=2, confirm_rounds=rounds,
+    options = SearchOptions(storage=url, trials=3, budget_s=budget_option, confirm_top=2, confirm_rounds=rounds,
                             claim_pairs=claim_pairs)
     loop = SearchLoop(study, "tiny", facts, ctx, run, options, budget=Budget(clock.monotonic() + 1e6, clock.monotonic),
                       notify=lambda event: None, seeds=seeds, measurer=stub)
