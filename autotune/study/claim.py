@@ -48,9 +48,9 @@ def user_runs(loop: SearchLoop, confirmation: Confirmation | None) -> UserRuns |
     most = asked if options.claim_pairs is not None else max(asked, CLAIM_PAIRS) if asked else 0
     try:
         for i in range(most):
-            need = max([pair_s or 0.0, *(p.wall_s for p in pairs)])
-            # past the pairs asked, another only where the budget's end holds it with the estimates' 20% to spare:
-            # time the search kept and did not spend narrows your runs' interval instead of going unused
+            # past the pairs asked, another only where the budget's end holds it with the estimates' 20% to spare,
+            # at the pairs' own time: what the search kept and did not spend narrows your runs' interval
+            need = max([pair_s or 0.0, *(p.wall_s for p in pairs)]) if i < asked else max(p.wall_s for p in pairs)
             if loop.budget.left() < (need if i < asked else EXTRA * need):
                 if i < asked:
                     why = f"the budget's end: {i} of {asked} process pairs ran (each about {need:.0f} s)"

@@ -143,17 +143,18 @@ def test_without_three_pairs_of_your_runs_the_recipe_is_provisional_and_says_why
     assert recipe.claim_text == "provisional: not measured in processes of your training, 95% interval"
 
 
-def test_time_the_budget_kept_and_the_confirmation_left_runs_more_pairs_of_your_runs(tmp_path: Path,
-                                                                                      facts: Any) -> None:
-    """A 2-minute budget asks 3 pairs (40% of it at 15 s a pair); where the budget's end holds more once they ran
-    (here 35 s), another runs while the time left is 1.2x the longest pair, up to six: 5 pairs, where 3 ran and 35 s
-    went unused before."""
+@pytest.mark.parametrize(("start_s", "left_s", "ran"), [(5.1, 35.0, 5), (5.6, 19.0, 4)])
+def test_time_the_budget_kept_and_the_confirmation_left_runs_more_pairs_of_your_runs(
+        tmp_path: Path, facts: Any, start_s: float, left_s: float, ran: int) -> None:
+    """A 2-minute budget asks 3 pairs (40% of it at 15-16 s a pair); where the budget's end holds more once they ran
+    (35 s, 19 s), another runs while the time left is 1.2x the longest pair (15 s, their own time, not the price
+    before them), up to six: 5 and 4 pairs, where 3 ran and that time went unused before."""
     clock = ReplayClock()
-    stub = Yours(clock, _explored(), {"fast": FAST, "slow": SLOW}, ratios=list(YOURS), start_s=5.1)
-    recipe, _ = _search(tmp_path, facts, stub, 50.0 + 5 * PAIR_S + 5.0, clock, budget_option=120.0)
-    assert len(stub.asked) == 5 and recipe.process_pairs == 5, recipe.notes
+    stub = Yours(clock, _explored(), {"fast": FAST, "slow": SLOW}, ratios=list(YOURS), start_s=start_s)
+    recipe, _ = _search(tmp_path, facts, stub, 50.0 + 3 * PAIR_S + left_s, clock, budget_option=120.0)
+    assert len(stub.asked) == ran and recipe.process_pairs == ran, recipe.notes
     said = " ".join(recipe.notes)
-    assert recipe.claim == "provisional" and "5 process pairs, where confirmed takes 6" in said, said
+    assert recipe.claim == "provisional" and f"{ran} process pairs, where confirmed takes 6" in said, said
     assert "the budget's end" not in said, said
 
 
