@@ -101,6 +101,9 @@ class Traced(ReplayMeasurer):
         return result
 
 
+KEPT_FOR_TRUTH = 2  # pairs of a recipe the claim never draws: its truth is scored from pairs the claim did not see
+
+
 class WithYourRuns(Traced):
     """``Traced`` with the claim about your runs replayed, as a live search spends on it (``study.claim``: up to
     ``CLAIM_SHARE`` of the budget): each pair drawn, without replacement, from the verification's fresh process
@@ -141,10 +144,12 @@ class WithYourRuns(Traced):
         key = self.grid.key(params)
         pool = self.user.get(key, [])
         left = self.user_left.setdefault(key, random.Random(f"user:{self.split_seed}:{key}").sample(pool, len(pool)))
-        if not left:
-            raise PairFailed("the verification holds no (more) fresh process pairs of this recipe" if pool else
+        if len(left) <= KEPT_FOR_TRUTH:
+            raise PairFailed(f"the verification keeps its last {KEPT_FOR_TRUTH} fresh process pairs of this recipe for "
+                             "its truth" if pool else
                              "this recipe was not re-measured in fresh process pairs (verify_grid.py)")
-        if left[-1][1] > timeout_s:
+        if left[-1][1] > timeout_s:  # a live pair runs until the budget's end stops it: that time is spent
+            self.charge(timeout_s)
             raise PairFailed(f"no time left for a pair of about {left[-1][1]:.0f} s")
         pair = left.pop()
         self.drawn.setdefault(key, []).append(pair)

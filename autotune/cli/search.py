@@ -113,8 +113,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    "started as 'autotune run' starts your training; the stated speedup, its 95%% interval and the "
                    "range of one run of yours (a 90%% prediction interval) come from these pairs alone; confirmed "
                    "takes 6 or more; where their mean is not above 1.00x the defaults are kept (default: as many, "
-                   "up to 6, as 40%% of the budget holds at the calibration's price of a pair, none below 3; 6 "
-                   "without a budget; 0: none, and the recipe is provisional)")
+                   "up to 6, as 40%% of the budget holds at the calibration's price of a pair, none below 3, and "
+                   "more, up to 6, while the budget's end holds 1.2x the longest pair; 6 without a budget; 0: none, "
+                   "and the recipe is provisional)")
     p.add_argument("--seed", type=int, default=0, help="sampler and training seed, 0 to 2**32-1 (default: 0)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object per event (JSON lines, each with \"event\": its name) and the "

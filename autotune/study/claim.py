@@ -56,7 +56,7 @@ def user_runs(loop: SearchLoop, confirmation: Confirmation | None) -> UserRuns |
                     why = f"the budget's end: {i} of {asked} process pairs ran (each about {need:.0f} s)"
                 break
             loop.current = winner.number  # the phase line names the recipe's trial
-            of = f"{i + 1} of {asked}" if i < asked else f"{i + 1}, past the {asked} asked: the budget's end holds it,"
+            of = f"{i + 1} of {asked}" if i < asked else f"{i + 1} (past the {asked} asked: the budget's end holds it)"
             loop.phase("your runs", f"fresh process pair {of} against the defaults, started as your training is")
             try:
                 seed, left = options.seed * 7919 + 104729 + i, max(1.0, loop.budget.left())
@@ -66,7 +66,7 @@ def user_runs(loop: SearchLoop, confirmation: Confirmation | None) -> UserRuns |
                        f"process pair {i + 1} failed: {e}")
                 break
     except BaseException:  # Ctrl-C: what ran is kept in the study, and the search ends as it would
-        why = f"stopped after {len(pairs)} of {asked} process pairs"
+        why = f"stopped after {len(pairs)} process pairs ({asked} asked)"
         raise
     finally:
         found = UserRuns(winner.number, Runs.of(pairs), asked, why)

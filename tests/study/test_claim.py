@@ -29,6 +29,7 @@ class Yours(Stubbed):
     ratios: list[float | None] = field(default_factory=list)
     asked: list[dict[str, Any]] = field(default_factory=list)
     start_s: float | None = None  # the calibration's worker start: what prices a pair of your runs
+    pair_s: float = PAIR_S  # what a pair takes
     user_processes = True
 
     def calibrate(self, timeout_s: float) -> Noise:
@@ -36,11 +37,11 @@ class Yours(Stubbed):
 
     def user_pair(self, params: dict[str, Any], seed: int, timeout_s: float) -> RunPair:
         self.asked.append(params)
-        self.clock.charge(PAIR_S)
+        self.clock.charge(self.pair_s)
         ratio = self.ratios.pop(0)
         if ratio is None:
             raise PairFailed("the candidate worker's arm failed (crash): exit 1")
-        return RunPair(ratio, 2.0, PAIR_S)
+        return RunPair(ratio, 2.0, self.pair_s)
 
 
 YOURS = [1.15, 1.22, 1.10, 1.25, 1.18, 1.12]  # your process pairs: below the workers' 1.40x
@@ -143,15 +144,24 @@ def test_without_three_pairs_of_your_runs_the_recipe_is_provisional_and_says_why
     assert recipe.claim_text == "provisional: not measured in processes of your training, 95% interval"
 
 
-@pytest.mark.parametrize(("start_s", "left_s", "ran"), [(5.1, 35.0, 5), (5.6, 19.0, 4)])
+class Charged(ReplayClock):
+    """The scripted clock without real time: only what the stubs charge moves it."""
+
+    def monotonic(self) -> float:
+        return self.charged
+
+
+@pytest.mark.parametrize(("start_s", "pair_s", "left_s", "ran"),
+                         [(5.1, PAIR_S, 40.0, 5), (5.6, 13.0, 17.0, 4), (5.1, PAIR_S, 17.0, 3)])
 def test_time_the_budget_kept_and_the_confirmation_left_runs_more_pairs_of_your_runs(
-        tmp_path: Path, facts: Any, start_s: float, left_s: float, ran: int) -> None:
-    """A 2-minute budget asks 3 pairs (40% of it at 15-16 s a pair); where the budget's end holds more once they ran
-    (35 s, 19 s), another runs while the time left is 1.2x the longest pair (15 s, their own time, not the price
-    before them), up to six: 5 and 4 pairs, where 3 ran and that time went unused before."""
-    clock = ReplayClock()
-    stub = Yours(clock, _explored(), {"fast": FAST, "slow": SLOW}, ratios=list(YOURS), start_s=start_s)
-    recipe, _ = _search(tmp_path, facts, stub, 50.0 + 3 * PAIR_S + left_s, clock, budget_option=120.0)
+        tmp_path: Path, facts: Any, start_s: float, pair_s: float, left_s: float, ran: int) -> None:
+    """A 2-minute budget asks 3 pairs (40% of it at a price of 15-16 s a pair); where the budget's end holds more once
+    they ran, another runs while the time left is 1.2x the longest pair (their own time, not the price before them),
+    up to six: 40 s left after pairs of 15 s hold 2 more, 17 s after pairs of 13 s one (the price, 16 s, would hold
+    none), 17 s after pairs of 15 s none. Before, 3 ran and that time went unused."""
+    clock = Charged()
+    stub = Yours(clock, _explored(), {"fast": FAST, "slow": SLOW}, ratios=list(YOURS), start_s=start_s, pair_s=pair_s)
+    recipe, _ = _search(tmp_path, facts, stub, 50.0 + 3 * pair_s + left_s, clock, budget_option=120.0)
     assert len(stub.asked) == ran and recipe.process_pairs == ran, recipe.notes
     said = " ".join(recipe.notes)
     assert recipe.claim == "provisional" and f"{ran} process pairs, where confirmed takes 6" in said, said
