@@ -141,25 +141,35 @@ def test_a_stopped_screen_resumes_with_the_visits_not_done_and_refuses_other_opt
 
 
 def test_the_replayed_claim_draws_your_runs_from_the_verification_without_replacement() -> None:
-    """A live search spends up to 40% of its budget on fresh process pairs of your runs; the replay draws them from
-    the verification (which the screen never saw), charges their time, and never reuses one."""
+    """A live search spends up to 40% of its budget on fresh process pairs of your runs, then the budget's end; the
+    replay draws them from the verification (which the screen never saw), charges their time, never reuses one and
+    never draws a recipe's last 2 (its truth); a pair that no longer fits is charged the time left, as a live one
+    runs on until the budget's end stops it."""
+    import math
+    import statistics
+
     from autotune.measure import PairFailed
     from autotune.testing.replay import ReplayClock
 
     grid = RecordedGrid.load(ZEN4)
     params = {**grid.defaults, "amp_dtype": "bfloat16"}
     clock = ReplayClock()
-    pool = [(1.3, 20.0, 8.0), (1.2, 18.0, 7.0), (1.1, 19.0, 7.5)]
+    pool = [(1.3, 20.0, 8.0), (1.2, 18.0, 7.0), (1.1, 19.0, 7.5), (1.4, 21.0, 8.5), (1.25, 17.0, 7.2)]
     m = sq.WithYourRuns(grid, 0, clock, {}, {}, {grid.key(params): pool})
     noise = m.calibrate(60.0)
     assert noise.start_s is not None and 0 < noise.start_s < grid.recorded["process_pair_s"] / 2 and noise.run_s
     before = clock.charged
-    drawn = [m.user_pair(params, i, 100.0) for i in range(2)]
-    left = next(p for p in pool if p[0] not in {d.ratio for d in drawn})
-    assert clock.charged - before == pytest.approx(sum(p[1] for p in pool) - left[1])
-    assert m.truth_beside(grid.key(params), 1.2) == pytest.approx(left[0])  # scored by the pair it did not draw
-    m.user_pair(params, 2, 100.0)
-    with pytest.raises(PairFailed, match="no \\(more\\)"):
-        m.user_pair(params, 2, 100.0)
+    drawn = [m.user_pair(params, i, 100.0) for i in range(3)]
+    left = [p for p in pool if p[0] not in {d.ratio for d in drawn}]
+    assert len(left) == 2 and clock.charged - before == pytest.approx(sum(d.wall_s for d in drawn))
+    beside = math.exp(statistics.fmean(math.log(r) for r, _, _ in left))
+    assert m.truth_beside(grid.key(params), 1.2) == pytest.approx(beside)  # scored by the pairs it did not draw
+    with pytest.raises(PairFailed, match="keeps its last 2"):
+        m.user_pair(params, 3, 100.0)
+    cut = sq.WithYourRuns(grid, 0, clock, {}, {}, {grid.key(params): pool})
+    before = clock.charged
+    with pytest.raises(PairFailed, match="no time left"):
+        cut.user_pair(params, 0, 5.0)
+    assert clock.charged - before == pytest.approx(5.0)
     with pytest.raises(PairFailed, match="not re-measured"):
         m.user_pair({**grid.defaults, "channels_last": True}, 0, 100.0)
