@@ -45,18 +45,21 @@ def user_runs(loop: SearchLoop, confirmation: Confirmation | None) -> UserRuns |
                               f"about {pair_s:.0f} s in {budget.CLAIM_SHARE:.0%} of it; give --budget 5m" if pair_s else
                               "a pair's price is unknown: its study was calibrated by an earlier autotune")
     pairs: list[RunPair] = []
-    most = asked if options.claim_pairs is not None else max(asked, CLAIM_PAIRS) if asked else 0
+    most = CLAIM_PAIRS if asked and options.claim_pairs is None else asked  # claim_pairs asks at most CLAIM_PAIRS
     try:
         for i in range(most):
+            if i < asked:
+                need, of = max([pair_s or 0.0, *(p.wall_s for p in pairs)]), f"{i + 1} of {asked}"
+                if loop.budget.left() < need:
+                    why = f"the budget's end: {i} of {asked} process pairs ran (each about {need:.0f} s)"
+                    break
             # past the pairs asked, another only where the budget's end holds it with the estimates' 20% to spare,
             # at the pairs' own time: what the search kept and did not spend narrows your runs' interval
-            need = max([pair_s or 0.0, *(p.wall_s for p in pairs)]) if i < asked else max(p.wall_s for p in pairs)
-            if loop.budget.left() < (need if i < asked else EXTRA * need):
-                if i < asked:
-                    why = f"the budget's end: {i} of {asked} process pairs ran (each about {need:.0f} s)"
+            elif loop.budget.left() < EXTRA * max(p.wall_s for p in pairs):
                 break
+            else:
+                of = f"{i + 1} (past the {asked} asked: the budget's end holds it)"
             loop.current = winner.number  # the phase line names the recipe's trial
-            of = f"{i + 1} of {asked}" if i < asked else f"{i + 1} (past the {asked} asked: the budget's end holds it)"
             loop.phase("your runs", f"fresh process pair {of} against the defaults, started as your training is")
             try:
                 seed, left = options.seed * 7919 + 104729 + i, max(1.0, loop.budget.left())
