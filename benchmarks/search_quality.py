@@ -534,7 +534,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="replay: random search, TPE at its defaults, one factor at a time, the seed list alone "
                              "and the grid in random order too, under the same measurer, clock and confirmation")
     args = parser.parse_args(argv)
-    return record(args) if args.record else replay(args)
+    from autotune.errors import UsageError
+
+    try:
+        return record(args) if args.record else replay(args)
+    except UsageError as e:  # an option the search refuses (--confirm -1, --confirm-rounds 0): its line, no traceback
+        parser.error(str(e))
 
 
 if __name__ == "__main__":

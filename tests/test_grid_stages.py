@@ -173,3 +173,12 @@ def test_the_replayed_claim_draws_your_runs_from_the_verification_without_replac
     assert clock.charged - before == pytest.approx(5.0)
     with pytest.raises(PairFailed, match="not re-measured"):
         m.user_pair({**grid.defaults, "channels_last": True}, 0, 100.0)
+
+
+def test_an_option_the_replayed_search_refuses_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--confirm-rounds 0`` is refused as ``autotune search`` refuses it: its line and the usage, no traceback."""
+    with pytest.raises(SystemExit) as stopped:
+        sq.main(["--grid", str(ZEN4), "--seeds", "1", "--confirm-rounds", "0"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and "error: --confirm-rounds must be at least 1 (got 0)" in err, err
+    assert "Traceback" not in err
