@@ -128,12 +128,30 @@ class Tuned:
             distributed.sync_next_backward(self._ddp, self._steps_next())
         model = spaces.compilation.prepare_model(self.params, wrapped, self.device).model
         self._watch_first_step(model)
+        self._tell_model(model)
+        return model
+
+    def prepare_in_place(self, model: torch.nn.Module) -> torch.nn.Module:
+        """What ``prepare_model`` does to the module itself (pruning, channels_last), for a trainer that moves,
+        wraps and compiles the model on its own (``autotune.integrations``); call it before the optimizer is made."""
+        model = self._note("sparsity", spaces.sparsity.prepare_model(self.params, model, self.device)).model
+        model = spaces.amp.prepare_model(self.params, model, self.device).model
+        self._watch_first_step(model)
+        self._tell_model(model)
+        return model
+
+    @property
+    def search_steps(self) -> StepReporter | None:
+        """The pipe to the search in a script-mode copy (rank 0), for a trainer whose loop is not ``step``'s;
+        None outside a search."""
+        return self._steps if self.rank == 0 else None
+
+    def _tell_model(self, model: torch.nn.Module) -> None:
         if self._steps is not None and self.rank == 0:
             # The launcher's ranks: a recipe of one process joins no group, and each rank would train alone.
             launched = spaces.processes.launched_ranks()
             ranks = max(self.world_size, launched[1] if launched else 1)
             self._steps.model(Model(*spaces.conv_layers(model), ranks=ranks))
-        return model
 
     def _watch_first_step(self, model: torch.nn.Module) -> None:
         """Record in ``in_effect["amp"]`` what the first training forward pass really ran with (autocast

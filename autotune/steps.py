@@ -27,6 +27,7 @@ from typing import Any
 
 STEPS = "AUTOTUNE_STEPS"  # the path of the trial's named pipe, which the search reads
 LOSS_SAMPLES = "AUTOTUNE_LOSS_SAMPLES"  # the samples after which the loss is written, once
+TRIAL = "AUTOTUNE_TRIAL"  # "1" in a script-mode copy: the script may skip its own logging and checkpoints
 
 
 @dataclass(frozen=True)

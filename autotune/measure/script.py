@@ -24,12 +24,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from ..steps import LOSS_SAMPLES, STEPS, Effect, Loss, Model, Step, decode
+from ..steps import LOSS_SAMPLES, STEPS, TRIAL, Effect, Loss, Model, Step, decode
 from ..trial import launch
 from . import freeze
 from .runs import WINDOW_PAIRS, PairFailed, RunPair, sequential
 
-TRIAL = "AUTOTUNE_TRIAL"  # set in a script-mode trial: the script may skip its own logging and checkpoints
 POLL_S = 0.01
 EXIT_WAIT_S = 3.0  # a copy whose steps stopped gets this long to end before it counts as hung
 

@@ -1,0 +1,121 @@
+"""Hugging Face ``Trainer``, tuned by a recipe and searched (``pip install 'autotune[transformers]'``)::
+
+    from transformers import Trainer, TrainingArguments
+    from autotune.integrations.transformers import AutotuneCallback, tuned_arguments
+
+    args = tuned_arguments(TrainingArguments(output_dir="out", per_device_train_batch_size=16, max_steps=2000))
+    trainer = Trainer(model=model, args=args, train_dataset=train, callbacks=[AutotuneCallback()])
+    trainer.train()
+
+``tuned_arguments`` applies the recipe this process was started with (``autotune run``, or a search's copy) as
+``autotune.apply()`` does and maps its in-process knobs onto the arguments; ``AutotuneCallback`` prepares the
+model as ``apply()`` does (pruning, channels_last) before the optimizer is made and, in a search's copy, tells
+the search each optimizer step. Without a recipe neither changes anything. In a search's copy the arguments
+also save no checkpoint, evaluate nothing, report to no tracker and train until the search stops the copy (the
+warm-up taken in steps of the user's ``max_steps``). transformers is imported on first use, never at import.
+"""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from .. import search_spaces as spaces
+from ..apply import RecipeSource, Tuned
+from ._common import SEARCH_STEPS, StepTeller, in_search, tuned
+
+if TYPE_CHECKING:
+    from transformers import TrainingArguments
+
+    AutotuneCallback: type  # made on first use (``__getattr__``)
+
+# In a search's copy: nothing saved, evaluated, pushed or reported; no progress bar in the copy's log.
+_IN_SEARCH = {"report_to": "none", "save_strategy": "no", "eval_strategy": "no", "load_best_model_at_end": False,
+              "push_to_hub": False, "disable_tqdm": True}
+
+
+def arguments(applied: Tuned, args: Any, *, search: bool = False) -> dict[str, Any]:
+    """The ``TrainingArguments`` fields the recipe sets, by name: batch, accumulation, learning rate, DataLoader,
+    precision, compilation and device (only the fields this transformers has)."""
+    params = applied.params
+    loader = spaces.data.dataloader_kwargs(params)
+    amp, mode = params.get("amp_dtype"), params.get("compile_mode", "none")
+    changes: dict[str, Any] = {
+        "per_device_train_batch_size": applied.batch_size,
+        "gradient_accumulation_steps": applied.accumulation,
+        "learning_rate": args.learning_rate * applied.lr_scale,
+        "dataloader_num_workers": loader["num_workers"],
+        "dataloader_pin_memory": loader["pin_memory"],
+        "dataloader_persistent_workers": loader.get("persistent_workers", False),
+        "dataloader_prefetch_factor": loader.get("prefetch_factor"),
+        "bf16": amp == "bfloat16", "fp16": amp == "float16",
+        "torch_compile": mode != "none", "torch_compile_mode": None if mode == "none" else mode,
+        "use_cpu": applied.device == "cpu",
+    }
+    if search:
+        changes.update(_IN_SEARCH)
+        if args.max_steps > 0:  # the schedule's warm-up in the user's steps, not a share of the search's
+            changes.update(warmup_steps=args.get_warmup_steps(args.max_steps), warmup_ratio=0.0)
+        if args.max_steps > 0 or not 0 < args.warmup_steps < 1:
+            changes["max_steps"] = SEARCH_STEPS
+    names = {f.name for f in dataclasses.fields(args)}
+    return {name: value for name, value in changes.items() if name in names}
+
+
+def tuned_arguments(args: TrainingArguments, recipe: RecipeSource | Tuned = None) -> TrainingArguments:
+    """``args`` with the recipe's knobs (``arguments``), the recipe applied to this process; ``args`` itself
+    where there is no recipe (``recipe``: a recipe file, id, ``Recipe``, params or what ``autotune.apply()``
+    returned; else ``AUTOTUNE_RECIPE``)."""
+    applied = tuned(recipe)
+    if applied is None:
+        return args
+    if applied.worker_cpus and applied.dataloader_kwargs["num_workers"]:
+        warnings.warn("the recipe's CPUs for DataLoader workers are not applied: the Trainer starts its workers "
+                      "itself", stacklevel=2)
+    return dataclasses.replace(args, **arguments(applied, args, search=in_search()))
+
+
+def _callback_class() -> type:
+    from transformers import TrainerCallback
+
+    class AutotuneCallback(TrainerCallback):
+        """Prepares the model as ``autotune.apply()`` does (at the Trainer's start, before the optimizer is made)
+        and tells a search each optimizer step and the loss; nothing without a recipe."""
+
+        def __init__(self, recipe: RecipeSource | Tuned = None) -> None:
+            self.recipe = recipe
+            self.teller: StepTeller | None = None
+            self.prepared = False
+
+        def _prepare(self, model: Any) -> None:
+            applied = tuned(self.recipe)
+            if self.prepared or applied is None or model is None:
+                return
+            self.prepared = True
+            applied.prepare_in_place(model)
+            self.teller = StepTeller(applied)
+            self.teller.watch(model)
+
+        def on_init_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+            self._prepare(model)
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+            self._prepare(model)  # a callback added after the Trainer was made
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if self.teller is not None:
+                self.teller.batch()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if self.teller is not None:
+                self.teller.stepped()
+
+    return AutotuneCallback
+
+
+def __getattr__(name: str) -> Any:
+    """``AutotuneCallback``, a ``transformers.TrainerCallback``: made on first use, importing transformers then."""
+    if name == "AutotuneCallback":
+        made = globals()["AutotuneCallback"] = _callback_class()
+        return made
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
