@@ -134,7 +134,8 @@ class StepReporter:
         self._pending += samples
 
     def stepped(self, loss: Any) -> None:
-        """The optimizer stepped; ``loss`` its last micro-batch's (a tensor), read only when the loss is due."""
+        """The optimizer stepped; ``loss`` its last micro-batch's (a tensor), read only when the loss is due (None:
+        a trainer's step that returned none, told at the next step that has one)."""
         first = self.samples == 0
         self.samples, self._pending = self.samples + self._pending, 0
         now = time.monotonic()
@@ -144,7 +145,7 @@ class StepReporter:
             import torch
 
             message.append(encode(Effect(torch.get_num_threads())))
-        if self.loss_samples is not None and self.samples >= self.loss_samples:
+        if self.loss_samples is not None and self.samples >= self.loss_samples and loss is not None:
             value = float(loss.detach())
             message.append(encode(Loss(self.samples, value if math.isfinite(value) else math.nan)))
             self.loss_samples = None

@@ -5,8 +5,9 @@ With a recipe:               autotune run --recipe best.env -- python examples/t
 Searched:                    autotune search --budget 5m --batch-size 16 -- python examples/train_hf.py
 
 A 2-layer BERT-style classifier built from its config (random weights, nothing downloaded) on random token ids
-whose label is in the tokens. It trains ``MAX_STEPS`` steps (default 200) and prints one JSON line: samples/s
-after the first 5 steps, the last loss and whether a recipe was applied.
+whose label is in the tokens. It trains ``MAX_STEPS`` steps (default 2000) or ``TRAIN_S`` seconds after 5 warm-up
+steps (default 8), whichever ends first, and prints one JSON line: samples/s after the warm-up, the threads torch
+uses, the last loss and whether a recipe was applied. In a search's copy it trains until the search stops it.
 """
 import json
 import os
@@ -30,11 +31,16 @@ class Tokens(torch.utils.data.Dataset):
 
 
 class Timed(TrainerCallback):
-    """Samples per second after the first 5 steps (the warm-up)."""
+    """Samples per second after the first 5 steps (the warm-up); training stops after ``seconds`` of them."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step == 5:
             self.start, self.at = time.perf_counter(), 5
+        elif state.global_step > 5 and time.perf_counter() - self.start >= self.seconds:
+            control.should_training_stop = True
 
     def on_train_end(self, args, state, control, **kwargs):
         samples = (state.global_step - self.at) * args.per_device_train_batch_size * args.gradient_accumulation_steps
@@ -46,9 +52,10 @@ config = BertConfig(vocab_size=512, hidden_size=128, num_hidden_layers=2, num_at
                     intermediate_size=256, max_position_embeddings=64, num_labels=2)
 model = BertForSequenceClassification(config)
 args = tuned_arguments(TrainingArguments(output_dir="out", per_device_train_batch_size=16, learning_rate=1e-4,
-                                         max_steps=int(os.environ.get("MAX_STEPS", "200")), report_to="none",
+                                         max_steps=int(os.environ.get("MAX_STEPS", "2000")), report_to="none",
                                          save_strategy="no", logging_steps=50, disable_tqdm=True, use_cpu=True))
-timed = Timed()
+# A script-mode search (autotune search -- python examples/train_hf.py) stops its copies itself.
+timed = Timed(float("inf") if os.environ.get("AUTOTUNE_TRIAL") else float(os.environ.get("TRAIN_S", "8")))
 trainer = Trainer(model=model, args=args, train_dataset=Tokens(), callbacks=[AutotuneCallback(), timed])
 result = trainer.train()
 print(json.dumps({"samples_per_s": timed.rate, "threads": torch.get_num_threads(), "loss": result.training_loss,

@@ -2,4 +2,5 @@
 framework on first use, never at import).
 
 - ``autotune.integrations.transformers``: Hugging Face ``Trainer`` (``pip install 'autotune[transformers]'``).
+- ``autotune.integrations.lightning``: Lightning's ``Trainer`` (``pip install 'autotune[lightning]'``).
 """

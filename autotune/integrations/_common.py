@@ -3,6 +3,7 @@ steps told to a search through a model's forward hooks (a trainer's loop is not 
 from __future__ import annotations
 
 import os
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from ..apply import RecipeSource, Tuned, apply
@@ -39,19 +40,43 @@ def tuned(recipe: RecipeSource | Tuned = None) -> Tuned | None:
     return applied
 
 
-class StepTeller:
-    """Tells a search each optimizer step a trainer takes: the samples of the training forward passes since the
-    last step (their first tensor's leading dimension) and the loss the last one returned (``output.loss``, as a
-    Hugging Face model computes it from its labels, or the output itself where it is a scalar tensor)."""
+def leading(batch: Any) -> int | None:
+    """The samples of a batch: the leading dimension of its first tensor (in a tuple, list or dict), if any."""
+    if hasattr(batch, "dim"):
+        return int(batch.shape[0]) if batch.dim() > 0 else None
+    values = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (tuple, list)) else ()
+    return next((n for n in map(leading, values) if n is not None), None)
 
-    def __init__(self, tuned: Tuned) -> None:
-        self.tuned = tuned
+
+def loss_of(output: Any) -> Any:
+    """The loss in what a model or a training step returned: ``output.loss`` (a Hugging Face model given its
+    labels), ``output["loss"]``, or the output itself where it is a scalar tensor; else None."""
+    loss = getattr(output, "loss", None)
+    if loss is None and isinstance(output, dict):
+        loss = output.get("loss")
+    if loss is None and hasattr(output, "dim") and output.dim() == 0:
+        loss = output
+    return loss
+
+
+class StepTeller:
+    """Tells a search each optimizer step a trainer takes: when its batches came, the samples trained since the
+    last step and the loss of the last micro-batch, either told by the trainer's hooks (``came``, ``returned``) or
+    read from the model's training forward passes (``watch``). Nothing outside a search. ``accumulation``: the
+    micro-batches of a step, by which a Hugging Face loss given the step's ``num_items_in_batch`` is divided."""
+
+    def __init__(self, tuned: Tuned, accumulation: int = 1) -> None:
+        self.tuned, self.accumulation = tuned, accumulation
         self.loss: torch.Tensor | None = None
+        self.watched: torch.nn.Module | None = None
+        self._step_count = False  # the last forward pass was given the step's item count
+        self._warned = False
 
     def watch(self, model: torch.nn.Module) -> None:
-        """Hook ``model``'s forward passes (training mode only; evaluation's are not steps)."""
-        if self.tuned.search_steps is None:
+        """Count the samples and take the loss from ``model``'s training forward passes (evaluation's are no steps)."""
+        if self.tuned.search_steps is None or model is self.watched:
             return
+        self.watched = model
         model.register_forward_pre_hook(self._counted, with_kwargs=True)
         model.register_forward_hook(self._returned)
 
@@ -60,25 +85,36 @@ class StepTeller:
         if (steps := self.tuned.search_steps) is not None:
             steps.batch()
 
+    def came(self, batch: Any) -> None:
+        """A micro-batch came: the wait for data, and its samples."""
+        self.batch()
+        if (steps := self.tuned.search_steps) is not None and (samples := leading(batch)) is not None:
+            steps.micro(samples * self.tuned.world_size)
+
+    def returned(self, loss: Any) -> None:
+        if loss is not None:
+            self.loss = loss
+
     def stepped(self) -> None:
-        if (steps := self.tuned.search_steps) is not None and self.loss is not None:
-            steps.stepped(self.loss)
+        if (steps := self.tuned.search_steps) is None:
+            return
+        if self.loss is None and not self._warned:
+            self._warned = True  # the quality guard then has no loss of this script to compare
+            warnings.warn("autotune: the training step returned no loss to tell the search (a model given no labels, "
+                          "a loss computed outside the model, or outputs as a tuple)", stacklevel=2)
+        steps.stepped(self.loss)
+        self.loss = None
 
     def _counted(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         steps = self.tuned.search_steps
         if steps is None or not module.training:
             return
-        first = next((v for v in (*args, *kwargs.values()) if hasattr(v, "dim") and v.dim() > 0), None)
-        if first is not None:
-            steps.micro(int(first.shape[0]) * self.tuned.world_size)
+        self._step_count = kwargs.get("num_items_in_batch") is not None
+        batch = (*args, *(v for k, v in kwargs.items() if k != "num_items_in_batch"))
+        if (samples := leading(batch)) is not None:
+            steps.micro(samples * self.tuned.world_size)
 
     def _returned(self, module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
-        if not module.training:
-            return
-        loss = getattr(output, "loss", None)
-        if loss is None and isinstance(output, dict):
-            loss = output.get("loss")
-        if loss is None and hasattr(output, "dim") and output.dim() == 0:
-            loss = output
-        if loss is not None:
-            self.loss = loss
+        if module.training and (loss := loss_of(output)) is not None:
+            # Given the step's item count, a loss is the micro-batch's sum over the whole step's items.
+            self.returned(loss * self.accumulation if self._step_count else loss)

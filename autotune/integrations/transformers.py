@@ -29,9 +29,14 @@ if TYPE_CHECKING:
 
     AutotuneCallback: type  # made on first use (``__getattr__``)
 
-# In a search's copy: nothing saved, evaluated, pushed or reported; no progress bar in the copy's log.
-_IN_SEARCH = {"report_to": "none", "save_strategy": "no", "eval_strategy": "no", "load_best_model_at_end": False,
-              "push_to_hub": False, "disable_tqdm": True}
+# In a search's copy: nothing pushed or reported, no progress bar in the copy's log; evaluating and saving are
+# put past the copy's end (``_later``) rather than off, which a user's EarlyStoppingCallback refuses.
+_IN_SEARCH = {"report_to": "none", "push_to_hub": False, "disable_tqdm": True, "eval_on_start": False}
+
+
+def _later(strategy: Any) -> bool:
+    """Whether an evaluation or save strategy acts at steps or epochs: then moved to the search's last step."""
+    return str(getattr(strategy, "value", strategy)) in ("steps", "epoch")
 
 
 def arguments(applied: Tuned, args: Any, *, search: bool = False) -> dict[str, Any]:
@@ -42,7 +47,6 @@ def arguments(applied: Tuned, args: Any, *, search: bool = False) -> dict[str, A
     amp, mode = params.get("amp_dtype"), params.get("compile_mode", "none")
     changes: dict[str, Any] = {
         "per_device_train_batch_size": applied.batch_size,
-        "gradient_accumulation_steps": applied.accumulation,
         "learning_rate": args.learning_rate * applied.lr_scale,
         "dataloader_num_workers": loader["num_workers"],
         "dataloader_pin_memory": loader["pin_memory"],
@@ -52,8 +56,15 @@ def arguments(applied: Tuned, args: Any, *, search: bool = False) -> dict[str, A
         "torch_compile": mode != "none", "torch_compile_mode": None if mode == "none" else mode,
         "use_cpu": applied.device == "cpu",
     }
+    if "global_batch" in params:  # the recipe accumulates; else the user's own accumulation stands
+        changes["gradient_accumulation_steps"] = applied.accumulation
+    if applied.device == "cuda" and "tf32_matmul" in params:  # or the arguments' own TF32 rule would set it
+        changes["tf32"] = bool(params["tf32_matmul"])
     if search:
         changes.update(_IN_SEARCH)
+        for kind in ("eval", "save"):
+            if _later(getattr(args, f"{kind}_strategy")):
+                changes.update({f"{kind}_strategy": "steps", f"{kind}_steps": SEARCH_STEPS})
         if args.max_steps > 0:  # the schedule's warm-up in the user's steps, not a share of the search's
             changes.update(warmup_steps=args.get_warmup_steps(args.max_steps), warmup_ratio=0.0)
         if args.max_steps > 0 or not 0 < args.warmup_steps < 1:
@@ -79,28 +90,29 @@ def _callback_class() -> type:
     from transformers import TrainerCallback
 
     class AutotuneCallback(TrainerCallback):
-        """Prepares the model as ``autotune.apply()`` does (at the Trainer's start, before the optimizer is made)
-        and tells a search each optimizer step and the loss; nothing without a recipe."""
+        """Prepares the model as ``autotune.apply()`` does (at the end of the Trainer's ``__init__``, before the
+        optimizer is made; in place) and tells a search each optimizer step and the loss; nothing without a recipe."""
 
         def __init__(self, recipe: RecipeSource | Tuned = None) -> None:
             self.recipe = recipe
             self.teller: StepTeller | None = None
-            self.prepared = False
+            self.prepared: Any = None  # the model prepared: pruned once, never twice
 
-        def _prepare(self, model: Any) -> None:
+        def _prepare(self, args: Any, model: Any) -> None:
             applied = tuned(self.recipe)
-            if self.prepared or applied is None or model is None:
+            if applied is None or model is None or model is self.prepared:
                 return
-            self.prepared = True
+            self.prepared = model
             applied.prepare_in_place(model)
-            self.teller = StepTeller(applied)
+            self.teller = StepTeller(applied, args.gradient_accumulation_steps)
             self.teller.watch(model)
 
         def on_init_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-            self._prepare(model)
+            self._prepare(args, model)
 
         def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-            self._prepare(model)  # a callback added after the Trainer was made
+            # A callback added after the Trainer was made, or a model its model_init made: prepared in place.
+            self._prepare(args, model)
 
         def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             if self.teller is not None:

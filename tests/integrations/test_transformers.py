@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -40,11 +41,13 @@ def test_the_recipe_sets_the_trainers_arguments_and_a_search_keeps_its_copy_trai
     from autotune.integrations.transformers import arguments, tuned_arguments
 
     args = transformers.TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=16, learning_rate=1e-4,
-                                          max_steps=2000, warmup_steps=0.1, save_strategy="steps")
+                                          max_steps=2000, warmup_steps=0.1, save_strategy="steps",
+                                          gradient_accumulation_steps=4)
     assert tuned_arguments(args) is args  # no recipe: the user's arguments, untouched
     tuned = Tuned(params=RECIPE)
     got = dataclasses.replace(args, **arguments(tuned, args))
-    assert (got.per_device_train_batch_size, got.gradient_accumulation_steps, got.bf16, got.fp16) == (32, 1, 1, 0)
+    # the user's accumulation stands where the recipe has none of its own (no --global-batch)
+    assert (got.per_device_train_batch_size, got.gradient_accumulation_steps, got.bf16, got.fp16) == (32, 4, 1, 0)
     loader = (got.dataloader_num_workers, got.dataloader_persistent_workers, got.dataloader_prefetch_factor)
     assert loader == (2, True, 4)
     assert (got.use_cpu, got.torch_compile, got.max_steps, got.save_strategy) == (True, False, 2000, "steps")
@@ -52,7 +55,38 @@ def test_the_recipe_sets_the_trainers_arguments_and_a_search_keeps_its_copy_trai
     searched = dataclasses.replace(args, **arguments(tuned, args, search=True))
     assert searched.max_steps == _common.SEARCH_STEPS  # the search stops the copy, not the Trainer
     assert searched.get_warmup_steps(searched.max_steps) == 200  # 10% of the user's 2000 steps, as it trains
-    assert (searched.save_strategy, searched.eval_strategy, searched.report_to) == ("no", "no", [])
+    # saving put past the copy's end, not off (a user's EarlyStoppingCallback refuses no evaluation); none reported
+    assert (searched.save_strategy, searched.save_steps, searched.eval_strategy, searched.report_to) == \
+        ("steps", _common.SEARCH_STEPS, "no", [])
+
+
+def test_a_loss_given_the_steps_item_count_is_told_as_its_micro_batchs_own() -> None:
+    """A Hugging Face loss given ``num_items_in_batch`` sums a micro-batch over the whole step's items: told times
+    the step's micro-batches, it is the micro-batch's mean, as ``Tuned.step`` tells it."""
+    import types
+
+    import torch
+
+    class Summed(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(1))
+
+        def forward(self, x, num_items_in_batch=None):
+            return types.SimpleNamespace(loss=(x * self.w).sum() / num_items_in_batch)
+
+    read, write = os.pipe()
+    teller = _common.StepTeller(Tuned(params={"device": "cpu"}, _steps=StepReporter(write, loss_samples=8)),
+                                accumulation=2)
+    model = Summed()
+    teller.watch(model)
+    for value in (1.0, 3.0):  # two micro-batches of 4 items, 8 in the step
+        model(torch.full((4, 1), value), num_items_in_batch=torch.tensor(8))
+    teller.stepped()
+    os.close(write)
+    told = [decode(line) for line in os.read(read, 1 << 16).decode().splitlines()]
+    assert [m for m in told if isinstance(m, Step)][0].samples == 8
+    assert [m for m in told if isinstance(m, Loss)] == [Loss(8, 3.0)]  # the second micro-batch's mean, not 1.5
 
 
 def test_the_callback_tells_a_search_each_optimizer_step_its_samples_and_the_loss(tmp_path: Path) -> None:
@@ -128,3 +162,11 @@ def test_the_readmes_trainer_block_runs_as_written_under_autotune_run(tmp_path: 
     learning_rate = 5e-5 * Tuned(params=params).lr_scale  # TrainingArguments' default, for batch 8 of 16
     assert got == {"batch": 8, "workers": 1, "persistent": True, "lr": pytest.approx(learning_rate), "threads": 1,
                    "steps": 12}
+
+
+def test_importing_the_integrations_imports_no_framework() -> None:
+    """Each framework is imported on first use of its callback, so a plain ``autotune`` install imports them."""
+    code = ("import sys, autotune.integrations.transformers, autotune.integrations.lightning\n"
+            "print(sorted({'transformers', 'lightning', 'pytorch_lightning'} & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert (done.returncode, done.stdout.strip()) == (0, "[]"), done.stderr[-2000:]
