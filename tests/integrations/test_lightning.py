@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -107,22 +106,16 @@ def test_the_callback_tells_a_search_each_optimizer_step_its_samples_and_the_los
     assert loss == Loss(16, pytest.approx(losses[3]))  # the micro-batch's own, not divided by the accumulation
 
 
-def test_the_lightning_example_trains_plain_and_under_autotune_run(tmp_path: Path, facts) -> None:
-    """``examples/train_lightning.py``, 8 steps each way: under ``autotune run`` the recipe's threads, batch and
-    precision are the Trainer's."""
+def test_the_lightning_example_trains_under_autotune_run_with_the_recipes_knobs(tmp_path: Path, facts) -> None:
+    """``examples/train_lightning.py``, 8 steps under ``autotune run``: the recipe's threads, batch and precision are
+    the Trainer's (the user's own without a recipe: the first test)."""
     _lightning()
-    env = {"MAX_STEPS": "8"}
-    plain = subprocess.run([sys.executable, str(EXAMPLE)], capture_output=True, text=True, timeout=180, cwd=tmp_path,
-                           env={**os.environ, **env})
-    assert plain.returncode == 0, plain.stderr[-3000:]
-    got = json.loads(plain.stdout.splitlines()[-1])
-    assert (got["tuned"], got["batch"], got["precision"]) == (False, 64, "32-true")
     params = {"threads": 1, "batch_per_rank": 32, "reference_batch": 64, "amp_dtype": "bfloat16",
               "channels_last": True, "device": "cpu"}
     recipe = Recipe(params=params, workload="script:train_lightning.py", fingerprint=facts.fingerprint, speedup=1.2)
     (tmp_path / "r.json").write_text(json.dumps(recipe.to_dict()))
     done = run_cli("run", "--recipe", "r.json", "--", sys.executable, str(EXAMPLE), cwd=tmp_path, timeout=180,
-                   env=env)
+                   env={"MAX_STEPS": "8"})
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout.splitlines()[-1])
     assert (got["tuned"], got["threads"], got["batch"], got["precision"]) == (True, 1, 32, "bf16-mixed")
