@@ -19,7 +19,6 @@ import json
 import math
 import os
 import random
-import shutil
 import statistics
 import subprocess
 import sys
@@ -29,6 +28,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from claims import _cli, _commit  # noqa: E402 - a benchmark beside this one
+
 # script -> (its file, the per-device batch it trains with, which --batch-size tells the search)
 SCRIPTS = {"hand-written": (ROOT / "examples" / "train_cnn.py", 64),
            "transformers": (ROOT / "examples" / "train_hf.py", 16),
@@ -36,17 +38,8 @@ SCRIPTS = {"hand-written": (ROOT / "examples" / "train_cnn.py", 64),
 OUT = ROOT / "benchmarks" / "results" / "frameworks.jsonl"
 
 
-def _cli() -> str:
-    return shutil.which("autotune") or str(Path(sys.executable).with_name("autotune"))
-
-
-def _commit() -> str | None:
-    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                          check=False)
-    return done.stdout.strip() or None
-
-
 def _script_run(command: list[str], seconds: float, cwd: Path) -> float:
+    """One run of the user's script: its samples/s (no variable of autotune's but what ``autotune run`` sets)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNE_")}
     env["TRAIN_S"] = str(seconds)
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=cwd, check=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..apply import RecipeSource, Tuned, apply
@@ -38,6 +39,18 @@ def tuned(recipe: RecipeSource | Tuned = None) -> Tuned | None:
         return None
     _applied["tuned"] = applied = apply(recipe)
     return applied
+
+
+def made_on_first_use(namespace: dict[str, Any], name: str, make: Callable[[], type]) -> Callable[[str], Any]:
+    """A module's ``__getattr__`` that makes the class ``name`` on first use (``make`` imports its framework then)
+    and keeps it in the module."""
+    def get(attr: str) -> Any:
+        if attr != name:
+            raise AttributeError(f"module {namespace['__name__']!r} has no attribute {attr!r}")
+        namespace[name] = made = make()
+        return made
+
+    return get
 
 
 def leading(batch: Any) -> int | None:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..apply import RecipeSource, Tuned
-from ._common import StepTeller, in_search, loss_of, tuned
+from ._common import StepTeller, in_search, loss_of, made_on_first_use, tuned
 
 if TYPE_CHECKING:
     AutotuneCallback: type  # made on first use (``__getattr__``)
@@ -129,9 +129,4 @@ def _callback_class() -> type:
     return AutotuneCallback
 
 
-def __getattr__(name: str) -> Any:
-    """``AutotuneCallback``, a Lightning ``Callback``: made on first use, importing lightning then."""
-    if name == "AutotuneCallback":
-        made = globals()["AutotuneCallback"] = _callback_class()
-        return made
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = made_on_first_use(globals(), "AutotuneCallback", _callback_class)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import search_spaces as spaces
 from ..apply import RecipeSource, Tuned
-from ._common import SEARCH_STEPS, StepTeller, in_search, tuned
+from ._common import SEARCH_STEPS, StepTeller, in_search, made_on_first_use, tuned
 
 if TYPE_CHECKING:
     from transformers import TrainingArguments
@@ -125,9 +125,4 @@ def _callback_class() -> type:
     return AutotuneCallback
 
 
-def __getattr__(name: str) -> Any:
-    """``AutotuneCallback``, a ``transformers.TrainerCallback``: made on first use, importing transformers then."""
-    if name == "AutotuneCallback":
-        made = globals()["AutotuneCallback"] = _callback_class()
-        return made
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = made_on_first_use(globals(), "AutotuneCallback", _callback_class)

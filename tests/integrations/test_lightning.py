@@ -10,21 +10,12 @@ from pathlib import Path
 import pytest
 
 from autotune.apply import Tuned
-from autotune.integrations import _common
 from autotune.recipe import Recipe
 from autotune.steps import Loss, Model, Step, StepReporter, decode
 
 from ..conftest import needs_module, run_cli
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_lightning.py"
-
-
-@pytest.fixture(autouse=True)
-def _nothing_applied(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test starts as a fresh process does: no recipe applied yet, none in the environment."""
-    monkeypatch.setattr(_common, "_applied", {})
-    for name in ("AUTOTUNE_RECIPE", "AUTOTUNE_TRIAL", "AUTOTUNE_STEPS"):
-        monkeypatch.delenv(name, raising=False)
 
 
 def _lightning():

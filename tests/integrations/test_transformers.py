@@ -24,14 +24,6 @@ RECIPE = {"batch_per_rank": 32, "reference_batch": 16, "amp_dtype": "bfloat16", 
           "persistent_workers": True, "prefetch_factor": 4, "device": "cpu"}
 
 
-@pytest.fixture(autouse=True)
-def _nothing_applied(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test starts as a fresh process does: no recipe applied yet, none in the environment."""
-    monkeypatch.setattr(_common, "_applied", {})
-    for name in ("AUTOTUNE_RECIPE", "AUTOTUNE_TRIAL", "AUTOTUNE_STEPS"):
-        monkeypatch.delenv(name, raising=False)
-
-
 def _transformers():
     return needs_module("transformers", "the Trainer integration needs transformers (pip install -e '.[test]')")
 
