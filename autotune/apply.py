@@ -74,6 +74,9 @@ class Tuned:
         ``batch_size`` was summed over the ranks: its share)."""
         if "batch_size" in self.params:  # format 1, or a params dict written that way
             return max(1, int(self.params["batch_size"]) // self.world_size)
+        if not self.has_batch:
+            raise UsageError("the recipe sets no batch: a script-mode search given no --batch-size takes the batch "
+                             "a framework integration tells (autotune search --batch-size N -- python train.py)")
         return spaces.batch.per_rank(self.params)
 
     @property
@@ -131,13 +134,15 @@ class Tuned:
         self._tell_model(model)
         return model
 
-    def prepare_in_place(self, model: torch.nn.Module) -> torch.nn.Module:
+    def prepare_in_place(self, model: torch.nn.Module, *, batch: int = 0) -> torch.nn.Module:
         """What ``prepare_model`` does to the module itself (pruning, channels_last), for a trainer that moves,
-        wraps and compiles the model on its own (``autotune.integrations``); call it before the optimizer is made."""
+        wraps and compiles the model on its own (``autotune.integrations``); call it before the optimizer is made.
+        ``batch``: the batch a process trains with by the script's own arguments, told to a search, which takes it
+        for the defaults' batch when it was given none."""
         model = self._note("sparsity", spaces.sparsity.prepare_model(self.params, model, self.device)).model
         model = spaces.amp.prepare_model(self.params, model, self.device).model
         self._watch_first_step(model)
-        self._tell_model(model)
+        self._tell_model(model, batch)
         return model
 
     @property
@@ -146,12 +151,18 @@ class Tuned:
         None outside a search."""
         return self._steps if self.rank == 0 else None
 
-    def _tell_model(self, model: torch.nn.Module) -> None:
+    def _tell_model(self, model: torch.nn.Module, batch: int = 0) -> None:
         if self._steps is not None and self.rank == 0:
             # The launcher's ranks: a recipe of one process joins no group, and each rank would train alone.
             launched = spaces.processes.launched_ranks()
             ranks = max(self.world_size, launched[1] if launched else 1)
-            self._steps.model(Model(*spaces.conv_layers(model), ranks=ranks))
+            self._steps.model(Model(*spaces.conv_layers(model), ranks=ranks, batch=batch))
+
+    @property
+    def has_batch(self) -> bool:
+        """Whether the recipe sets the batch (a search's first copy, given no ``--batch-size``, has none: the
+        script's own stands, and a framework integration tells it)."""
+        return "batch_per_rank" in self.params or "batch_size" in self.params
 
     def _watch_first_step(self, model: torch.nn.Module) -> None:
         """Record in ``in_effect["amp"]`` what the first training forward pass really ran with (autocast

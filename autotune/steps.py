@@ -13,7 +13,7 @@ Both sides import the messages from here: the contract between the processes is 
     >>> decode(encode(Step(12.5, 64))), decode(encode(Loss(2048, 0.4375)))
     (Step(ended=12.5, samples=64, waited=0.0), Loss(samples=2048, value=0.4375))
     >>> decode(encode(Model(conv=True, conv_nd=False))), decode(encode(Effect(threads=2)))
-    (Model(conv=True, conv_nd=False, ranks=1), Effect(threads=2))
+    (Model(conv=True, conv_nd=False, ranks=1, batch=0), Effect(threads=2))
 """
 from __future__ import annotations
 
@@ -46,11 +46,14 @@ class Loss:
 @dataclass(frozen=True)
 class Model:
     """What the search's space depends on in the script's model, told once by ``Tuned.prepare_model``: whether it
-    has convolutions, all 2-D (``conv``) or some not (``conv_nd``), and the processes training it (``ranks``)."""
+    has convolutions, all 2-D (``conv``) or some not (``conv_nd``), the processes training it (``ranks``) and the
+    batch a process trains with by the script's own arguments, where a framework integration knows it (``batch``;
+    0: not told)."""
 
     conv: bool
     conv_nd: bool
     ranks: int = 1
+    batch: int = 0
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,7 @@ def encode(message: Message) -> str:
     if isinstance(message, Effect):
         return f"effect {message.threads}\n"
     if isinstance(message, Model):
-        return f"model {int(message.conv)} {int(message.conv_nd)} {message.ranks}\n"
+        return f"model {int(message.conv)} {int(message.conv_nd)} {message.ranks} {message.batch}\n"
     return f"loss {message.samples} {message.value!r}\n"
 
 
@@ -84,8 +87,9 @@ def decode(line: str) -> Message:
         return Loss(int(fields[0]), float(fields[1]))
     if kind == "effect" and len(fields) == 1:
         return Effect(int(fields[0]))
-    if kind == "model" and len(fields) in (2, 3):
-        return Model(fields[0] == "1", fields[1] == "1", int(fields[2]) if len(fields) == 3 else 1)
+    if kind == "model" and len(fields) in (2, 3, 4):
+        return Model(fields[0] == "1", fields[1] == "1", int(fields[2]) if len(fields) >= 3 else 1,
+                     int(fields[3]) if len(fields) == 4 else 0)
     raise ValueError(f"not a step message: {line[:80]!r}")
 
 

@@ -2,7 +2,7 @@
 
 Plain:                       python examples/train_hf.py
 With a recipe:               autotune run --recipe best.env -- python examples/train_hf.py
-Searched:                    autotune search --budget 5m --batch-size 16 -- python examples/train_hf.py
+Searched:                    autotune search --budget 5m -- python examples/train_hf.py   (the callback tells 16)
 
 A 2-layer BERT-style classifier built from its config (random weights, nothing downloaded) on random token ids
 whose label is in the tokens. It trains ``MAX_STEPS`` steps (default 2000) or ``TRAIN_S`` seconds after 5 warm-up

@@ -2,7 +2,7 @@
 
 Plain:                       python examples/train_lightning.py
 With a recipe:               autotune run --recipe best.env -- python examples/train_lightning.py
-Searched:                    autotune search --budget 5m --batch-size 64 -- python examples/train_lightning.py
+Searched:                    autotune search --budget 5m -- python examples/train_lightning.py
 
 The bundled CNN's model as a LightningModule on random images. It trains ``MAX_STEPS`` steps (default 2000) or
 ``TRAIN_S`` seconds after 5 warm-up steps (default 8), whichever ends first (in a search's copy: until the search

@@ -61,7 +61,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    "script after --)")
     p.add_argument("--batch-size", type=int, default=None, metavar="N",
                    help="script mode: the batch your script trains with in one process, what tuned.batch_size "
-                   "gives the defaults (required with a script)")
+                   "gives the defaults (required with a script, but one that tells its own through a framework "
+                   "integration)")
     p.add_argument("--budget", default="30m", help="wall-clock budget: 90s, 30m, 1h30m (default: 30m)")
     p.add_argument("--trials", type=int, default=None, metavar="N",
                    help="stop when the study holds N measured trials, counting earlier runs and other workers "
@@ -170,12 +171,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check_mode(args: argparse.Namespace, command: list[str]) -> None:
-    """A workload or a script (``command``), not both; a script needs its batch size."""
+    """A workload or a script (``command``), not both; ``--batch-size`` only with a script (which may tell its own
+    through a framework integration)."""
     if command and args.workload is not None:
         raise UsageError(f"--workload {args.workload} and a script after --: search one or the other")
-    if command and args.batch_size is None:
-        raise UsageError("script mode needs --batch-size N: the batch your script trains with in one process "
-                         f"(autotune search --batch-size 64 -- {' '.join(command)})")
     if not command and args.batch_size is not None:
         raise UsageError("--batch-size is for script mode: autotune search --batch-size N -- python train.py")
 

@@ -18,11 +18,20 @@ if TYPE_CHECKING:
 SEARCH_STEPS = 10**9
 
 _applied: dict[str, Tuned] = {}  # the recipe applied in this process, once: apply() opens the search's pipe
+_own: dict[str, int] = {}  # the batch the script's own arguments give a process, told to a search
 
 
 def in_search() -> bool:
     """Whether this process is a copy a script-mode search started (``autotune search -- python train.py``)."""
     return os.environ.get(TRIAL) == "1"
+
+
+def own_batch(batch: int | None = None) -> int:
+    """The batch a process trains with by the script's own arguments: recorded where given (the user's arguments,
+    before the recipe's), read where not (0: never given)."""
+    if batch:
+        _own["batch"] = int(batch)
+    return _own.get("batch", 0)
 
 
 def tuned(recipe: RecipeSource | Tuned = None) -> Tuned | None:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..apply import RecipeSource, Tuned
-from ._common import StepTeller, in_search, loss_of, made_on_first_use, tuned
+from ._common import StepTeller, in_search, loss_of, made_on_first_use, own_batch, tuned
 
 if TYPE_CHECKING:
     AutotuneCallback: type  # made on first use (``__getattr__``)
@@ -56,11 +56,14 @@ def trainer_arguments(recipe: RecipeSource | Tuned = None, **kwargs: Any) -> dic
 def loader_arguments(recipe: RecipeSource | Tuned = None, **kwargs: Any) -> dict[str, Any]:
     """``DataLoader(dataset, **kwargs)``'s arguments with the recipe's batch, workers, pinning, persistence and
     prefetch; ``kwargs`` as given without a recipe."""
+    own_batch(kwargs.get("batch_size"))
     applied = tuned(recipe)
     if applied is None:
         return kwargs
     recipe_kwargs = applied.dataloader_kwargs
-    out = {**kwargs, "batch_size": applied.batch_size, **recipe_kwargs}
+    out = {**kwargs, **recipe_kwargs}
+    if applied.has_batch:  # a search's first copy, told no --batch-size, loads the user's own
+        out["batch_size"] = applied.batch_size
     if not recipe_kwargs["num_workers"]:  # the DataLoader refuses these without workers
         out.pop("persistent_workers", None)
         out.pop("prefetch_factor", None)
@@ -80,7 +83,7 @@ def _both(first: Callable[[int], Any], then: Callable[[int], Any]) -> Callable[[
 def learning_rate(value: float, recipe: RecipeSource | Tuned = None) -> float:
     """``value`` (the learning rate tuned at the batch the search was told) scaled for the recipe's batch."""
     applied = tuned(recipe)
-    return value if applied is None else value * applied.lr_scale
+    return value * applied.lr_scale if applied is not None and applied.has_batch else value
 
 
 def _callback_class() -> type:
@@ -105,7 +108,7 @@ def _callback_class() -> type:
             applied = tuned(self.recipe)
             if stage != "fit" or applied is None or self.teller is not None:
                 return
-            applied.prepare_in_place(pl_module)
+            applied.prepare_in_place(pl_module, batch=own_batch())
             self.teller = StepTeller(applied)
             if in_search():
                 trainer.callbacks = [c for c in trainer.callbacks if not isinstance(c, left_out)]

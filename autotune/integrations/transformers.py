@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import search_spaces as spaces
 from ..apply import RecipeSource, Tuned
-from ._common import SEARCH_STEPS, StepTeller, in_search, made_on_first_use, tuned
+from ._common import SEARCH_STEPS, StepTeller, in_search, made_on_first_use, own_batch, tuned
 
 if TYPE_CHECKING:
     from transformers import TrainingArguments
@@ -46,8 +46,6 @@ def arguments(applied: Tuned, args: Any, *, search: bool = False) -> dict[str, A
     loader = spaces.data.dataloader_kwargs(params)
     amp, mode = params.get("amp_dtype"), params.get("compile_mode", "none")
     changes: dict[str, Any] = {
-        "per_device_train_batch_size": applied.batch_size,
-        "learning_rate": args.learning_rate * applied.lr_scale,
         "dataloader_num_workers": loader["num_workers"],
         "dataloader_pin_memory": loader["pin_memory"],
         "dataloader_persistent_workers": loader.get("persistent_workers", False),
@@ -56,6 +54,9 @@ def arguments(applied: Tuned, args: Any, *, search: bool = False) -> dict[str, A
         "torch_compile": mode != "none", "torch_compile_mode": None if mode == "none" else mode,
         "use_cpu": applied.device == "cpu",
     }
+    if applied.has_batch:  # a search's first copy, told no --batch-size, trains with the arguments' own
+        changes.update(per_device_train_batch_size=applied.batch_size, learning_rate=args.learning_rate
+                       * applied.lr_scale)
     if "global_batch" in params:  # the recipe accumulates; else the user's own accumulation stands
         changes["gradient_accumulation_steps"] = applied.accumulation
     if applied.device == "cuda" and "tf32_matmul" in params:  # or the arguments' own TF32 rule would set it
@@ -77,6 +78,7 @@ def tuned_arguments(args: TrainingArguments, recipe: RecipeSource | Tuned = None
     """``args`` with the recipe's knobs (``arguments``), the recipe applied to this process; ``args`` itself
     where there is no recipe (``recipe``: a recipe file, id, ``Recipe``, params or what ``autotune.apply()``
     returned; else ``AUTOTUNE_RECIPE``)."""
+    own_batch(args.per_device_train_batch_size)
     applied = tuned(recipe)
     if applied is None:
         return args
@@ -103,7 +105,7 @@ def _callback_class() -> type:
             if applied is None or model is None or model is self.prepared:
                 return
             self.prepared = model
-            applied.prepare_in_place(model)
+            applied.prepare_in_place(model, batch=own_batch())
             self.teller = StepTeller(applied, args.gradient_accumulation_steps)
             self.teller.watch(model)
 

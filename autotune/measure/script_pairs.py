@@ -1,14 +1,14 @@
 """Script mode's measuring engine: ``ScriptMeasurer``, the ``PairedMeasurer`` of ``autotune search -- python train.py``.
 
-Every recipe of a script is a whole process of it, so every comparison is across processes: a candidate is
-measured against the defaults over fresh pairs of live copies (``script.ScriptRun``), each warmed up untimed, then
-pairs of windows with the idle copy frozen. A process pair gives one ratio, its windows' median;
-two identical processes differ by a factor that lasts their life, so a candidate's interval is the Student-t
-interval of the logarithms of its process pairs' ratios, from ``LEAST_PAIRS`` of them on, their spread pooled with
-the A/A's and the earlier recipes' process pairs (``stats.pooled_log_mean_interval``: two pairs alone have one
-degree of freedom). The calibration is the same with the defaults on both sides (the A/A); its spreads size every
-later process pair's windows and a confirmation round's process pairs (``sizing``). A copy that crashes, exits,
-hangs or never tells a step is the trial's failure, with its reason; the search goes on.
+Every recipe of a script is a whole process of it, so every comparison is across processes: a candidate is measured
+against the defaults over fresh pairs of live copies (``script.ScriptRun``), each warmed up untimed, then pairs of
+windows with the idle copy frozen. A process pair gives one ratio, its windows' median; two identical processes differ
+by a factor that lasts their life, so a candidate's interval is the Student-t interval of the logarithms of its process
+pairs' ratios, from ``LEAST_PAIRS`` of them on, their spread pooled with the A/A's and the earlier recipes' process
+pairs (``stats.pooled_log_mean_interval``: two pairs alone have one degree of freedom). The calibration is the same with
+the defaults on both sides (the A/A); its spreads size every later process pair's windows and a confirmation round's
+process pairs (``sizing``). A copy that crashes, exits, hangs or never tells a step is the trial's failure, with its
+reason; the search goes on.
 """
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ class ScriptContext:
 
     model: Model
     startup_s: float
-    owned: dict[str, str]
+    owned: dict[str, str]  # knob -> why
 
 
 PROBE_WORKERS = 2  # DataLoader workers the first copy is given: a script that takes tuned.dataloader_kwargs starts them
@@ -91,8 +91,7 @@ def script_context(argv: list[str], params: dict[str, Any], facts: Facts, folder
         run.window(0.0, min_steps=WARMUP_STEPS, timeout_s=timeout_s)
         if run.model is not None and run.model.ranks > 1:
             raise RuntimeError(f"the script trains in {run.model.ranks} processes: script mode times copies of one "
-                               f"process (start it with one, e.g. torchrun --nproc-per-node 1); the processes knob "
-                               f"is searched in workload mode")
+                               f"(torchrun --nproc-per-node 1); the processes knob is searched in workload mode")
         if run.model is None or not run.steps:
             what = "call tuned.prepare_model(model)" if run.model is None else "call tuned.step(loss, optimizer)"
             raise RuntimeError(f"the script's copy did not {what} (as the README's apply() pattern does) within "

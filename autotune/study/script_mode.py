@@ -68,11 +68,12 @@ def absolute(argv: list[str]) -> list[str]:
                        for a in argv[1:])]
 
 
-def search_script(argv: list[str], *, batch_size: int, options: SearchOptions | None = None,
+def search_script(argv: list[str], *, batch_size: int | None, options: SearchOptions | None = None,
                   progress: Progress | None = None, budget: str | float | None = None,
                   facts: Facts | None = None, folder: Path | None = None, **measuring: Any) -> SearchOutcome:
     """Search the knobs of the script ``argv`` (``python train.py ARGS``) that trains with ``batch_size`` a
-    process, and store the best recipe (see the module docstring). ``folder``: where the copies run (default: a
+    process (None: the batch the script's first copy tells, as a framework integration does), and store the best
+    recipe (see the module docstring). ``folder``: where the copies run (default: a
     new temporary folder); ``measuring``: ``ScriptMeasurer``'s options (``min_window_s``, ``start_limit_s``,
     ``stall_s``)."""
     from .. import probes
@@ -80,7 +81,7 @@ def search_script(argv: list[str], *, batch_size: int, options: SearchOptions | 
 
     if not argv:
         raise UsageError("script mode needs a command after --: autotune search -- python train.py")
-    if batch_size < 1:
+    if batch_size is not None and batch_size < 1:
         raise UsageError(f"--batch-size must be at least 1 (got {batch_size}): the batch your script trains with")
     command, label = absolute(argv), workload_label(argv)
     options = options or SearchOptions()
@@ -96,9 +97,11 @@ def search_script(argv: list[str], *, batch_size: int, options: SearchOptions | 
     shared = one_context_only(facts) if device == "cuda" else None
     if shared:
         raise UsageError(shared)
-    ctx = spaces.SpaceContext(device=device, default_batch_size=batch_size, global_batch=options.global_batch,
+    ctx = spaces.SpaceContext(device=device, default_batch_size=batch_size or 1, global_batch=options.global_batch,
                               allow_compile=False)
     defaults = {**spaces.defaults(facts, ctx), **run_settings(ctx, options)}
+    if batch_size is None:  # the first copy trains with the script's own batch and tells it
+        defaults = {k: v for k, v in defaults.items() if k not in ("batch_per_rank", "reference_batch")}
     folder = folder or Path(tempfile.mkdtemp(prefix="autotune-script-"))
     notify(Phase("starting the script", None, "one copy with the defaults, to its first step"))
     timing = Budget.start(options.budget_s)  # the budget holds the first copy's run too
@@ -107,7 +110,12 @@ def search_script(argv: list[str], *, batch_size: int, options: SearchOptions | 
                               min(CONTEXT_TIMEOUT_S, options.budget_s or CONTEXT_TIMEOUT_S))
     except RuntimeError as e:
         raise UsageError(f"{' '.join(argv)}: {e}") from None
-    ctx = replace(ctx, conv=told.model.conv, conv_nd=told.model.conv_nd)
+    if batch_size is None and not told.model.batch:
+        raise UsageError(f"script mode needs --batch-size N: the batch your script trains with in one process (a "
+                         f"framework integration's callback tells it; this script told none): autotune search "
+                         f"--batch-size 64 -- {' '.join(argv)}")
+    ctx = replace(ctx, conv=told.model.conv, conv_nd=told.model.conv_nd,
+                  default_batch_size=batch_size or told.model.batch)
     # What the script owns is held at the defaults' value, out of the search; the recipe's notes name it.
     held = {knob: defaults[knob] for knob in told.owned if knob not in options.fixed}
     options = replace(options, fixed={**options.fixed, **held})

@@ -44,6 +44,9 @@ def test_the_recipe_sets_the_trainers_arguments_and_a_search_keeps_its_copy_trai
     assert loader == (2, True, 4)
     assert (got.use_cpu, got.torch_compile, got.max_steps, got.save_strategy) == (True, False, 2000, "steps")
     assert got.learning_rate == pytest.approx(1e-4 * tuned.lr_scale) and tuned.lr_scale > 1  # batch 32 of 16
+    first = dataclasses.replace(args, **arguments(Tuned(params={"amp_dtype": "bfloat16", "device": "cpu"}), args))
+    # a search's first copy given no --batch-size: the arguments' own batch and learning rate, told to the search
+    assert (first.per_device_train_batch_size, first.learning_rate, first.bf16) == (16, 1e-4, True)
     searched = dataclasses.replace(args, **arguments(tuned, args, search=True))
     assert searched.max_steps == _common.SEARCH_STEPS  # the search stops the copy, not the Trainer
     assert searched.get_warmup_steps(searched.max_steps) == 200  # 10% of the user's 2000 steps, as it trains
@@ -86,7 +89,7 @@ def test_the_callback_tells_a_search_each_optimizer_step_its_samples_and_the_los
     transformers = _transformers()
     import torch
 
-    from autotune.integrations.transformers import AutotuneCallback
+    from autotune.integrations.transformers import AutotuneCallback, tuned_arguments
 
     read, write = os.pipe()
     os.set_blocking(read, False)
@@ -98,12 +101,14 @@ def test_the_callback_tells_a_search_each_optimizer_step_its_samples_and_the_los
     args = transformers.TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=4, max_steps=4,
                                           gradient_accumulation_steps=2, use_cpu=True, report_to="none",
                                           save_strategy="no", disable_tqdm=True)
+    args = tuned_arguments(args, tuned)
     trainer = transformers.Trainer(model=transformers.BertForSequenceClassification(config), args=args,
                                    train_dataset=data, callbacks=[AutotuneCallback(tuned)])
     trainer.train()
     os.close(write)
     told = [decode(line) for line in os.read(read, 1 << 16).decode().splitlines()]
-    assert told[0] == Model(conv=False, conv_nd=False)  # the model prepared at the Trainer's start
+    # the model prepared at the Trainer's start, told with the batch the user's arguments gave
+    assert told[0] == Model(conv=False, conv_nd=False, batch=4)
     steps = [m for m in told if isinstance(m, Step)]
     assert [s.samples for s in steps] == [8, 16, 24, 32]  # both micro-batches of each optimizer step
     assert all(a.ended < b.ended for a, b in zip(steps, steps[1:], strict=False))

@@ -192,8 +192,25 @@ def test_a_script_of_several_processes_is_one_line(tmp_path: Path) -> None:
     assert "\n" not in line and "the script trains in 2 processes: script mode times copies of one" in line, line
 
 
+def test_a_script_given_no_batch_takes_the_one_it_tells_and_one_that_tells_none_is_one_line(facts: Any,
+                                                                                           tmp_path: Path) -> None:
+    """Without ``--batch-size`` the first copy runs with no batch in its recipe: a framework integration tells the
+    one its own arguments give (here told by hand), and a script that tells none is refused before the study opens."""
+    code = ("import time; from autotune.steps import Model, StepReporter; r = StepReporter.from_environment(); "
+            "r.model(Model(True, False, 1, {batch}))\nfor _ in range(300): r.micro(8); r.stepped(None); "
+            "time.sleep(0.01)")
+    out = run_cli("search", "--", sys.executable, "-c", code.format(batch=0), cwd=tmp_path)
+    line = out.stderr.strip()
+    assert out.returncode == 2 and "\n" not in line and "script mode needs --batch-size N" in line, out
+    assert not (tmp_path / "studies.db").exists()
+    params = {**spaces.defaults(facts, spaces.SpaceContext(default_batch_size=1)), "device": "cpu"}
+    del params["batch_per_rank"]
+    told = script_context([sys.executable, "-c", code.format(batch=16)], params, facts, tmp_path / "first",
+                          os.environ, timeout_s=60)
+    assert told.model.batch == 16
+
+
 @pytest.mark.parametrize(("args", "said"), [
-    (("--", "python", "train.py"), "script mode needs --batch-size N"),
     (("--workload", "tiny", "--batch-size", "8", "--", "python", "train.py"), "search one or the other"),
     (("--batch-size", "8"), "--batch-size is for script mode"),
 ])
