@@ -105,7 +105,9 @@ class Tuned:
 
     @property
     def lr_scale(self) -> float:
-        """Multiply the learning rate tuned at the reference batch size by this."""
+        """Multiply the learning rate tuned at the reference batch size by this (1 where the recipe sets no batch)."""
+        if not self.has_batch:
+            return 1.0
         reference = self.params.get("reference_batch") or spaces.batch.global_size(self.params)
         return spaces.batch.lr_scale(self.params, int(reference))
 

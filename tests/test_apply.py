@@ -136,3 +136,15 @@ def test_a_cuda_recipe_where_torch_has_no_cuda_is_one_line_naming_the_recipe(fac
     expected = (f"recipe from {path} trains on CUDA (device=cuda), but this torch {torch.__version__} is built "
                 "without CUDA: install a CUDA build of torch") if torch.version.cuda is None else None
     assert "\n" not in str(caught.value) and (expected is None or str(caught.value) == expected)
+
+
+def test_a_recipe_with_no_batch_scales_nothing_and_asks_for_one() -> None:
+    """A script-mode search's first copy given no --batch-size has no batch in its recipe: a hand-written loop's
+    ``tuned.batch_size`` says how to give one (the copy's log shows it), its learning rate is left as it is."""
+    from autotune.apply import Tuned
+    from autotune.errors import UsageError
+
+    tuned = Tuned(params={"device": "cpu", "lr_scaling": "sqrt"})
+    assert tuned.lr_scale == 1.0 and not tuned.has_batch
+    with pytest.raises(UsageError, match="--batch-size N"):
+        _ = tuned.batch_size
