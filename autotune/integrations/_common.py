@@ -88,53 +88,50 @@ class StepTeller:
     micro-batches of a step, by which a Hugging Face loss given the step's ``num_items_in_batch`` is divided."""
 
     def __init__(self, tuned: Tuned, accumulation: int = 1) -> None:
-        self.tuned, self.accumulation = tuned, accumulation
+        # The pipe and the ranks, read once: a trainer sets up its process group before its callbacks prepare.
+        self.steps, self.ranks, self.accumulation = tuned.search_steps, tuned.world_size, accumulation
         self.loss: torch.Tensor | None = None
-        self.watched: torch.nn.Module | None = None
         self._step_count = False  # the last forward pass was given the step's item count
         self._warned = False
 
     def watch(self, model: torch.nn.Module) -> None:
         """Count the samples and take the loss from ``model``'s training forward passes (evaluation's are no steps)."""
-        if self.tuned.search_steps is None or model is self.watched:
-            return
-        self.watched = model
-        model.register_forward_pre_hook(self._counted, with_kwargs=True)
-        model.register_forward_hook(self._returned)
+        if self.steps is not None:
+            model.register_forward_pre_hook(self._counted, with_kwargs=True)
+            model.register_forward_hook(self._returned)
 
     def batch(self) -> None:
         """The step's batches have come (what passed since the last step ended was the wait for data)."""
-        if (steps := self.tuned.search_steps) is not None:
-            steps.batch()
+        if self.steps is not None:
+            self.steps.batch()
 
     def came(self, batch: Any) -> None:
         """A micro-batch came: the wait for data, and its samples."""
         self.batch()
-        if (steps := self.tuned.search_steps) is not None and (samples := leading(batch)) is not None:
-            steps.micro(samples * self.tuned.world_size)
+        self._count(batch)
 
     def returned(self, loss: Any) -> None:
         if loss is not None:
             self.loss = loss
 
     def stepped(self) -> None:
-        if (steps := self.tuned.search_steps) is None:
+        if self.steps is None:
             return
         if self.loss is None and not self._warned:
             self._warned = True  # the quality guard then has no loss of this script to compare
             warnings.warn("autotune: the training step returned no loss to tell the search (a model given no labels, "
                           "a loss computed outside the model, or outputs as a tuple)", stacklevel=2)
-        steps.stepped(self.loss)
+        self.steps.stepped(self.loss)
         self.loss = None
 
+    def _count(self, batch: Any) -> None:
+        if self.steps is not None and (samples := leading(batch)) is not None:
+            self.steps.micro(samples * self.ranks)
+
     def _counted(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        steps = self.tuned.search_steps
-        if steps is None or not module.training:
-            return
-        self._step_count = kwargs.get("num_items_in_batch") is not None
-        batch = (*args, *(v for k, v in kwargs.items() if k != "num_items_in_batch"))
-        if (samples := leading(batch)) is not None:
-            steps.micro(samples * self.tuned.world_size)
+        if module.training:
+            self._step_count = kwargs.get("num_items_in_batch") is not None
+            self._count((*args, *(v for k, v in kwargs.items() if k != "num_items_in_batch")))
 
     def _returned(self, module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
         if module.training and (loss := loss_of(output)) is not None:

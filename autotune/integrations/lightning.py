@@ -83,7 +83,7 @@ def _both(first: Callable[[int], Any], then: Callable[[int], Any]) -> Callable[[
 def learning_rate(value: float, recipe: RecipeSource | Tuned = None) -> float:
     """``value`` (the learning rate tuned at the batch the search was told) scaled for the recipe's batch."""
     applied = tuned(recipe)
-    return value * applied.lr_scale if applied is not None and applied.has_batch else value
+    return value if applied is None else value * applied.lr_scale  # 1 where the recipe sets no batch
 
 
 def _callback_class() -> type:
