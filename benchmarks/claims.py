@@ -56,6 +56,24 @@ def _script_run(command: list[str], seconds: float, cwd: Path) -> float:
     return float(json.loads(lines[-1])["samples_per_s"])
 
 
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """A campaign's JSON lines so far (none before its first run)."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def user_pairs(script: Path, pairs: int, seconds: float, cwd: Path, seed: str) -> list[float]:
+    """The user's path: ``script`` plain and under ``autotune run --recipe best.env`` (the file in ``cwd``),
+    ``pairs`` fresh-process pairs in an order drawn per pair; each pair's ratio, tuned over plain."""
+    plain = [sys.executable, str(script)]
+    tuned = [_cli(), "run", "--recipe", "best.env", "--", *plain]
+    rng, ratios = random.Random(seed), []
+    for _ in range(pairs):
+        order = ["plain", "tuned"] if rng.random() < 0.5 else ["tuned", "plain"]
+        rate = {side: _script_run(plain if side == "plain" else tuned, seconds, cwd) for side in order}
+        ratios.append(rate["tuned"] / rate["plain"])
+    return ratios
+
+
 def one_run(workload: str, index: int, budget: str, pairs: int, seconds: float) -> dict[str, Any]:
     """A fresh search of ``workload`` (seed ``index``) in a folder of its own, then the user's script both ways."""
     with tempfile.TemporaryDirectory(prefix=f"claims-{workload}-{index}-") as folder:
@@ -81,13 +99,7 @@ def one_run(workload: str, index: int, budget: str, pairs: int, seconds: float) 
                                "notes": recipe.get("notes")}
         if recipe.get("claim") in (None, "defaults"):
             return {**row, "ratios": []}
-        plain = [sys.executable, str(SCRIPTS[workload])]
-        tuned = [_cli(), "run", "--recipe", "best.env", "--", *plain]
-        rng, ratios = random.Random(f"{workload}{index}"), []
-        for _ in range(pairs):
-            order = ["plain", "tuned"] if rng.random() < 0.5 else ["tuned", "plain"]
-            rate = {side: _script_run(plain if side == "plain" else tuned, seconds, here) for side in order}
-            ratios.append(rate["tuned"] / rate["plain"])
+        ratios = user_pairs(SCRIPTS[workload], pairs, seconds, here, f"{workload}{index}")
         return {**row, "ratios": ratios, "seconds": seconds, "load_after": os.getloadavg()[0]}
 
 
@@ -158,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--summary", action="store_true", help="print what --out holds; run nothing")
     args = parser.parse_args(argv)
 
-    rows = [json.loads(line) for line in args.out.read_text().splitlines() if line.strip()] if args.out.exists() else []
+    rows = read_rows(args.out)
     if not args.summary:
         done = {(r["workload"], r["run"]) for r in rows}
         todo = [(w, i) for i in range(args.runs) for w in args.workloads if (w, i) not in done]

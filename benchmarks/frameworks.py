@@ -19,7 +19,6 @@ import argparse
 import json
 import math
 import os
-import random
 import statistics
 import subprocess
 import sys
@@ -30,24 +29,13 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from claims import _cli, _commit  # noqa: E402 - a benchmark beside this one
+from claims import _cli, _commit, read_rows, user_pairs  # noqa: E402 - a benchmark beside this one
 
 # script -> (its file, the --batch-size it needs: None where its integration's callback tells its batch)
 SCRIPTS = {"hand-written": (ROOT / "examples" / "train_cnn.py", 64),
            "transformers": (ROOT / "examples" / "train_hf.py", None),
            "lightning": (ROOT / "examples" / "train_lightning.py", None)}
 OUT = ROOT / "benchmarks" / "results" / "frameworks.jsonl"
-
-
-def _script_run(command: list[str], seconds: float, cwd: Path) -> float:
-    """One run of the user's script: its samples/s (no variable of autotune's but what ``autotune run`` sets)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNE_")}
-    env["TRAIN_S"] = str(seconds)
-    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=cwd, check=False)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}): {done.stderr.strip()[-400:]}")
-    return float(json.loads(lines[-1])["samples_per_s"])
 
 
 def searched(events: list[dict[str, Any]], budget_s: float) -> dict[str, Any]:
@@ -84,13 +72,7 @@ def one_run(name: str, index: int, budget: str, pairs: int, seconds: float) -> d
         recipe = best.get("recipe", best)
         row.update({k: recipe.get(k) for k in ("claim", "speedup", "speedup_low", "speedup_high", "run_low",
                                               "run_high", "process_pairs", "params")})
-        plain = [sys.executable, str(script)]
-        tuned = [_cli(), "run", "--recipe", "best.env", "--", *plain]
-        rng, ratios = random.Random(f"{name}{index}"), []
-        for _ in range(pairs):
-            order = ["plain", "tuned"] if rng.random() < 0.5 else ["tuned", "plain"]
-            rate = {side: _script_run(plain if side == "plain" else tuned, seconds, here) for side in order}
-            ratios.append(rate["tuned"] / rate["plain"])
+        ratios = user_pairs(script, pairs, seconds, here, f"{name}{index}")
         return {**row, "ratios": ratios, "seconds": seconds, "load_after": os.getloadavg()}
 
 
@@ -122,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT, help=f"JSON lines, appended (default {OUT})")
     parser.add_argument("--summary", action="store_true", help="print what --out holds; run nothing")
     args = parser.parse_args(argv)
-    rows = [json.loads(line) for line in args.out.read_text().splitlines() if line.strip()] if args.out.exists() else []
+    rows = read_rows(args.out)
     if not args.summary:
         done = {(r["script"], r["run"]) for r in rows}
         todo = [(s, i) for i in range(args.runs) for s in args.scripts if (s, i) not in done]
