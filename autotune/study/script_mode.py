@@ -114,6 +114,9 @@ def search_script(argv: list[str], *, batch_size: int | None, options: SearchOpt
         raise UsageError(f"script mode needs --batch-size N: the batch your script trains with in one process (a "
                          f"framework integration's callback tells it; this script told none): autotune search "
                          f"--batch-size 64 -- {' '.join(argv)}")
+    if batch_size is None and not 1 <= told.model.batch <= spaces.batch.MOST:  # the pipe's text is the script's
+        raise UsageError(f"the script told a batch of {told.model.batch}, not one of 1 to {spaces.batch.MOST}: give "
+                         f"--batch-size N, the batch it trains with in one process")
     ctx = replace(ctx, conv=told.model.conv, conv_nd=told.model.conv_nd,
                   default_batch_size=batch_size or told.model.batch)
     # What the script owns is held at the defaults' value, out of the search; the recipe's notes name it.

@@ -202,6 +202,9 @@ def test_a_script_given_no_batch_takes_the_one_it_tells_and_one_that_tells_none_
     out = run_cli("search", "--", sys.executable, "-c", code.format(batch=0), cwd=tmp_path)
     line = out.stderr.strip()
     assert out.returncode == 2 and "\n" not in line and "script mode needs --batch-size N" in line, out
+    out = run_cli("search", "--", sys.executable, "-c", code.format(batch=-3), cwd=tmp_path)
+    line = out.stderr.strip()
+    assert out.returncode == 2 and "\n" not in line and "the script told a batch of -3, not one of 1 to" in line, out
     assert not (tmp_path / "studies.db").exists()
     params = {**spaces.defaults(facts, spaces.SpaceContext(default_batch_size=1)), "device": "cpu"}
     del params["batch_per_rank"]
