@@ -38,6 +38,8 @@ from .recipe_file import load_recipe_file, recipe_from_variable
 from .steps import Model, StepReporter
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import torch
     from torch.nn.parallel import DistributedDataParallel
     from torch.utils.data.distributed import DistributedSampler
@@ -226,6 +228,14 @@ class Tuned:
         with one process). Rather than ``torch.distributed.destroy_process_group()`` alone: a gloo rank
         that leaves while another completes its last all-reduce can abort that one."""
         distributed.finish()
+
+    def evaluate(self, figure: Callable[[], float], *, higher_is_better: bool = False) -> None:
+        """Give a search your own held-out figure (a validation loss, or a metric with ``higher_is_better``): its
+        quality guard then compares it, not the training loss. In a search's copy ``figure()`` is called once,
+        right after the step where the study takes its loss, untimed; it switches the model to evaluation and back
+        itself, as your validation does. Outside a search it is never called."""
+        if self._steps is not None and self.rank == 0:
+            self._steps.evaluator = (figure, higher_is_better)
 
     def step(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer) -> bool:
         """Backward (scaled for float16, divided over accumulated micro-batches), then the optimizer

@@ -7,13 +7,17 @@ optimizer step: when the step ended
 (``time.monotonic()``, one clock for every process of the machine) and the samples it trained over all ranks
 (rank 0 writes). Where ``AUTOTUNE_LOSS_SAMPLES`` is set, the loss is written once, at the first step that reaches
 that many samples: it is read from the device there and only there (a read every step would wait for a GPU every
-step). Outside a trial nothing is written; a search that closed the pipe leaves the script training, silently.
-Both sides import the messages from here: the contract between the processes is these types.
+step); where the script gave its own held-out figure (``Tuned.evaluate``), it is taken there too and written beside
+the loss with the seconds it took, which no window counts. Outside a trial nothing is written; a search that closed
+the pipe leaves the script training, silently. Both sides import the messages from here: the contract between the
+processes is these types.
 
     >>> decode(encode(Step(12.5, 64))), decode(encode(Loss(2048, 0.4375)))
     (Step(ended=12.5, samples=64, waited=0.0), Loss(samples=2048, value=0.4375))
     >>> decode(encode(Model(conv=True, conv_nd=False))), decode(encode(Effect(threads=2)))
     (Model(conv=True, conv_nd=False, ranks=1, batch=0), Effect(threads=2))
+    >>> decode(encode(Evaluation(2048, 0.91, True, 1.5)))
+    Evaluation(samples=2048, value=0.91, higher_is_better=True, took_s=1.5)
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ import math
 import os
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,7 +69,18 @@ class Effect:
     threads: int
 
 
-Message = Step | Loss | Model | Effect
+@dataclass(frozen=True)
+class Evaluation:
+    """The script's own held-out figure (``Tuned.evaluate``), taken once beside the loss: what the quality guard
+    compares where a script gives one. ``took_s``: the seconds it took after the step that ended before it."""
+
+    samples: int
+    value: float
+    higher_is_better: bool
+    took_s: float
+
+
+Message = Step | Loss | Model | Effect | Evaluation
 
 
 def encode(message: Message) -> str:
@@ -75,6 +91,8 @@ def encode(message: Message) -> str:
         return f"effect {message.threads}\n"
     if isinstance(message, Model):
         return f"model {int(message.conv)} {int(message.conv_nd)} {message.ranks} {message.batch}\n"
+    if isinstance(message, Evaluation):
+        return f"evaluation {message.samples} {message.value!r} {int(message.higher_is_better)} {message.took_s:.6f}\n"
     return f"loss {message.samples} {message.value!r}\n"
 
 
@@ -90,6 +108,8 @@ def decode(line: str) -> Message:
     if kind == "model" and len(fields) in (2, 3, 4):
         return Model(fields[0] == "1", fields[1] == "1", int(fields[2]) if len(fields) >= 3 else 1,
                      int(fields[3]) if len(fields) == 4 else 0)
+    if kind == "evaluation" and len(fields) == 4:
+        return Evaluation(int(fields[0]), float(fields[1]), fields[2] == "1", float(fields[3]))
     raise ValueError(f"not a step message: {line[:80]!r}")
 
 
@@ -103,6 +123,11 @@ class StepReporter:
         self._pending = 0  # of the micro-batches since the last optimizer step
         self._last: float | None = None  # when the last optimizer step ended
         self._waited = 0.0  # since then, before a batch came
+        # the script's held-out figure and whether higher is better (``Tuned.evaluate``), taken beside the loss
+        self.evaluator: tuple[Callable[[], float], bool] | None = None
+        self.deferred = False  # a trainer evaluates after the step and tells its figure (``evaluated``) itself
+        self._held: str | None = None  # the loss, held for the figure taken at its step
+        self._stepped = 0.0  # when the last optimizer step ended
 
     @classmethod
     def from_environment(cls) -> StepReporter | None:
@@ -144,16 +169,37 @@ class StepReporter:
         self.samples, self._pending = self.samples + self._pending, 0
         now = time.monotonic()
         message = [encode(Step(now, self.samples, self._waited))]
-        self._last, self._waited = now, 0.0
+        self._last, self._waited, self._stepped = now, 0.0, now
         if first:
             import torch
 
             message.append(encode(Effect(torch.get_num_threads())))
-        if self.loss_samples is not None and self.samples >= self.loss_samples and loss is not None:
-            value = float(loss.detach())
-            message.append(encode(Loss(self.samples, value if math.isfinite(value) else math.nan)))
-            self.loss_samples = None
-        self._write("".join(message))
+        self._write("".join(message))  # before an evaluation: the search sees the step's end when it came
+        if self.loss_due(0) and loss is not None:
+            self._held, self.loss_samples = encode(Loss(self.samples, _finite(float(loss.detach())))), None
+            if self.evaluator is not None:
+                evaluate, higher = self.evaluator
+                self.evaluated(float(evaluate()), higher)
+            elif not self.deferred:
+                self.evaluated(None)
+
+    def loss_due(self, pending: int | None = None) -> bool:
+        """Whether the loss is due at the step now ending (``pending``: its samples not yet counted; default: the
+        micro-batches' since the last step)."""
+        pending = self._pending if pending is None else pending
+        return self.loss_samples is not None and self.samples + pending >= self.loss_samples
+
+    def evaluated(self, value: float | None, higher_is_better: bool = False) -> None:
+        """Write the loss held at the step where it was due, with the script's own figure (None: none), which took
+        the time since that step ended: no wait for data, nor any window's training time."""
+        if self._held is None:
+            return
+        told, self._held = self._held, None
+        if value is not None:
+            self._last, self._waited = time.monotonic(), 0.0  # its own batches were no wait for data either
+            took = self._last - self._stepped
+            told += encode(Evaluation(self.samples, _finite(value), higher_is_better, took))
+        self._write(told)
 
     def _write(self, text: str) -> None:
         if self.fd is None:
@@ -162,3 +208,7 @@ class StepReporter:
             os.write(self.fd, text.encode())
         except OSError:  # the search closed its end: the script goes on untold
             self.fd = None
+
+
+def _finite(value: float) -> float:
+    return value if math.isfinite(value) else math.nan

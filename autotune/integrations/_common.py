@@ -124,6 +124,20 @@ class StepTeller:
         self.steps.stepped(self.loss)
         self.loss = None
 
+    def loss_due(self) -> bool:
+        """Whether the study takes its loss at the step now ending."""
+        return self.steps is not None and self.steps.loss_due()
+
+    def evaluate_after(self) -> None:
+        """The trainer evaluates after the step where the loss is due: the loss waits for its figure."""
+        if self.steps is not None:
+            self.steps.deferred = True
+
+    def evaluated(self, figure: float | None) -> None:
+        """The trainer's held-out loss at that step (None: its evaluation gave none; the training loss is told)."""
+        if self.steps is not None:
+            self.steps.evaluated(figure)
+
     def _count(self, batch: Any) -> None:
         if self.steps is not None and (samples := leading(batch)) is not None:
             self.steps.micro(samples * self.ranks)

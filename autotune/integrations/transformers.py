@@ -11,8 +11,10 @@
 ``autotune.apply()`` does and maps its in-process knobs onto the arguments; ``AutotuneCallback`` prepares the
 model as ``apply()`` does (pruning, channels_last) before the optimizer is made and, in a search's copy, tells
 the search each optimizer step. Without a recipe neither changes anything. In a search's copy the arguments
-also save no checkpoint, evaluate nothing, report to no tracker and train until the search stops the copy (the
-warm-up taken in steps of the user's ``max_steps``). transformers is imported on first use, never at import.
+also save no checkpoint, report to no tracker and train until the search stops the copy (the warm-up taken in steps
+of the user's ``max_steps``); where they evaluate, the copy evaluates once, at the step where the search takes its
+loss, and the quality guard compares that held-out loss (``eval_loss``), not the training loss. transformers is
+imported on first use, never at import.
 """
 from __future__ import annotations
 
@@ -99,6 +101,7 @@ def _callback_class() -> type:
             self.recipe = recipe
             self.teller: StepTeller | None = None
             self.prepared: Any = None  # the model prepared: pruned once, never twice
+            self.evaluates = False
 
         def _prepare(self, args: Any, model: Any) -> None:
             applied = tuned(self.recipe)
@@ -108,6 +111,11 @@ def _callback_class() -> type:
             applied.prepare_in_place(model, batch=own_batch())
             self.teller = StepTeller(applied, args.gradient_accumulation_steps)
             self.teller.watch(model)
+            # where the user's arguments evaluate (moved past the copy's end), the copy evaluates once, at the step
+            # where the search takes its loss: the held-out loss is what the quality guard compares
+            self.evaluates = args.eval_steps == SEARCH_STEPS and _later(args.eval_strategy)
+            if self.evaluates:
+                self.teller.evaluate_after()
 
         def on_init_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
             self._prepare(args, model)
@@ -122,7 +130,13 @@ def _callback_class() -> type:
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             if self.teller is not None:
+                if self.evaluates and self.teller.loss_due():
+                    control.should_evaluate = True
                 self.teller.stepped()
+
+        def on_evaluate(self, args: Any, state: Any, control: Any, metrics: Any = None, **kwargs: Any) -> None:
+            if self.teller is not None and self.evaluates:
+                self.teller.evaluated((metrics or {}).get("eval_loss"))
 
     return AutotuneCallback
 

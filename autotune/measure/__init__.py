@@ -25,7 +25,8 @@ from .process_pair import PROCESS_PAIRS, across_processes
 from .runs import CLAIM_PAIRS, RUN_CONFIDENCE, PairFailed, RunPair, Runs
 from .runs import LEAST_PAIRS as LEAST_CLAIM_PAIRS
 from .runs import WINDOW_PAIRS as RUN_WINDOW_PAIRS
-from .script_pairs import ScriptMeasurer, script_context
+from .script import script_context
+from .script_pairs import ScriptMeasurer
 from .stats import CONFIDENCE, MIN_MARGIN, Interval, compare, rounds_interval, span_margin
 
 __all__ = [

@@ -21,15 +21,20 @@ import statistics
 import subprocess
 import tempfile
 import time
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
-from ..steps import LOSS_SAMPLES, STEPS, TRIAL, Effect, Loss, Model, Step, decode
+from ..probes import Facts
+from ..recipe import Recipe
+from ..steps import LOSS_SAMPLES, STEPS, TRIAL, Effect, Evaluation, Loss, Model, Step, decode
 from ..trial import launch
 from . import freeze
 from .runs import WINDOW_PAIRS, PairFailed, RunPair, sequential
 
 POLL_S = 0.01
+WARMUP_STEPS = 3  # untimed steps of each copy before its first window
 EXIT_WAIT_S = 3.0  # a copy whose steps stopped gets this long to end before it counts as hung
 
 
@@ -51,6 +56,57 @@ def short_temp() -> str:
     return temp if len(temp) <= SHORT_TEMP else "/tmp"
 
 
+@dataclass(frozen=True)
+class ScriptContext:
+    """What a first copy of the script told: its model (``steps.Model``), its start-up to its first step, and the
+    knobs it owns, each with why: it sets them itself, so no recipe can change them."""
+
+    model: Model
+    startup_s: float
+    owned: dict[str, str]  # knob -> why
+
+
+PROBE_WORKERS = 2  # DataLoader workers the first copy is given: a script that takes tuned.dataloader_kwargs starts them
+
+
+def script_context(argv: list[str], params: dict[str, Any], facts: Facts, folder: Path,
+                   env: Mapping[str, str], timeout_s: float) -> ScriptContext:
+    """One copy of the defaults, but ``PROBE_WORKERS`` DataLoader workers, to its ``WARMUP_STEPS``-th step: what
+    its ``prepare_model`` and first step told, and whether it started the workers. A script that never prepares a
+    model or never steps is a ``RuntimeError`` saying so."""
+    probe = {**params, "num_workers": PROBE_WORKERS, "prefetch_factor": 2}
+    run = ScriptRun(copy_plan(argv, probe, facts, env, "(script context)"), folder)
+    started = time.monotonic()
+    try:
+        run.start()
+        run.window(0.0, min_steps=WARMUP_STEPS, timeout_s=timeout_s)
+        if run.model is not None and run.model.ranks > 1:
+            raise RuntimeError(f"the script trains in {run.model.ranks} processes: script mode times copies of one "
+                               f"(torchrun --nproc-per-node 1); the processes knob is searched in workload mode")
+        if run.model is None or not run.steps:
+            what = "call tuned.prepare_model(model)" if run.model is None else "call tuned.step(loss, optimizer)"
+            raise RuntimeError(f"the script's copy did not {what} (as the README's apply() pattern does) within "
+                               f"{timeout_s:.0f} s: {failure([run], ('its',))}")
+        startup_s, owned = time.monotonic() - started, {}
+        if run.effect is not None and run.effect.threads != params.get("threads"):
+            owned["threads"] = (f"the script sets torch's threads itself ({run.effect.threads} where the recipe "
+                                f"said {params.get('threads')})")
+        if run.processes() == 0:
+            owned["num_workers"] = (f"the script's DataLoader does not take tuned.dataloader_kwargs (no worker "
+                                    f"process with num_workers={PROBE_WORKERS})")
+        return ScriptContext(run.model, startup_s, owned)
+    finally:
+        run.stop()
+
+
+def copy_plan(argv: list[str], params: dict[str, Any], facts: Facts, env: Mapping[str, str],
+          workload: str) -> launch.LaunchPlan:
+    """The copy's command and environment: the recipe's variables in place of the user's (as a trial's), the
+    recipe itself in ``AUTOTUNE_RECIPE`` for the script's ``autotune.apply()``."""
+    recipe = Recipe(params=params, workload=workload, fingerprint=facts.fingerprint)
+    return launch.for_recipe(recipe, list(argv), env, facts=facts, keep_user_env=False)
+
+
 class ScriptRun(freeze.Freezable):
     """One live copy of the user's script (see the module docstring)."""
 
@@ -64,6 +120,8 @@ class ScriptRun(freeze.Freezable):
         self.timed_s = 0.0  # its windows' measured spans (between their first and last step ends)
         self.waited_s = 0.0  # of them, the time its steps waited for their batches (``steps.Step.waited``)
         self.effect: Effect | None = None  # what was in effect at its first step
+        self.evaluation: Evaluation | None = None  # the script's own held-out figure, told with the loss
+        self.paused: list[tuple[float, float]] = []  # (the step's end it followed, seconds): its evaluation's
         self._read: int | None = None
         self._buffer = b""
         self.frozen: freeze.Frozen | None = None
@@ -117,6 +175,9 @@ class ScriptRun(freeze.Freezable):
                     self.model = message
                 elif isinstance(message, Effect):
                     self.effect = message
+                elif isinstance(message, Evaluation):
+                    self.evaluation = message
+                    self.paused.append((self.steps[-1].ended if self.steps else 0.0, message.took_s))
                 else:
                     self.loss = message
 
@@ -138,9 +199,14 @@ class ScriptRun(freeze.Freezable):
         inside = [s for s in self.steps[first:] if s.ended >= started]
         if len(inside) < 2 or inside[-1].ended <= inside[0].ended:
             return None
-        self.timed_s += inside[-1].ended - inside[0].ended
+        # an evaluation between two of its steps (``Tuned.evaluate``) is no training time
+        span = inside[-1].ended - inside[0].ended - sum(took for after, took in self.paused
+                                                        if inside[0].ended <= after < inside[-1].ended)
+        if span <= 0:
+            return None
+        self.timed_s += span
         self.waited_s += sum(s.waited for s in inside[1:])
-        return (inside[-1].samples - inside[0].samples) / (inside[-1].ended - inside[0].ended)
+        return (inside[-1].samples - inside[0].samples) / span
 
     def stop(self) -> None:
         """End the copy and everything it started, frozen or not; what it told stays readable."""

@@ -24,21 +24,18 @@ from pathlib import Path
 from typing import Any
 
 from ..probes import Facts
-from ..recipe import Recipe
-from ..steps import Model, Step
-from ..trial import launch
-from ..trial.spec import Status, TrialResult
+from ..steps import Step
+from ..trial.spec import EVALUATED, EVALUATED_HIGHER, TRAINING_LOSS, Status, TrialResult
 from . import sizing, stats
 from .hopeless import HOPELESS
 from .measurer import Noise, PairedMeasurer
 from .runs import RunPair
-from .script import ScriptRun, alone_pair, failure, start_together, window_pairs
+from .script import WARMUP_STEPS, ScriptRun, alone_pair, copy_plan, failure, start_together, window_pairs
 from .sizing import LEAST_PAIRS
 
 log = logging.getLogger(__name__)
 
 CALIBRATION_PAIRS = 3  # process pairs of the A/A, of ``sizing.WINDOWS`` window pairs each
-WARMUP_STEPS = 3  # untimed steps of each copy before its first window
 WINDOW_STEPS = 8  # a window holds at least this many of the defaults' steps
 MIN_WINDOW_S = 0.5  # 0.3-s windows of the CNN script read identical copies up to 30% apart
 STALL_S = 10.0  # a window in which a copy tells no step this long (or 20 windows' time) ends: the copy is hung
@@ -59,61 +56,10 @@ class ScriptTrial:
     base_rates: list[float] = field(default_factory=list)
     startup_s: float = 0.0
     timed_s: float = 0.0
-    loss: tuple[int, float] | None = None  # (samples, value) the candidate's copy told
+    loss: tuple[int, float, str] | None = None  # (samples, value, source: ``_loss``) its copy told
     waited_s: float = 0.0  # the defaults' copies' windows: waiting for data, of ``spans_s``
     spans_s: float = 0.0
     failed: TrialResult | None = None
-
-
-@dataclass(frozen=True)
-class ScriptContext:
-    """What a first copy of the script told: its model (``steps.Model``), its start-up to its first step, and the
-    knobs it owns, each with why: it sets them itself, so no recipe can change them."""
-
-    model: Model
-    startup_s: float
-    owned: dict[str, str]  # knob -> why
-
-
-PROBE_WORKERS = 2  # DataLoader workers the first copy is given: a script that takes tuned.dataloader_kwargs starts them
-
-
-def script_context(argv: list[str], params: dict[str, Any], facts: Facts, folder: Path,
-                   env: Mapping[str, str], timeout_s: float) -> ScriptContext:
-    """One copy of the defaults, but ``PROBE_WORKERS`` DataLoader workers, to its ``WARMUP_STEPS``-th step: what
-    its ``prepare_model`` and first step told, and whether it started the workers. A script that never prepares a
-    model or never steps is a ``RuntimeError`` saying so."""
-    probe = {**params, "num_workers": PROBE_WORKERS, "prefetch_factor": 2}
-    run = ScriptRun(_plan(argv, probe, facts, env, "(script context)"), folder)
-    started = time.monotonic()
-    try:
-        run.start()
-        run.window(0.0, min_steps=WARMUP_STEPS, timeout_s=timeout_s)
-        if run.model is not None and run.model.ranks > 1:
-            raise RuntimeError(f"the script trains in {run.model.ranks} processes: script mode times copies of one "
-                               f"(torchrun --nproc-per-node 1); the processes knob is searched in workload mode")
-        if run.model is None or not run.steps:
-            what = "call tuned.prepare_model(model)" if run.model is None else "call tuned.step(loss, optimizer)"
-            raise RuntimeError(f"the script's copy did not {what} (as the README's apply() pattern does) within "
-                               f"{timeout_s:.0f} s: {failure([run], ('its',))}")
-        startup_s, owned = time.monotonic() - started, {}
-        if run.effect is not None and run.effect.threads != params.get("threads"):
-            owned["threads"] = (f"the script sets torch's threads itself ({run.effect.threads} where the recipe "
-                                f"said {params.get('threads')})")
-        if run.processes() == 0:
-            owned["num_workers"] = (f"the script's DataLoader does not take tuned.dataloader_kwargs (no worker "
-                                    f"process with num_workers={PROBE_WORKERS})")
-        return ScriptContext(run.model, startup_s, owned)
-    finally:
-        run.stop()
-
-
-def _plan(argv: list[str], params: dict[str, Any], facts: Facts, env: Mapping[str, str],
-          workload: str) -> launch.LaunchPlan:
-    """The copy's command and environment: the recipe's variables in place of the user's (as a trial's), the
-    recipe itself in ``AUTOTUNE_RECIPE`` for the script's ``autotune.apply()``."""
-    recipe = Recipe(params=params, workload=workload, fingerprint=facts.fingerprint)
-    return launch.for_recipe(recipe, list(argv), env, facts=facts, keep_user_env=False)
 
 
 class ScriptMeasurer(PairedMeasurer):
@@ -217,8 +163,7 @@ class ScriptMeasurer(PairedMeasurer):
             low, high = self.noise.aa[1], self.noise.aa[2]
             return TrialResult(Status.OK, samples_per_s=statistics.median(cal.base_rates), objective=1.0,
                                speedup_low=low, speedup_high=high, method="script process pairs (A/A)",
-                               pairs=cal.windows, loss=cal.loss[1] if cal.loss else None,
-                               loss_samples=cal.loss[0] if cal.loss else None, startup_s=cal.startup_s,
+                               pairs=cal.windows, **_loss_fields(cal.loss), startup_s=cal.startup_s,
                                timed_s=cal.timed_s, wall_s=self.noise.wall_s,
                                data_wait=cal.waited_s / cal.spans_s if cal.spans_s > 0 else None)
         interval = self._interval(trial)
@@ -233,22 +178,22 @@ class ScriptMeasurer(PairedMeasurer):
             Status.OK, samples_per_s=statistics.median(trial.cand_rates), objective=interval.median,
             speedup_low=interval.low, speedup_high=interval.high, confidence=interval.confidence,
             method=script_method(len(trial.medians)), pairs=trial.windows,
-            baseline_samples_per_s=statistics.median(trial.base_rates), loss=trial.loss[1] if trial.loss else None,
-            loss_samples=trial.loss[0] if trial.loss else None, startup_s=trial.startup_s, timed_s=trial.timed_s,
-            wall_s=wall_s)
+            baseline_samples_per_s=statistics.median(trial.base_rates), **_loss_fields(trial.loss),
+            startup_s=trial.startup_s, timed_s=trial.timed_s, wall_s=wall_s)
 
     def warm(self, params: dict[str, Any]) -> bool:
         """No recipe's copies are running before its trial: every trial starts its own (``Turns._warm``)."""
         return False
 
     def loss(self, handle: object) -> float | None:
-        trial = self._trial(handle)
-        return trial.loss[1] if trial.loss else None
+        """Its loss once told, where of the defaults' kind (a training loss, or the script's ``evaluate``)."""
+        trial, cal = self._trial(handle), self.calibration.loss if self.calibration else None
+        return trial.loss[1] if trial.loss and cal and trial.loss[2] == cal[2] else None
 
     def user_pair(self, params: dict[str, Any], seed: int, timeout_s: float) -> RunPair:
         """Copies of your script alone, one after the other, as you run it (``script.alone_pair``)."""
         self._count += 1
-        plans = {side: _plan(self.argv, p, self.facts, self.env, self.workload)
+        plans = {side: copy_plan(self.argv, p, self.facts, self.env, self.workload)
                  for side, p in (("base", self.defaults), ("cand", params))}
         return alone_pair(plans, self.folder / f"{self._count}-yours", self._window_s(), WARMUP_STEPS, seed,
                           timeout_s, self._live)
@@ -265,7 +210,7 @@ class ScriptMeasurer(PairedMeasurer):
         the pair's median ratio joins ``trial``; its window ratios join ``within``. Returns why it failed, or
         None. Both copies are stopped whatever happens."""
         self._count += 1
-        runs = [ScriptRun(_plan(self.argv, p, self.facts, self.env, self.workload),
+        runs = [ScriptRun(copy_plan(self.argv, p, self.facts, self.env, self.workload),
                           self.folder / f"{self._count}-{role}", loss_samples=self.loss_samples)
                 for p, role in ((self.defaults, "defaults"), (params, "candidate"))]
         self._live.extend(runs)
@@ -337,12 +282,18 @@ class ScriptMeasurer(PairedMeasurer):
             return None
         return mine / theirs
 
-    def _loss(self, run: ScriptRun, deadline: float) -> tuple[int, float] | None:
+    def _loss(self, run: ScriptRun, deadline: float) -> tuple[int, float, str] | None:
         """The loss the copy told at the study's samples, trained on untimed until it does (or the trial's time
-        runs out, or it exits)."""
+        runs out, or it exits): its own held-out figure where it gave one (``Tuned.evaluate``; a figure where
+        higher is better is negated, so the guard's increase is its fall), else its training loss."""
         while run.loss is None and run.exited is None and time.monotonic() < deadline:
             run.window(0.2, min_steps=1, timeout_s=max(0.2, deadline - time.monotonic()))
-        return (run.loss.samples, run.loss.value) if run.loss is not None else None
+        told = run.evaluation
+        if told is not None:
+            if told.higher_is_better:
+                return told.samples, -told.value, EVALUATED_HIGHER
+            return told.samples, told.value, EVALUATED
+        return (run.loss.samples, run.loss.value, TRAINING_LOSS) if run.loss is not None else None
 
     def _interval(self, trial: ScriptTrial, confidence: float = stats.CONFIDENCE) -> stats.Interval:
         if len(trial.medians) >= 2:  # the process factor's spread pooled with the A/A's and earlier recipes'
@@ -364,6 +315,12 @@ METHOD = "script process pairs"
 def script_method(pairs: int) -> str:
     """A script-mode trial's ``TrialResult.method``, with the process pairs it ran (``costs`` reads it)."""
     return f"{METHOD} ({pairs})"
+
+
+def _loss_fields(loss: tuple[int, float, str] | None) -> dict[str, Any]:
+    if loss is None:
+        return {}
+    return {"loss_samples": loss[0], "loss": loss[1], "loss_source": loss[2]}
 
 
 def _whose(run: ScriptRun, base: ScriptRun) -> str:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .. import search_spaces as spaces
 from ..errors import TrialError
 from ..recipe import SCRIPT_WORKLOAD, Recipe, format_speedup
-from ..trial.spec import Status, TrialResult
+from ..trial.spec import EVALUATED, EVALUATED_HIGHER, TRAINING_LOSS, Status, TrialResult
 from . import roofline
 from .claim import stated
 from .guard import CANNOT_RESOLVE
@@ -71,8 +71,11 @@ def choose_recipe(
         after = f" after {baseline.result.loss_samples} samples" if baseline.result.loss_samples else ""
         unresolved = sum(1 for r in rejected if "quality" in r.rejected_by and CANNOT_RESOLVE in (r.reason or ""))
         of_them = f"; {unresolved} of them as it could not resolve its limit on this workload" if unresolved else ""
-        loss = "training loss the script told" if workload.startswith(SCRIPT_WORKLOAD) else "held-out loss"
-        notes.append(f"{worse} trial(s) rejected by the quality guard ({loss}{after} above the limit{of_them})")
+        notes.append(f"{worse} trial(s) rejected by the quality guard ({_guarded(baseline)}{after} beyond the "
+                     f"limit{of_them})")
+    if workload.startswith(SCRIPT_WORKLOAD) and baseline.result.loss_source == TRAINING_LOSS:
+        notes.append("quality guard: the training loss the script told (it gives no held-out figure: "
+                     "tuned.evaluate(fn) gives your own validation)")
     second = study.get_trials(deepcopy=False)[best.number].user_attrs.get(Attr.GUARD) if best is not baseline else None
     if second:
         notes.append(f"quality guard, near its limit: {second}")
@@ -253,3 +256,13 @@ def defaults_note(all_records: list[TrialRecord]) -> str | None:
 
 
 __all__ = ["choose_recipe", "defaults_note", "how_measured", "interval", "time_note", "time_spent"]
+
+
+def _guarded(baseline: TrialRecord) -> str:
+    """What the quality guard compared: the workload's held-out loss, a script's training loss or its own figure."""
+    source = baseline.result.loss_source
+    if source == TRAINING_LOSS:
+        return "training loss the script told"
+    if source in (EVALUATED, EVALUATED_HIGHER):
+        return "the held-out figure your evaluate() gave"
+    return "held-out loss"

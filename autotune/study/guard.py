@@ -82,18 +82,19 @@ class Guard:
         if result.status != Status.OK:
             return None
         if result.loss is not None and math.isfinite(result.loss):
-            return self.verdict(params, result.loss)
+            return self.verdict(params, result.loss, result.loss_source)
         margin = noise.margin if noise is not None else 0.0
         if result.loss is None and result.speedup_high is not None and result.speedup_high < 1 - margin:
             return 0.0, None, "no loss taken: slower than the defaults with confidence, it cannot be the recipe"
         return None
 
-    def verdict(self, params: dict[str, Any], loss: float) -> tuple[float, str | None, str | None]:
+    def verdict(self, params: dict[str, Any], loss: float,
+                source: str | None = None) -> tuple[float, str | None, str | None]:
         """``(increase, why it is rejected or None, what the second look found or None)`` for ``loss``; the second
         look takes a minute of the budget at most, and never past the search's deadline."""
         deadline = min(self.budget.deadline, self.budget.now() + 60.0)
         tolerance = self.options.max_loss_increase
-        increase, reason = verdict.quality(self.study, self.options, loss)
+        increase, reason = verdict.quality(self.study, self.options, loss, source)
         key = params_key(params)
         if key in self.second:
             return self.second[key]

@@ -335,8 +335,10 @@ class SearchLoop(Turns):
     def _over_guard(self, handle: object, params: dict[str, Any]) -> str | None:
         """Why the quality guard will reject the candidate, once its loss is known (a measurer's ``loss``), or
         None: it cannot be the recipe, so no more pairs."""
-        loss = self.measurer.loss(handle)
-        return None if loss is None or not math.isfinite(loss) else self.guard.verdict(params, loss)[1]
+        loss = self.measurer.loss(handle)  # of the defaults' kind (``loss_source``): another is judged at the end
+        if loss is None or not math.isfinite(loss):
+            return None
+        return self.guard.verdict(params, loss, self.study.user_attrs.get(StudyAttr.LOSS_SOURCE))[1]
 
     def _not_in_effect(self, handle: object, params: dict[str, Any]) -> str | None:
         """The knobs the candidate's process reports not in effect (a measurer's ``in_effect``), or None: it

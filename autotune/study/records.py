@@ -42,8 +42,8 @@ class Attr:
     ENVIRONMENT_FACTOR: Final = "environment_factor"  # its environment / the defaults' (an Interval's dict)
     GUARD: Final = "quality_guard"  # what the quality guard's second look found, where it took one (``guard``)
     RESULT: Final = ("status", "samples_per_s", "objective", "spread", "windows", "compile_s", "startup_s",
-                     "warmup_s", "timed_s", "loss", "wall_s", "error", "in_effect", "warnings", "log_tail",
-                     "speedup_low", "speedup_high", "method", "pairs", "peak_memory_bytes",
+                     "warmup_s", "timed_s", "loss", "loss_source", "wall_s", "error", "in_effect", "warnings",
+                     "log_tail", "speedup_low", "speedup_high", "method", "pairs", "peak_memory_bytes",
                      "baseline_samples_per_s", "data_wait", "phases", "operators")
 
 
@@ -54,6 +54,7 @@ class StudyAttr:
     WORKLOAD: Final = "workload"
     CPU_SET: Final = "cpu_set"
     BASELINE_LOSS: Final = "baseline_loss"
+    LOSS_SOURCE: Final = "loss_source"  # what the guard's losses are where not the held-out loss (``TrialResult``)
     BASELINE_SAMPLES_PER_S: Final = "baseline_samples_per_s"
     OOM_BATCH_SIZE: Final = "oom_batch_size"  # older studies: the smallest global batch that ran out of memory
     OOM_LIMITS: Final = "oom_limits"  # memory-relevant settings -> the smallest batch that ran out of memory

@@ -7,7 +7,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from .. import search_spaces as spaces
-from ..trial.spec import Status, TrialResult
+from ..trial.spec import EVALUATED, EVALUATED_HIGHER, Status, TrialResult
 from . import oom_limits
 from .events import Progress, TrialFinished
 from .records import BASELINE, CONFIRM, CONSTRAINTS, Attr, StudyAttr, TrialRecord, optuna_storage, records, trial_id
@@ -22,18 +22,29 @@ if TYPE_CHECKING:
 UNBOUNDED = 1e9  # the constraint value of a loss the guard cannot bound (Optuna's constraints are finite floats)
 
 
-def quality(study: optuna.Study, options: SearchOptions, loss: float) -> tuple[float, str | None]:
+def quality(study: optuna.Study, options: SearchOptions, loss: float,
+            source: str | None = None) -> tuple[float, str | None]:
     """The loss's increase over the baseline's (relative), and why the quality guard rejects it (None: it does
-    not). Without a finite baseline loss nothing can pass it; a baseline loss of 0 admits no higher loss."""
+    not). Without a finite baseline loss nothing can pass it; a baseline loss of 0 admits no higher loss. ``source``:
+    what the loss is (``TrialResult.loss_source``), which must be the baseline's: a script's own figure
+    (``Tuned.evaluate``) is not compared with a training loss."""
     base = study.user_attrs.get(StudyAttr.BASELINE_LOSS)
     tolerance = options.max_loss_increase
     if base is None or not math.isfinite(base):
         return UNBOUNDED, f"no finite baseline loss to compare its loss with (the defaults' was {base})"
+    base_source = study.user_attrs.get(StudyAttr.LOSS_SOURCE)
+    if source != base_source:
+        return UNBOUNDED, f"its copy told {source or 'no loss'} where the defaults' told {base_source}"
     increase = relative_increase(loss, base)
     if increase <= tolerance:
         return increase, None
     said = f"{increase:+.1%}" if increase < UNBOUNDED else "beyond any bound"
-    return increase, f"loss {loss:.4f} is {said} over the baseline's {base:.4f} (limit +{tolerance:.0%})"
+    if base_source == EVALUATED_HIGHER:  # negated: its fall is the increase
+        said = f"{increase:.1%} below" if increase < UNBOUNDED else "beyond any bound below"
+        return increase, (f"your evaluate() figure {-loss:.4f} is {said} the baseline's {-base:.4f} (limit "
+                          f"{tolerance:.0%})")
+    what = "your evaluate() figure" if base_source == EVALUATED else "loss"
+    return increase, f"{what} {loss:.4f} is {said} over the baseline's {base:.4f} (limit +{tolerance:.0%})"
 
 
 def relative_increase(loss: float, base: float) -> float:
@@ -122,6 +133,7 @@ def _guard(study: optuna.Study, options: SearchOptions, trial: optuna.Trial, rol
         trial.set_user_attr(Attr.LOSS_SAMPLES, result.loss_samples)
     if role == BASELINE:
         study.set_user_attr(StudyAttr.BASELINE_LOSS, result.loss)  # the A/A's defaults arm
+        study.set_user_attr(StudyAttr.LOSS_SOURCE, result.loss_source)
         study.set_user_attr(StudyAttr.BASELINE_SAMPLES_PER_S, result.samples_per_s)
     # The defaults are the recipe the search falls back on: compared with themselves, whatever their loss.
     if role == BASELINE:
@@ -131,7 +143,8 @@ def _guard(study: optuna.Study, options: SearchOptions, trial: optuna.Trial, rol
         if second is not None:
             trial.set_user_attr(Attr.GUARD, second)
     else:
-        increase, reason = quality(study, options, result.loss if result.loss is not None else float("nan"))
+        loss = result.loss if result.loss is not None else float("nan")
+        increase, reason = quality(study, options, loss, result.loss_source)
     trial.set_constraint("quality", increase - options.max_loss_increase)
     trial.set_constraint("fits_memory", 0.0)
     trial.set_constraint("finite_loss", 0.0)

@@ -15,7 +15,7 @@ import pytest
 from autotune.apply import Tuned
 from autotune.integrations import _common
 from autotune.recipe import Recipe
-from autotune.steps import Effect, Loss, Model, Step, StepReporter, decode
+from autotune.steps import Effect, Evaluation, Loss, Model, Step, StepReporter, decode
 
 from ..conftest import needs_module, run_cli
 
@@ -85,7 +85,9 @@ def test_a_loss_given_the_steps_item_count_is_told_as_its_micro_batchs_own() -> 
 
 
 def test_the_callback_tells_a_search_each_optimizer_step_its_samples_and_the_loss(tmp_path: Path) -> None:
-    """A real Trainer, 4 optimizer steps of 2 micro-batches of 4, its steps read from the pipe a search reads."""
+    """A real Trainer, 4 optimizer steps of 2 micro-batches of 4, its steps read from the pipe a search reads; its
+    evaluation, moved past the copy's end as a search's copy has it, runs once, where the loss is due, and its
+    held-out loss is told with the training loss."""
     transformers = _transformers()
     import torch
 
@@ -100,10 +102,14 @@ def test_the_callback_tells_a_search_each_optimizer_step_its_samples_and_the_los
     data = [{"input_ids": torch.randint(0, 64, (8,)), "labels": i % 2} for i in range(64)]
     args = transformers.TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=4, max_steps=4,
                                           gradient_accumulation_steps=2, use_cpu=True, report_to="none",
-                                          save_strategy="no", disable_tqdm=True)
+                                          save_strategy="no", disable_tqdm=True, eval_strategy="steps",
+                                          eval_steps=_common.SEARCH_STEPS)
     args = tuned_arguments(args, tuned)
+    evaluations: list[int] = []
     trainer = transformers.Trainer(model=transformers.BertForSequenceClassification(config), args=args,
-                                   train_dataset=data, callbacks=[AutotuneCallback(tuned)])
+                                   train_dataset=data, eval_dataset=data[:8], callbacks=[AutotuneCallback(tuned)])
+    trainer.add_callback(type("Seen", (transformers.TrainerCallback,), {
+        "on_evaluate": lambda self, args, state, control, **kw: evaluations.append(state.global_step)}))
     trainer.train()
     os.close(write)
     told = [decode(line) for line in os.read(read, 1 << 16).decode().splitlines()]
@@ -115,6 +121,10 @@ def test_the_callback_tells_a_search_each_optimizer_step_its_samples_and_the_los
     assert [m for m in told if isinstance(m, Effect)] == [Effect(torch.get_num_threads())]
     (loss,) = [m for m in told if isinstance(m, Loss)]
     assert loss.samples == 16 and 0 < loss.value < 5  # once, at the step that reached 16 samples
+    assert evaluations == [2, 4]  # after that step (and at the end of training, the Trainer's own: told nothing)
+    (figure,) = [m for m in told if isinstance(m, Evaluation)]
+    assert told.index(figure) == told.index(loss) + 1 and told.index(loss) > told.index(steps[1])
+    assert figure.samples == 16 and 0 < figure.value < 5 and not figure.higher_is_better and figure.took_s > 0
 
 
 def _readme_block() -> str:

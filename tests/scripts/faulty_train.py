@@ -5,7 +5,8 @@ of it with channels_last (a 1x1 conv: channels_last is in its space), and which 
 step 0.1 s longer, once). With ``DIST`` set, every copy joins a one-process gloo group on
 ``MASTER_PORT``, 29500 unless set, as scripts written for torchrun do. ``SLOW_PAIRS=1,3``: the candidate-side copies
 of process pairs 1 and 3 (their folders' numbers) step 1.5x slower for their whole life, as one process in a few
-drew on a shared VM."""
+drew on a shared VM. ``EVALUATE=worse``: the script gives its own held-out figure (``tuned.evaluate``), its held-out
+loss, times 1.5 with channels_last, taken after a pause of 0.3 s, and prints it beside its training loss there."""
 import os
 import sys
 import time
@@ -27,6 +28,19 @@ if os.environ.get("DIST"):
 model = tuned.prepare_model(torch.nn.Conv2d(1, 1, 1))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 model, optimizer = tuned.prepare(model, optimizer)
+held_out = torch.randn(64, 1, 4, 4)
+
+
+def evaluate() -> float:
+    time.sleep(0.3)
+    with torch.no_grad():
+        figure = model(held_out).pow(2).mean().item() * (1.5 if fast else 1.0)
+    print(f"evaluated {figure!r} training {loss.item()!r}", flush=True)
+    return figure
+
+
+if os.environ.get("EVALUATE") == "worse":
+    tuned.evaluate(evaluate)
 if fault == "no-step":
     time.sleep(3600)
 step_s = float(os.environ.get("STEP_S", "0.018"))

@@ -14,7 +14,8 @@ import psutil
 import pytest
 
 from autotune import search_spaces as spaces
-from autotune.measure.script_pairs import ScriptMeasurer, script_context
+from autotune.measure.script import script_context
+from autotune.measure.script_pairs import ScriptMeasurer
 from autotune.study import search_script
 from autotune.trial.spec import Status
 
@@ -258,3 +259,35 @@ def test_ctrl_c_leaves_no_copy_running_or_stopped_and_keeps_the_study(tmp_path: 
 
     study = optuna.load_study(study_name=None, storage=f"sqlite:///{tmp_path / 'studies.db'}")
     assert [t.user_attrs.get("status") for t in study.trials] == ["interrupted"], text
+
+
+def test_the_scripts_own_held_out_figure_is_what_the_quality_guard_compares(facts: Any, tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """``tuned.evaluate``: channels_last's copies give a held-out figure 1.5x the defaults' copies' at the study's
+    samples while their training losses agree (the same weights and data); the guard rejects the candidate on the
+    figure, where the training loss it would have compared passes. Each copy prints both figures to its log."""
+    import optuna
+
+    from autotune.study import SearchOptions, verdict
+    from autotune.study.records import StudyAttr
+
+    monkeypatch.setenv("EVALUATE", "worse")
+    _, result = _measure(facts, tmp_path, "")
+    assert result.status == Status.OK and result.loss_source == "evaluate" and result.loss_samples == 64, result
+    told = {}
+    for log in tmp_path.glob("*/script.log"):
+        line = next(line for line in log.read_text().splitlines() if line.startswith("evaluated "))
+        told[log.parent.name.partition("-")[2]] = [float(x) for x in line.split()[1::2]]  # figure, training loss
+    (figure, training), (base_figure, base_training) = told["candidate"], told["defaults"]
+    assert result.loss == pytest.approx(figure) and figure == pytest.approx(1.5 * base_figure, rel=1e-3), told
+    study, options = optuna.create_study(), SearchOptions()
+    study.set_user_attr(StudyAttr.BASELINE_LOSS, base_figure)
+    study.set_user_attr(StudyAttr.LOSS_SOURCE, "evaluate")
+    increase, why = verdict.quality(study, options, result.loss, result.loss_source)
+    assert increase == pytest.approx(0.5, rel=1e-3) and why is not None and why.startswith(
+        "your evaluate() figure"), why
+    study.set_user_attr(StudyAttr.BASELINE_LOSS, base_training)
+    study.set_user_attr(StudyAttr.LOSS_SOURCE, "training loss")
+    assert verdict.quality(study, options, training, "training loss")[1] is None  # the training loss passes
+    assert verdict.quality(study, options, result.loss, result.loss_source)[1] == (
+        "its copy told evaluate where the defaults' told training loss")
