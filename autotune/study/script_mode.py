@@ -25,6 +25,7 @@ from .. import search_spaces as spaces
 from ..errors import UsageError
 from ..recipe import SCRIPT_WORKLOAD
 from ..trial.runner import loss_samples
+from ..trial.spec import Status
 from .budget import Budget, parse_duration
 from .driver import one_context_only, run_settings, search
 from .events import Phase, Progress, ignore
@@ -77,19 +78,17 @@ def search_script(argv: list[str], *, batch_size: int | None, options: SearchOpt
     new temporary folder); ``measuring``: ``ScriptMeasurer``'s options (``min_window_s``, ``start_limit_s``,
     ``stall_s``)."""
     from .. import probes
-    from ..measure import ScriptMeasurer, script_context
 
     if not argv:
         raise UsageError("script mode needs a command after --: autotune search -- python train.py")
     if batch_size is not None and batch_size < 1:
         raise UsageError(f"--batch-size must be at least 1 (got {batch_size}): the batch your script trains with")
-    command, label = absolute(argv), workload_label(argv)
+    absolute(argv)  # a program that is not there: its one line before anything starts
     options = options or SearchOptions()
     if budget is not None:
         options = replace(options, budget_s=parse_duration(budget) if isinstance(budget, str) else float(budget))
     options = replace(options, compile=False, fixed={**options.fixed, **HELD})
     check_options(options)
-    notify = progress or ignore
     facts = facts or probes.probe()
     import torch
 
@@ -99,10 +98,33 @@ def search_script(argv: list[str], *, batch_size: int | None, options: SearchOpt
         raise UsageError(shared)
     ctx = spaces.SpaceContext(device=device, default_batch_size=batch_size or 1, global_batch=options.global_batch,
                               allow_compile=False)
+    own_folder = folder is None
+    folder = folder or Path(tempfile.mkdtemp(prefix="autotune-script-"))
+    try:
+        outcome = _search_copies(argv, batch_size, options, progress, facts, ctx, folder, measuring)
+    except BaseException:
+        if own_folder:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+    if own_folder:  # the copies' logs are kept only where a copy failed: its reason names its last line
+        failed = [r.number for r in outcome.records if r.result.status in (Status.CRASH, Status.TIMEOUT, Status.OOM)]
+        if failed:
+            log.warning("the copies' output of the failed trial(s) %s is kept in %s (script.log of each copy)",
+                        ", ".join(map(str, failed)), folder)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+    return outcome
+
+
+def _search_copies(argv: list[str], batch_size: int | None, options: SearchOptions, progress: Progress | None,
+                   facts: Facts, ctx: spaces.SpaceContext, folder: Path, measuring: dict[str, Any]) -> SearchOutcome:
+    """``search_script``'s search, its copies in ``folder``: the first copy, then the study."""
+    from ..measure import ScriptMeasurer, script_context
+
+    command, label, notify = absolute(argv), workload_label(argv), progress or ignore
     defaults = {**spaces.defaults(facts, ctx), **run_settings(ctx, options)}
     if batch_size is None:  # the first copy trains with the script's own batch and tells it
         defaults = {k: v for k, v in defaults.items() if k not in ("batch_per_rank", "reference_batch")}
-    folder = folder or Path(tempfile.mkdtemp(prefix="autotune-script-"))
     notify(Phase("starting the script", None, "one copy with the defaults, to its first step"))
     timing = Budget.start(options.budget_s)  # the budget holds the first copy's run too
     try:

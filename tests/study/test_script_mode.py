@@ -168,11 +168,15 @@ def test_a_program_given_as_a_relative_path_runs_from_the_copies_folders_as_the_
 
 
 def test_a_script_without_the_apply_pattern_is_one_line(tmp_path: Path) -> None:
-    out = run_cli("search", "--batch-size", "8", "--", sys.executable, "-c", "print('training')", cwd=tmp_path)
+    """... and leaves no folder of copies behind (a search's own folder goes with it, but where a trial failed)."""
+    (tmp_path / "tmp").mkdir()
+    out = run_cli("search", "--batch-size", "8", "--", sys.executable, "-c", "print('training')", cwd=tmp_path,
+                  env={"TMPDIR": str(tmp_path / "tmp")})
     assert out.returncode == 2, out
     line = out.stderr.strip()
     assert "\n" not in line and "did not call tuned.prepare_model(model)" in line and "exited with status 0" in line
     assert not (tmp_path / "studies.db").exists()  # nothing was written
+    assert not list((tmp_path / "tmp").glob("autotune-script-*"))
 
 
 def test_a_script_that_never_prepares_its_model_ends_within_the_budget(tmp_path: Path) -> None:
