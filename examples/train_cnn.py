@@ -43,6 +43,21 @@ optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
 if tuned:
     model, optimizer = tuned.prepare(model, optimizer)
 loader = torch.utils.data.DataLoader(data, batch_size=batch, shuffle=True, drop_last=True, **loader_kwargs)
+held_out = torch.randn(512, 3, 32, 32), torch.randint(0, 10, (512,))
+
+
+def validation_loss() -> float:
+    """The held-out loss, the figure a search's quality guard compares (``tuned.evaluate``)."""
+    model.eval()
+    with torch.no_grad(), tuned.autocast():
+        x, y = tuned.to_device(*held_out)
+        loss = nn.functional.cross_entropy(model(x).float(), y)
+    model.train()
+    return float(loss)
+
+
+if tuned:
+    tuned.evaluate(validation_loss)  # called in a search's copies only
 
 def _sync() -> None:
     """CUDA runs asynchronously: the clock is read only once the queued steps have run."""

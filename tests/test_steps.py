@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from autotune.steps import LOSS_SAMPLES, STEPS, Effect, Loss, Model, Step, StepReporter, decode
+from autotune.steps import LOSS_SAMPLES, STEPS, Effect, Evaluation, Loss, Model, Step, StepReporter, decode
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -50,6 +50,9 @@ def test_a_users_script_tells_its_steps_and_its_loss_once_over_the_trials_pipe(f
     assert [m for m in messages if isinstance(m, Effect)] == [Effect(params["threads"])]  # the recipe's, once
     assert [m for m in messages if isinstance(m, Model)] == [Model(conv=True, conv_nd=False)]
     assert messages.index(losses[0]) == messages.index(steps[3]) + 1 and steps[3].samples == 256  # after its step
+    (figure,) = [m for m in messages if isinstance(m, Evaluation)]  # its validation loss (tuned.evaluate), once
+    assert messages.index(figure) == messages.index(losses[0]) + 1 and figure.samples == 256 and 0 < figure.value < 10
+    assert figure.took_s > 0 and steps[4].waited < figure.took_s  # the evaluation's time was no wait for data
     # train_cnn.py moves its batches with tuned.to_device: the wait before each batch is told (a tensor dataset's
     # batches come at once: a small part of the step)
     spans = [b.ended - a.ended for a, b in pairs]
