@@ -284,15 +284,13 @@ class ScriptMeasurer(PairedMeasurer):
 
     def _loss(self, run: ScriptRun, deadline: float) -> tuple[int, float, str] | None:
         """The loss the copy told at the study's samples, trained on untimed until it does (or the trial's time
-        runs out, or it exits): its own held-out figure where it gave one (``Tuned.evaluate``; a figure where
-        higher is better is negated, so the guard's increase is its fall), else its training loss."""
+        runs out, or it exits): its own held-out figure where it gave one (``Tuned.evaluate``), else its training
+        loss."""
         while run.loss is None and run.exited is None and time.monotonic() < deadline:
             run.window(0.2, min_steps=1, timeout_s=max(0.2, deadline - time.monotonic()))
         told = run.evaluation
         if told is not None:
-            if told.higher_is_better:
-                return told.samples, -told.value, EVALUATED_HIGHER
-            return told.samples, told.value, EVALUATED
+            return told.samples, told.value, EVALUATED_HIGHER if told.higher_is_better else EVALUATED
         return (run.loss.samples, run.loss.value, TRAINING_LOSS) if run.loss is not None else None
 
     def _interval(self, trial: ScriptTrial, confidence: float = stats.CONFIDENCE) -> stats.Interval:

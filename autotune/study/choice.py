@@ -76,6 +76,9 @@ def choose_recipe(
     if workload.startswith(SCRIPT_WORKLOAD) and baseline.result.loss_source == TRAINING_LOSS:
         notes.append("quality guard: the training loss the script told (it gives no held-out figure: "
                      "tuned.evaluate(fn) gives your own validation)")
+    elif baseline.result.loss_source in (EVALUATED, EVALUATED_HIGHER):
+        higher = " (higher is better)" if baseline.result.loss_source == EVALUATED_HIGHER else ""
+        notes.append(f"quality guard: the held-out figure your evaluate() gave{higher}, shown as the loss")
     second = study.get_trials(deepcopy=False)[best.number].user_attrs.get(Attr.GUARD) if best is not baseline else None
     if second:
         notes.append(f"quality guard, near its limit: {second}")

@@ -7,7 +7,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from .. import search_spaces as spaces
-from ..trial.spec import EVALUATED, EVALUATED_HIGHER, Status, TrialResult
+from ..trial.spec import EVALUATED, EVALUATED_HIGHER, TRAINING_LOSS, Status, TrialResult
 from . import oom_limits
 from .events import Progress, TrialFinished
 from .records import BASELINE, CONFIRM, CONSTRAINTS, Attr, StudyAttr, TrialRecord, optuna_storage, records, trial_id
@@ -33,18 +33,21 @@ def quality(study: optuna.Study, options: SearchOptions, loss: float,
     if base is None or not math.isfinite(base):
         return UNBOUNDED, f"no finite baseline loss to compare its loss with (the defaults' was {base})"
     base_source = study.user_attrs.get(StudyAttr.LOSS_SOURCE)
+    if base_source is None and source == TRAINING_LOSS:  # a script's study begun before sources were recorded
+        base_source = TRAINING_LOSS
     if source != base_source:
         return UNBOUNDED, f"its copy told {source or 'no loss'} where the defaults' told {base_source}"
-    increase = relative_increase(loss, base)
+    higher = base_source == EVALUATED_HIGHER  # a metric: its fall is what the limit bounds
+    increase = relative_increase(-loss, -base) if higher else relative_increase(loss, base)
     if increase <= tolerance:
         return increase, None
-    said = f"{increase:+.1%}" if increase < UNBOUNDED else "beyond any bound"
-    if base_source == EVALUATED_HIGHER:  # negated: its fall is the increase
-        said = f"{increase:.1%} below" if increase < UNBOUNDED else "beyond any bound below"
-        return increase, (f"your evaluate() figure {-loss:.4f} is {said} the baseline's {-base:.4f} (limit "
-                          f"{tolerance:.0%})")
-    what = "your evaluate() figure" if base_source == EVALUATED else "loss"
-    return increase, f"{what} {loss:.4f} is {said} over the baseline's {base:.4f} (limit +{tolerance:.0%})"
+    what = "your evaluate() figure" if base_source in (EVALUATED, EVALUATED_HIGHER) else "loss"
+    if increase >= UNBOUNDED:
+        said = "beyond any bound " + ("below" if higher else "over")
+    else:
+        said = f"{increase:.1%} below" if higher else f"{increase:+.1%} over"
+    limit = f"{tolerance:.0%}" if higher else f"+{tolerance:.0%}"
+    return increase, f"{what} {loss:.4f} is {said} the baseline's {base:.4f} (limit {limit})"
 
 
 def relative_increase(loss: float, base: float) -> float:

@@ -53,7 +53,7 @@ class TrialSettings:
 
 
 # What a script-mode trial's loss is: the training loss it told, or the script's own held-out figure
-# (``Tuned.evaluate``), negated where higher is better so that the quality guard's increase is its fall.
+# (``Tuned.evaluate``), a loss or a metric where higher is better (the quality guard then bounds its fall).
 TRAINING_LOSS, EVALUATED, EVALUATED_HIGHER = "training loss", "evaluate", "evaluate, higher is better"
 LOSS_SOURCES = (TRAINING_LOSS, EVALUATED, EVALUATED_HIGHER)
 

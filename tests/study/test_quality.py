@@ -178,3 +178,32 @@ def test_the_guard_passes_nothing_it_cannot_compare(base, loss, passes: bool, re
     assert (why is None) == passes and (increase <= 0.05) == passes, (increase, why)
     if reason is not None:
         assert re.match(reason, why), why
+
+
+@pytest.mark.parametrize(("base_source", "source", "base", "loss", "reason"), [
+    # a script's own metric where higher is better (tuned.evaluate): its fall is bounded, its rise passes
+    ("evaluate, higher is better", "evaluate, higher is better", 0.90, 0.95, None),
+    ("evaluate, higher is better", "evaluate, higher is better", 0.90, 0.86, None),
+    ("evaluate, higher is better", "evaluate, higher is better", 0.90, 0.84,
+     r"your evaluate\(\) figure 0\.8400 is 6\.7% below the baseline's 0\.9000 \(limit 5%\)"),
+    ("evaluate", "evaluate", 2.0, 2.2, r"your evaluate\(\) figure 2\.2000 is \+10\.0% over"),
+    # figures of two kinds are not compared; a script's study from before sources were recorded: a training loss
+    ("evaluate", "training loss", 2.0, 2.0, r"its copy told training loss where the defaults' told evaluate"),
+    (None, "evaluate", 2.0, 2.0, r"its copy told evaluate where the defaults' told None"),
+    (None, "training loss", 2.0, 2.05, None),
+])
+def test_the_guard_compares_a_scripts_own_figure_in_its_direction_and_only_with_its_kind(
+        base_source, source, base: float, loss: float, reason) -> None:
+    import optuna
+
+    from autotune.study import SearchOptions
+    from autotune.study.records import StudyAttr
+    from autotune.study.verdict import quality
+
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr(StudyAttr.BASELINE_LOSS, base)
+    study.set_user_attr(StudyAttr.LOSS_SOURCE, base_source)
+    why = quality(study, SearchOptions(max_loss_increase=0.05), loss, source)[1]
+    assert (why is None) == (reason is None), why
+    if reason is not None:
+        assert re.match(reason, why), why
