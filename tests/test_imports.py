@@ -116,6 +116,8 @@ def _reaches(edges: dict[str, set[str]], source: str, target: str) -> list[str]:
     ("autotune.apply", "autotune.measure"),
     ("autotune.apply", "autotune.study"),
     ("autotune.distributed", "autotune.trial"),
+    ("autotune.hardware_check", "autotune.trial"),
+    ("autotune.hardware_check", "autotune.measure"),
     ("autotune.workloads", "autotune.trial"),
     ("autotune.workloads", "autotune.search_spaces"),  # the user's side: what the spaces read of a model, not back
     # a trainer's integration is the user's side too, and nothing of autotune's leans on one

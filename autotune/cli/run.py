@@ -52,8 +52,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .. import probes
-    from ..apply import ALLOW_OTHER_HARDWARE, check_machine
     from ..errors import UsageError
+    from ..hardware_check import ALLOW_OTHER_HARDWARE, check_machine
     from ..trial import launch
 
     command = command_after_dashes(args)
