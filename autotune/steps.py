@@ -127,7 +127,7 @@ class StepReporter:
         self.evaluator: tuple[Callable[[], float], bool] | None = None
         self.deferred = False  # a trainer evaluates after the step and tells its figure (``evaluated``) itself
         self._held: str | None = None  # the loss, held for the figure taken at its step
-        self._stepped = 0.0  # when the last optimizer step ended
+        self._stepped = 0.0  # when the step where the loss was due ended, its loss read: an evaluation's start
 
     @classmethod
     def from_environment(cls) -> StepReporter | None:
@@ -169,7 +169,7 @@ class StepReporter:
         self.samples, self._pending = self.samples + self._pending, 0
         now = time.monotonic()
         message = [encode(Step(now, self.samples, self._waited))]
-        self._last, self._waited, self._stepped = now, 0.0, now
+        self._last, self._waited = now, 0.0
         if first:
             import torch
 
@@ -177,6 +177,7 @@ class StepReporter:
         self._write("".join(message))  # before an evaluation: the search sees the step's end when it came
         if self.loss_due(0) and loss is not None:
             self._held, self.loss_samples = encode(Loss(self.samples, _finite(float(loss.detach())))), None
+            self._stepped = time.monotonic()  # after the read, which waits for a GPU's queued steps: training time
             if self.evaluator is not None:
                 evaluate, higher = self.evaluator
                 self.evaluated(float(evaluate()), higher)
@@ -198,7 +199,7 @@ class StepReporter:
         if value is not None:
             self._last, self._waited = time.monotonic(), 0.0  # its own batches were no wait for data either
             took = self._last - self._stepped
-            told += encode(Evaluation(self.samples, _finite(value), higher_is_better, took))
+            told += encode(Evaluation(self.samples, _finite(float(value)), higher_is_better, took))
         self._write(told)
 
     def _write(self, text: str) -> None:

@@ -59,6 +59,7 @@ def validation_loss() -> float:
 if tuned:
     tuned.evaluate(validation_loss)  # called in a search's copies only
 
+
 def _sync() -> None:
     """CUDA runs asynchronously: the clock is read only once the queued steps have run."""
     if torch.cuda.is_available():

@@ -93,3 +93,23 @@ def test_a_pipe_no_one_reads_is_no_reporter_and_a_file_is_never_written(monkeypa
     with pytest.raises(RuntimeError, match="not a named pipe"):
         StepReporter.from_environment()
     assert plain.read_text() == "the user's"
+
+
+def test_an_evaluation_is_told_with_the_loss_and_its_time_is_no_wait_for_data() -> None:
+    """A script's own figure (``Tuned.evaluate``) is taken at the step where the loss is due, told right after the
+    loss with the seconds it took, and the wait for the next batch is counted from its end."""
+    read, write = os.pipe()
+    reporter = StepReporter(write, loss_samples=8)
+    reporter.evaluator = (lambda: time.sleep(0.2) or 0.75, True)
+    reporter.micro(8)
+    reporter.stepped(torch.tensor(2.0))
+    reporter.batch()  # the next batch came at once
+    reporter.micro(8)
+    reporter.stepped(torch.tensor(1.0))
+    told = [decode(line) for line in os.read(read, 4096).decode().splitlines()]
+    os.close(read)
+    os.close(write)
+    assert [type(m).__name__ for m in told] == ["Step", "Effect", "Loss", "Evaluation", "Step"], told
+    figure = told[3]
+    assert isinstance(figure, Evaluation) and (figure.samples, figure.value, figure.higher_is_better) == (8, 0.75, True)
+    assert figure.took_s >= 0.2 and told[4].waited < 0.1, told  # type: ignore[union-attr]

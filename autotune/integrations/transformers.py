@@ -37,8 +37,18 @@ _IN_SEARCH = {"report_to": "none", "push_to_hub": False, "disable_tqdm": True, "
 
 
 def _later(strategy: Any) -> bool:
-    """Whether an evaluation or save strategy acts at steps or epochs: then moved to the search's last step."""
-    return str(getattr(strategy, "value", strategy)) in ("steps", "epoch")
+    """Whether an evaluation or save strategy acts at steps, epochs or a best evaluation (saving; the copy's one
+    evaluation would be its best): then moved to the search's last step."""
+    return str(getattr(strategy, "value", strategy)) in ("steps", "epoch", "best")
+
+
+def _eval_loss(metrics: dict[str, Any]) -> float | None:
+    """The evaluation's loss: ``eval_loss``, or with several evaluation sets (``eval_NAME_loss``) the first set's;
+    None where there is none (the training loss is told then)."""
+    if "eval_loss" in metrics:
+        return float(metrics["eval_loss"])
+    named = [key for key in metrics if key.startswith("eval_") and key.endswith("_loss")]
+    return float(metrics[named[0]]) if named else None
 
 
 def arguments(applied: Tuned, args: Any, *, search: bool = False) -> dict[str, Any]:
@@ -130,13 +140,13 @@ def _callback_class() -> type:
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             if self.teller is not None:
-                if self.evaluates and self.teller.loss_due():
-                    control.should_evaluate = True
+                if self.evaluates and self.teller.loss is not None and self.teller.loss_due():
+                    control.should_evaluate = True  # once: the loss and the figure are told together
                 self.teller.stepped()
 
         def on_evaluate(self, args: Any, state: Any, control: Any, metrics: Any = None, **kwargs: Any) -> None:
             if self.teller is not None and self.evaluates:
-                self.teller.evaluated((metrics or {}).get("eval_loss"))
+                self.teller.evaluated(_eval_loss(metrics or {}))
 
     return AutotuneCallback
 

@@ -216,6 +216,10 @@ class PairedMeasurer(abc.ABC):
         before, or where the measurer takes it only at ``end``."""
         return None
 
+    def loss_source(self, handle: object) -> str | None:
+        """What ``loss`` is where not the workload's held-out loss (``TrialResult.loss_source``); None: it is."""
+        return None
+
     def skip_loss(self, handle: object) -> None:  # noqa: B027 - a capability with nothing to do by default
         """The candidate cannot be the recipe: ``end`` need not train it to the quality guard's sample count."""
 

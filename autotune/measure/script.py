@@ -199,14 +199,17 @@ class ScriptRun(freeze.Freezable):
         inside = [s for s in self.steps[first:] if s.ended >= started]
         if len(inside) < 2 or inside[-1].ended <= inside[0].ended:
             return None
-        # an evaluation between two of its steps (``Tuned.evaluate``) is no training time
-        span = inside[-1].ended - inside[0].ended - sum(took for after, took in self.paused
-                                                        if inside[0].ended <= after < inside[-1].ended)
+        span = self.span(inside[0], inside[-1])
         if span <= 0:
             return None
         self.timed_s += span
         self.waited_s += sum(s.waited for s in inside[1:])
         return (inside[-1].samples - inside[0].samples) / span
+
+    def span(self, first: Step, last: Step) -> float:
+        """The training time between two of its steps' ends: an evaluation between them (``Tuned.evaluate``) is
+        none."""
+        return last.ended - first.ended - sum(took for after, took in self.paused if first.ended <= after < last.ended)
 
     def stop(self) -> None:
         """End the copy and everything it started, frozen or not; what it told stays readable."""

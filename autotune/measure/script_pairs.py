@@ -92,6 +92,7 @@ class ScriptMeasurer(PairedMeasurer):
         self.step_s: float | None = None  # the defaults' optimizer step
         self._count = 0
         self._live: list[ScriptRun] = []
+        self.failed_copies: list[Path] = []  # the folders of process pairs where a copy failed: their logs
 
     # PairedMeasurer ------------------------------------------------------------------------------------------
     def calibrate(self, timeout_s: float) -> Noise:
@@ -186,9 +187,12 @@ class ScriptMeasurer(PairedMeasurer):
         return False
 
     def loss(self, handle: object) -> float | None:
-        """Its loss once told, where of the defaults' kind (a training loss, or the script's ``evaluate``)."""
-        trial, cal = self._trial(handle), self.calibration.loss if self.calibration else None
-        return trial.loss[1] if trial.loss and cal and trial.loss[2] == cal[2] else None
+        trial = self._trial(handle)
+        return trial.loss[1] if trial.loss else None
+
+    def loss_source(self, handle: object) -> str | None:
+        trial = self._trial(handle)
+        return trial.loss[2] if trial.loss else None
 
     def user_pair(self, params: dict[str, Any], seed: int, timeout_s: float) -> RunPair:
         """Copies of your script alone, one after the other, as you run it (``script.alone_pair``)."""
@@ -210,9 +214,10 @@ class ScriptMeasurer(PairedMeasurer):
         the pair's median ratio joins ``trial``; its window ratios join ``within``. Returns why it failed, or
         None. Both copies are stopped whatever happens."""
         self._count += 1
+        # only the candidate's copy takes the loss (the calibration's candidate side is the defaults' figure)
         runs = [ScriptRun(copy_plan(self.argv, p, self.facts, self.env, self.workload),
-                          self.folder / f"{self._count}-{role}", loss_samples=self.loss_samples)
-                for p, role in ((self.defaults, "defaults"), (params, "candidate"))]
+                          self.folder / f"{self._count}-{role}", loss_samples=loss)
+                for p, role, loss in ((self.defaults, "defaults", None), (params, "candidate", self.loss_samples))]
         self._live.extend(runs)
         base, cand = runs
         try:
@@ -226,7 +231,7 @@ class ScriptMeasurer(PairedMeasurer):
                 if run.exited is None:
                     run.window(0.0, min_steps=WARMUP_STEPS, timeout_s=max(1.0, started + limit - time.monotonic()))
             if any(run.exited is not None for run in runs):
-                return failure(runs)
+                return self._failure(runs)
             # The candidate is named first: where both fell short, its wait used the limit, and the defaults'
             # copies warmed up in the calibration (a loaded CI machine named the defaults for a script that never
             # stepped).
@@ -235,7 +240,7 @@ class ScriptMeasurer(PairedMeasurer):
                     short = f"{_whose(run, base)} copy told {len(run.steps)} of {WARMUP_STEPS} steps"
                     if limit < self.start_limit_s:  # the trial's time, not the script, set the limit
                         return f"the trial's time ran out: {short} in the {limit:.0f} s left"
-                    return f"{short} in {limit:.0f} s"
+                    return self._failure(runs, f"{short} in {limit:.0f} s")
             trial.startup_s += time.monotonic() - started
             if self.step_s is None:  # its own steps alone: during the start-up the other copy was importing
                 told = len(base.steps)
@@ -246,17 +251,24 @@ class ScriptMeasurer(PairedMeasurer):
                 # steps of milliseconds that stalled once (a preemption) are no verdict: judged over a window
                 cand.window(self.min_window_s, min_steps=1, timeout_s=max(self.stall_s, 20 * self.min_window_s))
                 if cand.exited is not None:
-                    return failure(runs)
+                    return self._failure(runs)
                 hopeless = self._hopeless(base, cand)
             if hopeless is not None:
                 trial.failed = _hopeless_result(hopeless)
                 return None
+            if trial.loss is None:  # before the windows: a script's own evaluation (``Tuned.evaluate``) falls
+                trial.loss = self._loss(cand, trial.deadline)  # in no window, however long it takes
+                if cand.exited is not None:
+                    return self._failure(runs)
+                if trial.loss is None:
+                    return (f"the trial's time ran out: the candidate's copy had not told its loss at "
+                            f"{self.loss_samples} samples")
             window_s = self._window_s()
             timed = time.monotonic()
             rates = window_pairs(base, cand, pairs, window_s, self.rng, timeout_s=max(self.stall_s, 20 * window_s))
             trial.timed_s += time.monotonic() - timed
             if len(rates) < pairs:
-                return failure(runs)
+                return self._failure(runs)
             ratios = [c / b for b, c in rates]
             trial.medians.append(statistics.median(ratios))
             trial.windows += len(ratios)
@@ -264,13 +276,16 @@ class ScriptMeasurer(PairedMeasurer):
             trial.base_rates.append(statistics.median(b for b, _ in rates))
             trial.waited_s, trial.spans_s = trial.waited_s + base.waited_s, trial.spans_s + base.timed_s
             trial.cand_rates.append(statistics.median(c for _, c in rates))
-            if trial.loss is None:
-                trial.loss = self._loss(cand, trial.deadline)
             return None
         finally:
             for run in runs:
                 run.stop()
                 self._live.remove(run)
+
+    def _failure(self, runs: list[ScriptRun], why: str | None = None) -> str:
+        """Why the pair's copies failed (``script.failure``, or ``why``); their folders are kept for their logs."""
+        self.failed_copies.extend(run.folder for run in runs)
+        return why or failure(runs)
 
     def _window_s(self) -> float:
         return max(self.min_window_s, WINDOW_STEPS * (self.step_s or 0.0))
@@ -326,7 +341,7 @@ def _whose(run: ScriptRun, base: ScriptRun) -> str:
 
 
 def _status(why: str) -> Status:
-    return Status.TIMEOUT if " steps in " in why or "no step" in why else Status.CRASH
+    return Status.TIMEOUT if " steps in " in why or "no step" in why or "time ran out" in why else Status.CRASH
 
 
 def _s_per_sample(run: ScriptRun) -> float | None:
@@ -338,8 +353,8 @@ def _s_per_sample(run: ScriptRun) -> float | None:
 
 
 def _span_s(run: ScriptRun) -> float:
-    """Seconds between the copy's first and last step so far (what ``_s_per_sample`` is judged over)."""
-    return run.steps[-1].ended - run.steps[0].ended if len(run.steps) >= 2 else 0.0
+    """Training seconds between the copy's first and last step so far (what ``_s_per_sample`` is judged over)."""
+    return run.span(run.steps[0], run.steps[-1]) if len(run.steps) >= 2 else 0.0
 
 
 def _step_s(steps: list[Step]) -> float | None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import search_spaces as spaces
 from ..errors import TrialError
-from ..recipe import SCRIPT_WORKLOAD, Recipe, format_speedup
+from ..recipe import Recipe, format_speedup
 from ..trial.spec import EVALUATED, EVALUATED_HIGHER, TRAINING_LOSS, Status, TrialResult
 from . import roofline
 from .claim import stated
@@ -31,6 +31,7 @@ from .records import (
     records,
     study_margin,
 )
+from .verdict import loss_source
 
 if TYPE_CHECKING:
     import optuna
@@ -67,17 +68,18 @@ def choose_recipe(
         claim = "defaults" if best is baseline else "search"
     rejected = [r for r in searched if r.result.status == Status.OK and not r.feasible]
     worse = sum(1 for r in rejected if "quality" in r.rejected_by)
+    source = loss_source(baseline.result.loss_source, workload)
     if worse:
         after = f" after {baseline.result.loss_samples} samples" if baseline.result.loss_samples else ""
         unresolved = sum(1 for r in rejected if "quality" in r.rejected_by and CANNOT_RESOLVE in (r.reason or ""))
         of_them = f"; {unresolved} of them as it could not resolve its limit on this workload" if unresolved else ""
-        notes.append(f"{worse} trial(s) rejected by the quality guard ({_guarded(baseline)}{after} beyond the "
+        notes.append(f"{worse} trial(s) rejected by the quality guard ({_guarded(source)}{after} beyond the "
                      f"limit{of_them})")
-    if workload.startswith(SCRIPT_WORKLOAD) and baseline.result.loss_source == TRAINING_LOSS:
+    if source == TRAINING_LOSS:
         notes.append("quality guard: the training loss the script told (it gives no held-out figure: "
-                     "tuned.evaluate(fn) gives your own validation)")
-    elif baseline.result.loss_source in (EVALUATED, EVALUATED_HIGHER):
-        higher = " (higher is better)" if baseline.result.loss_source == EVALUATED_HIGHER else ""
+                     "tuned.evaluate(fn) in a loop of yours, evaluation in a Trainer's arguments)")
+    elif source in (EVALUATED, EVALUATED_HIGHER):
+        higher = " (higher is better)" if source == EVALUATED_HIGHER else ""
         notes.append(f"quality guard: the held-out figure your evaluate() gave{higher}, shown as the loss")
     second = study.get_trials(deepcopy=False)[best.number].user_attrs.get(Attr.GUARD) if best is not baseline else None
     if second:
@@ -261,9 +263,8 @@ def defaults_note(all_records: list[TrialRecord]) -> str | None:
 __all__ = ["choose_recipe", "defaults_note", "how_measured", "interval", "time_note", "time_spent"]
 
 
-def _guarded(baseline: TrialRecord) -> str:
+def _guarded(source: str | None) -> str:
     """What the quality guard compared: the workload's held-out loss, a script's training loss or its own figure."""
-    source = baseline.result.loss_source
     if source == TRAINING_LOSS:
         return "training loss the script told"
     if source in (EVALUATED, EVALUATED_HIGHER):

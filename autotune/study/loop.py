@@ -335,10 +335,10 @@ class SearchLoop(Turns):
     def _over_guard(self, handle: object, params: dict[str, Any]) -> str | None:
         """Why the quality guard will reject the candidate, once its loss is known (a measurer's ``loss``), or
         None: it cannot be the recipe, so no more pairs."""
-        loss = self.measurer.loss(handle)  # of the defaults' kind (``loss_source``): another is judged at the end
+        loss = self.measurer.loss(handle)
         if loss is None or not math.isfinite(loss):
             return None
-        return self.guard.verdict(params, loss, self.study.user_attrs.get(StudyAttr.LOSS_SOURCE))[1]
+        return self.guard.verdict(params, loss, self.measurer.loss_source(handle))[1]
 
     def _not_in_effect(self, handle: object, params: dict[str, Any]) -> str | None:
         """The knobs the candidate's process reports not in effect (a measurer's ``in_effect``), or None: it

@@ -4,12 +4,13 @@ The script follows the README's ``apply()`` pattern and is otherwise unchanged. 
 of it runs with the defaults to its first step: its ``prepare_model`` tells what the space depends on in its model
 (convolutions), and its start-up time bounds the copies' later ones. Every trial is then measured by
 ``measure.script_pairs.ScriptMeasurer`` (fresh pairs of live copies), and the rest is the search's: seeds,
-race, quality guard on the loss the script's ``step()`` told, confirmation in fresh processes, the recipe.
+race, quality guard (on the script's own held-out figure, ``Tuned.evaluate``, or else the training loss its
+``step()`` told), confirmation in fresh processes, the recipe.
 
 What script mode leaves out of its space, and why: several processes (a copy's ranks would not tell their steps
 through torchrun), compile modes (a copy's first steps, which hold the compilation, are not timed, so its cost
-would go uncounted) and pruning (its cost to the model shows only in a held-out loss, which a script's training
-loss is not).
+would go uncounted) and pruning (its cost to the model shows only in a held-out figure, which a script need not
+give).
 """
 from __future__ import annotations
 
@@ -25,7 +26,6 @@ from .. import search_spaces as spaces
 from ..errors import UsageError
 from ..recipe import SCRIPT_WORKLOAD
 from ..trial.runner import loss_samples
-from ..trial.spec import Status
 from .budget import Budget, parse_duration
 from .driver import one_context_only, run_settings, search
 from .events import Phase, Progress, ignore
@@ -74,9 +74,9 @@ def search_script(argv: list[str], *, batch_size: int | None, options: SearchOpt
                   facts: Facts | None = None, folder: Path | None = None, **measuring: Any) -> SearchOutcome:
     """Search the knobs of the script ``argv`` (``python train.py ARGS``) that trains with ``batch_size`` a
     process (None: the batch the script's first copy tells, as a framework integration does), and store the best
-    recipe (see the module docstring). ``folder``: where the copies run (default: a
-    new temporary folder); ``measuring``: ``ScriptMeasurer``'s options (``min_window_s``, ``start_limit_s``,
-    ``stall_s``)."""
+    recipe (see the module docstring). ``folder``: where the copies run (default: a new temporary folder, removed
+    at the end unless a copy failed: its log is kept and named); ``measuring``: ``ScriptMeasurer``'s options
+    (``min_window_s``, ``start_limit_s``, ``stall_s``)."""
     from .. import probes
 
     if not argv:
@@ -98,27 +98,30 @@ def search_script(argv: list[str], *, batch_size: int | None, options: SearchOpt
         raise UsageError(shared)
     ctx = spaces.SpaceContext(device=device, default_batch_size=batch_size or 1, global_batch=options.global_batch,
                               allow_compile=False)
-    own_folder = folder is None
+    own_folder, failed = folder is None, list[Path]()
     folder = folder or Path(tempfile.mkdtemp(prefix="autotune-script-"))
     try:
-        outcome = _search_copies(argv, batch_size, options, progress, facts, ctx, folder, measuring)
-    except BaseException:
+        return _search_copies(argv, batch_size, options, progress, facts, ctx, folder, measuring, failed)
+    finally:
         if own_folder:
-            shutil.rmtree(folder, ignore_errors=True)
-        raise
-    if own_folder:  # the copies' logs are kept only where a copy failed: its reason names its last line
-        failed = [r.number for r in outcome.records if r.result.status in (Status.CRASH, Status.TIMEOUT, Status.OOM)]
-        if failed:
-            log.warning("the copies' output of the failed trial(s) %s is kept in %s (script.log of each copy)",
-                        ", ".join(map(str, failed)), folder)
-        else:
-            shutil.rmtree(folder, ignore_errors=True)
-    return outcome
+            _tidy(folder, failed)
+
+
+def _tidy(folder: Path, failed: list[Path]) -> None:
+    """Remove the search's folder of copies, but where a copy failed: its reason names its last line, its log holds
+    the rest."""
+    if not failed:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    logs = sorted({str(path / "script.log") for path in failed if (path / "script.log").exists()})
+    log.warning("the output of the copies that failed is kept: %s", ", ".join(logs))
 
 
 def _search_copies(argv: list[str], batch_size: int | None, options: SearchOptions, progress: Progress | None,
-                   facts: Facts, ctx: spaces.SpaceContext, folder: Path, measuring: dict[str, Any]) -> SearchOutcome:
-    """``search_script``'s search, its copies in ``folder``: the first copy, then the study."""
+                   facts: Facts, ctx: spaces.SpaceContext, folder: Path, measuring: dict[str, Any],
+                   failed: list[Path]) -> SearchOutcome:
+    """``search_script``'s search, its copies in ``folder``: the first copy, then the study; the folders of copies
+    that failed are added to ``failed``."""
     from ..measure import ScriptMeasurer, script_context
 
     command, label, notify = absolute(argv), workload_label(argv), progress or ignore
@@ -153,6 +156,7 @@ def _search_copies(argv: list[str], batch_size: int | None, options: SearchOptio
         command, defaults, facts, folder, workload=label,
         loss_samples=loss_samples(options.settings, defaults, facts), startup_s=told.startup_s, seed=options.seed,
         on_phase=lambda name, detail: notify(Phase(name, None, detail)), **measuring)
+    measurer.failed_copies = failed
     stem = Path(label.removeprefix(SCRIPT_WORKLOAD)).stem
     return search(label, options=options, progress=progress, measurer=measurer, facts=facts, ctx=ctx, stem=stem,
                   attrs={StudyAttr.SCRIPT_OWNS: told.owned}, timing=timing)

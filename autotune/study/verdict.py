@@ -7,6 +7,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from .. import search_spaces as spaces
+from ..recipe import SCRIPT_WORKLOAD
 from ..trial.spec import EVALUATED, EVALUATED_HIGHER, TRAINING_LOSS, Status, TrialResult
 from . import oom_limits
 from .events import Progress, TrialFinished
@@ -28,13 +29,11 @@ def quality(study: optuna.Study, options: SearchOptions, loss: float,
     not). Without a finite baseline loss nothing can pass it; a baseline loss of 0 admits no higher loss. ``source``:
     what the loss is (``TrialResult.loss_source``), which must be the baseline's: a script's own figure
     (``Tuned.evaluate``) is not compared with a training loss."""
-    base = study.user_attrs.get(StudyAttr.BASELINE_LOSS)
-    tolerance = options.max_loss_increase
+    attrs = study.user_attrs
+    base, tolerance = attrs.get(StudyAttr.BASELINE_LOSS), options.max_loss_increase
     if base is None or not math.isfinite(base):
         return UNBOUNDED, f"no finite baseline loss to compare its loss with (the defaults' was {base})"
-    base_source = study.user_attrs.get(StudyAttr.LOSS_SOURCE)
-    if base_source is None and source == TRAINING_LOSS:  # a script's study begun before sources were recorded
-        base_source = TRAINING_LOSS
+    base_source = loss_source(attrs.get(StudyAttr.LOSS_SOURCE), attrs.get(StudyAttr.WORKLOAD))
     if source != base_source:
         return UNBOUNDED, f"its copy told {source or 'no loss'} where the defaults' told {base_source}"
     higher = base_source == EVALUATED_HIGHER  # a metric: its fall is what the limit bounds
@@ -48,6 +47,17 @@ def quality(study: optuna.Study, options: SearchOptions, loss: float,
         said = f"{increase:.1%} below" if higher else f"{increase:+.1%} over"
     limit = f"{tolerance:.0%}" if higher else f"+{tolerance:.0%}"
     return increase, f"{what} {loss:.4f} is {said} the baseline's {base:.4f} (limit {limit})"
+
+
+def loss_source(recorded: str | None, workload: str | None) -> str | None:
+    """A baseline's ``loss_source``: a script's study begun before sources were recorded compared training losses.
+
+    >>> loss_source(None, "script:train.py"), loss_source(None, "cnn"), loss_source("evaluate", "script:train.py")
+    ('training loss', None, 'evaluate')
+    """
+    if recorded is None and str(workload or "").startswith(SCRIPT_WORKLOAD):
+        return TRAINING_LOSS
+    return recorded
 
 
 def relative_increase(loss: float, base: float) -> float:

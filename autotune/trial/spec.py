@@ -55,7 +55,6 @@ class TrialSettings:
 # What a script-mode trial's loss is: the training loss it told, or the script's own held-out figure
 # (``Tuned.evaluate``), a loss or a metric where higher is better (the quality guard then bounds its fall).
 TRAINING_LOSS, EVALUATED, EVALUATED_HIGHER = "training loss", "evaluate", "evaluate, higher is better"
-LOSS_SOURCES = (TRAINING_LOSS, EVALUATED, EVALUATED_HIGHER)
 
 
 @dataclass(frozen=True)
@@ -71,7 +70,7 @@ class TrialResult:
     timed_s: float | None = None  # the timed windows
     loss: float | None = None  # on the held-out samples (or the workload's evaluate)
     loss_samples: int | None = None  # samples trained (over all ranks) when the loss was taken
-    loss_source: str | None = None  # script mode: one of LOSS_SOURCES; None: the workload's held-out loss
+    loss_source: str | None = None  # script mode: TRAINING_LOSS, EVALUATED(_HIGHER); None: the workload's own
     wall_s: float = 0.0
     error: str | None = None
     in_effect: dict[str, Any] = field(default_factory=dict)

@@ -53,6 +53,11 @@ def test_the_recipe_sets_the_trainers_arguments_and_a_search_keeps_its_copy_trai
     # saving put past the copy's end, not off (a user's EarlyStoppingCallback refuses no evaluation); none reported
     assert (searched.save_strategy, searched.save_steps, searched.eval_strategy, searched.report_to) == \
         ("steps", _common.SEARCH_STEPS, "no", [])
+    # saving the best: the copy's one evaluation would be its best, and save a checkpoint into the user's folder
+    best = dataclasses.replace(args, save_strategy="best", eval_strategy="steps", metric_for_best_model="loss")
+    assert {k: v for k, v in arguments(tuned, best, search=True).items() if k.startswith(("save_", "eval_s"))} == {
+        "save_strategy": "steps", "save_steps": _common.SEARCH_STEPS, "eval_strategy": "steps",
+        "eval_steps": _common.SEARCH_STEPS}
 
 
 def test_a_loss_given_the_steps_item_count_is_told_as_its_micro_batchs_own() -> None:

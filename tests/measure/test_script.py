@@ -128,3 +128,16 @@ def test_a_pair_of_your_runs_runs_each_copy_alone_one_after_the_other(facts: Any
     with pytest.raises(PairFailed, match="copy: the time ran out|did not call"):
         alone_pair(plans, tmp_path / "late", 0.3, 2, 0, 0.5, live)
     assert not live
+
+
+def test_an_evaluation_between_a_windows_steps_is_no_training_time(tmp_path: Path) -> None:
+    """``Tuned.evaluate``'s seconds (told with the step they followed) come off the span between two steps that hold
+    them, and only those: one that follows the last step, or lies outside, is not taken off."""
+    from autotune.steps import Step
+
+    run = ScriptRun(launch.LaunchPlan(["true"], {}, None), tmp_path)  # never started: its steps are given
+    run.paused = [(2.0, 0.5), (4.0, 0.25), (9.0, 1.0)]
+    steps = [Step(t, 8 * i) for i, t in enumerate((1.0, 2.0, 3.0, 4.0, 5.0))]
+    assert run.span(steps[0], steps[4]) == 4.0 - 0.75
+    assert run.span(steps[0], steps[1]) == 1.0  # the pause after step 2 lies beyond this span's last step
+    assert run.span(steps[1], steps[2]) == 0.5

@@ -189,7 +189,7 @@ def test_the_guard_passes_nothing_it_cannot_compare(base, loss, passes: bool, re
     ("evaluate", "evaluate", 2.0, 2.2, r"your evaluate\(\) figure 2\.2000 is \+10\.0% over"),
     # figures of two kinds are not compared; a script's study from before sources were recorded: a training loss
     ("evaluate", "training loss", 2.0, 2.0, r"its copy told training loss where the defaults' told evaluate"),
-    (None, "evaluate", 2.0, 2.0, r"its copy told evaluate where the defaults' told None"),
+    (None, "evaluate", 2.0, 2.0, r"its copy told evaluate where the defaults' told training loss"),
     (None, "training loss", 2.0, 2.05, None),
 ])
 def test_the_guard_compares_a_scripts_own_figure_in_its_direction_and_only_with_its_kind(
@@ -203,6 +203,7 @@ def test_the_guard_compares_a_scripts_own_figure_in_its_direction_and_only_with_
     study = optuna.create_study(direction="maximize")
     study.set_user_attr(StudyAttr.BASELINE_LOSS, base)
     study.set_user_attr(StudyAttr.LOSS_SOURCE, base_source)
+    study.set_user_attr(StudyAttr.WORKLOAD, "script:train.py")
     why = quality(study, SearchOptions(max_loss_increase=0.05), loss, source)[1]
     assert (why is None) == (reason is None), why
     if reason is not None:

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from autotune import search_spaces as spaces
-from autotune.measure.script import script_context
+from autotune.measure.script import ScriptRun, script_context
 from autotune.measure.script_pairs import ScriptMeasurer
 from autotune.study import search_script
 from autotune.trial.spec import Status
@@ -36,14 +36,16 @@ def _measurer(facts: Any, folder: Path, fault: str = "", start_s: float = 5.0) -
     return measurer, {**defaults, "channels_last": True}
 
 
-def _measure(facts: Any, folder: Path, fault: str, trial_s: float = 60.0) -> tuple[Any, Any]:
+def _measure(facts: Any, folder: Path, fault: str, trial_s: float = 60.0,
+             failed: list[Path] | None = None) -> tuple[Any, Any]:
     """channels_last's copy against the defaults' over the first look of a race, in a trial of ``trial_s``: (its
-    interval, its result)."""
+    interval, its result); ``failed`` takes the folders the measurer kept for a failed copy's log."""
     # A copy's start (torch's import) beside another test run took over 5 s, and in a loaded CI suite on a 2-vCPU
     # Zen 3 over 20 s: only the copy that never steps is held to 5 s; the other faults' copies get the trial's own
     # time, as the product's limit (4x the measured start-up) would give them there, where a fixed 20 s named the
     # defaults' copy for a slow start.
     measurer, candidate = _measurer(facts, folder, fault, 5.0 if fault == "no-step" else trial_s)
+    measurer.failed_copies = failed if failed is not None else []
     try:
         handle = measurer.begin(candidate, timeout_s=trial_s)
         interval = measurer.more(handle, 4, timeout_s=trial_s)
@@ -64,9 +66,24 @@ def _measure(facts: Any, folder: Path, fault: str, trial_s: float = 60.0) -> tup
 ])
 def test_a_scripts_fault_is_the_trials_failure_with_its_reason(facts: Any, tmp_path: Path, fault: str,
                                                                status: Status, said: str, trial_s: float) -> None:
-    interval, result = _measure(facts, tmp_path, fault, trial_s)
+    failed: list[Path] = []
+    interval, result = _measure(facts, tmp_path, fault, trial_s, failed)
     assert interval.count == 0
     assert result.status == status and result.error is not None and result.error.startswith(said), result.error
+    # a copy's failure keeps its pair's folders for their logs; a trial whose time ran out keeps none
+    assert {p.name for p in failed} == (set() if "time ran out" in said else {"1-defaults", "1-candidate"})
+
+
+def test_the_folder_of_copies_is_removed_unless_a_copy_failed(tmp_path: Path, caplog) -> None:
+    from autotune.study.script_mode import _tidy
+
+    for name in ("clean", "kept"):
+        (tmp_path / name / "1-candidate").mkdir(parents=True)
+        (tmp_path / name / "1-candidate" / "script.log").write_text("Traceback ...")
+    _tidy(tmp_path / "clean", [])
+    _tidy(tmp_path / "kept", [tmp_path / "kept" / "1-candidate"])
+    assert not (tmp_path / "clean").exists() and (tmp_path / "kept" / "1-candidate" / "script.log").exists()
+    assert f"kept: {tmp_path / 'kept' / '1-candidate' / 'script.log'}" in caplog.text
 
 
 @pytest.mark.parametrize("fault", ["slow", "stall"])
@@ -267,21 +284,33 @@ def test_ctrl_c_leaves_no_copy_running_or_stopped_and_keeps_the_study(tmp_path: 
 
 def test_the_scripts_own_held_out_figure_is_what_the_quality_guard_compares(facts: Any, tmp_path: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """``tuned.evaluate``: channels_last's copies give a held-out figure 1.5x the defaults' copies' at the study's
+    """``tuned.evaluate``: channels_last's copy gives a held-out figure 1.5x a copy of the defaults' at the study's
     samples while their training losses agree (the same weights and data); the guard rejects the candidate on the
     figure, where the training loss it would have compared passes. Each copy prints both figures to its log."""
     import optuna
 
+    from autotune.measure.script import copy_plan
     from autotune.study import SearchOptions, verdict
     from autotune.study.records import StudyAttr
 
     monkeypatch.setenv("EVALUATE", "worse")
-    _, result = _measure(facts, tmp_path, "")
+    monkeypatch.setenv("STEP_S", "0.006")
+    _, result = _measure(facts, tmp_path / "pairs", "")
     assert result.status == Status.OK and result.loss_source == "evaluate" and result.loss_samples == 64, result
+    measurer, _ = _measurer(facts, tmp_path)  # the defaults' figure, as the calibration's candidate side takes it
+    defaults = ScriptRun(copy_plan(measurer.argv, measurer.defaults, facts, measurer.env, "script:faulty"),
+                         tmp_path / "defaults", loss_samples=64)
+    try:
+        defaults.start()
+        deadline = time.monotonic() + 60
+        while defaults.evaluation is None and defaults.exited is None and time.monotonic() < deadline:
+            defaults.window(0.2, min_steps=1, timeout_s=30)
+    finally:
+        defaults.stop()
     told = {}
-    for log in tmp_path.glob("*/script.log"):
+    for log in [*(tmp_path / "pairs").glob("*-candidate/script.log"), tmp_path / "defaults" / "script.log"]:
         line = next(line for line in log.read_text().splitlines() if line.startswith("evaluated "))
-        told[log.parent.name.partition("-")[2]] = [float(x) for x in line.split()[1::2]]  # figure, training loss
+        told[log.parent.name.rpartition("-")[2]] = [float(x) for x in line.split()[1::2]]  # figure, training loss
     (figure, training), (base_figure, base_training) = told["candidate"], told["defaults"]
     assert result.loss == pytest.approx(figure) and figure == pytest.approx(1.5 * base_figure, rel=1e-3), told
     study, options = optuna.create_study(), SearchOptions()
