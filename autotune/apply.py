@@ -67,9 +67,34 @@ class Tuned:
     _micro_step: int = 0
     _ddp: DistributedDataParallel | None = None  # what prepare_model wrapped the model in, with several ranks
     _steps: StepReporter | None = None  # a script-mode trial's pipe to the search (``autotune.steps``)
+    _model: torch.nn.Module | None = None  # the model prepared (``switch`` converts it)
 
     def __post_init__(self) -> None:
         self._scaler = spaces.amp.grad_scaler(self.params, self.device)
+        if self._steps is not None:
+            self._steps.switcher = self.switch
+
+    def switch(self, params: dict[str, Any]) -> str | None:
+        """Train on with ``params`` from the next step, where they differ from this recipe only in knobs a running
+        process can change (``spaces.IN_PLACE``): a search's copy asked to (``steps.Switched``). Returns why not,
+        or None. A larger batch takes effect only where the script builds its DataLoader from ``batch_size`` again
+        (its steps then tell it), and the learning rate it scaled once stays."""
+        import torch
+
+        changed = sorted(k for k in {*params, *self.params} if params.get(k) != self.params.get(k))
+        fixed = [k for k in changed if k not in spaces.IN_PLACE]
+        if fixed:
+            return f"{', '.join(fixed)} cannot change in a running process"
+        if "channels_last" in changed and self._model is None:
+            return "channels_last: no model was prepared"
+        self.params = dict(params)
+        self._scaler = spaces.amp.grad_scaler(self.params, self.device)
+        if "channels_last" in changed and self._model is not None:
+            layout = torch.channels_last if params.get("channels_last") else torch.contiguous_format
+            self._model.to(memory_format=layout)  # type: ignore[call-overload]  # in place: its parameters' data
+        if "matmul_precision" in changed and self.device == "cpu":
+            torch.set_float32_matmul_precision(spaces.matmul.wanted(params))
+        return None
 
     @property
     def batch_size(self) -> int:
@@ -135,6 +160,7 @@ class Tuned:
             self._ddp, self.in_effect["ddp"] = wrapped, options
             distributed.sync_next_backward(self._ddp, self._steps_next())
         model = spaces.compilation.prepare_model(self.params, wrapped, self.device).model
+        self._model = model
         self._watch_first_step(model)
         self._tell_model(model)
         return model
@@ -146,6 +172,7 @@ class Tuned:
         for the defaults' batch when it was given none."""
         model = self._note("sparsity", spaces.sparsity.prepare_model(self.params, model, self.device)).model
         model = spaces.amp.prepare_model(self.params, model, self.device).model
+        self._model = model
         self._watch_first_step(model)
         self._tell_model(model, batch)
         return model

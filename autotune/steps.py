@@ -9,8 +9,11 @@ optimizer step: when the step ended
 that many samples: it is read from the device there and only there (a read every step would wait for a GPU every
 step); where the script gave its own held-out figure (``Tuned.evaluate``), it is taken there too and written beside
 the loss with the seconds it took, which no window counts. Outside a trial nothing is written; a search that closed
-the pipe leaves the script training, silently. Both sides import the messages from here: the contract between the
-processes is these types.
+the pipe leaves the script training, silently. Where the search also gives a pipe of its own in
+``AUTOTUNE_CONTROL``, it may send the copy recipes to switch to (``encode_switch``): between two steps the copy
+switches to each in place where it can (``Tuned.switch``) and answers it (``Switched``), so that one long-lived copy
+can measure several recipes. Both sides import the messages from here: the contract between the processes is
+these types.
 
     >>> decode(encode(Step(12.5, 64))), decode(encode(Loss(2048, 0.4375)))
     (Step(ended=12.5, samples=64, waited=0.0), Loss(samples=2048, value=0.4375))
@@ -22,6 +25,7 @@ processes is these types.
 from __future__ import annotations
 
 import errno
+import json
 import math
 import os
 import stat
@@ -33,6 +37,7 @@ from typing import Any
 STEPS = "AUTOTUNE_STEPS"  # the path of the trial's named pipe, which the search reads
 LOSS_SAMPLES = "AUTOTUNE_LOSS_SAMPLES"  # the samples after which the loss is written, once
 TRIAL = "AUTOTUNE_TRIAL"  # "1" in a script-mode copy: the script may skip its own logging and checkpoints
+CONTROL = "AUTOTUNE_CONTROL"  # the path of a named pipe the search writes: a recipe to switch to (``Switched``)
 
 
 @dataclass(frozen=True)
@@ -80,7 +85,16 @@ class Evaluation:
     took_s: float
 
 
-Message = Step | Loss | Model | Effect | Evaluation
+@dataclass(frozen=True)
+class Switched:
+    """The copy's answer to the search's ``switch`` (``encode_switch``), given between two optimizer steps: the
+    steps after it trained with the recipe ``number``, or, where ``refused`` says why, with the one before."""
+
+    number: int
+    refused: str = ""
+
+
+Message = Step | Loss | Model | Effect | Evaluation | Switched
 
 
 def encode(message: Message) -> str:
@@ -91,6 +105,8 @@ def encode(message: Message) -> str:
         return f"effect {message.threads}\n"
     if isinstance(message, Model):
         return f"model {int(message.conv)} {int(message.conv_nd)} {message.ranks} {message.batch}\n"
+    if isinstance(message, Switched):
+        return f"switched {message.number} {' '.join(message.refused.split())}".rstrip() + "\n"
     if isinstance(message, Evaluation):
         return f"evaluation {message.samples} {message.value!r} {int(message.higher_is_better)} {message.took_s:.6f}\n"
     return f"loss {message.samples} {message.value!r}\n"
@@ -108,9 +124,30 @@ def decode(line: str) -> Message:
     if kind == "model" and len(fields) in (2, 3, 4):
         return Model(fields[0] == "1", fields[1] == "1", int(fields[2]) if len(fields) >= 3 else 1,
                      int(fields[3]) if len(fields) == 4 else 0)
+    if kind == "switched" and fields:
+        return Switched(int(fields[0]), " ".join(fields[1:]))
     if kind == "evaluation" and len(fields) == 4:
         return Evaluation(int(fields[0]), float(fields[1]), fields[2] == "1", float(fields[3]))
     raise ValueError(f"not a step message: {line[:80]!r}")
+
+
+def encode_switch(number: int, params: dict[str, Any]) -> str:
+    """The search's line asking a copy to train on with ``params`` from its next step (one line, under the pipe's
+    atomic write size for any recipe).
+
+    >>> decode_switch(encode_switch(3, {"amp_dtype": "bfloat16"}))
+    (3, {'amp_dtype': 'bfloat16'})
+    """
+    return f"switch {number} {json.dumps(params, sort_keys=True)}\n"
+
+
+def decode_switch(line: str) -> tuple[int, dict[str, Any]]:
+    """The recipe number and params of a ``switch`` line; ValueError for a line that is not one."""
+    kind, number, text = (line.split(" ", 2) + ["", ""])[:3]
+    params = json.loads(text) if kind == "switch" and number.isdigit() and text else None
+    if not isinstance(params, dict):
+        raise ValueError(f"not a switch line: {line[:80]!r}")
+    return int(number), params
 
 
 class StepReporter:
@@ -128,6 +165,9 @@ class StepReporter:
         self.deferred = False  # a trainer evaluates after the step and tells its figure (``evaluated``) itself
         self._held: str | None = None  # the loss, held for the figure taken at its step
         self._stepped = 0.0  # when the step where the loss was due ended, its loss read: an evaluation's start
+        self.control: int | None = None  # the search's pipe of recipes to switch to (``CONTROL``), where it has one
+        self.switcher: Callable[[dict[str, Any]], str | None] | None = None  # ``Tuned.switch``: why not, or None
+        self._orders = b""
 
     @classmethod
     def from_environment(cls) -> StepReporter | None:
@@ -147,7 +187,14 @@ class StepReporter:
             raise RuntimeError(f"{STEPS}={path} is not a named pipe: it is set by autotune's script mode only")
         os.set_blocking(fd, True)  # a full pipe waits for the search's next read, as an inherited pipe did
         loss = os.environ.get(LOSS_SAMPLES)
-        return cls(fd, int(loss) if loss else None)
+        reporter = cls(fd, int(loss) if loss else None)
+        control = os.environ.get(CONTROL)
+        if control:
+            reporter.control = os.open(control, os.O_RDONLY | os.O_NONBLOCK)
+            if not stat.S_ISFIFO(os.fstat(reporter.control).st_mode):
+                os.close(reporter.control)
+                raise RuntimeError(f"{CONTROL}={control} is not a named pipe: it is set by autotune's script mode only")
+        return reporter
 
     def model(self, message: Model) -> None:
         self._write(encode(message))
@@ -183,6 +230,23 @@ class StepReporter:
                 self.evaluated(float(evaluate()), higher)
             elif not self.deferred:
                 self.evaluated(None)
+        self._obey()
+
+    def _obey(self) -> None:
+        """Between two steps: switch to each recipe the search sent since the last step, in order, and answer it."""
+        while self.control is not None:
+            try:
+                chunk = os.read(self.control, 65536)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            self._orders += chunk
+        *lines, self._orders = self._orders.split(b"\n")
+        for line in lines:
+            number, params = decode_switch(line.decode())
+            why = self.switcher(params) if self.switcher is not None else "this copy's trainer cannot switch"
+            self._write(encode(Switched(number, why or "")))
 
     def loss_due(self, pending: int | None = None) -> bool:
         """Whether the loss is due at the step now ending (``pending``: its samples not yet counted; default: the

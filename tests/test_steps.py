@@ -113,3 +113,36 @@ def test_an_evaluation_is_told_with_the_loss_and_its_time_is_no_wait_for_data() 
     figure = told[3]
     assert isinstance(figure, Evaluation) and (figure.samples, figure.value, figure.higher_is_better) == (8, 0.75, True)
     assert figure.took_s >= 0.2 and told[4].waited < 0.1, told  # type: ignore[union-attr]
+
+
+def test_a_copy_switches_to_the_recipe_the_search_sends_between_two_steps_and_refuses_what_cannot_change() -> None:
+    """``AUTOTUNE_CONTROL``: the search sends recipes; the copy's next ``step`` switches to each it can (precision
+    and memory layout in place: the model's weights converted, the next forward pass under the new autocast) and
+    answers each, naming the knobs it cannot change (a DataLoader's workers are made when the script builds it)."""
+    from autotune.apply import Tuned
+    from autotune.steps import Switched, encode_switch
+
+    read, write = os.pipe()
+    orders, send = os.pipe()
+    os.set_blocking(orders, False)
+    reporter = StepReporter(write)
+    reporter.control = orders
+    params = {"amp_dtype": "float32", "channels_last": False, "batch_per_rank": 8, "num_workers": 0, "device": "cpu"}
+    tuned = Tuned(params=dict(params), _steps=reporter)
+    model = tuned.prepare_model(torch.nn.Conv2d(3, 4, 3))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    faster = {**params, "amp_dtype": "bfloat16", "channels_last": True}
+    os.write(send, (encode_switch(1, faster) + encode_switch(2, {**faster, "num_workers": 2})).encode())
+    x = torch.randn(8, 3, 8, 8)
+    for _ in range(2):
+        with tuned.autocast():
+            out = model(*tuned.to_device(x))
+        tuned.step(out.float().mean(), optimizer)
+    told = [decode(line) for line in os.read(read, 1 << 16).decode().splitlines()]
+    for fd in (read, write, orders, send):
+        os.close(fd)
+    assert [m for m in told if isinstance(m, Switched)] == [
+        Switched(1), Switched(2, "num_workers cannot change in a running process")], told
+    assert [type(m).__name__ for m in told] == ["Model", "Step", "Effect", "Switched", "Switched", "Step"]  # between
+    assert tuned.params == faster and out.dtype == torch.bfloat16  # the second step's forward pass: switched
+    assert model.weight.is_contiguous(memory_format=torch.channels_last)

@@ -28,7 +28,20 @@ from typing import Any
 
 from ..probes import Facts
 from ..recipe import Recipe
-from ..steps import LOSS_SAMPLES, STEPS, TRIAL, Effect, Evaluation, Loss, Model, Step, decode
+from ..steps import (
+    CONTROL,
+    LOSS_SAMPLES,
+    STEPS,
+    TRIAL,
+    Effect,
+    Evaluation,
+    Loss,
+    Model,
+    Step,
+    Switched,
+    decode,
+    encode_switch,
+)
 from ..trial import launch
 from . import freeze
 from .runs import WINDOW_PAIRS, PairFailed, RunPair, sequential
@@ -110,8 +123,9 @@ def copy_plan(argv: list[str], params: dict[str, Any], facts: Facts, env: Mappin
 class ScriptRun(freeze.Freezable):
     """One live copy of the user's script (see the module docstring)."""
 
-    def __init__(self, plan: launch.LaunchPlan, folder: Path, loss_samples: int | None = None) -> None:
-        self.plan, self.folder, self.loss_samples = plan, folder, loss_samples
+    def __init__(self, plan: launch.LaunchPlan, folder: Path, loss_samples: int | None = None,
+                 switching: bool = False) -> None:
+        self.plan, self.folder, self.loss_samples, self.switching = plan, folder, loss_samples, switching
         self.proc: subprocess.Popen[bytes] | None = None
         self.steps: list[Step] = []
         self.loss: Loss | None = None
@@ -122,7 +136,9 @@ class ScriptRun(freeze.Freezable):
         self.effect: Effect | None = None  # what was in effect at its first step
         self.evaluation: Evaluation | None = None  # the script's own held-out figure, told with the loss
         self.paused: list[tuple[float, float]] = []  # (the step's end it followed, seconds): its evaluation's
+        self.switched: dict[int, str] = {}  # recipe number -> why the copy refused it ("": it switched)
         self._read: int | None = None
+        self._control: int | None = None  # with ``switching``: the pipe of recipes to switch to (``switch``)
         self._buffer = b""
         self.frozen: freeze.Frozen | None = None
 
@@ -141,6 +157,10 @@ class ScriptRun(freeze.Freezable):
                "PET_MASTER_PORT": port}
         if self.loss_samples is not None:
             env[LOSS_SAMPLES] = str(self.loss_samples)
+        if self.switching:  # read and write here: a write never waits for a reader, nor finds none
+            os.mkfifo(temporary / "autotune-control", 0o600)
+            self._control = os.open(temporary / "autotune-control", os.O_RDWR | os.O_NONBLOCK)
+            env[CONTROL] = str(temporary / "autotune-control")
         with open(self.folder / "script.log", "wb") as log:
             self.proc = launch.start(replace(self.plan, env=env), cwd=self.folder, stdin=subprocess.DEVNULL,
                                      stdout=log, stderr=subprocess.STDOUT)
@@ -175,6 +195,8 @@ class ScriptRun(freeze.Freezable):
                     self.model = message
                 elif isinstance(message, Effect):
                     self.effect = message
+                elif isinstance(message, Switched):
+                    self.switched[message.number] = message.refused
                 elif isinstance(message, Evaluation):
                     self.evaluation = message
                     self.paused.append((self.steps[-1].ended if self.steps else 0.0, message.took_s))
@@ -211,6 +233,13 @@ class ScriptRun(freeze.Freezable):
         none."""
         return last.ended - first.ended - sum(took for after, took in self.paused if first.ended <= after < last.ended)
 
+    def switch(self, number: int, params: dict[str, Any]) -> None:
+        """Ask the copy (started ``switching``) to train on with ``params`` from its next step; it answers
+        ``switched[number]`` between two steps."""
+        if self._control is None:
+            raise RuntimeError("this copy was not started to switch recipes")
+        os.write(self._control, encode_switch(number, params).encode())
+
     def stop(self) -> None:
         """End the copy and everything it started, frozen or not; what it told stays readable."""
         if self.proc is not None:
@@ -220,10 +249,11 @@ class ScriptRun(freeze.Freezable):
             shutil.rmtree(self.temporary, ignore_errors=True)
             self.temporary = None
         self.read()
-        if self._read is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._read)
-            self._read = None
+        for fd in (self._read, self._control):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._read = self._control = None
 
 
 def alone(run: ScriptRun, whose: str, windows: int, window_s: float, warmup_steps: int,

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from ..probes import Facts
 
 __all__ = [
+    "IN_PLACE",
     "Allowed",
     "FAMILIES",
     "KnobFamily",
@@ -90,6 +91,9 @@ __all__ = [
 # Run settings stored with every recipe (not searched): they decide how the knobs are applied. ``membind``
 # (False only) is stored when a trial ran without the memory binding its pinning implies (``membind_off``).
 RUN_KEYS = ("device", "global_batch", "lr_scaling", "reference_batch", "membind")
+# Knobs a running training process can change between two steps (``Tuned.switch``): read at every forward pass or
+# batch, or set on the model and torch in place. The batch only where the script builds its DataLoader again.
+IN_PLACE = (*amp.KEYS, *matmul.KEYS, *batch.KEYS)
 recipe_problems = _schema.problems  # what in a recipe's params no search writes (``_schema``)
 
 
