@@ -68,6 +68,8 @@ class Tuned:
     _ddp: DistributedDataParallel | None = None  # what prepare_model wrapped the model in, with several ranks
     _steps: StepReporter | None = None  # a script-mode trial's pipe to the search (``autotune.steps``)
     _model: torch.nn.Module | None = None  # the model prepared (``switch`` converts it)
+    _seen: int | None = None  # the micro-batch ``to_device`` moved last, told to a search as the step's samples
+    _moves: bool = False  # the script moves its batches with ``to_device``: its steps tell the batch it trains
 
     def __post_init__(self) -> None:
         self._scaler = spaces.amp.grad_scaler(self.params, self.device)
@@ -87,6 +89,8 @@ class Tuned:
             return f"{', '.join(fixed)} cannot change in a running process"
         if "channels_last" in changed and self._model is None:
             return "channels_last: no model was prepared"
+        if "batch_per_rank" in changed and not self._moves:
+            return "batch_per_rank: the script moves no batch with tuned.to_device (its steps would not tell it)"
         self.params = dict(params)
         self._scaler = spaces.amp.grad_scaler(self.params, self.device)
         if "channels_last" in changed and self._model is not None:
@@ -243,6 +247,8 @@ class Tuned:
     def to_device(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if self._steps is not None:
             self._steps.batch()
+            self._seen = len(tensors[0]) if tensors and tensors[0].dim() else None  # the batch it really trains
+            self._moves = True
         non_blocking = bool(self.params.get("pin_memory"))
         moved = tuple(t.to(self.device, non_blocking=non_blocking) for t in tensors)
         return spaces.amp.prepare_batch(self.params, moved)
@@ -277,7 +283,8 @@ class Tuned:
         self._micro_step += 1
         distributed.sync_next_backward(self._ddp, self._steps_next())  # no all-reduce before the stepping one
         if self._steps is not None and self.rank == 0:  # rank 0 tells for all: its samples times the ranks
-            self._steps.micro(self.batch_size * self.world_size)
+            self._steps.micro((self._seen or self.batch_size) * self.world_size)
+            self._seen = None
         if self._micro_step % self.accumulation:
             return False
         if self._scaler is not None:

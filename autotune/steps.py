@@ -150,6 +150,21 @@ def decode_switch(line: str) -> tuple[int, dict[str, Any]]:
     return int(number), params
 
 
+def read_lines(fd: int, pending: bytes) -> tuple[list[bytes], bytes]:
+    """The whole lines readable now from the non-blocking pipe ``fd``, after ``pending`` (a line begun before), and
+    what is left of a line not ended yet."""
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        pending += chunk
+    *lines, rest = pending.split(b"\n")
+    return lines, rest
+
+
 class StepReporter:
     """What ``Tuned.step`` tells the search: each optimizer step's end and samples, the loss once."""
 
@@ -234,15 +249,9 @@ class StepReporter:
 
     def _obey(self) -> None:
         """Between two steps: switch to each recipe the search sent since the last step, in order, and answer it."""
-        while self.control is not None:
-            try:
-                chunk = os.read(self.control, 65536)
-            except BlockingIOError:
-                break
-            if not chunk:
-                break
-            self._orders += chunk
-        *lines, self._orders = self._orders.split(b"\n")
+        if self.control is None:
+            return
+        lines, self._orders = read_lines(self.control, self._orders)
         for line in lines:
             number, params = decode_switch(line.decode())
             why = self.switcher(params) if self.switcher is not None else "this copy's trainer cannot switch"

@@ -146,3 +146,22 @@ def test_a_copy_switches_to_the_recipe_the_search_sends_between_two_steps_and_re
     assert [type(m).__name__ for m in told] == ["Model", "Step", "Effect", "Switched", "Switched", "Step"]  # between
     assert tuned.params == faster and out.dtype == torch.bfloat16  # the second step's forward pass: switched
     assert model.weight.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_an_evaluations_time_starts_after_the_loss_is_read() -> None:
+    """On a GPU reading the loss waits for the queued steps: training time, not the evaluation's."""
+    class Queued:  # a loss whose read waits 0.2 s
+        def detach(self) -> torch.Tensor:
+            time.sleep(0.2)
+            return torch.tensor(1.0)
+
+    read, write = os.pipe()
+    reporter = StepReporter(write, loss_samples=8)
+    reporter.evaluator = (lambda: 0.5, False)
+    reporter.micro(8)
+    reporter.stepped(Queued())
+    told = [decode(line) for line in os.read(read, 4096).decode().splitlines()]
+    os.close(read)
+    os.close(write)
+    figure = told[-1]
+    assert isinstance(figure, Evaluation) and figure.took_s < 0.1, told

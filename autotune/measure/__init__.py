@@ -16,8 +16,9 @@
 from __future__ import annotations
 
 from .candidate import combine, paired_method
-from .costs import IN_PROCESS_METHODS, STARTED_S, first_rounds_s, own_copies, round_parts
+from .costs import IN_PROCESS_METHODS, STARTED_S, first_rounds_s, in_one_process, own_copies, round_parts
 from .environment import ENVIRONMENT_KEYS, environment_differences, environment_key
+from .first_copy import script_context
 from .live import LiveMeasurer
 from .measurer import LossReading, Noise, PairedMeasurer, first_pairs, told_apart
 from .paired_worker import PairedWorker
@@ -25,7 +26,6 @@ from .process_pair import PROCESS_PAIRS, across_processes
 from .runs import CLAIM_PAIRS, RUN_CONFIDENCE, PairFailed, RunPair, Runs
 from .runs import LEAST_PAIRS as LEAST_CLAIM_PAIRS
 from .runs import WINDOW_PAIRS as RUN_WINDOW_PAIRS
-from .script import script_context
 from .script_pairs import ScriptMeasurer
 from .stats import CONFIDENCE, MIN_MARGIN, Interval, compare, rounds_interval, span_margin
 
@@ -34,6 +34,7 @@ __all__ = [
     "CONFIDENCE",
     "ENVIRONMENT_KEYS",
     "IN_PROCESS_METHODS",
+    "in_one_process",
     "LEAST_CLAIM_PAIRS",
     "MIN_MARGIN",
     "PROCESS_PAIRS",

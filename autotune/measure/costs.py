@@ -3,7 +3,8 @@ budget (``autotune.study.budget``) keeps time for the rounds and prices each bef
 
 A result says how it was measured (``TrialResult.method``): arms of the defaults' worker (``IN_PROCESS``), its
 environment's process pairs alone (``FACTOR``: it IS its environment's defaults) or those times an arm in its
-environment's worker (``ACROSS``), or script mode's fresh process pairs of copies (``script_pairs.script_method``).
+environment's worker (``ACROSS``), or script mode's fresh process pairs of copies (``script_results.script_method``)
+or its long-lived copy's window pairs (``script_results.copy_method``).
 The formats are read here, beside the measurers that write them, so the budget never parses a measurer's words.
 """
 from __future__ import annotations
@@ -15,10 +16,17 @@ from .candidate import ACROSS, FACTOR, IN_PROCESS
 from .factors import cut_pairs
 from .measurer import Noise, first_pairs
 from .process_pair import PROCESS_PAIRS
-from .script_pairs import CALIBRATION_PAIRS, METHOD
+from .script_pairs import CALIBRATION_PAIRS
+from .script_results import COPY_METHOD, METHOD
 from .sizing import LEAST_PAIRS, WINDOWS
 
 IN_PROCESS_METHODS = (IN_PROCESS, ACROSS)  # ``LiveMeasurer._end``'s methods of a candidate with an arm of its own
+
+
+def in_one_process(method: str | None) -> bool:
+    """Whether a result of ``method`` was measured in a process already running: an arm of a worker, or a window
+    pair of script mode's long-lived copy (``script_results.copy_method``)."""
+    return method in IN_PROCESS_METHODS or (method or "").startswith(COPY_METHOD)
 STARTED_S = 1.0  # a candidate's start-up longer than this started a process (Python and torch: 1.5 s at least)
 _SCRIPT = re.compile(re.escape(METHOD) + r" \((\d+)\)")  # ``script_pairs.script_method``'s
 
@@ -44,7 +52,7 @@ def _script_pair_s(wall_s: float, timed_s: float, ran: int, window_pairs: int, a
 def own_copies(result: TrialResult) -> bool:
     """Whether ``result`` was measured in script mode's fresh pairs of copies (a candidate's or the A/A's): no
     environment's worker is started beside them in a round."""
-    return (result.method or "").startswith(METHOD)
+    return (result.method or "").startswith((METHOD, COPY_METHOD))
 
 
 def round_parts(result: TrialResult, noise: Noise | None, pairs: int, round_: int) -> tuple[float, float]:
@@ -75,6 +83,11 @@ def round_parts(result: TrialResult, noise: Noise | None, pairs: int, round_: in
     else:  # a study calibrated before ``start_s`` was recorded
         start, arm = max(0.0, noise.wall_s - noise.timed_s), outside
     method = result.method or ""
+    if method.startswith(COPY_METHOD) and noise.aa_pairs:  # measured in the long-lived copy, confirmed in fresh
+        # process pairs as the A/A was: priced from its pairs, each its start and the window pairs a pair has now
+        a_pair = max(1, noise.pairs)
+        pair_s = _script_pair_s(noise.wall_s, noise.timed_s, CALIBRATION_PAIRS, noise.aa_pairs, a_pair)
+        return pair_s * max(LEAST_PAIRS, -(-pairs // a_pair)), 0.0
     script = _SCRIPT.fullmatch(method)
     if script:  # script mode: a round is fresh process pairs of copies, each started as the trial's were and
         # running the window pairs a pair has now (``Noise.pairs``: the rounds were resized since, or not)
@@ -93,4 +106,4 @@ def round_parts(result: TrialResult, noise: Noise | None, pairs: int, round_: in
     return own, per_pair * (PROCESS_PAIRS[0] if cut and round_ == 0 else 1)  # its last pair's worker goes on
 
 
-__all__ = ["IN_PROCESS_METHODS", "STARTED_S", "first_rounds_s", "own_copies", "round_parts"]
+__all__ = ["IN_PROCESS_METHODS", "STARTED_S", "first_rounds_s", "in_one_process", "own_copies", "round_parts"]

@@ -154,12 +154,12 @@ class PairedMeasurer(abc.ABC):
     an exception; KeyboardInterrupt propagates once every process is stopped.
 
     What a measurer may also do has a default here, which a measurer that can do more overrides (the search asks
-    nothing else of it): its class facts (``fresh_processes``, ``machine_speeds``, ``machine_limits``,
-    ``second_look``, ``keeps_factors``), its state (``defaults``, ``noise``, ``factors``, ``factor_ratios``, read as
+    nothing else of it): its facts (``fresh_processes``, ``machine_speeds``, ``machine_limits``, ``second_look``,
+    ``keeps_factors``), its state (``defaults``, ``noise``, ``factors``, ``factor_ratios``, read as
     ``between``), a confirmation round (``reseed``, then ``confirm``), and ``warm``, ``loss``, ``skip_loss``,
     ``in_effect`` and ``losses``. What a round costs is read from its result (``costs``)."""
 
-    fresh_processes: ClassVar[bool] = False  # every trial starts processes of its own: none is cheaper
+    fresh_processes: bool = False  # every trial starts processes of its own: none is cheaper (set per measurer)
     machine_speeds: ClassVar[bool] = True  # this machine's kernel speeds apply to what it measures (seeding)
     machine_limits: ClassVar[bool] = True  # a share of this machine's peaks can be told of what it measures
     second_look: ClassVar[bool] = False  # it takes losses at other training seeds (``losses``)

@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,13 +41,16 @@ from ..steps import (
     Switched,
     decode,
     encode_switch,
+    read_lines,
 )
 from ..trial import launch
+from ..trial.spec import EVALUATED, EVALUATED_HIGHER, TRAINING_LOSS
 from . import freeze
 from .runs import WINDOW_PAIRS, PairFailed, RunPair, sequential
 
 POLL_S = 0.01
 WARMUP_STEPS = 3  # untimed steps of each copy before its first window
+LOSS_GRACE = 8  # steps past the loss's samples a copy may take to tell it (a trainer's step that returned none)
 EXIT_WAIT_S = 3.0  # a copy whose steps stopped gets this long to end before it counts as hung
 
 
@@ -67,49 +70,6 @@ def short_temp() -> str:
     """The temporary folder, or /tmp where its path is too long for the sockets made in it."""
     temp = tempfile.gettempdir()
     return temp if len(temp) <= SHORT_TEMP else "/tmp"
-
-
-@dataclass(frozen=True)
-class ScriptContext:
-    """What a first copy of the script told: its model (``steps.Model``), its start-up to its first step, and the
-    knobs it owns, each with why: it sets them itself, so no recipe can change them."""
-
-    model: Model
-    startup_s: float
-    owned: dict[str, str]  # knob -> why
-
-
-PROBE_WORKERS = 2  # DataLoader workers the first copy is given: a script that takes tuned.dataloader_kwargs starts them
-
-
-def script_context(argv: list[str], params: dict[str, Any], facts: Facts, folder: Path,
-                   env: Mapping[str, str], timeout_s: float) -> ScriptContext:
-    """One copy of the defaults, but ``PROBE_WORKERS`` DataLoader workers, to its ``WARMUP_STEPS``-th step: what
-    its ``prepare_model`` and first step told, and whether it started the workers. A script that never prepares a
-    model or never steps is a ``RuntimeError`` saying so."""
-    probe = {**params, "num_workers": PROBE_WORKERS, "prefetch_factor": 2}
-    run = ScriptRun(copy_plan(argv, probe, facts, env, "(script context)"), folder)
-    started = time.monotonic()
-    try:
-        run.start()
-        run.window(0.0, min_steps=WARMUP_STEPS, timeout_s=timeout_s)
-        if run.model is not None and run.model.ranks > 1:
-            raise RuntimeError(f"the script trains in {run.model.ranks} processes: script mode times copies of one "
-                               f"(torchrun --nproc-per-node 1); the processes knob is searched in workload mode")
-        if run.model is None or not run.steps:
-            what = "call tuned.prepare_model(model)" if run.model is None else "call tuned.step(loss, optimizer)"
-            raise RuntimeError(f"the script's copy did not {what} (as the README's apply() pattern does) within "
-                               f"{timeout_s:.0f} s: {failure([run], ('its',))}")
-        startup_s, owned = time.monotonic() - started, {}
-        if run.effect is not None and run.effect.threads != params.get("threads"):
-            owned["threads"] = (f"the script sets torch's threads itself ({run.effect.threads} where the recipe "
-                                f"said {params.get('threads')})")
-        if run.processes() == 0:
-            owned["num_workers"] = (f"the script's DataLoader does not take tuned.dataloader_kwargs (no worker "
-                                    f"process with num_workers={PROBE_WORKERS})")
-        return ScriptContext(run.model, startup_s, owned)
-    finally:
-        run.stop()
 
 
 def copy_plan(argv: list[str], params: dict[str, Any], facts: Facts, env: Mapping[str, str],
@@ -177,16 +137,8 @@ class ScriptRun(freeze.Freezable):
 
     def read(self) -> None:
         """Take what the script has told so far."""
-        while self._read is not None:
-            try:
-                chunk = os.read(self._read, 65536)
-            except BlockingIOError:
-                return
-            if not chunk:
-                return
-            self._buffer += chunk
-            *lines, rest = self._buffer.split(b"\n")
-            self._buffer = rest
+        if self._read is not None:
+            lines, self._buffer = read_lines(self._read, self._buffer)
             for line in lines:
                 message = decode(line.decode())
                 if isinstance(message, Step):
@@ -239,6 +191,51 @@ class ScriptRun(freeze.Freezable):
         if self._control is None:
             raise RuntimeError("this copy was not started to switch recipes")
         os.write(self._control, encode_switch(number, params).encode())
+
+    def loss_told(self, deadline: float, stall_s: float) -> tuple[int, float, str] | str:
+        """The loss the copy told at the study's samples, trained on untimed until it does: (samples, value, what
+        it is: ``TrialResult.loss_source``), its own held-out figure where the script gave one (``Tuned.evaluate``,
+        waited for however long it takes), else its training loss. Else why not: it exited (``""``: its exit is
+        the reason), told no step in ``stall_s`` before the loss was due, told none ``LOSS_GRACE`` steps past it,
+        or ``deadline`` passed."""
+        while self.loss is None:
+            now, told = time.monotonic(), len(self.steps)
+            due = self.loss_samples is not None and bool(self.steps) and self.steps[-1].samples >= self.loss_samples
+            if self.exited is not None:
+                return ""
+            if now >= deadline:
+                return f"the trial's time ran out: its copy had not told its loss at {self.loss_samples} samples"
+            self.window(0.2, min_steps=1, timeout_s=max(0.2, deadline - now if due else min(stall_s, deadline - now)))
+            if self.loss is None and self.exited is None and not due and len(self.steps) == told:
+                return f"its copy told no step in {stall_s:.0f} s before its loss"
+            past = [s for s in self.steps if self.loss_samples is not None and s.samples >= self.loss_samples]
+            if self.loss is None and len(past) > LOSS_GRACE:
+                return (f"its copy told no loss at {self.loss_samples} samples ({len(past)} steps past them): a "
+                        f"step with no loss (a trainer's model given no labels?)")
+        figure = self.evaluation
+        if figure is not None:
+            return figure.samples, figure.value, EVALUATED_HIGHER if figure.higher_is_better else EVALUATED
+        return self.loss.samples, self.loss.value, TRAINING_LOSS
+
+    def train_to(self, samples: int, deadline: float, stall_s: float) -> None:
+        """Train on, untimed, until the copy has trained ``samples`` (a pair's two copies at the same point of
+        training before their windows), it stops stepping for ``stall_s`` or ``deadline`` passes."""
+        while self.steps and self.steps[-1].samples < samples and self.exited is None and time.monotonic() < deadline:
+            told = len(self.steps)
+            self.window(0.2, min_steps=1, timeout_s=max(0.2, min(stall_s, deadline - time.monotonic())))
+            if len(self.steps) == told:
+                return
+
+    def s_per_sample(self) -> float | None:
+        """Seconds per sample between its first and last step so far (its first step's start-up left out)."""
+        steps = self.steps
+        if len(steps) < 2 or steps[-1].samples <= steps[0].samples:
+            return None
+        return self.training_span() / (steps[-1].samples - steps[0].samples)
+
+    def training_span(self) -> float:
+        """Training seconds between its first and last step so far (what ``s_per_sample`` is judged over)."""
+        return self.span(self.steps[0], self.steps[-1]) if len(self.steps) >= 2 else 0.0
 
     def stop(self) -> None:
         """End the copy and everything it started, frozen or not; what it told stays readable."""
@@ -366,3 +363,8 @@ def _last_line(run: ScriptRun) -> str:
     except OSError:
         return ""
     return f": {lines[-1][-200:]}" if lines else ""
+
+
+def step_s(steps: list[Step]) -> float | None:
+    """The mean time of an optimizer step over ``steps``."""
+    return (steps[-1].ended - steps[0].ended) / (len(steps) - 1) if len(steps) >= 2 else None

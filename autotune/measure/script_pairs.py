@@ -24,13 +24,23 @@ from pathlib import Path
 from typing import Any
 
 from ..probes import Facts
-from ..steps import Step
-from ..trial.spec import EVALUATED, EVALUATED_HIGHER, TRAINING_LOSS, Status, TrialResult
+from ..trial.spec import Status, TrialResult
 from . import sizing, stats
 from .hopeless import HOPELESS
 from .measurer import Noise, PairedMeasurer
+from .resident import ResidentCopy, fresh_loss
 from .runs import RunPair
-from .script import WARMUP_STEPS, ScriptRun, alone_pair, copy_plan, failure, start_together, window_pairs
+from .script import (
+    WARMUP_STEPS,
+    ScriptRun,
+    alone_pair,
+    copy_plan,
+    failure,
+    start_together,
+    step_s,
+    window_pairs,
+)
+from .script_results import SAME_ARITHMETIC, copy_method, failure_status, hopeless_result, loss_fields, script_method
 from .sizing import LEAST_PAIRS
 
 log = logging.getLogger(__name__)
@@ -60,24 +70,27 @@ class ScriptTrial:
     waited_s: float = 0.0  # the defaults' copies' windows: waiting for data, of ``spans_s``
     spans_s: float = 0.0
     failed: TrialResult | None = None
+    in_copy: list[tuple[float, float]] | None = None  # its window pairs in the long-lived copy (None: process pairs)
+    fallback: str | None = None  # why it was not measured in that copy after all
+    skip_loss: bool = False
 
 
 class ScriptMeasurer(PairedMeasurer):
-    """The ``PairedMeasurer`` of script mode (see the module docstring): every trial starts its copies
-    (``fresh_processes``), and a script's FLOP are not counted, so no share of the machine's peak is told
-    (``machine_limits``); ``factor_ratios`` holds each measured recipe's process pairs' ratios (the A/A's too: how a
-    ratio varies between fresh processes). ``folder`` holds each copy's folder; ``min_window_s`` is the shortest
-    window, ``start_limit_s`` a copy's limit to its warm-up's end (default: 4x the first copy's ``startup_s``, at
+    """The ``PairedMeasurer`` of script mode (see the module docstring): every trial starts its copies but an
+    in-place candidate measured in the long-lived copy (``resident``: then not ``fresh_processes``), and a script's
+    FLOP are not counted, so no share of the machine's peak is told (``machine_limits``); ``factor_ratios`` holds
+    each measured recipe's process pairs' ratios (the A/A's too: how a ratio varies between fresh processes).
+    ``folder`` holds each copy's folder; ``min_window_s`` is the shortest window, ``start_limit_s`` a copy's limit
+    to its warm-up's end (default: 4x the first copy's ``startup_s``, at
     least ``MIN_START_S``), ``stall_s`` the least a window waits for a step."""
 
-    fresh_processes = True
     machine_limits = False
     user_processes = True
 
     def __init__(self, argv: list[str], defaults: dict[str, Any], facts: Facts, folder: Path, *, workload: str,
                  loss_samples: int, startup_s: float = 0.0, seed: int = 0, env: Mapping[str, str] | None = None,
                  on_phase: Callable[[str, str], None] | None = None, min_window_s: float = MIN_WINDOW_S,
-                 start_limit_s: float | None = None, stall_s: float = STALL_S) -> None:
+                 start_limit_s: float | None = None, stall_s: float = STALL_S, resident: bool = True) -> None:
         PairedMeasurer.__init__(self, defaults)
         self.argv, self.facts, self.folder = argv, facts, folder
         self.workload, self.loss_samples = workload, loss_samples
@@ -93,6 +106,11 @@ class ScriptMeasurer(PairedMeasurer):
         self._count = 0
         self._live: list[ScriptRun] = []
         self.failed_copies: list[Path] = []  # the folders of process pairs where a copy failed: their logs
+        # candidates that differ in knobs a running copy can change are measured in one long-lived copy
+        self.resident = ResidentCopy(lambda p: copy_plan(argv, p, facts, self.env, workload), dict(defaults),
+                                     folder / "long-lived", self.rng) if resident else None
+        self.confirming = False  # from the first confirmation round on: every round in fresh process pairs
+        self.fresh_processes = not resident  # with the long-lived copy an in-place candidate starts none
 
     # PairedMeasurer ------------------------------------------------------------------------------------------
     def calibrate(self, timeout_s: float) -> Noise:
@@ -137,25 +155,84 @@ class ScriptMeasurer(PairedMeasurer):
             self.noise = replace(self.noise, pairs=shape.windows, round_pairs=shape.windows * shape.pairs)
 
     def begin(self, params: dict[str, Any], timeout_s: float) -> object | TrialResult:
-        return ScriptTrial(dict(params), baseline=params == self.defaults, deadline=time.monotonic() + timeout_s)
+        trial = ScriptTrial(dict(params), baseline=params == self.defaults, deadline=time.monotonic() + timeout_s,
+                            skip_loss=self.confirming)  # a confirmation round's loss is nobody's
+        if not trial.baseline and not self.confirming and self.resident and self.resident.can_measure(params):
+            trial.in_copy = []
+        return trial
+
+    def reseed(self, seed: int) -> None:
+        """A confirmation round: fresh process pairs, as your runs are; the long-lived copy is no longer needed."""
+        self.confirming = True
+        if self.resident is not None:
+            self.resident.stop()
+
+    def skip_loss(self, handle: object) -> None:
+        self._trial(handle).skip_loss = True
 
     def more(self, handle: object, n: int, timeout_s: float, confidence: float = stats.CONFIDENCE) -> stats.Interval:
         """``n`` window pairs' worth of fresh process pairs (``rounds.windows`` each, ``LEAST_PAIRS`` at least in
         all): the interval over all of the candidate's process pairs so far."""
         trial = self._trial(handle)
         trial.deadline = min(trial.deadline, time.monotonic() + timeout_s)
+        if trial.in_copy is not None and self.resident is not None:
+            return self._more_in_copy(trial, self.resident, trial.in_copy, n, confidence)
         wanted = max(LEAST_PAIRS - len(trial.medians), math.ceil(n / self.rounds.windows))
         for _ in range(wanted):
             if trial.failed is not None or time.monotonic() >= trial.deadline:
                 break
             why = self._process_pair(trial, trial.params, self.rounds.windows, [])
             if why is not None and trial.failed is None:
-                trial.failed = TrialResult(_status(why), error=why)
+                trial.failed = TrialResult(failure_status(why), error=why)
         return self._interval(trial, confidence)
+
+    def _more_in_copy(self, trial: ScriptTrial, copy: ResidentCopy, pairs: list[tuple[float, float]], n: int,
+                      confidence: float) -> stats.Interval:
+        """``n`` window pairs in the long-lived copy; where it cannot measure them, fresh process pairs instead."""
+        starts = copy.run is None  # this trial's time holds the copy's start
+        got = copy.window_pairs(trial.params, n, self._window_s(), trial.deadline, self.stall_s)
+        trial.startup_s += copy.startup_s if starts else 0.0
+        if isinstance(got, str):
+            if copy.failed == got:  # it ended: its log is kept
+                self.failed_copies.append(copy.folder)
+            trial.in_copy, trial.fallback = None, got
+            return self.more(trial, n, max(0.0, trial.deadline - time.monotonic()), confidence)
+        pairs.extend(got)
+        trial.timed_s += 2 * len(got) * self._window_s()  # its windows, each at least this long
+        return stats.serial_median_interval([c / b for b, c in pairs], confidence)
+
+    def _end_in_copy(self, trial: ScriptTrial, wall_s: float) -> TrialResult:
+        """A candidate measured in the long-lived copy, its loss from a fresh copy where its arithmetic differs."""
+        if not trial.in_copy:
+            return TrialResult(Status.CRASH, error="no window measured in the long-lived copy", wall_s=wall_s)
+        interval = stats.serial_median_interval([c / b for b, c in trial.in_copy])
+        changed = sorted(k for k in trial.params if trial.params.get(k) != self.defaults.get(k))
+        warnings, loss = [], None
+        if not trial.skip_loss and set(changed) <= set(SAME_ARITHMETIC) and self.calibration is not None:
+            loss = self.calibration.loss
+            warnings.append(f"its loss is the defaults': {', '.join(changed)} changes no arithmetic")
+        elif not trial.skip_loss:
+            self._count += 1
+            plan = copy_plan(self.argv, trial.params, self.facts, self.env, self.workload)
+            loss = fresh_loss(plan, self.folder / f"{self._count}-loss", self.loss_samples, self.start_limit_s,
+                              trial.deadline, self._stall_s(), self._live, self.failed_copies)
+            if loss is None:  # the copy exited (its folder is kept) or the trial's time ran out
+                why = ("the trial's time ran out: " if time.monotonic() >= trial.deadline else "") + (
+                    f"its copy for the loss told none at {self.loss_samples} samples")
+                return TrialResult(failure_status(why), error=why, wall_s=time.monotonic() - trial.started)
+        return TrialResult(
+            Status.OK, samples_per_s=statistics.median(c for _, c in trial.in_copy), objective=interval.median,
+            speedup_low=interval.low, speedup_high=interval.high, confidence=interval.confidence,
+            method=copy_method(len(trial.in_copy)), pairs=len(trial.in_copy),
+            baseline_samples_per_s=statistics.median(b for b, _ in trial.in_copy), **loss_fields(loss),
+            startup_s=trial.startup_s, timed_s=trial.timed_s, wall_s=time.monotonic() - trial.started,
+            warnings=warnings)
 
     def end(self, handle: object) -> TrialResult:
         trial = self._trial(handle)
         wall_s = time.monotonic() - trial.started
+        if trial.in_copy is not None and trial.failed is None:
+            return self._end_in_copy(trial, wall_s)
         if trial.failed is not None:
             return TrialResult(**{**trial.failed.to_dict(), "wall_s": wall_s, "startup_s": trial.startup_s})
         if trial.baseline:
@@ -164,7 +241,7 @@ class ScriptMeasurer(PairedMeasurer):
             low, high = self.noise.aa[1], self.noise.aa[2]
             return TrialResult(Status.OK, samples_per_s=statistics.median(cal.base_rates), objective=1.0,
                                speedup_low=low, speedup_high=high, method="script process pairs (A/A)",
-                               pairs=cal.windows, **_loss_fields(cal.loss), startup_s=cal.startup_s,
+                               pairs=cal.windows, **loss_fields(cal.loss), startup_s=cal.startup_s,
                                timed_s=cal.timed_s, wall_s=self.noise.wall_s,
                                data_wait=cal.waited_s / cal.spans_s if cal.spans_s > 0 else None)
         interval = self._interval(trial)
@@ -179,20 +256,19 @@ class ScriptMeasurer(PairedMeasurer):
             Status.OK, samples_per_s=statistics.median(trial.cand_rates), objective=interval.median,
             speedup_low=interval.low, speedup_high=interval.high, confidence=interval.confidence,
             method=script_method(len(trial.medians)), pairs=trial.windows,
-            baseline_samples_per_s=statistics.median(trial.base_rates), **_loss_fields(trial.loss),
-            startup_s=trial.startup_s, timed_s=trial.timed_s, wall_s=wall_s)
+            baseline_samples_per_s=statistics.median(trial.base_rates), **loss_fields(trial.loss),
+            startup_s=trial.startup_s, timed_s=trial.timed_s, wall_s=wall_s,
+            warnings=[f"measured in fresh process pairs: {trial.fallback}"] if trial.fallback else [])
 
     def warm(self, params: dict[str, Any]) -> bool:
-        """No recipe's copies are running before its trial: every trial starts its own (``Turns._warm``)."""
-        return False
+        """Whether the long-lived copy measures ``params`` (no copy is started for its windows)."""
+        return bool(self.resident and not self.confirming and self.resident.can_measure(params))
 
     def loss(self, handle: object) -> float | None:
-        trial = self._trial(handle)
-        return trial.loss[1] if trial.loss else None
+        return (self._trial(handle).loss or (0, None, None))[1]
 
     def loss_source(self, handle: object) -> str | None:
-        trial = self._trial(handle)
-        return trial.loss[2] if trial.loss else None
+        return (self._trial(handle).loss or (0, None, None))[2]
 
     def user_pair(self, params: dict[str, Any], seed: int, timeout_s: float) -> RunPair:
         """Copies of your script alone, one after the other, as you run it (``script.alone_pair``)."""
@@ -204,6 +280,8 @@ class ScriptMeasurer(PairedMeasurer):
 
     def close(self) -> None:
         """Stop every live copy (Ctrl-C included: none is left running or frozen)."""
+        if self.resident is not None:
+            self.resident.stop()
         for run in self._live:
             run.stop()
         self._live.clear()
@@ -214,10 +292,11 @@ class ScriptMeasurer(PairedMeasurer):
         the pair's median ratio joins ``trial``; its window ratios join ``within``. Returns why it failed, or
         None. Both copies are stopped whatever happens."""
         self._count += 1
-        # only the candidate's copy takes the loss (the calibration's candidate side is the defaults' figure)
+        # only the candidate's copy takes the loss, once a trial (the calibration's candidate side: the defaults')
+        loss_at = self.loss_samples if trial.loss is None and not trial.skip_loss else None
         runs = [ScriptRun(copy_plan(self.argv, p, self.facts, self.env, self.workload),
                           self.folder / f"{self._count}-{role}", loss_samples=loss)
-                for p, role, loss in ((self.defaults, "defaults", None), (params, "candidate", self.loss_samples))]
+                for p, role, loss in ((self.defaults, "defaults", None), (params, "candidate", loss_at))]
         self._live.extend(runs)
         base, cand = runs
         try:
@@ -245,27 +324,27 @@ class ScriptMeasurer(PairedMeasurer):
             if self.step_s is None:  # its own steps alone: during the start-up the other copy was importing
                 told = len(base.steps)
                 base.window(0.0, min_steps=WARMUP_STEPS, timeout_s=limit)
-                self.step_s = _step_s(base.steps[told:])
+                self.step_s = step_s(base.steps[told:])
             hopeless = self._hopeless(base, cand)
-            if hopeless is not None and _span_s(cand) < self.min_window_s:
+            if hopeless is not None and cand.training_span() < self.min_window_s:
                 # steps of milliseconds that stalled once (a preemption) are no verdict: judged over a window
                 cand.window(self.min_window_s, min_steps=1, timeout_s=max(self.stall_s, 20 * self.min_window_s))
                 if cand.exited is not None:
                     return self._failure(runs)
                 hopeless = self._hopeless(base, cand)
             if hopeless is not None:
-                trial.failed = _hopeless_result(hopeless)
+                trial.failed = hopeless_result(hopeless)
                 return None
-            if trial.loss is None:  # before the windows: a script's own evaluation (``Tuned.evaluate``) falls
-                trial.loss = self._loss(cand, trial.deadline)  # in no window, however long it takes
-                if cand.exited is not None:
-                    return self._failure(runs)
-                if trial.loss is None:
-                    return (f"the trial's time ran out: the candidate's copy had not told its loss at "
-                            f"{self.loss_samples} samples")
+            if cand.loss_samples is not None:  # before the windows: a script's own evaluation (``Tuned.evaluate``)
+                loss = cand.loss_told(trial.deadline, self._stall_s())  # is in no window, however long it takes
+                if isinstance(loss, str):
+                    why = loss.replace("its copy", "the candidate's copy", 1)
+                    return why if why.startswith("the trial's") else self._failure(runs, why or None)
+                trial.loss = loss
+                base.train_to(cand.steps[-1].samples, trial.deadline, self._stall_s())  # both at one point
             window_s = self._window_s()
             timed = time.monotonic()
-            rates = window_pairs(base, cand, pairs, window_s, self.rng, timeout_s=max(self.stall_s, 20 * window_s))
+            rates = window_pairs(base, cand, pairs, window_s, self.rng, timeout_s=self._stall_s())
             trial.timed_s += time.monotonic() - timed
             if len(rates) < pairs:
                 return self._failure(runs)
@@ -287,26 +366,18 @@ class ScriptMeasurer(PairedMeasurer):
         self.failed_copies.extend(run.folder for run in runs)
         return why or failure(runs)
 
+    def _stall_s(self) -> float:
+        return max(self.stall_s, 20 * self._window_s())
+
     def _window_s(self) -> float:
         return max(self.min_window_s, WINDOW_STEPS * (self.step_s or 0.0))
 
     def _hopeless(self, base: ScriptRun, cand: ScriptRun) -> float | None:
         """The candidate's steps' time per sample over the defaults', where it is ``HOPELESS`` or worse."""
-        mine, theirs = _s_per_sample(cand), _s_per_sample(base)
+        mine, theirs = cand.s_per_sample(), base.s_per_sample()
         if mine is None or theirs is None or mine < HOPELESS * theirs:
             return None
         return mine / theirs
-
-    def _loss(self, run: ScriptRun, deadline: float) -> tuple[int, float, str] | None:
-        """The loss the copy told at the study's samples, trained on untimed until it does (or the trial's time
-        runs out, or it exits): its own held-out figure where it gave one (``Tuned.evaluate``), else its training
-        loss."""
-        while run.loss is None and run.exited is None and time.monotonic() < deadline:
-            run.window(0.2, min_steps=1, timeout_s=max(0.2, deadline - time.monotonic()))
-        told = run.evaluation
-        if told is not None:
-            return told.samples, told.value, EVALUATED_HIGHER if told.higher_is_better else EVALUATED
-        return (run.loss.samples, run.loss.value, TRAINING_LOSS) if run.loss is not None else None
 
     def _interval(self, trial: ScriptTrial, confidence: float = stats.CONFIDENCE) -> stats.Interval:
         if len(trial.medians) >= 2:  # the process factor's spread pooled with the A/A's and earlier recipes'
@@ -322,48 +393,5 @@ class ScriptMeasurer(PairedMeasurer):
         return handle
 
 
-METHOD = "script process pairs"
-
-
-def script_method(pairs: int) -> str:
-    """A script-mode trial's ``TrialResult.method``, with the process pairs it ran (``costs`` reads it)."""
-    return f"{METHOD} ({pairs})"
-
-
-def _loss_fields(loss: tuple[int, float, str] | None) -> dict[str, Any]:
-    if loss is None:
-        return {}
-    return {"loss_samples": loss[0], "loss": loss[1], "loss_source": loss[2]}
-
-
 def _whose(run: ScriptRun, base: ScriptRun) -> str:
     return "the defaults'" if run is base else "the candidate's"
-
-
-def _status(why: str) -> Status:
-    return Status.TIMEOUT if " steps in " in why or "no step" in why or "time ran out" in why else Status.CRASH
-
-
-def _s_per_sample(run: ScriptRun) -> float | None:
-    """Seconds per sample between the copy's first and last step so far (its first step's start-up left out)."""
-    steps = run.steps
-    if len(steps) < 2 or steps[-1].samples <= steps[0].samples:
-        return None
-    return _span_s(run) / (steps[-1].samples - steps[0].samples)
-
-
-def _span_s(run: ScriptRun) -> float:
-    """Training seconds between the copy's first and last step so far (what ``_s_per_sample`` is judged over)."""
-    return run.span(run.steps[0], run.steps[-1]) if len(run.steps) >= 2 else 0.0
-
-
-def _step_s(steps: list[Step]) -> float | None:
-    return (steps[-1].ended - steps[0].ended) / (len(steps) - 1) if len(steps) >= 2 else None
-
-
-def _hopeless_result(slower: float) -> TrialResult:
-    bound = 1 / HOPELESS
-    return TrialResult(Status.OK, objective=1 / slower, speedup_high=bound,
-                       method="its first steps (far slower: no pairs, no loss)", pairs=0,
-                       warnings=[f"stopped after its first steps, {1 / slower:.2f}x the defaults: its steps took "
-                                 f"{slower:.0f}x the defaults' time per sample"])

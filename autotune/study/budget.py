@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 from ..errors import UsageError
 from ..measure import (
     CLAIM_PAIRS,
-    IN_PROCESS_METHODS,
     LEAST_CLAIM_PAIRS,
     PROCESS_PAIRS,
     RUN_WINDOW_PAIRS,
@@ -30,6 +29,7 @@ from ..measure import (
     environment_key,
     first_pairs,
     first_rounds_s,
+    in_one_process,
     own_copies,
     paired_method,
 )
@@ -161,7 +161,7 @@ def in_process_estimate_s(study: optuna.Study) -> float | None:
     any, as ``estimate_s`` before any candidate. The median of all candidates, raised by process pairs, would
     overstate it many times over and leave the budget's end unused."""
     found = _median_wall_s(study, lambda a: a.get(Attr.STATUS) == Status.OK
-                           and a.get(Attr.ROLE) not in (BASELINE, CONFIRM) and a.get("method") in IN_PROCESS_METHODS
+                           and a.get(Attr.ROLE) not in (BASELINE, CONFIRM) and in_one_process(a.get("method"))
                            and (a.get("startup_s") or 0.0) <= STARTED_S
                            and (a.get(Attr.PARAMS, {}).get("compile_mode") or "none") == "none")
     return found if found is not None else _first_rounds_s(study)

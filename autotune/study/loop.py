@@ -352,6 +352,8 @@ class SearchLoop(Turns):
         if role == BASELINE:  # its loss, evaluated after the calibration, is not the search's time
             self.searching_from = self.budget.now(), self.budget.wall()
         guarded = None if role == BASELINE else self.guard.of_result(params, result, self.noise)
+        if role == CONFIRM and result.loss is None:  # a round re-measures speed (script mode's take no loss): its
+            guarded = (0.0, None, None)  # recipe's quality was judged on its search trial
         verdict.record(self.study, self.facts, self.options, trial, role, params, result, self.notify, guarded)
 
 

@@ -113,6 +113,10 @@ def _tidy(folder: Path, failed: list[Path]) -> None:
     if not failed:
         shutil.rmtree(folder, ignore_errors=True)
         return
+    kept = {path.resolve() for path in failed}
+    for path in folder.iterdir():  # the other copies' folders go (a script may write much into its folder)
+        if path.resolve() not in kept:
+            shutil.rmtree(path, ignore_errors=True)
     logs = sorted({str(path / "script.log") for path in failed if (path / "script.log").exists()})
     log.warning("the output of the copies that failed is kept: %s", ", ".join(logs))
 

@@ -1,12 +1,15 @@
 """A user's training script of the README's pattern whose step takes a known time, 18 ms (``STEP_S``), or a third
 of it with channels_last (a 1x1 conv: channels_last is in its space), and which misbehaves with channels_last as
-``FAULT`` says: ``crash`` (an exception at step 5), ``exit`` (exit 0 at step 5), ``hang`` (at step 8), ``no-step``
+``FAULT`` says: ``crash`` (an exception at step 5), ``exit`` (exit 0 at step 5), ``hang`` (at step 5), ``no-step``
 (never steps), ``print`` (10 kB of output a step), ``slow`` (every step 20x the defaults'), ``stall`` (its second
 step 0.1 s longer, once). With ``DIST`` set, every copy joins a one-process gloo group on
 ``MASTER_PORT``, 29500 unless set, as scripts written for torchrun do. ``SLOW_PAIRS=1,3``: the candidate-side copies
 of process pairs 1 and 3 (their folders' numbers) step 1.5x slower for their whole life, as one process in a few
 drew on a shared VM. ``EVALUATE=worse``: the script gives its own held-out figure (``tuned.evaluate``), its held-out
-loss, times 1.5 with channels_last, taken after a pause of 0.3 s, and prints it beside its training loss there."""
+loss, times 1.5 with channels_last, taken after a pause of 0.3 s, and prints it beside its training loss there.
+A copy told to switch recipes (``Tuned.switch``) steps at its new recipe's pace and prints as it says from then on;
+the other faults are of a copy started with channels_last. ``LOADER=once``: its batch is the one it started with,
+as a script that builds its DataLoader once, moved by ``tuned.to_device`` (which tells a search the batch)."""
 import os
 import sys
 import time
@@ -44,13 +47,15 @@ if os.environ.get("EVALUATE") == "worse":
 if fault == "no-step":
     time.sleep(3600)
 step_s = float(os.environ.get("STEP_S", "0.018"))
-pause = 20 * step_s if fault == "slow" else step_s / 3 if fast else step_s
 number, _, role = Path.cwd().name.partition("-")
-if role == "candidate" and number in os.environ.get("SLOW_PAIRS", "").split(","):
-    pause *= 1.5
-steps = 0
+slowed = 1.5 if role == "candidate" and number in os.environ.get("SLOW_PAIRS", "").split(",") else 1.0
+steps, first_batch = 0, tuned.batch_size
 while True:
-    x = torch.randn(tuned.batch_size, 1, 4, 4)
+    fast = bool(tuned.params.get("channels_last"))  # a switched copy's recipe is its own from this step on
+    pause = slowed * (20 * step_s if fault == "slow" else step_s / 3 if fast else step_s)
+    x = torch.randn(first_batch if os.environ.get("LOADER") == "once" else tuned.batch_size, 1, 4, 4)
+    if os.environ.get("LOADER"):
+        (x,) = tuned.to_device(x)
     with tuned.autocast():
         loss = model(x).float().pow(2).mean()
     time.sleep(pause)
@@ -62,7 +67,7 @@ while True:
         sys.exit(0)
     if fault == "stall" and steps == 1:
         time.sleep(0.1)
-    if fault == "hang" and steps == 8:
+    if fault == "hang" and steps == 5:
         time.sleep(3600)
-    if fault == "print":
+    if fast and os.environ.get("FAULT") == "print":
         print("x" * 10000, flush=True)

@@ -14,7 +14,8 @@ import psutil
 import pytest
 
 from autotune import search_spaces as spaces
-from autotune.measure.script import ScriptRun, script_context
+from autotune.measure.first_copy import script_context
+from autotune.measure.script import ScriptRun
 from autotune.measure.script_pairs import ScriptMeasurer
 from autotune.study import search_script
 from autotune.trial.spec import Status
@@ -26,13 +27,14 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_cnn.py"
 pytestmark = pytest.mark.slow
 
 
-def _measurer(facts: Any, folder: Path, fault: str = "", start_s: float = 5.0) -> tuple[ScriptMeasurer, dict[str, Any]]:
+def _measurer(facts: Any, folder: Path, fault: str = "", start_s: float = 5.0,
+              resident: bool = False) -> tuple[ScriptMeasurer, dict[str, Any]]:
     ctx = spaces.SpaceContext(default_batch_size=8, conv=True)
     defaults = {**spaces.defaults(facts, ctx), "device": "cpu", "reference_batch": 8, "threads": 1,
                 "interop_threads": 1}
     measurer = ScriptMeasurer([sys.executable, str(SCRIPT)], defaults, facts, folder, workload="script:faulty",
                               loss_samples=64, env={**os.environ, "FAULT": fault}, min_window_s=0.2,
-                              start_limit_s=start_s, stall_s=3.0)
+                              start_limit_s=start_s, stall_s=3.0, resident=resident)
     return measurer, {**defaults, "channels_last": True}
 
 
@@ -57,7 +59,8 @@ def _measure(facts: Any, folder: Path, fault: str, trial_s: float = 60.0,
 @pytest.mark.parametrize(("fault", "status", "said", "trial_s"), [
     ("crash", Status.CRASH, "the candidate's copy exited with status 1: RuntimeError: boom at step 5", 60.0),
     ("exit", Status.CRASH, "the candidate's copy exited with status 0", 60.0),
-    ("hang", Status.TIMEOUT, "the candidate's copy told no step in its window's time", 60.0),
+    # before its loss (the 8th step): no step in a window's stall time (4 s here), not the trial's 60 s
+    ("hang", Status.TIMEOUT, "the candidate's copy told no step in 4 s before its loss", 60.0),
     ("no-step", Status.TIMEOUT, "the candidate's copy told 0 of 3 steps in 5 s", 60.0),
     # a trial begun with less time than the copies' start limit: the time ran out, not the script (a GPU machine's
     # copies started in 25 s, and a trial begun with 21 s left named the defaults' copy)
@@ -81,8 +84,10 @@ def test_the_folder_of_copies_is_removed_unless_a_copy_failed(tmp_path: Path, ca
         (tmp_path / name / "1-candidate").mkdir(parents=True)
         (tmp_path / name / "1-candidate" / "script.log").write_text("Traceback ...")
     _tidy(tmp_path / "clean", [])
+    (tmp_path / "kept" / "2-candidate").mkdir()
     _tidy(tmp_path / "kept", [tmp_path / "kept" / "1-candidate"])
     assert not (tmp_path / "clean").exists() and (tmp_path / "kept" / "1-candidate" / "script.log").exists()
+    assert not (tmp_path / "kept" / "2-candidate").exists()  # a copy that did not fail leaves nothing
     assert f"kept: {tmp_path / 'kept' / '1-candidate' / 'script.log'}" in caplog.text
 
 
@@ -119,8 +124,9 @@ def test_a_script_mode_search_stores_the_faster_recipe(tmp_path: Path, monkeypat
                             fixed={"channels_last": True, "threads": 1, "interop_threads": 1, "batch_per_rank": 8},
                             confirm_top=0,
                             busy_limit=float("inf"))
+    # in fresh process pairs (no long-lived copy: the measurer's own test has it): the sizing by the A/A is the subject
     outcome = search_script([sys.executable, str(SCRIPT), "--flag"], batch_size=8, options=options,
-                            folder=tmp_path / "copies", min_window_s=0.1)
+                            folder=tmp_path / "copies", min_window_s=0.1, resident=False)
     seen = [(r.number, r.role, r.result.status, r.result.objective, r.result.speedup_low, r.result.speedup_high,
              r.result.error, r.result.warnings, r.reason) for r in outcome.records], outcome.recipe.notes
     print(seen)  # whole, where a failed assertion's message is cut in its middle
@@ -308,9 +314,12 @@ def test_the_scripts_own_held_out_figure_is_what_the_quality_guard_compares(fact
     finally:
         defaults.stop()
     told = {}
-    for log in [*(tmp_path / "pairs").glob("*-candidate/script.log"), tmp_path / "defaults" / "script.log"]:
+    for log in [tmp_path / "pairs" / "1-candidate" / "script.log", tmp_path / "defaults" / "script.log"]:
         line = next(line for line in log.read_text().splitlines() if line.startswith("evaluated "))
         told[log.parent.name.rpartition("-")[2]] = [float(x) for x in line.split()[1::2]]  # figure, training loss
+    # the loss once a trial, in its first pair's candidate copy: no other copy of the pairs evaluated
+    assert not [log for log in (tmp_path / "pairs").glob("*/script.log") if log.parent.name != "1-candidate"
+                and "evaluated " in log.read_text()]
     (figure, training), (base_figure, base_training) = told["candidate"], told["defaults"]
     assert result.loss == pytest.approx(figure) and figure == pytest.approx(1.5 * base_figure, rel=1e-3), told
     study, options = optuna.create_study(), SearchOptions()
@@ -324,3 +333,31 @@ def test_the_scripts_own_held_out_figure_is_what_the_quality_guard_compares(fact
     assert verdict.quality(study, options, training, "training loss")[1] is None  # the training loss passes
     assert verdict.quality(study, options, result.loss, result.loss_source)[1] == (
         "its copy told evaluate where the defaults' told training loss")
+
+
+def test_an_in_place_candidate_is_measured_in_one_long_lived_copy_and_a_batch_the_loader_keeps_is_not(
+        facts: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 60: channels_last (a third of the step) is measured in the long-lived copy of the defaults, switched
+    between windows, no copy started for it; a larger batch, where the script builds its batch once (``LOADER=once``,
+    as a DataLoader built once), does not show in the copy's steps: the candidate is measured in fresh process
+    pairs instead, and its result says why."""
+    monkeypatch.setenv("LOADER", "once")
+    measurer, candidate = _measurer(facts, tmp_path, start_s=60.0, resident=True)
+    try:
+        handle = measurer.begin(candidate, timeout_s=60)
+        interval = measurer.more(handle, 4, timeout_s=60)
+        measurer.skip_loss(handle)  # the measuring is the subject here: no copy for its loss
+        result = measurer.end(handle)
+        assert result.method == "script window pairs in one copy (4)" and interval.count == 4, result
+        assert 2.0 < result.objective < 3.6 and result.startup_s > 0, result  # this trial started the copy
+        assert not list(tmp_path.glob("*-candidate")), list(tmp_path.iterdir())
+        larger = {**measurer.defaults, "batch_per_rank": 16}
+        handle = measurer.begin(larger, timeout_s=60)
+        measurer.more(handle, 4, timeout_s=60)
+        measurer.skip_loss(handle)
+        result = measurer.end(handle)
+    finally:
+        measurer.close()
+    assert result.method.startswith("script process pairs ("), result  # type: ignore[union-attr]
+    assert result.warnings == ["measured in fresh process pairs: the script's DataLoader kept its batch (8 a step "
+                               "where the recipe said 16): it builds its loader once"], result.warnings

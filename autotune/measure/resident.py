@@ -1,0 +1,137 @@
+"""Script mode's long-lived copy: one copy of the user's script, started once with the defaults' recipe, that
+switches recipes in place between windows (``Tuned.switch`` over ``steps.CONTROL``). A candidate that differs from
+the defaults only in knobs a running process can change (``spaces.IN_PLACE``) is measured in it by window pairs,
+the defaults' window and the candidate's in an order drawn each pair, as the workload engine's arms share one
+worker: no copy is started for it, and both sides of a pair run in the same process, whose speed factor cancels.
+
+Where the copy cannot switch (it refuses, naming the knob), or a batch switch does not show in its steps (a script
+that builds its DataLoader once), the candidate is measured in fresh process pairs instead, and its result says why.
+"""
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .. import search_spaces as spaces
+from ..trial import launch
+from .script import WARMUP_STEPS, ScriptRun, failure, start_together
+
+
+class ResidentCopy:
+    """The long-lived copy (see the module docstring); ``plan_for`` makes a copy's launch plan from a recipe."""
+
+    def __init__(self, plan_for: Callable[[dict[str, Any]], launch.LaunchPlan], defaults: dict[str, Any],
+                 folder: Path, rng: random.Random) -> None:
+        self.plan_for, self.defaults, self.folder, self.rng = plan_for, defaults, folder, rng
+        self.run: ScriptRun | None = None
+        self.current: dict[str, Any] = dict(defaults)  # the recipe the copy trains with now
+        self.number = 0  # of the last recipe sent
+        self.startup_s = 0.0  # its start and warm-up, once: charged to the trial that started it
+        self.failed: str | None = None  # why it ended; no later candidate is measured in it
+        self.batch_fixed = False  # a batch switch did not show in its steps: no batch is measured in it again
+
+    def can_measure(self, params: dict[str, Any]) -> bool:
+        """Whether ``params`` differ from the defaults only in knobs the running copy can change (and it has not
+        ended, nor shown that its batch stays)."""
+        changed = {k for k in {*params, *self.defaults} if params.get(k) != self.defaults.get(k)}
+        return (self.failed is None and changed <= set(spaces.IN_PLACE)
+                and not (self.batch_fixed and "batch_per_rank" in changed))
+
+    def window_pairs(self, params: dict[str, Any], pairs: int, window_s: float, deadline: float,
+                     stall_s: float) -> list[tuple[float, float]] | str:
+        """``pairs`` window pairs of the defaults and ``params`` in the copy: (defaults' rate, candidate's rate) per
+        pair, or why the copy could not measure them (then nothing of the candidate's is kept)."""
+        why = self.failed or self._started(deadline)
+        rates: list[tuple[float, float]] = []
+        while why is None and len(rates) < pairs:
+            if time.monotonic() >= deadline:
+                why = "the trial's time ran out in the long-lived copy"
+                break
+            pair: dict[bool, float] = {}
+            for candidate in self.rng.sample([False, True], 2):
+                why = self._switch(params if candidate else self.defaults, deadline)
+                if why is not None:
+                    break
+                assert self.run is not None
+                rate = self.run.window(window_s, timeout_s=max(stall_s, 20 * window_s))
+                if rate is None:
+                    why = self._ended(failure([self.run], ("the long-lived",)))
+                    break
+                why = self._batch_shown(params if candidate else self.defaults)
+                if why is not None:
+                    break
+                pair[candidate] = rate
+            if why is None:
+                rates.append((pair[False], pair[True]))
+        return why if why is not None else rates
+
+    def stop(self) -> None:
+        if self.run is not None:
+            self.run.stop()
+            self.run = None
+
+    def _started(self, deadline: float) -> str | None:
+        if self.run is not None:
+            return None
+        started = time.monotonic()
+        self.run = ScriptRun(self.plan_for(self.defaults), self.folder, switching=True)
+        start_together([self.run], max(1.0, deadline - started))
+        self.run.window(0.0, min_steps=WARMUP_STEPS, timeout_s=max(1.0, deadline - time.monotonic()))
+        self.startup_s = time.monotonic() - started
+        if self.run.exited is not None or len(self.run.steps) < WARMUP_STEPS:
+            return self._ended(failure([self.run], ("the long-lived",)))
+        return None
+
+    def _switch(self, params: dict[str, Any], deadline: float) -> str | None:
+        """Switch the copy to ``params`` (where it trains with another recipe) and wait for its answer."""
+        assert self.run is not None
+        if params == self.current:
+            return None
+        self.number += 1
+        self.run.switch(self.number, params)
+        while self.number not in self.run.switched and self.run.exited is None and time.monotonic() < deadline:
+            self.run.window(0.0, min_steps=1, timeout_s=max(0.1, deadline - time.monotonic()))
+        refused = self.run.switched.get(self.number)
+        if refused is None:
+            return self._ended(failure([self.run], ("the long-lived",))) if self.run.exited is not None else (
+                "the trial's time ran out before the long-lived copy switched")
+        if refused:  # it trains on with the recipe before: the defaults' side of a later pair switches back
+            return f"the long-lived copy cannot switch to it: {refused}"
+        self.current = dict(params)
+        return None
+
+    def _batch_shown(self, params: dict[str, Any]) -> str | None:
+        """Why the copy's last steps do not train the recipe's batch (a DataLoader built once), or None."""
+        assert self.run is not None
+        batch, steps = params.get("batch_per_rank"), self.run.steps
+        if batch is None or len(steps) < 2 or steps[-1].samples - steps[-2].samples == batch:
+            return None
+        told, self.batch_fixed = steps[-1].samples - steps[-2].samples, True
+        return (f"the script's DataLoader kept its batch ({told} a step where the recipe said {batch}): it builds "
+                f"its loader once")
+
+    def _ended(self, why: str) -> str:
+        self.failed = why
+        self.stop()
+        return why
+
+
+def fresh_loss(plan: launch.LaunchPlan, folder: Path, loss_samples: int, start_limit_s: float, deadline: float,
+               stall_s: float, live: list[ScriptRun], failed: list[Path]) -> tuple[int, float, str] | None:
+    """The loss of one fresh copy of a candidate measured in the long-lived copy, trained to the study's samples
+    (never of a copy that trained through other recipes); None where it told none (a copy that exited: its folder
+    joins ``failed``). ``live`` holds it while it runs (a stopped search stops it)."""
+    run = ScriptRun(plan, folder, loss_samples=loss_samples)
+    live.append(run)
+    try:
+        start_together([run], max(1.0, min(start_limit_s, deadline - time.monotonic())))
+        loss = run.loss_told(deadline, stall_s)
+        if isinstance(loss, str) and not loss.startswith("the trial's"):
+            failed.append(folder)
+        return None if isinstance(loss, str) else loss
+    finally:
+        run.stop()
+        live.remove(run)

@@ -1,0 +1,44 @@
+"""What a script-mode trial's result says (``ScriptMeasurer``'s): how it was measured (its method, which the budget
+reads, ``costs``), its loss and what that loss is, the status of a copy's failure, a far slower candidate's."""
+from __future__ import annotations
+
+from typing import Any
+
+from ..trial.spec import Status, TrialResult
+from .hopeless import HOPELESS
+
+METHOD = "script process pairs"
+COPY_METHOD = "script window pairs in one copy"
+SAME_ARITHMETIC = ("channels_last",)  # in-place knobs whose loss is the defaults': the same sums, another layout
+
+
+def copy_method(pairs: int) -> str:
+    """A candidate's ``TrialResult.method`` measured in the long-lived copy, with its window pairs."""
+    return f"{COPY_METHOD} ({pairs})"
+
+
+def script_method(pairs: int) -> str:
+    """A script-mode trial's ``TrialResult.method``, with the process pairs it ran (``costs`` reads it)."""
+    return f"{METHOD} ({pairs})"
+
+
+def loss_fields(loss: tuple[int, float, str] | None) -> dict[str, Any]:
+    if loss is None:
+        return {}
+    return {"loss_samples": loss[0], "loss": loss[1], "loss_source": loss[2]}
+
+
+def failure_status(why: str) -> Status:
+    """A timeout where the copies stopped stepping or the trial's time ran out, else a crash; read from the reason's
+    own words, before the script's last output line (``script.failure``), which may say anything."""
+    head = why.split(": ", 1)[0]
+    return Status.TIMEOUT if head.startswith("the trial's time ran out") or " steps in " in head or "no step" in head \
+        else Status.CRASH
+
+
+def hopeless_result(slower: float) -> TrialResult:
+    bound = 1 / HOPELESS
+    return TrialResult(Status.OK, objective=1 / slower, speedup_high=bound,
+                       method="its first steps (far slower: no pairs, no loss)", pairs=0,
+                       warnings=[f"stopped after its first steps, {1 / slower:.2f}x the defaults: its steps took "
+                                 f"{slower:.0f}x the defaults' time per sample"])
