@@ -70,6 +70,7 @@ class Tuned:
     _model: torch.nn.Module | None = None  # the model prepared (``switch`` converts it)
     _seen: int | None = None  # the micro-batch ``to_device`` moved last, told to a search as the step's samples
     _moves: bool = False  # the script moves its batches with ``to_device``: its steps tell the batch it trains
+    _autocasts: bool = False  # the script's forward passes run under ``autocast``: a precision can switch
 
     def __post_init__(self) -> None:
         self._scaler = spaces.amp.grad_scaler(self.params, self.device)
@@ -89,10 +90,15 @@ class Tuned:
             return f"{', '.join(fixed)} cannot change in a running process"
         if "channels_last" in changed and self._model is None:
             return "channels_last: no model was prepared"
+        if changed and self.world_size > 1:
+            return "a recipe of several processes: its other ranks would train on with the one before"
+        if "amp_dtype" in changed and not self._autocasts:
+            return "amp_dtype: the script runs no forward pass under tuned.autocast() (its trainer set it once)"
         if "batch_per_rank" in changed and not self._moves:
             return "batch_per_rank: the script moves no batch with tuned.to_device (its steps would not tell it)"
         self.params = dict(params)
-        self._scaler = spaces.amp.grad_scaler(self.params, self.device)
+        if "amp_dtype" in changed:  # float16's scaler, made again only where the precision changes
+            self._scaler = spaces.amp.grad_scaler(self.params, self.device)
         if "channels_last" in changed and self._model is not None:
             layout = torch.channels_last if params.get("channels_last") else torch.contiguous_format
             self._model.to(memory_format=layout)  # type: ignore[call-overload]  # in place: its parameters' data
@@ -149,6 +155,7 @@ class Tuned:
 
     def autocast(self) -> contextlib.AbstractContextManager[None]:
         """Context for the forward pass and the loss."""
+        self._autocasts = True
         return spaces.amp.autocast(self.params, self.device)
 
     def prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:

@@ -19,6 +19,8 @@ from .. import search_spaces as spaces
 from ..trial import launch
 from .script import WARMUP_STEPS, ScriptRun, failure, start_together
 
+TIME_RAN_OUT = "the trial's time ran out in the long-lived copy"
+
 
 class ResidentCopy:
     """The long-lived copy (see the module docstring); ``plan_for`` makes a copy's launch plan from a recipe."""
@@ -32,6 +34,7 @@ class ResidentCopy:
         self.startup_s = 0.0  # its start and warm-up, once: charged to the trial that started it
         self.failed: str | None = None  # why it ended; no later candidate is measured in it
         self.batch_fixed = False  # a batch switch did not show in its steps: no batch is measured in it again
+        self.unit = 0.0  # the samples a defaults' step tells per sample of its batch (ranks, accumulation)
 
     def can_measure(self, params: dict[str, Any]) -> bool:
         """Whether ``params`` differ from the defaults only in knobs the running copy can change (and it has not
@@ -41,18 +44,19 @@ class ResidentCopy:
                 and not (self.batch_fixed and "batch_per_rank" in changed))
 
     def window_pairs(self, params: dict[str, Any], pairs: int, window_s: float, deadline: float,
-                     stall_s: float) -> list[tuple[float, float]] | str:
-        """``pairs`` window pairs of the defaults and ``params`` in the copy: (defaults' rate, candidate's rate) per
-        pair, or why the copy could not measure them (then nothing of the candidate's is kept)."""
+                     stall_s: float) -> tuple[list[tuple[float, float]], str | None]:
+        """Up to ``pairs`` window pairs of the defaults and ``params`` in the copy: (defaults' rate, candidate's
+        rate) per pair, and why it stopped short (None: it did not): the trial's time (its pairs stand), or the
+        copy could not measure the candidate (then none of the candidate's pairs is kept)."""
         why = self.failed or self._started(deadline)
         rates: list[tuple[float, float]] = []
         while why is None and len(rates) < pairs:
             if time.monotonic() >= deadline:
-                why = "the trial's time ran out in the long-lived copy"
-                break
+                return rates, TIME_RAN_OUT
             pair: dict[bool, float] = {}
             for candidate in self.rng.sample([False, True], 2):
-                why = self._switch(params if candidate else self.defaults, deadline)
+                recipe = params if candidate else self.defaults
+                why = self._switch(recipe, deadline)
                 if why is not None:
                     break
                 assert self.run is not None
@@ -60,13 +64,13 @@ class ResidentCopy:
                 if rate is None:
                     why = self._ended(failure([self.run], ("the long-lived",)))
                     break
-                why = self._batch_shown(params if candidate else self.defaults)
+                why = self._batch_shown(recipe)
                 if why is not None:
                     break
                 pair[candidate] = rate
             if why is None:
                 rates.append((pair[False], pair[True]))
-        return why if why is not None else rates
+        return ([], why) if why is not None and why != TIME_RAN_OUT else (rates, why)
 
     def stop(self) -> None:
         if self.run is not None:
@@ -83,6 +87,8 @@ class ResidentCopy:
         self.startup_s = time.monotonic() - started
         if self.run.exited is not None or len(self.run.steps) < WARMUP_STEPS:
             return self._ended(failure([self.run], ("the long-lived",)))
+        steps, batch = self.run.steps, self.defaults.get("batch_per_rank")
+        self.unit = (steps[-1].samples - steps[-2].samples) / batch if batch else 0.0  # a step's samples a sample
         return None
 
     def _switch(self, params: dict[str, Any], deadline: float) -> str | None:
@@ -96,22 +102,30 @@ class ResidentCopy:
             self.run.window(0.0, min_steps=1, timeout_s=max(0.1, deadline - time.monotonic()))
         refused = self.run.switched.get(self.number)
         if refused is None:
-            return self._ended(failure([self.run], ("the long-lived",))) if self.run.exited is not None else (
-                "the trial's time ran out before the long-lived copy switched")
+            if self.run.exited is not None:
+                return self._ended(failure([self.run], ("the long-lived",)))
+            self.current = {}  # unknown until an answer: the next recipe is sent whatever it is
+            return TIME_RAN_OUT
         if refused:  # it trains on with the recipe before: the defaults' side of a later pair switches back
             return f"the long-lived copy cannot switch to it: {refused}"
         self.current = dict(params)
         return None
 
     def _batch_shown(self, params: dict[str, Any]) -> str | None:
-        """Why the copy's last steps do not train the recipe's batch (a DataLoader built once), or None."""
+        """Why the copy's last steps do not train the recipe's batch (a DataLoader built once), or None; checked
+        only where the batch differs from the defaults', against the samples a defaults' step told per sample of
+        its batch (several ranks, accumulation); one of the last two steps may be an epoch's short last batch."""
         assert self.run is not None
-        batch, steps = params.get("batch_per_rank"), self.run.steps
-        if batch is None or len(steps) < 2 or steps[-1].samples - steps[-2].samples == batch:
+        batch, base = params.get("batch_per_rank"), self.defaults.get("batch_per_rank")
+        steps = self.run.steps
+        if batch == base or not batch or not base or not self.unit or len(steps) < 3:
             return None
-        told, self.batch_fixed = steps[-1].samples - steps[-2].samples, True
-        return (f"the script's DataLoader kept its batch ({told} a step where the recipe said {batch}): it builds "
-                f"its loader once")
+        told = [b.samples - a.samples for a, b in zip(steps[-3:], steps[-2:], strict=False)]
+        if round(batch * self.unit) in told:
+            return None
+        self.batch_fixed = True
+        return (f"the script's DataLoader kept its batch ({max(told)} samples a step where the recipe said "
+                f"{round(batch * self.unit)}): it builds its loader once")
 
     def _ended(self, why: str) -> str:
         self.failed = why

@@ -28,7 +28,7 @@ from ..trial.spec import Status, TrialResult
 from . import sizing, stats
 from .hopeless import HOPELESS
 from .measurer import Noise, PairedMeasurer
-from .resident import ResidentCopy, fresh_loss
+from .resident import TIME_RAN_OUT, ResidentCopy, fresh_loss
 from .runs import RunPair
 from .script import (
     WARMUP_STEPS,
@@ -111,6 +111,7 @@ class ScriptMeasurer(PairedMeasurer):
                                      folder / "long-lived", self.rng) if resident else None
         self.confirming = False  # from the first confirmation round on: every round in fresh process pairs
         self.fresh_processes = not resident  # with the long-lived copy an in-place candidate starts none
+        self.in_place_only = resident
 
     # PairedMeasurer ------------------------------------------------------------------------------------------
     def calibrate(self, timeout_s: float) -> Noise:
@@ -190,12 +191,12 @@ class ScriptMeasurer(PairedMeasurer):
                       confidence: float) -> stats.Interval:
         """``n`` window pairs in the long-lived copy; where it cannot measure them, fresh process pairs instead."""
         starts = copy.run is None  # this trial's time holds the copy's start
-        got = copy.window_pairs(trial.params, n, self._window_s(), trial.deadline, self.stall_s)
+        got, why = copy.window_pairs(trial.params, n, self._window_s(), trial.deadline, self.stall_s)
         trial.startup_s += copy.startup_s if starts else 0.0
-        if isinstance(got, str):
-            if copy.failed == got:  # it ended: its log is kept
+        if why is not None and why != TIME_RAN_OUT:  # the copy cannot measure it: fresh process pairs instead
+            if copy.failed == why:  # it ended: its log is kept
                 self.failed_copies.append(copy.folder)
-            trial.in_copy, trial.fallback = None, got
+            trial.in_copy, trial.fallback = None, why
             return self.more(trial, n, max(0.0, trial.deadline - time.monotonic()), confidence)
         pairs.extend(got)
         trial.timed_s += 2 * len(got) * self._window_s()  # its windows, each at least this long

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import search_spaces as spaces
 from ..errors import TrialError
-from ..measure import Interval, Noise, PairedMeasurer, environment_key
+from ..measure import Interval, Noise, PairedMeasurer, environment_key, own_copies
 from ..trial.lock import host_lock, owner
 from ..trial.spec import Status, TrialResult
 from . import budget, oom_limits, verdict
@@ -352,8 +352,8 @@ class SearchLoop(Turns):
         if role == BASELINE:  # its loss, evaluated after the calibration, is not the search's time
             self.searching_from = self.budget.now(), self.budget.wall()
         guarded = None if role == BASELINE else self.guard.of_result(params, result, self.noise)
-        if role == CONFIRM and result.loss is None:  # a round re-measures speed (script mode's take no loss): its
-            guarded = (0.0, None, None)  # recipe's quality was judged on its search trial
+        if role == CONFIRM and result.status == Status.OK and result.loss is None and own_copies(result):
+            guarded = (0.0, None, None)  # script mode's rounds re-measure speed alone: quality was its trial's
         verdict.record(self.study, self.facts, self.options, trial, role, params, result, self.notify, guarded)
 
 

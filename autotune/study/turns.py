@@ -204,6 +204,8 @@ class Turns:
         best = verdict.best_record(self.study)
         env = best.params if best is not None and self._warm(best.params) else self.defaults
         params = {**{k: env[k] for k in ENVIRONMENT_KEYS if k in env}, "compile_mode": "none"}
+        if self.measurer is not None and self.measurer.in_place_only:  # script mode's long-lived copy changes no other
+            params = {**{k: v for k, v in env.items() if k not in spaces.IN_PLACE}, **params}
         self.study.enqueue_trial({**params, **self.options.fixed}, user_attrs={Attr.ROLE: IN_PROCESS})
 
     def _warm(self, params: dict[str, Any]) -> bool:

@@ -359,5 +359,5 @@ def test_an_in_place_candidate_is_measured_in_one_long_lived_copy_and_a_batch_th
     finally:
         measurer.close()
     assert result.method.startswith("script process pairs ("), result  # type: ignore[union-attr]
-    assert result.warnings == ["measured in fresh process pairs: the script's DataLoader kept its batch (8 a step "
-                               "where the recipe said 16): it builds its loader once"], result.warnings
+    assert result.warnings == ["measured in fresh process pairs: the script's DataLoader kept its batch (8 samples a "
+                               "step where the recipe said 16): it builds its loader once"], result.warnings
