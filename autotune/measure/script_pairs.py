@@ -66,7 +66,7 @@ class ScriptTrial:
     base_rates: list[float] = field(default_factory=list)
     startup_s: float = 0.0
     timed_s: float = 0.0
-    loss: tuple[int, float, str] | None = None  # (samples, value, source: ``_loss``) its copy told
+    loss: tuple[int, float, str] | None = None  # (samples, value, source) its copy told (``ScriptRun.loss_told``)
     waited_s: float = 0.0  # the defaults' copies' windows: waiting for data, of ``spans_s``
     spans_s: float = 0.0
     failed: TrialResult | None = None

@@ -83,7 +83,7 @@ def search_script(argv: list[str], *, batch_size: int | None, options: SearchOpt
         raise UsageError("script mode needs a command after --: autotune search -- python train.py")
     if batch_size is not None and batch_size < 1:
         raise UsageError(f"--batch-size must be at least 1 (got {batch_size}): the batch your script trains with")
-    absolute(argv)  # a program that is not there: its one line before anything starts
+    command = absolute(argv)  # a program that is not there: its one line before anything starts
     options = options or SearchOptions()
     if budget is not None:
         options = replace(options, budget_s=parse_duration(budget) if isinstance(budget, str) else float(budget))
@@ -101,7 +101,7 @@ def search_script(argv: list[str], *, batch_size: int | None, options: SearchOpt
     own_folder, failed = folder is None, list[Path]()
     folder = folder or Path(tempfile.mkdtemp(prefix="autotune-script-"))
     try:
-        return _search_copies(argv, batch_size, options, progress, facts, ctx, folder, measuring, failed)
+        return _search_copies(argv, command, batch_size, options, progress, facts, ctx, folder, measuring, failed)
     finally:
         if own_folder:
             _tidy(folder, failed)
@@ -121,14 +121,15 @@ def _tidy(folder: Path, failed: list[Path]) -> None:
     log.warning("the output of the copies that failed is kept: %s", ", ".join(logs))
 
 
-def _search_copies(argv: list[str], batch_size: int | None, options: SearchOptions, progress: Progress | None,
-                   facts: Facts, ctx: spaces.SpaceContext, folder: Path, measuring: dict[str, Any],
-                   failed: list[Path]) -> SearchOutcome:
-    """``search_script``'s search, its copies in ``folder``: the first copy, then the study; the folders of copies
-    that failed are added to ``failed``."""
+def _search_copies(argv: list[str], command: list[str], batch_size: int | None, options: SearchOptions,
+                   progress: Progress | None, facts: Facts, ctx: spaces.SpaceContext, folder: Path,
+                   measuring: dict[str, Any], failed: list[Path]) -> SearchOutcome:
+    """``search_script``'s search of ``command`` (``argv`` made absolute, ``argv`` as the user gave it for the
+    messages), its copies in ``folder``: the first copy, then the study; the folders of copies that failed are
+    added to ``failed``."""
     from ..measure import ScriptMeasurer, script_context
 
-    command, label, notify = absolute(argv), workload_label(argv), progress or ignore
+    label, notify = workload_label(argv), progress or ignore
     defaults = {**spaces.defaults(facts, ctx), **run_settings(ctx, options)}
     if batch_size is None:  # the first copy trains with the script's own batch and tells it
         defaults = {k: v for k, v in defaults.items() if k not in ("batch_per_rank", "reference_batch")}
