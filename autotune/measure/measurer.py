@@ -9,6 +9,7 @@ from statistics import NormalDist
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..trial.spec import TrialResult
+from .candidate import paired_method
 from .runs import RunPair
 from .stats import CONFIDENCE, Interval, pooled_log_sd, t_quantile
 
@@ -157,7 +158,7 @@ class PairedMeasurer(abc.ABC):
     nothing else of it): its facts (``fresh_processes``, ``machine_speeds``, ``machine_limits``, ``second_look``,
     ``keeps_factors``), its state (``defaults``, ``noise``, ``factors``, ``factor_ratios``, read as
     ``between``), a confirmation round (``reseed``, then ``confirm``), and ``warm``, ``loss``, ``skip_loss``,
-    ``in_effect`` and ``losses``. What a round costs is read from its result (``costs``)."""
+    ``in_effect``, ``losses`` and ``method``. What a round costs is read from its result (``costs``)."""
 
     fresh_processes: bool = False  # every trial starts processes of its own: none is cheaper (set per measurer)
     in_place_only: bool = False  # a trial starts no process only where it changes ``spaces.IN_PLACE`` knobs alone
@@ -206,6 +207,12 @@ class PairedMeasurer(abc.ABC):
 
     def reseed(self, seed: int) -> None:  # noqa: B027 - a capability with nothing to do by default
         """A confirmation round begins: its pairs are fresh (``seed``: the round's). Nothing to renew by default."""
+
+    def method(self, handle: object, params: dict[str, Any]) -> str:
+        """How the candidate ``begin`` gave (``params``) is measured so far, in ``TrialResult.method``'s words where
+        they price its confirmation (``costs.round_parts``) while it is raced: by default an arm of the defaults'
+        worker or of its environment's, or its environment's process pairs alone."""
+        return paired_method(params, self.defaults)
 
     def warm(self, params: dict[str, Any]) -> bool | None:
         """Whether a candidate of ``params`` would start no process; None where the measurer says nothing of its

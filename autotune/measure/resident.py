@@ -134,18 +134,24 @@ class ResidentCopy:
 
 
 def fresh_loss(plan: launch.LaunchPlan, folder: Path, loss_samples: int, start_limit_s: float, deadline: float,
-               stall_s: float, live: list[ScriptRun], failed: list[Path]) -> tuple[int, float, str] | None:
+               stall_s: float, live: list[ScriptRun],
+               failed: list[Path]) -> tuple[tuple[int, float, str] | None, float]:
     """The loss of one fresh copy of a candidate measured in the long-lived copy, trained to the study's samples
-    (never of a copy that trained through other recipes); None where it told none (a copy that exited: its folder
-    joins ``failed``). ``live`` holds it while it runs (a stopped search stops it)."""
+    (never of a copy that trained through other recipes), and its start's seconds (to its model told); None for the
+    loss where it told none (a copy that exited: its folder joins ``failed``). ``live`` holds it while it runs (a
+    stopped search stops it)."""
     run = ScriptRun(plan, folder, loss_samples=loss_samples)
     live.append(run)
+    started = time.monotonic()
     try:
-        start_together([run], max(1.0, min(start_limit_s, deadline - time.monotonic())))
+        try:
+            start_together([run], max(1.0, min(start_limit_s, deadline - time.monotonic())))
+        finally:
+            start_s = time.monotonic() - started
         loss = run.loss_told(deadline, stall_s)
         if isinstance(loss, str) and not loss.startswith("the trial's"):
             failed.append(folder)
-        return None if isinstance(loss, str) else loss
+        return None if isinstance(loss, str) else loss, start_s
     finally:
         run.stop()
         live.remove(run)

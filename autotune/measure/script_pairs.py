@@ -25,8 +25,8 @@ from typing import Any
 
 from ..probes import Facts
 from ..trial.spec import Status, TrialResult
+from . import script_results as results
 from . import sizing, stats
-from .hopeless import HOPELESS
 from .measurer import Noise, PairedMeasurer
 from .resident import TIME_RAN_OUT, ResidentCopy, fresh_loss
 from .runs import RunPair
@@ -40,7 +40,7 @@ from .script import (
     step_s,
     window_pairs,
 )
-from .script_results import SAME_ARITHMETIC, copy_method, failure_status, hopeless_result, loss_fields, script_method
+from .script_results import SAME_ARITHMETIC, copy_method, failure_status, loss_fields, script_method
 from .sizing import LEAST_PAIRS
 
 log = logging.getLogger(__name__)
@@ -215,8 +215,9 @@ class ScriptMeasurer(PairedMeasurer):
         elif not trial.skip_loss:
             self._count += 1
             plan = copy_plan(self.argv, trial.params, self.facts, self.env, self.workload)
-            loss = fresh_loss(plan, self.folder / f"{self._count}-loss", self.loss_samples, self.start_limit_s,
-                              trial.deadline, self._stall_s(), self._live, self.failed_copies)
+            loss, start_s = fresh_loss(plan, self.folder / f"{self._count}-loss", self.loss_samples, self.start_limit_s,
+                                       trial.deadline, self._stall_s(), self._live, self.failed_copies)
+            trial.startup_s += start_s  # a copy started: the share of the budget spent starting copies counts it
             if loss is None:  # the copy exited (its folder is kept) or the trial's time ran out
                 why = ("the trial's time ran out: " if time.monotonic() >= trial.deadline else "") + (
                     f"its copy for the loss told none at {self.loss_samples} samples")
@@ -264,6 +265,10 @@ class ScriptMeasurer(PairedMeasurer):
     def warm(self, params: dict[str, Any]) -> bool:
         """Whether the long-lived copy measures ``params`` (no copy is started for its windows)."""
         return bool(self.resident and not self.confirming and self.resident.can_measure(params))
+
+    def method(self, handle: object, params: dict[str, Any]) -> str:
+        trial = self._trial(handle)
+        return copy_method(len(trial.in_copy)) if trial.in_copy is not None else script_method(len(trial.medians))
 
     def loss(self, handle: object) -> float | None:
         return (self._trial(handle).loss or (0, None, None))[1]
@@ -326,15 +331,15 @@ class ScriptMeasurer(PairedMeasurer):
                 told = len(base.steps)
                 base.window(0.0, min_steps=WARMUP_STEPS, timeout_s=limit)
                 self.step_s = step_s(base.steps[told:])
-            hopeless = self._hopeless(base, cand)
+            hopeless = results.far_slower(cand.s_per_sample(), base.s_per_sample())
             if hopeless is not None and cand.training_span() < self.min_window_s:
                 # steps of milliseconds that stalled once (a preemption) are no verdict: judged over a window
                 cand.window(self.min_window_s, min_steps=1, timeout_s=max(self.stall_s, 20 * self.min_window_s))
                 if cand.exited is not None:
                     return self._failure(runs)
-                hopeless = self._hopeless(base, cand)
+                hopeless = results.far_slower(cand.s_per_sample(), base.s_per_sample())
             if hopeless is not None:
-                trial.failed = hopeless_result(hopeless)
+                trial.failed = results.hopeless_result(hopeless)
                 return None
             if cand.loss_samples is not None:  # before the windows: a script's own evaluation (``Tuned.evaluate``)
                 loss = cand.loss_told(trial.deadline, self._stall_s())  # is in no window, however long it takes
@@ -372,13 +377,6 @@ class ScriptMeasurer(PairedMeasurer):
 
     def _window_s(self) -> float:
         return max(self.min_window_s, WINDOW_STEPS * (self.step_s or 0.0))
-
-    def _hopeless(self, base: ScriptRun, cand: ScriptRun) -> float | None:
-        """The candidate's steps' time per sample over the defaults', where it is ``HOPELESS`` or worse."""
-        mine, theirs = cand.s_per_sample(), base.s_per_sample()
-        if mine is None or theirs is None or mine < HOPELESS * theirs:
-            return None
-        return mine / theirs
 
     def _interval(self, trial: ScriptTrial, confidence: float = stats.CONFIDENCE) -> stats.Interval:
         if len(trial.medians) >= 2:  # the process factor's spread pooled with the A/A's and earlier recipes'

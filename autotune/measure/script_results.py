@@ -36,6 +36,14 @@ def failure_status(why: str) -> Status:
         else Status.CRASH
 
 
+def far_slower(mine: float | None, theirs: float | None) -> float | None:
+    """A candidate's steps' time per sample over the defaults' (``mine`` over ``theirs``), where it is ``HOPELESS``
+    or worse; else None."""
+    if mine is None or theirs is None or mine < HOPELESS * theirs:
+        return None
+    return mine / theirs
+
+
 def hopeless_result(slower: float) -> TrialResult:
     bound = 1 / HOPELESS
     return TrialResult(Status.OK, objective=1 / slower, speedup_high=bound,

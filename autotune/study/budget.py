@@ -31,7 +31,6 @@ from ..measure import (
     first_rounds_s,
     in_one_process,
     own_copies,
-    paired_method,
 )
 from ..measure import round_parts as measured_round_parts
 from ..trial.spec import Status, TrialResult
@@ -205,6 +204,13 @@ def round_parts(result: TrialResult, noise: Noise | None, options: SearchOptions
     return measured_round_parts(result, noise, pairs, round_)
 
 
+# Of a budget, the most kept for the confirmation and the claim while more than one round a candidate is kept: past
+# it the reserve keeps fewer rounds (at least one; the confirmation still runs later ones where the budget's end
+# holds them). Three rounds of fresh process pairs and the claim (62% of 3 minutes) ended a 3-minute script-mode
+# search after its first candidate, and one round ran; a 2-minute CNN search's three rounds and claim are 56%.
+RESERVE_SHARE = 0.6
+
+
 def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | None, *,
               racing: tuple[TrialResult, dict[str, Any]] | None = None) -> float:
     """Time kept for the confirmation: the rounds of each candidate it would likely confirm now (its
@@ -215,21 +221,43 @@ def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | Non
     defaults' environment: as the calibration's was, at least the baseline's start (the baseline's start alone
     is less than such a round takes, and a candidate whose last round no longer fits is left unconfirmed). Time
     kept for a defaults' worker no candidate needs, or for windows a recipe that IS its environment does not run,
-    would stop the search early. ``racing``: the candidate being raced (its result so far, its params), counted
+    would stop the search early. Rounds are kept while the whole reserve stays within ``RESERVE_SHARE`` of the
+    budget, at least one a candidate. ``racing``: the candidate being raced (its result so far, its params), counted
     as one more while the confirmation has room for it, so that its later race rounds never take the time its
     own confirmation needs (a short budget's first candidate raced to its cap, then was not confirmed)."""
     if (estimate is None and racing is None) or options.budget_s is None or options.confirm_top <= 0:
         return 0.0
+    return _reserve(study, options, racing)[1]
+
+
+def kept_rounds(study: optuna.Study, options: SearchOptions) -> int:
+    """The rounds a candidate the reserve keeps time for (``reserve_s``): all of ``confirm_rounds`` without a
+    budget. The confirmation's candidates ranked above keep their time for as many (``confirm.Rounds``)."""
+    if options.budget_s is None or options.confirm_top <= 0:
+        return max(1, options.confirm_rounds)
+    return _reserve(study, options, None)[0]
+
+
+def _reserve(study: optuna.Study, options: SearchOptions,
+             racing: tuple[TrialResult, dict[str, Any]] | None) -> tuple[int, float]:
+    """``reserve_s``'s (rounds kept a candidate, seconds kept)."""
+    assert options.budget_s is not None
     noise = recorded_noise(study)
     baseline, top = lineup(study, options.confirm_top, options.confirm_rounds)
     entries = [(r.result, environment_key(r.params))
                for r in contenders(top, confirm_bar(study, options.confirm_rounds))]
     if racing is not None and baseline is not None and len(entries) < options.confirm_top:
         entries.append((racing[0], environment_key(racing[1])))
+    kept = max(1, options.confirm_rounds)
     if not entries:
-        return 0.0
-    rounds = [(result, env, n) for result, env in entries for n in range(max(1, options.confirm_rounds))]
-    return 1.1 * rounds_s(rounds, noise, options, floors=floors(study)) + claim_s(study, options)
+        return kept, 0.0
+    claim, least = claim_s(study, options), floors(study)
+    while True:
+        rounds = [(result, env, n) for result, env in entries for n in range(kept)]
+        reserve = 1.1 * rounds_s(rounds, noise, options, floors=least) + claim
+        if kept == 1 or reserve <= RESERVE_SHARE * options.budget_s:
+            return kept, reserve
+        kept -= 1
 
 
 CLAIM_SHARE = 0.4  # of a budget, the most its claim about your runs takes
@@ -273,13 +301,14 @@ def claim_s(study: optuna.Study, options: SearchOptions) -> float:
     return claim_pairs(options, pair_s) * (pair_s or 0.0)
 
 
-def racing_reserve_s(study: optuna.Study, options: SearchOptions, params: dict[str, Any],
-                     defaults: dict[str, Any], *, wall_s: float, timed_s: float) -> float:
+def racing_reserve_s(study: optuna.Study, options: SearchOptions, params: dict[str, Any], method: str, *,
+                     wall_s: float, timed_s: float) -> float:
     """``reserve_s`` with the candidate being raced counted (``racing``): its time so far, ``wall_s`` of which
-    ``timed_s`` in windows, and its method as its result will say it (``round_parts`` reads it); all its time
-    outside windows so far is counted as its arm's warm-up (its build and compile are in it, its loss may be)."""
+    ``timed_s`` in windows, and its ``method`` as its result will say it (the measurer's ``method``; ``round_parts``
+    reads it); all its time outside windows so far is counted as its arm's warm-up (its build and compile are in it,
+    its loss may be)."""
     so_far = TrialResult(Status.OK, wall_s=wall_s, timed_s=timed_s, warmup_s=max(0.0, wall_s - timed_s),
-                         method=paired_method(params, defaults))
+                         method=method)
     return reserve_s(study, options, None, racing=(so_far, params))
 
 
@@ -358,6 +387,6 @@ def _seconds(value: float) -> str:
     return "none yet" if math.isinf(value) else f"{value:.0f} s"
 
 
-__all__ = ["Budget", "confirm_s", "confirmation_pairs", "estimate_s", "first_process_pairs_s", "floors",
-           "in_process_estimate_s", "parse_duration", "racing_reserve_s", "reserve_s", "round_parts", "round_s",
-           "started_estimate_s", "timeout_s"]
+__all__ = ["RESERVE_SHARE", "Budget", "confirm_s", "confirmation_pairs", "estimate_s", "first_process_pairs_s",
+           "floors", "in_process_estimate_s", "kept_rounds", "parse_duration", "racing_reserve_s", "reserve_s",
+           "round_parts", "round_s", "started_estimate_s", "timeout_s"]

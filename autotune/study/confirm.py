@@ -18,7 +18,8 @@ round is a trial of the study with role ``confirm`` (user attributes ``confirms`
 ``round``), so a resumed search keeps them and measures only what is missing.
 
 The search loop keeps time for them in the budget (``autotune.study.budget.reserve_s``, from the measured pair
-times); when the budget still runs short, the candidates ranked above keep the time of their later rounds, a lower
+times; fewer rounds where all and the claim would take more than 60% of the budget, ``budget.kept_rounds``); when
+the budget still runs short, the candidates ranked above keep the time of their later rounds up to those, a lower
 one that does not fit beside them is left out of the rest (confirmed over the rounds it had), and the report says
 so. From its third round on, a candidate whose interval over its rounds so far lies wholly below the leader's (the
 highest low bound) is left out of the later rounds: it could not be chosen. Only intervals of two rounds or more
@@ -105,6 +106,7 @@ class Rounds:
         self.claim_s = budget.claim_s(loop.study, loop.options)
         self.margin = loop.noise.margin if loop.noise is not None else MIN_MARGIN
         self.floors = budget.floors(loop.study)  # each environment's part of a round, at least as the search measured
+        self.kept = min(count, budget.kept_rounds(loop.study, loop.options))  # the rounds the search kept time for
         self.spent: set[tuple[str, int]] = set()  # (environment, round): its part of that round paid
         self.cut: list[str] = []  # candidates left out of their later rounds for time
         self.stopped: list[str] = []  # rounds the budget's end cut short: not used, and no failure of the candidate
@@ -137,9 +139,11 @@ class Rounds:
         it (``alive``, best first; their rounds of ``round_`` too where not measured yet)."""
         loop = self.loop
         ahead = [e for e in alive[:alive.index(entry)] if params_key(e.params) not in self.left_out]
-        # theirs from this round on where the shuffled order has not measured them in it yet
+        # theirs from this round on where the shuffled order has not measured them in it yet, up to the rounds the
+        # search kept time for (``budget.kept_rounds``): past those, a round confirms a lower one before a later
+        # round of one above
         needed = self.needed_s([(entry, round_), *((e, r) for e in ahead for r in range(
-            round_ if (params_key(e.params), round_) not in self.done else round_ + 1, self.count))])
+            round_ if (params_key(e.params), round_) not in self.done else round_ + 1, max(round_ + 1, self.kept)))])
         held = self.claim_s if self.offers() else 0.0
         if loop.budget.left() - held < max(1.0, needed):
             self.left_out.add(params_key(entry.params))
@@ -181,7 +185,7 @@ class Rounds:
         """What the user reads of the rounds left out, after ``note``."""
         if self.cut:
             note = (f"the budget was short: {', '.join(self.cut)} left out (each round in fresh processes; the "
-                    "candidates ranked above kept their rounds)")
+                    "candidates ranked above kept the rounds the search kept time for)")
         if self.outpaced:
             note = "; ".join(filter(None, [note, f"{', '.join(self.outpaced)}: not measured further"]))
         if self.stopped:

@@ -318,7 +318,7 @@ class SearchLoop(Turns):
             now, limit = self.budget.now(), deadline
             if used:
                 limit = min(deadline, self.budget.deadline - budget.racing_reserve_s(
-                    self.study, self.options, params, self.defaults, wall_s=now - started,
+                    self.study, self.options, params, self.measurer.method(handle, params), wall_s=now - started,
                     timed_s=2 * used * noise.window_s))
             if used and limit - now < 3 * n * noise.window_s:  # two windows a pair, and the evaluation after
                 why = "the trial's time ran out" if limit == deadline else "the time its confirmation needs is kept"

@@ -290,6 +290,10 @@ class ReplayMeasurer(PairedMeasurer):
             return IN_PROCESS if not config.process_pair_factors else ACROSS
         return BASELINE if not config.process_pair_factors else FACTOR
 
+    def method(self, handle: object, params: dict[str, Any]) -> str:
+        kind = self._handle(handle).kind
+        return IN_PROCESS if kind == BASELINE else kind
+
     def more(self, handle: object, n: int, timeout_s: float, confidence: float = stats.CONFIDENCE) -> Interval:
         h = self._handle(handle)
         if h.kind in (IN_PROCESS, ACROSS):

@@ -183,6 +183,34 @@ def test_a_script_modes_rounds_are_its_process_pairs_alone() -> None:
     assert reserve_s(study, SearchOptions(budget_s=178, confirm_top=1), 42.0) == pytest.approx(1.1 * 3 * 4 * 6.0)
 
 
+def test_the_reserve_keeps_fewer_rounds_where_all_would_take_most_of_the_budget() -> None:
+    """A script-mode candidate whose round takes 17.5 s: three rounds (57.75 s with 10% over) fit 60% of 178 s and
+    are kept; of 80 s two (38.5 s) are, of 50 s one (19.25 s). Three rounds of fresh process pairs and the claim
+    had ended a 3-minute script-mode search after its first candidate, where one round then ran."""
+    from dataclasses import asdict
+
+    import optuna
+
+    from autotune.measure import Noise
+    from autotune.study import SearchOptions
+    from autotune.study.budget import kept_rounds, reserve_s
+
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr("noise", asdict(Noise(window_s=0.5, pairs=6, half_width=0.03, margin=0.035, spread=0.3,
+                                              aa=(1.0, 0.54, 1.97), timed_s=18.3, wall_s=27.0)))
+    study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs={
+        "wall_s": 27.0, "startup_s": 8.2, "timed_s": 18.3, "status": "ok", "role": "baseline",
+        "params": {"batch_size": 64}, "objective": 1.0, "method": "script process pairs (A/A)"}))
+    study.add_trial(optuna.trial.create_trial(value=1.66, user_attrs={
+        "wall_s": 35.0, "startup_s": 10.1, "timed_s": 24.4, "status": "ok", "role": "seed",
+        "params": {"batch_size": 64, "amp_dtype": "bfloat16"}, "objective": 1.66, "speedup_low": 1.28,
+        "speedup_high": 2.14, "method": "script process pairs (4)"}))
+    found = {budget: (kept_rounds(study, SearchOptions(budget_s=budget)),
+                      reserve_s(study, SearchOptions(budget_s=budget), 42.0)) for budget in (178, 80, 50)}
+    assert found == {178: (3, pytest.approx(57.75)), 80: (2, pytest.approx(38.5)), 50: (1, pytest.approx(19.25))}
+    assert kept_rounds(study, SearchOptions(budget_s=None)) == 3
+
+
 def _script_loop(facts: Any, measurer: Any, options: Any, seconds: float) -> Any:
     """A SearchLoop of script mode over a measurer of noise alone, calibrated, ``seconds`` from its deadline."""
 
@@ -393,21 +421,21 @@ def test_a_candidate_being_raced_keeps_the_time_its_own_confirmation_needs() -> 
     study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs={
         "wall_s": 14.0, "timed_s": 8.0, "status": "ok", "role": "baseline", "params": {"batch_per_rank": 64},
         "objective": 1.0, "startup_s": 4.0}))
-    defaults, candidate = {"batch_per_rank": 64, "threads": 2}, {"batch_per_rank": 256, "threads": 2}
+    candidate, method = {"batch_per_rank": 256, "threads": 2}, "in-process pairs"  # the measurer's ``method``
     one = SearchOptions(budget_s=60, confirm_top=1, confirm_rounds=1)
     assert reserve_s(study, one, None) == 0.0  # no candidate yet: nothing was kept
     # its round: 8 pairs of two 0.5-s windows, 10% over, 2 s of its 6 so far outside windows, the 6-s start
-    kept = racing_reserve_s(study, one, candidate, defaults, wall_s=6.0, timed_s=4.0)
+    kept = racing_reserve_s(study, one, candidate, method, wall_s=6.0, timed_s=4.0)
     assert kept == pytest.approx(1.1 * (2 * 8 * 0.5 * 1.1 + 2.0 + 6.0))
     # a contender already takes the one place: the candidate would displace it, not add a confirmation
     study.add_trial(optuna.trial.create_trial(value=1.5, user_attrs={
         "wall_s": 20.0, "timed_s": 16.0, "status": "ok", "role": "seed", "params": {"batch_per_rank": 128},
         "objective": 1.5, "speedup_low": 1.4, "speedup_high": 1.6, "method": "in-process pairs", "pairs": 16}))
-    assert racing_reserve_s(study, one, candidate, defaults, wall_s=6.0, timed_s=4.0) == reserve_s(study, one, 1.0)
+    assert racing_reserve_s(study, one, candidate, method, wall_s=6.0, timed_s=4.0) == reserve_s(study, one, 1.0)
     # two places: both are kept for
     two = SearchOptions(budget_s=60, confirm_top=2, confirm_rounds=1)
-    assert racing_reserve_s(study, two, candidate, defaults, wall_s=6.0, timed_s=4.0) > reserve_s(study, two, 1.0)
-    assert racing_reserve_s(study, SearchOptions(budget_s=None, confirm_top=2), candidate, defaults, wall_s=6.0,
+    assert racing_reserve_s(study, two, candidate, method, wall_s=6.0, timed_s=4.0) > reserve_s(study, two, 1.0)
+    assert racing_reserve_s(study, SearchOptions(budget_s=None, confirm_top=2), candidate, method, wall_s=6.0,
                             timed_s=4.0) == 0.0  # no budget: nothing to keep
 
 
@@ -450,3 +478,37 @@ def test_the_rounds_a_measurer_resizes_are_the_ones_the_budget_keeps_time_for(fa
     # a process pair of the trial took 12 s, 6 of them in its 6 window pairs of 1 s: a round is 2 such pairs,
     # then 4 pairs of its 6-s start and 2 window pairs
     assert kept == {"unsized": pytest.approx(1.1 * 3 * 2 * 12.0), "resized": pytest.approx(1.1 * 3 * 4 * 8.0)}
+
+
+def test_a_script_candidate_being_raced_keeps_its_rounds_of_fresh_process_pairs(tmp_path, facts) -> None:
+    """Raced in script mode's long-lived copy, a candidate's confirmation is fresh process pairs of copies, priced as
+    the A/A's (3 pairs in 27 s, 18.3 s of it windows: a pair of 6 window pairs 9.0 s): 3 such pairs a round, 10% over,
+    not its windows as an arm's of a worker. The measurer names the method (``ScriptMeasurer.method``)."""
+    from dataclasses import asdict
+
+    import optuna
+
+    from autotune.measure import Noise, ScriptMeasurer
+    from autotune.measure.script_pairs import ScriptTrial
+    from autotune.study import SearchOptions
+    from autotune.study.budget import racing_reserve_s
+
+    noise = Noise(window_s=0.5, pairs=6, half_width=0.03, margin=0.035, spread=0.3, aa=(1.0, 0.9, 1.1),
+                  timed_s=18.3, wall_s=27.0, aa_pairs=18, round_pairs=18)
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr("noise", asdict(noise))
+    study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs={
+        "wall_s": 27.0, "startup_s": 8.2, "timed_s": 18.3, "status": "ok", "role": "baseline",
+        "params": {"batch_size": 64}, "objective": 1.0, "method": "script process pairs (A/A)"}))
+    params = {"batch_size": 64, "amp_dtype": "bfloat16"}
+    measurer = ScriptMeasurer(["python", "train.py"], {"batch_size": 64}, facts, tmp_path, workload="script:train.py",
+                              loss_samples=64)
+    in_copy = ScriptTrial(params, baseline=False, deadline=0.0, in_copy=[(1.0, 1.5)] * 4)
+    method = measurer.method(in_copy, params)
+    assert method == "script window pairs in one copy (4)"
+    options = SearchOptions(budget_s=600, confirm_top=1)
+    pair = (27.0 - 18.3) / 3 + 6 * 18.3 / 18
+    assert racing_reserve_s(study, options, params, method, wall_s=6.0, timed_s=4.0) == pytest.approx(
+        1.1 * 3 * 3 * pair)
+    assert measurer.method(ScriptTrial(params, baseline=False, deadline=0.0, medians=[1.2, 1.3]), params) == \
+        "script process pairs (2)"

@@ -199,9 +199,9 @@ def test_a_confirmation_of_a_compiled_recipe_gets_a_time_limit_from_its_own_tria
 
 def test_a_short_budget_keeps_the_later_rounds_of_the_candidates_ranked_above(facts, monkeypatch) -> None:
     """Three candidates, a round of each taking its trial's time (10 s, 30 s, 10 s, ranked in that order), 75 s
-    left: the first is confirmed in all three rounds, the second in the one round that leaves the first its
-    others, the third in none. Before, the first candidate that did not fit ended the confirmation: the
-    2-minute demo's two fastest candidates got one round of three."""
+    left of a budget that kept time for three rounds: the first is confirmed in all three rounds, the second in the
+    one round that leaves the first its others, the third in none. Before, the first candidate that did not fit
+    ended the confirmation: the 2-minute demo's two fastest candidates got one round of three."""
     from autotune.measure import Noise
     from autotune.study.confirm import confirm
     from autotune.study.loop import SearchLoop
@@ -234,7 +234,8 @@ def test_a_short_budget_keeps_the_later_rounds_of_the_candidates_ranked_above(fa
             self.record(trial, role, params, result)
             return result
 
-    options = SearchOptions(budget_s=75, confirm_top=3)
+    # a budget whose 60% holds the three rounds of all three (165 s): the search kept time for them all; 75 s are left
+    options = SearchOptions(budget_s=400, confirm_top=3)
     loop = Timed(study, "tiny", facts, CTX, {}, options, budget=Budget(75.5, clock.monotonic), notify=lambda *a: None,
                  measurer=Calibrating())
     confirmation = confirm(loop)
@@ -243,6 +244,21 @@ def test_a_short_budget_keeps_the_later_rounds_of_the_candidates_ranked_above(fa
     assert {c.params["batch_size"]: c.rounds for c in confirmation.candidates} == {64: 3, 128: 1, 16: 0}
     assert confirmation.note is not None and "trial 3 from round 1 of 3" in confirmation.note, confirmation.note
     assert "trial 2 from round 2 of 3" in confirmation.note
+    # A budget of 75 s kept one round each (all three rounds, 165 s, are more than 60% of it): the first keeps no
+    # later round past that, every candidate gets its first, and the time left goes to later rounds (in a round,
+    # those ranked above still keep theirs: the drawn order decides whether 16 or 64 takes the last 25 s).
+    study = optuna.create_study(direction="maximize")
+    for trial in loop.study.get_trials():
+        if trial.user_attrs.get("role") != "confirm":
+            study.add_trial(trial)
+    clock.now, measured[:] = 0.0, []
+    options = SearchOptions(budget_s=75, confirm_top=3)
+    loop = Timed(study, "tiny", facts, CTX, {}, options, budget=Budget(75.5, clock.monotonic), notify=lambda *a: None,
+                 measurer=Calibrating())
+    confirmation = confirm(loop)
+    assert confirmation is not None
+    rounds = {c.params["batch_size"]: c.rounds for c in confirmation.candidates}
+    assert rounds[64] >= 2 and rounds[128] == 1 and rounds[16] >= 1, (rounds, measured)
 
 
 # Precision seeds from measured kernels (``probes.measured``) ------------------------------------------------------
