@@ -68,9 +68,8 @@ class Tuned:
     _ddp: DistributedDataParallel | None = None  # what prepare_model wrapped the model in, with several ranks
     _steps: StepReporter | None = None  # a script-mode trial's pipe to the search (``autotune.steps``)
     _model: torch.nn.Module | None = None  # the model prepared (``switch`` converts it)
-    _seen: int | None = None  # the micro-batch ``to_device`` moved last, told to a search as the step's samples
-    _moves: bool = False  # the script moves its batches with ``to_device``: its steps tell the batch it trains
     _autocasts: bool = False  # the script's forward passes run under ``autocast``: a precision can switch
+    _relayout: bool = False  # a switch changed the layout: the optimizer's state follows at the next step
 
     def __post_init__(self) -> None:
         self._scaler = spaces.amp.grad_scaler(self.params, self.device)
@@ -94,14 +93,14 @@ class Tuned:
             return "a recipe of several processes: its other ranks would train on with the one before"
         if "amp_dtype" in changed and not self._autocasts:
             return "amp_dtype: the script runs no forward pass under tuned.autocast() (its trainer set it once)"
-        if "batch_per_rank" in changed and not self._moves:
-            return "batch_per_rank: the script moves no batch with tuned.to_device (its steps would not tell it)"
+        if "batch_per_rank" in changed and not (self._steps is not None and self._steps.moves):
+            return ("batch_per_rank: no batch the script moves with tuned.to_device leads with its batch (its steps "
+                    "would not tell it)")
         self.params = dict(params)
         if "amp_dtype" in changed:  # float16's scaler, made again only where the precision changes
             self._scaler = spaces.amp.grad_scaler(self.params, self.device)
         if "channels_last" in changed and self._model is not None:
-            layout = torch.channels_last if params.get("channels_last") else torch.contiguous_format
-            self._model.to(memory_format=layout)  # type: ignore[call-overload]  # in place: its parameters' data
+            self._relayout = spaces.amp.relayout(params, self._model)
         if "matmul_precision" in changed and self.device == "cpu":
             torch.set_float32_matmul_precision(spaces.matmul.wanted(params))
         return None
@@ -253,9 +252,8 @@ class Tuned:
 
     def to_device(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if self._steps is not None:
-            self._steps.batch()
-            self._seen = len(tensors[0]) if tensors and tensors[0].dim() else None  # the batch it really trains
-            self._moves = True
+            self._steps.batch(len(tensors[0]) if tensors and tensors[0].dim() else None,
+                              self.batch_size if self.has_batch else None)
         non_blocking = bool(self.params.get("pin_memory"))
         moved = tuple(t.to(self.device, non_blocking=non_blocking) for t in tensors)
         return spaces.amp.prepare_batch(self.params, moved)
@@ -290,10 +288,12 @@ class Tuned:
         self._micro_step += 1
         distributed.sync_next_backward(self._ddp, self._steps_next())  # no all-reduce before the stepping one
         if self._steps is not None and self.rank == 0:  # rank 0 tells for all: its samples times the ranks
-            self._steps.micro((self._seen or self.batch_size) * self.world_size)
-            self._seen = None
+            self._steps.micro((self._steps.samples_of() or self.batch_size) * self.world_size)
         if self._micro_step % self.accumulation:
             return False
+        if self._relayout:
+            spaces.amp.relayout_state(optimizer)
+            self._relayout = False
         if self._scaler is not None:
             self._scaler.step(optimizer)
             self._scaler.update()

@@ -117,8 +117,9 @@ def test_an_evaluation_is_told_with_the_loss_and_its_time_is_no_wait_for_data() 
 
 def test_a_copy_switches_to_the_recipe_the_search_sends_between_two_steps_and_refuses_what_cannot_change() -> None:
     """``AUTOTUNE_CONTROL``: the search sends recipes; the copy's next ``step`` switches to each it can (precision
-    and memory layout in place: the model's weights converted, the next forward pass under the new autocast) and
-    answers each, naming the knobs it cannot change (a DataLoader's workers are made when the script builds it)."""
+    and memory layout in place: the model's weights and its optimizer's state converted, the next forward pass under
+    the new autocast) and answers each, naming the knobs it cannot change (a DataLoader's workers are made when the
+    script builds it)."""
     from autotune.apply import Tuned
     from autotune.steps import Switched, encode_switch
 
@@ -130,7 +131,7 @@ def test_a_copy_switches_to_the_recipe_the_search_sends_between_two_steps_and_re
     params = {"amp_dtype": "float32", "channels_last": False, "batch_per_rank": 8, "num_workers": 0, "device": "cpu"}
     tuned = Tuned(params=dict(params), _steps=reporter)
     model = tuned.prepare_model(torch.nn.Conv2d(3, 4, 3))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     faster = {**params, "amp_dtype": "bfloat16", "channels_last": True}
     os.write(send, (encode_switch(1, faster) + encode_switch(2, {**faster, "num_workers": 2})).encode())
     x = torch.randn(8, 3, 8, 8)
@@ -146,6 +147,45 @@ def test_a_copy_switches_to_the_recipe_the_search_sends_between_two_steps_and_re
     assert [type(m).__name__ for m in told] == ["Model", "Step", "Effect", "Switched", "Switched", "Step"]  # between
     assert tuned.params == faster and out.dtype == torch.bfloat16  # the second step's forward pass: switched
     assert model.weight.is_contiguous(memory_format=torch.channels_last)
+    # the momentum its first step made follows the weights' layout (else each update mixed the two)
+    assert optimizer.state[model.weight]["momentum_buffer"].is_contiguous(memory_format=torch.channels_last)
+
+
+def test_a_step_tells_the_batch_it_moved_only_where_the_batch_leads_its_tensors() -> None:
+    """A batch that leads with the recipe's batch is the step's samples (an epoch's short last one too); batches that
+    lead with time (a GRU's (time, batch, ...)) or a whole data set moved once are not: the step tells the recipe's
+    batch, and a batch switch is refused (its steps could not show it)."""
+    from autotune.apply import Tuned
+    from autotune.steps import Step
+
+    def told(*moved: torch.Tensor) -> tuple[list[int], str | None]:
+        read, write = os.pipe()
+        reporter = StepReporter(write)
+        tuned = Tuned(params={"batch_per_rank": 8, "device": "cpu"}, _steps=reporter)
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        for batch in moved:
+            (x,) = tuned.to_device(batch)
+            tuned.step(model(x.reshape(-1, 4)).mean(), optimizer)
+        steps = [m for m in map(decode, os.read(read, 1 << 16).decode().splitlines()) if isinstance(m, Step)]
+        why = tuned.switch({**tuned.params, "batch_per_rank": 16})
+        os.close(read)
+        os.close(write)
+        return [b.samples - a.samples for a, b in zip([Step(0.0, 0, 0.0), *steps], steps, strict=False)], why
+
+    assert told(torch.randn(8, 4), torch.randn(3, 4)) == ([8, 3], None)
+    time_first, why = told(torch.randn(5, 8, 4), torch.randn(5, 8, 4))
+    assert time_first == [8, 8] and why is not None and "to_device" in why
+    whole, why = told(torch.randn(1000, 4))
+    assert whole == [8] and why is not None
+    # switched to a smaller batch, a DataLoader built once still yields the one before: its steps say so
+    reporter = StepReporter(os.open(os.devnull, os.O_WRONLY))
+    tuned = Tuned(params={"batch_per_rank": 8, "device": "cpu"}, _steps=reporter)
+    tuned.to_device(torch.randn(8, 4))
+    assert reporter.samples_of() == 8 and tuned.switch({**tuned.params, "batch_per_rank": 4}) is None
+    tuned.to_device(torch.randn(8, 4))
+    assert reporter.samples_of() == 8
+    os.close(reporter.fd)  # type: ignore[arg-type]
 
 
 def test_an_evaluations_time_starts_after_the_loss_is_read() -> None:

@@ -109,6 +109,32 @@ def prepare_model(params: Params, model: torch.nn.Module, device: str) -> Prepar
     return Prepared(model)
 
 
+def relayout(params: Params, model: torch.nn.Module) -> bool:
+    """A running model put in the memory format ``params`` say, in place (its parameters' data): a copy switched
+    between windows (``Tuned.switch``). True: its optimizer's state follows at the next step (``relayout_state``)."""
+    import torch
+
+    # torch's stubs for Module.to() leave out the memory_format keyword its implementation takes
+    model.to(memory_format=torch.channels_last if params.get("channels_last")  # type: ignore[call-overload]
+             else torch.contiguous_format)
+    return True
+
+
+def relayout_state(optimizer: torch.optim.Optimizer) -> None:
+    """An optimizer's 4-D state (momentum, Adam's moments: one a parameter) in its parameter's memory format: after
+    a switch of the model's layout it kept the old one, and each update mixed the two."""
+    import torch
+
+    for param, state in optimizer.state.items():
+        if not isinstance(param, torch.Tensor) or param.dim() != 4:
+            continue
+        layout = torch.channels_last if param.is_contiguous(memory_format=torch.channels_last) \
+            and not param.is_contiguous() else torch.contiguous_format
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor) and value.shape == param.shape:
+                state[key] = value.contiguous(memory_format=layout)
+
+
 def prepare_batch(params: dict[str, Any], batch: Any) -> Any:
     """Inputs in the model's memory format (4-D float tensors only); ``batch`` is whatever the user's
     DataLoader yields (``Any``, like the forward pass's inputs and output below)."""
