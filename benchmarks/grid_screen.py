@@ -75,13 +75,22 @@ def _record_arms(worker: Any, defaults: dict[str, Any], combos: list[dict[str, A
                  window_s: float, train_steps: int, seed: int) -> list[Any]:
     """Each combination as an arm of ``worker``, ``pairs`` pairs against its ``defaults`` arm, then its loss."""
     from autotune.measure import stats
+    from autotune.measure.hopeless import HOPELESS
     from autotune.testing.replay import GridConfig
 
     out = []
     for index, combo in enumerate(combos):
         name, started = f"c{index}", time.monotonic()
-        status = worker.add_arm(name, {**defaults, **combo})
+        # far slower than its environment's defaults in its warm-up (float16 on a CPU: 0.01x), it is stopped there,
+        # as the search stops it (``HOPELESS``): its pairs and loss would take minutes a cell
+        status = worker.add_arm(name, {**defaults, **combo}, give_up=HOPELESS, against="defaults")
         warmup_s = time.monotonic() - started
+        if status.state == "ok" and status.gave_up is not None:
+            why = f"gave up in its warm-up: a step took {status.gave_up:.0f}x the defaults' time per sample"
+            out.append(GridConfig(combo, "gave_up", why, warmup_s=warmup_s))
+            print(f"  {combo}: {why}", flush=True)
+            worker.drop_arm(name)
+            continue
         if status.state != "ok":
             out.append(GridConfig(combo, status.state, status.error, warmup_s=warmup_s))
             print(f"  {combo}: {status.state} {status.error}", flush=True)

@@ -125,6 +125,31 @@ def test_a_cell_merges_its_visits_and_one_failed_visit_fails_it() -> None:
     assert failed.state == "oom" and failed.ratios == [1.1, 1.2]  # what ran before stays, the cell is infeasible
 
 
+def test_a_cell_far_slower_in_its_warm_up_is_given_up_there_and_replays_as_failed() -> None:
+    """float16 on a CPU without its kernels read 0.01x: 10 pairs and a loss of it took minutes a cell. The screen
+    asks the worker to give up as the search does (``HOPELESS``, against the defaults' arm) and records why, no pairs
+    run; the replay answers it as a failed trial."""
+    from autotune.measure.hopeless import HOPELESS
+    from autotune.measure.protocol import ArmStatus
+
+    asked: list[tuple[str, dict[str, object]]] = []
+
+    class Worker:  # the worker's side of a CPU where float16's steps are 120x slower (not this machine's)
+        def add_arm(self, name: str, params: dict[str, object], **kw: object) -> ArmStatus:
+            asked.append((name, kw))
+            return ArmStatus(name, "ok", gave_up=120.0)
+
+        def drop_arm(self, name: str) -> None:
+            asked.append((f"drop {name}", {}))
+
+        def run_pairs(self, *a: object, **kw: object) -> None:
+            raise AssertionError("a cell given up runs no pairs")
+
+    out = gs._record_arms(Worker(), {"amp_dtype": "float32"}, [{"amp_dtype": "float16"}], 10, 0.5, 24, 0)
+    assert asked == [("c0", {"give_up": HOPELESS, "against": "defaults"}), ("drop c0", {})]
+    assert out[0].state == "gave_up" and not out[0].ratios and "120x" in (out[0].error or "")
+
+
 def test_a_stopped_screen_resumes_with_the_visits_not_done_and_refuses_other_options(tmp_path: Path) -> None:
     partial = tmp_path / "g.partial.jsonl"
     header = {"options": {"workload": "cnn", "pairs": 10}, "order": [[2, 2], [1, 1], [2, 1]], "noise": {}}
