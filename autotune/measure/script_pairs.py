@@ -30,16 +30,7 @@ from . import sizing, stats
 from .measurer import Noise, PairedMeasurer
 from .resident import TIME_RAN_OUT, ResidentCopy, fresh_loss
 from .runs import RunPair
-from .script import (
-    WARMUP_STEPS,
-    ScriptRun,
-    alone_pair,
-    copy_plan,
-    failure,
-    start_together,
-    step_s,
-    window_pairs,
-)
+from .script import WARMUP_STEPS, ScriptRun, alone_pair, copy_plan, failure, start_together, step_s, window_pairs
 from .script_results import SAME_ARITHMETIC, copy_method, failure_status, loss_fields, script_method
 from .sizing import LEAST_PAIRS
 
@@ -190,8 +181,10 @@ class ScriptMeasurer(PairedMeasurer):
     def _more_in_copy(self, trial: ScriptTrial, copy: ResidentCopy, pairs: list[tuple[float, float]], n: int,
                       confidence: float) -> stats.Interval:
         """``n`` window pairs in the long-lived copy; where it cannot measure them, fresh process pairs instead."""
-        starts = copy.run is None  # this trial's time holds the copy's start
-        got, why = copy.window_pairs(trial.params, n, self._window_s(), trial.deadline, self.stall_s)
+        if trial.failed is not None:  # far slower in its first pair: nothing more
+            return stats.serial_median_interval([c / b for b, c in pairs], confidence)
+        starts, first = copy.run is None, 1 if not pairs and n > 1 else n  # its start; a first pair alone
+        got, why = copy.window_pairs(trial.params, first, self._window_s(), trial.deadline, self.stall_s)
         trial.startup_s += copy.startup_s if starts else 0.0
         if why is not None and why != TIME_RAN_OUT:  # the copy cannot measure it: fresh process pairs instead
             if copy.failed == why:  # it ended: its log is kept
@@ -200,6 +193,12 @@ class ScriptMeasurer(PairedMeasurer):
             return self.more(trial, n, max(0.0, trial.deadline - time.monotonic()), confidence)
         pairs.extend(got)
         trial.timed_s += 2 * len(got) * self._window_s()  # its windows, each at least this long
+        # far slower in its first pair (float16 on a CPU read 0.01x, and took 17 s): no more pairs, no loss
+        if (slower := results.far_slower(1 / statistics.median(c for _, c in pairs),
+                                         1 / statistics.median(b for b, _ in pairs)) if pairs else None):
+            trial.failed = results.hopeless_result(slower)
+        elif first < n and why is None:
+            return self._more_in_copy(trial, copy, pairs, n - first, confidence)
         return stats.serial_median_interval([c / b for b, c in pairs], confidence)
 
     def _end_in_copy(self, trial: ScriptTrial, wall_s: float) -> TrialResult:

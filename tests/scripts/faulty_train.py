@@ -53,6 +53,7 @@ steps, first_batch = 0, tuned.batch_size
 while True:
     fast = bool(tuned.params.get("channels_last"))  # a switched copy's recipe is its own from this step on
     pause = slowed * (20 * step_s if fault == "slow" else step_s / 3 if fast else step_s)
+    pause *= 20 if tuned.params.get("amp_dtype") == "float16" else 1  # as float16 on a CPU without its kernels
     x = torch.randn(first_batch if os.environ.get("LOADER") == "once" else tuned.batch_size, 1, 4, 4)
     if os.environ.get("LOADER"):
         (x,) = tuned.to_device(x)

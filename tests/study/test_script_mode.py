@@ -340,7 +340,7 @@ def test_an_in_place_candidate_is_measured_in_one_long_lived_copy_and_a_batch_th
     """Issue 60: channels_last (a third of the step) is measured in the long-lived copy of the defaults, switched
     between windows, no copy started for it; a larger batch, where the script builds its batch once (``LOADER=once``,
     as a DataLoader built once), does not show in the copy's steps: the candidate is measured in fresh process
-    pairs instead, and its result says why."""
+    pairs instead, and its result says why. A candidate far slower in its first window pair stops there."""
     monkeypatch.setenv("LOADER", "once")
     measurer, candidate = _measurer(facts, tmp_path, start_s=60.0, resident=True)
     try:
@@ -351,6 +351,12 @@ def test_an_in_place_candidate_is_measured_in_one_long_lived_copy_and_a_batch_th
         assert result.method == "script window pairs in one copy (4)" and interval.count == 4, result
         assert 2.0 < result.objective < 3.6 and result.startup_s > 0, result  # this trial started the copy
         assert not list(tmp_path.glob("*-candidate")), list(tmp_path.iterdir())
+        # float16, 20x slower here (0.01x on a CPU without its kernels): its first window pair stops it, no loss
+        handle = measurer.begin({**measurer.defaults, "amp_dtype": "float16"}, timeout_s=60)
+        measurer.more(handle, 4, timeout_s=60)
+        hopeless = measurer.end(handle)
+        assert hopeless.method.startswith("its first steps") and hopeless.objective < 1 / 8, hopeless
+        assert hopeless.loss is None and not list(tmp_path.glob("*-loss")), hopeless
         larger = {**measurer.defaults, "batch_per_rank": 16}
         handle = measurer.begin(larger, timeout_s=60)
         measurer.more(handle, 4, timeout_s=60)
