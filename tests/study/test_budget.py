@@ -150,16 +150,13 @@ def test_a_candidate_that_starts_processes_is_estimated_at_its_first_process_pai
     assert started_estimate_s(study) == pytest.approx(1.2 * 30.6)
 
 
-def test_a_script_modes_rounds_are_its_process_pairs_alone() -> None:
-    """A script-mode candidate of 4 process pairs in 35 s: a round is 2 such pairs (17.5 s), and the defaults'
-    start (the baseline's 8.2 s) is not added: every pair starts both copies itself."""
-    from dataclasses import asdict, replace
+def _script_study() -> tuple[Any, Any]:
+    """A script-mode study: its A/A (3 process pairs in 27 s) and bfloat16 over 4 process pairs in 35 s."""
+    from dataclasses import asdict
 
     import optuna
 
     from autotune.measure import Noise
-    from autotune.study import SearchOptions
-    from autotune.study.budget import reserve_s
 
     study = optuna.create_study(direction="maximize")
     noise = Noise(window_s=0.5, pairs=6, half_width=0.03, margin=0.035, spread=0.3, aa=(1.0, 0.54, 1.97),
@@ -172,6 +169,20 @@ def test_a_script_modes_rounds_are_its_process_pairs_alone() -> None:
         "wall_s": 35.0, "startup_s": 10.1, "timed_s": 24.4, "status": "ok", "role": "seed",
         "params": {"batch_size": 64, "amp_dtype": "bfloat16"}, "objective": 1.66, "speedup_low": 1.28,
         "speedup_high": 2.14, "method": "script process pairs (4)"}))
+    return study, noise
+
+
+def test_a_script_modes_rounds_are_its_process_pairs_alone() -> None:
+    """A script-mode candidate of 4 process pairs in 35 s: a round is 2 such pairs (17.5 s), and the defaults'
+    start (the baseline's 8.2 s) is not added: every pair starts both copies itself."""
+    from dataclasses import asdict, replace
+
+    import optuna
+
+    from autotune.study import SearchOptions
+    from autotune.study.budget import reserve_s
+
+    study, noise = _script_study()
     assert reserve_s(study, SearchOptions(budget_s=178), 42.0) == pytest.approx(1.1 * 3 * 35.0 / 4 * 2)
     # Copies that differ between processes: the calibration sized a round as 4 process pairs of 2 window pairs, and
     # a trial of 2 such pairs took 12 s: a round is 4 pairs of 6 s.
@@ -187,24 +198,10 @@ def test_the_reserve_keeps_fewer_rounds_where_all_would_take_most_of_the_budget(
     """A script-mode candidate whose round takes 17.5 s: three rounds (57.75 s with 10% over) fit 60% of 178 s and
     are kept; of 80 s two (38.5 s) are, of 50 s one (19.25 s). Three rounds of fresh process pairs and the claim
     had ended a 3-minute script-mode search after its first candidate, where one round then ran."""
-    from dataclasses import asdict
-
-    import optuna
-
-    from autotune.measure import Noise
     from autotune.study import SearchOptions
     from autotune.study.budget import kept_rounds, reserve_s
 
-    study = optuna.create_study(direction="maximize")
-    study.set_user_attr("noise", asdict(Noise(window_s=0.5, pairs=6, half_width=0.03, margin=0.035, spread=0.3,
-                                              aa=(1.0, 0.54, 1.97), timed_s=18.3, wall_s=27.0)))
-    study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs={
-        "wall_s": 27.0, "startup_s": 8.2, "timed_s": 18.3, "status": "ok", "role": "baseline",
-        "params": {"batch_size": 64}, "objective": 1.0, "method": "script process pairs (A/A)"}))
-    study.add_trial(optuna.trial.create_trial(value=1.66, user_attrs={
-        "wall_s": 35.0, "startup_s": 10.1, "timed_s": 24.4, "status": "ok", "role": "seed",
-        "params": {"batch_size": 64, "amp_dtype": "bfloat16"}, "objective": 1.66, "speedup_low": 1.28,
-        "speedup_high": 2.14, "method": "script process pairs (4)"}))
+    study, _ = _script_study()
     found = {budget: (kept_rounds(study, SearchOptions(budget_s=budget)),
                       reserve_s(study, SearchOptions(budget_s=budget), 42.0)) for budget in (178, 80, 50)}
     assert found == {178: (3, pytest.approx(57.75)), 80: (2, pytest.approx(38.5)), 50: (1, pytest.approx(19.25))}
