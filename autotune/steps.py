@@ -185,8 +185,6 @@ class StepReporter:
         self._orders = b""
         self.moves = False  # a batch led with the recipe's batch (``Tuned.to_device``): a batch switch shows in steps
         self._seen: int | None = None  # the last batch's samples, where they can be told (``batch``)
-        self._batch: int | None = None  # the recipe's batch at the last batch, and the one before it changed
-        self._was: int | None = None
 
     @classmethod
     def from_environment(cls) -> StepReporter | None:
@@ -221,18 +219,15 @@ class StepReporter:
     def batch(self, leading: int | None = None, batch: int | None = None) -> None:
         """A batch came (``Tuned.to_device``: ``leading``, its first tensor's first dimension, and the recipe's
         ``batch``): the time since the last step ended, at the first batch after it, was the wait for data (a script
-        that moves its batches itself tells none). Once a batch led with the recipe's, ``leading`` is the step's
-        samples (``samples_of``) where it is at most the recipe's batch (an epoch's short last one) or the one before
-        a switch (a DataLoader built once keeps it); a whole data set moved at once, or batches that lead with time,
-        are not samples, and no batch switch is taken (``moves``)."""
+        that moves its batches itself tells none). The step's samples (``samples_of``) are ``leading``, at most the
+        recipe's batch: batches that lead with time, or a whole data set moved at once, are never counted as more
+        (a count too low reads a recipe slower, never faster). A batch switch is taken once a batch led with the
+        recipe's (``moves``)."""
         if self._last is not None:
             self._waited += time.monotonic() - self._last
             self._last = None
-        if batch is not None and batch != self._batch:
-            self._was, self._batch = self._batch, batch
         self.moves = self.moves or (leading is not None and leading == batch)
-        told = self.moves and leading is not None and batch is not None and (leading <= batch or leading == self._was)
-        self._seen = leading if told else None
+        self._seen = min(leading, batch) if leading and batch else leading or None
 
     def samples_of(self) -> int | None:
         """A micro-batch's samples: the last batch's where they can be told (``batch``), once; else None."""

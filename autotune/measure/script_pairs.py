@@ -27,6 +27,7 @@ from ..probes import Facts
 from ..trial.spec import Status, TrialResult
 from . import script_results as results
 from . import sizing, stats
+from .hopeless import HOPELESS
 from .measurer import Noise, PairedMeasurer
 from .resident import TIME_RAN_OUT, ResidentCopy, fresh_loss
 from .runs import RunPair
@@ -181,9 +182,9 @@ class ScriptMeasurer(PairedMeasurer):
     def _more_in_copy(self, trial: ScriptTrial, copy: ResidentCopy, pairs: list[tuple[float, float]], n: int,
                       confidence: float) -> stats.Interval:
         """``n`` window pairs in the long-lived copy; where it cannot measure them, fresh process pairs instead."""
-        if trial.failed is not None:  # far slower in its first pair: nothing more
-            return stats.serial_median_interval([c / b for b, c in pairs], confidence)
-        starts, first = copy.run is None, 1 if not pairs and n > 1 else n  # its start; a first pair alone
+        if trial.failed is not None:  # far slower in its first look: nothing more, no interval (the race ends)
+            return stats.Interval(math.nan, 0.0, math.inf, confidence, 0)
+        starts, first = copy.run is None, 2 if not pairs and n > 2 else n  # its start; a first look of two pairs
         got, why = copy.window_pairs(trial.params, first, self._window_s(), trial.deadline, self.stall_s)
         trial.startup_s += copy.startup_s if starts else 0.0
         if why is not None and why != TIME_RAN_OUT:  # the copy cannot measure it: fresh process pairs instead
@@ -191,15 +192,19 @@ class ScriptMeasurer(PairedMeasurer):
                 self.failed_copies.append(copy.folder)
             trial.in_copy, trial.fallback = None, why
             return self.more(trial, n, max(0.0, trial.deadline - time.monotonic()), confidence)
+        looked, fastest = not pairs, max((c for _, c in got), default=0.0)
         pairs.extend(got)
         trial.timed_s += 2 * len(got) * self._window_s()  # its windows, each at least this long
-        # far slower in its first pair (float16 on a CPU read 0.01x, and took 17 s): no more pairs, no loss
-        if (slower := results.far_slower(1 / statistics.median(c for _, c in pairs),
-                                         1 / statistics.median(b for b, _ in pairs)) if pairs else None):
-            trial.failed = results.hopeless_result(slower)
-        elif first < n and why is None:
+        base = statistics.median(b for b, _ in pairs) if pairs else 0.0
+        # far slower in its first look, even its fastest window (float16 on a CPU read 0.01x and took 17 s): no more
+        # pairs, no loss; one stalled window alone is no verdict
+        if looked and got and fastest * HOPELESS <= base:
+            trial.failed = results.hopeless_result(base / max(fastest, 1e-12))
+            return stats.Interval(math.nan, 0.0, math.inf, confidence, 0)
+        if first < n and why is None:
             return self._more_in_copy(trial, copy, pairs, n - first, confidence)
-        return stats.serial_median_interval([c / b for b, c in pairs], confidence)
+        return stats.serial_median_interval([c / b for b, c in pairs], confidence) if pairs else \
+            stats.Interval(math.nan, 0.0, math.inf, confidence, 0)
 
     def _end_in_copy(self, trial: ScriptTrial, wall_s: float) -> TrialResult:
         """A candidate measured in the long-lived copy, its loss from a fresh copy where its arithmetic differs."""
