@@ -15,7 +15,7 @@ import grid_screen as gs  # noqa: E402 - the benchmark's stages under test
 import search_quality as sq  # noqa: E402
 import verify_grid as vg  # noqa: E402
 
-from autotune.testing.replay import GridConfig, RecordedGrid  # noqa: E402
+from autotune.testing.replay import GridConfig, RecordedGrid, ReplayMeasurer  # noqa: E402
 
 ZEN4 = BENCHMARKS / "grids" / "cnn-paired-zen4.json"
 
@@ -128,7 +128,7 @@ def test_a_cell_merges_its_visits_and_one_failed_visit_fails_it() -> None:
 def test_a_cell_far_slower_in_its_warm_up_is_given_up_there_and_replays_as_failed() -> None:
     """float16 on a CPU without its kernels read 0.01x: 10 pairs and a loss of it took minutes a cell. The screen
     asks the worker to give up as the search does (``HOPELESS``, against the defaults' arm) and records why, no pairs
-    run; the replay answers it as a failed trial."""
+    run; the replay answers it as the search records it, far slower (it had answered a crash)."""
     from autotune.measure.hopeless import HOPELESS
     from autotune.measure.protocol import ArmStatus
 
@@ -148,6 +148,8 @@ def test_a_cell_far_slower_in_its_warm_up_is_given_up_there_and_replays_as_faile
     out = gs._record_arms(Worker(), {"amp_dtype": "float32"}, [{"amp_dtype": "float16"}], 10, 0.5, 24, 0)
     assert asked == [("c0", {"give_up": HOPELESS, "against": "defaults"}), ("drop c0", {})]
     assert out[0].state == "gave_up" and not out[0].ratios and "120x" in (out[0].error or "")
+    replayed = ReplayMeasurer._failed(out[0])  # as the live search records it: far slower, not a crash
+    assert replayed.status == "ok" and replayed.speedup_high == 1 / HOPELESS and replayed.pairs == 0, replayed
 
 
 def test_a_stopped_screen_resumes_with_the_visits_not_done_and_refuses_other_options(tmp_path: Path) -> None:
