@@ -100,7 +100,8 @@ class Tuned:
         if "amp_dtype" in changed:  # float16's scaler, made again only where the precision changes
             self._scaler = spaces.amp.grad_scaler(self.params, self.device)
         if "channels_last" in changed and self._model is not None:
-            self._relayout = spaces.amp.relayout(params, self._model)
+            spaces.amp.relayout(params, self._model)
+            self._relayout = True
         if "matmul_precision" in changed and self.device == "cpu":
             torch.set_float32_matmul_precision(spaces.matmul.wanted(params))
         return None

@@ -144,10 +144,8 @@ def fresh_loss(plan: launch.LaunchPlan, folder: Path, loss_samples: int, start_l
     live.append(run)
     started = time.monotonic()
     try:
-        try:
-            start_together([run], max(1.0, min(start_limit_s, deadline - time.monotonic())))
-        finally:
-            start_s = time.monotonic() - started
+        start_together([run], max(1.0, min(start_limit_s, deadline - time.monotonic())))
+        start_s = time.monotonic() - started
         loss = run.loss_told(deadline, stall_s)
         if isinstance(loss, str) and not loss.startswith("the trial's"):
             failed.append(folder)

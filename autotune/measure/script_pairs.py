@@ -168,7 +168,7 @@ class ScriptMeasurer(PairedMeasurer):
         all): the interval over all of the candidate's process pairs so far."""
         trial = self._trial(handle)
         trial.deadline = min(trial.deadline, time.monotonic() + timeout_s)
-        if trial.in_copy is not None and self.resident is not None:
+        if trial.in_copy is not None and self.resident is not None and trial.failed is None:
             return self._more_in_copy(trial, self.resident, trial.in_copy, n, confidence)
         wanted = max(LEAST_PAIRS - len(trial.medians), math.ceil(n / self.rounds.windows))
         for _ in range(wanted):
@@ -182,8 +182,6 @@ class ScriptMeasurer(PairedMeasurer):
     def _more_in_copy(self, trial: ScriptTrial, copy: ResidentCopy, pairs: list[tuple[float, float]], n: int,
                       confidence: float) -> stats.Interval:
         """``n`` window pairs in the long-lived copy; where it cannot measure them, fresh process pairs instead."""
-        if trial.failed is not None:  # far slower in its first look: nothing more, no interval (the race ends)
-            return stats.Interval(math.nan, 0.0, math.inf, confidence, 0)
         starts, first = copy.run is None, 2 if not pairs and n > 2 else n  # its start; a first look of two pairs
         got, why = copy.window_pairs(trial.params, first, self._window_s(), trial.deadline, self.stall_s)
         trial.startup_s += copy.startup_s if starts else 0.0
@@ -200,11 +198,11 @@ class ScriptMeasurer(PairedMeasurer):
         # pairs, no loss; one stalled window alone is no verdict
         if looked and got and fastest * HOPELESS <= base:
             trial.failed = results.hopeless_result(base / max(fastest, 1e-12))
-            return stats.Interval(math.nan, 0.0, math.inf, confidence, 0)
+            return self._interval(trial, confidence)  # none: the race ends, and later calls measure nothing
         if first < n and why is None:
             return self._more_in_copy(trial, copy, pairs, n - first, confidence)
         return stats.serial_median_interval([c / b for b, c in pairs], confidence) if pairs else \
-            stats.Interval(math.nan, 0.0, math.inf, confidence, 0)
+            self._interval(trial, confidence)
 
     def _end_in_copy(self, trial: ScriptTrial, wall_s: float) -> TrialResult:
         """A candidate measured in the long-lived copy, its loss from a fresh copy where its arithmetic differs."""

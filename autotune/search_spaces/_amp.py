@@ -109,15 +109,14 @@ def prepare_model(params: Params, model: torch.nn.Module, device: str) -> Prepar
     return Prepared(model)
 
 
-def relayout(params: Params, model: torch.nn.Module) -> bool:
+def relayout(params: Params, model: torch.nn.Module) -> None:
     """A running model put in the memory format ``params`` say, in place (its parameters' data): a copy switched
-    between windows (``Tuned.switch``). True: its optimizer's state follows at the next step (``relayout_state``)."""
+    between windows (``Tuned.switch``); its optimizer's state follows at the next step (``relayout_state``)."""
     import torch
 
     # torch's stubs for Module.to() leave out the memory_format keyword its implementation takes
     model.to(memory_format=torch.channels_last if params.get("channels_last")  # type: ignore[call-overload]
              else torch.contiguous_format)
-    return True
 
 
 def relayout_state(optimizer: torch.optim.Optimizer) -> None:
