@@ -160,11 +160,11 @@ class Arm:
         return statistics.median(self._warm_steps) if self._warm_steps else None
 
     def recent_s_per_sample(self, windows: int = 8) -> float | None:
-        """Seconds per sample over its last ``windows`` windows (their median): the reference a new arm's first
-        steps are judged against (``HOPELESS``). Its latest, not all: on a shared VM a window's speed moves with
-        the neighbours' load, and the calibration's windows had read up to 30x slower than later ones."""
+        """Seconds per sample over its last ``windows`` windows (their median; before any, its warm-up steps': a new
+        environment's worker): the reference a new arm's first steps are judged against (``HOPELESS``). The latest:
+        on a shared VM a window's speed moves with the neighbours' load (calibration windows read 30x slower)."""
         recent = self.rates[-windows:]
-        return 1 / statistics.median(recent) if recent else None
+        return 1 / statistics.median(recent) if recent else (self.step_s or 0.0) / max(1, self.step_samples) or None
 
     @property
     def data_wait(self) -> float | None:

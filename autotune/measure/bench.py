@@ -70,15 +70,15 @@ class Bench:
             give_up: float | None = None, against: str | None = None, reference_s: float | None = None) -> Arm:
         """Build and warm up an arm (``protocol.AddArm``); a failed warm-up leaves a failed arm (``ArmFailed``
         raised). ``give_up``: its warm-up ends once its steps take more than that many times the time per
-        sample (``hopeless.Judge``) of the arm ``against`` (the one it is paired with), when that arm has been timed,
-        else ``reference_s`` seconds per sample."""
+        sample (``hopeless.Judge``) of the arm ``against`` (the one it is paired with: its recent windows, before
+        any its warm-up), else ``reference_s`` seconds per sample."""
         differences = environment_differences(self.spec.params, params)
         if differences:
             raise EnvironmentMismatch("environment-level knobs differ from this worker's: " + ", ".join(differences))
         if name in self.arms:
             raise KeyError(f"arm {name!r} exists: drop it first")
         reference = self.arms.get(against) if against is not None else None
-        per_sample = reference.recent_s_per_sample() if reference is not None else reference_s
+        per_sample = (reference.recent_s_per_sample() if reference is not None else None) or reference_s
         arm = Arm(name, params, self, seed, wide, (give_up, per_sample) if give_up and per_sample else None)
         self.arms[name] = arm
         others = [a for a in self.arms.values() if a is not arm and a.state == "ok"]

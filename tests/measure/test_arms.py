@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -436,15 +437,20 @@ def test_a_short_step_that_stalls_once_is_no_verdict_and_a_slow_arm_gives_up_aft
     """The hopeless rule on steps of milliseconds: ``hiccup``'s second step stalls once for 0.1 s, about 30x its
     step, as one step on a busy VM may; that alone must not end an arm (``tiny``'s bf16 seed was once recorded at
     0.01x from one step, where its windows read 0.66-0.75x). Its ``channels_last`` arm is ~19x slower at every
-    step: it gives up once its slow steps in a row have lasted a CPU window (``WINDOW_FLOOR_S``), a few steps."""
+    step: it gives up once its slow steps in a row have lasted a CPU window (``WINDOW_FLOOR_S``), a few steps; so
+    it does beside a reference not timed yet (judged by its warm-up: a new environment's worker)."""
     from autotune.measure.arms import WINDOW_FLOOR_S
     from autotune.measure.hopeless import HOPELESS
     from tests.quality_workloads import HICCUP_S
 
     base = _params(facts, batch_size=16)
-    with PairedWorker("tests.quality_workloads:hiccup", base, facts, SETTINGS) as worker:
+    # four warm-up steps: the reference's median warm step is not its one stall
+    with PairedWorker("tests.quality_workloads:hiccup", base, facts, replace(SETTINGS, warmup_steps=4)) as worker:
         worker.add_arm("a", base)
         worker.add_arm("b", base)
+        early = worker.add_arm("early", {**base, "channels_last": True}, give_up=HOPELESS, against="a")
+        assert early.state == "ok" and early.gave_up is not None and early.gave_up > HOPELESS, early
+        worker.drop_arm("early")
         worker.run_pairs("a", "b", 1, WINDOW_FLOOR_S["cpu"])
         stalled = worker.add_arm("stalled", base, give_up=HOPELESS, against="a")
         assert stalled.state == "ok" and stalled.gave_up is None, stalled
