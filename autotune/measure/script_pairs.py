@@ -27,7 +27,6 @@ from ..probes import Facts
 from ..trial.spec import Status, TrialResult
 from . import script_results as results
 from . import sizing, stats
-from .hopeless import HOPELESS
 from .measurer import Noise, PairedMeasurer
 from .resident import TIME_RAN_OUT, ResidentCopy, fresh_loss
 from .runs import RunPair
@@ -196,8 +195,10 @@ class ScriptMeasurer(PairedMeasurer):
         base = statistics.median(b for b, _ in pairs) if pairs else 0.0
         # far slower in its first look, even its fastest window (float16 on a CPU read 0.01x and took 17 s): no more
         # pairs, no loss; one stalled window alone is no verdict
-        if looked and got and fastest * HOPELESS <= base:
-            trial.failed = results.hopeless_result(base / max(fastest, 1e-12))
+        slower = (results.far_slower(1 / max(fastest, 1e-12), 1 / base)
+                  if looked and got and base > 0 else None)
+        if slower is not None:
+            trial.failed = results.hopeless_result(slower)
             return self._interval(trial, confidence)  # none: the race ends, and later calls measure nothing
         if first < n and why is None:
             return self._more_in_copy(trial, copy, pairs, n - first, confidence)
