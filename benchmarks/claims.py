@@ -1,8 +1,9 @@
 """Does the stated claim cover what the user's own script gets? Independent searches of the bundled CNN and
 transformer (a fresh study each, in a folder of its own), each followed by the user's script
 (``examples/train_cnn.py``, ``examples/train_transformer.py``) plain and under ``autotune run --recipe`` in fresh
-processes, ``--pairs`` pairs in an order drawn per pair. Resumable: each finished run is one JSON line appended to
-``--out``; a run already there is not run again, so the campaign can go on across sessions.
+processes (``--workloads recurrent input_bound``: ``benchmarks/workloads.py``'s, with ``train_recurrent.py`` and
+``train_augmented.py``), ``--pairs`` pairs in an order drawn per pair. Resumable: each finished run is one JSON
+line appended to ``--out``; a run already there is not run again, so the campaign can go on across sessions.
 
     python benchmarks/claims.py --runs 12 --budget 5m               # hours on 2 vCPUs
     python benchmarks/claims.py --summary                           # what the file holds so far
@@ -31,7 +32,12 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = {"cnn": ROOT / "examples" / "train_cnn.py", "transformer": ROOT / "examples" / "train_transformer.py"}
+# each workload's search spec and the script a user would write for it
+EXAMPLES, SPECS = ROOT / "examples", ROOT / "benchmarks" / "workloads.py"
+WORKLOADS = {"cnn": ("cnn", EXAMPLES / "train_cnn.py"),
+             "transformer": ("transformer", EXAMPLES / "train_transformer.py"),
+             "recurrent": (f"{SPECS}:recurrent", EXAMPLES / "train_recurrent.py"),
+             "input_bound": (f"{SPECS}:input_bound", EXAMPLES / "train_augmented.py")}
 OUT = ROOT / "benchmarks" / "results" / "claims.jsonl"
 
 
@@ -80,11 +86,14 @@ def one_run(workload: str, index: int, budget: str, pairs: int, seconds: float) 
         here = Path(folder)
         load = os.getloadavg()[0]
         started = time.monotonic()
-        search = subprocess.run([_cli(), "search", "--workload", workload, "--budget", budget, "--seed", str(index),
+        spec, script = WORKLOADS[workload]
+        search = subprocess.run([_cli(), "search", "--workload", spec, "--budget", budget, "--seed", str(index),
                                  "--json"], capture_output=True, text=True, cwd=here, check=False)
         search_s = time.monotonic() - started
         if search.returncode != 0:
             return {"workload": workload, "run": index, "error": search.stderr.strip()[-400:], "load": load}
+        events = [json.loads(line) for line in search.stdout.splitlines() if line.startswith("{")]
+        finished = [e for e in events if e.get("event") == "trial_finished"]
         subprocess.run([_cli(), "export", "--format", "env", "-o", "best.env"], cwd=here, check=True,
                        capture_output=True)
         best = json.loads(subprocess.run([_cli(), "best", "--json"], cwd=here, check=True, capture_output=True,
@@ -96,10 +105,15 @@ def one_run(workload: str, index: int, budget: str, pairs: int, seconds: float) 
                                "low": recipe.get("speedup_low"), "high": recipe.get("speedup_high"),
                                "run_low": recipe.get("run_low"), "run_high": recipe.get("run_high"),
                                "process_pairs": recipe.get("process_pairs"), "params": recipe.get("params"),
-                               "notes": recipe.get("notes")}
+                               "notes": recipe.get("notes"),
+                               # what the search spent its time on: its trials (the baseline's, the calibration, in
+                               # them), its confirmation rounds and the timed windows of all
+                               "trials": sum(e["role"] != "confirm" for e in finished),
+                               "rounds": sum(e["role"] == "confirm" for e in finished),
+                               "timed_s": sum(e["result"].get("timed_s") or 0.0 for e in finished)}
         if recipe.get("claim") in (None, "defaults"):
             return {**row, "ratios": []}
-        ratios = user_pairs(SCRIPTS[workload], pairs, seconds, here, f"{workload}{index}")
+        ratios = user_pairs(script, pairs, seconds, here, f"{workload}{index}")
         return {**row, "ratios": ratios, "seconds": seconds, "load_after": os.getloadavg()[0]}
 
 
@@ -165,7 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", default="5m", help="each search's budget (default 5m)")
     parser.add_argument("--pairs", type=int, default=10, help="the user's fresh-process pairs per run (default 10)")
     parser.add_argument("--seconds", type=float, default=8.0, help="timed training per user process (default 8)")
-    parser.add_argument("--workloads", nargs="+", default=list(SCRIPTS), choices=list(SCRIPTS))
+    parser.add_argument("--workloads", nargs="+", default=["cnn", "transformer"], choices=list(WORKLOADS),
+                        help="the bundled CNN and transformer (default), the recurrent and input-bound workloads of "
+                             "benchmarks/workloads.py with the scripts a user would write for them")
     parser.add_argument("--out", type=Path, default=OUT, help=f"JSON lines, appended (default {OUT})")
     parser.add_argument("--summary", action="store_true", help="print what --out holds; run nothing")
     args = parser.parse_args(argv)
