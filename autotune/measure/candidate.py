@@ -14,7 +14,7 @@ from ..trial.runner import run_trial
 from ..trial.spec import Status, TrialResult
 from . import stats
 from .environment import DEFAULTS, ENVIRONMENT_KEYS
-from .hopeless import HOPELESS
+from .hopeless import HOPELESS, far_slower_result
 from .paired_worker import PairedWorker
 from .protocol import ArmStatus, PairRecord
 
@@ -196,13 +196,10 @@ def hopeless_result(trial: Candidate, status: ArmStatus | None, why: str, stalle
     warm-up), at most ``1 / HOPELESS``, no pairs and no loss. The why joins the candidate's warnings (a failed
     candidate's end gives them)."""
     ratio = 1 / status.gave_up if status is not None and status.gave_up else None
-    bound = 1 / HOPELESS
-    said = f"{ratio:.2f}x" if ratio is not None else f"under {bound:.2f}x"
+    said = f"{ratio:.2f}x" if ratio is not None else f"under {1 / HOPELESS:.2f}x"
     trial.warnings.append(f"stopped after its first steps, {said} the defaults: {why}")
-    return TrialResult(
-        Status.OK, objective=ratio if ratio is not None else bound / 2, speedup_high=bound,
-        method="its first steps (far slower: no pairs, no loss)", pairs=0, wall_s=time.monotonic() - trial.started,
-        startup_s=trial.startup_s, warmup_s=trial.warmup_s + stalled_s, warnings=list(trial.warnings))
+    return replace(far_slower_result(ratio, list(trial.warnings)), wall_s=time.monotonic() - trial.started,
+                   startup_s=trial.startup_s, warmup_s=trial.warmup_s + stalled_s)
 
 
 def hopeless_environment(trial: Candidate, error: HopelessEnvironment) -> TrialResult:

@@ -3,6 +3,8 @@ never trained to the quality guard's samples (``Arm._warm_up`` judges its steps 
 warm-up limit stops a step that does not end)."""
 from __future__ import annotations
 
+from ..trial.spec import Status, TrialResult
+
 # An arm whose normal steps take this many times the defaults' time per sample is far slower than any noise (in
 # one process 1-2%; a window on a busy 2-vCPU VM, up to 2-3x): it stops there, measured slower, never trained to
 # the quality guard's samples. fp16 autocast on a CPU with AVX512-FP16 ran a CNN at 0.01-0.04x and took 60-131 s
@@ -60,3 +62,11 @@ def judged_step(index: int, charged: int, compiled: bool, workers: int, prefetch
     if workers > 0:
         return index >= charged + workers * (prefetch or 2)
     return index >= charged or not compiled
+
+
+def far_slower_result(ratio: float | None, warnings: list[str]) -> TrialResult:
+    """A candidate stopped far slower than the defaults in its first steps, as a measured trial: its steps' ratio to
+    the defaults' (None where no step ended: half the bound), at most ``1 / HOPELESS``, no pairs and no loss."""
+    bound = 1 / HOPELESS
+    return TrialResult(Status.OK, objective=ratio if ratio is not None else bound / 2, speedup_high=bound,
+                       method="its first steps (far slower: no pairs, no loss)", pairs=0, warnings=warnings)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..trial.spec import Status, TrialResult
-from .hopeless import HOPELESS
+from .hopeless import HOPELESS, far_slower_result
 
 METHOD = "script process pairs"
 COPY_METHOD = "script window pairs in one copy"
@@ -45,8 +45,5 @@ def far_slower(mine: float | None, theirs: float | None) -> float | None:
 
 
 def hopeless_result(slower: float) -> TrialResult:
-    bound = 1 / HOPELESS
-    return TrialResult(Status.OK, objective=1 / slower, speedup_high=bound,
-                       method="its first steps (far slower: no pairs, no loss)", pairs=0,
-                       warnings=[f"stopped after its first steps, {1 / slower:.2f}x the defaults: its steps took "
-                                 f"{slower:.0f}x the defaults' time per sample"])
+    return far_slower_result(1 / slower, [f"stopped after its first steps, {1 / slower:.2f}x the defaults: its "
+                                          f"steps took {slower:.0f}x the defaults' time per sample"])

@@ -47,7 +47,7 @@ from typing import Any
 from ..errors import AutotuneError
 from ..measure import ENVIRONMENT_KEYS, Interval, Noise, PairedMeasurer, combine, stats
 from ..measure.candidate import round_factor
-from ..measure.hopeless import HOPELESS
+from ..measure.hopeless import far_slower_result
 from ..measure.process_pair import PROCESS_PAIRS
 from ..trial.spec import Status, TrialResult
 
@@ -345,8 +345,7 @@ class ReplayMeasurer(PairedMeasurer):
     @staticmethod
     def _failed(config: GridConfig) -> TrialResult:
         if config.state == "gave_up":  # far slower in its warm-up: as the live search records it, not a failure
-            return TrialResult(Status.OK, objective=1 / HOPELESS / 2, speedup_high=1 / HOPELESS, pairs=0,
-                               method="its first steps (far slower: no pairs, no loss)", warnings=[config.error or ""])
+            return far_slower_result(None, [config.error or ""])
         state = config.state if config.state in {s.value for s in Status} else Status.CRASH.value
         return TrialResult(Status(state), error=config.error, loss=config.loss, loss_samples=config.loss_samples)
 
