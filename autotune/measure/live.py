@@ -111,7 +111,7 @@ class LiveMeasurer(EnvironmentFactors):
             self.operators = self._profile(worker, DEFAULTS, profile_s, cal.step_s, "defaults")
             self.pool.defaults_worker(timeout_s, with_arm=True)  # the same, unless the profile stopped it
         self.noise = Noise.from_calibration(cal, wall_s=time.monotonic() - started, start_s=start_s, run_s=trial_run_s(
-            start_s, cal.step_s, self.settings, self.defaults.get("batch_per_rank") or 1))  # the search's: format 2
+            start_s, cal.step_s, self.settings, self.defaults.get("batch_per_rank") or 1, status.settle_steps))
         return self.noise
 
     def _profile(self, worker: Any, arm: str, seconds: float, step_s: float, who: str) -> dict[str, float] | None:

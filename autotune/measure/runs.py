@@ -32,18 +32,22 @@ RUN_CONFIDENCE = 0.9  # the prediction interval for one run
 WINDOW_PAIRS = 4  # timed windows of each script copy: a process's own factor, not its windows, decides the spread
 
 
-def trial_run_s(start_s: float, step_s: float, settings: TrialSettings, batch: int) -> float:
+def trial_run_s(start_s: float, step_s: float, settings: TrialSettings, batch: int, settle_steps: int = 0) -> float:
     """What one fresh trial process of the defaults takes, start to exit, as a pair of your runs starts it in
     workload mode (``trial.runner.run_trial``): its start, warm-up, timed steps (the extra windows of a spread
     too wide are not counted) and the held-out loss (a forward pass is about a third of a step). A price from
-    windows alone took a fifth of a slow transformer process's 50 s of steps.
+    windows alone took a fifth of a slow transformer process's 50 s of steps. ``start_s``: a worker's start with
+    its first arm, less that arm's ``settle_steps`` (``arms.SETTLE_S``), which a process of yours does not train: a
+    GRU's pair was priced 7.3 s and took 5.2 s, and the claim's time kept left two confirmation rounds out.
 
     >>> from autotune.trial.spec import TrialSettings
     >>> round(trial_run_s(4.0, 0.1, TrialSettings(), batch=64), 2)  # 4 + 24 steps, 512 samples' loss
     7.07
+    >>> round(trial_run_s(5.0, 0.1, TrialSettings(), batch=64, settle_steps=10), 2)  # the same, 10 steps settled
+    7.07
     """
     steps = settings.warmup_steps + settings.measure_steps + settings.eval_samples / max(1, batch) / 3
-    return start_s + steps * step_s
+    return max(0.0, start_s - settle_steps * step_s) + steps * step_s
 
 
 class PairFailed(RuntimeError):
