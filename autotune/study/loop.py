@@ -122,6 +122,7 @@ class SearchLoop(Turns):
                     return "trials"  # reached by another worker while this one waited for the lock
                 if not self.calibrated():
                     return "baseline failed"
+                self.ready_next()  # before its estimate: an environment's seed may be due
                 remaining, estimate = self.budget.left(), self.next_estimate_s()
                 available = remaining - self.reserve_s(estimate) if estimate is not None else remaining
                 if remaining <= 1 or (estimate is not None and available < estimate and not self.fill(available)):
@@ -201,8 +202,7 @@ class SearchLoop(Turns):
 
         optuna.storages.fail_stale_trials(self.study)  # trials of a killed search elsewhere (heartbeat)
         fail_orphans(self.study)
-        self.seed_the_input()
-        self.seed_the_interactions()
+        self.ready_next()
         if not self._waiting() and self.sampled_turn():
             # Where every trial starts processes (script mode) an in-process trial is no cheaper: Optuna samples the
             # environment too (role ``search``); fixed to the defaults', script mode's samples never changed threads.

@@ -8,7 +8,7 @@ highest of the copies. The repeat is recorded as a duplicate and told PRUNED; th
 its samples only repeat."""
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 import optuna
@@ -17,7 +17,7 @@ import pytest
 from autotune import search_spaces as spaces
 from autotune.measure import Noise
 from autotune.measure.environment import ENVIRONMENT_KEYS
-from autotune.study import Budget, SearchOptions
+from autotune.study import Budget, SearchOptions, budget
 from autotune.study.budget import estimate_s, in_process_estimate_s
 from autotune.study.loop import SearchLoop
 from autotune.study.records import Attr
@@ -452,3 +452,50 @@ def test_without_seeds_no_input_seed_either(facts: Any) -> None:
     loop._next(0, None)
     assert loop.seeds == [] and not [e for e in events if getattr(e, "name", None) == "input-bound"]
     assert study.get_trials(deepcopy=False)[-1].user_attrs[Attr.ROLE] != "seed"
+
+
+class Timed(Warm):
+    """``Warm``, whose trials take the time a 2-minute GRU search's took on the budget's clock (``now``): a trial of
+    the defaults' worker 9 s and 0.9x, the heuristic's environment (its process pairs) 22 s and 1.13x."""
+
+    user_processes = True  # the claim's pairs of your runs are kept time for
+
+    def __init__(self, defaults: dict[str, Any]) -> None:
+        super().__init__(defaults)
+        self.now, self.started = 18.0, dict[str, float]()  # the calibration took 18 s
+
+    def begin(self, params: dict[str, Any], timeout_s: float) -> TrialResult:
+        warm = self.warm(params)
+        self.started["in-process" if warm else "heuristic"] = self.now
+        self.now += 9.0 if warm else 22.0
+        if warm:
+            return TrialResult(Status.OK, objective=0.9, speedup_low=0.85, speedup_high=0.95, method="in-process pairs",
+                               pairs=8, loss=1.0, loss_samples=1024, wall_s=9.0, timed_s=4.8)
+        return TrialResult(Status.OK, objective=1.13, speedup_low=1.08, speedup_high=1.18, method="process pairs",
+                           pairs=3, loss=1.0, loss_samples=1024, wall_s=22.0, timed_s=6.0, startup_s=16.0)
+
+
+def test_an_environments_seed_is_measured_while_its_confirmation_and_your_runs_fit(facts: Any) -> None:
+    """The cheap first made the heuristic wait for the defaults' worker's seeds and the sampled turns: a 2-minute
+    GRU search reached it, its only gain, at 44 s of 120 and left its confirmation short of time. It goes next
+    once one more cheap trial would leave too little for its first look and the time kept for its rounds and your
+    runs; here at once (the calibration's 18 s taken): before, after five cheap trials, with 35 s left of the 58 s
+    its three rounds and six pairs of your runs need."""
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=3))
+    study.set_user_attr("noise", asdict(replace(NOISE, pairs=16, start_s=3.2, run_s=2.6)))
+    study.set_user_attr("baseline_loss", 1.0)
+    defaults = spaces.defaults(facts, CTX)
+    _add(study, "baseline", defaults, 1.0, 18.0, "in-process pairs", 3.2)
+    seeds = [*(("seed", {**defaults, "batch_per_rank": b}) for b in (16, 64, 128)),
+             ("heuristic", {**defaults, **HEURISTIC})]
+    measurer = Timed(defaults)
+    options = SearchOptions(budget_s=120, storage="sqlite://", study="due", seed=1)
+    loop = SearchLoop(study, "cnn", facts, CTX, {}, options, Budget.start(102, clock=lambda: measurer.now),
+                      lambda event: None, seeds=seeds, measurer=measurer)
+    loop.noise = NOISE
+    assert loop.run() == "budget"
+    roles = [t.user_attrs[Attr.ROLE] for t in study.get_trials(deepcopy=False)]
+    assert roles[1] == "heuristic" and measurer.started["heuristic"] == 18.0, roles
+    left = 120.0 - (measurer.started["heuristic"] + 22.0)
+    kept = budget.reserve_s(study, loop.options, budget.estimate_s(study))  # its three rounds, six pairs of your runs
+    assert left >= kept > 50.0, (left, kept)
