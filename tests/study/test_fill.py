@@ -455,18 +455,19 @@ def test_without_seeds_no_input_seed_either(facts: Any) -> None:
 
 
 class Timed(Warm):
-    """``Warm``, whose trials take the time a 2-minute GRU search's took on the budget's clock (``now``): a trial of
-    the defaults' worker 9 s and 0.9x, the heuristic's environment (its process pairs) 22 s and 1.13x."""
+    """``Warm``, whose trials take the time a 2-minute GRU search's took on the budget's clock (``now``, from the
+    calibration's end): a trial of the defaults' worker 9 s and 0.9x, the heuristic's environment (its process pairs)
+    22 s and 1.13x."""
 
     user_processes = True  # the claim's pairs of your runs are kept time for
 
-    def __init__(self, defaults: dict[str, Any]) -> None:
+    def __init__(self, defaults: dict[str, Any], now: float) -> None:
         super().__init__(defaults)
-        self.now, self.started = 18.0, dict[str, float]()  # the calibration took 18 s
+        self.now, self.started = now, dict[str, float]()
 
     def begin(self, params: dict[str, Any], timeout_s: float) -> TrialResult:
         warm = self.warm(params)
-        self.started["in-process" if warm else "heuristic"] = self.now
+        self.started.setdefault("in-process" if warm else "heuristic", self.now)
         self.now += 9.0 if warm else 22.0
         if warm:
             return TrialResult(Status.OK, objective=0.9, speedup_low=0.85, speedup_high=0.95, method="in-process pairs",
@@ -475,27 +476,33 @@ class Timed(Warm):
                            pairs=3, loss=1.0, loss_samples=1024, wall_s=22.0, timed_s=6.0, startup_s=16.0)
 
 
-def test_an_environments_seed_is_measured_while_its_confirmation_and_your_runs_fit(facts: Any) -> None:
+@pytest.mark.parametrize(("start_s", "due"), [(3.2, True), (9.0, False)])
+def test_an_environments_seed_is_measured_while_its_confirmation_and_your_runs_fit(facts: Any, start_s: float,
+                                                                                   due: bool) -> None:
     """The cheap first made the heuristic wait for the defaults' worker's seeds and the sampled turns: a 2-minute
     GRU search reached it, its only gain, at 44 s of 120 and left its confirmation short of time. It goes next
-    once one more cheap trial would leave too little for its first look and the time kept for its rounds and your
-    runs; here at once (the calibration's 18 s taken): before, after five cheap trials, with 35 s left of the 58 s
-    its three rounds and six pairs of your runs need."""
+    once one more cheap trial would leave too little for its first look (priced from a worker's start, 3.2 s) and
+    the time kept for its rounds and your runs; here after one (before, after five, with 35 s left of the 58 s its
+    three rounds and six pairs of your runs need). One whose first look does not fit beside those now (workers
+    that start in 9 s) keeps its turn after the cheap seeds: taken at once, a CNN's took the in-process seeds' time."""
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=3))
-    study.set_user_attr("noise", asdict(replace(NOISE, pairs=16, start_s=3.2, run_s=2.6)))
+    study.set_user_attr("noise", asdict(replace(NOISE, pairs=16, start_s=start_s, run_s=2.6)))
     study.set_user_attr("baseline_loss", 1.0)
     defaults = spaces.defaults(facts, CTX)
-    _add(study, "baseline", defaults, 1.0, 18.0, "in-process pairs", 3.2)
+    _add(study, "baseline", defaults, 1.0, 8.0, "in-process pairs", 3.2)
     seeds = [*(("seed", {**defaults, "batch_per_rank": b}) for b in (16, 64, 128)),
              ("heuristic", {**defaults, **HEURISTIC})]
-    measurer = Timed(defaults)
+    measurer = Timed(defaults, now=8.0)  # the calibration's end
     options = SearchOptions(budget_s=120, storage="sqlite://", study="due", seed=1)
-    loop = SearchLoop(study, "cnn", facts, CTX, {}, options, Budget.start(102, clock=lambda: measurer.now),
+    loop = SearchLoop(study, "cnn", facts, CTX, {}, options, Budget.start(112, clock=lambda: measurer.now),
                       lambda event: None, seeds=seeds, measurer=measurer)
     loop.noise = NOISE
     assert loop.run() == "budget"
     roles = [t.user_attrs[Attr.ROLE] for t in study.get_trials(deepcopy=False)]
-    assert roles[1] == "heuristic" and measurer.started["heuristic"] == 18.0, roles
+    if not due:  # its turn after the cheap seeds, where it still fits then
+        assert roles[1:3] == ["seed", "in-process"] and roles[:6].count("heuristic") == 0, roles
+        return
+    assert roles[1:3] == ["seed", "heuristic"] and measurer.started["heuristic"] == 17.0, roles
     left = 120.0 - (measurer.started["heuristic"] + 22.0)
     kept = budget.reserve_s(study, loop.options, budget.estimate_s(study))  # its three rounds, six pairs of your runs
     assert left >= kept > 50.0, (left, kept)
