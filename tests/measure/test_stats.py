@@ -9,6 +9,7 @@ import pytest
 
 from autotune.measure import stats
 from autotune.measure.candidate import combine, round_factor
+from autotune.measure.protocol import ArmStatus
 from autotune.study.choice import rounds_said
 
 
@@ -141,7 +142,7 @@ def test_a_confirmation_rounds_factor_is_its_own_process_pair() -> None:
 def test_compile_time_is_amortised_over_the_same_samples_for_every_arm() -> None:
     """A compiled candidate at 4x the defaults' batch pays its 10 s over ``train_steps`` x the defaults' batch
     (100 x 32 samples), not over 100 of its own 128-sample steps; the eager defaults pay nothing."""
-    from autotune.measure.protocol import ArmStatus, PairRecord, WindowRecord
+    from autotune.measure.protocol import PairRecord, WindowRecord
 
     base = ArmStatus("defaults", "ok", step_samples=32, compile_s=0.0)
     cand = ArmStatus("cand", "ok", step_samples=128, compile_s=10.0)
@@ -216,7 +217,7 @@ def test_a_calibration_too_wide_to_rank_on_is_taken_again_once_then_ends_the_sea
     def measurer() -> LiveMeasurer:
         m = LiveMeasurer("tiny", {"device": "cpu"}, facts, TrialSettings(), window_s=0.1, profile_s=0)  # no profile
         m.pool.defaults_worker = lambda *a, **k: Worker()  # type: ignore[method-assign]
-        m.pool.add = lambda *a, **k: SimpleNamespace(step_s=0.01, first_step_s=0.01)  # type: ignore[method-assign]
+        m.pool.add = lambda *a, **k: ArmStatus("defaults", "ok", step_s=0.01, first_step_s=0.01)  # type: ignore[method-assign]
         return m
 
     noise = measurer().calibrate(60)
@@ -252,7 +253,7 @@ def test_the_calibration_fits_its_share_of_a_short_budget(facts) -> None:
 
     m = LiveMeasurer("tiny", {"device": "cpu"}, facts, TrialSettings(), window_s=0.5, profile_s=2.0)
     m.pool.defaults_worker = lambda *a, **k: Worker()  # type: ignore[method-assign]
-    m.pool.add = lambda *a, **k: SimpleNamespace(step_s=0.01, first_step_s=0.01)  # type: ignore[method-assign]
+    m.pool.add = lambda *a, **k: ArmStatus("defaults", "ok", step_s=0.01, first_step_s=0.01)  # type: ignore[method-assign]
     m.calibrate(60.0)
     assert asked == [(7, 0.5)] and profiled == [pytest.approx(1.5)]
     assert sum(2 * n * w for n, w in asked) + sum(profiled) <= 0.15 * 60
