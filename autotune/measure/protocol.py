@@ -172,7 +172,7 @@ class ArmStatus:
     # CUDA: the most device memory the arm itself allocated (torch.cuda.max_memory_allocated over its build,
     # warm-up and windows, the other arms' resident memory taken off); None on CPU or before it ran
     peak_memory_bytes: int | None = None
-    settle_steps: int = 0  # untimed steps it trained after its warm-up as its process's first arm (``paired.SETTLE_S``)
+    settle_steps: int = 0  # untimed steps it trained after its warm-up as its process's first arm (``arms.SETTLE_S``)
     wide_loss: float | None = None  # its loss over the wide held-out set then, when added ``wide``
     held_out: tuple[int, int] | None = None  # samples in the held-out and the wide set, when added ``wide``
     gave_up: float | None = None  # its slow steps' time per sample over ``against``'s, the least, where it gave up

@@ -122,7 +122,7 @@ class SearchLoop(Turns):
                     return "trials"  # reached by another worker while this one waited for the lock
                 if not self.calibrated():
                     return "baseline failed"
-                self.ready_next()  # before its estimate: an environment's seed may be due
+                self.prepare()  # before the next trial's estimate: an environment's seed may be due
                 remaining, estimate = self.budget.left(), self.next_estimate_s()
                 available = remaining - self.reserve_s(estimate) if estimate is not None else remaining
                 if remaining <= 1 or (estimate is not None and available < estimate and not self.fill(available)):
@@ -194,15 +194,22 @@ class SearchLoop(Turns):
         none."""
         return self.measurer.factors if self.measurer.keeps_factors else {}
 
+    def prepare(self) -> None:
+        """Before the next trial is chosen (the host lock held): the trials of a search killed elsewhere failed
+        (heartbeat, orphans), so their seeds are free again, then the seeds the measured trials call for and an
+        environment's seed that is due (``Turns.ready_next``)."""
+        import optuna
+
+        optuna.storages.fail_stale_trials(self.study)
+        fail_orphans(self.study)
+        self.ready_next()
+
     def _next(self, skips: int, estimate: float | None) -> tuple[str | None, int, TrialResult | None, str]:
-        """Ask the next trial and measure it (the host lock held); a batch size known to run out of memory
-        is skipped, and so is a sampled recipe measured before (``_measured_before``). Returns why to stop (or
+        """Ask the next trial (after ``prepare``) and measure it (the host lock held); a batch size known to run out of
+        memory is skipped, and so is a sampled recipe measured before (``_measured_before``). Returns why to stop (or
         None), the consecutive skips, the result and the trial's role."""
         import optuna
 
-        optuna.storages.fail_stale_trials(self.study)  # trials of a killed search elsewhere (heartbeat)
-        fail_orphans(self.study)
-        self.ready_next()
         if not self._waiting() and self.sampled_turn():
             # Where every trial starts processes (script mode) an in-process trial is no cheaper: Optuna samples the
             # environment too (role ``search``); fixed to the defaults', script mode's samples never changed threads.

@@ -117,8 +117,8 @@ class Turns:
         return True
 
     def ready_next(self) -> None:
-        """Before the next trial is chosen: the seeds the measured trials call for (``seed_the_input``,
-        ``seed_the_interactions``), and an environment's seed enqueued where it is due (``environment_seed_due``)."""
+        """Before the next trial is chosen and estimated: the seeds the measured trials call for (``seed_the_input``,
+        ``seed_the_interactions``), then an environment's seed enqueued where it is due (``environment_seed_due``)."""
         self.seed_the_input()
         self.seed_the_interactions()
         self.environment_seed_due()
@@ -128,24 +128,29 @@ class Turns:
         that starts no process would leave it too little time: its first look (``budget.started_estimate_s``) and
         the time kept for the confirmation with it counted (``budget.reserve_s``'s ``racing``: its rounds, a round's
         process pair priced as one of its first look's, and the claim's pairs of your runs), while it still fits.
-        True if it was. The cheap first made such a seed wait for the defaults' worker's seeds and the sampled
+        True if it was. It takes a sampled trial's turn too (``sampled_turn``'s third is of the candidates before
+        it). Where the confirmation's top is full, its own rounds are not counted (``reserve_s``): three contenders
+        already hold a gain. The cheap first made such a seed wait for the defaults' worker's seeds and the sampled
         turns: a 2-minute GRU search reached its heuristic, its only gain (1.13x), at 44 s of 120, and confirmed it
         over 5 of the 6 pairs of your runs a confirmed claim takes. One that does not fit now keeps its turn: taken
         first wherever it did not fit, a CNN's environment seed (three process pairs of 21 s) took the 2-minute
         replays' time from the in-process seeds that hold its gain (G 0.96 to 0.92, near-optimal 0.93 to 0.07)."""
-        cheap = self._cheap_estimate_s()
-        if self.options.budget_s is None or cheap is None or self._waiting() or self.outside_sampler:
+        if self.options.budget_s is None or self._cheap_estimate_s() is None or self._waiting() \
+                or self.outside_sampler:
             return False
         seed = next_seed(self.study, self.seeds, lambda params: not self._warm(params))
-        first = budget.started_estimate_s(self.study)
-        if seed is None or first is None or (seed == next_seed(self.study, self.seeds) and not self.sampled_turn()):
+        first, upcoming = budget.started_estimate_s(self.study), self.next_estimate_s()
+        if seed is None or first is None or upcoming is None \
+                or (seed == next_seed(self.study, self.seeds) and not self.sampled_turn()):
             return False  # none, or it is next anyway
         params = {**seed[1], **self.run_settings}
         prospect = TrialResult(Status.OK, wall_s=first, timed_s=0.0, pairs=PROCESS_PAIRS[0],
                                method=paired_method(params, self.defaults))
         needs = first + budget.reserve_s(self.study, self.options, None, racing=(prospect, params))
         left = self.budget.left()
-        if not left - cheap < needs <= left:  # it fits after the next cheap trial, or it does not fit now either
+        # it fits after the next trial, or not now either; nor where the loop's own check (the time kept for the
+        # contenders alone) would refuse it: it would wait unmeasured
+        if not left - upcoming < needs <= left or left - budget.reserve_s(self.study, self.options, first) < first:
             return False
         self.study.enqueue_trial(seed[1], user_attrs={Attr.ROLE: seed[0]})
         return True

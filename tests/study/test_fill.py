@@ -382,6 +382,7 @@ def test_where_the_defaults_wait_for_data_the_input_is_seeded_first(facts: Any, 
     loop = SearchLoop(study, "cnn", facts, CTX, {}, SearchOptions(budget_s=300, storage="sqlite://", study="input"),
                       Budget.start(60), events.append, seeds=seeds, measurer=Answering(defaults))
     loop.noise = NOISE
+    loop.prepare()  # as the loop does before each trial: the input's seeds go first
     loop._next(0, None)
     asked = study.get_trials(deepcopy=False)[-1].user_attrs[Attr.PARAMS]
     if first == "input":
@@ -431,6 +432,7 @@ def test_without_seeds_no_combination_either(facts: Any, seeded: bool) -> None:
     loop = SearchLoop(study, "cnn", facts, CTX, {}, options, Budget.start(60), lambda event: None, seeds=[],
                       measurer=Answering(defaults))
     loop.noise = NOISE
+    loop.prepare()
     loop._next(0, None)
     assert (study.get_trials(deepcopy=False)[-1].user_attrs[Attr.ROLE] == "combined") == seeded
 
@@ -449,6 +451,7 @@ def test_without_seeds_no_input_seed_either(facts: Any) -> None:
     loop = SearchLoop(study, "cnn", facts, CTX, {}, options, Budget.start(60), events.append, seeds=[],
                       measurer=Answering(defaults))
     loop.noise = NOISE
+    loop.prepare()
     loop._next(0, None)
     assert loop.seeds == [] and not [e for e in events if getattr(e, "name", None) == "input-bound"]
     assert study.get_trials(deepcopy=False)[-1].user_attrs[Attr.ROLE] != "seed"
@@ -476,33 +479,34 @@ class Timed(Warm):
                            pairs=3, loss=1.0, loss_samples=1024, wall_s=22.0, timed_s=6.0, startup_s=16.0)
 
 
-@pytest.mark.parametrize(("start_s", "due"), [(3.2, True), (9.0, False)])
+@pytest.mark.parametrize(("start_s", "budget_s", "due"), [(3.2, 120, True), (9.0, 120, False), (3.2, 300, False)])
 def test_an_environments_seed_is_measured_while_its_confirmation_and_your_runs_fit(facts: Any, start_s: float,
-                                                                                   due: bool) -> None:
+                                                                                   budget_s: int, due: bool) -> None:
     """The cheap first made the heuristic wait for the defaults' worker's seeds and the sampled turns: a 2-minute
     GRU search reached it, its only gain, at 44 s of 120 and left its confirmation short of time. It goes next
     once one more cheap trial would leave too little for its first look (priced from a worker's start, 3.2 s) and
     the time kept for its rounds and your runs; here after one (before, after five, with 35 s left of the 58 s its
-    three rounds and six pairs of your runs need). One whose first look does not fit beside those now (workers
-    that start in 9 s) keeps its turn after the cheap seeds: taken at once, a CNN's took the in-process seeds' time."""
+    three rounds and six pairs of your runs need). It keeps its turn after the cheap seeds where it fits then (5
+    minutes), and where it does not fit now either (workers that start in 9 s): taken at once, a CNN's took the
+    in-process seeds' time."""
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=3))
     study.set_user_attr("noise", asdict(replace(NOISE, pairs=16, start_s=start_s, run_s=2.6)))
     study.set_user_attr("baseline_loss", 1.0)
     defaults = spaces.defaults(facts, CTX)
-    _add(study, "baseline", defaults, 1.0, 8.0, "in-process pairs", 3.2)
+    _add(study, "baseline", defaults, 1.0, 4.0, "in-process pairs", 3.2)
     seeds = [*(("seed", {**defaults, "batch_per_rank": b}) for b in (16, 64, 128)),
              ("heuristic", {**defaults, **HEURISTIC})]
-    measurer = Timed(defaults, now=8.0)  # the calibration's end
-    options = SearchOptions(budget_s=120, storage="sqlite://", study="due", seed=1)
-    loop = SearchLoop(study, "cnn", facts, CTX, {}, options, Budget.start(112, clock=lambda: measurer.now),
+    measurer = Timed(defaults, now=4.0)  # the calibration's end
+    options = SearchOptions(budget_s=budget_s, storage="sqlite://", study="due", seed=1, trials=8)
+    loop = SearchLoop(study, "cnn", facts, CTX, {}, options, Budget.start(budget_s - 4, clock=lambda: measurer.now),
                       lambda event: None, seeds=seeds, measurer=measurer)
     loop.noise = NOISE
-    assert loop.run() == "budget"
+    loop.run()
     roles = [t.user_attrs[Attr.ROLE] for t in study.get_trials(deepcopy=False)]
-    if not due:  # its turn after the cheap seeds, where it still fits then
-        assert roles[1:3] == ["seed", "in-process"] and roles[:6].count("heuristic") == 0, roles
+    if not due:  # its turn, after the cheap seeds
+        assert roles[:7] == ["baseline", "seed", "in-process", "seed", "in-process", "seed", "heuristic"], roles
         return
-    assert roles[1:3] == ["seed", "heuristic"] and measurer.started["heuristic"] == 17.0, roles
-    left = 120.0 - (measurer.started["heuristic"] + 22.0)
+    assert roles[1:3] == ["seed", "heuristic"] and measurer.started["heuristic"] == 13.0, roles
+    left = budget_s - (measurer.started["heuristic"] + 22.0)
     kept = budget.reserve_s(study, loop.options, budget.estimate_s(study))  # its three rounds, six pairs of your runs
     assert left >= kept > 50.0, (left, kept)
