@@ -108,7 +108,8 @@ def test_a_profile_of_many_operators_a_step_keeps_to_its_time() -> None:
     started = time.perf_counter()
     operators = profiled(step, seconds=1.0)
     took = time.perf_counter() - started
-    assert took < 3.0 and operators[0][0] == "aten::add", (took, operators)
+    # (a scalar's add runs its wrapping too: under load its copy_ may top the list)
+    assert took < 3.0 and "aten::add" in dict(operators), (took, operators)
 
 
 def test_a_profile_stops_at_its_step_cap_and_one_that_fails_costs_the_search_nothing(facts: Any) -> None:
