@@ -135,14 +135,14 @@ class Turns:
         over 5 of the 6 pairs of your runs a confirmed claim takes. One that does not fit now keeps its turn: taken
         first wherever it did not fit, a CNN's environment seed (three process pairs of 21 s) took the 2-minute
         replays' time from the in-process seeds that hold its gain (G 0.96 to 0.92, near-optimal 0.93 to 0.07)."""
-        if self.options.budget_s is None or self._cheap_estimate_s() is None or self._waiting() \
-                or self.outside_sampler:
+        if self.options.budget_s is None or fresh_processes(self.measurer) or self._waiting() or self.outside_sampler:
             return False
         seed = next_seed(self.study, self.seeds, lambda params: not self._warm(params))
-        first, upcoming = budget.started_estimate_s(self.study), self.next_estimate_s()
-        if seed is None or first is None or upcoming is None \
-                or (seed == next_seed(self.study, self.seeds) and not self.sampled_turn()):
+        if seed is None or (seed == next_seed(self.study, self.seeds) and not self.sampled_turn()):
             return False  # none, or it is next anyway
+        first, upcoming = budget.started_estimate_s(self.study), self.next_estimate_s()
+        if first is None or upcoming is None:  # not calibrated
+            return False
         params = {**seed[1], **self.run_settings}
         prospect = TrialResult(Status.OK, wall_s=first, timed_s=0.0, pairs=PROCESS_PAIRS[0],
                                method=paired_method(params, self.defaults))
