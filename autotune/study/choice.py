@@ -6,7 +6,8 @@ confirmed nothing (no round completed: the defaults are kept, and the note says 
 the fastest feasible trial's own interval must clear the same bar. Otherwise the recipe keeps the defaults, and a
 note says why ("best candidate 1.04x [0.98-1.10]: not faster with confidence"). The recipe's ``claim`` says which
 of these its speedup stands on (``recipe.CLAIMS``): a winner of one confirmation round is ``provisional``, never
-``confirmed``.
+``confirmed``; a candidate the rounds could not decide (``Confirmation.undecided``) is offered only where your runs
+confirm it (``claim.stated``).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from ..errors import TrialError
 from ..recipe import Recipe, format_speedup
 from ..trial.spec import EVALUATED, EVALUATED_HIGHER, TRAINING_LOSS, Status, TrialResult
 from . import roofline
-from .claim import stated
+from .claim import UNDECIDED, stated
 from .guard import CANNOT_RESOLVE
 from .records import (
     BASELINE,
@@ -149,11 +150,16 @@ def _confirmed(confirmation: Confirmation, searched: list[TrialRecord], baseline
     for c in confirmation.candidates:
         if c.failed:
             notes.append(f"trial {c.number} failed its confirmation ({c.failed}): not offered")
-        elif c.confirmed is not None:
-            notes.append(f"trial {c.number}: {c.first:.2f}x in the search, "
-                         f"{'confirmed' if c.claim == 'confirmed' else 'measured again'} at {c.interval()} "
+        elif c.confirmed is not None:  # "confirmed" is said of the choice alone: a candidate not offered was not
+            notes.append(f"trial {c.number}: {c.first:.2f}x in the search, measured again at {c.interval()} "
                          + rounds_said(c.rounds, c.pairs))
     if winner is None or winner.confirmed is None:
+        undecided, user = confirmation.undecided, confirmation.user
+        if undecided is not None and undecided.confirmed is not None and user is not None \
+                and user.number == undecided.number:
+            notes.append(f"trial {undecided.number}'s rounds could not decide it (its low bound not above "
+                         f"{confirmation.bar(undecided):.2f}x, its median above): your runs decide it")
+            return next(r for r in searched if r.number == undecided.number), undecided.confirmed, UNDECIDED
         contender = next((c for c in confirmation.candidates if c.confirmed is not None), None)
         if contender is not None:
             notes.append(f"best candidate (trial {contender.number}) {contender.interval()}: not faster with "

@@ -9,6 +9,9 @@ What the recipe claims (``recipe.CLAIMS``): ``confirmed`` where two confirmation
 above ``1 + MIN_MARGIN``: fresh processes, ``measure.span_margin``); ``provisional`` with fewer of either, each said
 in a note; the defaults kept where the pairs' mean is not above 1.00x. Without three pairs (a budget too short, a
 failed pair) the recipe is provisional and states the confirmation's interval, said as of the search's workers.
+Where the rounds offer nothing but could not decide a candidate (``Confirmation.undecided``: its interval straddles
+its bar, its median above), it runs in your pairs just the same and is offered only where they confirm it
+(``UNDECIDED``): the one test of fresh pairs that chose nothing, at the claim's confidence.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ if TYPE_CHECKING:
     from .loop import SearchLoop
 
 
+UNDECIDED = "undecided"  # the claim passed to ``stated`` for ``Confirmation.undecided``: your runs decide it
 EXTRA = 1.2  # a pair past those asked starts where the time left is this many times the longest pair so far
 
 
@@ -35,7 +39,8 @@ def user_runs(loop: SearchLoop, confirmation: Confirmation | None) -> UserRuns |
     more, up to ``CLAIM_PAIRS``, while the budget's end holds them (``EXTRA``); recorded in the study
     (``StudyAttr.USER_RUNS``). None where there is no such claim: no confirmation, nothing it would offer, or a
     measurer that runs no process of yours."""
-    winner = confirmation.best if confirmation is not None else None
+    # the choice, else the candidate whose rounds straddled its bar: your runs decide it (``stated``)
+    winner = (confirmation.best or confirmation.undecided) if confirmation is not None else None
     if winner is None or winner.confirmed is None or not loop.measurer.user_processes:
         return None
     options, pair_s = loop.options, budget.claim_pair_s(loop.noise)
@@ -83,11 +88,16 @@ def stated(claim: str, measured: TrialResult, user: UserRuns, margin: float,
     it: the result with the pairs' speedup and interval, its claim (confirmed: their low bound above
     ``1 + measure.span_margin``, as every offer's) and the recipe's fields of your runs (``Recipe.process_pairs``,
     ``run_low``, ``run_high``, ``run_s``); None for the result where the pairs' mean is not above 1.00x: not faster
-    in your runs, the defaults are kept. Its notes join ``notes``."""
+    in your runs, the defaults are kept, and where ``claim`` is ``UNDECIDED`` unless they confirm it. Its notes join
+    ``notes``."""
     runs, n = user.runs, len(user.runs.ratios)
     of_workers = format_speedup(measured.objective, measured.speedup_low, measured.speedup_high)
     if n < LEAST_CLAIM_PAIRS:
         ran = f"; {n} pair(s) ran: {', '.join(f'{r:.2f}x' for r in runs.ratios)}" if n else ""
+        if claim == UNDECIDED:
+            notes.append(f"your runs could not decide trial {user.number} ({user.why or 'too few pairs'}{ran}): the "
+                         "recipe keeps the defaults")
+            return None, "defaults", {}
         notes.append(f"not measured in processes of your training ({user.why or 'too few pairs'}{ran}): the stated "
                      f"interval is the confirmation's in the search's workers, {of_workers}; the recipe is provisional")
         return measured, "provisional", {"process_pairs": n}
@@ -99,7 +109,7 @@ def stated(claim: str, measured: TrialResult, user: UserRuns, margin: float,
                      f"defaults there (the search's workers read {of_workers}): the recipe keeps the defaults")
         return None, "defaults", {}
     bar = 1 + span_margin(margin, n)  # fresh processes each: no placement of arms in one worker to allow for
-    short = [why for ok, why in ((claim == "confirmed", "one confirmation round chose it"),
+    short = [why for ok, why in ((claim != "provisional", "one confirmation round chose it"),
                                  (n >= CLAIM_PAIRS, f"{n} process pairs, where confirmed takes {CLAIM_PAIRS}"),
                                  (mean.low > bar, f"its interval in your processes reaches {bar:.2f}x"))
              if not ok]
@@ -108,6 +118,10 @@ def stated(claim: str, measured: TrialResult, user: UserRuns, margin: float,
                  f"(90% prediction interval); the search's workers read {of_workers}")
     if user.why:
         notes.append(f"your runs: {user.why}")
+    if short and claim == UNDECIDED:
+        notes.append(f"your runs did not confirm trial {user.number} ({'; '.join(short)}), nor could its rounds: "
+                     "the recipe keeps the defaults")
+        return None, "defaults", {}
     if short:
         notes.append(f"the recipe is provisional: {'; '.join(short)}")
     result = replace(measured, objective=mean.median, speedup_low=mean.low, speedup_high=mean.high,
@@ -150,4 +164,4 @@ def searched_noise(noise: dict[str, Any] | None, loop: SearchLoop, confirmation:
     return noise
 
 
-__all__ = ["searched_noise", "stated", "user_runs"]
+__all__ = ["UNDECIDED", "searched_noise", "stated", "user_runs"]

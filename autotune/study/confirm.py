@@ -13,7 +13,9 @@ confirmed speedup is the geometric mean of its rounds' medians with a Student-t 
 the rounds' own intervals allow (``stats.rounds_interval``); one round is that round's own interval, and the recipe
 says so. Only these measurements decide: a recipe is offered when its confirmed speedup's low bound is above ``1 +
 margin`` (``Confirmation.best``; over two rounds or more the margin is ``MIN_MARGIN``, as their spread carries each
-worker's arm difference: ``measure.span_margin``); otherwise the defaults are kept, and the report says why. Each
+worker's arm difference: ``measure.span_margin``); otherwise the defaults are kept, and the report says why, unless
+a candidate's rounds straddle its bar with their median above it: your runs' fresh pairs decide that one
+(``Confirmation.undecided``, ``claim.UNDECIDED``). Each
 round is a trial of the study with role ``confirm`` (user attributes ``confirms``: the trial it re-measures,
 ``round``), so a resumed search keeps them and measures only what is missing.
 
@@ -101,8 +103,8 @@ class Rounds:
                  count: int) -> None:
         self.loop, self.top, self.done, self.count = loop, top, done, count
         # the claim's process pairs of your runs come after (``claim.user_runs``): their time is kept once a candidate
-        # could be offered; before, a round may use it (a 3-minute demo left two candidates out for time that then
-        # went unused: nothing was offered to state)
+        # could be offered or go to your runs (``offers``); before, a round may use it (a 3-minute demo left two
+        # candidates out for time that then went unused: nothing was offered to state)
         self.claim_s = budget.claim_s(loop.study, loop.options)
         self.margin = loop.noise.margin if loop.noise is not None else MIN_MARGIN
         self.floors = budget.floors(loop.study)  # each environment's part of a round, at least as the search measured
@@ -169,9 +171,12 @@ class Rounds:
         self.made += 1
 
     def offers(self) -> bool:
-        """Whether a candidate could be offered on its rounds so far (its interval's low bound above its bar,
-        ``Confirmation.bar``)."""
-        return any(c.low > offer_bar(self.margin, c.rounds) for c in map(self.candidate, self.top))
+        """Whether your runs would follow the rounds so far: a candidate could be offered (its interval's low bound
+        above its bar, ``Confirmation.bar``) or, over two rounds or more, its median is above it (your runs decide
+        it: ``Confirmation.undecided``)."""
+        return any(c.low > offer_bar(self.margin, c.rounds)
+                   or (c.rounds >= 2 and c.failed is None and c.median > offer_bar(self.margin, c.rounds))
+                   for c in map(self.candidate, self.top))
 
     def needed_s(self, entries: list[tuple[TrialRecord, int]]) -> float:
         """The rounds ``(candidate, round)`` of ``entries`` (``budget.rounds_s``), an environment's part none where

@@ -168,23 +168,59 @@ def test_time_the_budget_kept_and_the_confirmation_left_runs_more_pairs_of_your_
     assert "the budget's end" not in said, said
 
 
-@pytest.mark.parametrize("offered", [True, False])
-def test_the_claims_time_is_kept_once_a_candidate_could_be_offered(tmp_path: Path, facts: Any, offered: bool) -> None:
+@pytest.mark.parametrize("offered", [True, False, "undecided"])
+def test_the_claims_time_is_kept_once_a_candidate_could_be_offered(tmp_path: Path, facts: Any, offered: Any) -> None:
     """Six pairs priced at 15 s each (two processes: a start of 5.1 s, twice 4 windows of 0.3 s) are kept from the
     confirmation once a candidate's rounds clear the bar: the slow one's round that would eat them is left out, and
     all six pairs run. Where no candidate could be offered there is nothing to state, and the rounds use that time
-    (a 3-minute demo left two candidates out for time that then went unused)."""
+    (a 3-minute demo left two candidates out for time that then went unused). A candidate whose first round did not
+    clear the bar and whose two rounds' median does goes to your runs (``Confirmation.undecided``): their time is kept
+    from then on (before, the rounds took it and four pairs ran, too few to decide it)."""
     clock = ReplayClock()
-    rounds = {"fast": FAST, "slow": SLOW} if offered else {"fast": SLOW, "slow": SLOW}
-    stub = Yours(clock, _explored(), rounds, ratios=list(YOURS), start_s=5.1)
+    rounds = {True: {"fast": FAST, "slow": SLOW}, False: {"fast": BELOW, "slow": BELOW},
+              "undecided": {"fast": [(1.08, 1.00, 1.16), (1.094, 1.01, 1.18), (1.151, 1.07, 1.24)], "slow": SLOW}}
+    stub = Yours(clock, _explored(), rounds[offered], ratios=list(YOURS), start_s=5.1)
     recipe, records = _search(tmp_path, facts, stub, 40.0 + 6 * PAIR_S + 5.0, clock)
     made = len([r for r in records if r.role == "confirm"])
     said = " ".join(recipe.notes)
     if offered:
         assert len(stub.asked) == 6 and recipe.claim == "confirmed" and made == 4, (made, said)
-        assert "the budget was short: trial 2 from round 2 of 3 on left out" in said, said
+        left_out = "trial 2 from round 2 of 3 on" if offered is True else "trial 2 from round 3 of 3 on, trial 1"
+        assert f"the budget was short: {left_out}" in said, said
+        assert (offered == "undecided") == ("your runs decide it" in said), said
     else:
         assert not stub.asked and recipe.claim == "defaults" and made == 6, (made, said)
+
+
+BELOW: list[tuple[float, float, float] | None] = [(0.99, 0.90, 1.08), (1.00, 0.91, 1.09), (1.01, 0.92, 1.10)]
+# a recurrent model's three rounds on a Xeon (s44): 1.11x [1.02-1.20], straddling the 1.02x bar
+STRADDLING: list[tuple[float, float, float] | None] = [(1.08, 1.04, 1.12), (1.094, 1.05, 1.14), (1.151, 1.10, 1.20)]
+
+
+@pytest.mark.parametrize("case", ["they confirm it", "they do not", "two pairs ran"])
+def test_a_candidate_whose_rounds_straddle_the_bar_is_decided_by_your_runs(tmp_path: Path, facts: Any,
+                                                                         case: str) -> None:
+    """Three rounds at 1.08, 1.09 and 1.15x read 1.11x [1.02-1.20]: its low bound not above the 1.02x bar, its
+    median above. Before, the defaults were kept and the time kept for your runs went unused (34 s of a 2-minute
+    recurrent search); now your runs' fresh pairs decide it: offered, confirmed, where six read it faster with
+    confidence; where they do not, or too few ran, the defaults are kept, never a provisional recipe."""
+    ratios = {"they confirm it": [1.13, 1.10, 1.15, 1.12, 1.09, 1.14],
+              "they do not": [1.06, 0.98, 1.09, 1.01, 1.05, 0.99], "two pairs ran": YOURS}[case]
+    clock = ReplayClock()
+    stub = Yours(clock, _explored(), {"fast": STRADDLING, "slow": BELOW}, ratios=list(ratios))
+    budget_s = 60.0 + 2 * PAIR_S + 5.0 if case == "two pairs ran" else 3600.0
+    recipe, _ = _search(tmp_path, facts, stub, budget_s, clock)
+    said = " ".join(recipe.notes)
+    assert "trial 1's rounds could not decide it (its low bound not above 1.02x" in said, said
+    assert stub.asked and all(params == stub.asked[0] for params in stub.asked), stub.asked
+    if case == "they confirm it":
+        assert (recipe.claim, recipe.process_pairs, recipe.params) == ("confirmed", 6, stub.asked[0]), said
+        assert recipe.speedup_low is not None and 1.02 < recipe.speedup_low < 1.12 < recipe.speedup, said
+    else:
+        assert (recipe.speedup, recipe.claim, recipe.process_pairs) == (1.0, "defaults", None), said
+        why = {"they do not": "your runs did not confirm trial 1 (its interval in your processes reaches 1.02x)",
+               "two pairs ran": "your runs could not decide trial 1 (the budget's end: 2 of 6"}[case]
+        assert why in said, said
 
 
 def _printed(recipe: Any, found: list[Any]) -> str:
