@@ -25,8 +25,11 @@ from . import budget
 from .records import BASELINE, Confirmation, StudyAttr, TrialRecord, UserRuns
 
 if TYPE_CHECKING:
+    import optuna
+
     from ..trial.spec import TrialResult
     from .loop import SearchLoop
+    from .options import SearchOptions
 
 
 UNDECIDED = "undecided"  # the claim passed to ``stated`` for ``Confirmation.undecided``: your runs decide it
@@ -39,8 +42,9 @@ def user_runs(loop: SearchLoop, confirmation: Confirmation | None) -> UserRuns |
     more, up to ``CLAIM_PAIRS``, while the budget's end holds them (``EXTRA``); recorded in the study
     (``StudyAttr.USER_RUNS``). None where there is no such claim: no confirmation, nothing it would offer, or a
     measurer that runs no process of yours."""
-    # the choice, else the candidate whose rounds straddled its bar: your runs decide it (``stated``)
-    winner = (confirmation.best or confirmation.undecided) if confirmation is not None else None
+    best = confirmation.best if confirmation is not None else None
+    # else the candidate whose rounds straddled its bar, where your runs can decide it (``stated``)
+    winner = best or (confirmation.undecided if confirmation is not None and decides(loop) else None)
     if winner is None or winner.confirmed is None or not loop.measurer.user_processes:
         return None
     options, pair_s = loop.options, budget.claim_pair_s(loop.noise)
@@ -49,10 +53,13 @@ def user_runs(loop: SearchLoop, confirmation: Confirmation | None) -> UserRuns |
                               f"a budget of {options.budget_s:.0f} s holds no {LEAST_CLAIM_PAIRS} process pairs of "
                               f"about {pair_s:.0f} s in {budget.CLAIM_SHARE:.0%} of it; give --budget 5m" if pair_s else
                               "a pair's price is unknown: its study was calibrated by an earlier autotune")
-    pairs: list[RunPair] = []
-    most = CLAIM_PAIRS if asked and options.claim_pairs is None else asked  # claim_pairs asks at most CLAIM_PAIRS
+    # a test an earlier search of this study made stands: drawing fresh pairs again would be a second chance
+    most = _most(options, asked)
+    pairs = _tested(loop.study, winner.number)[:most] if winner is not best else []
+    if pairs:
+        why = f"{len(pairs)} pair(s) from an earlier search of this study, which tested it"
     try:
-        for i in range(most):
+        for i in range(len(pairs), most):
             if i < asked:
                 need, of = max([pair_s or 0.0, *(p.wall_s for p in pairs)]), f"{i + 1} of {asked}"
                 if loop.budget.left() < need:
@@ -80,6 +87,33 @@ def user_runs(loop: SearchLoop, confirmation: Confirmation | None) -> UserRuns |
         found = UserRuns(winner.number, Runs.of(pairs), asked, why)
         loop.study.set_user_attr(StudyAttr.USER_RUNS, found.to_dict())
     return found
+
+
+def _most(options: SearchOptions, asked: int) -> int:
+    """The most pairs of your runs: those asked, and without ``--claim-pairs`` up to ``CLAIM_PAIRS`` as time holds."""
+    return CLAIM_PAIRS if asked and options.claim_pairs is None else asked
+
+
+def decides(loop: SearchLoop) -> bool:
+    """Whether your runs can decide a candidate its rounds could not (``Confirmation.undecided``): the pairs may
+    reach ``CLAIM_PAIRS``, the fewest that confirm (fewer could only keep the defaults)."""
+    if not loop.measurer.user_processes:
+        return False
+    return _most(loop.options, budget.claim_pairs(loop.options, budget.claim_pair_s(loop.noise))) >= CLAIM_PAIRS
+
+
+def _tested(study: optuna.Study, number: int) -> list[RunPair]:
+    """The pairs of your runs of trial ``number`` an earlier search of ``study`` stored (``UserRuns.to_dict``);
+    none where it stored another trial's or a value that is not one (a store is not trusted to hold numbers)."""
+    told = study.user_attrs.get(StudyAttr.USER_RUNS)
+    if not isinstance(told, dict) or type(told.get("trial")) is not int or told["trial"] != number:
+        return []
+    ratios, run_s = told.get("ratios"), told.get("run_s")
+    if not isinstance(ratios, list) or not isinstance(run_s, (int, float)) or not math.isfinite(run_s) or run_s < 0:
+        return []
+    if not all(isinstance(r, (int, float)) and not isinstance(r, bool) and math.isfinite(r) and r > 0 for r in ratios):
+        return []
+    return [RunPair(float(r), float(run_s), 0.0) for r in ratios]
 
 
 def stated(claim: str, measured: TrialResult, user: UserRuns, margin: float,
@@ -136,7 +170,7 @@ def searched_noise(noise: dict[str, Any] | None, loop: SearchLoop, confirmation:
     """The calibration's noise with what the search measured besides: the spread of a process pair's ratio
     between fresh processes (every environment factor's pairs), and the smallest gain the search tells apart 4
     times in 5 (``measure.told_apart`` at its degrees of freedom): from the design that states the recipe, its
-    process pairs of your runs where three or more ran, else the narrowest confirmed interval (its rounds), else the
+    process pairs of your runs where three or more ran, else the narrowest interval over rounds, else the
     chosen trial's search interval."""
     if noise is None:
         return None
@@ -150,7 +184,8 @@ def searched_noise(noise: dict[str, Any] | None, loop: SearchLoop, confirmation:
                    f"trial {user.number}'s {n} process pairs of your runs")]
     else:
         widths = [(c.low, c.high, c.rounds - 1.0 if c.rounds >= 2 else math.inf, c.confirmed.confidence or CONFIDENCE,
-                   c.rounds, f"trial {c.number}'s {'confirmed' if c.claim == 'confirmed' else 'one-round'} interval")
+                   c.rounds, f"trial {c.number}'s " + ("interval over its rounds" if c.rounds >= 2 else
+                                                        "one-round interval"))
                   for c in (confirmation.candidates if confirmation else ())
                   if c.confirmed is not None and not c.failed]
     if not widths and best.result.speedup_low and best.result.speedup_high and best.role != BASELINE:
@@ -164,4 +199,4 @@ def searched_noise(noise: dict[str, Any] | None, loop: SearchLoop, confirmation:
     return noise
 
 
-__all__ = ["UNDECIDED", "searched_noise", "stated", "user_runs"]
+__all__ = ["UNDECIDED", "decides", "searched_noise", "stated", "user_runs"]

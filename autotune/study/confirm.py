@@ -41,7 +41,7 @@ from ..recipe import format_speedup
 from ..trial.lock import host_lock
 from ..trial.spec import Status, TrialResult
 from . import budget
-from .claim import user_runs
+from .claim import decides, user_runs
 from .loop import SearchLoop
 from .race import looks_confidence
 from .records import (
@@ -106,6 +106,7 @@ class Rounds:
         # could be offered or go to your runs (``offers``); before, a round may use it (a 3-minute demo left two
         # candidates out for time that then went unused: nothing was offered to state)
         self.claim_s = budget.claim_s(loop.study, loop.options)
+        self.decides = decides(loop)  # whether your runs can decide a candidate the rounds cannot
         self.margin = loop.noise.margin if loop.noise is not None else MIN_MARGIN
         self.floors = budget.floors(loop.study)  # each environment's part of a round, at least as the search measured
         self.kept = min(count, budget.kept_rounds(loop.study, loop.options))  # the rounds the search kept time for
@@ -174,8 +175,8 @@ class Rounds:
         """Whether your runs would follow the rounds so far: a candidate could be offered (its interval's low bound
         above its bar, ``Confirmation.bar``) or, over two rounds or more, its median is above it (your runs decide
         it: ``Confirmation.undecided``)."""
-        return any(c.low > offer_bar(self.margin, c.rounds)
-                   or (c.rounds >= 2 and c.failed is None and c.median > offer_bar(self.margin, c.rounds))
+        return any(c.low > offer_bar(self.margin, c.rounds) or (
+            self.decides and c.rounds >= 2 and c.failed is None and c.median > offer_bar(self.margin, c.rounds))
                    for c in map(self.candidate, self.top))
 
     def needed_s(self, entries: list[tuple[TrialRecord, int]]) -> float:

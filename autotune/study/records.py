@@ -275,10 +275,10 @@ class Confirmation:
     @property
     def undecided(self) -> Candidate | None:
         """Where none is offered (``best`` is None), the candidate its rounds could not decide: over two rounds or
-        more, its median above its bar and its low bound not (a Student-t interval over three rounds is 4.3 times
-        their spread wide: a 1.1x gain can read 1.11x [1.02-1.20]). Your runs' fresh process pairs, none of which
-        chose it, decide it: offered only where they confirm it (``claim.stated``). Of several, the highest low
-        bound: one candidate is tested, so no other look shares the pairs' confidence."""
+        more, its median above its bar and its low bound not (a Student-t interval over three rounds reaches 4.3
+        standard errors each side: a 1.1x gain can read 1.11x [1.02-1.20]). Your runs' fresh process pairs, none
+        of which chose it, decide it: offered only where they confirm it (``claim.stated``). Of several, the
+        highest low bound: one candidate is tested, so no other look shares the pairs' confidence."""
         if self.best is not None:
             return None
         straddling = [c for c in self.candidates if c.confirmed is not None and c.failed is None and c.rounds >= 2

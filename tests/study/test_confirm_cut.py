@@ -103,7 +103,7 @@ def _search(tmp_path: Path, facts: Any, stub: Stubbed, budget_s: float, clock: R
     seeds = [("baseline", base), ("seed", {**base, "channels_last": True}), ("seed", {**base, **loader})]
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     study = optuna.create_study(storage=url, study_name="cut", direction="maximize",
-                                sampler=optuna.samplers.TPESampler(seed=0))
+                                sampler=optuna.samplers.TPESampler(seed=0), load_if_exists=True)
     options = SearchOptions(storage=url, trials=3, budget_s=budget_option, confirm_top=2, confirm_rounds=rounds,
                             claim_pairs=claim_pairs)
     loop = SearchLoop(study, "tiny", facts, ctx, run, options, budget=Budget(clock.monotonic() + 1e6, clock.monotonic),
