@@ -77,31 +77,43 @@ class Phases:
 def top_operators(averages: Any, top: int = TOP) -> tuple[tuple[str, float], ...]:
     """The ``top`` operators of a profile (``torch.profiler``'s ``key_averages()``) by their own time on the CPU,
     each with its share of all operators' own time: where a step's compute goes, by kernel."""
-    own = [(event.key, float(event.self_cpu_time_total)) for event in averages if event.self_cpu_time_total > 0]
-    total = sum(seconds for _, seconds in own)
+    return _ranked(_own(averages), top)
+
+
+def _own(averages: Any) -> dict[str, float]:
+    """Each operator's own CPU time in a profile's ``key_averages()``."""
+    return {event.key: float(event.self_cpu_time_total) for event in averages if event.self_cpu_time_total > 0}
+
+
+def _ranked(own: dict[str, float], top: int = TOP) -> tuple[tuple[str, float], ...]:
+    total = sum(own.values())
     if total <= 0:
         return ()
-    ranked = sorted(own, key=lambda item: -item[1])[:top]
+    ranked = sorted(own.items(), key=lambda item: -item[1])[:top]
     return tuple((name, round(seconds / total, 4)) for name, seconds in ranked)
 
 
 def profiled(step: Callable[[], Any], seconds: float) -> tuple[tuple[str, float], ...]:
-    """``step()`` under torch's profiler for about ``seconds``: its top operators (``top_operators``). A profile's
-    price is its steps and the summing of its trace, which grows with every operator run: one step is profiled and
-    summed first, then as many steps as the rest of ``seconds`` holds at that price (at most ``PROFILE_STEPS``), or
-    the first step's operators alone where fewer than two fit."""
+    """``step()`` under torch's profiler for about ``seconds``: its top operators (``top_operators``). Each step is
+    a profile of its own, summed at once, while the rest of ``seconds`` holds one more at the last one's price (at
+    most ``PROFILE_STEPS``): a trace's summing grows faster than its steps (six steps summed together took 1.8
+    times six single ones), so a profile of many steps priced from one overran its time 1.5-3 times."""
     start = time.perf_counter()
-    first = _profiled(step, 1)
-    each = time.perf_counter() - start  # one step and its summing (the profiler's start besides: a dearer first)
-    steps = min(PROFILE_STEPS, int((seconds - each) / each)) if each > 0 else PROFILE_STEPS
-    return _profiled(step, steps) if steps >= 2 else first
+    totals: dict[str, float] = {}
+    for _ in range(PROFILE_STEPS):
+        began = time.perf_counter()
+        for key, own in _profiled(step).items():
+            totals[key] = totals.get(key, 0.0) + own
+        now = time.perf_counter()
+        if now - start + (now - began) > seconds:
+            break
+    return _ranked(totals)
 
 
-def _profiled(step: Callable[[], Any], steps: int) -> tuple[tuple[str, float], ...]:
-    """``steps`` steps under torch's profiler, summed (``top_operators``)."""
+def _profiled(step: Callable[[], Any]) -> dict[str, float]:
+    """One step under torch's profiler: each operator's own time (``_own``)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
-        for _ in range(steps):
-            step()
-    return top_operators(profiler.key_averages())
+        step()
+    return _own(profiler.key_averages())

@@ -94,7 +94,8 @@ def test_an_optimizer_that_runs_no_step_hooks_is_not_told_apart_from_the_backwar
 def test_a_profile_of_many_operators_a_step_keeps_to_its_time() -> None:
     """A GRU's step runs 6,000 operators: its 2-s profile (50 steps) took 20 s to sum, twice a 2-minute search (the
     defaults and the fastest candidate). The summing is priced per step from the first: a step of 1,000 operators
-    summed 50 times took 15 s; now about the time asked."""
+    summed 50 times took 15 s; priced from one step and then profiled together, 1.5-1.8 s of the 1 s asked, 3.05 s
+    under the suite's load (the summing grows faster than the steps); a profile a step, about the time asked."""
     import torch
 
     from autotune.measure.phases import profiled
@@ -125,7 +126,7 @@ def test_a_profile_stops_at_its_step_cap_and_one_that_fails_costs_the_search_not
     steps = []
     a = torch.ones(8, 8)
     operators = profiled(lambda: steps.append(torch.mm(a, a)), seconds=60.0)
-    assert len(steps) == 1 + PROFILE_STEPS and operators and operators[0][0] == "aten::mm"  # the priced step first
+    assert len(steps) == PROFILE_STEPS and operators and operators[0][0] == "aten::mm"
 
     class Worker:
         def __init__(self, stuck: bool = False) -> None:
