@@ -15,8 +15,8 @@ from typing import Any
 PARTS = ("data", "forward", "backward", "optimizer")
 TOP = 8  # operators a profile names
 # A profile's steps at most: its trace grows with every operator run, and summing it took minutes for 2 s of a tiny
-# MLP's 1-ms steps (thousands of them). Its time is priced per step, summing included (``profiled``): a GRU's 2-s
-# profile of 50 steps of 6,000 operators each took 20 s to sum.
+# MLP's 1-ms steps (thousands of them); a GRU's 2-s profile of 50 steps of 6,000 operators each took 20 s to sum.
+# Each step is now a profile of its own, summed at once (``profiled``).
 PROFILE_STEPS = 50
 MERGED = "backward+optimizer"  # an optimizer whose step runs no step hooks (a replaced ``step``): not told apart
 
