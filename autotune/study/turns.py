@@ -55,8 +55,8 @@ class Turns:
         return budget.estimate_s(self.study, compile_mode)
 
     def next_estimate_s(self) -> float | None:
-        """How long the next trial will likely take, by its kind: the trial waiting, else the next seed, else the
-        combination, else a trial of role ``in-process`` on its turn (``in_process_turn``), else one Optuna
+        """How long the next trial will likely take, by its kind: the trial waiting, else the combination, else the
+        next seed, else a trial of role ``in-process`` on its turn (``in_process_turn``), else one Optuna
         samples, which nearly always changes an environment knob. One that compiles: as that compile mode's
         trials (``budget.estimate_s``); one that starts no process (``warm``): as those
         (``budget.in_process_estimate_s``); else as those that started processes (``budget.started_estimate_s``).
@@ -68,10 +68,11 @@ class Turns:
         waiting = self._waiting()
         if not waiting and self.sampled_turn():
             return self._cheap_estimate_s() or general
+        combined = combination(self.study, self.facts, self.ctx, self.options.fixed) if self.options.seeded else None
         seed = next_seed(self.study, self.seeds)
         params = ({**self.defaults, **waiting[0].system_attrs.get("fixed_params", {})} if waiting
+                  else combined if combined is not None
                   else seed[1] if seed is not None
-                  else combination(self.study, self.facts, self.ctx, self.options.fixed) if self.options.seeded
                   else None)
         if params is None and self.in_process_turn():
             return self._cheap_estimate_s()
@@ -91,7 +92,7 @@ class Turns:
     def fill(self, available: float) -> bool:
         """The budget's end, where a typical trial no longer fits before the time kept for the confirmation: a
         trial that starts no process still may (``budget.in_process_estimate_s``; a measurer's ``warm``). Enqueue
-        one and return True: the first seed not taken that is one, else the combination if it is one, else a
+        one and return True: the combination if it is one, else the first seed not taken that is one, else a
         trial of role ``in-process`` with the environment fixed (the best recipe's when warm, else the defaults')
         and no compilation, its in-process knobs sampled by Optuna. False when none fits, or a trial already
         waiting would start one. So the budget's end is not left unused while a cheap candidate still fits."""
@@ -105,13 +106,12 @@ class Turns:
         if self.sampled_turn():
             self.enqueue_in_process()
             return True
-        seed = next_seed(self.study, self.seeds, self._warm)
-        if seed is not None:
-            self.study.enqueue_trial(seed[1], user_attrs={Attr.ROLE: seed[0]})
-            return True
         combined = combination(self.study, self.facts, self.ctx, self.options.fixed) if self.options.seeded else None
+        seed = next_seed(self.study, self.seeds, self._warm)
         if combined is not None and self._warm(combined):
             self.study.enqueue_trial(combined, user_attrs={Attr.ROLE: COMBINED})
+        elif seed is not None:
+            self.study.enqueue_trial(seed[1], user_attrs={Attr.ROLE: seed[0]})
         else:  # a sample that repeats a measured recipe is skipped at once: asking again costs nothing, and
             self.enqueue_in_process()  # MAX_SKIPS of them in a row end the search (False here would leave time unused)
         return True
