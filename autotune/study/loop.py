@@ -47,7 +47,7 @@ from .records import (
     params_key,
     records,
 )
-from .seeds import Seed, enqueue_combination, enqueue_next_seed
+from .seeds import Seed, enqueue_next_seed
 from .turns import Turns, fresh_processes
 
 if TYPE_CHECKING:
@@ -215,9 +215,9 @@ class SearchLoop(Turns):
             # environment too (role ``search``); fixed to the defaults', script mode's samples never changed threads.
             if not fresh_processes(self.measurer):
                 self.enqueue_in_process()
-        # the combination before the seeds left: two measured gains together, where a seed is a guess
-        elif not (self.options.seeded and enqueue_combination(self.study, self.facts, self.ctx, self.options.fixed)) \
-                and not enqueue_next_seed(self.study, self.seeds) and self.in_process_turn():
+        # the combination before the seeds left where its environment's gain was measured: a seed is a guess
+        elif not self.enqueue_combined(ahead=True) and not enqueue_next_seed(self.study, self.seeds) \
+                and not self.enqueue_combined() and self.in_process_turn():
             self.enqueue_in_process()
         trial = self.study.ask()
         role = trial.user_attrs.get(Attr.ROLE, SEARCH)

@@ -11,7 +11,7 @@ from ..trial.spec import Status, TrialResult
 from . import budget, verdict
 from .events import Phase, Progress
 from .records import BASELINE, COMBINED, CONFIRM, IN_PROCESS, MEASURED, SEARCH, WARM_START, Attr, params_key, records
-from .seeds import Seed, combination, input_seeds, interaction_seeds, next_seed
+from .seeds import Seed, combination, enqueue_combination, input_seeds, interaction_seeds, next_seed
 
 if TYPE_CHECKING:
     import optuna
@@ -55,9 +55,10 @@ class Turns:
         return budget.estimate_s(self.study, compile_mode)
 
     def next_estimate_s(self) -> float | None:
-        """How long the next trial will likely take, by its kind: the trial waiting, else the combination, else the
-        next seed, else a trial of role ``in-process`` on its turn (``in_process_turn``), else one Optuna
-        samples, which nearly always changes an environment knob. One that compiles: as that compile mode's
+        """How long the next trial will likely take, by its kind: the trial waiting, else the combination where it goes
+        ahead of the seeds (``_combined``), else the next seed, else the combination, else a trial of role
+        ``in-process`` on its turn (``in_process_turn``), else one Optuna samples, which nearly always changes an
+        environment knob. One that compiles: as that compile mode's
         trials (``budget.estimate_s``); one that starts no process (``warm``): as those
         (``budget.in_process_estimate_s``); else as those that started processes (``budget.started_estimate_s``).
         None before the calibration."""
@@ -68,12 +69,11 @@ class Turns:
         waiting = self._waiting()
         if not waiting and self.sampled_turn():
             return self._cheap_estimate_s() or general
-        combined = combination(self.study, self.facts, self.ctx, self.options.fixed) if self.options.seeded else None
-        seed = next_seed(self.study, self.seeds)
+        seed, ahead = next_seed(self.study, self.seeds), self._combined(ahead=True)
         params = ({**self.defaults, **waiting[0].system_attrs.get("fixed_params", {})} if waiting
-                  else combined if combined is not None
+                  else ahead if ahead is not None
                   else seed[1] if seed is not None
-                  else None)
+                  else self._combined())
         if params is None and self.in_process_turn():
             return self._cheap_estimate_s()
         if params is None:
@@ -92,8 +92,9 @@ class Turns:
     def fill(self, available: float) -> bool:
         """The budget's end, where a typical trial no longer fits before the time kept for the confirmation: a
         trial that starts no process still may (``budget.in_process_estimate_s``; a measurer's ``warm``). Enqueue
-        one and return True: the combination if it is one, else the first seed not taken that is one, else a
-        trial of role ``in-process`` with the environment fixed (the best recipe's when warm, else the defaults')
+        one and return True: the combination where it goes ahead (``_combined``) and is one, else the first seed
+        not taken that is one, else the combination if it is one, else a trial of role ``in-process`` with the
+        environment fixed (the best recipe's when warm, else the defaults')
         and no compilation, its in-process knobs sampled by Optuna. False when none fits, or a trial already
         waiting would start one. So the budget's end is not left unused while a cheap candidate still fits."""
 
@@ -106,15 +107,24 @@ class Turns:
         if self.sampled_turn():
             self.enqueue_in_process()
             return True
-        combined = combination(self.study, self.facts, self.ctx, self.options.fixed) if self.options.seeded else None
-        seed = next_seed(self.study, self.seeds, self._warm)
-        if combined is not None and self._warm(combined):
-            self.study.enqueue_trial(combined, user_attrs={Attr.ROLE: COMBINED})
+        ahead, seed, combined = self._combined(True), next_seed(self.study, self.seeds, self._warm), self._combined()
+        if ahead is not None and self._warm(ahead):
+            self.study.enqueue_trial(ahead, user_attrs={Attr.ROLE: COMBINED})
         elif seed is not None:
             self.study.enqueue_trial(seed[1], user_attrs={Attr.ROLE: seed[0]})
+        elif combined is not None and self._warm(combined):
+            self.study.enqueue_trial(combined, user_attrs={Attr.ROLE: COMBINED})
         else:  # a sample that repeats a measured recipe is skipped at once: asking again costs nothing, and
             self.enqueue_in_process()  # MAX_SKIPS of them in a row end the search (False here would leave time unused)
         return True
+
+    def _combined(self, ahead: bool = False) -> dict[str, Any] | None:
+        """The combination (``seeds.combination``; ``ahead``: one to go before the seeds left); none unseeded."""
+        return combination(self.study, self.facts, self.ctx, self.options.fixed, ahead) if self.options.seeded else None
+
+    def enqueue_combined(self, ahead: bool = False) -> bool:
+        """Enqueue ``_combined`` unless a trial is waiting (``seeds.enqueue_combination``); True if one was."""
+        return self.options.seeded and enqueue_combination(self.study, self.facts, self.ctx, self.options.fixed, ahead)
 
     def ready_next(self) -> None:
         """Before the next trial is chosen and estimated: the seeds the measured trials call for (``seed_the_input``,
@@ -138,8 +148,9 @@ class Turns:
         if self.options.budget_s is None or fresh_processes(self.measurer) or self._waiting() or self.outside_sampler:
             return False
         seed = next_seed(self.study, self.seeds, lambda params: not self._warm(params))
-        if seed is None or (seed == next_seed(self.study, self.seeds) and not self.sampled_turn()):
-            return False  # none, or it is next anyway
+        if seed is None or (seed == next_seed(self.study, self.seeds) and not self.sampled_turn()) \
+                or self._combined(ahead=True) is not None:
+            return False  # none, or it is next anyway, or the combination goes first (this is asked again after it)
         first, upcoming = budget.started_estimate_s(self.study), self.next_estimate_s()
         if first is None or upcoming is None:  # not calibrated
             return False
@@ -201,7 +212,7 @@ class Turns:
         search's trials for seeds alone (a recurrent workload's 3-minute search: 4 trials, all seeds), and the
         sampler never ran; one sample for every two seeds left the CNN's 2-minute search at 2 of 7. Its turn is
         taken by an in-process trial (``enqueue_in_process``): the seeds still to come change the environment, a
-        sample costs an arm's windows."""
+        sample costs an arm's windows; it goes before the combination too."""
         if next_seed(self.study, self.seeds) is None:
             return False
         seeded = sampled = 0

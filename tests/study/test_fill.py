@@ -437,40 +437,52 @@ def test_without_seeds_no_combination_either(facts: Any, seeded: bool) -> None:
     assert (study.get_trials(deepcopy=False)[-1].user_attrs[Attr.ROLE] == "combined") == seeded
 
 
-def test_the_combination_goes_ahead_of_the_seeds_left(facts: Any) -> None:
-    """A 3-minute CNN demo measured the heuristic's environment at 1.23x beside bf16 + channels_last at 2.04x, then
-    two float16 seeds (0.01x) and a sample; by then their combination, which starts processes, no longer fitted:
-    1.62x confirmed where another run's combination was confirmed at 2.75x. Two measured gains together go before a
-    guess: asked next, priced as next, and at the budget's end taken first where its environment is warm."""
+def _apart(facts: Any, heuristic: float) -> tuple[optuna.Study, dict[str, Any]]:
+    """The defaults, channels_last in their worker (1.3x), the heuristic's environment (``heuristic``) and two samples
+    (the sampled third taken: the next turn is a seed's)."""
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=3))
     study.set_user_attr("noise", asdict(NOISE))
     defaults = spaces.defaults(facts, CTX)
     _add(study, "baseline", defaults, 1.0, 15.0, "in-process pairs", 1.6)
     _add(study, "seed", {**defaults, "channels_last": True}, 1.3, 2.8, "in-process pairs", 0.0)
-    _add(study, "heuristic", {**defaults, **HEURISTIC}, 1.2, 47.3, "process pairs", 33.6)
-    for batch in (8, 64):  # the sampled third taken: the next turn is a seed's
+    _add(study, "heuristic", {**defaults, **HEURISTIC}, heuristic, 47.3, "process pairs", 33.6)
+    for batch in (8, 64):
         _add(study, "in-process", {**defaults, "batch_per_rank": batch}, 1.05, 2.8, "in-process pairs", 0.0)
+    return study, defaults
+
+
+@pytest.mark.parametrize("heuristic", [1.2, 1.01])
+def test_the_combination_goes_ahead_of_the_seeds_left(facts: Any, heuristic: float) -> None:
+    """A 3-minute CNN demo measured the heuristic's environment at 1.23x beside bf16 + channels_last at 2.04x, then
+    two float16 seeds (0.01x) and a sample; by then their combination, which starts processes, no longer fitted:
+    1.62x confirmed where another run's combination was confirmed at 2.75x. Where the environment's gain is measured
+    (above the margin), the two gains together go before a guess: asked next, priced as next, and at the budget's end
+    taken first where its environment is warm. An environment that read within the noise (1.01x) waits for the
+    seeds, as before."""
+    ahead = heuristic > 1 + NOISE.margin
+    study, defaults = _apart(facts, heuristic)
     seeds = [("seed", {**defaults, "batch_per_rank": 16})]
     both = {**defaults, **HEURISTIC, "channels_last": True}
 
     loop = _loop(study, facts, Warm(defaults, {**defaults, **HEURISTIC}), seeds)
     assert not loop.sampled_turn()
     assert loop.fill(20.0)  # warm: the budget's end takes it before the seed, which is warm too
-    assert [t.user_attrs[Attr.ROLE] for t in _waiting(study)] == ["combined"]
-    assert params_key(_waiting(study)[0].system_attrs["fixed_params"]) == params_key(both)
+    assert [t.user_attrs[Attr.ROLE] for t in _waiting(study)] == ["combined" if ahead else "seed"]
+    if ahead:
+        assert params_key(_waiting(study)[0].system_attrs["fixed_params"]) == params_key(both)
 
-    cold = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=3))
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-        cold.add_trial(t)
-    cold.set_user_attr("noise", asdict(NOISE))
+    cold, _ = _apart(facts, heuristic)
     loop = SearchLoop(cold, "cnn", facts, CTX, {}, SearchOptions(budget_s=300, storage="sqlite://", study="fill"),
                       Budget.start(60), lambda event: None, seeds=seeds, measurer=Answering(defaults))
     loop.noise = NOISE
-    assert loop.next_estimate_s() == budget.started_estimate_s(cold)  # the combination's price, not the seed's
     loop.prepare()
+    price = loop.next_estimate_s()
+    assert price == (budget.started_estimate_s(cold) if ahead else in_process_estimate_s(cold))  # what comes next
     loop._next(0, None)
     last = cold.get_trials(deepcopy=False)[-1]
-    assert last.user_attrs[Attr.ROLE] == "combined" and params_key(last.user_attrs[Attr.PARAMS]) == params_key(both)
+    assert last.user_attrs[Attr.ROLE] == ("combined" if ahead else "seed")
+    if ahead:
+        assert params_key(last.user_attrs[Attr.PARAMS]) == params_key(both)
 
 
 def test_without_seeds_no_input_seed_either(facts: Any) -> None:
