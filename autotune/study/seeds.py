@@ -223,7 +223,7 @@ def combination(study: optuna.Study, facts: Facts, ctx: spaces.SpaceContext,
 def _factor(study: optuna.Study, record: TrialRecord) -> float:
     """A trial's environment over the defaults' (``Attr.ENVIRONMENT_FACTOR``'s median), else its speedup: a warm
     start of one thread with bfloat16 read 1.2x where one thread's own factor was 0.88x."""
-    recorded = study.trials[record.number].user_attrs.get(Attr.ENVIRONMENT_FACTOR)
+    recorded = study.get_trials(deepcopy=False)[record.number].user_attrs.get(Attr.ENVIRONMENT_FACTOR)
     median = recorded.get("median") if isinstance(recorded, dict) else None
     return float(median) if isinstance(median, (int, float)) else (record.result.objective or 0.0)
 

@@ -80,3 +80,33 @@ def test_a_combination_stopped_by_ctrl_c_is_tried_again_and_a_crashed_one_is_not
     assert combination(study, facts, CTX) == both  # the next search measures it
     ended("crash")
     assert combination(study, facts, CTX) is None
+
+
+@pytest.mark.parametrize(("factor", "ahead"), [(None, True), (0.88, False), (1.1, True)])
+def test_ahead_of_the_seeds_only_on_its_environments_own_gain(facts: Any, factor: float | None, ahead: bool) -> None:
+    """A warm start of one thread with bfloat16 reads 1.2x where one thread's own factor (``environment_factor``)
+    is 0.88x: its environment with the fastest in-process knobs is still a combination, but not one to take before
+    the seeds left; where no factor is recorded, the trial's speedup is the environment's."""
+    study = optuna.create_study(direction="maximize")
+    defaults = spaces.defaults(facts, CTX)
+    _add(study, "baseline", defaults, 1.0)
+    _add(study, "search", {**defaults, "batch_per_rank": 64}, 1.3)
+    _add(study, "warm-start", {**defaults, "threads": 1, "interop_threads": 1}, 1.2)
+    if factor is not None:
+        study = _with_factor(study, factor)
+    assert combination(study, facts, CTX) is not None
+    assert (combination(study, facts, CTX, ahead=True) is not None) == ahead
+
+
+def _with_factor(study: optuna.Study, factor: float) -> optuna.Study:
+    """``study`` again, its last trial carrying ``Attr.ENVIRONMENT_FACTOR`` as the loop records it."""
+    again = optuna.create_study(direction="maximize")
+    trials = study.get_trials(deepcopy=True)
+    for t in trials[:-1]:
+        again.add_trial(t)
+    last = trials[-1]
+    attrs = {**last.user_attrs, Attr.ENVIRONMENT_FACTOR: {"median": factor, "low": factor - 0.05,
+                                                           "high": factor + 0.05, "confidence": 0.95, "count": 3}}
+    again.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.COMPLETE, value=last.value,
+                                              user_attrs=attrs))
+    return again
