@@ -60,6 +60,13 @@ class EnvironmentFactors(PairedMeasurer):
             raise WorkerError("calibrate() first: the search starts with the defaults against themselves")
         return self.calibration
 
+    def measured(self, key: str) -> bool:
+        """Whether the factor of environment ``key`` has its fewest process pairs: a candidate's ``begin`` adds none
+        (while it is not ``enough``, a later round of its race adds one where the trial's time holds it). Waiting
+        for it to settle priced the fastest environment's combination, an arm in its live worker, as a trial that
+        starts processes, and near a short search's end it no longer fitted."""
+        return key in self.factors or len(self.factor_ratios.get(key, ())) >= self.process_pairs[0]
+
     def _too_short(self, key: str, deadline: float) -> str | None:
         """Why a candidate of another environment is not started: its process pairs (the last one's worker is kept
         for its arms) or its worker's start would outlast ``deadline``, from the starts and pairs measured so far;

@@ -135,15 +135,15 @@ class LiveMeasurer(EnvironmentFactors):
     # Candidates --------------------------------------------------------------------------------------------
 
     def warm(self, params: dict[str, Any]) -> bool:
-        """Whether a candidate of ``params``' environment would start no process: the defaults' (their worker
-        lives as long as the search) or the environment whose worker is alive, its factor settled (``enough``
-        process pairs: a later round adds none). The search's end is filled with such candidates."""
+        """Whether a candidate of ``params``' environment would start no process for its first look: the defaults'
+        (their worker lives as long as the search) or an environment whose worker is alive and whose factor has its
+        fewest process pairs (``measured``). The search prices such candidates cheap and fills its end with them."""
         if spaces.processes.count(params) > 1:
             return False
         if same_environment(params, self.defaults):
             return True
         key = environment_key(params)
-        return key in self.factors and self.pool.env_alive(key)
+        return self.measured(key) and self.pool.env_alive(key)
 
     def reseed(self, seed: int) -> None:
         """A confirmation round's fresh pairs: new window orders, fresh worker processes (what is confirmed is

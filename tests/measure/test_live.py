@@ -160,10 +160,15 @@ def test_a_factor_grows_a_process_pair_a_race_round_and_its_worker_takes_the_env
     def pairs() -> tuple[int, bool]:
         return len(measurer.factor_ratios[key]), key in measurer.factors  # pooled pairs, cached (enough)
 
+    mixed_params = {**one, "batch_size": 64}
     try:
         measurer.calibrate(20)
+        assert not measurer.warm(mixed_params)  # no pair of its environment yet: a first look starts processes
         race = measurer.begin(one, 300)
         seen = [pairs()]
+        # the fewest pairs ran and its worker is alive: another candidate of it starts no process for its first
+        # look, though the factor is not settled (``warm``: the search prices and fills by it)
+        assert measurer.warm(mixed_params) and measurer.pool.env_alive(key) and key not in measurer.factors
         for _ in range(3):
             measurer.more(race, 2, 300)
             seen.append(pairs())
@@ -173,7 +178,7 @@ def test_a_factor_grows_a_process_pair_a_race_round_and_its_worker_takes_the_env
         searched = measurer.factors[key]
         # Batch 64 in that environment (half the sleep-bound steps per sample): an arm in its worker, which the
         # settled factor left running, no process started; its speedup the factor x its in-process median.
-        mixed = measurer.begin({**one, "batch_size": 64}, 300)
+        mixed = measurer.begin(mixed_params, 300)
         inner = measurer.more(mixed, 4, 300)
         combined = measurer.end(mixed)
     finally:
