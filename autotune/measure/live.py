@@ -143,13 +143,12 @@ class LiveMeasurer(EnvironmentFactors):
         if same_environment(params, self.defaults):
             return True
         key = environment_key(params)
-        return self.measured(key) and self.pool.env_alive(key)
+        return self.measured(key) and key not in self.hopeless and self.pool.env_alive(key)
 
     def reseed(self, seed: int) -> None:
         """A confirmation round's fresh pairs: new window orders, fresh worker processes (what is confirmed is
         measured in processes as new as the user's), and for every environment a factor of this round's own: one
-        fresh process pair, no earlier pair pooled with it (the confirmation must not reuse what chose the
-        candidate: ``_round_factor``)."""
+        fresh process pair, never pooled with those that chose the candidate (``_round_factor``)."""
         self.seed, self._confirming, self._round_factors = seed, True, {}
         self.close()
 
@@ -248,8 +247,9 @@ class LiveMeasurer(EnvironmentFactors):
             try:
                 key, trial.rounds = trial.factor_key, trial.rounds + 1
                 if key is not None and trial.rounds > 1 and not self._confirming and key not in self.factors \
-                        and trial.worker is not None:  # a later round of the race: one more process pair
-                    trial.factor = self._factor(key, trial.params, trial, deadline, grow=True)
+                        and trial.worker is not None:  # a later round of the race: one more process pair, where
+                    trial.factor = self._factor(key, trial.params, trial, deadline - 3 * n * self.cal.window_s,
+                                                grow=True)  # the round's windows and evaluation fit after it
                 if trial.worker is None:
                     self.pool.set_all_aside()  # timed alone, as the process pairs
                     trial.fresh_pairs(n, self.workload, self.defaults, self.facts, self.settings, deadline,

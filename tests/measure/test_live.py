@@ -154,36 +154,42 @@ def test_a_factor_cut_short_keeps_its_pair_and_a_confirmation_round_measures_its
 def test_a_factor_grows_a_process_pair_a_race_round_and_its_worker_takes_the_environments_arms(facts: Any) -> None:
     """``begin`` measures the fewest pairs; each later round of the race adds one until the factor is enough (a
     candidate stopped after its first round costs the fewest). A candidate of that environment with an in-process
-    knob besides is an arm in its worker, factor x in-process."""
+    knob besides is an arm in its worker, factor x in-process: where the fewest pairs ran and the worker lives, it
+    starts no process for its first look, settled or not (``warm``, which the search prices and fills by), and its
+    own later rounds grow the factor."""
+    from autotune.measure.process_pair import HopelessEnvironment
+    from autotune.trial.spec import TrialResult
+
     measurer, _, one, key = _threads_measurer(facts, (1, 2))
 
     def pairs() -> tuple[int, bool]:
         return len(measurer.factor_ratios[key]), key in measurer.factors  # pooled pairs, cached (enough)
 
+    # batch 64 in that environment: half the sleep-bound steps per sample
     mixed_params = {**one, "batch_size": 64}
     try:
         measurer.calibrate(20)
         assert not measurer.warm(mixed_params)  # no pair of its environment yet: a first look starts processes
         race = measurer.begin(one, 300)
+        measurer.more(race, 2, 300)
+        first = measurer.end(race)  # stopped after its first round: the fewest pairs, its factor not settled
         seen = [pairs()]
-        # the fewest pairs ran and its worker is alive: another candidate of it starts no process for its first
-        # look, though the factor is not settled (``warm``: the search prices and fills by it)
-        assert measurer.warm(mixed_params) and measurer.pool.env_alive(key) and key not in measurer.factors
-        for _ in range(3):
-            measurer.more(race, 2, 300)
-            seen.append(pairs())
-        first = measurer.end(race)
-        assert seen == [(1, False), (1, False), (2, True), (2, True)], seen
-        assert first.status == "ok" and first.method == "process pairs" and first.pairs == 2, first
-        searched = measurer.factors[key]
-        # Batch 64 in that environment (half the sleep-bound steps per sample): an arm in its worker, which the
-        # settled factor left running, no process started; its speedup the factor x its in-process median.
+        assert measurer.warm(mixed_params) and measurer.pool.env_alive(key)
         mixed = measurer.begin(mixed_params, 300)
-        inner = measurer.more(mixed, 4, 300)
+        assert not isinstance(mixed, TrialResult) and mixed.startup_s == 0.0, mixed  # an arm in the live worker
+        seen.append(pairs())
+        for _ in range(3):
+            inner = measurer.more(mixed, 4, 300)
+            seen.append(pairs())
         combined = measurer.end(mixed)
+        searched = measurer.factors[key]
+        measurer.hopeless[key] = HopelessEnvironment(40.0, None)  # type: ignore[arg-type]
+        assert not measurer.warm(mixed_params)  # an environment that gave up is not offered as cheap
     finally:
         measurer.close()
-    assert pairs() == (2, True) and combined.startup_s == 0.0, combined
+    assert seen == [(1, False), (1, False), (1, False), (2, True), (2, True)], seen
+    assert first.status == "ok" and first.method == "process pairs" and first.pairs == 1, first
+    assert combined.startup_s > 0.0, combined  # its second round's process pair
     assert combined.status == "ok" and combined.method == "process pairs x in-process pairs", combined
     assert combined.objective == inner.median and combined.objective / searched.median > 1.5, (combined, searched)
     assert searched.median < 1  # one thread here is slower
