@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 from .candidate import combine, paired_method
-from .costs import IN_PROCESS_METHODS, STARTED_S, first_rounds_s, in_one_process, own_copies, round_parts
+from .costs import IN_PROCESS_METHODS, STARTED_S, first_rounds_s, in_one_process, own_copies, race_round_s, round_parts
 from .environment import ENVIRONMENT_KEYS, environment_differences, environment_key
 from .first_copy import script_context
 from .live import LiveMeasurer
@@ -59,6 +59,7 @@ __all__ = [
     "first_pairs",
     "first_rounds_s",
     "own_copies",
+    "race_round_s",
     "paired_method",
     "round_parts",
     "rounds_interval",

@@ -42,6 +42,12 @@ def first_rounds_s(noise: Noise) -> float:
     return 2 * (2 * first_pairs(noise.pairs) * noise.window_s)
 
 
+def race_round_s(pairs: int, window_s: float) -> float:
+    """The least time left for a race round of ``pairs`` window pairs: two windows a pair and the evaluation
+    after (the loop admits a round by it; a factor's process pair grown before the round leaves it)."""
+    return 3 * pairs * window_s
+
+
 def _script_pair_s(wall_s: float, timed_s: float, ran: int, window_pairs: int, a_pair: int) -> float:
     """One script-mode process pair of ``a_pair`` window pairs, priced from ``ran`` measured pairs of
     ``window_pairs`` window pairs in all (``wall_s``, ``timed_s`` of it in windows): its copies' start, as theirs,

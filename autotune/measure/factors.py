@@ -60,12 +60,12 @@ class EnvironmentFactors(PairedMeasurer):
             raise WorkerError("calibrate() first: the search starts with the defaults against themselves")
         return self.calibration
 
-    def measured(self, key: str) -> bool:
-        """Whether the factor of environment ``key`` has its fewest process pairs: a candidate's ``begin`` adds none
-        (while it is not ``enough``, a later round of its race adds one where the trial's time holds it). Waiting
-        for it to settle priced the fastest environment's combination, an arm in its live worker, as a trial that
-        starts processes, and near a short search's end it no longer fitted."""
-        return key in self.factors or len(self.factor_ratios.get(key, ())) >= self.process_pairs[0]
+    def missing_pairs(self, key: str) -> int:
+        """How many of its fewest process pairs environment ``key``'s factor still lacks. At 0 a candidate's
+        ``begin`` adds none (while it is not ``enough``, a later round of its race adds one where the trial's time
+        holds it): waiting for it to settle priced the fastest environment's combination, an arm in its live
+        worker, as a trial that starts processes, and near a short search's end it no longer fitted."""
+        return 0 if key in self.factors else max(0, self.process_pairs[0] - len(self.factor_ratios.get(key, ())))
 
     def _too_short(self, key: str, deadline: float) -> str | None:
         """Why a candidate of another environment is not started: its process pairs (the last one's worker is kept
@@ -75,8 +75,7 @@ class EnvironmentFactors(PairedMeasurer):
         last round of a tight budget was skipped, its gain left unconfirmed."""
         if not self.pool.start_s or self.calibration is None or self._confirming:
             return None  # nothing measured yet, or the confirmation's to judge
-        least = self.process_pairs[0]
-        missing = 0 if key in self.factors else max(0, least - len(self.factor_ratios.get(key, [])))
+        missing = self.missing_pairs(key)
         windows = 2 * first_pairs(self.cal.pairs) * self.cal.window_s
         # before a pair ran: its two workers, each started and its arm built and settled as the calibration's was
         first = 2 * self.noise.start_s if self.noise is not None and self.noise.start_s else self.pool.start_s

@@ -11,7 +11,7 @@ from typing import Any
 
 from .. import search_spaces as spaces
 from ..trial.spec import Status, TrialResult
-from . import sizing, stats
+from . import costs, sizing, stats
 from .arms import WINDOW_FLOOR_S, choose_window_s
 from .candidate import (
     ACROSS,
@@ -136,14 +136,14 @@ class LiveMeasurer(EnvironmentFactors):
 
     def warm(self, params: dict[str, Any]) -> bool:
         """Whether a candidate of ``params``' environment would start no process for its first look: the defaults'
-        (their worker lives as long as the search) or an environment whose worker is alive and whose factor has its
-        fewest process pairs (``measured``). The search prices such candidates cheap and fills its end with them."""
+        (their worker lives as long as the search) or an environment whose worker is alive and whose factor lacks
+        none of its fewest process pairs (``missing_pairs``): the search prices these cheap and fills its end."""
         if spaces.processes.count(params) > 1:
             return False
         if same_environment(params, self.defaults):
             return True
         key = environment_key(params)
-        return self.measured(key) and key not in self.hopeless and self.pool.env_alive(key)
+        return not self.missing_pairs(key) and key not in self.hopeless and self.pool.env_alive(key)
 
     def reseed(self, seed: int) -> None:
         """A confirmation round's fresh pairs: new window orders, fresh worker processes (what is confirmed is
@@ -247,9 +247,9 @@ class LiveMeasurer(EnvironmentFactors):
             try:
                 key, trial.rounds = trial.factor_key, trial.rounds + 1
                 if key is not None and trial.rounds > 1 and not self._confirming and key not in self.factors \
-                        and trial.worker is not None:  # a later round of the race: one more process pair, where
-                    trial.factor = self._factor(key, trial.params, trial, deadline - 3 * n * self.cal.window_s,
-                                                grow=True)  # the round's windows and evaluation fit after it
+                        and trial.worker is not None:  # a later round of the race: one more process pair
+                    round_s = costs.race_round_s(n, self.cal.window_s)  # where the round itself still fits after it
+                    trial.factor = self._factor(key, trial.params, trial, deadline - round_s, grow=True)
                 if trial.worker is None:
                     self.pool.set_all_aside()  # timed alone, as the process pairs
                     trial.fresh_pairs(n, self.workload, self.defaults, self.facts, self.settings, deadline,

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import search_spaces as spaces
 from ..errors import TrialError
-from ..measure import Interval, Noise, PairedMeasurer, environment_key, own_copies
+from ..measure import Interval, Noise, PairedMeasurer, environment_key, own_copies, race_round_s
 from ..trial.lock import host_lock, owner
 from ..trial.spec import Status, TrialResult
 from . import budget, oom_limits, verdict
@@ -326,7 +326,7 @@ class SearchLoop(Turns):
                 limit = min(deadline, self.budget.deadline - budget.racing_reserve_s(
                     self.study, self.options, params, self.measurer.method(handle, params), wall_s=now - started,
                     timed_s=2 * used * noise.window_s))
-            if used and limit - now < 3 * n * noise.window_s:  # two windows a pair, and the evaluation after
+            if used and limit - now < race_round_s(n, noise.window_s):
                 why = "the trial's time ran out" if limit == deadline else "the time its confirmation needs is kept"
                 break
             left = limit - now
