@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -212,7 +212,7 @@ RESERVE_SHARE = 0.6
 
 
 def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | None, *,
-              racing: tuple[TrialResult, dict[str, Any]] | None = None) -> float:
+              racing: Sequence[tuple[TrialResult, dict[str, Any]]] = ()) -> float:
     """Time kept for the confirmation: the rounds of each candidate it would likely confirm now (its
     ``contenders``: not one whose search interval lies wholly below the first's, nor one whose median is below
     1 + margin), each environment's part once a
@@ -222,10 +222,11 @@ def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | Non
     is less than such a round takes, and a candidate whose last round no longer fits is left unconfirmed). Time
     kept for a defaults' worker no candidate needs, or for windows a recipe that IS its environment does not run,
     would stop the search early. Rounds are kept while the whole reserve stays within ``RESERVE_SHARE`` of the
-    budget, at least one a candidate. ``racing``: the candidate being raced (its result so far, its params), counted
-    as one more while the confirmation has room for it, so that its later race rounds never take the time its
-    own confirmation needs (a short budget's first candidate raced to its cap, then was not confirmed)."""
-    if (estimate is None and racing is None) or options.budget_s is None or options.confirm_top <= 0:
+    budget, at least one a candidate. ``racing``: the candidates being raced or about to be (each its result so far,
+    its params), counted as more while the confirmation has room for them, so that a candidate's later race rounds
+    never take the time its own confirmation needs (a short budget's first candidate raced to its cap, then was not
+    confirmed)."""
+    if (estimate is None and not racing) or options.budget_s is None or options.confirm_top <= 0:
         return 0.0
     return _reserve(study, options, racing)[1]
 
@@ -235,19 +236,19 @@ def kept_rounds(study: optuna.Study, options: SearchOptions) -> int:
     budget. The confirmation's candidates ranked above keep their time for as many (``confirm.Rounds``)."""
     if options.budget_s is None or options.confirm_top <= 0:
         return max(1, options.confirm_rounds)
-    return _reserve(study, options, None)[0]
+    return _reserve(study, options, ())[0]
 
 
 def _reserve(study: optuna.Study, options: SearchOptions,
-             racing: tuple[TrialResult, dict[str, Any]] | None) -> tuple[int, float]:
+             racing: Sequence[tuple[TrialResult, dict[str, Any]]]) -> tuple[int, float]:
     """``reserve_s``'s (rounds kept a candidate, seconds kept)."""
     assert options.budget_s is not None
     noise = recorded_noise(study)
     baseline, top = lineup(study, options.confirm_top, options.confirm_rounds)
     entries = [(r.result, environment_key(r.params))
                for r in contenders(top, confirm_bar(study, options.confirm_rounds))]
-    if racing is not None and baseline is not None and len(entries) < options.confirm_top:
-        entries.append((racing[0], environment_key(racing[1])))
+    room = max(0, options.confirm_top - len(entries)) if baseline is not None else 0
+    entries += [(result, environment_key(params)) for result, params in racing[:room]]
     kept = max(1, options.confirm_rounds)
     if not entries:
         return kept, 0.0
@@ -309,7 +310,7 @@ def racing_reserve_s(study: optuna.Study, options: SearchOptions, params: dict[s
     its loss may be)."""
     so_far = TrialResult(Status.OK, wall_s=wall_s, timed_s=timed_s, warmup_s=max(0.0, wall_s - timed_s),
                          method=method)
-    return reserve_s(study, options, None, racing=(so_far, params))
+    return reserve_s(study, options, None, racing=[(so_far, params)])
 
 
 def floors(study: optuna.Study) -> dict[str, float]:

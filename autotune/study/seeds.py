@@ -214,7 +214,24 @@ def combination(study: optuna.Study, facts: Facts, ctx: spaces.SpaceContext,
     env = max(other, key=lambda r: r.result.objective or 0.0)
     if (env.result.objective or 0.0) < 1 or (ahead and _factor(study, env) <= 1 + study_margin(study)):
         return None
-    params = {**inner.params, **{k: env.params[k] for k in ENVIRONMENT_KEYS if k in env.params}, **(fixed or {})}
+    return _joined(study, inner.params, env.params, facts, ctx, fixed)
+
+
+def prospective_combination(study: optuna.Study, facts: Facts, ctx: spaces.SpaceContext,
+                            fixed: dict[str, Any] | None, environment: dict[str, Any]) -> dict[str, Any] | None:
+    """The combination an environment not measured yet (``environment``: a seed's params) would make where it reads
+    the fastest environment and at least the defaults' speed (``combination``): the in-process winner
+    (``_inner_winner``) in it; None without one, or for several processes (measured without a factor)."""
+    inner = _inner_winner(study, _measured(study))
+    if inner is None or spaces.processes.count(environment) != 1:
+        return None
+    return _joined(study, inner.params, environment, facts, ctx, fixed)
+
+
+def _joined(study: optuna.Study, inner: dict[str, Any], environment: dict[str, Any], facts: Facts,
+            ctx: spaces.SpaceContext, fixed: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``inner``'s in-process knobs in ``environment``'s environment, unless taken or outside the space."""
+    params = {**inner, **{k: environment[k] for k in ENVIRONMENT_KEYS if k in environment}, **(fixed or {})}
     if params_key(params) in _taken(study) or spaces.outside(params, facts, ctx):
         return None
     return params
@@ -319,4 +336,4 @@ def space_digest(facts: Facts, ctx: spaces.SpaceContext) -> str:
 
 
 __all__ = ["Seed", "check_fixed", "combination", "enqueue_combination", "enqueue_next_seed", "history_conflict",
-           "interaction_seeds", "next_seed", "seeds", "space_digest", "warm_start"]
+           "interaction_seeds", "next_seed", "prospective_combination", "seeds", "space_digest", "warm_start"]

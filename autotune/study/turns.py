@@ -11,7 +11,15 @@ from ..trial.spec import Status, TrialResult
 from . import budget, verdict
 from .events import Phase, Progress
 from .records import BASELINE, COMBINED, CONFIRM, IN_PROCESS, MEASURED, SEARCH, WARM_START, Attr, params_key, records
-from .seeds import Seed, combination, enqueue_combination, input_seeds, interaction_seeds, next_seed
+from .seeds import (
+    Seed,
+    combination,
+    enqueue_combination,
+    input_seeds,
+    interaction_seeds,
+    next_seed,
+    prospective_combination,
+)
 
 if TYPE_CHECKING:
     import optuna
@@ -128,23 +136,29 @@ class Turns:
 
     def ready_next(self) -> None:
         """Before the next trial is chosen and estimated: the seeds the measured trials call for (``seed_the_input``,
-        ``seed_the_interactions``), then an environment's seed enqueued where it is due (``environment_seed_due``)."""
+        ``seed_the_interactions``), then an environment's seed enqueued where it is due (``environment_seed_due``),
+        else the combination where it is (``combination_due``)."""
         self.seed_the_input()
         self.seed_the_interactions()
-        self.environment_seed_due()
+        if not self.environment_seed_due():
+            self.combination_due()
 
     def environment_seed_due(self) -> bool:
         """Enqueue the next seed that changes the environment (the heuristic's) ahead of its turn where one more trial
         that starts no process would leave it too little time: its first look (``budget.started_estimate_s``) and
         the time kept for the confirmation with it counted (``budget.reserve_s``'s ``racing``: its rounds, a round's
-        process pair priced as one of its first look's, and the claim's pairs of your runs), while it still fits.
-        True if it was. It takes a sampled trial's turn too (``sampled_turn``'s third is of the candidates before
-        it). Where the confirmation's top is full, its own rounds are not counted (``reserve_s``): three contenders
-        already hold a gain. The cheap first made such a seed wait for the defaults' worker's seeds and the sampled
-        turns: a 2-minute GRU search reached its heuristic, its only gain (1.13x), at 44 s of 120, and confirmed it
-        over 5 of the 6 pairs of your runs a confirmed claim takes. One that does not fit now keeps its turn: taken
-        first wherever it did not fit, a CNN's environment seed (three process pairs of 21 s) took the 2-minute
-        replays' time from the in-process seeds that hold its gain (G 0.96 to 0.92, near-optimal 0.93 to 0.07)."""
+        process pair priced as one of its first look's, and the claim's pairs of your runs), and its combination's
+        where an in-process winner would make one (``seeds.prospective_combination``: its first look an arm of the
+        environment's worker, its rounds' own windows), while the seed alone still fits. True if it was. It takes a
+        sampled trial's turn too (``sampled_turn``'s third is of the candidates before it). Where the
+        confirmation's top is full, its own rounds are not counted (``reserve_s``): three contenders already hold a
+        gain. The cheap first made such a seed wait for the defaults' worker's seeds and the sampled turns: a
+        2-minute GRU search reached its heuristic, its only gain (1.13x), at 44 s of 120, and confirmed it over 5 of
+        the 6 pairs of your runs a confirmed claim takes. One that does not fit now keeps its turn: taken first
+        wherever it did not fit, a CNN's environment seed (three process pairs of 21 s) took the 2-minute replays'
+        time from the in-process seeds that hold its gain (G 0.96 to 0.92, near-optimal 0.93 to 0.07). Counted
+        without its combination, the heuristic of a 3-minute CNN search came at 62 s of 180 and its combination
+        (2.18x, the fastest) at 99 s, which kept one confirmation round of three."""
         if self.options.budget_s is None or fresh_processes(self.measurer) or self._waiting() or self.outside_sampler:
             return False
         seed = next_seed(self.study, self.seeds, lambda params: not self._warm(params))
@@ -155,16 +169,49 @@ class Turns:
         if first is None or upcoming is None:  # not calibrated
             return False
         params = {**seed[1], **self.run_settings}
-        prospect = TrialResult(Status.OK, wall_s=first, timed_s=0.0, pairs=PROCESS_PAIRS[0],
-                               method=paired_method(params, self.defaults))
-        needs = first + budget.reserve_s(self.study, self.options, None, racing=(prospect, params))
+        alone = [self._prospect(params, first)]
+        needs = first + budget.reserve_s(self.study, self.options, None, racing=alone)
+        joined = prospective_combination(self.study, self.facts, self.ctx, self.options.fixed, seed[1])
+        look = self._cheap_estimate_s()
+        both = needs if joined is None or look is None else first + look + budget.reserve_s(
+            self.study, self.options, None, racing=[*alone, self._prospect({**joined, **self.run_settings}, look)])
         left = self.budget.left()
         # it fits after the next trial, or not now either; nor where the loop's own check (the time kept for the
         # contenders alone) would refuse it: it would wait unmeasured
-        if not left - upcoming < needs <= left or left - budget.reserve_s(self.study, self.options, first) < first:
+        if not left - upcoming < max(needs, both) or needs > left \
+                or left - budget.reserve_s(self.study, self.options, first) < first:
             return False
         self.study.enqueue_trial(seed[1], user_attrs={Attr.ROLE: seed[0]})
         return True
+
+    def combination_due(self) -> bool:
+        """Enqueue the combination (``_combined``) ahead of the trial that would go before it (a sampled trial's turn,
+        a seed) where its environment's worker is warm and one more trial would leave it too little time for its
+        first look (an arm) and the time kept for the confirmation with it counted (``budget.reserve_s``'s
+        ``racing``), while that still fits. True if it was. Behind a sampled trial's turn a 3-minute CNN search's
+        combination (2.18x, the fastest) came at 99 s of 180 and kept one confirmation round of three."""
+        if self.options.budget_s is None or fresh_processes(self.measurer) or self._waiting() or self.outside_sampler:
+            return False
+        params = self._combined()
+        if params is None or not self._warm(params) or next_seed(self.study, self.seeds) is None:
+            return False  # none, or one whose first look starts processes, or it is next anyway
+        look, upcoming = self._cheap_estimate_s(), self.next_estimate_s()
+        if look is None or upcoming is None:
+            return False
+        prospect = [self._prospect({**params, **self.run_settings}, look)]
+        needs = look + budget.reserve_s(self.study, self.options, None, racing=prospect)
+        left = self.budget.left()
+        # nor where the loop's own check (the time kept for the contenders alone) would refuse it: it would wait
+        if not left - upcoming < needs <= left or left - budget.reserve_s(self.study, self.options, look) < look:
+            return False
+        self.study.enqueue_trial(params, user_attrs={Attr.ROLE: COMBINED})
+        return True
+
+    def _prospect(self, params: dict[str, Any], wall_s: float) -> tuple[TrialResult, dict[str, Any]]:
+        """A candidate not measured yet as the reserve prices its rounds (``reserve_s``'s ``racing``): its first
+        look's time and process pairs, measured as its params say (``paired_method``), and its params."""
+        return TrialResult(Status.OK, wall_s=wall_s, timed_s=0.0, pairs=PROCESS_PAIRS[0],
+                           method=paired_method(params, self.defaults)), params
 
     def seed_the_input(self) -> None:
         """Once the baseline is measured, read how much of its step waits for data (``TrialResult.data_wait``):

@@ -558,3 +558,77 @@ def test_an_environments_seed_is_measured_while_its_confirmation_and_your_runs_f
     left = budget_s - (measurer.started["heuristic"] + 22.0)
     kept = budget.reserve_s(study, loop.options, budget.estimate_s(study))  # its three rounds, six pairs of your runs
     assert left >= kept > 50.0, (left, kept)
+
+
+class Combining(Timed):
+    """``Timed``, as a 3-minute CNN search's trials read: in the defaults' worker bfloat16 1.7x and with channels_last
+    2.0x, the others 0.9x; the heuristic's environment 1.08x, whose worker is warm after it, where their
+    combination, an arm of 4 s, reads 2.2x."""
+
+    def begin(self, params: dict[str, Any], timeout_s: float) -> TrialResult:
+        speed = 2.0 if params.get("channels_last") else 1.7 if params.get("amp_dtype") == "bfloat16" else 0.9
+        if not self.warm(params):
+            result = super().begin(params, timeout_s)
+            self.warm_envs.append({k: params.get(k) for k in ENVIRONMENT_KEYS})
+            return replace(result, objective=1.08, speedup_low=0.9, speedup_high=1.29)
+        if any(params.get(k) != self.defaults.get(k) for k in HEURISTIC):  # the heuristic's worker, warm now
+            self.started.setdefault("combined", self.now)
+            self.now += 4.0
+            return TrialResult(Status.OK, objective=2.2, speedup_low=1.85, speedup_high=2.57, pairs=8, loss=1.0,
+                               method="process pairs x in-process pairs", loss_samples=1024, wall_s=4.0, timed_s=3.0)
+        self.started.setdefault("in-process", self.now)
+        self.now += 6.0
+        return TrialResult(Status.OK, objective=speed, speedup_low=speed - 0.05, speedup_high=speed + 0.05, pairs=8,
+                           method="in-process pairs", loss=1.0, loss_samples=1024, wall_s=6.0, timed_s=4.8)
+
+
+def test_an_environments_seed_keeps_time_for_its_combination_which_follows_it(facts: Any) -> None:
+    """Counted without its combination, the heuristic of a 3-minute CNN search came at 62 s of 180 behind the
+    in-process seeds, a sampled trial went next, and its combination with bfloat16 + channels_last (2.18x, the
+    fastest) came at 99 s: it kept one confirmation round of three (the narrower 2.0x, ranked first, kept its
+    three). Where an in-process winner would combine with it, the heuristic goes once one more cheap trial would
+    leave too little for both first looks and both candidates' rounds, and the combination, an arm of its warm
+    worker, goes right after it: the time left then holds every round of both and your runs."""
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=3))
+    study.set_user_attr("noise", asdict(replace(NOISE, pairs=16, start_s=3.2, run_s=2.6)))
+    study.set_user_attr("baseline_loss", 1.0)
+    defaults = spaces.defaults(facts, CTX)
+    _add(study, "baseline", defaults, 1.0, 15.0, "in-process pairs", 3.2)
+    seeds = [("seed", {**defaults, "amp_dtype": "bfloat16"}),
+             ("seed", {**defaults, "amp_dtype": "bfloat16", "channels_last": True}),
+             *(("seed", {**defaults, "batch_per_rank": b}) for b in (16, 64, 128)),
+             ("heuristic", {**defaults, **HEURISTIC})]
+    measurer = Combining(defaults, now=15.0)  # the calibration's end
+    options = SearchOptions(budget_s=180, storage="sqlite://", study="due", seed=1)
+    loop = SearchLoop(study, "cnn", facts, CTX, {}, options, Budget.start(165, clock=lambda: measurer.now),
+                      lambda event: None, seeds=seeds, measurer=measurer)
+    loop.noise = NOISE
+    loop.run()
+    trials = study.get_trials(deepcopy=False)
+    roles = [t.user_attrs[Attr.ROLE] for t in trials]
+    assert roles.index("heuristic") < roles.index("combined") <= roles.index("heuristic") + 2, roles
+    assert trials[roles.index("combined")].user_attrs[Attr.PARAMS]["channels_last"] is True
+    left = 180 - (measurer.started["combined"] + 4.0)
+    kept = budget.reserve_s(study, loop.options, budget.estimate_s(study))  # both candidates' rounds, your runs
+    assert left >= kept, (roles, measurer.started, left, kept)
+
+
+def test_the_combination_goes_before_a_seed_where_one_more_trial_would_leave_it_too_little(facts: Any) -> None:
+    """Behind a sampled trial's turn (a float16 sample of 15 s), a 3-minute CNN search's combination came at 99 s of
+    180 and kept one confirmation round of three. Where its environment's worker is warm and one more trial would
+    leave too little for its first look (an arm), its rounds and your runs, it goes first while that fits; with
+    time to spare, or too little for it anyway, the seeds keep their turn."""
+    waiting = {}
+    for left in (300.0, 82.0, 2.0):
+        study, defaults = _apart(facts, 1.01)  # its environment within the noise: the combination waits for the seeds
+        options = SearchOptions(budget_s=300, storage="sqlite://", study="fill", seed=1)
+        loop = SearchLoop(study, "cnn", facts, CTX, {}, options, Budget.start(left), lambda event: None,
+                          seeds=[("seed", {**defaults, "batch_per_rank": 16})],
+                          measurer=Warm(defaults, {**defaults, **HEURISTIC}))
+        loop.noise = NOISE
+        loop.prepare()
+        waiting[left] = [t.user_attrs[Attr.ROLE] for t in _waiting(study)]
+        if waiting[left]:  # and the loop admits it (it would wait unmeasured where its own check refused it)
+            estimate = loop.next_estimate_s()
+            assert estimate is not None and loop.budget.left() - loop.reserve_s(estimate) >= estimate
+    assert waiting == {300.0: [], 82.0: ["combined"], 2.0: []}  # it needs 81 s here (3 s and its rounds)
