@@ -177,7 +177,7 @@ def _confirmed(confirmation: Confirmation, searched: list[TrialRecord], baseline
     fastest = confirmation.fastest
     if fastest is not None and fastest.number != winner.number:
         notes.append(f"trial {winner.number} chosen over trial {fastest.number} ({fastest.interval()}): as fast "
-                     f"within that interval, with the higher low bound")
+                     "(each one's median inside the other's interval), with the higher low bound")
     if winner.claim == "confirmed":
         notes.append(f"best (trial {winner.number}) confirmed at {winner.interval()} over PyTorch defaults")
     else:
