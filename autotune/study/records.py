@@ -266,9 +266,10 @@ class Confirmation:
         """The recipe's candidate, or None: keep the defaults. Of ``_faster``, those alike the fastest one (each
         one's median inside the other's interval: neither tells the two apart); of them, the one surest to be fast
         (the highest low bound): of two alike medians, the one whose fresh-process rounds disagreed less. One whose
-        own interval lies below the fastest's median is not alike: a CNN's bf16 + channels_last, 1.99x [1.91-2.06]
-        over three rounds, was chosen over its combination with the heuristic's environment, 2.50x [1.69-3.69]
-        over three, whose user's runs read 2.70x elsewhere, where this one's read 1.86x."""
+        own interval lies below the fastest's median is not alike: compared on the fastest's interval alone, a CNN's
+        bf16 + channels_last, 1.99x [1.91-2.06] over three rounds, had been chosen over its combination with the
+        heuristic's environment, 2.50x [1.69-3.69] over three (the user's script got 1.86x; the combination's
+        runs read 2.6-2.7x in other searches). docs/measurement.md states the trade-off."""
         fastest = self.fastest
         if fastest is None:
             return None
