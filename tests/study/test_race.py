@@ -459,6 +459,7 @@ def _candidate(number: int, median: float, low: float, high: float, rounds: int 
     # a 3-minute CNN demo's: the surer one's interval lies below the fastest's median, which it tells apart
     ([(6, 2.50, 1.69, 3.69), (3, 1.99, 1.91, 2.06)], 6),
     ([(6, 2.05, 1.69, 3.69), (3, 1.99, 1.91, 2.06)], 3),  # the fastest's median inside the surer one's: alike
+    ([(6, 2.50, 1.69, 3.69), (3, 1.99, 1.91, 2.50)], 3),  # on its bound: inside
     ([(3, 1.6, 1.01, 2.2), (1, 1.5, 1.1, 1.9)], 1),  # the fastest does not clear 1 + margin
     ([(3, 1.6, 0.9, 2.2), (1, 1.01, 1.0, 1.02)], None),
     # one round (its budget left the later ones out) does not outrank three: as a CNN search beside a test run had it
