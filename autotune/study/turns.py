@@ -159,7 +159,7 @@ class Turns:
         time from the in-process seeds that hold its gain (G 0.96 to 0.92, near-optimal 0.93 to 0.07). Counted
         without its combination, the heuristic of a 3-minute CNN search came at 62 s of 180 and its combination
         (2.18x, the fastest) at 99 s, which kept one confirmation round of three."""
-        if self.options.budget_s is None or fresh_processes(self.measurer) or self._waiting() or self.outside_sampler:
+        if self._no_turn_ahead():
             return False
         seed = next_seed(self.study, self.seeds, lambda params: not self._warm(params))
         if seed is None or (seed == next_seed(self.study, self.seeds) and not self.sampled_turn()) \
@@ -175,11 +175,7 @@ class Turns:
         look = self._cheap_estimate_s()
         both = needs if joined is None or look is None else first + look + budget.reserve_s(
             self.study, self.options, None, racing=[*alone, self._prospect({**joined, **self.run_settings}, look)])
-        left = self.budget.left()
-        # it fits after the next trial, or not now either; nor where the loop's own check (the time kept for the
-        # contenders alone) would refuse it: it would wait unmeasured
-        if not left - upcoming < max(needs, both) or needs > left \
-                or left - budget.reserve_s(self.study, self.options, first) < first:
+        if not self._goes_now(first, needs, both, upcoming):
             return False
         self.study.enqueue_trial(seed[1], user_attrs={Attr.ROLE: seed[0]})
         return True
@@ -190,7 +186,7 @@ class Turns:
         first look (an arm) and the time kept for the confirmation with it counted (``budget.reserve_s``'s
         ``racing``), while that still fits. True if it was. Behind a sampled trial's turn a 3-minute CNN search's
         combination (2.18x, the fastest) came at 99 s of 180 and kept one confirmation round of three."""
-        if self.options.budget_s is None or fresh_processes(self.measurer) or self._waiting() or self.outside_sampler:
+        if self._no_turn_ahead():
             return False
         params = self._combined()
         if params is None or not self._warm(params) or next_seed(self.study, self.seeds) is None:
@@ -200,12 +196,26 @@ class Turns:
             return False
         prospect = [self._prospect({**params, **self.run_settings}, look)]
         needs = look + budget.reserve_s(self.study, self.options, None, racing=prospect)
-        left = self.budget.left()
-        # nor where the loop's own check (the time kept for the contenders alone) would refuse it: it would wait
-        if not left - upcoming < needs <= left or left - budget.reserve_s(self.study, self.options, look) < look:
+        if not self._goes_now(look, needs, needs, upcoming):
             return False
         self.study.enqueue_trial(params, user_attrs={Attr.ROLE: COMBINED})
         return True
+
+    def _no_turn_ahead(self) -> bool:
+        """No trial goes ahead of its turn (``environment_seed_due``, ``combination_due``): without a budget, where
+        every trial starts processes, while one waits, or where a sampler given to ``search()`` picks every trial."""
+        return (self.options.budget_s is None or fresh_processes(self.measurer) or bool(self._waiting())
+                or self.outside_sampler)
+
+    def _goes_now(self, first: float, alone: float, together: float, upcoming: float) -> bool:
+        """Whether a trial whose first look takes ``first`` goes ahead of its turn now: after one more trial
+        (``upcoming``) too little would be left for ``together`` (its look, what it brings, the time kept with them
+        counted), while it fits now ``alone`` and the loop's own check (the time kept for the contenders alone)
+        admits it: refused there, it would wait unmeasured. ``together`` may be less than ``alone``: one more
+        candidate can lower the rounds the reserve keeps (``budget.kept_rounds``)."""
+        left = self.budget.left()
+        return left - upcoming < max(alone, together) and alone <= left \
+            and left - budget.reserve_s(self.study, self.options, first) >= first
 
     def _prospect(self, params: dict[str, Any], wall_s: float) -> tuple[TrialResult, dict[str, Any]]:
         """A candidate not measured yet as the reserve prices its rounds (``reserve_s``'s ``racing``): its first
