@@ -588,7 +588,8 @@ def test_an_environments_seed_keeps_time_for_its_combination_which_follows_it(fa
     fastest) came at 99 s: it kept one confirmation round of three (the narrower 2.0x, ranked first, kept its
     three). Where an in-process winner would combine with it, the heuristic goes once one more cheap trial would
     leave too little for both first looks and both candidates' rounds, and the combination, an arm of its warm
-    worker, goes right after it: the time left then holds every round of both and your runs."""
+    worker, follows it (a sampled turn at most between): the time left then holds every round of both and your
+    runs."""
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=3))
     study.set_user_attr("noise", asdict(replace(NOISE, pairs=16, start_s=3.2, run_s=2.6)))
     study.set_user_attr("baseline_loss", 1.0)
