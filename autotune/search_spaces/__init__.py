@@ -72,6 +72,7 @@ __all__ = [
     "ipex",
     "matmul",
     "apply_process",
+    "as_run",
     "memory_nodes",
     "membind_off",
     "not_in_effect",
@@ -196,6 +197,18 @@ def memory_nodes(params: Params, facts: Facts) -> tuple[int, ...] | None:
     if params.get("membind") is False:
         return None
     return threads.memory_nodes(cpus_for(params, facts), facts)
+
+
+def as_run(params: Params, facts: Facts) -> Params:
+    """``params`` as a process of them runs here: ``membind`` False where the memory binding their pinning implies
+    (``memory_nodes``) cannot happen (numactl missing or refused: the launcher starts them unbound), as a trial's
+    record says once it ran (``membind_off``). A search asks its trials so: the record's environment is then the
+    one its worker and factor were keyed by."""
+    nodes = memory_nodes(params, facts)
+    numactl = getattr(facts.runtime, "numactl_path", None)  # as the launcher reads it (``trial.launch``)
+    if nodes and (numactl is None or threads.membind_refused(numactl, nodes) is not None):
+        return {**params, "membind": False}
+    return params
 
 
 def apply_process(params: Params, facts: Facts | None = None) -> list[str]:

@@ -221,7 +221,7 @@ class SearchLoop(Turns):
             self.enqueue_in_process()
         trial = self.study.ask()
         role = trial.user_attrs.get(Attr.ROLE, SEARCH)
-        params = {**spaces.suggest(trial, self.facts, self.ctx), **self.run_settings}
+        params = self._asked(spaces.suggest(trial, self.facts, self.ctx))
         self.claim(trial, role, params)
         known_oom = oom_limits.known_oom(self.study.user_attrs.get(StudyAttr.OOM_LIMITS), params)
         same = None if known_oom else self._measured_before(role, params)

@@ -168,13 +168,13 @@ class Turns:
         first, upcoming = budget.started_estimate_s(self.study), self.next_estimate_s()
         if first is None or upcoming is None:  # not calibrated
             return False
-        params = {**seed[1], **self.run_settings}
+        params = self._asked(seed[1])
         alone = [self._prospect(params, first)]
         needs = first + budget.reserve_s(self.study, self.options, None, racing=alone)
         joined = prospective_combination(self.study, self.facts, self.ctx, self.options.fixed, seed[1])
         look = self._cheap_estimate_s()
         both = needs if joined is None or look is None else first + look + budget.reserve_s(
-            self.study, self.options, None, racing=[*alone, self._prospect({**joined, **self.run_settings}, look)])
+            self.study, self.options, None, racing=[*alone, self._prospect(self._asked(joined), look)])
         if not self._goes_now(first, needs, both, upcoming):
             return False
         self.study.enqueue_trial(seed[1], user_attrs={Attr.ROLE: seed[0]})
@@ -194,7 +194,7 @@ class Turns:
         look, upcoming = self._cheap_estimate_s(), self.next_estimate_s()
         if look is None or upcoming is None:
             return False
-        prospect = [self._prospect({**params, **self.run_settings}, look)]
+        prospect = [self._prospect(self._asked(params), look)]
         needs = look + budget.reserve_s(self.study, self.options, None, racing=prospect)
         if not self._goes_now(look, needs, needs, upcoming):
             return False
@@ -322,11 +322,16 @@ class Turns:
         says nothing of its workers, only the defaults' environment is taken as warm. A seed's params are read with
         the run's settings, as its trial will measure them: without (``device`` is an environment key) every seed
         read as another environment's, was priced as process pairs and never filled the budget's end."""
-        params = {**params, **self.run_settings}
+        params = self._asked(params)
         warm = self.measurer.warm(params)
         if warm is not None:
             return warm
         return not environment_differences(self.defaults, params) and spaces.processes.count(params) == 1
+
+    def _asked(self, params: dict[str, Any]) -> dict[str, Any]:
+        """A trial's params as the loop asks them: with the run's settings, and as they run here (``spaces.as_run``:
+        a pinning whose memory binding cannot happen asked unbound, as its record will say)."""
+        return spaces.as_run({**params, **self.run_settings}, self.facts)
 
     def _waiting(self) -> list[optuna.trial.FrozenTrial]:
         """The study's enqueued trials not asked yet (a seed, the combination, an in-process trial)."""

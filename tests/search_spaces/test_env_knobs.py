@@ -98,6 +98,20 @@ def test_no_numactl_means_no_binding_and_a_warning_on_several_nodes(facts) -> No
     assert planned.cmd == ["x"] and any("numactl not found" in w for w in planned.warnings)
 
 
+def test_a_pinning_is_asked_unbound_where_its_memory_cannot_be_bound(facts, monkeypatch) -> None:
+    """``spaces.as_run``: what the launcher will do (``membind`` False where numactl is missing or refused), so a
+    search keys the trial's worker as its record will read; unchanged where the binding happens or none is implied."""
+    pinned, plain = _params(facts, **PINNED), _params(facts)
+    assert spaces.as_run(pinned, _two_sockets(facts, numactl_path=None)) == {**pinned, "membind": False}
+    assert spaces.as_run(plain, _two_sockets(facts, numactl_path=None)) == plain
+    monkeypatch.setattr(spaces.threads, "membind_refused", _refused)
+    assert spaces.as_run(pinned, _two_sockets(facts)) == {**pinned, "membind": False}
+    monkeypatch.setattr(spaces.threads, "membind_refused", _permitted)
+    assert spaces.as_run(pinned, _two_sockets(facts)) == pinned
+    assert launch.plan(["x"], pinned, _two_sockets(facts), {}, keep_user_env=False,
+                       membind_refused=_permitted).cmd[0] == NUMACTL  # bound: asked as it was
+
+
 def test_a_trial_starts_clean_but_autotune_run_merges_ld_preload(facts) -> None:
     machine = _two_sockets(facts)
     params = _params(facts, **INTEL, allocator="tcmalloc")

@@ -16,7 +16,7 @@ import pytest
 
 from autotune import search_spaces as spaces
 from autotune.measure import Noise
-from autotune.measure.environment import ENVIRONMENT_KEYS
+from autotune.measure.environment import environment_key
 from autotune.study import Budget, SearchOptions, budget
 from autotune.study.budget import estimate_s, in_process_estimate_s
 from autotune.study.loop import SearchLoop
@@ -24,6 +24,7 @@ from autotune.study.records import Attr, params_key
 from autotune.study.turns import DUPLICATES_YIELD
 from autotune.trial.spec import Status, TrialResult
 
+from ..fakes.machines import two_sockets
 from ..stubs import StubMeasurer
 
 CTX = spaces.SpaceContext(default_batch_size=32, conv=True)
@@ -37,11 +38,10 @@ class Warm(StubMeasurer):
 
     def __init__(self, defaults: dict[str, Any], *warm: dict[str, Any]) -> None:
         super().__init__(defaults)
-        self.warm_envs = [{k: p.get(k) for k in ENVIRONMENT_KEYS} for p in warm]
+        self.warm_envs = [environment_key(p) for p in warm]
 
-    def warm(self, params: dict[str, Any]) -> bool:
-        env = {k: params.get(k) for k in ENVIRONMENT_KEYS}
-        return env == {k: self.defaults.get(k) for k in ENVIRONMENT_KEYS} or env in self.warm_envs
+    def warm(self, params: dict[str, Any]) -> bool:  # keyed as the live measurer keys its workers and factors
+        return environment_key(params) in (environment_key(self.defaults), *self.warm_envs)
 
 
 def _add(study: optuna.Study, role: str, params: dict[str, Any], objective: float, wall_s: float, method: str,
@@ -569,7 +569,7 @@ class Combining(Timed):
         speed = 2.0 if params.get("channels_last") else 1.7 if params.get("amp_dtype") == "bfloat16" else 0.9
         if not self.warm(params):
             result = super().begin(params, timeout_s)
-            self.warm_envs.append({k: params.get(k) for k in ENVIRONMENT_KEYS})
+            self.warm_envs.append(environment_key(params))
             return replace(result, objective=1.08, speedup_low=0.9, speedup_high=1.29)
         if any(params.get(k) != self.defaults.get(k) for k in HEURISTIC):  # the heuristic's worker, warm now
             self.started.setdefault("combined", self.now)
@@ -633,3 +633,52 @@ def test_the_combination_goes_before_a_seed_where_one_more_trial_would_leave_it_
             estimate = loop.next_estimate_s()
             assert estimate is not None and loop.budget.left() - loop.reserve_s(estimate) >= estimate
     assert waiting == {300.0: [], 82.0: ["combined"], 2.0: []}  # it needs 81 s here (3 s and its rounds)
+
+
+class Unbound(Warm):
+    """``Warm``, whose workers are those of the params it was given: a pinned environment's first look 1.2x, run
+    unbound (``memory_policy`` default, as a worker reports it where numactl is missing), its worker warm after it."""
+
+    def __init__(self, defaults: dict[str, Any]) -> None:
+        super().__init__(defaults)
+        self.given: list[dict[str, Any]] = []
+
+    def begin(self, params: dict[str, Any], timeout_s: float) -> TrialResult:
+        self.given.append(params)
+        self.warm_envs.append(environment_key(params))
+        return TrialResult(Status.OK, objective=1.2, speedup_low=1.1, speedup_high=1.3, method="process pairs",
+                           pairs=3, loss=1.0, loss_samples=1024, wall_s=22.0, timed_s=6.0, startup_s=16.0,
+                           in_effect={"memory_policy": "default"})
+
+
+def test_a_pinned_environment_is_asked_as_it_runs_where_its_memory_cannot_be_bound(facts: Any) -> None:
+    """Where numactl is missing (a fresh machine), a pinned environment runs unbound and its record says ``membind``
+    False (``verdict.record``). Asked without it, its worker and factor were keyed otherwise than its record: a
+    3-minute CNN demo read the heuristic's combination with bfloat16 + channels_last as another environment, priced
+    it as new process pairs, passed it over at the budget's end five times and confirmed bf16 + channels_last alone
+    (1.86x [1.57-2.21]). Asked as it runs here (``spaces.as_run``), the record's environment is its worker's: the
+    combination fills the budget's end, an arm of that worker."""
+    machine = replace(two_sockets(facts), runtime=replace(facts.runtime, numactl_path=None))
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=3))
+    study.set_user_attr("noise", asdict(NOISE))
+    study.set_user_attr("baseline_loss", 1.0)
+    defaults = spaces.defaults(machine, CTX)
+    pinned = {**defaults, "affinity": "compact"}
+    assert spaces.memory_nodes(pinned, machine)  # its pinning implies a binding, which cannot happen here
+    _add(study, "baseline", defaults, 1.0, 15.0, "in-process pairs", 1.6)
+    _add(study, "seed", {**defaults, "channels_last": True}, 1.3, 2.8, "in-process pairs", 0.0)
+    for batch in (8, 64):  # the sampled third taken: the next turn is a seed's
+        _add(study, "in-process", {**defaults, "batch_per_rank": batch}, 1.05, 2.8, "in-process pairs", 0.0)
+    study.enqueue_trial(pinned, user_attrs={Attr.ROLE: "heuristic"})
+    measurer = Unbound(defaults)
+    loop = SearchLoop(study, "cnn", machine, CTX, {}, SearchOptions(budget_s=300, storage="sqlite://", study="pin"),
+                      Budget.start(60), lambda event: None, seeds=[("seed", {**defaults, "batch_per_rank": 16})],
+                      measurer=measurer)
+    loop.noise = NOISE
+    loop._next(0, None)
+    recorded = study.get_trials(deepcopy=False)[-1].user_attrs[Attr.PARAMS]
+    assert measurer.given[-1]["membind"] is False and recorded["membind"] is False
+    assert loop.fill(20.0)
+    waiting = _waiting(study)
+    assert [t.user_attrs[Attr.ROLE] for t in waiting] == ["combined"]
+    assert waiting[0].system_attrs["fixed_params"]["channels_last"] is True
