@@ -109,7 +109,7 @@ def choose_recipe(
 # on; ``autotune best`` prints them all.
 _HOW = re.compile(r"^(trial \d+: .* in the search, |best \(trial \d+\) (confirmed|provisional) at |timed |"
                   r"your runs \(trial \d+, |trial \d+ chosen over trial \d+ |the defaults ran at |"
-                  r"confirmation: (?!the budget was short))")
+                  r"confirmation: (?!the budget was short|no candidate read above))")
 
 
 def how_measured(note: str) -> bool:

@@ -51,6 +51,8 @@ from .records import (
     Candidate,
     Confirmation,
     TrialRecord,
+    confirm_bar,
+    contenders,
     lineup,
     offer_bar,
     optuna_storage,
@@ -112,6 +114,10 @@ class Rounds:
         self.kept = min(count, budget.kept_rounds(loop.study, loop.options))  # the rounds the search kept time for
         self.spent: set[tuple[str, int]] = set()  # (environment, round): its part of that round paid
         self.cut: list[str] = []  # candidates left out of their later rounds for time
+        # the search keeps time for the rounds of its contenders only (``budget.reserve_s``): with none, a candidate
+        # left out was never kept time for, and "the budget was short" would blame the budget for a reading
+        self.bar = confirm_bar(loop.study, loop.options.confirm_rounds)
+        self.unkept = not contenders(top, self.bar)
         self.stopped: list[str] = []  # rounds the budget's end cut short: not used, and no failure of the candidate
         self.took: dict[str, float] = {}  # each candidate's longest completed round, in seconds: the next one's price
         self.left_out: set[str] = set()  # out of the later rounds: for time, or below the leader (``_race``)
@@ -189,7 +195,10 @@ class Rounds:
 
     def note(self, note: str | None) -> str | None:
         """What the user reads of the rounds left out, after ``note``."""
-        if self.cut:
+        if self.cut and self.unkept:
+            note = (f"no candidate read above {self.bar:.2f}x in the search, so no time was kept for its rounds: "
+                    f"{', '.join(self.cut)} left out")
+        elif self.cut:
             note = (f"the budget was short: {', '.join(self.cut)} left out (each round in fresh processes; the "
                     "candidates ranked above kept the rounds the search kept time for)")
         if self.outpaced:

@@ -108,8 +108,14 @@ def test_a_pinning_is_asked_unbound_where_its_memory_cannot_be_bound(facts, monk
     assert spaces.as_run(pinned, _two_sockets(facts)) == {**pinned, "membind": False}
     monkeypatch.setattr(spaces.threads, "membind_refused", _permitted)
     assert spaces.as_run(pinned, _two_sockets(facts)) == pinned
-    assert launch.plan(["x"], pinned, _two_sockets(facts), {}, keep_user_env=False,
-                       membind_refused=_permitted).cmd[0] == NUMACTL  # bound: asked as it was
+    for machine, refused in ((_two_sockets(facts, numactl_path=None), _permitted), (_two_sockets(facts), _refused),
+                             (_two_sockets(facts), _permitted)):  # what the launcher does with the params as asked
+        monkeypatch.setattr(spaces.threads, "membind_refused", refused)
+        bound = launch.plan(["x"], pinned, machine, {}, keep_user_env=False, membind_refused=refused).membind
+        assert (spaces.as_run(pinned, machine).get("membind") is False) == (not bound)
+    # and where a trial ran unbound anyway, its record still says so (``verdict.record``)
+    assert spaces.membind_off((0,), {"memory_policy": "default"}) and not spaces.membind_off((0,), {
+        "memory_policy": "bind:0"}) and not spaces.membind_off(None, {"memory_policy": "default"})
 
 
 def test_a_trial_starts_clean_but_autotune_run_merges_ld_preload(facts) -> None:

@@ -15,7 +15,7 @@ from autotune import search_spaces as spaces
 from autotune.measure import Noise
 from autotune.measure.stats import Interval
 from autotune.study import Budget
-from autotune.study.choice import choose_recipe
+from autotune.study.choice import choose_recipe, how_measured
 from autotune.study.confirm import confirm
 from autotune.study.loop import SearchLoop
 from autotune.study.options import SearchOptions
@@ -176,6 +176,23 @@ def test_a_confirmation_that_completed_no_round_keeps_the_defaults_and_says_why(
     assert recipe.params == recs[0].params and (recipe.speedup, recipe.claim) == (1.0, "defaults"), recipe.notes
     said = " ".join(recipe.notes)
     assert "the budget was short" in said and "no candidate completed a confirmation round" in said, said
+
+
+def test_where_no_candidate_read_above_the_bar_the_note_says_so_not_that_the_budget_was_short(
+        tmp_path: Path, facts: Any) -> None:
+    """The search keeps time for its contenders' rounds only (``budget.reserve_s``). A 3-minute GRU search whose
+    candidates read 1.01-1.02x kept none, ran to its end, and its note blamed the budget ("the budget was short") for
+    what was a reading: none was worth a round. The defaults are kept either way; the note says why."""
+    ok = {"status": Status.OK, "loss": 1.0, "pairs": 8, "wall_s": 5.0, "timed_s": 2.5, "method": "in-process pairs"}
+    flat = [_explored()[0], TrialResult(**ok, objective=1.01, speedup_low=0.96, speedup_high=1.08, samples_per_s=101.0),
+            TrialResult(**ok, objective=1.00, speedup_low=0.95, speedup_high=1.06, samples_per_s=100.0)]
+    clock = ReplayClock()
+    recipe, _ = _search(tmp_path, facts, Stubbed(clock, flat, {"fast": FAST, "slow": SLOW}), 5.0, clock)
+    assert (recipe.speedup, recipe.claim) == (1.0, "defaults"), recipe.notes
+    said = " ".join(recipe.notes)
+    assert "no candidate read above 1.0" in said and "so no time was kept for its rounds" in said, said
+    assert "the budget was short" not in said and not how_measured(
+        next(n for n in recipe.notes if "no candidate read above" in n)), said  # a line the summary shows
 
 
 def test_a_recipe_of_one_confirmation_round_is_provisional_not_confirmed(tmp_path: Path, facts: Any) -> None:
