@@ -135,14 +135,14 @@ def test_a_factor_cut_short_keeps_its_pair_and_a_confirmation_round_measures_its
     # the worker's first arm settling (1.2 s a process, which yours does not do), it was 1.37x what it took. It
     # prices a gain's pair (the recipe's process no longer than the defaults'); this recipe is 2x slower, so its
     # extra steps are added here: quiet, 1.05 of a 5 s pair. Where the CI's other worker started work between the
-    # calibration and the pair, it read 0.74 of 7.6 s, which the claim takes in (a pair gets only the time left, and
-    # the pairs' own time prices the next): the low bound catches a price from windows alone (a fifth of a slow
-    # transformer's process), not the machine's load changing
+    # calibration and the pair, it read 0.74 of 7.6 s and 0.59 of 8.9 s, which the claim takes in (a pair gets only
+    # the time left, and the pairs' own time prices the next): the low bound catches a price from windows alone (a
+    # fifth of a slow transformer's process), not the machine's load changing
     from autotune.measure.runs import trial_run_s
     assert measurer.noise is not None and measurer.calibration is not None
     steps_s = trial_run_s(0.0, measurer.calibration.step_s, SETTINGS, measurer.defaults["batch_per_rank"])
     priced = 2 * (measurer.noise.run_s or 0.0) + steps_s * (1 / yours.ratio - 1)
-    assert 0.6 < priced / yours.wall_s < 1.3, (priced, yours)
+    assert 0.45 < priced / yours.wall_s < 1.3, (priced, yours)
     assert yours.ratio == pytest.approx((yours.samples_per_s or 0) / (yours.baseline_samples_per_s or 1)), yours
     own = measurer._round_factors[key]
     assert result.status == "ok" and measurer.factor_ratios[key] == searched, result  # the search's pair, alone
