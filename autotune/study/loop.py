@@ -216,7 +216,7 @@ class SearchLoop(Turns):
             if not fresh_processes(self.measurer):
                 self.enqueue_in_process()
         # the combination before the seeds left where its environment's gain was measured: a seed is a guess
-        elif not self.enqueue_combined(ahead=True) and not enqueue_next_seed(self.study, self.seeds) \
+        elif not self.enqueue_ahead() and not enqueue_next_seed(self.study, self.seeds) \
                 and not self.enqueue_combined() and self.in_process_turn():
             self.enqueue_in_process()
         trial = self.study.ask()

@@ -635,6 +635,43 @@ def test_the_combination_goes_before_a_seed_where_one_more_trial_would_leave_it_
     assert waiting == {300.0: [], 82.0: ["combined"], 2.0: []}  # it needs 81 s here (3 s and its rounds)
 
 
+def test_a_seed_that_may_make_the_combinations_in_process_part_faster_goes_before_it(facts: Any) -> None:
+    """Two 3-minute CNN searches combined a pinning with bfloat16 alone, the in-process winner so far, right after
+    the pinning's first look; bfloat16 + channels_last, the next seed, was not measured before the confirmation,
+    and bfloat16 alone was offered (1.60x, 1.67x) where the two searches before offered bfloat16 + channels_last
+    (1.78x, 1.86x). A seed that keeps the winner's changes and adds to them now goes first, an arm as cheap as the
+    combination's, which is then made with the faster; where one more trial would leave too little for both looks,
+    the combination with the winner so far, while it fits."""
+    study, defaults = _apart(facts, 1.2)  # channels_last 1.3x in the defaults' worker, the environment 1.2x
+    both = {**defaults, "channels_last": True, "amp_dtype": "bfloat16"}
+    seeds = [("seed", {**defaults, "batch_per_rank": 16}), ("seed", both)]
+    loop = SearchLoop(study, "cnn", facts, CTX, {}, SearchOptions(budget_s=300, storage="sqlite://", study="fill"),
+                      Budget.start(60), lambda event: None, seeds=seeds,
+                      measurer=Warm(defaults, {**defaults, **HEURISTIC}))
+    loop.noise = NOISE
+    assert loop.next_estimate_s() == in_process_estimate_s(study)  # an arm of the defaults' worker
+    assert loop.enqueue_ahead() and [t.user_attrs[Attr.ROLE] for t in _waiting(study)] == ["seed"]
+    assert params_key(_waiting(study)[0].system_attrs["fixed_params"]) == params_key(both)
+    study.tell(study.ask(), state=optuna.trial.TrialState.PRUNED)  # asked (the record below is its measurement)
+    _add(study, "seed", both, 1.8, 2.8, "in-process pairs", 0.0)
+    assert loop.enqueue_ahead() and [t.user_attrs[Attr.ROLE] for t in _waiting(study)] == ["combined"]
+    assert params_key(_waiting(study)[0].system_attrs["fixed_params"]) == params_key({**both, **HEURISTIC})
+
+    waiting = {}  # the environment within the noise: the combination waits for the seeds, unless due
+    for left in (300.0, 85.0, 82.0):
+        study, defaults = _apart(facts, 1.01)
+        loop = SearchLoop(study, "cnn", facts, CTX, {}, SearchOptions(budget_s=300, storage="sqlite://", study="f"),
+                          Budget.start(left), lambda event: None, seeds=[("seed", {**defaults, "batch_per_rank": 16}),
+                                                                         ("seed", both)],
+                          measurer=Warm(defaults, {**defaults, **HEURISTIC}))
+        loop.noise = NOISE
+        loop.prepare()
+        waiting[left] = [(t.user_attrs[Attr.ROLE], t.system_attrs["fixed_params"].get("amp_dtype"))
+                         for t in _waiting(study)]
+    # the combination alone needs 81 s here (an arm of 3 s and its rounds), with the seed's look first 84 s
+    assert waiting == {300.0: [], 85.0: [("seed", "bfloat16")], 82.0: [("combined", defaults["amp_dtype"])]}
+
+
 class Unbound(Warm):
     """``Warm``, whose workers are those of the params it was given: a pinned environment's first look 1.2x, run
     unbound (``memory_policy`` default, as a worker reports it where numactl is missing), its worker warm after it."""
