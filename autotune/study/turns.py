@@ -101,7 +101,8 @@ class Turns:
     def fill(self, available: float) -> bool:
         """The budget's end, where a typical trial no longer fits before the time kept for the confirmation: a
         trial that starts no process still may (``budget.in_process_estimate_s``; a measurer's ``warm``). Enqueue
-        one and return True: the combination where it goes ahead (``_combined``) and is one, else the first seed
+        one and return True: the combination where it goes ahead (``_combined``) and is one (first the seed that
+        may make its in-process part faster, ``seeds.extension``, where both looks fit), else the first seed
         not taken that is one, else the combination if it is one, else a trial of role ``in-process`` with the
         environment fixed (the best recipe's when warm, else the defaults')
         and no compilation, its in-process knobs sampled by Optuna. False when none fits, or a trial already
@@ -117,7 +118,11 @@ class Turns:
             self.enqueue_in_process()
             return True
         ahead, seed, combined = self._combined(True), next_seed(self.study, self.seeds, self._warm), self._combined()
-        if ahead is not None and self._warm(ahead):
+        warm = ahead is not None and self._warm(ahead)
+        first = extension(self.study, self.seeds, self._asked) if warm else None
+        if first is not None and available >= 2 * cheap:  # both looks fit: the faster in-process part first
+            self.study.enqueue_trial(first[1], user_attrs={Attr.ROLE: first[0]})
+        elif ahead is not None and warm:
             self.study.enqueue_trial(ahead, user_attrs={Attr.ROLE: COMBINED})
         elif seed is not None:
             self.study.enqueue_trial(seed[1], user_attrs={Attr.ROLE: seed[0]})
@@ -190,7 +195,9 @@ class Turns:
         needs = first + budget.reserve_s(self.study, self.options, None, racing=alone)
         joined = prospective_combination(self.study, self.facts, self.ctx, self.options.fixed, seed[1])
         look = self._cheap_estimate_s()
-        both = needs if joined is None or look is None else first + look + budget.reserve_s(
+        # a seed that may make the combination's in-process part faster goes before it (``_ahead``): its look too
+        looks = 1 + (extension(self.study, self.seeds, self._asked) is not None)
+        both = needs if joined is None or look is None else first + looks * look + budget.reserve_s(
             self.study, self.options, None, racing=[*alone, self._prospect(self._asked(joined), look)])
         if not self._goes_now(first, needs, both, upcoming):
             return False
