@@ -28,7 +28,9 @@ from .records import (
     BASELINE,
     COMBINED,
     CONFIRM,
+    IN_PROCESS,
     INTERACTION,
+    SEARCH,
     WARM_START,
     Attr,
     TrialRecord,
@@ -277,11 +279,15 @@ def extension(study: optuna.Study, seeds: list[Seed], asked: Callable[[dict[str,
         return None
     changed = {k: v for k, v in inner.params.items() if baseline.params.get(k) != v}
 
-    def extends(params: dict[str, Any]) -> bool:
-        run = asked(params)
+    def extends(run: dict[str, Any]) -> bool:
         return (not environment_differences(baseline.params, run) and spaces.processes.count(run) == 1
                 and all(run.get(k) == v for k, v in changed.items()) and params_key(run) != params_key(inner.params))
-    return next_seed(study, seeds, extends)
+    # one per winner: a seed that extended it and read slower ends the chain (channels_last + float16 after
+    # channels_last + bfloat16 would go before the combination too), and a recipe measured is not asked again
+    if any(r.role not in (SEARCH, IN_PROCESS) and extends(r.params) for r in found):
+        return None
+    measured = {params_key(r.params) for r in found}
+    return next_seed(study, seeds, lambda params: extends(asked(params)) and params_key(asked(params)) not in measured)
 
 
 def _measured(study: optuna.Study) -> list[TrialRecord]:
@@ -306,14 +312,13 @@ def _taken(study: optuna.Study) -> set[str]:
 
 
 def enqueue_combination(study: optuna.Study, facts: Facts, ctx: spaces.SpaceContext,
-                        fixed: dict[str, Any] | None = None, ahead: bool = False) -> bool:
-    """Enqueue the ``combination`` (role ``combined``; ``ahead``: as there) unless a trial is already waiting; True
-    if one was."""
+                        fixed: dict[str, Any] | None = None) -> bool:
+    """Enqueue the ``combination`` (role ``combined``) unless a trial is already waiting; True if one was."""
     import optuna
 
     if any(t.state == optuna.trial.TrialState.WAITING for t in study.get_trials(deepcopy=False)):
         return False
-    params = combination(study, facts, ctx, fixed, ahead)
+    params = combination(study, facts, ctx, fixed)
     if params is None:
         return False
     study.enqueue_trial(params, user_attrs={Attr.ROLE: COMBINED})

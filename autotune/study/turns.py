@@ -64,8 +64,8 @@ class Turns:
         return budget.estimate_s(self.study, compile_mode)
 
     def next_estimate_s(self) -> float | None:
-        """How long the next trial will likely take, by its kind: the trial waiting, else the combination where it goes
-        ahead of the seeds (``_combined``), else the next seed, else the combination, else a trial of role
+        """How long the next trial will likely take, by its kind: the trial waiting, else what goes ahead of the seeds
+        (``_ahead``), else the next seed, else the combination, else a trial of role
         ``in-process`` on its turn (``in_process_turn``), else one Optuna samples, which nearly always changes an
         environment knob. One that compiles: as that compile mode's
         trials (``budget.estimate_s``); one that starts no process (``warm``): as those
@@ -101,8 +101,7 @@ class Turns:
     def fill(self, available: float) -> bool:
         """The budget's end, where a typical trial no longer fits before the time kept for the confirmation: a
         trial that starts no process still may (``budget.in_process_estimate_s``; a measurer's ``warm``). Enqueue
-        one and return True: the combination where it goes ahead (``_combined``) and is one (first the seed that
-        may make its in-process part faster, ``seeds.extension``, where both looks fit), else the first seed
+        one and return True: the combination where it goes ahead (``_combined``) and is one, else the first seed
         not taken that is one, else the combination if it is one, else a trial of role ``in-process`` with the
         environment fixed (the best recipe's when warm, else the defaults')
         and no compilation, its in-process knobs sampled by Optuna. False when none fits, or a trial already
@@ -118,11 +117,7 @@ class Turns:
             self.enqueue_in_process()
             return True
         ahead, seed, combined = self._combined(True), next_seed(self.study, self.seeds, self._warm), self._combined()
-        warm = ahead is not None and self._warm(ahead)
-        first = extension(self.study, self.seeds, self._asked) if warm else None
-        if first is not None and available >= 2 * cheap:  # both looks fit: the faster in-process part first
-            self.study.enqueue_trial(first[1], user_attrs={Attr.ROLE: first[0]})
-        elif ahead is not None and warm:
+        if ahead is not None and self._warm(ahead):
             self.study.enqueue_trial(ahead, user_attrs={Attr.ROLE: COMBINED})
         elif seed is not None:
             self.study.enqueue_trial(seed[1], user_attrs={Attr.ROLE: seed[0]})
@@ -142,12 +137,22 @@ class Turns:
 
     def _ahead(self) -> Seed | None:
         """What goes before the seeds left: the combination where its environment's gain was measured
-        (``_combined(ahead=True)``), but first a seed that may make its in-process part faster
-        (``seeds.extension``: an arm of the defaults' worker, as cheap as the combination's); None otherwise."""
+        (``_combined(ahead=True)``), but first a seed that may make its in-process part faster (``seeds.extension``:
+        an arm of the defaults' worker, as cheap as the combination's look) where the combination's look and the
+        time kept with it counted still fit after it; None otherwise."""
         combined = self._combined(ahead=True)
         if combined is None:
             return None
-        return extension(self.study, self.seeds, self._asked) or (COMBINED, combined)
+        first, look = extension(self.study, self.seeds, self._asked), self._cheap_estimate_s()
+        if first is None or look is None or self.budget.left() - look < self._combination_needs_s(combined, look):
+            return COMBINED, combined
+        return first
+
+    def _combination_needs_s(self, params: dict[str, Any], look: float) -> float:
+        """The combination's first look (an arm) and the time kept for the confirmation with it counted
+        (``budget.reserve_s``'s ``racing``)."""
+        prospect = [self._prospect(self._asked(params), look)]
+        return look + budget.reserve_s(self.study, self.options, None, racing=prospect)
 
     def enqueue_ahead(self) -> bool:
         """Enqueue ``_ahead`` unless a trial is waiting; True if one was."""
@@ -220,8 +225,7 @@ class Turns:
         look, upcoming = self._cheap_estimate_s(), self.next_estimate_s()
         if look is None or upcoming is None:
             return False
-        prospect = [self._prospect(self._asked(params), look)]
-        needs = look + budget.reserve_s(self.study, self.options, None, racing=prospect)
+        needs = self._combination_needs_s(params, look)
         first = extension(self.study, self.seeds, self._asked)
         if first is not None and self._goes_now(look, look + needs, look + needs, upcoming):
             self.study.enqueue_trial(first[1], user_attrs={Attr.ROLE: first[0]})
