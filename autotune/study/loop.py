@@ -316,16 +316,18 @@ class SearchLoop(Turns):
     def _race(self, handle: object, noise: Noise, deadline: float, params: dict[str, Any],
               started: float) -> tuple[TrialResult, str | None]:
         """More pairs while the candidate may beat the incumbent and its interval is wide (``race_stop``), never
-        into the time its own confirmation will need (``budget.reserve_s``'s ``racing``)."""
+        into the time its own confirmation will need (``budget.reserve_s``'s ``racing``), nor, for an environment's
+        candidate, into what follows it (``Turns.following``: its combination's look and rounds)."""
         race = Race(noise, verdict.incumbent(self.study))
         used, why = 0, None
+        then, looks_s = self.following(params)
         while why is None:
             n = race.pairs(used)
             now, limit = self.budget.now(), deadline
             if used:
-                limit = min(deadline, self.budget.deadline - budget.racing_reserve_s(
+                limit = min(deadline, self.budget.deadline - looks_s - budget.racing_reserve_s(
                     self.study, self.options, params, self.measurer.method(handle, params), wall_s=now - started,
-                    timed_s=2 * used * noise.window_s))
+                    timed_s=2 * used * noise.window_s, then=then))
             if used and limit - now < race_round_s(n, noise.window_s):
                 why = "the trial's time ran out" if limit == deadline else "the time its confirmation needs is kept"
                 break

@@ -251,6 +251,21 @@ class Turns:
         return left - upcoming < max(alone, together) and alone <= left \
             and left - budget.reserve_s(self.study, self.options, first) >= first
 
+    def following(self, params: dict[str, Any]) -> tuple[list[tuple[TrialResult, dict[str, Any]]], float]:
+        """What follows a candidate of another environment where an in-process winner would combine with it
+        (``seeds.prospective_combination``), as ``environment_seed_due`` counted it: the combination as the reserve
+        prices it (``_prospect``) and its look, with the look of the seed that goes before it (``seeds.extension``);
+        nothing otherwise. The heuristic's race settled its factor over 5-6 process pairs (37-45 s, where the due
+        rule priced 3) and took the time its plan had counted for the seed that goes before its combination."""
+        look = self._cheap_estimate_s()
+        if look is None or not self.options.seeded or not environment_differences(self.defaults, params):
+            return [], 0.0
+        joined = prospective_combination(self.study, self.facts, self.ctx, self.options.fixed, params)
+        if joined is None:
+            return [], 0.0
+        looks = 1 + (extension(self.study, self.seeds, self._asked) is not None)
+        return [self._prospect(self._asked(joined), look)], looks * look
+
     def _prospect(self, params: dict[str, Any], wall_s: float) -> tuple[TrialResult, dict[str, Any]]:
         """A candidate not measured yet as the reserve prices its rounds (``reserve_s``'s ``racing``): its first
         look's time and process pairs, measured as its params say (``paired_method``), and its params."""

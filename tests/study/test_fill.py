@@ -683,6 +683,30 @@ def test_a_seed_that_may_make_the_combinations_in_process_part_faster_goes_befor
     assert waiting == {300.0: [], 85.0: [("seed", "bfloat16")], 82.0: [("combined", defaults["amp_dtype"])]}
 
 
+def test_an_environments_race_leaves_what_follows_it_its_time(facts: Any) -> None:
+    """The heuristic's race settled its factor over 5-6 process pairs (37-45 s, where the due rule priced 3) and took
+    the time its plan had counted for the seed that goes before its combination: a 3-minute CNN demo combined the
+    pinning with bfloat16 alone. The race now keeps what follows an environment's candidate: its combination
+    (priced as the reserve prices a candidate) and the looks of it and of that seed; nothing for the defaults'."""
+    study, defaults = _apart(facts, 1.2)
+    both = {**defaults, "channels_last": True, "amp_dtype": "bfloat16"}
+    loop = SearchLoop(study, "cnn", facts, CTX, {}, SearchOptions(budget_s=300, storage="sqlite://", study="f"),
+                      Budget.start(300), lambda event: None, seeds=[("seed", both)],
+                      measurer=Warm(defaults, {**defaults, **HEURISTIC}))
+    look = in_process_estimate_s(study)
+    other = {**defaults, "threads": 1, "interop_threads": 2}  # an environment not measured yet
+    then, looks = loop.following(other)
+    assert looks == pytest.approx(2 * look) and len(then) == 1  # the seed's look, then the combination's
+    assert params_key(then[0][1]) == params_key({**defaults, "channels_last": True, **{
+        k: other[k] for k in ("threads", "interop_threads")}})
+    kept = budget.racing_reserve_s(study, loop.options, other, "process pairs", wall_s=20.0, timed_s=4.0)
+    assert budget.racing_reserve_s(study, loop.options, other, "process pairs", wall_s=20.0, timed_s=4.0,
+                                   then=then) > kept
+    assert loop.following({**defaults, "batch_per_rank": 16}) == ([], 0.0)  # the defaults' environment
+    _add(study, "seed", both, 1.2, 2.8, "in-process pairs", 0.0)  # measured slower: no seed goes first
+    assert loop.following(other)[1] == pytest.approx(look)
+
+
 class Unbound(Warm):
     """``Warm``, whose workers are those of the params it was given: a pinned environment's first look 1.2x, run
     unbound (``memory_policy`` default, as a worker reports it where numactl is missing), its worker warm after it."""
