@@ -134,11 +134,15 @@ def no_process_left() -> Any:
 @pytest.fixture
 def no_file_left(monkeypatch) -> Any:
     """A temporary directory for the test's trials (short: trials put sockets under it); after the test, a
-    trial must have left nothing in it, however it ended."""
+    trial must have left nothing in it, however it ended. Under ``SHORT_TMPDIR``: below a TMPDIR of 10 characters
+    and pytest-xdist's worker folder a trial's own directory is too long for a socket, and the trial keeps the
+    inherited one (``_private_tmpdir``; its own test below)."""
     import shutil
     import tempfile
 
-    root = Path(tempfile.mkdtemp())
+    from autotune.trial.runner import SHORT_TMPDIR
+
+    root = Path(tempfile.mkdtemp(dir=SHORT_TMPDIR))
     monkeypatch.setenv("TMPDIR", str(root))  # the trial processes'
     monkeypatch.setattr(tempfile, "tempdir", str(root))  # run_trial's, in this process
     yield root
