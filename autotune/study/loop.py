@@ -311,16 +311,19 @@ class SearchLoop(Turns):
             self.phase("confirming", f"{pairs // noise.pairs} fresh process pairs of {noise.pairs} window pairs"
                        if noise.round_pairs else f"{pairs} fresh pairs in fresh processes")
             return self.measurer.confirm(handle, pairs, max(1.0, self.budget.left(deadline))), None
-        return self._race(handle, noise, deadline, params, started)
+        return self._race(handle, noise, deadline, params, started, role)
 
     def _race(self, handle: object, noise: Noise, deadline: float, params: dict[str, Any],
-              started: float) -> tuple[TrialResult, str | None]:
+              started: float, role: str = SEARCH) -> tuple[TrialResult, str | None]:
         """More pairs while the candidate may beat the incumbent and its interval is wide (``race_stop``), never
         into the time its own confirmation will need (``budget.reserve_s``'s ``racing``), nor, for an environment's
-        candidate, into what follows it (``Turns.following``: its combination's look and rounds)."""
+        seed, into what its plan counted after it (``Turns.following``: its combination's look and rounds, and the
+        look of the seed that goes before the combination)."""
         race = Race(noise, verdict.incumbent(self.study))
         used, why = 0, None
-        then, looks_s = self.following(params)
+        then, looks_s = self.following(params, role)
+        kept = "the time its confirmation and its combination need is kept" if then else \
+            "the time its confirmation needs is kept"
         while why is None:
             n = race.pairs(used)
             now, limit = self.budget.now(), deadline
@@ -329,7 +332,7 @@ class SearchLoop(Turns):
                     self.study, self.options, params, self.measurer.method(handle, params), wall_s=now - started,
                     timed_s=2 * used * noise.window_s, then=then))
             if used and limit - now < race_round_s(n, noise.window_s):
-                why = "the trial's time ran out" if limit == deadline else "the time its confirmation needs is kept"
+                why = "the trial's time ran out" if limit == deadline else kept
                 break
             left = limit - now
             interval = self.measurer.more(handle, n, max(1.0, left), confidence=race.confidence)

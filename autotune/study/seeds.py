@@ -290,6 +290,18 @@ def extension(study: optuna.Study, seeds: list[Seed], asked: Callable[[dict[str,
     return next_seed(study, seeds, lambda params: extends(asked(params)) and params_key(asked(params)) not in measured)
 
 
+def winner_combined(study: optuna.Study) -> bool:
+    """Whether a combination (role ``combined``) carrying the in-process winner's knobs (``_inner_winner``) was
+    measured: another environment's would have to beat it."""
+    found = _measured(study)
+    inner = _inner_winner(study, found)
+    if inner is None:
+        return False
+    own = {k: v for k, v in inner.params.items() if k not in ENVIRONMENT_KEYS}
+    return any(r.role == COMBINED and {k: v for k, v in r.params.items() if k not in ENVIRONMENT_KEYS} == own
+               for r in found)
+
+
 def _measured(study: optuna.Study) -> list[TrialRecord]:
     """The study's feasible measured trials, confirmations aside."""
     return [r for r in records(study) if r.role != CONFIRM and r.feasible and r.result.objective is not None]
@@ -361,4 +373,4 @@ def space_digest(facts: Facts, ctx: spaces.SpaceContext) -> str:
 
 __all__ = ["Seed", "check_fixed", "combination", "enqueue_combination", "enqueue_next_seed", "extension",
            "history_conflict", "interaction_seeds", "next_seed", "prospective_combination", "seeds", "space_digest",
-           "warm_start"]
+           "warm_start", "winner_combined"]

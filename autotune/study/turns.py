@@ -20,6 +20,7 @@ from .seeds import (
     interaction_seeds,
     next_seed,
     prospective_combination,
+    winner_combined,
 )
 
 if TYPE_CHECKING:
@@ -251,14 +252,16 @@ class Turns:
         return left - upcoming < max(alone, together) and alone <= left \
             and left - budget.reserve_s(self.study, self.options, first) >= first
 
-    def following(self, params: dict[str, Any]) -> tuple[list[tuple[TrialResult, dict[str, Any]]], float]:
-        """What follows a candidate of another environment where an in-process winner would combine with it
-        (``seeds.prospective_combination``), as ``environment_seed_due`` counted it: the combination as the reserve
-        prices it (``_prospect``) and its look, with the look of the seed that goes before it (``seeds.extension``);
-        nothing otherwise. The heuristic's race settled its factor over 5-6 process pairs (37-45 s, where the due
-        rule priced 3) and took the time its plan had counted for the seed that goes before its combination."""
+    def following(self, params: dict[str, Any], role: str) -> tuple[list[tuple[TrialResult, dict[str, Any]]], float]:
+        """What follows a seed of another environment where an in-process winner would combine with it and no
+        combination with that winner was measured yet (``seeds.prospective_combination``), as
+        ``environment_seed_due`` counted it: the combination as the reserve prices it (``_prospect``) and its look,
+        with the look of the seed that goes before it (``seeds.extension``); nothing otherwise (a sampled trial's
+        combination would have to beat the fastest environment measured). The heuristic's race settled its factor
+        over 5-6 process pairs (37-45 s, where the due rule priced 3) and took the time its plan had counted."""
         look = self._cheap_estimate_s()
-        if look is None or not self.options.seeded or not environment_differences(self.defaults, params):
+        if look is None or not self.options.seeded or role in (SEARCH, IN_PROCESS, COMBINED) \
+                or not environment_differences(self.defaults, params) or winner_combined(self.study):
             return [], 0.0
         joined = prospective_combination(self.study, self.facts, self.ctx, self.options.fixed, params)
         if joined is None:

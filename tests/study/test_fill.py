@@ -15,7 +15,7 @@ import optuna
 import pytest
 
 from autotune import search_spaces as spaces
-from autotune.measure import Noise
+from autotune.measure import Interval, Noise
 from autotune.measure.environment import environment_key
 from autotune.study import Budget, SearchOptions, budget
 from autotune.study.budget import estimate_s, in_process_estimate_s
@@ -683,28 +683,58 @@ def test_a_seed_that_may_make_the_combinations_in_process_part_faster_goes_befor
     assert waiting == {300.0: [], 85.0: [("seed", "bfloat16")], 82.0: [("combined", defaults["amp_dtype"])]}
 
 
+class Racing(Warm):
+    """``Warm``, whose candidates read 1.15x [0.95-1.40] however many pairs (wide: the race goes on while its time
+    holds a round), each round 8 s on a clock of its own."""
+
+    def __init__(self, defaults: dict[str, Any]) -> None:
+        super().__init__(defaults)
+        self.now, self.rounds = 0.0, 0
+
+    def more(self, handle: object, n: int, timeout_s: float, confidence: float = 0.95) -> Interval:
+        self.now += 8.0
+        self.rounds += 1
+        return Interval(1.15, 0.95, 1.40, confidence, 3 + self.rounds)
+
+    def method(self, handle: object, params: dict[str, Any]) -> str:
+        return "process pairs"
+
+    def end(self, handle: object) -> TrialResult:
+        return TrialResult(Status.OK, objective=1.15, speedup_low=0.95, speedup_high=1.4, method="process pairs")
+
+
 def test_an_environments_race_leaves_what_follows_it_its_time(facts: Any) -> None:
     """The heuristic's race settled its factor over 5-6 process pairs (37-45 s, where the due rule priced 3) and took
     the time its plan had counted for the seed that goes before its combination: a 3-minute CNN demo combined the
-    pinning with bfloat16 alone. The race now keeps what follows an environment's candidate: its combination
-    (priced as the reserve prices a candidate) and the looks of it and of that seed; nothing for the defaults'."""
+    pinning with bfloat16 alone. An environment's seed now keeps what follows it: its combination (priced as the
+    reserve prices a candidate) and the looks of it and of that seed; its race stops a round earlier and says so.
+    Nothing for the defaults' environment, a sampled trial, or once a combination carries the winner."""
     study, defaults = _apart(facts, 1.2)
     both = {**defaults, "channels_last": True, "amp_dtype": "bfloat16"}
-    loop = SearchLoop(study, "cnn", facts, CTX, {}, SearchOptions(budget_s=300, storage="sqlite://", study="f"),
-                      Budget.start(300), lambda event: None, seeds=[("seed", both)],
-                      measurer=Warm(defaults, {**defaults, **HEURISTIC}))
-    look = in_process_estimate_s(study)
     other = {**defaults, "threads": 1, "interop_threads": 2}  # an environment not measured yet
-    then, looks = loop.following(other)
+    look = in_process_estimate_s(study)
+
+    def race(role: str, left: float) -> tuple[int, str | None]:
+        measurer = Racing(defaults)
+        loop = SearchLoop(study, "cnn", facts, CTX, {}, SearchOptions(budget_s=300, storage="sqlite://", study="f"),
+                          Budget.start(left, clock=lambda: measurer.now), lambda event: None, seeds=[("seed", both)],
+                          measurer=measurer)
+        _, why = loop._race(object(), NOISE, loop.budget.deadline, other, 0.0, role)
+        return measurer.rounds, why
+
+    then, looks = _loop(study, facts, Warm(defaults), [("seed", both)]).following(other, "heuristic")
     assert looks == pytest.approx(2 * look) and len(then) == 1  # the seed's look, then the combination's
-    assert params_key(then[0][1]) == params_key({**defaults, "channels_last": True, **{
-        k: other[k] for k in ("threads", "interop_threads")}})
-    kept = budget.racing_reserve_s(study, loop.options, other, "process pairs", wall_s=20.0, timed_s=4.0)
-    assert budget.racing_reserve_s(study, loop.options, other, "process pairs", wall_s=20.0, timed_s=4.0,
-                                   then=then) > kept
-    assert loop.following({**defaults, "batch_per_rank": 16}) == ([], 0.0)  # the defaults' environment
+    assert params_key(then[0][1]) == params_key({**defaults, "channels_last": True, "threads": 1,
+                                                 "interop_threads": 2})
+    seeded, sampled = race("heuristic", 120.0), race("search", 120.0)
+    assert seeded[0] < sampled[0] and seeded[1] == "the time its confirmation and its combination need is kept"
+    assert sampled[1] == "the time its confirmation needs is kept", (seeded, sampled)
+    loop = _loop(study, facts, Warm(defaults), [("seed", both)])
+    assert loop.following({**defaults, "batch_per_rank": 16}, "seed") == ([], 0.0)  # the defaults' environment
     _add(study, "seed", both, 1.2, 2.8, "in-process pairs", 0.0)  # measured slower: no seed goes first
-    assert loop.following(other)[1] == pytest.approx(look)
+    assert loop.following(other, "heuristic")[1] == pytest.approx(look)
+    _add(study, "combined", {**defaults, **HEURISTIC, "channels_last": True}, 1.5, 4.0, "process pairs", 0.0)
+    assert loop.following(other, "heuristic") == ([], 0.0)  # it would have to beat the winner's combination
 
 
 class Unbound(Warm):
