@@ -314,7 +314,7 @@ class SearchLoop(Turns):
         return self._race(handle, noise, deadline, params, started, role)
 
     def _race(self, handle: object, noise: Noise, deadline: float, params: dict[str, Any],
-              started: float, role: str = SEARCH) -> tuple[TrialResult, str | None]:
+              started: float, role: str) -> tuple[TrialResult, str | None]:
         """More pairs while the candidate may beat the incumbent and its interval is wide (``race_stop``), never
         into the time its own confirmation will need (``budget.reserve_s``'s ``racing``), nor, for an environment's
         seed, into what its plan counted after it (``Turns.following``: its combination's look and rounds, and the

@@ -287,7 +287,11 @@ def extension(study: optuna.Study, seeds: list[Seed], asked: Callable[[dict[str,
     if any(r.role not in (SEARCH, IN_PROCESS) and extends(r.params) for r in found):
         return None
     measured = {params_key(r.params) for r in found}
-    return next_seed(study, seeds, lambda params: extends(asked(params)) and params_key(asked(params)) not in measured)
+
+    def new_extension(params: dict[str, Any]) -> bool:
+        run = asked(params)
+        return extends(run) and params_key(run) not in measured
+    return next_seed(study, seeds, new_extension)
 
 
 def winner_combined(study: optuna.Study) -> bool:

@@ -199,12 +199,9 @@ class Turns:
         params = self._asked(seed[1])
         alone = [self._prospect(params, first)]
         needs = first + budget.reserve_s(self.study, self.options, None, racing=alone)
-        joined = prospective_combination(self.study, self.facts, self.ctx, self.options.fixed, seed[1])
-        look = self._cheap_estimate_s()
-        # a seed that may make the combination's in-process part faster goes before it (``_ahead``): its look too
-        looks = 1 + (extension(self.study, self.seeds, self._asked) is not None)
-        both = needs if joined is None or look is None else first + looks * look + budget.reserve_s(
-            self.study, self.options, None, racing=[*alone, self._prospect(self._asked(joined), look)])
+        then, looks_s = self._combination_plan(seed[1])
+        both = needs if not then else first + looks_s + budget.reserve_s(
+            self.study, self.options, None, racing=[*alone, *then])
         if not self._goes_now(first, needs, both, upcoming):
             return False
         self.study.enqueue_trial(seed[1], user_attrs={Attr.ROLE: seed[0]})
@@ -259,12 +256,18 @@ class Turns:
         with the look of the seed that goes before it (``seeds.extension``); nothing otherwise (a sampled trial's
         combination would have to beat the fastest environment measured). The heuristic's race settled its factor
         over 5-6 process pairs (37-45 s, where the due rule priced 3) and took the time its plan had counted."""
-        look = self._cheap_estimate_s()
-        if look is None or not self.options.seeded or role in (SEARCH, IN_PROCESS, COMBINED) \
+        if not self.options.seeded or role in (SEARCH, IN_PROCESS, COMBINED) \
                 or not environment_differences(self.defaults, params) or winner_combined(self.study):
             return [], 0.0
-        joined = prospective_combination(self.study, self.facts, self.ctx, self.options.fixed, params)
-        if joined is None:
+        return self._combination_plan(params)
+
+    def _combination_plan(self, environment: dict[str, Any]) -> tuple[list[tuple[TrialResult, dict[str, Any]]], float]:
+        """The combination an environment would make (``seeds.prospective_combination``) as the reserve prices it
+        (``_prospect``), and the seconds of its look and of the look of the seed that goes before it
+        (``seeds.extension``, ``_ahead``); nothing where it would make none or no trial is cheap."""
+        look = self._cheap_estimate_s()
+        joined = prospective_combination(self.study, self.facts, self.ctx, self.options.fixed, environment)
+        if look is None or joined is None:
             return [], 0.0
         looks = 1 + (extension(self.study, self.seeds, self._asked) is not None)
         return [self._prospect(self._asked(joined), look)], looks * look
