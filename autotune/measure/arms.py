@@ -321,8 +321,8 @@ class Arm:
             (self._first_steps if index < charged else self._warm_steps).append(spent)
             self._loss_if_due(loss)
             loader = self.batches.loader
-            if judge is not None and judged_step(index, charged, self.compiled, loader.num_workers,
-                                                 loader.prefetch_factor):
+            builds = self.compiled or self.tuned.device == "cuda"  # an unbounded build in its first steps
+            if judge is not None and judged_step(index, charged, builds, loader.num_workers, loader.prefetch_factor):
                 self.gave_up = judge.step(spent, self.step_samples, first=index < charged)
                 if self.gave_up is not None:
                     break

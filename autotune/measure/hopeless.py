@@ -11,12 +11,13 @@ from ..trial.spec import Status, TrialResult
 # of a 2-minute search. (At 4, batch 16 of a sleep-bound fixture, 4x slower per sample by design, was stopped on
 # some runs and raced on others.)
 HOPELESS = 8.0
-# An eager arm's first step also builds its kernels (oneDNN primitives, allocations): judged at this many times
-# ``HOPELESS``, so a 100x arm stops after one step that outlasts a window. A compiled arm's first steps hold its
-# compilation: not judged; nor the steps of an arm with DataLoader workers until they have taken the batches the
-# workers prefetch at their start (num_workers x prefetch_factor): its steps share the CPUs with that burst (on
-# ``tiny``, 0.3 ms a step: its first step 73-158x the defaults', its second 10-16x, its windows 7.5x; on the CNN with
-# two workers on 2 vCPUs, its third step 33x, where its windows read 1.18x).
+# An eager arm's first step on a CPU also builds its kernels (oneDNN primitives, allocations): judged at this many
+# times ``HOPELESS``, so a 100x arm stops after one step that outlasts a window. Not judged: first steps that build
+# for a time no multiple of a step bounds, a compiled arm's (its compilation) and on a GPU an eager arm's (a
+# precision's first use loads its kernels); nor the steps of an arm with DataLoader workers until they have taken the
+# batches the workers prefetch at their start (num_workers x prefetch_factor): its steps share the CPUs with that
+# burst (on ``tiny``, 0.3 ms a step: its first step 73-158x the defaults', its second 10-16x, its windows 7.5x; on the
+# CNN with two workers on 2 vCPUs, its third step 33x, where its windows read 1.18x).
 FIRST_STEP_HOPELESS = 4.0
 
 
@@ -55,13 +56,14 @@ class Judge:
         return self.least is not None
 
 
-def judged_step(index: int, charged: int, compiled: bool, workers: int, prefetch: int | None) -> bool:
+def judged_step(index: int, charged: int, builds: bool, workers: int, prefetch: int | None) -> bool:
     """Whether warm-up step ``index`` (from 0) is judged by the hopeless rule: the first ``charged`` steps may
-    hold compile work (judged at ``FIRST_STEP_HOPELESS`` when eager, not at all when compiled); with DataLoader
-    workers, none of the steps that take the batches they prefetch at their start (``workers`` x ``prefetch``)."""
+    build (judged at ``FIRST_STEP_HOPELESS``, not at all where they ``builds`` for an unbounded time: a compile,
+    or on a GPU the kernels loaded at their first use); with DataLoader workers, none of the steps that take the
+    batches they prefetch at their start (``workers`` x ``prefetch``)."""
     if workers > 0:
         return index >= charged + workers * (prefetch or 2)
-    return index >= charged or not compiled
+    return index >= charged or not builds
 
 
 def far_slower_result(ratio: float | None, warnings: list[str]) -> TrialResult:

@@ -239,6 +239,24 @@ def test_two_models_on_one_gpu_report_their_own_peaks() -> None:
     assert run.base.peak_memory_bytes and run.cand.peak_memory_bytes
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_precisions_first_use_on_a_gpu_is_no_hopeless_verdict() -> None:
+    """An H200's first bf16 step (its kernels loaded on first use) outlasted a window and 32x a step, and the
+    hopeless rule ended the transformer's bf16 and fp16 seeds at "0.00x" from it; bf16 later read 2.88x there."""
+    from autotune.measure.hopeless import HOPELESS
+    from autotune.measure.paired_worker import PairedWorker
+
+    facts = probes.probe()
+    base = {**defaults(facts, SpaceContext(device="cuda", default_batch_size=32)), "device": "cuda",
+            "reference_batch": 32}
+    with PairedWorker("transformer", base, facts, SETTINGS) as worker:
+        worker.add_arm("defaults", base)
+        arms = [worker.add_arm(dtype, {**base, "amp_dtype": dtype}, give_up=HOPELESS, against="defaults")
+                for dtype in ("bfloat16", "float16")]
+    assert all(arm.state == "ok" and arm.gave_up is None for arm in arms), arms
+
+
 def huge() -> Any:
     """A model whose weights, gradients and momentum take about half of the GPU: a second copy does not fit."""
     from autotune.workloads import tiny
