@@ -309,9 +309,10 @@ class Arm:
         loss = None
         # the steps that may hold compile work (CUDA-graph capture: steps 2-3) are warm-up, never a window's
         charged = max(1, spaces.compilation.charged_steps(self.params.get("compile_mode"), self.tuned.device))
-        steps, index = max(charged, self.bench.spec.warmup_steps), 0
         floor_s = WINDOW_FLOOR_S.get(self.tuned.device, WINDOW_FLOOR_S["cpu"])
         judge = Judge(*self.give_up, floor_s) if self.give_up is not None and self.step_samples else None
+        builds = self.compiled or self.tuned.device == "cuda"  # an unbounded build in its first steps: not judged
+        steps, index = max(charged + (judge is not None and builds), self.bench.spec.warmup_steps), 0
         while index < steps or (judge is not None and judge.pending):
             self._sync()
             start = time.perf_counter()
@@ -321,7 +322,6 @@ class Arm:
             (self._first_steps if index < charged else self._warm_steps).append(spent)
             self._loss_if_due(loss)
             loader = self.batches.loader
-            builds = self.compiled or self.tuned.device == "cuda"  # an unbounded build in its first steps
             if judge is not None and judged_step(index, charged, builds, loader.num_workers, loader.prefetch_factor):
                 self.gave_up = judge.step(spent, self.step_samples, first=index < charged)
                 if self.gave_up is not None:

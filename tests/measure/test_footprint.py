@@ -252,6 +252,7 @@ def test_a_precisions_first_use_on_a_gpu_is_no_hopeless_verdict() -> None:
             "reference_batch": 32}
     with PairedWorker("transformer", base, facts, SETTINGS) as worker:
         worker.add_arm("defaults", base)
+        worker.run_windows("defaults", 8, 0.05)  # judged against its windows, as a search's calibrated defaults
         arms = [worker.add_arm(dtype, {**base, "amp_dtype": dtype}, give_up=HOPELESS, against="defaults")
                 for dtype in ("bfloat16", "float16")]
     assert all(arm.state == "ok" and arm.gave_up is None for arm in arms), arms
