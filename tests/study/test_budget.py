@@ -424,6 +424,11 @@ def test_a_candidate_being_raced_keeps_the_time_its_own_confirmation_needs() -> 
     # its round: 8 pairs of two 0.5-s windows, 10% over, 2 s of its 6 so far outside windows, the 6-s start
     kept = racing_reserve_s(study, one, candidate, method, wall_s=6.0, timed_s=4.0)
     assert kept == pytest.approx(1.1 * (2 * 8 * 0.5 * 1.1 + 2.0 + 6.0))
+    # an environment measured by its process pairs alone: 36 s outside windows in 3 pairs, a round runs one (at
+    # least the 6-s start and 4 window pairs of 0.5 s); not its whole time outside windows as one pair's
+    environment = {"batch_per_rank": 64, "allocator": "tcmalloc"}
+    assert racing_reserve_s(study, one, environment, "process pairs", wall_s=40.0, timed_s=4.0, pairs=3) == \
+        pytest.approx(1.1 * 36.0 / 3)
     # a contender already takes the one place: the candidate would displace it, not add a confirmation
     study.add_trial(optuna.trial.create_trial(value=1.5, user_attrs={
         "wall_s": 20.0, "timed_s": 16.0, "status": "ok", "role": "seed", "params": {"batch_per_rank": 128},

@@ -685,15 +685,18 @@ def test_a_seed_that_may_make_the_combinations_in_process_part_faster_goes_befor
 
 class Racing(Warm):
     """``Warm``, whose candidates read 1.15x [0.95-1.40] however many pairs (wide: the race goes on while its time
-    holds a round), each round 8 s on a clock of its own."""
+    holds a round), each round 8 s on a clock of its own; where ``told`` names an environment, each round is one
+    process pair of it (``factor_ratios``), as the live measurer's race of an environment runs."""
 
-    def __init__(self, defaults: dict[str, Any]) -> None:
+    def __init__(self, defaults: dict[str, Any], told: str | None = None) -> None:
         super().__init__(defaults)
-        self.now, self.rounds = 0.0, 0
+        self.now, self.rounds, self.told = 0.0, 0, told
 
     def more(self, handle: object, n: int, timeout_s: float, confidence: float = 0.95) -> Interval:
         self.now += 8.0
         self.rounds += 1
+        if self.told is not None:
+            self.factor_ratios.setdefault(self.told, []).append(1.15)
         return Interval(1.15, 0.95, 1.40, confidence, 3 + self.rounds)
 
     def method(self, handle: object, params: dict[str, Any]) -> str:
@@ -714,12 +717,12 @@ def test_an_environments_race_leaves_what_follows_it_its_time(facts: Any) -> Non
     other = {**defaults, "threads": 1, "interop_threads": 2}  # an environment not measured yet
     look = in_process_estimate_s(study)
 
-    def race(role: str, left: float) -> tuple[int, str | None]:
-        measurer = Racing(defaults)
+    def race(role: str, left: float, told: bool = False) -> tuple[int, str | None]:
+        measurer = Racing(defaults, environment_key(other) if told else None)
         loop = SearchLoop(study, "cnn", facts, CTX, {}, SearchOptions(budget_s=300, storage="sqlite://", study="f"),
                           Budget.start(left, clock=lambda: measurer.now), lambda event: None, seeds=[("seed", both)],
                           measurer=measurer)
-        _, why = loop._race(object(), NOISE, loop.budget.deadline, other, 0.0, role)
+        _, why = loop._race(object(), NOISE, loop.budget.deadline, other, (0.0, 0), role)
         return measurer.rounds, why
 
     then, looks = _loop(study, facts, Warm(defaults), [("seed", both)]).following(other, "heuristic")
@@ -729,6 +732,8 @@ def test_an_environments_race_leaves_what_follows_it_its_time(facts: Any) -> Non
     seeded, sampled = race("heuristic", 120.0), race("search", 120.0)
     assert seeded[0] < sampled[0] and seeded[1] == "the time its confirmation and its combination need is kept"
     assert sampled[1] == "the time its confirmation needs is kept", (seeded, sampled)
+    # its confirmation round is one process pair, priced from its pairs' time, not its whole time outside windows
+    assert race("search", 120.0, told=True)[0] > sampled[0]
     loop = _loop(study, facts, Warm(defaults), [("seed", both)])
     assert loop.following({**defaults, "batch_per_rank": 16}, "seed") == ([], 0.0)  # the defaults' environment
     _add(study, "seed", both, 1.2, 2.8, "in-process pairs", 0.0)  # measured slower: no seed goes first
