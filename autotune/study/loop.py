@@ -311,19 +311,19 @@ class SearchLoop(Turns):
             self.phase("confirming", f"{pairs // noise.pairs} fresh process pairs of {noise.pairs} window pairs"
                        if noise.round_pairs else f"{pairs} fresh pairs in fresh processes")
             return self.measurer.confirm(handle, pairs, max(1.0, self.budget.left(deadline))), None
-        return self._race(handle, noise, deadline, params, (started, before), role)
+        return self._race(handle, noise, deadline, params, started, before, role)
 
     def _process_pairs(self, params: dict[str, Any]) -> int:
         """The fresh process pairs the measurer ran of ``params``' environment so far (``factor_ratios``)."""
         return len(self.measurer.factor_ratios.get(environment_key(params), ()))
 
     def _race(self, handle: object, noise: Noise, deadline: float, params: dict[str, Any],
-              started: tuple[float, int], role: str) -> tuple[TrialResult, str | None]:
+              started: float, before: int, role: str) -> tuple[TrialResult, str | None]:
         """More pairs while the candidate may beat the incumbent and its interval is wide (``race_stop``), never
-        into the time its own confirmation will need (``budget.reserve_s``'s ``racing``: priced from its time so
-        far and the process pairs it ran since ``started``), nor, for an environment's seed, into what its plan
-        counted after it (``Turns.following``: its combination's look and rounds, and the look of the seed that
-        goes before the combination)."""
+        into the time its own confirmation will need (``budget.reserve_s``'s ``racing``: priced from its time since
+        ``started`` and the process pairs of its environment run since, beyond the ``before`` held then), nor, for
+        an environment's seed, into what its plan counted after it (``Turns.following``: its combination's look and
+        rounds, and the look of the seed that goes before the combination)."""
         race = Race(noise, verdict.incumbent(self.study))
         used, why = 0, None
         then, looks_s = self.following(params, role)
@@ -334,8 +334,8 @@ class SearchLoop(Turns):
             now, limit = self.budget.now(), deadline
             if used:
                 limit = min(deadline, self.budget.deadline - looks_s - budget.racing_reserve_s(
-                    self.study, self.options, params, self.measurer.method(handle, params), wall_s=now - started[0],
-                    timed_s=2 * used * noise.window_s, pairs=self._process_pairs(params) - started[1], then=then))
+                    self.study, self.options, params, self.measurer.method(handle, params), wall_s=now - started,
+                    timed_s=2 * used * noise.window_s, pairs=self._process_pairs(params) - before, then=then))
             if used and limit - now < race_round_s(n, noise.window_s):
                 why = "the trial's time ran out" if limit == deadline else kept
                 break

@@ -301,9 +301,9 @@ def winner_combined(study: optuna.Study) -> bool:
     inner = _inner_winner(study, found)
     if inner is None:
         return False
-    own = {k: v for k, v in inner.params.items() if k not in ENVIRONMENT_KEYS}
-    return any(r.role == COMBINED and {k: v for k, v in r.params.items() if k not in ENVIRONMENT_KEYS} == own
-               for r in found)
+    def own(params: dict[str, Any]) -> dict[str, Any]:  # its in-process knobs
+        return {k: v for k, v in params.items() if k not in ENVIRONMENT_KEYS}
+    return any(r.role == COMBINED and own(r.params) == own(inner.params) for r in found)
 
 
 def _measured(study: optuna.Study) -> list[TrialRecord]:

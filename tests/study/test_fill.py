@@ -722,7 +722,7 @@ def test_an_environments_race_leaves_what_follows_it_its_time(facts: Any) -> Non
         loop = SearchLoop(study, "cnn", facts, CTX, {}, SearchOptions(budget_s=300, storage="sqlite://", study="f"),
                           Budget.start(left, clock=lambda: measurer.now), lambda event: None, seeds=[("seed", both)],
                           measurer=measurer)
-        _, why = loop._race(object(), NOISE, loop.budget.deadline, other, (0.0, 0), role)
+        _, why = loop._race(object(), NOISE, loop.budget.deadline, other, 0.0, 0, role)
         return measurer.rounds, why
 
     then, looks = _loop(study, facts, Warm(defaults), [("seed", both)]).following(other, "heuristic")
