@@ -266,15 +266,15 @@ def test_aa_of_the_defaults_reads_same_with_one_inside(tiny_worker: PairedWorker
 
 def test_aa_differing_only_in_a_process_global_flag_reads_same(tiny_worker: PairedWorker, facts: Any) -> None:
     """``tf32`` has no effect on CPU, but its flags are set at the start of every window of its arm."""
-    tiny_worker.add_arm("tf32-base", _params(facts))
+    cal = tiny_worker.calibrate("tf32-base", _params(facts), pairs=8, window_s=0.1)
     assert tiny_worker.add_arm("tf32", _params(facts, tf32=True)).state == "ok"
     comparison = _compare(tiny_worker, "tf32-base", "tf32", 16, 0.1)
     # Not "contains 1.0": two arms of one model differ by a real fraction of a percent (CI saw 1.002
-    # [1.0003-1.0057] at 99%), so the claim is "same", with 1.0 inside or the median within the margin. 16 pairs:
-    # at 99% the interval of 8 is their extreme ratios, and a Zen 5 machine beside another test run read 1.013
-    # [1.001-1.037], a difference under the margin that those extremes carried past it.
+    # [1.0003-1.0057] at 99%), so the claim is "same", with 1.0 inside or the median within the margin the product
+    # would judge it by, its calibration's: a loaded CI machine read 1.138 [1.010-1.695] from pairs of 0.81-1.53,
+    # and a one-worker interval is a claim up to that margin (the arms' placement), never up to the 2% floor alone.
     assert comparison.verdict == "same", comparison
-    assert _reads_one(comparison.ratio, comparison.margin), comparison
+    assert _reads_one(comparison.ratio, max(cal.margin, comparison.margin)), (comparison, cal.margin)
     tiny_worker.drop_arm("tf32")
     tiny_worker.drop_arm("tf32-base")
 
