@@ -1,0 +1,45 @@
+"""``benchmarks/claims.py`` scores a claim against what a user's runs got: on draws where the claim is right, the
+user's mean of 10 runs lies in the range such a mean has about it 95% of the time, while inside the stated interval
+(of the mean of all runs) only about 90%; where the user's program gets 8% less than the claim's, it is seldom in."""
+from __future__ import annotations
+
+import math
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import claims  # noqa: E402 - the benchmark under test
+
+from autotune.measure.stats import log_mean_interval  # noqa: E402
+
+
+def _rows(user_truth: float, seed: int, runs: int = 400) -> list[dict[str, Any]]:
+    """Runs whose claim is a 95% t interval of 6 process pairs (a log spread of 4%, truth 2.0x) and whose user
+    got 10 pairs of ``user_truth``, the spread alike."""
+    rng = random.Random(seed)
+    rows = []
+    for index in range(runs):
+        claimed = log_mean_interval([2.0 * math.exp(rng.gauss(0.0, 0.04)) for _ in range(6)])
+        ratios = [user_truth * math.exp(rng.gauss(0.0, 0.04)) for _ in range(10)]
+        rows.append({"workload": "cnn", "run": index, "speedup": claimed.median, "low": claimed.low,
+                     "high": claimed.high, "process_pairs": 6, "ratios": ratios})
+    return rows
+
+
+def test_a_right_claim_holds_the_users_mean_as_often_as_it_says_and_a_wrong_one_does_not() -> None:
+    right = claims.summary(_rows(2.0, seed=1))["cnn"]
+    assert right["offered"] == 400
+    # 95% of 400: 380, its binomial 99.9% band about 367-391; the stated interval alone about 90% (360)
+    assert 367 <= right["mean_consistent"] <= 393, right
+    assert right["mean_inside"] < right["mean_consistent"] - 8, right
+    wrong = claims.summary(_rows(2.0 * 0.92, seed=2))["cnn"]
+    assert wrong["mean_consistent"] < 200, wrong
+
+
+def test_the_range_widens_the_stated_interval_by_the_users_own_spread() -> None:
+    low, high = claims.mean_range(2.0, 1.8, 2.0 ** 2 / 1.8, 6, 10)
+    assert low < 1.8 and high > 2.0 ** 2 / 1.8
+    assert math.isclose(math.log(2.0 / low), math.log(2.0 / 1.8) * math.sqrt(1.6))  # 1 + 6/10
+    assert math.isclose(math.log(high / 2.0), math.log(2.0 / low))  # symmetric on the log scale
