@@ -12,7 +12,8 @@ Per workload it prints how often the user's mean (the geometric mean of the pair
 interval and how often one pair fell inside the stated range of one run, each with its Clopper-Pearson 95%
 interval; runs that kept the defaults are counted apart. The last line is one JSON object: per workload ``runs``,
 ``offered``, ``mean_inside``, ``mean_consistent`` (the user's mean inside the range a mean of that many runs has
-about a right claim: ``mean_range``), ``pairs_inside_prediction``, ``user_below_stated_low`` and
+about a right claim: ``mean_range``), ``pairs_inside_prediction``, ``user_below_stated_low``,
+``user_above_stated_high`` (a skewed spread misses on one side: docs/measurement.md) and
 ``median_interval_width_ratio`` (the stated interval's log width over the width a 95% t interval would have with
 the claim's own number of process pairs and the spread of the user's pairs).
 """
@@ -165,7 +166,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for workload in sorted({r["workload"] for r in rows}):
         mine = [r for r in rows if r["workload"] == workload and "error" not in r]
         offered = [r for r in mine if r.get("ratios") and r.get("low") and r.get("high")]
-        inside = consistent = below = pairs_in = pairs_all = 0
+        inside = consistent = below = above = pairs_in = pairs_all = 0
         widths = []
         for r in offered:
             logs = [math.log(x) for x in r["ratios"]]
@@ -175,6 +176,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
                       if r.get("process_pairs") and r.get("speedup") else (r["low"], r["high"]))  # older rows
             consistent += lo <= mean <= hi
             below += mean < r["low"]
+            above += mean > r["high"]
             if r.get("run_low") is not None:
                 pairs_in += sum(r["run_low"] <= x <= r["run_high"] for x in r["ratios"])
                 pairs_all += len(r["ratios"])
@@ -187,7 +189,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "mean_inside_ci": clopper_pearson(inside, len(offered)), "mean_consistent": consistent,
             "mean_consistent_ci": clopper_pearson(consistent, len(offered)), "pairs_inside_prediction": pairs_in,
             "pairs": pairs_all, "pairs_inside_ci": clopper_pearson(pairs_in, pairs_all),
-            "user_below_stated_low": below,
+            "user_below_stated_low": below, "user_above_stated_high": above,
             "median_interval_width_ratio": statistics.median(widths) if widths else None,
         }
     return out
@@ -230,8 +232,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{workload}: {s['runs']} runs, {s['offered']} offered a recipe; the user's mean inside the stated "
               f"interval in {s['mean_inside']} [{lo:.2f}-{hi:.2f}] (inside the range a mean of that many runs has "
               f"about a right claim: {s['mean_consistent']}), below its low bound in "
-              f"{s['user_below_stated_low']}; single pairs inside the range of one run {s['pairs_inside_prediction']}"
-              f" of {s['pairs']} [{plo:.2f}-{phi:.2f}]; median width ratio {s['median_interval_width_ratio']}")
+              f"{s['user_below_stated_low']}, above its high in {s['user_above_stated_high']}; single pairs inside the "
+              f"range of one run {s['pairs_inside_prediction']} of {s['pairs']} [{plo:.2f}-{phi:.2f}]; median width "
+              f"ratio {s['median_interval_width_ratio']}")
     print(json.dumps(result))
     return 0
 
