@@ -160,6 +160,7 @@ def mean_range(speedup: float, low: float, high: float, claimed_pairs: int, user
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    from autotune.measure import LEAST_CLAIM_PAIRS
     from autotune.measure.stats import t_quantile
 
     out: dict[str, Any] = {}
@@ -172,8 +173,10 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             logs = [math.log(x) for x in r["ratios"]]
             mean = math.exp(statistics.fmean(logs))
             inside += r["low"] <= mean <= r["high"]
+            # a claim of fewer pairs states the search workers' interval, not one of its pairs (``study.claim``)
             lo, hi = (mean_range(r["speedup"], r["low"], r["high"], r["process_pairs"], len(logs))
-                      if r.get("process_pairs") and r.get("speedup") else (r["low"], r["high"]))  # older rows
+                      if (r.get("process_pairs") or 0) >= LEAST_CLAIM_PAIRS and r.get("speedup")
+                      else (r["low"], r["high"]))
             consistent += lo <= mean <= hi
             below += mean < r["low"]
             above += mean > r["high"]
