@@ -41,7 +41,7 @@ class Yours(Stubbed):
         ratio = self.ratios.pop(0)
         if ratio is None:
             raise PairFailed("the candidate worker's arm failed (crash): exit 1")
-        return RunPair(ratio, 2.0, self.pair_s)
+        return RunPair(ratio, 2.0, self.pair_s, 1000.0 * ratio, 1000.0)  # the defaults' processes alike
 
 
 YOURS = [1.15, 1.22, 1.10, 1.25, 1.18, 1.12]  # your process pairs: below the workers' 1.40x
@@ -73,6 +73,7 @@ def test_the_stated_speedup_is_your_runs_not_the_workers(tmp_path: Path, facts: 
     assert recipe.claim_text == "confirmed: 6 fresh process pairs of your training, 95% interval"
     said = " ".join(recipe.notes)
     assert "your runs (trial 1, 6 fresh process pairs" in said and "the search's workers read 1.41x" in said, said
+    assert "the defaults' processes ran at 1,000-1,000 samples/s (1.00x apart), the recipe's at 1,100-1,250" in said
     assert recipe.run_text is not None and recipe.run_text.startswith(
         f"a run of yours: {recipe.run_low:.2f}-{recipe.run_high:.2f}x the defaults' (90% prediction interval")
     header = to_env(recipe, {}, None)
