@@ -108,16 +108,12 @@ class Runs:
     @classmethod
     def of(cls, pairs: Sequence[RunPair]) -> Runs:
         """The runs of ``pairs`` (none: no ratio, 0 s)."""
-        def median(values: list[float | None]) -> float | None:
-            told = [v for v in values if v]
-            return statistics.median(told) if told else None
-
         cand = [p.samples_per_s for p in pairs if p.samples_per_s]
         base = [p.baseline_samples_per_s for p in pairs if p.baseline_samples_per_s]
         spans = (((min(cand), max(cand)), (min(base), max(base)))
                  if len(pairs) >= 2 and len(cand) == len(base) == len(pairs) else None)
         return cls(tuple(p.ratio for p in pairs), statistics.median(p.run_s for p in pairs) if pairs else 0.0,
-                   median([p.samples_per_s for p in pairs]), median([p.baseline_samples_per_s for p in pairs]),
+                   statistics.median(cand) if cand else None, statistics.median(base) if base else None,
                    sum(p.wall_s for p in pairs), spans)
 
     def spans_text(self) -> str | None:

@@ -150,8 +150,8 @@ def stated(claim: str, measured: TrialResult, user: UserRuns, margin: float,
     notes.append(f"your runs (trial {user.number}, {n} fresh process pairs as 'autotune run' starts your training, "
                  f"{user.runs.wall_s:.0f} s, none of which chose it): {said}, a run of yours {low:.2f}-{high:.2f}x "
                  f"(90% prediction interval); the search's workers read {of_workers}")
-    if runs.spans_text():
-        notes.append(f"your runs: {runs.spans_text()}")
+    if spans := runs.spans_text():
+        notes.append(f"your runs: {spans}")
     if user.why:
         notes.append(f"your runs: {user.why}")
     if short and claim == UNDECIDED:
