@@ -8,13 +8,7 @@ Binomial(n, 1/2), so ``[r_(k), r_(n+1-k)]`` (sorted ratios, 1-based) covers the 
 probability ``1 - 2 * P(Binomial(n, 1/2) < k)``. The largest ``k`` whose coverage is still at least the
 confidence asked is used, and the coverage achieved is reported (it is at or above the one asked).
 
-Why this and not a bootstrap of the median: with the 8-30 pairs a search can afford, the bootstrap
-distribution of a median takes only a handful of distinct values and under-covers (its nominal 95% is
-often 88-92% at n = 10-16), it needs a random generator and thousands of resamples per comparison, and
-its result depends on the resampling seed. The order-statistic interval is exact at every n, needs no
-assumption about the ratios' distribution (skewed, heavy-tailed: a window hit by another tenant's burst),
-costs a sort, and is the same every time. Its price: it cannot be narrower than the ratios' spacing, and
-below 6 ratios no 95% interval exists (the widest, min to max, then covers less, and says so).
+Why this and not a bootstrap of the median: ``docs/measurement.md`` (paired windows in one process).
 
 Window pairs taken one after another that drift together (their log ratios' lag-1 autocorrelation above what
 independent pairs reach by chance) get that interval widened by the effective sample size
@@ -142,14 +136,11 @@ def log_mean_interval(ratios: Sequence[float], confidence: float = CONFIDENCE) -
 
 def pooled_log_mean_interval(ratios: Sequence[float], others: Sequence[Sequence[float]],
                              confidence: float = CONFIDENCE) -> Interval:
-    """``log_mean_interval`` with the spread of the logs pooled over ``ratios`` and ``others`` (groups of ratios of
-    like units: other recipes' process pairs on the same machine and script), its degrees of freedom theirs in all:
-    two process pairs alone give a t-interval 12.7 standard errors wide. Pooled only where ``ratios``' own spread
-    is at even odds no larger than the others' (its variance ratio below the F distribution's median: a recipe
-    whose processes vary more, an input-bound one, is not given a spread it does not have); otherwise its own
-    interval, with its own degrees of freedom (so does half of those that vary alike). Simulated with a recipe's
-    spread 2-7x the others' (``tests/measure/test_stats.py``), 95% intervals cover 91-93% of the time from 2 pairs
-    and 94-95% from 3 (pooling always: 73-89%).
+    """``log_mean_interval`` with the spread ``ratios`` borrows from ``others`` (groups of ratios of like units:
+    other recipes' or environments' process pairs on the same machine and script) where it may (``lent_spread``):
+    two process pairs alone give a t-interval 12.7 standard errors wide. Simulated with a recipe's spread 2-7x the
+    others' (``tests/measure/test_stats.py``), 95% intervals cover 91-93% of the time from 2 pairs and 94-95% from
+    3 (pooling always: 73-89%).
 
     >>> others = [[0.98, 1.0, 1.02], [1.2, 1.25, 1.22]]
     >>> iv = pooled_log_mean_interval([1.5, 1.53], others)
@@ -159,17 +150,27 @@ def pooled_log_mean_interval(ratios: Sequence[float], others: Sequence[Sequence[
     >>> round(iv.low, 3), round(iv.high, 3)
     (1.028, 2.334)
     """
-    pooled, apart = pooled_log_sd([ratios, *others]), pooled_log_sd(others)
-    logs = [math.log(r) for r in ratios]
-    centre = statistics.fmean(logs) if logs else math.nan
-    if pooled is None or len(logs) < 2:
-        return Interval(math.exp(centre) if logs else math.nan, 0.0, math.inf, confidence, len(logs))
-    own, df_apart = statistics.stdev(logs), sum(len(g) - 1 for g in others if len(g) >= 2)
-    if apart is None or own > 0 and (apart[0] == 0 or f_cdf((own / apart[0]) ** 2, len(logs) - 1, df_apart) > 0.5):
-        return log_mean_interval(ratios, confidence)
-    df = df_apart + len(logs) - 1
-    half = t_quantile(1 - (1 - confidence) / 2, df) * max(pooled[0], own) / math.sqrt(len(logs))
+    lent, logs = lent_spread(ratios, others), [math.log(r) for r in ratios]
+    if lent is None:
+        return log_mean_interval(ratios, confidence) if logs else Interval(math.nan, 0.0, math.inf, confidence, 0)
+    centre = statistics.fmean(logs)
+    half = t_quantile(1 - (1 - confidence) / 2, lent[1]) * lent[0] / math.sqrt(len(logs))
     return Interval(math.exp(centre), math.exp(centre - half), math.exp(centre + half), confidence, len(logs))
+
+
+def lent_spread(ratios: Sequence[float], others: Sequence[Sequence[float]]) -> tuple[float, int] | None:
+    """The standard deviation of the logs ``ratios`` takes, pooled over them and ``others`` (``pooled_log_sd``), and
+    its degrees of freedom, theirs in all; only where ``ratios``' own spread is at even odds no larger than the
+    others' (its variance ratio below the F distribution's median: a recipe whose processes vary more, an
+    input-bound one, is not given a spread it does not have), else None: its own, with its own degrees of freedom
+    (so does half of those that vary alike)."""
+    pooled, apart = pooled_log_sd([ratios, *others]), pooled_log_sd(others)
+    if pooled is None or apart is None or len(ratios) < 2:
+        return None
+    own, df_apart = statistics.stdev([math.log(r) for r in ratios]), sum(len(g) - 1 for g in others if len(g) >= 2)
+    if own > 0 and (apart[0] == 0 or f_cdf((own / apart[0]) ** 2, len(ratios) - 1, df_apart) > 0.5):
+        return None
+    return max(pooled[0], own), df_apart + len(ratios) - 1
 
 
 @dataclass(frozen=True)
