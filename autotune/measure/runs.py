@@ -129,9 +129,17 @@ class Runs:
         return (f"the defaults' processes ran at {b_low:,.0f}-{b_high:,.0f} samples/s ({b_high / b_low:.2f}x apart), "
                 f"the recipe's at {c_low:,.0f}-{c_high:,.0f} ({c_high / c_low:.2f}x)")
 
-    def mean(self, confidence: float = stats.CONFIDENCE) -> stats.Interval:
-        """The geometric mean of the pairs' ratios with its Student-t interval (``stats.log_mean_interval``)."""
-        return stats.log_mean_interval(self.ratios, confidence)
+    def mean(self, confidence: float = stats.CONFIDENCE, lent: Sequence[Sequence[float]] = ()) -> stats.Interval:
+        """The geometric mean of the pairs' ratios with its Student-t interval (``stats.log_mean_interval``); with
+        ``lent`` (other process pairs' ratios by group: the search's environments'), their spread pooled with the
+        pairs' own where that is at even odds no larger (``stats.pooled_log_mean_interval``): six pairs whose plain
+        processes all ran fast, where one in five runs slow, are not a spread to state alone."""
+        return stats.pooled_log_mean_interval(self.ratios, lent, confidence)
+
+    def borrowed(self, lent: Sequence[Sequence[float]]) -> tuple[float, int] | None:
+        """The log spread ``mean`` takes from ``lent`` with the pairs' own, and its degrees of freedom; None: the
+        pairs' own (``stats.lent_spread``)."""
+        return stats.lent_spread(self.ratios, lent)
 
     def one_run(self, confidence: float = RUN_CONFIDENCE) -> tuple[float, float]:
         """Where a run of yours against a plain one falls, ``confidence`` of the time (``prediction_interval``)."""

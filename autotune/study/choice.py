@@ -108,7 +108,7 @@ def choose_recipe(
 # your runs, where the time went, the defaults' speeds): the summary's claim and noise lines carry what a user acts
 # on; ``autotune best`` prints them all.
 _HOW = re.compile(r"^(trial \d+: .* in the search, |best \(trial \d+\) (confirmed|provisional) at |timed |"
-                  r"your runs \(trial \d+, |your runs: the defaults' processes ran at |"
+                  r"your runs \(trial \d+, |your runs: (the defaults' processes ran at |their spread pooled )|"
                   r"trial \d+ chosen over trial \d+ |the defaults ran at |"
                   r"confirmation: (?!the budget was short|no candidate read above))")
 

@@ -84,7 +84,8 @@ def user_runs(loop: SearchLoop, confirmation: Confirmation | None) -> UserRuns |
         why = f"stopped after {len(pairs)} process pairs ({asked} asked)"
         raise
     finally:
-        found = UserRuns(winner.number, Runs.of(pairs), asked, why)
+        lent = tuple(tuple(g) for g in loop.measurer.factor_ratios.values())
+        found = UserRuns(winner.number, Runs.of(pairs), asked, why, lent)
         loop.study.set_user_attr(StudyAttr.USER_RUNS, found.to_dict())
     return found
 
@@ -135,7 +136,7 @@ def stated(claim: str, measured: TrialResult, user: UserRuns, margin: float,
         notes.append(f"not measured in processes of your training ({user.why or 'too few pairs'}{ran}): the stated "
                      f"interval is the confirmation's in the search's workers, {of_workers}; the recipe is provisional")
         return measured, "provisional", {"process_pairs": n}
-    mean = runs.mean()
+    mean, borrowed = runs.mean(lent=user.lent), runs.borrowed(user.lent)
     low, high = runs.one_run()
     said = format_speedup(mean.median, mean.low, mean.high)
     if mean.median <= 1.0:
@@ -150,6 +151,11 @@ def stated(claim: str, measured: TrialResult, user: UserRuns, margin: float,
     notes.append(f"your runs (trial {user.number}, {n} fresh process pairs as 'autotune run' starts your training, "
                  f"{user.runs.wall_s:.0f} s, none of which chose it): {said}, a run of yours {low:.2f}-{high:.2f}x "
                  f"(90% prediction interval); the search's workers read {of_workers}")
+    if borrowed is not None:
+        lent = [g for g in user.lent if len(g) >= 2]
+        notes.append(f"your runs: their spread pooled with that of the search's {sum(map(len, lent))} process pairs "
+                     f"of {len(lent)} environment(s) (theirs no larger at even odds; {borrowed[1]} degrees of "
+                     f"freedom): a plain process that falls slow now and then may be missing from {n} pairs")
     if spans := runs.spans_text():
         notes.append(f"your runs: {spans}")
     if user.why:
@@ -181,8 +187,8 @@ def searched_noise(noise: dict[str, Any] | None, loop: SearchLoop, confirmation:
         noise = {**noise, "between": between[0], "between_pairs": between[1]}
     user = confirmation.user if confirmation is not None else None
     if user is not None and len(user.runs.ratios) >= LEAST_CLAIM_PAIRS:
-        mean, n = user.runs.mean(), len(user.runs.ratios)
-        widths = [(mean.low, mean.high, n - 1.0, mean.confidence, n,
+        mean, n, borrowed = user.runs.mean(lent=user.lent), len(user.runs.ratios), user.runs.borrowed(user.lent)
+        widths = [(mean.low, mean.high, float(borrowed[1] if borrowed else n - 1), mean.confidence, n,
                    f"trial {user.number}'s {n} process pairs of your runs")]
     else:
         widths = [(c.low, c.high, c.rounds - 1.0 if c.rounds >= 2 else math.inf, c.confirmed.confidence or CONFIDENCE,

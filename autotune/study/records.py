@@ -220,16 +220,18 @@ class Candidate:
 @dataclass(frozen=True)
 class UserRuns:
     """The claim's process pairs of the recipe of trial ``number``: ``runs`` (their ratios; empty: none ran), the
-    pairs asked, and why fewer ran (or none was asked)."""
+    pairs asked, why fewer ran (or none was asked), and the search's process pairs by environment, whose spread the
+    claim may borrow (``Runs.mean``)."""
 
     number: int
     runs: Runs
     asked: int
     why: str | None = None
+    lent: tuple[tuple[float, ...], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"trial": self.number, "ratios": list(self.runs.ratios), "run_s": self.runs.run_s,
-                "asked": self.asked, "why": self.why}
+                "asked": self.asked, "why": self.why, "lent": [list(g) for g in self.lent]}
 
 
 @dataclass(frozen=True)

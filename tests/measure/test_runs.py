@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 
 import pytest
 
@@ -31,7 +32,8 @@ def _least(n: int, p: float, alpha: float = 0.001) -> int:
     ``alpha`` at most: a lower count says the coverage is below ``p``."""
     below = 0.0
     for k in range(n + 1):
-        below += math.comb(n, k) * p**k * (1 - p) ** (n - k)
+        below += math.exp(math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+                          + k * math.log(p) + (n - k) * math.log1p(-p))
         if below > alpha:
             return k
     return n
@@ -69,3 +71,30 @@ def test_fewer_than_two_pairs_state_nothing() -> None:
     assert prediction_interval([1.2]) == (0.0, math.inf)
     iv = Runs((1.2,), run_s=1.0).mean()
     assert (iv.low, iv.high) == (0.0, math.inf)
+
+
+def _plain(rng: random.Random) -> float:
+    """A plain process (glibc's heap): one in five falls slow for its life (1,293-2,130 samples/s measured on the
+    Xeon against a steady recipe, ``docs/measurement.md``); the recipe's processes do not."""
+    return (math.exp(-0.18) if rng.random() < 0.2 else 1.0) * math.exp(rng.gauss(0.0, 0.03))
+
+
+def test_pairs_whose_plain_side_falls_slow_now_and_then_borrow_the_searchs_spread() -> None:
+    """Only the defaults' side slow now and then skews the pairs' log ratio: six pairs' own 95% t interval covers
+    the truth (the gain over the plain processes' mean) 89.1% of the time (20,000 draws); with the spread of one
+    environment's four process pairs of the search, whose defaults fall slow alike, lent where theirs is no
+    smaller, 94.5% (three pairs lent: 93.1%; eight: 95.9%), no more than a third wider on average. Judged here
+    against 93%: the own interval falls below what that allows, the lent one does not."""
+    rng, draws = random.Random(11), 5 * DRAWS
+    truth = GAIN * math.exp(0.18 * 0.2)
+    own_in = lent_in = 0
+    widths = []
+    for _ in range(draws):
+        runs = Runs(tuple(GAIN * math.exp(rng.gauss(0.0, 0.03)) / _plain(rng) for _ in range(6)), run_s=1.0)
+        searched = [1.3 * math.exp(rng.gauss(0.0, 0.03)) / _plain(rng) for _ in range(4)]
+        own, lent = runs.mean(), runs.mean(lent=[searched])
+        own_in += own.low <= truth <= own.high
+        lent_in += lent.low <= truth <= lent.high
+        widths.append(math.log(lent.high / lent.low) / math.log(own.high / own.low))
+    assert own_in < _least(draws, 0.93) <= lent_in, (own_in, lent_in)
+    assert statistics.fmean(widths) < 1.33, statistics.fmean(widths)

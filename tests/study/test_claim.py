@@ -30,7 +30,12 @@ class Yours(Stubbed):
     asked: list[dict[str, Any]] = field(default_factory=list)
     start_s: float | None = None  # the calibration's worker start: what prices a pair of your runs
     pair_s: float = PAIR_S  # what a pair takes
+    searched: dict[str, list[float]] = field(default_factory=dict)  # the search's process pairs by environment
     user_processes = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.factor_ratios.update(self.searched)
 
     def calibrate(self, timeout_s: float) -> Noise:
         return replace(super().calibrate(timeout_s), start_s=self.start_s)
@@ -48,9 +53,9 @@ YOURS = [1.15, 1.22, 1.10, 1.25, 1.18, 1.12]  # your process pairs: below the wo
 
 
 def _yours(tmp_path: Path, facts: Any, ratios: list[float | None], *, budget_s: float = 3600.0,
-           claim_pairs: int | None = None) -> tuple[Any, Yours]:
+           claim_pairs: int | None = None, searched: dict[str, list[float]] | None = None) -> tuple[Any, Yours]:
     clock = ReplayClock()
-    stub = Yours(clock, _explored(), {"fast": FAST, "slow": SLOW}, ratios=list(ratios))
+    stub = Yours(clock, _explored(), {"fast": FAST, "slow": SLOW}, ratios=list(ratios), searched=searched or {})
     recipe, _ = _search(tmp_path, facts, stub, budget_s, clock, claim_pairs=claim_pairs)
     return recipe, stub
 
@@ -78,6 +83,29 @@ def test_the_stated_speedup_is_your_runs_not_the_workers(tmp_path: Path, facts: 
         f"a run of yours: {recipe.run_low:.2f}-{recipe.run_high:.2f}x the defaults' (90% prediction interval")
     header = to_env(recipe, {}, None)
     assert f"# {recipe.run_text}" in header and "confirmed: 6 fresh process pairs" in header
+
+
+@pytest.mark.parametrize("theirs", ["wider", "narrower"])
+def test_your_runs_borrow_the_searchs_spread_between_processes_only_where_theirs_is_no_larger(
+        tmp_path: Path, facts: Any, theirs: str) -> None:
+    """Six pairs whose spread (0.047 on the log scale) is under the search's process pairs' (0.115, 4 pairs of one
+    environment): their spread pooled, 8 degrees of freedom, and said; beside pairs that vary less, their own."""
+    searched = {"wider": [1.30, 1.55, 1.20, 1.45], "narrower": [1.30, 1.31, 1.29, 1.30]}[theirs]
+    recipe, _ = _yours(tmp_path, facts, YOURS, searched={"threads=1": searched, "one pair": [1.7]})
+    logs, apart = [math.log(r) for r in YOURS], [math.log(r) for r in searched]
+    if theirs == "wider":
+        squares = sum((x - statistics.fmean(g)) ** 2 for g in (logs, apart) for x in g)
+        half = 2.3060 * math.sqrt(squares / 8) / math.sqrt(6)  # t(8) at 97.5%
+    else:
+        half = 2.5706 * statistics.stdev(logs) / math.sqrt(6)
+    assert recipe.speedup_low == pytest.approx(recipe.speedup * math.exp(-half), rel=1e-3)
+    assert recipe.speedup_high == pytest.approx(recipe.speedup * math.exp(half), rel=1e-3)
+    pooled = [n for n in recipe.notes if "pooled" in n]
+    assert pooled == ([] if theirs == "narrower" else [
+        "your runs: their spread pooled with that of the search's 4 process pairs of 1 environment(s) (theirs no "
+        "larger at even odds; 8 degrees of freedom): a plain process that falls slow now and then may be missing "
+        "from 6 pairs"]), recipe.notes
+    assert all(how_measured(n) for n in pooled)
 
 
 @pytest.mark.parametrize("case", ["three pairs asked", "interval reaches 1"])
