@@ -113,10 +113,21 @@ def one_run(workload: str, index: int, budget: str, pairs: int, seconds: float) 
                                "trials": sum(e["role"] != "confirm" for e in finished),
                                "rounds": sum(e["role"] == "confirm" for e in finished),
                                "timed_s": sum(e["result"].get("timed_s") or 0.0 for e in finished)}
+        row.update(_user_runs(here / "studies.db"))
         if recipe.get("claim") in (None, "defaults"):
             return {**row, "ratios": []}
         ratios = user_pairs(script, pairs, seconds, here, f"{workload}{index}")
         return {**row, "ratios": ratios, "seconds": seconds, "load_after": os.getloadavg()[0]}
+
+
+def _user_runs(db: Path) -> dict[str, Any]:
+    """The claim's own process pairs and the search's environment process pairs whose spread it may borrow
+    (``StudyAttr.USER_RUNS``): what the stated interval was drawn from, so it can be drawn again without them."""
+    import sqlite3
+    with sqlite3.connect(db) as con:
+        found = con.execute("select value_json from study_user_attributes where key = 'user_runs'").fetchone()
+    told = json.loads(found[0]) if found else {}
+    return {"claim_ratios": told.get("ratios"), "lent": told.get("lent")}
 
 
 def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -161,13 +172,13 @@ def mean_range(speedup: float, low: float, high: float, claimed_pairs: int, user
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     from autotune.measure import LEAST_CLAIM_PAIRS
-    from autotune.measure.stats import t_quantile
+    from autotune.measure.stats import log_mean_interval, t_quantile
 
     out: dict[str, Any] = {}
     for workload in sorted({r["workload"] for r in rows}):
         mine = [r for r in rows if r["workload"] == workload and "error" not in r]
         offered = [r for r in mine if r.get("ratios") and r.get("low") and r.get("high")]
-        inside = consistent = below = above = pairs_in = pairs_all = 0
+        inside = consistent = below = above = pairs_in = pairs_all = own_inside = own_told = 0
         widths = []
         for r in offered:
             logs = [math.log(x) for x in r["ratios"]]
@@ -178,6 +189,10 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
                       if (r.get("process_pairs") or 0) >= LEAST_CLAIM_PAIRS and r.get("speedup")
                       else (r["low"], r["high"]))
             consistent += lo <= mean <= hi
+            if len(r.get("claim_ratios") or ()) >= LEAST_CLAIM_PAIRS:  # the claim's own interval, nothing borrowed
+                own = log_mean_interval(r["claim_ratios"])
+                own_told += 1
+                own_inside += own.low <= mean <= own.high
             below += mean < r["low"]
             above += mean > r["high"]
             if r.get("run_low") is not None:
@@ -192,7 +207,8 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "mean_inside_ci": clopper_pearson(inside, len(offered)), "mean_consistent": consistent,
             "mean_consistent_ci": clopper_pearson(consistent, len(offered)), "pairs_inside_prediction": pairs_in,
             "pairs": pairs_all, "pairs_inside_ci": clopper_pearson(pairs_in, pairs_all),
-            "user_below_stated_low": below, "user_above_stated_high": above,
+            "user_below_stated_low": below, "user_above_stated_high": above, "mean_inside_own": own_inside,
+            "own_told": own_told,
             "median_interval_width_ratio": statistics.median(widths) if widths else None,
         }
     return out
@@ -235,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{workload}: {s['runs']} runs, {s['offered']} offered a recipe; the user's mean inside the stated "
               f"interval in {s['mean_inside']} [{lo:.2f}-{hi:.2f}] (inside the range a mean of that many runs has "
               f"about a right claim: {s['mean_consistent']}), below its low bound in "
-              f"{s['user_below_stated_low']}, above its high in {s['user_above_stated_high']}; single pairs inside the "
+              f"{s['user_below_stated_low']}, above its high in {s['user_above_stated_high']}; inside the claim's "
+              f"own interval (nothing borrowed) in {s['mean_inside_own']} of {s['own_told']}; single pairs inside the "
               f"range of one run {s['pairs_inside_prediction']} of {s['pairs']} [{plo:.2f}-{phi:.2f}]; median width "
               f"ratio {s['median_interval_width_ratio']}")
     print(json.dumps(result))
