@@ -124,7 +124,10 @@ def _user_runs(db: Path) -> dict[str, Any]:
     """The claim's own process pairs and the search's environment process pairs whose spread it may borrow
     (``StudyAttr.USER_RUNS``): what the stated interval was drawn from, so it can be drawn again without them."""
     import sqlite3
-    with sqlite3.connect(db) as con:
+    from contextlib import closing
+    if not db.is_file():  # a search told to store elsewhere (``AUTOTUNE_STORAGE``)
+        return {}
+    with closing(sqlite3.connect(db)) as con:
         found = con.execute("select value_json from study_user_attributes where key = 'user_runs'").fetchone()
     told = json.loads(found[0]) if found else {}
     return {"claim_ratios": told.get("ratios"), "lent": told.get("lent")}

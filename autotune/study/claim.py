@@ -153,9 +153,9 @@ def stated(claim: str, measured: TrialResult, user: UserRuns, margin: float,
                  f"(90% prediction interval); the search's workers read {of_workers}")
     if borrowed is not None:
         lent = [g for g in user.lent if len(g) >= 2]
-        notes.append(f"your runs: their spread pooled with that of the search's {sum(map(len, lent))} process pairs "
-                     f"of {len(lent)} environment(s) (theirs no larger at even odds; {borrowed[1]} degrees of "
-                     f"freedom): a plain process that falls slow now and then may be missing from {n} pairs")
+        notes.append(f"your runs: their spread pooled with that of the {sum(map(len, lent))} fresh process pairs the "
+                     f"search ran ({len(lent)} setting(s); yours no larger than theirs at even odds; {borrowed[1]} "
+                     f"degrees of freedom): a plain process that falls slow now and then may be missing from {n} pairs")
     if spans := runs.spans_text():
         notes.append(f"your runs: {spans}")
     if user.why:

@@ -81,10 +81,10 @@ def _plain(rng: random.Random) -> float:
 
 def test_pairs_whose_plain_side_falls_slow_now_and_then_borrow_the_searchs_spread() -> None:
     """Only the defaults' side slow now and then skews the pairs' log ratio: six pairs' own 95% t interval covers
-    the truth (the gain over the plain processes' mean) 89.1% of the time (20,000 draws); with the spread of one
-    environment's four process pairs of the search, whose defaults fall slow alike, lent where theirs is no
-    smaller, 94.5% (three pairs lent: 93.1%; eight: 95.9%), no more than a third wider on average. Judged here
-    against 93%: the own interval falls below what that allows, the lent one does not."""
+    the truth (the gain over the plain processes' mean) 89.1% of the time (20,000 draws apart; 3,000 here); with
+    the spread of one environment's four process pairs of the search, whose defaults fall slow alike, lent where
+    theirs is no smaller, 94.5% (three pairs lent: 93.1%; eight: 95.9%), no more than a third wider on average.
+    Judged here against 93%: the own interval falls below what that allows, the lent one does not."""
     rng, draws = random.Random(11), 5 * DRAWS
     truth = GAIN * math.exp(0.18 * 0.2)
     own_in = lent_in = 0

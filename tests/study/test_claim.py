@@ -88,8 +88,9 @@ def test_the_stated_speedup_is_your_runs_not_the_workers(tmp_path: Path, facts: 
 @pytest.mark.parametrize("theirs", ["wider", "narrower"])
 def test_your_runs_borrow_the_searchs_spread_between_processes_only_where_theirs_is_no_larger(
         tmp_path: Path, facts: Any, theirs: str) -> None:
-    """Six pairs whose spread (0.047 on the log scale) is under the search's process pairs' (0.115, 4 pairs of one
-    environment): their spread pooled, 8 degrees of freedom, and said; beside pairs that vary less, their own."""
+    """Six pairs whose spread (0.049 on the log scale) is under the search's process pairs' (0.114, 4 pairs of one
+    environment; a group of one pair has no spread): their spread pooled, 8 degrees of freedom, and said; beside
+    pairs that vary less, their own."""
     searched = {"wider": [1.30, 1.55, 1.20, 1.45], "narrower": [1.30, 1.31, 1.29, 1.30]}[theirs]
     recipe, _ = _yours(tmp_path, facts, YOURS, searched={"threads=1": searched, "one pair": [1.7]})
     logs, apart = [math.log(r) for r in YOURS], [math.log(r) for r in searched]
@@ -102,9 +103,9 @@ def test_your_runs_borrow_the_searchs_spread_between_processes_only_where_theirs
     assert recipe.speedup_high == pytest.approx(recipe.speedup * math.exp(half), rel=1e-3)
     pooled = [n for n in recipe.notes if "pooled" in n]
     assert pooled == ([] if theirs == "narrower" else [
-        "your runs: their spread pooled with that of the search's 4 process pairs of 1 environment(s) (theirs no "
-        "larger at even odds; 8 degrees of freedom): a plain process that falls slow now and then may be missing "
-        "from 6 pairs"]), recipe.notes
+        "your runs: their spread pooled with that of the 4 fresh process pairs the search ran (1 setting(s); yours "
+        "no larger than theirs at even odds; 8 degrees of freedom): a plain process that falls slow now and then may "
+        "be missing from 6 pairs"]), recipe.notes
     assert all(how_measured(n) for n in pooled)
 
 
