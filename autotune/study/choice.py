@@ -7,7 +7,7 @@ the fastest feasible trial's own interval must clear the same bar. Otherwise the
 note says why ("best candidate 1.04x [0.98-1.10]: not faster with confidence"). The recipe's ``claim`` says which
 of these its speedup stands on (``recipe.CLAIMS``): a winner of one confirmation round is ``provisional``, never
 ``confirmed``; a candidate the rounds could not decide (``Confirmation.undecided``) is offered only where your runs
-confirm it (``claim.stated``).
+confirm it (``claim.stated``); where they do not, a recipe one round chose stands as that round read it.
 """
 from __future__ import annotations
 
@@ -60,10 +60,22 @@ def choose_recipe(
     yours: dict[str, Any] = {}
     if confirmation is not None:  # only the confirmation decides: never the search's in-process interval
         best, measured, claim = _confirmed(confirmation, searched, baseline, notes)
-        user = confirmation.user
+        user, offer = confirmation.user, confirmation.best
         if user is not None and best is not baseline and best.number == user.number:
-            said, claim, yours = stated(claim, measured, user, margin, notes)
-            best, measured = (best, said) if said is not None else (baseline, baseline.result)
+            # where your runs do not confirm the candidate its rounds could not decide, a one-round offer stands
+            instead = offer if claim == UNDECIDED and offer is not None else None
+            otherwise = (f"the recipe offers trial {instead.number} on its one confirmation round" if instead else
+                         "the recipe keeps the defaults")
+            said, claim, yours = stated(claim, measured, user, margin, notes, otherwise)
+            if said is not None:
+                measured = said
+            elif instead is not None:
+                best, measured, claim = _offered(confirmation, searched, notes)
+                notes.append(f"not measured in processes of your training (your runs tested trial {user.number}): "
+                             f"the stated interval is trial {best.number}'s confirmation in the search's workers; "
+                             f"the recipe is {claim}")
+            else:
+                best, measured = baseline, baseline.result
     else:
         best, measured = _single(searched, baseline, margin, notes)
         claim = "defaults" if best is baseline else "search"
@@ -144,7 +156,8 @@ def interval(result: TrialResult) -> str:
 
 def _confirmed(confirmation: Confirmation, searched: list[TrialRecord], baseline: TrialRecord,
                notes: list[str]) -> tuple[TrialRecord, TrialResult, str]:
-    """The confirmation's choice, its measurement and its claim (``Candidate.claim``, or ``defaults``)."""
+    """The confirmation's choice, its measurement and its claim (``Candidate.claim``, ``UNDECIDED`` where your runs
+    decide it, or ``defaults``)."""
     winner = confirmation.best
     if confirmation.note:
         notes.append(f"confirmation: {confirmation.note}")
@@ -154,13 +167,14 @@ def _confirmed(confirmation: Confirmation, searched: list[TrialRecord], baseline
         elif c.confirmed is not None:  # "confirmed" is said of the choice alone: a candidate not offered was not
             notes.append(f"trial {c.number}: {c.first:.2f}x in the search, measured again at {c.interval()} "
                          + rounds_said(c.rounds, c.pairs))
+    undecided, user = confirmation.undecided, confirmation.user
+    if undecided is not None and undecided.confirmed is not None and user is not None \
+            and user.number == undecided.number:
+        above = f", and above trial {winner.number}'s {winner.median:.2f}x of one round" if winner is not None else ""
+        notes.append(f"trial {undecided.number}'s rounds could not decide it (its low bound not above "
+                     f"{confirmation.bar(undecided):.2f}x, its median above{above}): your runs decide it")
+        return next(r for r in searched if r.number == undecided.number), undecided.confirmed, UNDECIDED
     if winner is None or winner.confirmed is None:
-        undecided, user = confirmation.undecided, confirmation.user
-        if undecided is not None and undecided.confirmed is not None and user is not None \
-                and user.number == undecided.number:
-            notes.append(f"trial {undecided.number}'s rounds could not decide it (its low bound not above "
-                         f"{confirmation.bar(undecided):.2f}x, its median above): your runs decide it")
-            return next(r for r in searched if r.number == undecided.number), undecided.confirmed, UNDECIDED
         contender = next((c for c in confirmation.candidates if c.confirmed is not None), None)
         if contender is not None:
             notes.append(f"best candidate (trial {contender.number}) {contender.interval()}: not faster with "
@@ -174,6 +188,14 @@ def _confirmed(confirmation: Confirmation, searched: list[TrialRecord], baseline
         else:
             notes.append("no feasible recipe besides the defaults: the recipe keeps the defaults")
         return baseline, baseline.result, "defaults"
+    return _offered(confirmation, searched, notes)
+
+
+def _offered(confirmation: Confirmation, searched: list[TrialRecord],
+             notes: list[str]) -> tuple[TrialRecord, TrialResult, str]:
+    """``Confirmation.best`` (not None), its measurement and its claim, with the notes that say how it was chosen."""
+    winner = confirmation.best
+    assert winner is not None and winner.confirmed is not None
     record = next(r for r in searched if r.number == winner.number)
     fastest = confirmation.fastest
     if fastest is not None and fastest.number != winner.number:

@@ -9,9 +9,10 @@ What the recipe claims (``recipe.CLAIMS``): ``confirmed`` where two confirmation
 above ``1 + MIN_MARGIN``: fresh processes, ``measure.span_margin``); ``provisional`` with fewer of either, each said
 in a note; the defaults kept where the pairs' mean is not above 1.00x. Without three pairs (a budget too short, a
 failed pair) the recipe is provisional and states the confirmation's interval, said as of the search's workers.
-Where the rounds offer nothing but could not decide a candidate (``Confirmation.undecided``: its interval straddles
-its bar, its median above), it runs in your pairs just the same and is offered only where they confirm it
-(``UNDECIDED``): the one test of fresh pairs that chose nothing, at the claim's confidence.
+Where the rounds offer nothing, or only a recipe one round chose, but could not decide a candidate of a higher median
+(``Confirmation.undecided``: its interval straddles its bar, its median above), it runs in your pairs instead and is
+offered only where they confirm it (``UNDECIDED``): the one test of fresh pairs that chose nothing, at the claim's
+confidence; else the defaults, or that one-round recipe as its round read it (``choice.choose_recipe``).
 """
 from __future__ import annotations
 
@@ -43,8 +44,9 @@ def user_runs(loop: SearchLoop, confirmation: Confirmation | None) -> UserRuns |
     (``StudyAttr.USER_RUNS``). None where there is no such claim: no confirmation, nothing it would offer, or a
     measurer that runs no process of yours."""
     best = confirmation.best if confirmation is not None else None
-    # else the candidate whose rounds straddled its bar, where your runs can decide it (``stated``)
-    winner = best or (confirmation.undecided if confirmation is not None and decides(loop) else None)
+    # first the candidate whose rounds straddled its bar, where your runs can decide it (``stated``)
+    undecided = confirmation.undecided if confirmation is not None and decides(loop) else None
+    winner = undecided or best
     if winner is None or winner.confirmed is None or not loop.measurer.user_processes:
         return None
     options, pair_s = loop.options, budget.claim_pair_s(loop.noise)
@@ -117,21 +119,21 @@ def _tested(study: optuna.Study, number: int) -> list[RunPair]:
     return [RunPair(float(r), float(run_s), 0.0) for r in ratios]
 
 
-def stated(claim: str, measured: TrialResult, user: UserRuns, margin: float,
-           notes: list[str]) -> tuple[TrialResult | None, str, dict[str, Any]]:
+def stated(claim: str, measured: TrialResult, user: UserRuns, margin: float, notes: list[str],
+           otherwise: str = "the recipe keeps the defaults") -> tuple[TrialResult | None, str, dict[str, Any]]:
     """What the recipe states of trial ``user.number`` whose confirmation (``measured``, claiming ``claim``) chose
     it: the result with the pairs' speedup and interval, its claim (confirmed: their low bound above
     ``1 + measure.span_margin``, as every offer's) and the recipe's fields of your runs (``Recipe.process_pairs``,
     ``run_low``, ``run_high``, ``run_s``); None for the result where the pairs' mean is not above 1.00x: not faster
-    in your runs, the defaults are kept, and where ``claim`` is ``UNDECIDED`` unless they confirm it. Its notes join
-    ``notes``."""
+    in your runs, and where ``claim`` is ``UNDECIDED`` unless they confirm it; the notes then end in ``otherwise``
+    (what the recipe does instead). Its notes join ``notes``."""
     runs, n = user.runs, len(user.runs.ratios)
     of_workers = format_speedup(measured.objective, measured.speedup_low, measured.speedup_high)
     if n < LEAST_CLAIM_PAIRS:
         ran = f"; {n} pair(s) ran: {', '.join(f'{r:.2f}x' for r in runs.ratios)}" if n else ""
         if claim == UNDECIDED:
-            notes.append(f"your runs could not decide trial {user.number} ({user.why or 'too few pairs'}{ran}): the "
-                         "recipe keeps the defaults")
+            notes.append(f"your runs could not decide trial {user.number} ({user.why or 'too few pairs'}{ran}): "
+                         f"{otherwise}")
             return None, "defaults", {}
         notes.append(f"not measured in processes of your training ({user.why or 'too few pairs'}{ran}): the stated "
                      f"interval is the confirmation's in the search's workers, {of_workers}; the recipe is provisional")
@@ -141,7 +143,7 @@ def stated(claim: str, measured: TrialResult, user: UserRuns, margin: float,
     said = format_speedup(mean.median, mean.low, mean.high)
     if mean.median <= 1.0:
         notes.append(f"trial {user.number} in {n} fresh process pairs of your training: {said}, not faster than the "
-                     f"defaults there (the search's workers read {of_workers}): the recipe keeps the defaults")
+                     f"defaults there (the search's workers read {of_workers}): {otherwise}")
         return None, "defaults", {}
     bar = 1 + span_margin(margin, n)  # fresh processes each: no placement of arms in one worker to allow for
     short = [why for ok, why in ((claim != "provisional", "one confirmation round chose it"),
@@ -162,7 +164,7 @@ def stated(claim: str, measured: TrialResult, user: UserRuns, margin: float,
         notes.append(f"your runs: {user.why}")
     if short and claim == UNDECIDED:
         notes.append(f"your runs did not confirm trial {user.number} ({'; '.join(short)}), nor could its rounds: "
-                     "the recipe keeps the defaults")
+                     f"{otherwise}")
         return None, "defaults", {}
     if short:
         notes.append(f"the recipe is provisional: {'; '.join(short)}")

@@ -280,15 +280,18 @@ class Confirmation:
 
     @property
     def undecided(self) -> Candidate | None:
-        """Where none is offered (``best`` is None), the candidate its rounds could not decide: over two rounds or
-        more, its median above its bar and its low bound not (a Student-t interval over three rounds reaches 4.3
-        standard errors each side: a 1.1x gain can read 1.11x [1.02-1.20]). Your runs' fresh process pairs, none
-        of which chose it, decide it: offered only where they confirm it (``claim.stated``). Of several, the
-        highest low bound: one candidate is tested, so no other look shares the pairs' confidence."""
-        if self.best is not None:
+        """The candidate its rounds could not decide: over two rounds or more, its median above its bar and its low
+        bound not (a Student-t interval over three rounds reaches 4.3 standard errors each side: a 1.1x gain can
+        read 1.11x [1.02-1.20]; over two, 12.7), where none is offered (``best`` is None) or only one round chose
+        the offer and this one's median is above the offer's (the budget's end left a faster recipe's deciding
+        round for a lower one's first). Your runs' fresh process pairs, none of which chose it, decide it: offered
+        only where they confirm it, else the offer stands as it was (``claim.stated``). Of several, the highest
+        low bound: one candidate is tested, so no other look shares the pairs' confidence."""
+        best = self.best
+        if best is not None and best.rounds >= 2:
             return None
         straddling = [c for c in self.candidates if c.confirmed is not None and c.failed is None and c.rounds >= 2
-                      and c.median > self.bar(c)]
+                      and c.median > self.bar(c) and (best is None or c.median > best.median)]
         return max(straddling, key=lambda c: (c.low, c.median), default=None)
 
 
