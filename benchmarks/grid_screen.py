@@ -3,7 +3,8 @@ engine the search uses live, into a ``RecordedGrid`` that the replay draws from 
 
 - The defaults' environment is visited first: its worker calibrates (an A/A of the defaults: window length, pairs,
   margin, noise).
-- Every environment (threads, interop_threads) is visited ``--workers`` times (default 2), each visit a fresh worker
+- Every environment (the combinations' environment-level knobs: threads, interop threads, affinity, OpenMP
+  runtime, allocator; ``environment_keys``) is visited ``--workers`` times (default 2), each visit a fresh worker
   in which its combinations are arms against that environment's defaults arm with their share of ``--pairs``: one
   worker's arm placement and age do not decide a cell. After the first visit of the defaults' environment, the
   visits come in random order, so a VM's minutes-long speed state does not fall on one environment.
@@ -29,7 +30,17 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-ENVIRONMENT = ("threads", "interop_threads")
+
+def environment_keys(combos: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The knobs of ``combos`` that a worker's environment holds (``measure.ENVIRONMENT_KEYS``): one environment per
+    combination of their values; none where only in-process knobs are searched (the defaults' environment alone).
+
+    >>> environment_keys([{"threads": 1, "openmp": "gnu", "kmp_blocktime": None, "amp_dtype": None}])
+    ('threads', 'openmp', 'kmp_blocktime')
+    """
+    from autotune.measure import ENVIRONMENT_KEYS
+
+    return tuple(k for k in (combos[0] if combos else {}) if k in ENVIRONMENT_KEYS)
 
 
 def partial_path(grid_path: str | Path) -> Path:
@@ -103,7 +114,8 @@ def _record_arms(worker: Any, defaults: dict[str, Any], combos: list[dict[str, A
         if run.base.state != "ok":  # the long-lived defaults arm diverged or failed: a fresh one for the rest
             print(f"  the defaults arm failed ({run.base.state}: {run.base.error}); rebuilt", flush=True)
             worker.drop_arm("defaults")
-            if worker.add_arm("defaults", {**defaults, **{k: combo[k] for k in ENVIRONMENT}}).state != "ok":
+            held = {k: combo[k] for k in environment_keys([combo])}
+            if worker.add_arm("defaults", {**defaults, **held}).state != "ok":
                 raise SystemExit("the defaults arm failed again")
         config = GridConfig(combo, cand.state, cand.error, ratios, [], cand.loss, cand.loss_samples, window_s,
                             warmup_s, cand.compile_s, cand.step_s, cand.data_wait)
@@ -154,9 +166,10 @@ def record(args: argparse.Namespace, combos: list[dict[str, Any]], setup: tuple[
     settings = TrialSettings(warmup_steps=args.warmup_steps, measure_steps=args.steps)
     facts, _, _, defaults = setup
     envs: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    environment = environment_keys(combos)
     for combo in combos:
-        envs.setdefault(tuple(combo[k] for k in ENVIRONMENT), []).append(combo)
-    home = tuple(defaults[k] for k in ENVIRONMENT)
+        envs.setdefault(tuple(combo[k] for k in environment), []).append(combo)
+    home = tuple(defaults[k] for k in environment)
     if args.workers < 1 or args.process_pairs < args.workers:
         raise SystemExit(f"--process-pairs {args.process_pairs} for --workers {args.workers}: every visit of an "
                          "environment takes at least one process pair")
@@ -177,7 +190,7 @@ def record(args: argparse.Namespace, combos: list[dict[str, Any]], setup: tuple[
         if index in done:
             continue
         nth = order[:index].count(env)
-        env_defaults = {**defaults, **dict(zip(ENVIRONMENT, env, strict=True))}
+        env_defaults = {**defaults, **dict(zip(environment, env, strict=True))}
         visit: dict[str, Any] = {"visit": index, "env": list(env), "factors": [], "started": time.time()}
         if env != home:
             assert noise is not None

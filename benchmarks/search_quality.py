@@ -70,7 +70,7 @@ from autotune.testing.replay import ReplayMeasurer  # noqa: E402
 from autotune.trial.spec import Status, TrialResult  # noqa: E402
 
 SEARCHED = ("threads", "interop_threads", "amp_dtype", "batch_size", "channels_last")
-AXES = (*SEARCHED, "num_workers")  # what --searched may name
+AXES = (*SEARCHED, "num_workers", "openmp", "allocator", "affinity")  # what --searched may name
 LOADER = ("num_workers", "persistent_workers", "prefetch_factor")  # the num_workers axis sets all three
 GRIDS = Path(__file__).resolve().parent / "grids"
 
@@ -170,7 +170,9 @@ class WithYourRuns(Traced):
 def _axes(facts: Any, ctx: Any, searched: tuple[str, ...] = SEARCHED) -> list[list[dict[str, Any]]]:
     """Every value the search may pick for each searched knob, as the knobs it sets (threads: 1, the cores and
     all CPUs where there are more than 4: a larger machine's grid is not exhaustive in threads; num_workers: 0 to
-    the space's most, with persistent workers and each prefetch factor the space offers)."""
+    the space's most, with persistent workers and each prefetch factor the space offers; openmp: GNU's, and Intel's
+    where the machine has it with ``KMP_BLOCKTIME=1`` alone, the heuristic's: the replay fixes the blocktime to the
+    one value recorded, ``narrowed``; allocator and affinity: those the space offers on the machine)."""
     from autotune import search_spaces as spaces
 
     most = spaces.threads.max_threads(facts)
@@ -181,9 +183,13 @@ def _axes(facts: Any, ctx: Any, searched: tuple[str, ...] = SEARCHED) -> list[li
         "amp_dtype": list(spaces.amp.dtypes(facts, ctx)),
         "batch_size": list(spaces.batch.sizes(ctx)),
         "channels_last": [False, True] if ctx.conv else [False],
+        "allocator": list(spaces.preload.allocator_choices(facts)),
+        "affinity": list(spaces.allowed_values(facts, ctx)["affinity"].choices),
     }
     # batch_size is recorded under today's name (recipe format 2: the batch one process loads)
-    axes = [[{"batch_per_rank" if name == "batch_size" else name: v} for v in values[name]]
+    openmp = [{"openmp": o, "kmp_blocktime": 1 if o == "intel" else None} for o in spaces.preload.openmp_choices(facts)]
+    axes = [openmp if name == "openmp" else [{"batch_per_rank" if name == "batch_size" else name: v}
+                                             for v in values[name]]
             for name in searched if name != "num_workers"]
     if "num_workers" in searched:
         axes.append([{"num_workers": 0, "persistent_workers": False, "prefetch_factor": None},
@@ -192,15 +198,32 @@ def _axes(facts: Any, ctx: Any, searched: tuple[str, ...] = SEARCHED) -> list[li
     return axes
 
 
+def narrowed(grid: Any) -> dict[str, Any]:
+    """The searched knobs the grid recorded at one value besides None (the value where another knob asks it:
+    ``kmp_blocktime`` 1 under Intel's OpenMP, None under GNU's), held there: the replayed space offers more.
+
+    >>> from types import SimpleNamespace as G
+    >>> narrowed(G(searched=["openmp", "kmp_blocktime", "threads"], configs=[G(params={"openmp": o, \
+"kmp_blocktime": b, "threads": t}) for o, b in (("gnu", None), ("intel", 1)) for t in (1, 2)]))
+    {'kmp_blocktime': 1}
+    """
+    values: dict[str, set[Any]] = {}
+    for config in grid.configs:
+        for k in grid.searched:
+            values.setdefault(k, set()).add(config.params.get(k))
+    return {k: next(iter(v - {None})) for k, v in values.items() if None in v and len(v) == 2}
+
+
 def _names(keys: list[str]) -> tuple[str, ...]:
     """The axes (``AXES``) of a grid's searched knobs (``_searched_keys`` backwards; a recorded ``batch_size``
     is today's ``batch_per_rank``)."""
-    named = {"batch_per_rank": "batch_size", "persistent_workers": None, "prefetch_factor": None}
+    named = {"batch_per_rank": "batch_size", "persistent_workers": None, "prefetch_factor": None,
+             "kmp_blocktime": None}
     return tuple(n for n in dict.fromkeys(named.get(k, k) for k in keys) if n is not None)
 
 
 def _searched_keys(searched: tuple[str, ...]) -> list[str]:
-    named = {"num_workers": LOADER, "batch_size": ("batch_per_rank",)}
+    named = {"num_workers": LOADER, "batch_size": ("batch_per_rank",), "openmp": ("openmp", "kmp_blocktime")}
     return [k for name in searched for k in named.get(name, (name,))]
 
 
@@ -247,6 +270,8 @@ def score_heuristic(grid: Any, scores: dict[tuple[Any, ...], float], heuristic: 
 def replay(args: argparse.Namespace) -> int:
     import inspect
 
+    import optuna
+
     from autotune import search_spaces as spaces
     from autotune.study import Budget, SearchOptions, search
     from autotune.study.driver import search_context
@@ -282,7 +307,8 @@ def replay(args: argparse.Namespace) -> int:
     default_score = scores[grid.key(grid.defaults)] / grid_best
     heuristic = {**grid.defaults, **spaces.heuristic(facts, ctx)}
     heuristic_score, heuristic_said = score_heuristic(grid, scores, heuristic, spaces.defaults(facts, ctx))
-    fixed = {k: v for k, v in spaces.defaults(facts, ctx).items() if k not in grid.searched_names()}
+    fixed = {**{k: v for k, v in spaces.defaults(facts, ctx).items() if k not in grid.searched_names()},
+             **narrowed(grid)}
     trials = max(1, int(args.fraction * len(grid.configs)))
     print(f"grid: {len(grid.configs)} combinations, {len(scores)} feasible; {grid.note}")
     shown = sorted(scores, key=lambda k: -scores[k])[:5]
@@ -298,7 +324,8 @@ def replay(args: argparse.Namespace) -> int:
     from autotune.study.seeds import input_seeds
     from autotune.study.seeds import seeds as search_seeds
 
-    seed_list = [params for _, params in search_seeds(
+    # as the study records a seed: a knob its other knobs make moot (a fixed blocktime under GNU's OpenMP) not set
+    seed_list = [spaces.suggest(optuna.trial.FixedTrial(params), facts, ctx) for _, params in search_seeds(
         facts, ctx, replace(base_options, fixed=fixed, storage="sqlite://"), grid.workload, None)[1:]]
     seeded_keys = {grid.key({**grid.defaults, **params}) for params in seed_list}
 

@@ -4,8 +4,10 @@ counts as verified, and a replay is scored against it, not against the screen it
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -209,3 +211,56 @@ def test_an_option_the_replayed_search_refuses_is_one_line(capsys: pytest.Captur
     err = capsys.readouterr().err
     assert stopped.value.code == 2 and "error: --confirm-rounds must be at least 1 (got 0)" in err, err
     assert "Traceback" not in err
+
+
+def test_an_environment_knob_grid_is_screened_by_its_environments_and_replayed_without_a_miss(
+        facts: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The grids held the OpenMP runtime, the allocator and the affinity at their defaults (proposal k): a grid that
+    searches them keys its environments by every environment-level knob it searches, records Intel's OpenMP at the
+    heuristic's blocktime alone, and is replayed with the blocktime held there (the space offers 0, 1 and 200: any
+    other value missed the grid) and GNU's seeds recorded without a blocktime. Here a synthetic grid of a machine with
+    libiomp5 and tcmalloc (faked paths: not this machine's), whose best is Intel's OpenMP x tcmalloc x compact x the
+    largest batch: the replay runs without a miss and returns it."""
+    from dataclasses import replace
+
+    from autotune import search_spaces as spaces
+    from autotune.study import SearchOptions, run_settings, search_context
+    from autotune.trial import TrialSettings
+
+    runtime = replace(facts.runtime, openmp="gnu", iomp5_path="/opt/x/libiomp5.so", jemalloc_path=None,
+                      tcmalloc_path="/usr/lib/x/libtcmalloc_minimal.so.4")
+    machine = replace(facts, runtime=runtime)
+    options = SearchOptions(budget_s=None, settings=TrialSettings(), compile=False)
+    _, ctx = search_context("tiny", machine, options)
+    searched = ("interop_threads", "openmp", "allocator", "affinity", "batch_size")
+    combos = gs.combinations(sq._axes(machine, ctx, searched))
+    assert gs.environment_keys(combos) == ("interop_threads", "openmp", "kmp_blocktime", "allocator", "affinity")
+    assert {(c["openmp"], c["kmp_blocktime"]) for c in combos} == {("gnu", None), ("intel", 1)}
+    defaults = {**spaces.defaults(machine, ctx), **run_settings(ctx, options)}
+    home = {k: defaults[k] for k in gs.environment_keys(combos)}
+    spread = (0.97, 0.98, 0.99, 1.0, 1.0, 1.01, 1.02, 1.03)
+    configs = []
+    for combo in combos:
+        env = {k: combo[k] for k in home}
+        factor = (1.15 if env["openmp"] == "intel" else 1.0) * (1.2 if env["allocator"] == "tcmalloc" else 1.0) \
+            * (1.05 if env["affinity"] == "compact" else 1.0) * (0.95 if env["interop_threads"] == 1 else 1.0)
+        inner = 1.1 ** math.log2(combo["batch_per_rank"] / ctx.default_batch_size)
+        ratios = [inner * (1 + 0.01 * ((i * 7) % 5 - 2)) for i in range(48)]
+        configs.append(GridConfig(combo, "ok", None, ratios, [factor * f for f in spread] if env != home else [],
+                                  loss=1.0, loss_samples=512, window_s=0.3))
+    keys = sq._searched_keys(searched)
+    assert sq._names(keys) == searched
+    grid = RecordedGrid("tiny", keys, defaults, {"window_s": 0.3, "pairs": 8, "half_width": 0.03, "margin": 0.02,
+                                                  "spread": 0.06, "aa": [1.0, 0.98, 1.02], "timed_s": 4.8,
+                                                  "wall_s": 9.0},
+                        configs, note="synthetic, written by the test", recorded={"aa_pairs": 16},
+                        facts=machine.to_dict())
+    assert sq.narrowed(grid) == {"kmp_blocktime": 1}
+    path = tmp_path / "env-grid.json"
+    grid.save(path)
+    sq.main(["--grid", str(path), "--seeds", "1", "--confirm-rounds", "2", "--fraction", "0.2"])
+    out = capsys.readouterr().out
+    summary = json.loads(next(line for line in out.splitlines() if line.startswith('{"benchmark"')))
+    returned = summary["returned"]["autotune"][0]
+    assert (returned["openmp"], returned["kmp_blocktime"], returned["allocator"]) == ("intel", 1, "tcmalloc"), out
+    assert "GridMiss" not in out and "not in the recorded grid" not in out, out
