@@ -324,13 +324,17 @@ def replay(args: argparse.Namespace) -> int:
     from autotune.study.seeds import input_seeds
     from autotune.study.seeds import seeds as search_seeds
 
-    # as the study records a seed: a knob its other knobs make moot (a fixed blocktime under GNU's OpenMP) not set
-    seed_list = [spaces.suggest(optuna.trial.FixedTrial(params), facts, ctx) for _, params in search_seeds(
+    def recorded(params: dict[str, Any]) -> dict[str, Any]:
+        """A seed as the study records it: a knob its other knobs make moot (a fixed blocktime under GNU's OpenMP)
+        not set."""
+        return spaces.suggest(optuna.trial.FixedTrial(params), facts, ctx)
+
+    seed_list = [recorded(params) for _, params in search_seeds(
         facts, ctx, replace(base_options, fixed=fixed, storage="sqlite://"), grid.workload, None)[1:]]
     seeded_keys = {grid.key({**grid.defaults, **params}) for params in seed_list}
 
     def inputs(wait: float | None) -> list[dict[str, Any]]:
-        return [p for _, p in input_seeds(wait, spaces.defaults(facts, ctx), facts, ctx, fixed)]
+        return [recorded(p) for _, p in input_seeds(wait, spaces.defaults(facts, ctx), facts, ctx, fixed)]
 
     plan = Plan(spaces.defaults(facts, ctx), grid.key, _axes(facts, ctx, _names(grid.searched)), seed_list, inputs)
     truth = grid.scores()  # every cell that ran, feasible or not: what a returned recipe gets (item 1 verifies it)

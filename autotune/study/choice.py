@@ -7,7 +7,8 @@ the fastest feasible trial's own interval must clear the same bar. Otherwise the
 note says why ("best candidate 1.04x [0.98-1.10]: not faster with confidence"). The recipe's ``claim`` says which
 of these its speedup stands on (``recipe.CLAIMS``): a winner of one confirmation round is ``provisional``, never
 ``confirmed``; a candidate the rounds could not decide (``Confirmation.undecided``) is offered only where your runs
-confirm it (``claim.stated``); where they do not, a recipe one round chose stands as that round read it.
+confirm it (``claim.stated``); where they do not, a recipe one round chose is stated from its own pairs, or where
+none ran, as that round read it.
 """
 from __future__ import annotations
 
@@ -167,13 +168,17 @@ def _confirmed(confirmation: Confirmation, searched: list[TrialRecord], baseline
         elif c.confirmed is not None:  # "confirmed" is said of the choice alone: a candidate not offered was not
             notes.append(f"trial {c.number}: {c.first:.2f}x in the search, measured again at {c.interval()} "
                          + rounds_said(c.rounds, c.pairs))
-    undecided, user = confirmation.undecided, confirmation.user
+    undecided, user, tested = confirmation.undecided, confirmation.user, confirmation.tested
     if undecided is not None and undecided.confirmed is not None and user is not None \
-            and user.number == undecided.number:
+            and undecided.number in (user.number, tested.number if tested is not None else None):
         above = f", and above trial {winner.number}'s {winner.median:.2f}x of one round" if winner is not None else ""
         notes.append(f"trial {undecided.number}'s rounds could not decide it (its low bound not above "
                      f"{confirmation.bar(undecided):.2f}x, its median above{above}): your runs decide it")
-        return next(r for r in searched if r.number == undecided.number), undecided.confirmed, UNDECIDED
+        if tested is None:
+            return next(r for r in searched if r.number == undecided.number), undecided.confirmed, UNDECIDED
+        assert winner is not None  # your runs tested it first where one round chose the offer (``claim.user_runs``)
+        stated(UNDECIDED, undecided.confirmed, tested, confirmation.margin, notes,
+               f"the recipe offers trial {winner.number}, stated from its own pairs")
     if winner is None or winner.confirmed is None:
         contender = next((c for c in confirmation.candidates if c.confirmed is not None), None)
         if contender is not None:

@@ -10,9 +10,10 @@ above ``1 + MIN_MARGIN``: fresh processes, ``measure.span_margin``); ``provision
 in a note; the defaults kept where the pairs' mean is not above 1.00x. Without three pairs (a budget too short, a
 failed pair) the recipe is provisional and states the confirmation's interval, said as of the search's workers.
 Where the rounds offer nothing, or only a recipe one round chose, but could not decide a candidate of a higher median
-(``Confirmation.undecided``: its interval straddles its bar, its median above), it runs in your pairs instead and is
+(``Confirmation.undecided``: its interval straddles its bar, its median above), it runs in your pairs first and is
 offered only where they confirm it (``UNDECIDED``): the one test of fresh pairs that chose nothing, at the claim's
-confidence; else the defaults, or that one-round recipe as its round read it (``choice.choose_recipe``).
+confidence; else the defaults, or that one-round recipe, stated from its own pairs where the budget's end holds them
+(``Confirmation.tested`` keeps the test's), else as its round read it (``choice.choose_recipe``).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ..measure import CLAIM_PAIRS, CONFIDENCE, LEAST_CLAIM_PAIRS, PairFailed, RunPair, Runs, span_margin, told_apart
 from ..recipe import format_speedup
 from . import budget
-from .records import BASELINE, Confirmation, StudyAttr, TrialRecord, UserRuns
+from .records import BASELINE, Candidate, Confirmation, StudyAttr, TrialRecord, UserRuns
 
 if TYPE_CHECKING:
     import optuna
@@ -37,18 +38,34 @@ UNDECIDED = "undecided"  # the claim passed to ``stated`` for ``Confirmation.und
 EXTRA = 1.2  # a pair past those asked starts where the time left is this many times the longest pair so far
 
 
-def user_runs(loop: SearchLoop, confirmation: Confirmation | None) -> UserRuns | None:
-    """The confirmation's choice run in ``budget.claim_pairs`` fresh process pairs of your training, while the budget
-    holds the next one (priced from the calibration, then from the pairs so far), and without ``--claim-pairs`` in
-    more, up to ``CLAIM_PAIRS``, while the budget's end holds them (``EXTRA``); recorded in the study
-    (``StudyAttr.USER_RUNS``). None where there is no such claim: no confirmation, nothing it would offer, or a
-    measurer that runs no process of yours."""
-    best = confirmation.best if confirmation is not None else None
-    # first the candidate whose rounds straddled its bar, where your runs can decide it (``stated``)
-    undecided = confirmation.undecided if confirmation is not None and decides(loop) else None
+def user_runs(loop: SearchLoop, confirmation: Confirmation) -> Confirmation:
+    """``confirmation`` with its claim's process pairs of your training (``Confirmation.user``): its choice's, or
+    first the candidate its rounds could not decide (``Confirmation.undecided``), where your runs can decide it;
+    where they do not confirm that one and the choice was one round's, the choice's own pairs follow where the
+    budget's end holds ``LEAST_CLAIM_PAIRS`` of them (the first pairs kept as ``Confirmation.tested``). Unchanged
+    where there is no such claim: nothing it would offer, or a measurer that runs no process of yours."""
+    best = confirmation.best
+    undecided = confirmation.undecided if decides(loop) else None
     winner = undecided or best
     if winner is None or winner.confirmed is None or not loop.measurer.user_processes:
-        return None
+        return confirmation
+    found = _pairs(loop, winner, tested=winner is not best)
+    if winner is best or best is None or best.confirmed is None \
+            or stated(UNDECIDED, winner.confirmed, found, confirmation.margin, [])[0] is not None:
+        return replace(confirmation, user=found)
+    price = max(budget.claim_pair_s(loop.noise) or 0.0, found.runs.wall_s / max(1, len(found.runs.ratios)))
+    if loop.budget.left() < LEAST_CLAIM_PAIRS * price:
+        return replace(confirmation, user=found)  # the choice is stated as its round read it (``choose_recipe``)
+    loop.study.set_user_attr(StudyAttr.TESTED_RUNS, found.to_dict())  # the test stands in a study searched again
+    return replace(confirmation, user=_pairs(loop, best, tested=False, first=CLAIM_PAIRS), tested=found)
+
+
+def _pairs(loop: SearchLoop, winner: Candidate, tested: bool, first: int = 0) -> UserRuns:
+    """``winner`` run in ``budget.claim_pairs`` fresh process pairs of your training, while the budget holds the next
+    one (priced from the calibration, then from the pairs so far), and without ``--claim-pairs`` in more, up to
+    ``CLAIM_PAIRS``, while the budget's end holds them (``EXTRA``); recorded in the study (``StudyAttr.USER_RUNS``).
+    ``tested``: a test of a candidate the rounds could not decide, whose pairs an earlier search stored stand;
+    ``first``: its pairs' seeds start there."""
     options, pair_s = loop.options, budget.claim_pair_s(loop.noise)
     asked = budget.claim_pairs(options, pair_s)
     why = None if asked else ("--claim-pairs 0" if options.claim_pairs == 0 else
@@ -57,7 +74,7 @@ def user_runs(loop: SearchLoop, confirmation: Confirmation | None) -> UserRuns |
                               "a pair's price is unknown: its study was calibrated by an earlier autotune")
     # a test an earlier search of this study made stands: drawing fresh pairs again would be a second chance
     most = _most(options, asked)
-    pairs = _tested(loop.study, winner.number)[:most] if winner is not best else []
+    pairs = _tested(loop.study, winner.number)[:most] if tested else []
     if pairs:
         why = f"{len(pairs)} pair(s) from an earlier search of this study, which tested it"
     try:
@@ -76,7 +93,7 @@ def user_runs(loop: SearchLoop, confirmation: Confirmation | None) -> UserRuns |
             loop.current = winner.number  # the phase line names the recipe's trial
             loop.phase("your runs", f"fresh process pair {of} against the defaults, started as your training is")
             try:
-                seed, left = options.seed * 7919 + 104729 + i, max(1.0, loop.budget.left())
+                seed, left = options.seed * 7919 + 104729 + first + i, max(1.0, loop.budget.left())
                 pairs.append(loop.measurer.user_pair(winner.params, seed, left))
             except PairFailed as e:
                 why = (f"the budget's end: process pair {i + 1} was cut ({e})" if loop.budget.left() <= 1.0 else
@@ -108,8 +125,9 @@ def decides(loop: SearchLoop) -> bool:
 def _tested(study: optuna.Study, number: int) -> list[RunPair]:
     """The pairs of your runs of trial ``number`` an earlier search of ``study`` stored (``UserRuns.to_dict``);
     none where it stored another trial's or a value that is not one (a store is not trusted to hold numbers)."""
-    told = study.user_attrs.get(StudyAttr.USER_RUNS)
-    if not isinstance(told, dict) or type(told.get("trial")) is not int or told["trial"] != number:
+    told = next((t for t in map(study.user_attrs.get, (StudyAttr.USER_RUNS, StudyAttr.TESTED_RUNS))
+                 if isinstance(t, dict) and type(t.get("trial")) is int and t["trial"] == number), None)
+    if told is None:
         return []
     ratios, run_s = told.get("ratios"), told.get("run_s")
     if not isinstance(ratios, list) or not isinstance(run_s, (int, float)) or not math.isfinite(run_s) or run_s < 0:

@@ -93,7 +93,7 @@ def confirm(loop: SearchLoop) -> Confirmation | None:
     margin = loop.noise.margin if loop.noise is not None else MIN_MARGIN
     confirmation = Confirmation(Candidate(baseline.number, baseline.role, baseline.params, 1.0, baseline.result),
                                 tuple(confirmed), rounds.note(note), rounds.made, loop.budget.now() - started, margin)
-    return replace(confirmation, user=user_runs(loop, confirmation))  # what the recipe states, if it offers one
+    return user_runs(loop, confirmation)  # with what the recipe states, if it offers one
 
 
 class Rounds:

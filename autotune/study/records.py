@@ -66,6 +66,7 @@ class StudyAttr:
     MATMUL_GFLOPS: Final = "matmul_gflops"  # the machine's measured matmul peak per dtype (``probes.Limits``)
     SCRIPT_OWNS: Final = "script_owns"  # script mode: knobs the script sets itself, left out: knob -> why
     USER_RUNS: Final = "user_runs"  # the claim's process pairs of your training (``claim.UserRuns.to_dict``)
+    TESTED_RUNS: Final = "tested_runs"  # those that tested ``Confirmation.undecided`` first and did not confirm it
 
 
 Role = Literal["baseline", "heuristic", "warm-start", "seed", "combined", "interaction", "search", "in-process",
@@ -243,6 +244,7 @@ class Confirmation:
     wall_s: float = 0.0
     margin: float = field(default=MIN_MARGIN)  # the calibration's: one round's speedup counts above 1 + margin
     user: UserRuns | None = None  # its choice's process pairs of your training (``claim.user_runs``)
+    tested: UserRuns | None = None  # those that tested ``undecided`` before ``user`` and did not confirm it
 
     def bar(self, candidate: Candidate) -> float:
         """What ``candidate``'s low bound must clear (``offer_bar`` over its rounds)."""
@@ -285,7 +287,8 @@ class Confirmation:
         read 1.11x [1.02-1.20]; over two, 12.7), where none is offered (``best`` is None) or only one round chose
         the offer and this one's median is above the offer's (the budget's end left a faster recipe's deciding
         round for a lower one's first). Your runs' fresh process pairs, none of which chose it, decide it: offered
-        only where they confirm it, else the offer stands as it was (``claim.stated``). Of several, the highest
+        only where they confirm it, else the offer stands, stated from its own pairs where they ran after
+        (``claim.user_runs``, ``claim.stated``). Of several, the highest
         low bound: one candidate is tested, so no other look shares the pairs' confidence."""
         best = self.best
         if best is not None and best.rounds >= 2:

@@ -276,45 +276,75 @@ TWO_ROUNDS: list[tuple[float, float, float] | None] = [(2.95, 2.57, 3.40), (2.30
 ONE_ROUND: list[tuple[float, float, float] | None] = [(2.13, 2.12, 2.19), (2.10, 2.05, 2.15), (2.12, 2.08, 2.16)]
 
 
-@pytest.mark.parametrize("case", ["they confirm it", "they do not", "its median is lower"])
+@pytest.mark.parametrize("case", ["they confirm it", "they do not", "they do not, its own pairs fit",
+                                  "its median is lower"])
 def test_a_higher_candidate_whose_rounds_straddle_is_decided_before_a_one_round_offer(
         tmp_path: Path, facts: Any, case: str) -> None:
     """Trial 1 read 2.95x and 2.30x in its two rounds, 2.61x [0.53-12.73] (one degree of freedom), and its third
-    did not fit; trial 2 read 2.13x [2.12-2.19] in its one round, which did. Before, trial 2 was offered provisional
-    (a one-round interval clears the bar) and trial 1 was never looked at: the user got 1.93x. Now your runs decide
-    the higher one: offered, confirmed, where six pairs read it faster with confidence; where they do not, trial 2 is
-    offered as before its one round read it, provisional, its interval the workers', never the pairs of another
-    recipe. A straddling candidate whose median is below the one-round offer's leaves it as it was."""
+    did not fit; trial 2 read 2.13x [2.12-2.19] in its one round, which did. Before, trial 2 went to your runs and
+    was offered provisional, and trial 1 was never looked at: the user got 1.93x. Now your runs decide the higher
+    one first: offered, confirmed, where six pairs read it faster with confidence. Where they do not, trial 2's own
+    pairs follow where the budget's end holds three of them, and state it as before; where it does not, trial 2 is
+    offered as its one round read it, provisional, its interval the workers' (as a budget too short for your runs
+    states it), never from the pairs of another recipe. A straddling candidate whose median is below the one-round
+    offer's leaves it as it was."""
     lower = [(2.20, 1.90, 2.55), (1.90, 1.65, 2.20), (2.00, 1.80, 2.20)]
     rounds = {"fast": lower if case == "its median is lower" else TWO_ROUNDS, "slow": ONE_ROUND}
-    ratios = {"they confirm it": [2.55, 2.62, 2.48, 2.70, 2.58, 2.51], "they do not": [1.06, 0.98, 1.09, 1.01, 1.05,
-                                                                                     0.99],
-              "its median is lower": [2.08, 2.15, 2.11, 2.18, 2.05, 2.12]}[case]
+    confirming, not_confirming = [2.55, 2.62, 2.48, 2.70, 2.58, 2.51], [1.06, 0.98, 1.09, 1.01, 1.05, 0.99]
+    its_own = [1.95, 1.88, 2.02, 1.91, 1.97, 1.85]  # trial 2's own pairs
+    ratios = {"they confirm it": confirming, "they do not": not_confirming,
+              "they do not, its own pairs fit": not_confirming + its_own, "its median is lower": its_own}[case]
     clock = ReplayClock()
-    stub = Yours(clock, _explored(), rounds, ratios=list(ratios), start_s=5.1)
+    # pairs priced at 15 s; where trial 2's own fit, they take 6 s: six of trial 1 leave 54 s of the 90 kept
+    stub = Yours(clock, _explored(), rounds, ratios=list(ratios), start_s=5.1,
+                 pair_s=6.0 if case == "they do not, its own pairs fit" else PAIR_S)
     # round 1 of both (20 s), then six pairs of 15 s kept: trial 2's second round and trial 1's third do not fit
     recipe, found = _search(tmp_path, facts, stub, 20.0 + 6 * PAIR_S + 15.0, clock)
     rounds_of = {n: len([r for r in found if r.role == "confirm" and r.result.status.value == "ok"
                          and r.params == found[n].params]) for n in (1, 2)}
     said = " ".join(recipe.notes)
-    assert rounds_of == {1: 2, 2: 1} and len(stub.asked) == 6, (rounds_of, said)
+    assert rounds_of == {1: 2, 2: 1} and len(stub.asked) == len(ratios), (rounds_of, said)
     if case == "its median is lower":
-        assert stub.asked[0] == found[2].params and recipe.params == found[2].params, said
+        assert all(params == found[2].params for params in stub.asked) and recipe.params == found[2].params, said
         assert (recipe.claim, recipe.process_pairs) == ("provisional", 6) and "could not decide" not in said, said
         return
-    assert all(params == found[1].params for params in stub.asked), said
+    assert all(params == found[1].params for params in stub.asked[:6]), said
     assert "trial 1's rounds could not decide it (its low bound not above 1.02x, its median above, and above " \
            "trial 2's 2.13x of one round): your runs decide it" in said, said
     if case == "they confirm it":
         assert (recipe.params, recipe.claim, recipe.process_pairs) == (found[1].params, "confirmed", 6), said
         assert recipe.speedup_low is not None and 2.4 < recipe.speedup_low < recipe.speedup < 2.7, said
-    else:
-        assert (recipe.params, recipe.claim) == (found[2].params, "provisional"), said
+        return
+    assert (recipe.params, recipe.claim) == (found[2].params, "provisional"), said
+    assert "your runs did not confirm trial 1 (its interval in your processes reaches 1.02x), nor could its " \
+           "rounds: the recipe offers trial 2" in said and "the recipe keeps the defaults" not in said, said
+    if case == "they do not":
         assert (recipe.speedup, recipe.speedup_low, recipe.speedup_high) == (2.13, 2.12, 2.19), said
         assert recipe.process_pairs is None and recipe.run_low is None, said
-        assert "your runs did not confirm trial 1 (its interval in your processes reaches 1.02x), nor could its " \
-               "rounds: the recipe offers trial 2 on its one confirmation round" in said, said
-        assert "the recipe keeps the defaults" not in said, said
+        assert "your runs tested trial 1): the stated interval is trial 2's confirmation in the search's " \
+               "workers" in said, said
+    else:  # stated from its own six pairs, as before
+        assert all(params == found[2].params for params in stub.asked[6:]), said
+        assert recipe.process_pairs == 6 and recipe.speedup == pytest.approx(statistics.geometric_mean(its_own),
+                                                                             rel=0.02), said
+        assert "your runs (trial 2, 6 fresh process pairs" in said, said
+
+
+def test_a_test_your_runs_made_stands_in_a_study_searched_again_also_where_another_recipe_was_stated() -> None:
+    """Where the candidate the rounds could not decide was tested first and not confirmed, the recipe's own pairs
+    are the study's ``user_runs``; the test is kept apart (``tested_runs``), and a search of the study again draws
+    it from there, not fresh pairs (a second chance), and never from another trial's pairs or a value not a number."""
+    import optuna
+
+    from autotune.study.claim import _tested
+
+    study = optuna.create_study()
+    study.set_user_attr("user_runs", {"trial": 2, "ratios": [1.9, 2.0, 1.95], "run_s": 2.0})
+    study.set_user_attr("tested_runs", {"trial": 1, "ratios": [1.06, 0.98, 1.09], "run_s": 2.0})
+    assert [p.ratio for p in _tested(study, 1)] == [1.06, 0.98, 1.09]
+    assert [p.ratio for p in _tested(study, 2)] == [1.9, 2.0, 1.95] and _tested(study, 3) == []
+    study.set_user_attr("tested_runs", {"trial": 1, "ratios": ["1.06"], "run_s": 2.0})
+    assert _tested(study, 1) == []
 
 
 def _printed(recipe: Any, found: list[Any]) -> str:
