@@ -184,10 +184,11 @@ def _axes(facts: Any, ctx: Any, searched: tuple[str, ...] = SEARCHED) -> list[li
         "batch_size": list(spaces.batch.sizes(ctx)),
         "channels_last": [False, True] if ctx.conv else [False],
         "allocator": list(spaces.preload.allocator_choices(facts)),
-        "affinity": list(spaces.allowed_values(facts, ctx)["affinity"].choices),
     }
-    # batch_size is recorded under today's name (recipe format 2: the batch one process loads)
+    if "affinity" in searched:  # the space's walk, only where asked
+        values["affinity"] = list(spaces.allowed_values(facts, ctx)["affinity"].choices)
     openmp = [{"openmp": o, "kmp_blocktime": 1 if o == "intel" else None} for o in spaces.preload.openmp_choices(facts)]
+    # batch_size is recorded under today's name (recipe format 2: the batch one process loads)
     axes = [openmp if name == "openmp" else [{"batch_per_rank" if name == "batch_size" else name: v}
                                              for v in values[name]]
             for name in searched if name != "num_workers"]
