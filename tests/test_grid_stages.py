@@ -258,7 +258,7 @@ def test_an_environment_knob_grid_is_screened_by_its_environments_and_replayed_w
     assert sq.narrowed(grid) == {"kmp_blocktime": 1}
     path = tmp_path / "env-grid.json"
     grid.save(path)
-    sq.main(["--grid", str(path), "--seeds", "1", "--confirm-rounds", "2", "--fraction", "0.2"])
+    sq.main(["--grid", str(path), "--seeds", "1", "--confirm", "1", "--confirm-rounds", "2", "--fraction", "0.1"])
     out = capsys.readouterr().out
     summary = json.loads(next(line for line in out.splitlines() if line.startswith('{"benchmark"')))
     returned = summary["returned"]["autotune"][0]
