@@ -179,10 +179,11 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     for workload in sorted({r["workload"] for r in rows}):
-        mine = [r for r in rows if r["workload"] == workload and "error" not in r]
+        # a run marked disturbed had other work beside it (``disturbed`` says what): not scored, and run again
+        mine = [r for r in rows if r["workload"] == workload and "error" not in r and not r.get("disturbed")]
         offered = [r for r in mine if r.get("ratios") and r.get("low") and r.get("high")]
         inside = consistent = below = above = pairs_in = pairs_all = own_inside = own_told = 0
-        widths = []
+        widths, offsets = [], []
         for r in offered:
             logs = [math.log(x) for x in r["ratios"]]
             mean = math.exp(statistics.fmean(logs))
@@ -205,6 +206,12 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             if n >= 2 and len(logs) >= 2 and statistics.stdev(logs) > 0:
                 justified = 2 * t_quantile(0.975, n - 1) * statistics.stdev(logs) / math.sqrt(n)
                 widths.append(math.log(r["high"] / r["low"]) / justified)
+                # the user's mean from the claim's centre in standard errors, the claim's (its interval at n - 1
+                # degrees of freedom: a borrowed spread's are more, so this one is a little wide) and the mean's own
+                if r.get("speedup"):
+                    claimed = math.log(r["high"] / r["low"]) / 2 / t_quantile(0.975, n - 1)
+                    own = statistics.stdev(logs) / math.sqrt(len(logs))
+                    offsets.append((statistics.fmean(logs) - math.log(r["speedup"])) / math.hypot(claimed, own))
         out[workload] = {
             "runs": len(mine), "offered": len(offered), "mean_inside": inside,
             "mean_inside_ci": clopper_pearson(inside, len(offered)), "mean_consistent": consistent,
@@ -213,6 +220,10 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "user_below_stated_low": below, "user_above_stated_high": above, "mean_inside_own": own_inside,
             "own_told": own_told,
             "median_interval_width_ratio": statistics.median(widths) if widths else None,
+            # a right claim: mean 0 and sd 1; a mean away from 0 is an offset the claim does not see
+            "offset_z_mean": statistics.fmean(offsets) if offsets else None,
+            "offset_z_sd": statistics.stdev(offsets) if len(offsets) >= 2 else None,
+            "disturbed": sum(1 for r in rows if r["workload"] == workload and r.get("disturbed")),
         }
     return out
 
@@ -232,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = read_rows(args.out)
     if not args.summary:
-        done = {(r["workload"], r["run"]) for r in rows}
+        done = {(r["workload"], r["run"]) for r in rows if not r.get("disturbed")}
         todo = [(w, i) for i in range(args.runs) for w in args.workloads if (w, i) not in done]
         print(f"claims: {len(done)} run(s) in {args.out}, {len(todo)} to go (each about a {args.budget} search and "
               f"{2 * args.pairs} script runs of {args.seconds:g} s); load average {os.getloadavg()[0]:.2f}",
@@ -257,7 +268,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{s['user_below_stated_low']}, above its high in {s['user_above_stated_high']}; inside the claim's "
               f"own interval (nothing borrowed) in {s['mean_inside_own']} of {s['own_told']}; single pairs inside the "
               f"range of one run {s['pairs_inside_prediction']} of {s['pairs']} [{plo:.2f}-{phi:.2f}]; median width "
-              f"ratio {s['median_interval_width_ratio']}")
+              f"ratio {s['median_interval_width_ratio']}; the user's mean from the claim's centre "
+              + (f"{s['offset_z_mean']:+.2f} standard errors on average" if s["offset_z_mean"] is not None else "-")
+              + (f" (sd {s['offset_z_sd']:.2f}; a right claim: 0, 1)" if s["offset_z_sd"] is not None else "")
+              + (f"; {s['disturbed']} run(s) marked disturbed, not scored" if s["disturbed"] else ""))
     print(json.dumps(result))
     return 0
 

@@ -43,3 +43,17 @@ def test_the_range_widens_the_stated_interval_by_the_users_own_spread() -> None:
     assert low < 1.8 and high > 2.0 ** 2 / 1.8
     assert math.isclose(math.log(2.0 / low), math.log(2.0 / 1.8) * math.sqrt(1.6))  # 1 + 6/10
     assert math.isclose(math.log(high / 2.0), math.log(2.0 / low))  # symmetric on the log scale
+
+
+def test_the_users_offset_from_the_claims_centre_is_zero_for_a_right_claim_and_a_disturbed_run_is_not_scored() -> None:
+    """Across all recorded claims the misses were an offset by workload (CNN +0.45 standard errors on average,
+    transformer -0.71), not a spread wider than stated: the summary says both. A right claim reads about 0 and 1
+    (400 draws: the mean's standard error 0.05), one whose user gets 8% less reads far below; a run marked disturbed
+    (other work beside it) is counted apart and not scored."""
+    right = claims.summary(_rows(2.0, seed=1))["cnn"]
+    assert abs(right["offset_z_mean"]) < 0.2 and 0.85 < right["offset_z_sd"] < 1.15, right
+    assert claims.summary(_rows(2.0 * 0.92, seed=2))["cnn"]["offset_z_mean"] < -2.0
+    rows = _rows(2.0, seed=3, runs=20)
+    rows[0] = {**rows[0], "ratios": [x * 0.5 for x in rows[0]["ratios"]], "disturbed": "tests beside it"}
+    scored = claims.summary(rows)["cnn"]
+    assert (scored["offered"], scored["disturbed"], scored["user_below_stated_low"]) == (19, 1, 0), scored
