@@ -203,15 +203,15 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 pairs_in += sum(r["run_low"] <= x <= r["run_high"] for x in r["ratios"])
                 pairs_all += len(r["ratios"])
             n = r.get("process_pairs") or 0
-            if n >= 2 and len(logs) >= 2 and statistics.stdev(logs) > 0:
-                justified = 2 * t_quantile(0.975, n - 1) * statistics.stdev(logs) / math.sqrt(n)
-                widths.append(math.log(r["high"] / r["low"]) / justified)
+            spread = statistics.stdev(logs) if len(logs) >= 2 else 0.0
+            if n >= 2 and spread > 0:
+                t = t_quantile(0.975, n - 1)
+                widths.append(math.log(r["high"] / r["low"]) / (2 * t * spread / math.sqrt(n)))
                 # the user's mean from the claim's centre in standard errors, the claim's (its interval at n - 1
                 # degrees of freedom: a borrowed spread's are more, so this one is a little wide) and the mean's own
                 if r.get("speedup"):
-                    claimed = math.log(r["high"] / r["low"]) / 2 / t_quantile(0.975, n - 1)
-                    own = statistics.stdev(logs) / math.sqrt(len(logs))
-                    offsets.append((statistics.fmean(logs) - math.log(r["speedup"])) / math.hypot(claimed, own))
+                    claimed = math.log(r["high"] / r["low"]) / 2 / t
+                    offsets.append(math.log(mean / r["speedup"]) / math.hypot(claimed, spread / math.sqrt(len(logs))))
         out[workload] = {
             "runs": len(mine), "offered": len(offered), "mean_inside": inside,
             "mean_inside_ci": clopper_pearson(inside, len(offered)), "mean_consistent": consistent,

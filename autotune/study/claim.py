@@ -50,7 +50,7 @@ def user_runs(loop: SearchLoop, confirmation: Confirmation) -> Confirmation:
     if winner is None or winner.confirmed is None or not loop.measurer.user_processes:
         return confirmation
     found = _pairs(loop, winner, tested=winner is not best)
-    if winner is best or best is None or best.confirmed is None \
+    if winner is best or best is None \
             or stated(UNDECIDED, winner.confirmed, found, confirmation.margin, [])[0] is not None:
         return replace(confirmation, user=found)
     price = max(budget.claim_pair_s(loop.noise) or 0.0, found.runs.wall_s / max(1, len(found.runs.ratios)))

@@ -288,8 +288,8 @@ class Confirmation:
         the offer and this one's median is above the offer's (the budget's end left a faster recipe's deciding
         round for a lower one's first). Your runs' fresh process pairs, none of which chose it, decide it: offered
         only where they confirm it, else the offer stands, stated from its own pairs where they ran after
-        (``claim.user_runs``, ``claim.stated``). Of several, the highest
-        low bound: one candidate is tested, so no other look shares the pairs' confidence."""
+        (``claim.user_runs``, ``claim.stated``). Of several, the highest low bound: one candidate is tested, so no
+        other look shares the pairs' confidence."""
         best = self.best
         if best is not None and best.rounds >= 2:
             return None
