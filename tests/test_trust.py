@@ -169,6 +169,25 @@ def test_preloads_are_absolute_paths_of_the_libraries_the_recipe_chose(facts: An
                 read_env(text)
 
 
+def test_jemallocs_conf_is_autotunes_own_today_or_before_purging_was_turned_off(facts: Any) -> None:
+    from autotune.recipe_file import read_env, to_env
+
+    recipe = replace(_good(facts), params={**_good(facts).params, "allocator": "jemalloc"})
+    preload = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+    # purging off: pages given back between steps faulted in again (benchmarks/heap_settings.py: 0.5x of glibc)
+    assert "dirty_decay_ms:-1,muzzy_decay_ms:-1" in spaces.preload.JEMALLOC_CONF
+    for conf, ok in ((spaces.preload.JEMALLOC_CONF, True), (spaces.preload.JEMALLOC_CONF_BEFORE, True),
+                     ("prof:true,prof_prefix:/tmp/x", False),
+                     (spaces.preload.JEMALLOC_CONF + spaces.preload.JEMALLOC_CONF_BEFORE, False),
+                     (f"{spaces.preload.JEMALLOC_CONF}|{spaces.preload.JEMALLOC_CONF_BEFORE}", False)):
+        text = to_env(recipe, {"LD_PRELOAD": preload, "MALLOC_CONF": conf}, None)
+        if ok:
+            assert read_env(text).params["allocator"] == "jemalloc"
+        else:
+            with pytest.raises(UsageError, match="MALLOC_CONF=.* is not what autotune writes"):
+                read_env(text)
+
+
 # 5. Secrets, in every form a URL holds them, reach no output of any verb; on the command line, one warning.
 SECRET = "S3CR#ET@pw"
 URLS = ["postgresql+psycopg://u:S3CRETpw@127.0.0.1:1/db", "postgresql+psycopg://u:S3CR%40ETpw@127.0.0.1:1/db",

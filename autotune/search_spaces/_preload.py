@@ -12,7 +12,9 @@ All of it is set before Python starts, through the environment; nothing can be c
   set, distinct cores first (``torch.backends.xeon.run_cpu``'s value; the set itself already encodes
   compact or spread).
 - ``allocator``: ``default`` (glibc malloc), ``jemalloc`` or ``tcmalloc`` in ``LD_PRELOAD``; jemalloc gets
-  ``run_cpu``'s ``MALLOC_CONF`` (large allocations in their own arena, purging in a background thread).
+  ``run_cpu``'s ``MALLOC_CONF`` (large allocations in their own arena, a background thread) with purging off
+  (``dirty_decay_ms:-1,muzzy_decay_ms:-1``, jemalloc(3)): a training step frees and takes back the same large
+  buffers, and pages given back to the kernel between steps fault in again (``docs/measurement.md``).
 
 Each choice is offered only where the probe found the library (``Runtime.iomp5_path``, ...) and, for
 ``openmp``, where torch's parallel backend is OpenMP. ``check_environment`` looks at which library
@@ -44,7 +46,9 @@ ENV_VARS: tuple[str, ...] = ("LD_PRELOAD", "KMP_BLOCKTIME", "KMP_AFFINITY", "MAL
 OVERRIDES: tuple[str, ...] = ()
 
 KMP_AFFINITY = "granularity=fine,compact,1,0"
-JEMALLOC_CONF = "oversize_threshold:1,background_thread:true,metadata_thp:auto"
+JEMALLOC_CONF = "oversize_threshold:1,background_thread:true,metadata_thp:auto,dirty_decay_ms:-1,muzzy_decay_ms:-1"
+# What env files exported before purging was turned off hold: still read (``autotune run`` sets today's value)
+JEMALLOC_CONF_BEFORE = "oversize_threshold:1,background_thread:true,metadata_thp:auto"
 # File-name prefixes of each choice's library, as mapped in /proc/self/maps.
 _LIBRARY = {
     "intel": "libiomp5", "gnu": "libgomp", "jemalloc": "libjemalloc", "tcmalloc": "libtcmalloc", "default": "libc.",
@@ -133,7 +137,7 @@ def env_forms(params: Params) -> dict[str, str]:
         if params.get("affinity", "none") != "none":
             forms["KMP_AFFINITY"] = re.escape(KMP_AFFINITY)
     if params.get("allocator") == "jemalloc":
-        forms["MALLOC_CONF"] = re.escape(JEMALLOC_CONF)
+        forms["MALLOC_CONF"] = f"{re.escape(JEMALLOC_CONF)}|{re.escape(JEMALLOC_CONF_BEFORE)}"
     return forms
 
 
