@@ -3,7 +3,7 @@
 Imports point one way: ``driver`` (the search: open the study, seed it, run the loop, confirm, choose the
 recipe) uses ``seeds``, ``loop``, ``confirm`` and ``choice``; they use ``budget`` (the search's time, ``Budget``:
 its one clock, and how it is spent), ``events`` (what the search tells its caller), ``records`` (what is stored in
-the study, and how it is read back), ``oom_limits``, ``options`` and ``significance`` (the noise rule).
+the study, and how it is read back), ``oom_limits`` and ``options``.
 ``summaries`` reads stored studies for the CLI's views. Candidates are measured through ``autotune.measure``'s
 ``PairedMeasurer`` base class; nothing here imports the CLI.
 """
