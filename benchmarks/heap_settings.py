@@ -50,7 +50,9 @@ def environments() -> dict[str, dict[str, str]]:
 
 def run_one(script: str, env: dict[str, str], train_s: float) -> dict[str, float]:
     """One fresh process of ``script`` with ``env`` added: its samples/s and minor faults a second of its life."""
-    clean = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "MALLOC_CONF", "AUTOTUNE_RECIPE")}
+    # glibc as it comes: none of the caller's heap tuning (MALLOC_*_, GLIBC_TUNABLES) or preloads
+    dropped = ("LD_PRELOAD", "AUTOTUNE_RECIPE", "GLIBC_TUNABLES")
+    clean = {k: v for k, v in os.environ.items() if k not in dropped and not k.startswith("MALLOC_")}
     before, started = resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt, time.monotonic()
     done = subprocess.run([sys.executable, script], env={**clean, **env, "TRAIN_S": str(train_s)}, cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
@@ -87,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--script", default="examples/train_cnn.py")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--train-s", type=float, default=4.0)
-    parser.add_argument("--session", default=time.strftime("%Y-%m-%dT%H", time.gmtime()))
+    parser.add_argument("--session", default=time.strftime("%Y-%m-%d", time.gmtime()),
+                        help="this run's name: its processes already in --out are not run again (default: the date)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "heap-settings.jsonl"))
     parser.add_argument("--summary", action="store_true", help="judge what --out holds; run nothing")
     args = parser.parse_args(argv)

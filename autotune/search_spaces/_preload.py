@@ -12,9 +12,10 @@ All of it is set before Python starts, through the environment; nothing can be c
   set, distinct cores first (``torch.backends.xeon.run_cpu``'s value; the set itself already encodes
   compact or spread).
 - ``allocator``: ``default`` (glibc malloc), ``jemalloc`` or ``tcmalloc`` in ``LD_PRELOAD``; jemalloc gets
-  ``run_cpu``'s ``MALLOC_CONF`` (large allocations in their own arena, a background thread) with purging off
-  (``dirty_decay_ms:-1,muzzy_decay_ms:-1``, jemalloc(3)): a training step frees and takes back the same large
-  buffers, and pages given back to the kernel between steps fault in again (``docs/measurement.md``).
+  ``run_cpu``'s ``MALLOC_CONF`` (``oversize_threshold:1,background_thread:true,metadata_thp:auto``) with purging
+  off (``dirty_decay_ms:-1,muzzy_decay_ms:-1``, jemalloc(3)): a training step frees and takes back the same large
+  buffers, and pages given back to the kernel between steps fault in again (``docs/measurement.md``). The price:
+  a process (and each DataLoader worker, which inherits the variable) keeps the memory of its peak.
 
 Each choice is offered only where the probe found the library (``Runtime.iomp5_path``, ...) and, for
 ``openmp``, where torch's parallel backend is OpenMP. ``check_environment`` looks at which library
@@ -93,8 +94,8 @@ def defaults(facts: Facts, ctx: SpaceContext) -> Params:
 
 
 def heuristic(facts: Facts, ctx: SpaceContext) -> Params:
-    """``run_cpu``'s defaults: Intel OpenMP with ``KMP_BLOCKTIME=1``, then TCMalloc, else JeMalloc (on CPU:
-    on CUDA these stay at their defaults)."""
+    """``run_cpu``'s defaults: Intel OpenMP with ``KMP_BLOCKTIME=1``, then TCMalloc, else JeMalloc (this knob's,
+    purging off) (on CPU: on CUDA these stay at their defaults)."""
     if ctx.device == "cuda":
         return defaults(facts, ctx)
     intel = "intel" in openmp_choices(facts)
@@ -137,7 +138,7 @@ def env_forms(params: Params) -> dict[str, str]:
         if params.get("affinity", "none") != "none":
             forms["KMP_AFFINITY"] = re.escape(KMP_AFFINITY)
     if params.get("allocator") == "jemalloc":
-        forms["MALLOC_CONF"] = f"{re.escape(JEMALLOC_CONF)}|{re.escape(JEMALLOC_CONF_BEFORE)}"
+        forms["MALLOC_CONF"] = f"(?:{re.escape(JEMALLOC_CONF)}|{re.escape(JEMALLOC_CONF_BEFORE)})"
     return forms
 
 

@@ -295,6 +295,19 @@ def test_exported_env_file_then_apply_in_a_fresh_process(facts, tmp_path) -> Non
     assert seen["warnings"] == []
 
 
+def test_jemallocs_conf_of_an_env_file_exported_before_is_told_to_be_exported_again(facts, monkeypatch) -> None:
+    _need(facts, "jemalloc_path")
+    params = _params(facts, allocator="jemalloc")
+    monkeypatch.setenv("MALLOC_CONF", "oversize_threshold:1,background_thread:true,metadata_thp:auto")  # before
+    (told,) = [p for p in spaces.check_environment(params, facts) if p.startswith("MALLOC_CONF")]
+    assert told.startswith(f"MALLOC_CONF={spaces.preload.JEMALLOC_CONF} (is ") and "export it again" in told
+    monkeypatch.setenv("MALLOC_CONF", "narenas:1")  # the user's own: not autotune's, no such advice
+    (told,) = [p for p in spaces.check_environment(params, facts) if p.startswith("MALLOC_CONF")]
+    assert "export it again" not in told
+    monkeypatch.setenv("MALLOC_CONF", spaces.preload.JEMALLOC_CONF)
+    assert not [p for p in spaces.check_environment(params, facts) if p.startswith("MALLOC_CONF")]
+
+
 def test_apply_warns_when_libraries_are_not_mapped_even_if_the_variables_say_so(facts, tmp_path) -> None:
     _need(facts, "iomp5_path", "jemalloc_path")
     recipe = _recipe_file(tmp_path, **INTEL, allocator="jemalloc", affinity="none")
