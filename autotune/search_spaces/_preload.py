@@ -94,8 +94,8 @@ def defaults(facts: Facts, ctx: SpaceContext) -> Params:
 
 
 def heuristic(facts: Facts, ctx: SpaceContext) -> Params:
-    """``run_cpu``'s defaults: Intel OpenMP with ``KMP_BLOCKTIME=1``, then TCMalloc, else JeMalloc (this knob's,
-    purging off) (on CPU: on CUDA these stay at their defaults)."""
+    """``run_cpu``'s defaults on CPU: Intel OpenMP with ``KMP_BLOCKTIME=1``, then TCMalloc, else JeMalloc (this
+    knob's: purging off). On CUDA these stay at their defaults."""
     if ctx.device == "cuda":
         return defaults(facts, ctx)
     intel = "intel" in openmp_choices(facts)
