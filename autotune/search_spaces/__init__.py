@@ -226,15 +226,11 @@ def check_environment(params: Params, facts: Facts) -> list[str]:
     """Environment-level knobs of the recipe that are not in effect in this process. A family another one
     overrides here is checked by that one (with several processes each rank checks its own CPU slice
     instead of the process-wide affinity)."""
-    problems, forms = [], env_forms(params)
+    problems = []
     for key, value in environment(params, facts).items():
         # LD_PRELOAD may hold the user's own libraries too: preload checks what is actually mapped.
-        have = os.environ.get(key)
-        if key != "LD_PRELOAD" and have != value:
-            # a value autotune wrote before (an env file still reads): loading that file again would not help
-            older = have is not None and key in forms and forms[key].fullmatch(have)
-            again = "; an env file of an earlier autotune: export it again (autotune export --format env)"
-            problems.append(f"{key}={value} (is {have!r}{again if older else ''})")
+        if key != "LD_PRELOAD" and os.environ.get(key) != value:
+            problems.append(f"{key}={value} (is {os.environ.get(key)!r})")
     replaced = _replaced(params, facts)
     for family in FAMILIES:
         if family not in replaced:

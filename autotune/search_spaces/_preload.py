@@ -216,4 +216,8 @@ def check_environment(params: Params, facts: Facts) -> list[str]:
         how = f"preload it: LD_PRELOAD={path}" if path else f"it is not installed here ({_INSTALL[want]})"
         mapped = "mapped but not preloaded" if _mapped(_LIBRARY[want]) else "not mapped in this process"
         problems.append(f"{key}={want}, but {Path(serving).name} serves {symbol} ({_LIBRARY[want]} is {mapped}); {how}")
+    if params.get("allocator") == "jemalloc" and os.environ.get("MALLOC_CONF") == JEMALLOC_CONF_BEFORE:
+        # loading that file again, the general advice, would not help
+        problems.append("MALLOC_CONF is what an earlier autotune exported (jemalloc's purging on): export the env "
+                        "file again (autotune export --format env)")
     return problems

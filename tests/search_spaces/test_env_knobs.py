@@ -297,13 +297,17 @@ def test_exported_env_file_then_apply_in_a_fresh_process(facts, tmp_path) -> Non
 
 def test_jemallocs_conf_of_an_env_file_exported_before_is_told_to_be_exported_again(facts, monkeypatch) -> None:
     _need(facts, "jemalloc_path")
-    params = _params(facts, allocator="jemalloc")
+    params = _params(facts, allocator="jemalloc", threads=2)
     monkeypatch.setenv("MALLOC_CONF", "oversize_threshold:1,background_thread:true,metadata_thp:auto")  # before
-    (told,) = [p for p in spaces.check_environment(params, facts) if p.startswith("MALLOC_CONF")]
-    assert told.startswith(f"MALLOC_CONF={spaces.preload.JEMALLOC_CONF} (is ") and "export it again" in told
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")  # the user's own
+    told = spaces.check_environment(params, facts)
+    assert f"MALLOC_CONF={spaces.preload.JEMALLOC_CONF} (is 'oversize_threshold:1,background_thread:true," \
+           "metadata_thp:auto')" in told
+    assert [p for p in told if "export the env file again" in p] == [
+        "MALLOC_CONF is what an earlier autotune exported (jemalloc's purging on): export the env file again "
+        "(autotune export --format env)"]
     monkeypatch.setenv("MALLOC_CONF", "narenas:1")  # the user's own: not autotune's, no such advice
-    (told,) = [p for p in spaces.check_environment(params, facts) if p.startswith("MALLOC_CONF")]
-    assert "export it again" not in told
+    assert not [p for p in spaces.check_environment(params, facts) if "export the env file again" in p]
     monkeypatch.setenv("MALLOC_CONF", spaces.preload.JEMALLOC_CONF)
     assert not [p for p in spaces.check_environment(params, facts) if p.startswith("MALLOC_CONF")]
 
