@@ -29,12 +29,11 @@ ROOT = Path(__file__).resolve().parent.parent
 SETTINGS = ("glibc", "tcmalloc", "jemalloc", "jemalloc-run_cpu", "jemalloc-plain")
 
 
-def environments() -> dict[str, dict[str, str]]:
-    """Each setting's variables on this machine (a setting whose library the probe did not find is left out)."""
-    from autotune import probes
+def environments(runtime: Any) -> dict[str, dict[str, str]]:
+    """Each setting's variables on this machine (``probes.Facts.runtime``; a setting whose library the probe did not
+    find is left out)."""
     from autotune.search_spaces import preload
 
-    runtime = probes.probe().runtime
     out: dict[str, dict[str, str]] = {"glibc": {}}
     if runtime is None:
         return out
@@ -66,8 +65,9 @@ def run_one(script: str, env: dict[str, str], train_s: float) -> dict[str, float
 
 def read(out: Path, script: str) -> list[dict[str, Any]]:
     """The rows of ``out`` for ``script``."""
-    rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()] if out.exists() else []
-    return [row for row in rows if row.get("script") == script]
+    from claims import read_rows
+
+    return [row for row in read_rows(out) if row.get("script") == script]
 
 
 def summary(rows: list[dict[str, Any]]) -> int:
@@ -94,12 +94,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "heap-settings.jsonl"))
     parser.add_argument("--summary", action="store_true", help="judge what --out holds; run nothing")
     args = parser.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from verify_grid import append_line
+
     out = Path(args.out)
     if args.summary:
         return summary(read(out, args.script))
     from autotune import probes
 
-    fingerprint, envs = probes.probe().fingerprint, environments()
+    facts = probes.probe()
+    fingerprint, envs = facts.fingerprint, environments(facts.runtime)
     done = {(r["session"], r["round"], r["setting"]) for r in read(out, args.script)}
     out.parent.mkdir(parents=True, exist_ok=True)
     for round_ in range(args.rounds):
@@ -110,8 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                    "train_s": args.train_s, **run_one(args.script, envs[name], args.train_s),
                    "load": round(os.getloadavg()[0], 2), "fingerprint": fingerprint,
                    "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-            with out.open("a") as f:
-                f.write(json.dumps(row) + "\n")
+            append_line(out, row)
             print(f"round {round_} {name:17s} {row['samples_per_s']:7.0f} samples/s, "
                   f"{row['faults_per_s'] / 1000:5.0f} thousand faults/s", flush=True)
     return summary(read(out, args.script))
