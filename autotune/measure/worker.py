@@ -26,6 +26,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from ..search_spaces import preload
 from ..trial import launch
 from ..trial.training import in_effect
 from .arms import ArmFailed
@@ -109,10 +110,8 @@ def _handle(bench: Bench, command: Command) -> Reply:
 # glibc's malloc returns freed memory to the system (a freed block above the mmap threshold, a heap top above
 # the trim threshold) and faults it in again on the next step. In a worker hosting several arms its dynamic
 # thresholds can leave an arm in a slow, page-faulting state for seconds or its whole life, which skews the
-# pairs' ratios; fixed thresholds keep every arm in the fast state a one-model process, as the user's, usually runs in.
-KEPT_MMAP_THRESHOLD = 32 << 20  # glibc's largest (half its heap size); fixing it stops its dynamic growth
-KEPT_TRIM_THRESHOLD = 256 << 20
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # malloc.h
+# pairs' ratios; fixed thresholds (the allocator knob's ``glibc-kept``) keep every arm in the fast state.
+keep_heap = preload.keep_heap
 
 
 def empty_cache() -> int:
@@ -124,20 +123,6 @@ def empty_cache() -> int:
     before = torch.cuda.memory_reserved()
     torch.cuda.empty_cache()
     return max(0, before - torch.cuda.memory_reserved())
-
-
-def keep_heap() -> bool:
-    """Fix glibc's mmap and trim thresholds in this process (``mallopt``), so that the models it hosts keep
-    the memory they free instead of faulting it in again each step; False where malloc is not glibc's, or a
-    preloaded allocator serves it (then ``mallopt`` reaches an allocator nobody calls: harmless)."""
-    import ctypes
-    import platform
-
-    if platform.libc_ver()[0] != "glibc":
-        return False
-    libc = ctypes.CDLL(None)
-    return bool(libc.mallopt(_M_MMAP_THRESHOLD, KEPT_MMAP_THRESHOLD)
-                and libc.mallopt(_M_TRIM_THRESHOLD, KEPT_TRIM_THRESHOLD))
 
 
 def main(argv: list[str]) -> int:

@@ -106,6 +106,7 @@ class Runtime:
     compile_cpu_ok: bool | None = None  # torch.compile's CPU backend has a working C++ compiler
     ipex_version: str | None = None
     ipex_compatible: bool | None = None
+    glibc: bool | None = None  # the C library is glibc: its malloc takes the thresholds of ``allocator=glibc-kept``
 
 
 @dataclass(frozen=True)

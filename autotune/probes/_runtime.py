@@ -51,6 +51,7 @@ def probe_runtime() -> Runtime:
         compile_cpu_ok=cpp_compiler() is not None,
         ipex_version=ipex,
         ipex_compatible=ipex_compatible(ipex, getattr(torch, "__version__", None)),
+        glibc=platform.libc_ver()[0] == "glibc",
     )
 
 

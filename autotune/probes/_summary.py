@@ -57,7 +57,8 @@ def _runtime_rows(rt: Runtime | None, root: str | None) -> list[tuple[str, str]]
         ("", f"OpenMP {rt.openmp or 'none'}, oneDNN {rt.onednn or 'none'}, "
              f"distributed {'/'.join(rt.distributed_backends) or 'none'}, "
              f"C++ compiler for torch.compile {'found' if rt.compile_cpu_ok else 'missing'}"
-             + (f", {ipex}" if rt.ipex_version else "")),
+             + (f", {ipex}" if rt.ipex_version else "")
+             + ("" if rt.glibc is None else f", C library {'glibc' if rt.glibc else 'not glibc'}")),
         ("", f"libraries: {libs or 'no iomp5/jemalloc/tcmalloc'}; tools: {tools or 'no numactl/taskset'}"),
     ]
 

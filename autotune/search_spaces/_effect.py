@@ -34,7 +34,7 @@ def not_in_effect(params: dict[str, Any], in_effect: dict[str, Any]) -> list[str
         if want not in choices or not serving:
             continue
         have = preload._kind(serving, choices) or ("default" if key == "allocator" else None)
-        if have != want:
+        if have != preload.served_as(str(want)):
             problems.append(f"{key}={want} is not in effect: {serving} serves {symbol}")
     if (params.get("openmp") == "intel" and params.get("kmp_blocktime") is not None
             and in_effect.get("openmp_library") and in_effect.get("kmp_blocktime") is not None

@@ -11,7 +11,12 @@ All of it is set before Python starts, through the environment; nothing can be c
   ``KMP_AFFINITY=granularity=fine,compact,1,0`` also binds each OpenMP thread to one CPU of the pinned
   set, distinct cores first (``torch.backends.xeon.run_cpu``'s value; the set itself already encodes
   compact or spread).
-- ``allocator``: ``default`` (glibc malloc), ``jemalloc`` or ``tcmalloc`` in ``LD_PRELOAD``; jemalloc gets
+- ``allocator``: ``default`` (glibc malloc as it comes), ``glibc-kept`` (glibc malloc with its mmap and trim
+  thresholds fixed: ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``, and ``mallopt`` in ``apply_process``
+  for a process started without them), ``jemalloc`` or ``tcmalloc`` in ``LD_PRELOAD``. glibc as it comes gives
+  large freed blocks back to the kernel and faults them in again the next step; with the thresholds fixed it keeps
+  them, as the search's workers always have (``measure.worker``), so an arm measured there is what a recipe with
+  ``glibc-kept`` gets; ``default`` gets glibc as it comes (``docs/measurement.md``). jemalloc gets
   ``run_cpu``'s ``MALLOC_CONF`` (``oversize_threshold:1,background_thread:true,metadata_thp:auto``) with purging
   off (``dirty_decay_ms:-1,muzzy_decay_ms:-1``, jemalloc(3)): a training step frees and takes back the same large
   buffers, and pages given back to the kernel between steps fault in again (``docs/measurement.md``). The price:
@@ -41,9 +46,15 @@ log = logging.getLogger(__name__)
 KEYS = ("openmp", "kmp_blocktime", "allocator")
 OPENMP = ("gnu", "intel")
 BLOCKTIMES = (0, 1, 200)
-ALLOCATORS = ("default", "jemalloc", "tcmalloc")
+ALLOCATORS = ("default", "glibc-kept", "jemalloc", "tcmalloc")
+# glibc's largest mmap threshold (half its heap size: fixing it stops the dynamic growth) and a trim threshold above
+# a training step's turnover; glibc reads both variables at its first malloc (mallopt(3))
+KEPT_MMAP_THRESHOLD, KEPT_TRIM_THRESHOLD = 32 << 20, 256 << 20
+HEAP_THRESHOLDS = {"MALLOC_MMAP_THRESHOLD_": str(KEPT_MMAP_THRESHOLD),
+                   "MALLOC_TRIM_THRESHOLD_": str(KEPT_TRIM_THRESHOLD)}
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # malloc.h
 # every variable environment() may set
-ENV_VARS: tuple[str, ...] = ("LD_PRELOAD", "KMP_BLOCKTIME", "KMP_AFFINITY", "MALLOC_CONF")
+ENV_VARS: tuple[str, ...] = ("LD_PRELOAD", "KMP_BLOCKTIME", "KMP_AFFINITY", "MALLOC_CONF", *HEAP_THRESHOLDS)
 OVERRIDES: tuple[str, ...] = ()
 
 KMP_AFFINITY = "granularity=fine,compact,1,0"
@@ -53,6 +64,7 @@ JEMALLOC_CONF_BEFORE = "oversize_threshold:1,background_thread:true,metadata_thp
 # File-name prefixes of each choice's library, as mapped in /proc/self/maps.
 _LIBRARY = {
     "intel": "libiomp5", "gnu": "libgomp", "jemalloc": "libjemalloc", "tcmalloc": "libtcmalloc", "default": "libc.",
+    "glibc-kept": "libc.",
 }
 _INSTALL = {"intel": "pip install intel-openmp", "jemalloc": "apt-get install libjemalloc2",
             "tcmalloc": "apt-get install libtcmalloc-minimal4"}
@@ -75,7 +87,9 @@ def openmp_choices(facts: Facts) -> tuple[str, ...]:
 
 
 def allocator_choices(facts: Facts) -> tuple[str, ...]:
-    return tuple(a for a in ALLOCATORS if a == "default" or _path(facts, a))
+    """``default``, ``glibc-kept`` where the C library is glibc, each preloadable library the probe found."""
+    glibc = bool(getattr(getattr(facts, "runtime", None), "glibc", False))
+    return tuple(a for a in ALLOCATORS if a == "default" or (a == "glibc-kept" and glibc) or _path(facts, a))
 
 
 def space(trial: SuggestingTrial, facts: Facts, ctx: SpaceContext) -> Params:
@@ -122,6 +136,8 @@ def environment(params: Params, facts: Facts) -> dict[str, str]:
             env["KMP_AFFINITY"] = KMP_AFFINITY
     if params.get("allocator") == "jemalloc" and _path(facts, "jemalloc"):
         env["MALLOC_CONF"] = JEMALLOC_CONF
+    if params.get("allocator") == "glibc-kept":
+        env.update(HEAP_THRESHOLDS)
     return env
 
 
@@ -139,11 +155,34 @@ def env_forms(params: Params) -> dict[str, str]:
             forms["KMP_AFFINITY"] = re.escape(KMP_AFFINITY)
     if params.get("allocator") == "jemalloc":
         forms["MALLOC_CONF"] = f"(?:{re.escape(JEMALLOC_CONF)}|{re.escape(JEMALLOC_CONF_BEFORE)})"
+    if params.get("allocator") == "glibc-kept":
+        forms.update({var: re.escape(value) for var, value in HEAP_THRESHOLDS.items()})
     return forms
 
 
-# Hooks this family has nothing to do at (search_spaces._family); apply_process: a library is preloaded
-# before Python starts or not at all.
+def keep_heap() -> bool:
+    """Fix glibc's mmap and trim thresholds in this process (``mallopt``), as ``HEAP_THRESHOLDS`` does at a
+    process's start: freed memory is kept for the next step instead of faulting in again. False where malloc is
+    not glibc's, or a preloaded allocator serves it (then ``mallopt`` reaches an allocator nobody calls: harmless)."""
+    import platform
+
+    if platform.libc_ver()[0] != "glibc":
+        return False
+    libc = ctypes.CDLL(None)
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, KEPT_MMAP_THRESHOLD)
+                and libc.mallopt(_M_TRIM_THRESHOLD, KEPT_TRIM_THRESHOLD))
+
+
+def apply_process(params: Params, facts: Facts | None) -> list[str]:
+    """``glibc-kept`` in a process started without its variables (``autotune.apply()`` in a plain run): the same
+    thresholds by ``mallopt``, for what it allocates from now on. The libraries are preloaded before Python starts
+    or not at all."""
+    if params.get("allocator") != "glibc-kept" or keep_heap():
+        return []
+    return ["allocator=glibc-kept not applied: this process's malloc is not glibc's"]
+
+
+# Hooks this family has nothing to do at (search_spaces._family): none.
 
 
 class _DlInfo(ctypes.Structure):
@@ -178,6 +217,12 @@ def _mapped(prefix: str) -> bool:
     return any(Path(line.split()[-1]).name.startswith(prefix) for line in maps.splitlines() if "/" in line)
 
 
+def served_as(choice: str) -> str:
+    """The choice whose library serves ``choice``'s symbol, as ``check_environment`` reads it: glibc's malloc serves
+    ``glibc-kept`` as it serves ``default`` (its thresholds are the process's, not the library's)."""
+    return "default" if choice == "glibc-kept" else choice
+
+
 def _kind(path: str | None, choices: tuple[str, ...]) -> str | None:
     name = Path(path).name if path else ""
     return next((c for c in choices if name.startswith(_LIBRARY[c])), None)
@@ -207,9 +252,9 @@ def check_environment(params: Params, facts: Facts) -> list[str]:
             continue  # a recipe from before this family
         serving = serving_library(symbol)
         have = _kind(serving, choices) or ("default" if key == "allocator" else None)
-        if serving is None or have == want:
+        if serving is None or have == served_as(want):
             continue
-        if want in ("gnu", "default"):
+        if served_as(want) in ("gnu", "default"):
             problems.append(f"{key}={want}, but {Path(serving).name} serves {symbol}: remove it from LD_PRELOAD")
             continue
         path = _path(facts, want)

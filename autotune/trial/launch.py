@@ -12,6 +12,7 @@ Variables autotune sets (from the knob families in ``autotune.search_spaces``):
 | ``KMP_BLOCKTIME`` | ``kmp_blocktime`` (``openmp=intel`` only) | 0, 1 or 200 (ms a worker spins after a region) |
 | ``KMP_AFFINITY`` | ``openmp=intel`` with ``affinity`` not ``none`` | ``granularity=fine,compact,1,0`` |
 | ``MALLOC_CONF`` | ``allocator=jemalloc`` | ``search_spaces.preload.JEMALLOC_CONF`` (``run_cpu``'s, purging off) |
+| ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` | ``allocator=glibc-kept`` | 32 MiB, 256 MiB |
 | ``PYTORCH_ALLOC_CONF``, ``PYTORCH_CUDA_ALLOC_CONF`` | ``cuda_alloc=expandable_segments`` | ``expandable_segments`` |
 | ``numactl --membind=NODES --`` (command prefix) | ``affinity`` not ``none`` | the NUMA nodes of the pinned CPUs |
 | ``AUTOTUNE_RECIPE`` | (``autotune run``, the env file) | the recipe as JSON, for ``autotune.apply()`` |

@@ -44,7 +44,7 @@ def in_effect() -> dict[str, Any]:
         "jemalloc": "libjemalloc" in maps,
         "tcmalloc": "libtcmalloc" in maps,
         "env": {k: v for k, v in os.environ.items() if k.startswith(("OMP_", "KMP_", "MKL_"))
-                or k in ("LD_PRELOAD", "MALLOC_CONF", *cuda.ENV_VARS)},
+                or k in ("LD_PRELOAD", "MALLOC_CONF", *preload.HEAP_THRESHOLDS, *cuda.ENV_VARS)},
     }
 
 

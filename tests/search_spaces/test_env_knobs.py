@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ctypes.util
 import json
+import os
+import platform
 import subprocess
 import sys
 from dataclasses import replace
@@ -151,7 +153,8 @@ def _choices(facts, key):
 def test_libraries_are_offered_only_where_found(facts) -> None:
     full = _two_sockets(facts)
     assert _choices(full, "openmp") == {"gnu", "intel"} and _choices(full, "kmp_blocktime") == {None, 0, 1, 200}
-    assert _choices(full, "allocator") == {"default", "jemalloc", "tcmalloc"}
+    assert _choices(full, "allocator") == {"default", "jemalloc", "tcmalloc"}  # facts from before the C library's
+    assert _choices(_two_sockets(facts, glibc=True), "allocator") == {"default", "glibc-kept", "jemalloc", "tcmalloc"}
     bare = _two_sockets(facts, iomp5_path=None, tcmalloc_path=None)
     assert _choices(bare, "openmp") == {"gnu"} and _choices(bare, "allocator") == {"default", "jemalloc"}
     no_openmp = _two_sockets(facts, openmp=None)  # torch's parallel backend is not OpenMP: libiomp5 serves nothing
@@ -310,6 +313,59 @@ def test_jemallocs_conf_of_an_env_file_exported_before_is_told_to_be_exported_ag
     assert not [p for p in spaces.check_environment(params, facts) if "export the env file again" in p]
     monkeypatch.setenv("MALLOC_CONF", spaces.preload.JEMALLOC_CONF)
     assert not [p for p in spaces.check_environment(params, facts) if p.startswith("MALLOC_CONF")]
+
+
+def test_glibc_kept_is_glibcs_malloc_with_the_workers_thresholds(facts) -> None:
+    """What ``allocator=glibc-kept`` sets and accepts from a file, and that glibc's malloc is what serves it."""
+    params = _params(facts, allocator="glibc-kept")
+    env = spaces.environment(params, facts)
+    assert {k: env[k] for k in spaces.preload.HEAP_THRESHOLDS} == {"MALLOC_MMAP_THRESHOLD_": "33554432",
+                                                                   "MALLOC_TRIM_THRESHOLD_": "268435456"}
+    assert "LD_PRELOAD" not in env and "MALLOC_CONF" not in env
+    forms = spaces.env_forms(params)
+    assert forms["MALLOC_TRIM_THRESHOLD_"].fullmatch("268435456")
+    assert not forms["MALLOC_TRIM_THRESHOLD_"].fullmatch("0") and "MALLOC_TRIM_THRESHOLD_" not in spaces.env_forms(
+        _params(facts, allocator="default"))
+    assert spaces.not_in_effect(params, {"malloc_library": "libc.so.6"}) == []
+    assert spaces.not_in_effect(params, {"malloc_library": "libtcmalloc.so.4"}) == [
+        "allocator=glibc-kept is not in effect: libtcmalloc.so.4 serves malloc"]
+
+
+# Whether a 16 MiB malloc is mmapped (glibc's chunk flag IS_MMAPPED, bit 2 of the size word before the pointer):
+# glibc as it comes maps it and unmaps it on free; with the thresholds of glibc-kept it comes from the heap.
+HEAP_SCRIPT = """
+import ctypes, json, os, sys, warnings, torch, autotune
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    if sys.argv[1:] or os.environ.get("AUTOTUNE_RECIPE"):
+        autotune.apply(sys.argv[1] if sys.argv[1:] else None)
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+block = libc.malloc(16 << 20)
+print(json.dumps({"mmapped": bool(ctypes.c_size_t.from_address(block - 8).value & 2),
+                  "env": os.environ.get("MALLOC_TRIM_THRESHOLD_"), "warnings": [str(w.message) for w in caught]}))
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc only")
+def test_glibc_kept_keeps_the_heap_under_autotune_run_and_by_apply_alone(facts, tmp_path) -> None:
+    """Under ``autotune run`` the variables fix the thresholds from the process's start; ``apply()`` in a plain run
+    fixes them by ``mallopt`` and says the variables are missing; a plain process without a recipe maps the block."""
+    recipe = _recipe_file(tmp_path, allocator="glibc-kept", affinity="none")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "AUTOTUNE_RECIPE"}
+
+    def child(*cmd: str) -> dict:
+        out = subprocess.run([*cmd], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=clean)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    under_run = child(sys.executable, "-m", "autotune", "run", "--recipe", str(recipe), "--", sys.executable, "-c",
+                      HEAP_SCRIPT)
+    assert under_run == {"mmapped": False, "env": "268435456", "warnings": []}
+    by_apply = child(sys.executable, "-c", HEAP_SCRIPT, str(recipe))
+    assert not by_apply["mmapped"] and by_apply["env"] is None
+    assert any("MALLOC_TRIM_THRESHOLD_=268435456 (is None)" in w for w in by_apply["warnings"])
+    assert child(sys.executable, "-c", HEAP_SCRIPT)["mmapped"] is True  # the same process without the recipe
 
 
 def test_apply_warns_when_libraries_are_not_mapped_even_if_the_variables_say_so(facts, tmp_path) -> None:
