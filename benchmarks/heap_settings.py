@@ -9,7 +9,9 @@ Runs ``--script`` (default: ``examples/train_cnn.py``, the bundled CNN as a user
 already there are not run again. ``--summary`` prints, per setting, the median samples/s, its ratio to glibc's
 median, and the median faults a second. With ``--recipe FILE`` (an env file or a recipe's JSON) every process
 applies that recipe (``autotune.apply()``), its allocator set to the setting's: a recipe's other knobs change what
-the heap does (bfloat16 autocast frees and takes back more buffers a step than float32).
+the heap does (bfloat16 autocast frees and takes back more buffers a step than float32). Only its in-process knobs
+and the allocator take effect (no other variable, no pinning): give it a recipe whose other environment-level knobs
+are the defaults' (GNU OpenMP, no affinity), or read its warnings.
 
     python benchmarks/heap_settings.py --rounds 3
     python benchmarks/heap_settings.py --summary

@@ -1,6 +1,7 @@
 """Preloaded runtime libraries: the OpenMP runtime (``openmp``, ``kmp_blocktime``) and the allocator (``allocator``).
 
-All of it is set before Python starts, through the environment; nothing can be changed in-process.
+All of it is set before Python starts, through the environment; only ``glibc-kept``'s thresholds can also be set
+in-process (``apply_process``), for what the process allocates after.
 
 - ``openmp``: ``gnu`` (the libgomp torch links, PyTorch's default) or ``intel``: libiomp5 (pip package
   ``intel-openmp``) in ``LD_PRELOAD``. A preloaded library comes first in the dynamic linker's symbol
@@ -22,7 +23,8 @@ All of it is set before Python starts, through the environment; nothing can be c
   buffers, and pages given back to the kernel between steps fault in again (``docs/measurement.md``). The price:
   a process (and each DataLoader worker, which inherits the variable) keeps the memory of its peak.
 
-Each choice is offered only where the probe found the library (``Runtime.iomp5_path``, ...) and, for
+Each choice is offered only where the probe found its library (``Runtime.iomp5_path``, ...; for ``glibc-kept``,
+glibc as the C library: ``Runtime.glibc``) and, for
 ``openmp``, where torch's parallel backend is OpenMP. ``check_environment`` looks at which library
 actually serves ``GOMP_parallel`` and ``malloc`` in this process (``dladdr``), not at the variables.
 """
@@ -162,8 +164,9 @@ def env_forms(params: Params) -> dict[str, str]:
 
 def keep_heap() -> bool:
     """Fix glibc's mmap and trim thresholds in this process (``mallopt``), as ``HEAP_THRESHOLDS`` does at a
-    process's start: freed memory is kept for the next step instead of faulting in again. False where malloc is
-    not glibc's, or a preloaded allocator serves it (then ``mallopt`` reaches an allocator nobody calls: harmless)."""
+    process's start: freed memory is kept for the next step instead of faulting in again. False where the C
+    library is not glibc or glibc refused a value; where a preloaded allocator serves malloc, glibc's malloc
+    takes the thresholds and nobody calls it (harmless)."""
     import platform
 
     if platform.libc_ver()[0] != "glibc":
@@ -173,16 +176,34 @@ def keep_heap() -> bool:
                 and libc.mallopt(_M_TRIM_THRESHOLD, KEPT_TRIM_THRESHOLD))
 
 
+def _heap_tuned(env: dict[str, str]) -> bool:
+    """Whether ``env`` tunes glibc's malloc: a ``MALLOC_*_`` variable (glibc's) or a ``glibc.malloc.`` tunable."""
+    return (any(k.startswith("MALLOC_") and k.endswith("_") for k in env)
+            or "glibc.malloc." in env.get("GLIBC_TUNABLES", ""))
+
+
+def without_heap_tuning(env: dict[str, str]) -> dict[str, str]:
+    """``env`` without what tunes glibc's malloc (``MALLOC_*_``, ``GLIBC_TUNABLES``' ``glibc.malloc.*``), the
+    other tunables kept: a trial's defaults run glibc's heap as a plain process has it."""
+    out = {k: v for k, v in env.items() if not (k.startswith("MALLOC_") and k.endswith("_"))}
+    if "GLIBC_TUNABLES" in out:
+        kept = [t for t in out.pop("GLIBC_TUNABLES").split(":") if t and not t.startswith("glibc.malloc.")]
+        if kept:
+            out["GLIBC_TUNABLES"] = ":".join(kept)
+    return out
+
+
 def apply_process(params: Params, facts: Facts | None) -> list[str]:
     """``glibc-kept`` in a process started without its variables (``autotune.apply()`` in a plain run): the same
-    thresholds by ``mallopt``, for what it allocates from now on. The libraries are preloaded before Python starts
-    or not at all."""
-    if params.get("allocator") != "glibc-kept" or keep_heap():
+    thresholds by ``mallopt``, for what it allocates from now on; a process started with glibc's heap tuned by its
+    environment (the recipe's variables, or the user's own, which ``autotune run`` keeps) is left as it started. The
+    libraries are preloaded before Python starts or not at all."""
+    if params.get("allocator") != "glibc-kept" or _heap_tuned(dict(os.environ)) or keep_heap():
         return []
-    return ["allocator=glibc-kept not applied: this process's malloc is not glibc's"]
+    return ["allocator=glibc-kept not applied: the C library is not glibc, or its mallopt refused the thresholds"]
 
 
-# Hooks this family has nothing to do at (search_spaces._family): none.
+# Hooks this family leaves to the defaults (search_spaces._family): promising, interactions, prepare_model, prepare.
 
 
 class _DlInfo(ctypes.Structure):

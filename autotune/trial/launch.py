@@ -20,7 +20,8 @@ Variables autotune sets (from the knob families in ``autotune.search_spaces``):
 | ``TMPDIR`` | (trials only) | in the trial's directory, removed with it (inherited where a socket path is too long) |
 
 For a trial, every variable any knob may set is first removed from the inherited environment, so the
-baseline really runs with PyTorch's defaults (and no inherited ``LD_PRELOAD``). For ``autotune run``, a
+baseline really runs with PyTorch's defaults (and no inherited ``LD_PRELOAD``, nor glibc's heap tuned by
+``MALLOC_*_`` or ``GLIBC_TUNABLES``' ``glibc.malloc.*``). For ``autotune run``, a
 variable the user already set is kept and a warning names the recipe's value (as
 ``torch.backends.xeon.run_cpu`` does); ``LD_PRELOAD`` is merged instead: the recipe's libraries first,
 then the user's.
@@ -99,7 +100,7 @@ def plan(
     else:
         for key in spaces.controlled_variables():
             env.pop(key, None)
-        env.update(wanted)
+        env = {**spaces.preload.without_heap_tuning(env), **wanted}
     prefix = _membind(params, facts, membind_refused, notes)
     processes = spaces.processes.count(params)
     if processes > 1 and distributed.is_torchrun(list(cmd)):

@@ -124,13 +124,14 @@ def test_a_trial_starts_clean_but_autotune_run_merges_ld_preload(facts) -> None:
     machine = _two_sockets(facts)
     params = _params(facts, **INTEL, allocator="tcmalloc")
     user = {"LD_PRELOAD": "/home/me/libtrace.so /opt/jemalloc/libjemalloc.so", "KMP_BLOCKTIME": "200",
-            "MALLOC_CONF": "x"}
+            "MALLOC_CONF": "x", "MALLOC_TOP_PAD_": "1", "GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=1:glibc.cpu.x=1"}
     trial = launch.plan(["x"], params, machine, user, keep_user_env=False)
-    assert trial.env == {"LD_PRELOAD": f"{IOMP5}:{TCMALLOC}", "KMP_BLOCKTIME": "1",
-                         **spaces.threads.environment(params, facts)}  # MALLOC_CONF is autotune's: removed
+    assert trial.env == {"LD_PRELOAD": f"{IOMP5}:{TCMALLOC}", "KMP_BLOCKTIME": "1", "GLIBC_TUNABLES": "glibc.cpu.x=1",
+                         **spaces.threads.environment(params, facts)}  # MALLOC_CONF is autotune's: removed; and
+    # glibc's heap tuning: a trial's defaults run glibc as it comes
     run = launch.plan(["x"], params, machine, user, keep_user_env=True)
     assert run.env["LD_PRELOAD"] == f"{IOMP5}:{TCMALLOC}:/home/me/libtrace.so:/opt/jemalloc/libjemalloc.so"
-    assert run.env["KMP_BLOCKTIME"] == "200" and run.env["MALLOC_CONF"] == "x"
+    assert run.env["KMP_BLOCKTIME"] == "200" and run.env["MALLOC_CONF"] == "x" and run.env["MALLOC_TOP_PAD_"] == "1"
     kept, clash = sorted(run.warnings)
     assert kept == "KMP_BLOCKTIME is set to '200' in your environment, kept (the recipe says '1')"
     assert clash.startswith(
@@ -366,6 +367,9 @@ def test_glibc_kept_keeps_the_heap_under_autotune_run_and_by_apply_alone(facts, 
     assert not by_apply["mmapped"] and by_apply["env"] is None
     assert any("MALLOC_TRIM_THRESHOLD_=268435456 (is None)" in w for w in by_apply["warnings"])
     assert child(sys.executable, "-c", HEAP_SCRIPT)["mmapped"] is True  # the same process without the recipe
+    clean["MALLOC_MMAP_THRESHOLD_"] = str(1 << 20)  # the user's own, kept by autotune run: apply() leaves it
+    assert child(sys.executable, "-m", "autotune", "run", "--recipe", str(recipe), "--", sys.executable, "-c",
+                 HEAP_SCRIPT)["mmapped"] is True
 
 
 def test_apply_warns_when_libraries_are_not_mapped_even_if_the_variables_say_so(facts, tmp_path) -> None:
