@@ -176,16 +176,18 @@ def keep_heap() -> bool:
                 and libc.mallopt(_M_TRIM_THRESHOLD, KEPT_TRIM_THRESHOLD))
 
 
-def _heap_tuned(env: dict[str, str]) -> bool:
-    """Whether ``env`` tunes glibc's malloc: a ``MALLOC_*_`` variable (glibc's) or a ``glibc.malloc.`` tunable."""
-    return (any(k.startswith("MALLOC_") and k.endswith("_") for k in env)
-            or "glibc.malloc." in env.get("GLIBC_TUNABLES", ""))
+def _thresholds_set(env: dict[str, str]) -> bool:
+    """Whether ``env`` sets glibc's mmap or trim threshold (its ``MALLOC_*_THRESHOLD_`` variables or tunables)."""
+    tunables = env.get("GLIBC_TUNABLES", "")
+    return any(k in env for k in HEAP_THRESHOLDS) or any(
+        f"glibc.malloc.{name}=" in tunables for name in ("mmap_threshold", "trim_threshold"))
 
 
 def without_heap_tuning(env: dict[str, str]) -> dict[str, str]:
-    """``env`` without what tunes glibc's malloc (``MALLOC_*_``, ``GLIBC_TUNABLES``' ``glibc.malloc.*``), the
-    other tunables kept: a trial's defaults run glibc's heap as a plain process has it."""
-    out = {k: v for k, v in env.items() if not (k.startswith("MALLOC_") and k.endswith("_"))}
+    """``env`` without what tunes glibc's malloc (its ``MALLOC_*`` variables, ``GLIBC_TUNABLES``' ``glibc.malloc.*``;
+    jemalloc's ``MALLOC_CONF`` is the knob's own), the other tunables kept: a trial's defaults run glibc's heap as a
+    plain process has it."""
+    out = {k: v for k, v in env.items() if not k.startswith("MALLOC_") or k == "MALLOC_CONF"}
     if "GLIBC_TUNABLES" in out:
         kept = [t for t in out.pop("GLIBC_TUNABLES").split(":") if t and not t.startswith("glibc.malloc.")]
         if kept:
@@ -195,10 +197,10 @@ def without_heap_tuning(env: dict[str, str]) -> dict[str, str]:
 
 def apply_process(params: Params, facts: Facts | None) -> list[str]:
     """``glibc-kept`` in a process started without its variables (``autotune.apply()`` in a plain run): the same
-    thresholds by ``mallopt``, for what it allocates from now on; a process started with glibc's heap tuned by its
+    thresholds by ``mallopt``, for what it allocates from now on; a process started with the thresholds set by its
     environment (the recipe's variables, or the user's own, which ``autotune run`` keeps) is left as it started. The
     libraries are preloaded before Python starts or not at all."""
-    if params.get("allocator") != "glibc-kept" or _heap_tuned(dict(os.environ)) or keep_heap():
+    if params.get("allocator") != "glibc-kept" or _thresholds_set(dict(os.environ)) or keep_heap():
         return []
     return ["allocator=glibc-kept not applied: the C library is not glibc, or its mallopt refused the thresholds"]
 

@@ -21,7 +21,7 @@ Variables autotune sets (from the knob families in ``autotune.search_spaces``):
 
 For a trial, every variable any knob may set is first removed from the inherited environment, so the
 baseline really runs with PyTorch's defaults (and no inherited ``LD_PRELOAD``, nor glibc's heap tuned by
-``MALLOC_*_`` or ``GLIBC_TUNABLES``' ``glibc.malloc.*``). For ``autotune run``, a
+``MALLOC_*`` or ``GLIBC_TUNABLES``' ``glibc.malloc.*``). For ``autotune run``, a
 variable the user already set is kept and a warning names the recipe's value (as
 ``torch.backends.xeon.run_cpu`` does); ``LD_PRELOAD`` is merged instead: the recipe's libraries first,
 then the user's.
