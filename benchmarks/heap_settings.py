@@ -71,9 +71,11 @@ def with_recipe(envs: dict[str, dict[str, str]], path: str) -> dict[str, dict[st
 
 def run_one(script: str, env: dict[str, str], train_s: float) -> dict[str, float]:
     """One fresh process of ``script`` with ``env`` added: its samples/s and minor faults a second of its life."""
-    # glibc as it comes: none of the caller's heap tuning (MALLOC_*_, GLIBC_TUNABLES) or preloads
-    dropped = ("LD_PRELOAD", "AUTOTUNE_RECIPE", "GLIBC_TUNABLES")
-    clean = {k: v for k, v in os.environ.items() if k not in dropped and not k.startswith("MALLOC_")}
+    from autotune.search_spaces import preload
+
+    # glibc as it comes: none of the caller's heap tuning (as a trial's defaults), jemalloc's conf or preloads
+    dropped = ("LD_PRELOAD", "AUTOTUNE_RECIPE", "MALLOC_CONF")
+    clean = {k: v for k, v in preload.without_heap_tuning(dict(os.environ)).items() if k not in dropped}
     before, started = resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt, time.monotonic()
     done = subprocess.run([sys.executable, script], env={**clean, **env, "TRAIN_S": str(train_s)}, cwd=ROOT,
                           capture_output=True, text=True, timeout=600)

@@ -101,7 +101,7 @@ def _handle(bench: Bench, command: Command) -> Reply:
         bench.drop(command.arm)
         return Dropped(command.arm)
     if isinstance(command, KeepHeap):
-        return HeapKept(keep_heap())
+        return HeapKept(preload.keep_heap())
     if isinstance(command, EmptyCache):
         return CacheEmptied(empty_cache())
     return Bye()
@@ -110,8 +110,8 @@ def _handle(bench: Bench, command: Command) -> Reply:
 # glibc's malloc returns freed memory to the system (a freed block above the mmap threshold, a heap top above
 # the trim threshold) and faults it in again on the next step. In a worker hosting several arms its dynamic
 # thresholds can leave an arm in a slow, page-faulting state for seconds or its whole life, which skews the
-# pairs' ratios; fixed thresholds (the allocator knob's ``glibc-kept``) keep every arm in the fast state.
-keep_heap = preload.keep_heap
+# pairs' ratios; fixed thresholds (the allocator knob's ``glibc-kept``, ``preload.keep_heap``) keep every arm in
+# the fast state.
 
 
 def empty_cache() -> int:
@@ -135,7 +135,7 @@ def main(argv: list[str]) -> int:
         replies.flush()
 
     spec = WorkerSpec(**json.loads(Path(argv[0]).read_text()))
-    heap_kept = spec.keep_heap and keep_heap()  # before torch allocates anything
+    heap_kept = spec.keep_heap and preload.keep_heap()  # before torch allocates anything
 
 
     try:

@@ -34,6 +34,7 @@ import ctypes
 import logging
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -176,7 +177,7 @@ def keep_heap() -> bool:
                 and libc.mallopt(_M_TRIM_THRESHOLD, KEPT_TRIM_THRESHOLD))
 
 
-def _thresholds_set(env: dict[str, str]) -> bool:
+def _thresholds_set(env: Mapping[str, str]) -> bool:
     """Whether ``env`` sets glibc's mmap or trim threshold (its ``MALLOC_*_THRESHOLD_`` variables or tunables)."""
     tunables = env.get("GLIBC_TUNABLES", "")
     return any(k in env for k in HEAP_THRESHOLDS) or any(
@@ -200,7 +201,7 @@ def apply_process(params: Params, facts: Facts | None) -> list[str]:
     thresholds by ``mallopt``, for what it allocates from now on; a process started with the thresholds set by its
     environment (the recipe's variables, or the user's own, which ``autotune run`` keeps) is left as it started. The
     libraries are preloaded before Python starts or not at all."""
-    if params.get("allocator") != "glibc-kept" or _thresholds_set(dict(os.environ)) or keep_heap():
+    if params.get("allocator") != "glibc-kept" or _thresholds_set(os.environ) or keep_heap():
         return []
     return ["allocator=glibc-kept not applied: the C library is not glibc, or its mallopt refused the thresholds"]
 

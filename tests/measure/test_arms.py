@@ -377,8 +377,8 @@ def test_a_worker_hosting_arms_keeps_its_heap(tiny_worker: PairedWorker) -> None
 # mmapped (IS_MMAPPED in malloc.c); a 1 MiB block is mmapped at glibc's starting threshold (128 KiB).
 _MMAPPED = """
 import ctypes, sys
-from autotune.measure.worker import keep_heap
-kept = keep_heap() if sys.argv[1] == "keep" else False
+from autotune.search_spaces import preload
+kept = preload.keep_heap() if sys.argv[1] == "keep" else False
 libc = ctypes.CDLL(None)
 libc.malloc.restype = ctypes.c_void_p
 block = libc.malloc(1 << 20)
