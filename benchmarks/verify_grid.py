@@ -206,10 +206,13 @@ def choose(grid: Any, scores: dict[tuple[Any, ...], float], interval: Any, heuri
     return cells
 
 
-def _to_run(cells: list[Cell], done: dict[str, Verified], session: str, pairs: int) -> dict[str, int]:
-    """Each cell's pairs still to run in ``session`` (a failed pair counts as run: ``read`` keeps its count)."""
+def _to_run(cells: list[Cell], done: dict[str, Verified], session: str, pairs: int,
+            unsettled_only: bool = False) -> dict[str, int]:
+    """Each cell's pairs still to run in ``session`` (a failed pair counts as run: ``read`` keeps its count);
+    ``unsettled_only``: none for a cell already verified (its truth is settled; a new returned recipe's is not)."""
     had = {name: len(v.sessions.get(session, (0.0, []))[1]) + v.failed.get(session, 0) for name, v in done.items()}
-    return {c.name: pairs - had.get(c.name, 0) for c in cells if pairs > had.get(c.name, 0)}
+    settled = {name for name, v in done.items() if unsettled_only and v.status() == "verified"}
+    return {c.name: pairs - had.get(c.name, 0) for c in cells if pairs > had.get(c.name, 0) and c.name not in settled}
 
 
 def append_line(path: Path, row: dict[str, Any]) -> None:
@@ -265,7 +268,7 @@ def measure(args: argparse.Namespace) -> int:
     heuristic = {k: v for k, v in spaces.heuristic(facts, ctx).items() if defaults.get(k) != v}
     cells = choose(grid, scores, lambda k: sq._interval(grid, k), heuristic, returned_recipes(args.returned))
     out = Path(args.out or verified_path(args.grid))
-    todo = _to_run(cells, read(out, grid_id(grid), facts.fingerprint), args.session, args.pairs)
+    todo = _to_run(cells, read(out, grid_id(grid), facts.fingerprint), args.session, args.pairs, args.unsettled_only)
     by_name = {c.name: c for c in cells}
     per_pair = grid.recorded.get("process_pair_s") or 20.0
     print(f"{len(cells)} cells, session {args.session}: {sum(todo.values())} pairs to run (about "
@@ -350,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=8, help="process pairs of every cell in this session")
     parser.add_argument("--returned", nargs="*", default=[],
                         help="search_quality.py outputs whose returned recipes are verified too")
+    parser.add_argument("--unsettled-only", action="store_true",
+                        help="run no pair of a cell already verified (say, when only new returned recipes need truth)")
     parser.add_argument("--timeout", type=float, default=300.0, help="one process's time limit, seconds")
     parser.add_argument("--max-loss-increase", type=float, default=0.05)
     parser.add_argument("--any-machine", action="store_true", help="verify on a machine other than the grid's")

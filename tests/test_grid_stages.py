@@ -69,6 +69,8 @@ def test_a_cell_is_verified_with_16_pairs_from_two_sessions_an_hour_apart_that_a
     v = vg.read(out)[cell.name]
     t, low, high = v.truth()
     assert v.status() == "verified" and low < t < high and v.session_means()["s1"] == pytest.approx(1.2, rel=1e-3)
+    fresh = vg.Cell("cell", (1, 1), {"threads": 1, "interop_threads": 1})
+    assert vg._to_run([cell, fresh], {cell.name: v}, "s4", 8, unsettled_only=True) == {fresh.name: 8}
     assert vg.truth_of({cell.name: v})[(2, 1)][3:] == ("verified", 1)
     assert vg.read(out, grid="cnn@another recording") == {}  # rows of another recording at this path: not this one
     far = tmp_path / "far.jsonl"
