@@ -23,6 +23,7 @@ from . import roofline
 from .claim import UNDECIDED, stated
 from .guard import CANNOT_RESOLVE
 from .records import (
+    ALIKE,
     BASELINE,
     CONFIRM,
     NOT_RUN,
@@ -171,12 +172,14 @@ def _confirmed(confirmation: Confirmation, searched: list[TrialRecord], baseline
     undecided, user, tested = confirmation.undecided, confirmation.user, confirmation.tested
     if undecided is not None and undecided.confirmed is not None and user is not None \
             and undecided.number in (user.number, tested.number if tested is not None else None):
-        above = f", and above trial {winner.number}'s {winner.median:.2f}x of one round" if winner is not None else ""
+        of = "one round" if winner is not None and winner.rounds == 1 else \
+            f"{winner.rounds} rounds, by more than {ALIKE:.0%}" if winner is not None else ""
+        above = f", and above trial {winner.number}'s {winner.median:.2f}x of {of}" if winner is not None else ""
         notes.append(f"trial {undecided.number}'s rounds could not decide it (its low bound not above "
                      f"{confirmation.bar(undecided):.2f}x, its median above{above}): your runs decide it")
         if tested is None:
             return next(r for r in searched if r.number == undecided.number), undecided.confirmed, UNDECIDED
-        assert winner is not None  # your runs tested it first where one round chose the offer (``claim.user_runs``)
+        assert winner is not None  # your runs tested it first where there is an offer (``claim.user_runs``)
         stated(UNDECIDED, undecided.confirmed, tested, confirmation.margin, notes,
                f"the recipe offers trial {winner.number}, stated from its own pairs")
     if winner is None or winner.confirmed is None:
@@ -205,7 +208,7 @@ def _offered(confirmation: Confirmation, searched: list[TrialRecord],
     fastest = confirmation.fastest
     if fastest is not None and fastest.number != winner.number:
         notes.append(f"trial {winner.number} chosen over trial {fastest.number} ({fastest.interval()}): as fast "
-                     "(each one's median inside the other's interval), with the higher low bound")
+                     f"(its median within {ALIKE:.0%} of the fastest's), with the higher low bound")
     if winner.claim == "confirmed":
         notes.append(f"best (trial {winner.number}) confirmed at {winner.interval()} over PyTorch defaults")
     else:

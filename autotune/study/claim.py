@@ -9,11 +9,12 @@ What the recipe claims (``recipe.CLAIMS``): ``confirmed`` where two confirmation
 above ``1 + MIN_MARGIN``: fresh processes, ``measure.span_margin``); ``provisional`` with fewer of either, each said
 in a note; the defaults kept where the pairs' mean is not above 1.00x. Without three pairs (a budget too short, a
 failed pair) the recipe is provisional and states the confirmation's interval, said as of the search's workers.
-Where the rounds offer nothing, or only a recipe one round chose, but could not decide a candidate of a higher median
-(``Confirmation.undecided``: its interval straddles its bar, its median above), it runs in your pairs first and is
-offered only where they confirm it (``UNDECIDED``): the one test of fresh pairs that chose nothing, at the claim's
-confidence; else the defaults, or that one-round recipe, stated from its own pairs where the budget's end holds them
-(``Confirmation.tested`` keeps the test's), else as its round read it (``choice.choose_recipe``).
+Where the rounds offer nothing, or a recipe of a lower median (one round's; two rounds' or more, by ``records.ALIKE``,
+where the budget holds both claims: ``_holds_both``), but could not decide a candidate (``Confirmation.undecided``:
+its interval straddles its bar, its median above), it runs in your pairs first and is offered only where they
+confirm it (``UNDECIDED``): the one test of fresh pairs that chose nothing, at the claim's confidence; else the
+defaults, or that recipe, stated from its own pairs where the budget's end holds them (``Confirmation.tested`` keeps
+the test's), else as its rounds read it (``choice.choose_recipe``).
 """
 from __future__ import annotations
 
@@ -41,11 +42,14 @@ EXTRA = 1.2  # a pair past those asked starts where the time left is this many t
 def user_runs(loop: SearchLoop, confirmation: Confirmation) -> Confirmation:
     """``confirmation`` with its claim's process pairs of your training (``Confirmation.user``): its choice's, or
     first the candidate its rounds could not decide (``Confirmation.undecided``), where your runs can decide it;
-    where they do not confirm that one and the choice was one round's, the choice's own pairs follow where the
-    budget's end holds ``LEAST_CLAIM_PAIRS`` of them (the first pairs kept as ``Confirmation.tested``). Unchanged
+    where they do not confirm that one and there is a choice, the choice's own pairs follow where the budget's end
+    holds ``LEAST_CLAIM_PAIRS`` of them (a choice of two rounds or more: tested only where the budget holds both,
+    ``_holds_both``) (the first pairs kept as ``Confirmation.tested``). Unchanged
     where there is no such claim: nothing it would offer, or a measurer that runs no process of yours."""
     best = confirmation.best
     undecided = confirmation.undecided if decides(loop) else None
+    if undecided is not None and best is not None and best.rounds >= 2 and not _holds_both(loop):
+        undecided = None  # an offer its rounds confirmed is not put at risk of fewer pairs of its own
     winner = undecided or best
     if winner is None or winner.confirmed is None or not loop.measurer.user_processes:
         return confirmation
@@ -58,6 +62,13 @@ def user_runs(loop: SearchLoop, confirmation: Confirmation) -> Confirmation:
         return replace(confirmation, user=found)  # the choice is stated as its round read it (``choose_recipe``)
     loop.study.set_user_attr(StudyAttr.TESTED_RUNS, found.to_dict())  # the test stands in a study searched again
     return replace(confirmation, user=_pairs(loop, best, tested=False, first=CLAIM_PAIRS), tested=found)
+
+
+def _holds_both(loop: SearchLoop) -> bool:
+    """Whether the budget left holds a test's pairs and then the offer's own, ``CLAIM_PAIRS`` each at a pair's price
+    (``budget.claim_pair_s``): where a test does not confirm, the offer is stated from as many pairs as it had."""
+    pair_s = budget.claim_pair_s(loop.noise)
+    return bool(pair_s) and loop.budget.left() >= 2 * CLAIM_PAIRS * (pair_s or 0.0)
 
 
 def _pairs(loop: SearchLoop, winner: Candidate, tested: bool, first: int = 0) -> UserRuns:

@@ -15,7 +15,8 @@ says so. Only these measurements decide: a recipe is offered when its confirmed 
 margin`` (``Confirmation.best``; over two rounds or more the margin is ``MIN_MARGIN``, as their spread carries each
 worker's arm difference: ``measure.span_margin``); otherwise the defaults are kept, and the report says why, unless
 a candidate's rounds straddle its bar with their median above it: your runs' fresh pairs decide that one
-(``Confirmation.undecided``, ``claim.UNDECIDED``), also before a recipe one round chose whose median is lower. Each
+(``Confirmation.undecided``, ``claim.UNDECIDED``), also before an offer whose median is lower (one round's; or
+by ``records.ALIKE`` an offer of two rounds or more, where the budget holds both claims). Each
 round is a trial of the study with role ``confirm`` (user attributes ``confirms``: the trial it re-measures,
 ``round``), so a resumed search keeps them and measures only what is missing.
 

@@ -458,14 +458,18 @@ def _candidate(number: int, median: float, low: float, high: float, rounds: int 
     ([(3, 1.6, 1.5, 1.7), (1, 1.3, 1.28, 1.32)], 3),  # the surer one's median is below the fastest's interval
     # a 3-minute CNN demo's: the surer one's interval lies below the fastest's median, which it tells apart
     ([(6, 2.50, 1.69, 3.69), (3, 1.99, 1.91, 2.06)], 6),
-    ([(6, 2.05, 1.69, 3.69), (3, 1.99, 1.91, 2.06)], 3),  # the fastest's median inside the surer one's: alike
-    ([(6, 2.50, 1.69, 3.69), (3, 1.99, 1.91, 2.50)], 3),  # on its bound: inside
+    ([(6, 2.05, 1.69, 3.69), (3, 1.995, 1.91, 2.06)], 3),  # medians within 3%: alike
+    # a 5-minute replay of the Xeon's environment grid (s57, seed 11): the surer one's interval reaches the
+    # fastest's median, but its median is 5.5% below (verified: 2.72x and 1.82x)
+    ([(9, 2.29, 1.74, 3.02, 2), (8, 2.17, 1.86, 2.53, 2)], 9),
+    ([(6, 2.50, 1.69, 3.69), (3, 1.99, 1.91, 2.50)], 6),  # its interval reaching the fastest's median: not alike
     ([(3, 1.6, 1.01, 2.2), (1, 1.5, 1.1, 1.9)], 1),  # the fastest does not clear 1 + margin
     ([(3, 1.6, 0.9, 2.2), (1, 1.01, 1.0, 1.02)], None),
     # one round (its budget left the later ones out) does not outrank three: as a CNN search beside a test run had it
     ([(7, 8.15, 3.27, 20.28, 1), (4, 1.67, 1.49, 1.88), (1, 1.48, 1.25, 1.75)], 4),
     ([(7, 8.15, 3.27, 20.28, 1), (4, 1.67, 0.9, 1.88)], 7)])  # where no candidate of more rounds is faster
 def test_of_candidates_alike_in_speed_the_surer_one_is_the_recipe(candidates: list[tuple], chosen: int | None) -> None:
+    """Alike: a median within 3% of the fastest's (``records.ALIKE``); of those, the highest low bound."""
     from autotune.study.records import Confirmation
 
     confirmation = Confirmation(_candidate(0, 1.0, 0.98, 1.02), tuple(_candidate(*c) for c in candidates), margin=0.02)
