@@ -7,8 +7,8 @@ the fastest feasible trial's own interval must clear the same bar. Otherwise the
 note says why ("best candidate 1.04x [0.98-1.10]: not faster with confidence"). The recipe's ``claim`` says which
 of these its speedup stands on (``recipe.CLAIMS``): a winner of one confirmation round is ``provisional``, never
 ``confirmed``; a candidate the rounds could not decide (``Confirmation.undecided``) is offered only where your runs
-confirm it (``claim.stated``); where they do not, a recipe one round chose is stated from its own pairs, or where
-none ran, as that round read it.
+confirm it (``claim.stated``); where they do not, the offer is stated from its own pairs, or where none ran, as
+its rounds read it, provisional.
 """
 from __future__ import annotations
 
@@ -64,15 +64,18 @@ def choose_recipe(
         best, measured, claim = _confirmed(confirmation, searched, baseline, notes)
         user, offer = confirmation.user, confirmation.best
         if user is not None and best is not baseline and best.number == user.number:
-            # where your runs do not confirm the candidate its rounds could not decide, a one-round offer stands
+            # where your runs do not confirm the candidate its rounds could not decide, the offer stands
             instead = offer if claim == UNDECIDED and offer is not None else None
-            otherwise = (f"the recipe offers trial {instead.number} on its one confirmation round" if instead else
-                         "the recipe keeps the defaults")
+            rounds = "its one confirmation round" if instead and instead.rounds == 1 else \
+                f"its {instead.rounds if instead else 0} confirmation rounds"
+            otherwise = f"the recipe offers trial {instead.number} on {rounds}" if instead else \
+                "the recipe keeps the defaults"
             said, claim, yours = stated(claim, measured, user, margin, notes, otherwise)
             if said is not None:
                 measured = said
             elif instead is not None:
-                best, measured, claim = _offered(confirmation, searched, notes)
+                best, measured, _ = _offered(confirmation, searched, notes)
+                claim = "provisional"  # none of its own pairs ran: its rounds alone never state "confirmed"
                 notes.append(f"not measured in processes of your training (your runs tested trial {user.number}): "
                              f"the stated interval is trial {best.number}'s confirmation in the search's workers; "
                              f"the recipe is {claim}")

@@ -14,7 +14,7 @@ where the budget holds both claims: ``_holds_both``), but could not decide a can
 its interval straddles its bar, its median above), it runs in your pairs first and is offered only where they
 confirm it (``UNDECIDED``): the one test of fresh pairs that chose nothing, at the claim's confidence; else the
 defaults, or that recipe, stated from its own pairs where the budget's end holds them (``Confirmation.tested`` keeps
-the test's), else as its rounds read it (``choice.choose_recipe``).
+the test's), else as its rounds read it, provisional (``choice.choose_recipe``).
 """
 from __future__ import annotations
 
@@ -65,10 +65,12 @@ def user_runs(loop: SearchLoop, confirmation: Confirmation) -> Confirmation:
 
 
 def _holds_both(loop: SearchLoop) -> bool:
-    """Whether the budget left holds a test's pairs and then the offer's own, ``CLAIM_PAIRS`` each at a pair's price
-    (``budget.claim_pair_s``): where a test does not confirm, the offer is stated from as many pairs as it had."""
+    """Whether the budget left holds a test's pairs and then the offer's own, as many each as the claim may run
+    (``_most``) at a pair's price (``budget.claim_pair_s``): where a test does not confirm, the offer is stated from as
+    many pairs as it would have had."""
     pair_s = budget.claim_pair_s(loop.noise)
-    return bool(pair_s) and loop.budget.left() >= 2 * CLAIM_PAIRS * (pair_s or 0.0)
+    most = _most(loop.options, budget.claim_pairs(loop.options, pair_s))
+    return bool(pair_s) and loop.budget.left() >= 2 * max(most, CLAIM_PAIRS) * (pair_s or 0.0)
 
 
 def _pairs(loop: SearchLoop, winner: Candidate, tested: bool, first: int = 0) -> UserRuns:

@@ -276,8 +276,8 @@ class Confirmation:
         medians, the one whose fresh-process rounds disagreed less. A median further below is not alike, however wide
         the fastest's interval: over two rounds a Student-t interval is 12.7 standard errors each side, and which of
         two intervals has the higher low bound says which one's rounds happened to agree (30 replayed 5-minute
-        searches of the Xeon's environment grid: the highest median was near-optimal in 30, the highest low bound in
-        9; docs/measurement.md)."""
+        searches of the Xeon's environment grid: the highest median was near-optimal in 30, the highest low bound's
+        choice in 13; docs/measurement.md)."""
         fastest = self.fastest
         if fastest is None:
             return None
@@ -290,15 +290,17 @@ class Confirmation:
         bound not (a Student-t interval over three rounds reaches 4.3 standard errors each side: a 1.1x gain can
         read 1.11x [1.02-1.20]; over two, 12.7), where none is offered (``best`` is None), where only one round chose
         the offer and this one's median is above the offer's (the budget's end left a faster recipe's deciding
-        round for a lower one's first), or where its median is above the offer's by more than ``ALIKE`` (two
+        round for a lower one's first), or where its median is above the fastest's by more than ``ALIKE`` (two
         rounds of a 2.7x recipe read 2.43x and 2.92x, [0.84-8.47], beside a 1.9x one's 2.26x and 2.06x). Your runs'
         fresh process pairs, none of which chose it, decide it: offered only where they confirm it, else the offer
         stands, stated from its own pairs where they ran after (``claim.user_runs``, ``claim.stated``). Of several,
         the highest low bound: one candidate is tested, so no other look shares the pairs' confidence."""
-        best = self.best
+        best, fastest = self.best, self.fastest
 
         def above(c: Candidate) -> bool:
-            return best is None or c.median > best.median * (1 + ALIKE if best.rounds >= 2 else 1)
+            if best is None or fastest is None:
+                return True
+            return c.median > (fastest.median * (1 + ALIKE) if best.rounds >= 2 else best.median)
         straddling = [c for c in self.candidates if c.confirmed is not None and c.failed is None and c.rounds >= 2
                       and c.median > self.bar(c) and c.low <= self.bar(c) and above(c)]
         return max(straddling, key=lambda c: (c.low, c.median), default=None)

@@ -392,20 +392,24 @@ APART = [(2.434, 2.20, 2.70), (2.919, 2.60, 3.25), (2.60, 2.40, 2.80)]
 AGREEING = [(2.258, 2.10, 2.42), (2.061, 1.92, 2.21), (2.15, 2.00, 2.30)]
 
 
-@pytest.mark.parametrize("case", ["they confirm it", "they do not", "the budget holds one claim"])
+@pytest.mark.parametrize("case", ["they confirm it", "they do not", "the budget holds one claim",
+                                  "they do not, and took longer than priced"])
 def test_a_faster_candidate_whose_two_rounds_straddle_is_decided_before_a_two_round_offer(
         tmp_path: Path, facts: Any, case: str) -> None:
     """Trial 1's two rounds were far apart, trial 2's close: trial 2's low bound cleared the bar, trial 1's did not,
     and trial 2 was offered though trial 1's median was 24% above it. Now your runs decide trial 1 first where the
     budget holds its six pairs and then trial 2's six: offered, confirmed, where they read it faster with confidence;
     else trial 2 is stated from its own six pairs, as it would have been. Where the budget holds one claim's pairs,
-    no test: the offer confirmed over two rounds keeps its six."""
+    no test: the offer confirmed over two rounds keeps its six. Where the test's pairs took longer than priced and
+    none of trial 2's fit after them, trial 2 is stated as its rounds read it, provisional: rounds alone never
+    state "confirmed"."""
     confirming, not_confirming = [2.55, 2.62, 2.48, 2.70, 2.58, 2.51], [1.06, 0.98, 1.09, 1.01, 1.05, 0.99]
     its_own = [1.95, 1.88, 2.02, 1.91, 1.97, 1.85]  # trial 2's own pairs
     ratios = {"they confirm it": confirming, "they do not": not_confirming + its_own,
-              "the budget holds one claim": its_own}[case]
+              "the budget holds one claim": its_own, "they do not, and took longer than priced": not_confirming}[case]
     clock = ReplayClock()
-    stub = Yours(clock, _explored(), {"fast": APART, "slow": AGREEING}, ratios=list(ratios), start_s=5.1)
+    stub = Yours(clock, _explored(), {"fast": APART, "slow": AGREEING}, ratios=list(ratios), start_s=5.1,
+                 pair_s=25.0 if case == "they do not, and took longer than priced" else PAIR_S)
     kept = 6 if case == "the budget holds one claim" else 12  # pairs the budget holds after two rounds of each
     recipe, found = _search(tmp_path, facts, stub, 40.0 + kept * PAIR_S + 10.0, clock, rounds=2)
     said = " ".join(recipe.notes)
@@ -419,6 +423,12 @@ def test_a_faster_candidate_whose_two_rounds_straddle_is_decided_before_a_two_ro
            "trial 2's 2.16x of 2 rounds, by more than 3%): your runs decide it" in said, said
     if case == "they confirm it":
         assert (recipe.params, recipe.claim, recipe.process_pairs) == (found[1].params, "confirmed", 6), said
+        return
+    if case == "they do not, and took longer than priced":
+        assert (recipe.params, recipe.claim, recipe.process_pairs) == (found[2].params, "provisional", None), said
+        assert "the recipe offers trial 2 on its 2 confirmation rounds" in said, said
+        assert "your runs tested trial 1): the stated interval is trial 2's confirmation in the search's workers; " \
+               "the recipe is provisional" in said, said
         return
     assert all(params == found[2].params for params in stub.asked[6:]), said
     assert (recipe.params, recipe.claim, recipe.process_pairs) == (found[2].params, "confirmed", 6), said
