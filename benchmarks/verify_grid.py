@@ -211,7 +211,7 @@ def _to_run(cells: list[Cell], done: dict[str, Verified], session: str, pairs: i
     """Each cell's pairs still to run in ``session`` (a failed pair counts as run: ``read`` keeps its count);
     ``unsettled_only``: none for a cell already verified (its truth is settled; a new returned recipe's is not)."""
     had = {name: len(v.sessions.get(session, (0.0, []))[1]) + v.failed.get(session, 0) for name, v in done.items()}
-    settled = {name for name, v in done.items() if unsettled_only and v.status() == "verified"}
+    settled = {name for name, v in done.items() if v.status() == "verified"} if unsettled_only else set()
     return {c.name: pairs - had.get(c.name, 0) for c in cells if pairs > had.get(c.name, 0) and c.name not in settled}
 
 

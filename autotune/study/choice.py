@@ -66,10 +66,10 @@ def choose_recipe(
         if user is not None and best is not baseline and best.number == user.number:
             # where your runs do not confirm the candidate its rounds could not decide, the offer stands
             instead = offer if claim == UNDECIDED and offer is not None else None
-            rounds = "its one confirmation round" if instead and instead.rounds == 1 else \
-                f"its {instead.rounds if instead else 0} confirmation rounds"
-            otherwise = f"the recipe offers trial {instead.number} on {rounds}" if instead else \
-                "the recipe keeps the defaults"
+            otherwise = "the recipe keeps the defaults"
+            if instead is not None:
+                rounds = "one confirmation round" if instead.rounds == 1 else f"{instead.rounds} confirmation rounds"
+                otherwise = f"the recipe offers trial {instead.number} on its {rounds}"
             said, claim, yours = stated(claim, measured, user, margin, notes, otherwise)
             if said is not None:
                 measured = said
@@ -175,9 +175,10 @@ def _confirmed(confirmation: Confirmation, searched: list[TrialRecord], baseline
     undecided, user, tested = confirmation.undecided, confirmation.user, confirmation.tested
     if undecided is not None and undecided.confirmed is not None and user is not None \
             and undecided.number in (user.number, tested.number if tested is not None else None):
-        of = "one round" if winner is not None and winner.rounds == 1 else \
-            f"{winner.rounds} rounds, by more than {ALIKE:.0%}" if winner is not None else ""
-        above = f", and above trial {winner.number}'s {winner.median:.2f}x of {of}" if winner is not None else ""
+        above = ""
+        if winner is not None:
+            of = "one round" if winner.rounds == 1 else f"{winner.rounds} rounds, by more than {ALIKE:.0%}"
+            above = f", and above trial {winner.number}'s {winner.median:.2f}x of {of}"
         notes.append(f"trial {undecided.number}'s rounds could not decide it (its low bound not above "
                      f"{confirmation.bar(undecided):.2f}x, its median above{above}): your runs decide it")
         if tested is None:

@@ -43,9 +43,9 @@ def user_runs(loop: SearchLoop, confirmation: Confirmation) -> Confirmation:
     """``confirmation`` with its claim's process pairs of your training (``Confirmation.user``): its choice's, or
     first the candidate its rounds could not decide (``Confirmation.undecided``), where your runs can decide it;
     where they do not confirm that one and there is a choice, the choice's own pairs follow where the budget's end
-    holds ``LEAST_CLAIM_PAIRS`` of them (a choice of two rounds or more: tested only where the budget holds both,
-    ``_holds_both``) (the first pairs kept as ``Confirmation.tested``). Unchanged
-    where there is no such claim: nothing it would offer, or a measurer that runs no process of yours."""
+    holds ``LEAST_CLAIM_PAIRS`` of them (the first pairs kept as ``Confirmation.tested``); before a choice of two
+    rounds or more, the test runs only where the budget holds both claims (``_holds_both``). Unchanged where there
+    is no such claim: nothing it would offer, or a measurer that runs no process of yours."""
     best = confirmation.best
     undecided = confirmation.undecided if decides(loop) else None
     if undecided is not None and best is not None and best.rounds >= 2 and not _holds_both(loop):
@@ -69,8 +69,9 @@ def _holds_both(loop: SearchLoop) -> bool:
     (``_most``) at a pair's price (``budget.claim_pair_s``): where a test does not confirm, the offer is stated from as
     many pairs as it would have had."""
     pair_s = budget.claim_pair_s(loop.noise)
-    most = _most(loop.options, budget.claim_pairs(loop.options, pair_s))
-    return bool(pair_s) and loop.budget.left() >= 2 * max(most, CLAIM_PAIRS) * (pair_s or 0.0)
+    if not pair_s:
+        return False
+    return loop.budget.left() >= 2 * _most(loop.options, budget.claim_pairs(loop.options, pair_s)) * pair_s
 
 
 def _pairs(loop: SearchLoop, winner: Candidate, tested: bool, first: int = 0) -> UserRuns:

@@ -296,13 +296,10 @@ class Confirmation:
         stands, stated from its own pairs where they ran after (``claim.user_runs``, ``claim.stated``). Of several,
         the highest low bound: one candidate is tested, so no other look shares the pairs' confidence."""
         best, fastest = self.best, self.fastest
-
-        def above(c: Candidate) -> bool:
-            if best is None or fastest is None:
-                return True
-            return c.median > (fastest.median * (1 + ALIKE) if best.rounds >= 2 else best.median)
+        floor = 0.0 if best is None or fastest is None else \
+            fastest.median * (1 + ALIKE) if best.rounds >= 2 else best.median  # the median it must be above
         straddling = [c for c in self.candidates if c.confirmed is not None and c.failed is None and c.rounds >= 2
-                      and c.median > self.bar(c) and c.low <= self.bar(c) and above(c)]
+                      and c.median > self.bar(c) and c.low <= self.bar(c) and c.median > floor]
         return max(straddling, key=lambda c: (c.low, c.median), default=None)
 
 
