@@ -132,8 +132,7 @@ class WithYourRuns(Traced):
         pair_s = float(self.grid.recorded.get("process_pair_s") or 0.0)
         if not pair_s:
             return noise
-        windows = 2 * max(4, noise.pairs // 2) * noise.window_s  # a screen's process pair (``across_processes``)
-        start_s, home = max(0.0, (pair_s - windows) / 2), self.grid.find(self.grid.defaults)
+        start_s, home = self.start_s(), self.grid.find(self.grid.defaults)
         batch = self.grid.defaults.get("batch_per_rank") or self.grid.defaults.get("batch_size") or 1
         run_s = trial_run_s(start_s, home.step_s, TrialSettings(), batch) if home.step_s else None
         return replace(noise, start_s=start_s, run_s=run_s)

@@ -45,7 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AutotuneError
-from ..measure import ENVIRONMENT_KEYS, Interval, Noise, PairedMeasurer, combine, stats
+from ..measure import ENVIRONMENT_KEYS, Interval, Noise, PairedMeasurer, combine, environment_differences, stats
+from ..measure import environment_key as env_key
 from ..measure.candidate import round_factor
 from ..measure.hopeless import far_slower_result
 from ..measure.process_pair import PROCESS_PAIRS
@@ -237,6 +238,9 @@ class ReplayMeasurer(PairedMeasurer):
         # Held out and not yet drawn, by combination: the confirmation's rounds draw without replacement, so no
         # pair counts in two rounds (a bootstrap of ~5 ratios repeated a pair in about half of 3 rounds)
         self.unused: dict[tuple[Any, ...], tuple[list[float], list[float]]] = {}
+        # As live (``WorkerPool``): an environment's first look runs its process pairs and keeps its worker, alive for
+        # its later candidates until another's replaces it; a round runs one pair an environment, however many share it
+        self.looked, self.paid, self.alive = set[str](), set[str](), ""
 
     def calibrate(self, timeout_s: float) -> Noise:
         n = self.grid.noise
@@ -244,7 +248,18 @@ class ReplayMeasurer(PairedMeasurer):
         return Noise(**{**n, "aa": tuple(n["aa"])})
 
     def reseed(self, seed: int) -> None:
-        self.seed, self.confirming = seed, True
+        self.seed, self.confirming, self.paid = seed, True, set()
+
+    def warm(self, params: dict[str, Any]) -> bool:
+        """As live (``LiveMeasurer.warm``): the defaults' environment, or the one whose worker is alive, looked at."""
+        return not environment_differences(self.defaults, params) or env_key(params) in self.looked & {self.alive}
+
+    def start_s(self) -> float:
+        """A worker's start, its arm built and settled: half of what a recorded process pair took beyond its
+        windows (``across_processes``: two workers, a factor's windows)."""
+        noise, pair_s = self.grid.noise, float(self.grid.recorded.get("process_pair_s") or 0.0)
+        windows = 2 * max(4, int(noise.get("pairs") or 0) // 2) * float(noise.get("window_s") or 0.0)
+        return max(0.0, (pair_s - windows) / 2)
 
     def begin(self, params: dict[str, Any], timeout_s: float) -> object | TrialResult:
         config = self.grid.find(params)
@@ -263,9 +278,13 @@ class ReplayMeasurer(PairedMeasurer):
                                                      "combination: no round beyond those it held")
         rng.shuffle(order)
         handle = _Handle(config, order if not self.confirming else list(order), self._kind(config), self.confirming)
+        env = env_key(params)
         if handle.kind in (ACROSS, FACTOR):
-            pairs = 1 if self.confirming else len(config.split(False, self.split_seed)[1])
+            done = self.paid if self.confirming else self.looked
+            pairs = 0 if env in done else 1 if self.confirming else len(config.split(False, self.split_seed)[1])
             need = pairs * float(self.grid.recorded.get("process_pair_s") or 0.0)
+            if not pairs and not self.confirming and env != self.alive:
+                need = self.start_s()  # its factor stands; its worker is started again
             # as live (``EnvironmentFactors._too_short``): not started, nothing charged; a confirmation round is the
             # confirmation's to admit
             if need > timeout_s and not self.confirming:
@@ -278,6 +297,8 @@ class ReplayMeasurer(PairedMeasurer):
             # where all their pairs read 1.47x)
             handle.held = held_out.pop() if self.confirming and held_out else None
             self.charge(need)
+            done.add(env)
+            self.alive = env if not self.confirming else self.alive
         return handle
 
     def charge(self, seconds: float) -> None:

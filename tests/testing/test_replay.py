@@ -303,3 +303,32 @@ def test_the_heuristic_is_scored_as_itself_or_reported_missing() -> None:
     assert share == pytest.approx(scores[grid.key(itself)] / max(scores.values())) and said == f"{share:.3f}"
     infeasible = {**DEFAULTS, "batch_size": 256}  # its loss 50% worse: no score, and said so
     assert score_heuristic(grid, scores, infeasible, DEFAULTS) == (None, "not feasible in the grid")
+
+
+def test_an_environment_looked_at_keeps_its_factor_and_worker_as_live() -> None:
+    """As live (``WorkerPool``, ``EnvironmentFactors``): a later candidate of an environment whose first look ran
+    its process pairs runs none again, in that environment's worker while no other's replaced it (else one worker
+    start), and is warm for the search's pricing; a confirmation round runs one process pair an environment, however
+    many of its candidates share the round. Charged the first look's pairs again, a 2-minute replay never reached
+    the combination a live search measures as an arm (0.43 of the Xeon's environment grid's gain)."""
+    from autotune.testing.replay import ReplayClock
+
+    other = GridConfig({"threads": 3, "batch_size": 64, "channels_last": False}, ratios=AA,
+                       process_pair_factors=FACTORS, loss=1.0, loss_samples=1792, window_s=0.3)
+    grid = replace(_grid(), configs=[*_grid().configs, other], recorded={"process_pair_s": 10.0})
+    clock = ReplayClock()
+    m = ReplayMeasurer(grid, seed=0, clock=clock)
+    one, combined = {**DEFAULTS, "threads": 1}, {**DEFAULTS, "threads": 1, "channels_last": True}
+    assert m.warm({**DEFAULTS, "channels_last": True}) and not m.warm(combined)
+    m.begin(one, 60.0)  # its first look: the search's two recorded process pairs
+    assert clock.charged == pytest.approx(20.0) and m.warm(combined)
+    m.begin(combined, 60.0)
+    assert clock.charged == pytest.approx(20.0)
+    m.begin({**DEFAULTS, "threads": 3}, 60.0)  # another environment's first look replaces its worker
+    assert clock.charged == pytest.approx(40.0) and not m.warm(combined)
+    m.begin(combined, 60.0)  # a worker's start: (10 - 2 x 4 pairs x 2 windows of 0.3 s) / 2
+    assert clock.charged == pytest.approx(43.8) and m.warm(combined)
+    m.reseed(1)  # a round: its one process pair of the environment, both candidates in its worker
+    m.begin(one, 60.0)
+    m.begin(combined, 60.0)
+    assert clock.charged == pytest.approx(53.8)
