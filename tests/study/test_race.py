@@ -476,6 +476,21 @@ def test_of_candidates_alike_in_speed_the_surer_one_is_the_recipe(candidates: li
     assert (confirmation.best.number if confirmation.best else None) == chosen
 
 
+@pytest.mark.parametrize(("candidates", "chosen"), [
+    # a 2-minute replay of the Xeon's environment grid (s58): nothing offered, two straddling over two rounds, the
+    # heuristic and bf16 in its environment (verified: 1.12x and 2.37x); the faster one is tested
+    ([(2, 2.18, 0.46, 10.27, 2), (1, 1.06, 0.81, 1.39, 2)], 2),
+    ([(2, 1.08, 0.46, 2.50, 2), (1, 1.06, 0.81, 1.39, 2)], 1),  # medians within 3%: alike, the surer one
+    ([(2, 2.18, 0.46, 10.27, 2), (1, 2.15, 1.9, 2.4, 2)], None)])  # an offer of two rounds within 3%: none
+def test_of_straddling_candidates_the_faster_one_is_tested(candidates: list[tuple], chosen: int | None) -> None:
+    """Your runs test one candidate whose rounds could not decide it: as ``best`` chooses, of those alike the fastest
+    median, the highest low bound (``Confirmation.undecided``)."""
+    from autotune.study.records import Confirmation
+
+    confirmation = Confirmation(_candidate(0, 1.0, 0.98, 1.02), tuple(_candidate(*c) for c in candidates), margin=0.02)
+    assert (confirmation.undecided.number if confirmation.undecided else None) == chosen
+
+
 @pytest.mark.parametrize(("rounds", "chosen"), [(3, 5), (2, 5), (1, None)])
 def test_a_margin_of_one_worker_is_not_asked_of_rounds_across_workers(rounds: int, chosen: int | None) -> None:
     """An 8% calibration margin (an A/A's far bound) is one worker's arm placement; rounds of fresh workers carry
