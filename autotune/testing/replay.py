@@ -49,7 +49,7 @@ from ..measure import ENVIRONMENT_KEYS, Interval, Noise, PairedMeasurer, combine
 from ..measure import environment_key as env_key
 from ..measure.candidate import round_factor
 from ..measure.hopeless import far_slower_result
-from ..measure.process_pair import PROCESS_PAIRS
+from ..measure.process_pair import PROCESS_PAIRS, needed
 from ..trial.spec import Status, TrialResult
 
 FORMAT = "autotune-paired-grid-v1"
@@ -209,6 +209,8 @@ class _Handle:
     confirming: bool = False  # drawn from the measurements the search did not see
     drawn: list[float] = field(default_factory=list)
     held: float | None = None  # confirming in another environment: this round's process pair, one held out
+    looks: int = 0  # calls to ``more``: a search's race rounds
+    env: str = ""  # another environment's (``environment_key``), where its process pairs were charged
 
 
 def _value(params: dict[str, Any], key: str) -> Any:
@@ -219,11 +221,7 @@ def _value(params: dict[str, Any], key: str) -> Any:
 class ReplayMeasurer(PairedMeasurer):
     """A ``PairedMeasurer`` over a ``RecordedGrid`` (see the module docstring); ``seed``: the search's. The recording
     machine's kernel speeds and matmul peaks are not in the grid: this one's do not apply (``machine_speeds``,
-    ``machine_limits``).
-
-    As the live measurer (``autotune.measure.live.LiveMeasurer``): the defaults themselves are the baseline,
-    whose speedup is the calibration's A/A; the defaults of another environment are their process-pair
-    factor alone; ``reseed`` draws new orders (the confirmation's fresh pairs)."""
+    ``machine_limits``)."""
 
     machine_speeds = False
     machine_limits = False
@@ -235,12 +233,11 @@ class ReplayMeasurer(PairedMeasurer):
         self.clock = clock  # charged the recorded time of what it answers, where given
         self.begun: dict[tuple[Any, ...], int] = {}
         self.confirming = False  # after ``reseed``: the held-out half of every combination's measurements
-        # Held out and not yet drawn, by combination: the confirmation's rounds draw without replacement, so no
-        # pair counts in two rounds (a bootstrap of ~5 ratios repeated a pair in about half of 3 rounds)
+        # held out, not yet drawn, by combination: no pair counts in two rounds (a bootstrap repeated them)
         self.unused: dict[tuple[Any, ...], tuple[list[float], list[float]]] = {}
-        # As live (``WorkerPool``): an environment's first look runs its process pairs and keeps its worker, alive for
-        # its later candidates until another's replaces it; a round runs one pair an environment, however many share it
-        self.looked, self.paid, self.alive = set[str](), set[str](), ""
+        # As live (``WorkerPool``, ``EnvironmentFactors``): process pairs charged by environment, its worker kept till
+        # another's replaces it; a round's one pair an environment (``paid``), however many of its candidates share it
+        self.looked, self.paid, self.alive = dict[str, int](), set[str](), ""
 
     def calibrate(self, timeout_s: float) -> Noise:
         n = self.grid.noise
@@ -248,15 +245,15 @@ class ReplayMeasurer(PairedMeasurer):
         return Noise(**{**n, "aa": tuple(n["aa"])})
 
     def reseed(self, seed: int) -> None:
-        self.seed, self.confirming, self.paid = seed, True, set()
+        self.seed, self.confirming, self.paid, self.alive = seed, True, set(), ""  # fresh workers
 
     def warm(self, params: dict[str, Any]) -> bool:
         """As live (``LiveMeasurer.warm``): the defaults' environment, or the one whose worker is alive, looked at."""
-        return not environment_differences(self.defaults, params) or env_key(params) in self.looked & {self.alive}
+        key = env_key(params)
+        return not environment_differences(self.defaults, params) or (key in self.looked and key == self.alive)
 
     def start_s(self) -> float:
-        """A worker's start, its arm built and settled: half of what a recorded process pair took beyond its
-        windows (``across_processes``: two workers, a factor's windows)."""
+        """A worker's start, its arm built and settled: half a recorded process pair beyond its factor's windows."""
         noise, pair_s = self.grid.noise, float(self.grid.recorded.get("process_pair_s") or 0.0)
         windows = 2 * max(4, int(noise.get("pairs") or 0) // 2) * float(noise.get("window_s") or 0.0)
         return max(0.0, (pair_s - windows) / 2)
@@ -283,22 +280,23 @@ class ReplayMeasurer(PairedMeasurer):
             done = self.paid if self.confirming else self.looked
             pairs = 0 if env in done else 1 if self.confirming else len(config.split(False, self.split_seed)[1])
             need = pairs * float(self.grid.recorded.get("process_pair_s") or 0.0)
-            if not pairs and not self.confirming and env != self.alive:
-                need = self.start_s()  # its factor stands; its worker is started again
-            # as live (``EnvironmentFactors._too_short``): not started, nothing charged; a confirmation round is the
-            # confirmation's to admit
+            if not pairs and env != self.alive:
+                need = self.start_s()  # its factor (or the round's) stands; its worker is started again
+            # as live (``EnvironmentFactors._too_short``): not started, nothing charged; a round is the confirmation's
             if need > timeout_s and not self.confirming:
                 return TrialResult(Status.SKIPPED, error=f"not started: another environment needs {pairs} process "
-                                                         f"pair(s), about {need:.0f} s; {timeout_s:.0f} s were left")
+                                   f"pair(s) or its worker's start, about {need:.0f} s; {timeout_s:.0f} s were left")
         self.charge(config.warmup_s)
         if handle.kind in (ACROSS, FACTOR):  # its environment's process pairs (the search's, or a round's one)
-            # a live round's fresh process pair is one of many: each round takes one held out that no round took
-            # (one fixed held-out pair made every round agree: the CNN grid's environments were confirmed at ~2.1x
-            # where all their pairs read 1.47x)
+            # each round takes one held-out pair no round took (one fixed pair made every round agree)
             handle.held = held_out.pop() if self.confirming and held_out else None
             self.charge(need)
-            done.add(env)
-            self.alive = env if not self.confirming else self.alive
+            if self.confirming:
+                self.paid.add(env)
+            else:
+                handle.env = env  # its later race rounds may add pairs (``more``)
+                self.looked.setdefault(env, pairs)
+            self.alive = env
         return handle
 
     def charge(self, seconds: float) -> None:
@@ -318,6 +316,11 @@ class ReplayMeasurer(PairedMeasurer):
 
     def more(self, handle: object, n: int, timeout_s: float, confidence: float = stats.CONFIDENCE) -> Interval:
         h = self._handle(handle)
+        h.looks += 1
+        pilot = h.config.split(False, self.split_seed)[1]  # a later race round: one more pair till the pilot settles
+        if h.looks > 1 and h.env and self.looked[h.env] < needed(pilot, self.grid.noise["half_width"]):
+            self.looked[h.env] += 1
+            self.charge(float(self.grid.recorded.get("process_pair_s") or 0.0))
         if h.kind in (IN_PROCESS, ACROSS):
             drawn = h.order[len(h.drawn):len(h.drawn) + n]
             h.drawn.extend(drawn)
@@ -375,10 +378,9 @@ _NOTHING = Interval(0.0, 0.0, 0.0, 0.0, 0)  # no pair yet: slower than anything 
 
 
 class ReplayClock:
-    """The search's clock during a replay: real time plus the recorded time the replay charged for what it
-    answered (``ReplayMeasurer.charge``), so a 2-minute replay runs out of budget where a 2-minute search would,
-    a knob that cost 100 s included. The search reads it through its budget:
-    ``search(..., timing=Budget.start(budget_s, clock.monotonic))``."""
+    """The search's clock during a replay: real time plus the recorded time the replay charged (``charge``), so a
+    2-minute replay runs out of budget where a 2-minute search would, a knob that cost 100 s included; the search
+    reads it through its budget: ``search(..., timing=Budget.start(budget_s, clock.monotonic))``."""
 
     def __init__(self) -> None:
         self.charged = 0.0
@@ -391,9 +393,7 @@ class ReplayClock:
 
 
 def _spread(ratios: list[float]) -> float | None:
-    if len(ratios) < 2:
-        return None
-    centre = statistics.median(ratios)
+    centre = statistics.median(ratios) if len(ratios) >= 2 else math.nan  # nan: no spread of one ratio
     return (max(ratios) - min(ratios)) / centre if centre > 0 and math.isfinite(centre) else None
 
 

@@ -306,29 +306,39 @@ def test_the_heuristic_is_scored_as_itself_or_reported_missing() -> None:
 
 
 def test_an_environment_looked_at_keeps_its_factor_and_worker_as_live() -> None:
-    """As live (``WorkerPool``, ``EnvironmentFactors``): a later candidate of an environment whose first look ran
-    its process pairs runs none again, in that environment's worker while no other's replaced it (else one worker
-    start), and is warm for the search's pricing; a confirmation round runs one process pair an environment, however
-    many of its candidates share the round. Charged the first look's pairs again, a 2-minute replay never reached
-    the combination a live search measures as an arm (0.43 of the Xeon's environment grid's gain)."""
+    """As live (``WorkerPool``, ``EnvironmentFactors``): a later candidate of an environment whose first look ran its
+    process pairs runs none again at its start, in that environment's worker while no other's replaced it (else one
+    worker start), and is warm for the search's pricing; a later round of its race adds one pair while the pilot's
+    spread asks for more; a confirmation round runs one process pair an environment, however many of its candidates
+    share it, and starts a worker again where another environment's came between. Charged the first look's pairs
+    again, a 2-minute replay never reached the combination a live search measures as an arm."""
     from autotune.testing.replay import ReplayClock
 
-    other = GridConfig({"threads": 3, "batch_size": 64, "channels_last": False}, ratios=AA,
-                       process_pair_factors=FACTORS, loss=1.0, loss_samples=1792, window_s=0.3)
-    grid = replace(_grid(), configs=[*_grid().configs, other], recorded={"process_pair_s": 10.0})
+    six = [0.5, 0.55, 0.6, 0.52, 0.57, 0.58]  # 3 for the search's first look, 3 held out for the rounds
+    grid = replace(_grid(), recorded={"process_pair_s": 10.0}, configs=[
+        *(c for c in _grid().configs if c.params["threads"] == 2),
+        *(GridConfig({"threads": threads, "batch_size": 64, "channels_last": cl}, ratios=[2.0] * 8 if cl else AA,
+                     process_pair_factors=six, loss=1.0, loss_samples=1792, window_s=0.3)
+          for threads, cl in ((1, False), (1, True), (3, False)))])
     clock = ReplayClock()
     m = ReplayMeasurer(grid, seed=0, clock=clock)
-    one, combined = {**DEFAULTS, "threads": 1}, {**DEFAULTS, "threads": 1, "channels_last": True}
+    one, combined, three = ({**DEFAULTS, "threads": t, "channels_last": cl} for t, cl in ((1, False), (1, True),
+                                                                                           (3, False)))
     assert m.warm({**DEFAULTS, "channels_last": True}) and not m.warm(combined)
-    m.begin(one, 60.0)  # its first look: the search's two recorded process pairs
-    assert clock.charged == pytest.approx(20.0) and m.warm(combined)
-    m.begin(combined, 60.0)
-    assert clock.charged == pytest.approx(20.0)
-    m.begin({**DEFAULTS, "threads": 3}, 60.0)  # another environment's first look replaces its worker
-    assert clock.charged == pytest.approx(40.0) and not m.warm(combined)
-    m.begin(combined, 60.0)  # a worker's start: (10 - 2 x 4 pairs x 2 windows of 0.3 s) / 2
-    assert clock.charged == pytest.approx(43.8) and m.warm(combined)
-    m.reseed(1)  # a round: its one process pair of the environment, both candidates in its worker
-    m.begin(one, 60.0)
-    m.begin(combined, 60.0)
-    assert clock.charged == pytest.approx(53.8)
+    m.begin(one, 60.0)  # its first look: the search's three process pairs
+    assert clock.charged == pytest.approx(30.0) and m.warm(combined)
+    handle = m.begin(combined, 60.0)
+    assert clock.charged == pytest.approx(30.0)
+    m.more(handle, 4, 60.0)  # its race's first round: its four pairs of 0.3 s windows
+    m.more(handle, 4, 60.0)  # a later one: one more process pair (three do not settle it), no window left
+    assert clock.charged == pytest.approx(30.0 + 2.4 + 10.0)
+    m.begin(three, 60.0)  # another environment's first look replaces its worker
+    assert clock.charged == pytest.approx(72.4) and not m.warm(combined)
+    m.begin(combined, 60.0)  # a worker's start: (10 - 2 x 4 x 0.3) / 2
+    assert clock.charged == pytest.approx(76.2) and m.warm(combined)
+    for round_, order, charged in ((1, (one, combined, three), 20.0), (2, (one, three, combined), 23.8)):
+        m.reseed(round_)
+        before = clock.charged
+        for params in order:
+            m.begin(params, 60.0)
+        assert clock.charged - before == pytest.approx(charged), order
