@@ -278,11 +278,7 @@ class Confirmation:
         two intervals has the higher low bound says which one's rounds happened to agree (30 replayed 5-minute
         searches of the Xeon's environment grid: the highest median was near-optimal in 30, the highest low bound's
         choice in 13; docs/measurement.md)."""
-        fastest = self.fastest
-        if fastest is None:
-            return None
-        alike = [c for c in self._faster() if c.median * (1 + ALIKE) >= fastest.median]
-        return max(alike, key=lambda c: (c.low, c.median))
+        return _surest_alike(self._faster())
 
     @property
     def undecided(self) -> Candidate | None:
@@ -303,9 +299,14 @@ class Confirmation:
             fastest.median * (1 + ALIKE) if best.rounds >= 2 else best.median  # the median it must be above
         straddling = [c for c in self.candidates if c.confirmed is not None and c.failed is None and c.rounds >= 2
                       and c.median > self.bar(c) and c.low <= self.bar(c) and c.median > floor]
-        top = max((c.median for c in straddling), default=0.0)
-        alike = [c for c in straddling if c.median * (1 + ALIKE) >= top]
-        return max(alike, key=lambda c: (c.low, c.median), default=None)
+        return _surest_alike(straddling)
+
+
+def _surest_alike(candidates: list[Candidate]) -> Candidate | None:
+    """Of ``candidates``, those alike the fastest (a median within ``ALIKE`` of its), the one surest to be fast: the
+    highest low bound; None of none."""
+    top = max((c.median for c in candidates), default=0.0)
+    return max((c for c in candidates if c.median * (1 + ALIKE) >= top), key=lambda c: (c.low, c.median), default=None)
 
 
 @dataclass(frozen=True)

@@ -235,8 +235,7 @@ class ReplayMeasurer(PairedMeasurer):
         self.confirming = False  # after ``reseed``: the held-out half of every combination's measurements
         # held out, not yet drawn, by combination: no pair counts in two rounds (a bootstrap repeated them)
         self.unused: dict[tuple[Any, ...], tuple[list[float], list[float]]] = {}
-        # As live (``WorkerPool``, ``EnvironmentFactors``): process pairs charged by environment, its worker kept till
-        # another's replaces it; a round's one pair an environment (``paid``), however many of its candidates share it
+        # as live: process pairs charged by environment, the worker kept (``alive``), a round's one pair (``paid``)
         self.looked, self.paid, self.alive = dict[str, int](), set[str](), ""
 
     def calibrate(self, timeout_s: float) -> Noise:
@@ -249,8 +248,7 @@ class ReplayMeasurer(PairedMeasurer):
 
     def warm(self, params: dict[str, Any]) -> bool:
         """As live (``LiveMeasurer.warm``): the defaults' environment, or the one whose worker is alive, looked at."""
-        key = env_key(params)
-        return not environment_differences(self.defaults, params) or (key in self.looked and key == self.alive)
+        return not environment_differences(self.defaults, params) or env_key(params) == self.alive
 
     def start_s(self) -> float:
         """A worker's start, its arm built and settled: half a recorded process pair beyond its factor's windows."""
@@ -316,9 +314,9 @@ class ReplayMeasurer(PairedMeasurer):
 
     def more(self, handle: object, n: int, timeout_s: float, confidence: float = stats.CONFIDENCE) -> Interval:
         h = self._handle(handle)
-        h.looks += 1
-        pilot = h.config.split(False, self.split_seed)[1]  # a later race round: one more pair till the pilot settles
-        if h.looks > 1 and h.env and self.looked[h.env] < needed(pilot, self.grid.noise["half_width"]):
+        h.looks += 1  # a later race round adds a pair while the search's pairs (its pilot) ask for more: live's grow
+        if h.looks > 1 and h.env and self.looked[h.env] < needed(h.config.split(False, self.split_seed)[1],
+                                                                  self.grid.noise["half_width"]):
             self.looked[h.env] += 1
             self.charge(float(self.grid.recorded.get("process_pair_s") or 0.0))
         if h.kind in (IN_PROCESS, ACROSS):
@@ -393,7 +391,9 @@ class ReplayClock:
 
 
 def _spread(ratios: list[float]) -> float | None:
-    centre = statistics.median(ratios) if len(ratios) >= 2 else math.nan  # nan: no spread of one ratio
+    if len(ratios) < 2:
+        return None
+    centre = statistics.median(ratios)
     return (max(ratios) - min(ratios)) / centre if centre > 0 and math.isfinite(centre) else None
 
 
