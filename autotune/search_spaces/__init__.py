@@ -34,7 +34,7 @@ from . import _processes as processes
 from . import _schema
 from . import _sparsity as sparsity
 from . import _threads as threads
-from ._allowed import Allowed, allowed_values, outside, suggested
+from ._allowed import Allowed, allowed_values, as_trial, outside, suggested
 from ._context import SpaceContext, conv_layers
 from ._effect import membind_off, not_in_effect
 from ._families import FAMILIES, merge_params, suggest
@@ -55,6 +55,7 @@ __all__ = [
     "conv_layers",
     "allowed_values",
     "amp",
+    "as_trial",
     "batch",
     "check_environment",
     "compilation",

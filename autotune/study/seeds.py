@@ -94,6 +94,7 @@ def seeds(facts: Facts, ctx: spaces.SpaceContext, options: SearchOptions, worklo
         if outside:
             log.warning("%s seed skipped, outside this search's space: %s", role, "; ".join(outside))
             continue
+        params = spaces.as_trial(params, facts, ctx)
         if params_key(params) not in seen:
             seen.add(params_key(params))
             out.append((role, params))

@@ -384,9 +384,10 @@ class Turns:
         return not environment_differences(self.defaults, params) and spaces.processes.count(params) == 1
 
     def _asked(self, params: dict[str, Any]) -> dict[str, Any]:
-        """A trial's params as the loop asks them: with the run's settings, and as they run here (``spaces.as_run``:
-        a pinning whose memory binding cannot happen asked unbound, as its record will say)."""
-        return spaces.as_run({**params, **self.run_settings}, self.facts)
+        """A trial's params as the loop asks them: with the run's settings, a knob another knob makes moot as the
+        trial records it (``spaces.as_trial``), and as they run here (``spaces.as_run``: a pinning whose memory
+        binding cannot happen asked unbound, as its record will say)."""
+        return spaces.as_run(spaces.as_trial({**params, **self.run_settings}, self.facts, self.ctx), self.facts)
 
     def _waiting(self) -> list[optuna.trial.FrozenTrial]:
         """The study's enqueued trials not asked yet (a seed, the combination, an in-process trial)."""

@@ -95,6 +95,27 @@ def test_fixed_knobs_hold_in_every_seed_but_the_baseline(facts, tmp_path: Path) 
     assert len({str(sorted(p.items())) for _, p in seeds}) == len(seeds)  # no seed measured twice
 
 
+def test_a_fixed_knob_that_another_knob_makes_moot_leaves_a_seed_in_the_defaults_environment(facts,
+                                                                                               tmp_path: Path) -> None:
+    """``--fix kmp_blocktime=1`` holds under Intel's OpenMP; a seed that keeps GNU's runs without it, as its trial
+    records it. Read with it, every seed of the defaults' worker was priced as another environment's process pairs
+    and went after the heuristic (a 2-minute replay of the Xeon's environment grid kept the defaults in 5 seeds of
+    30), and the defaults with the moot blocktime were a seed of their own."""
+    from autotune import search_spaces as spaces
+    from autotune.measure import environment_differences
+    from autotune.study.records import params_key
+
+    if "intel" not in spaces.preload.openmp_choices(facts):
+        pytest.skip("this machine offers no Intel OpenMP: the blocktime is never asked")
+    options = SearchOptions(storage=f"sqlite:///{tmp_path}/s.db", fixed={"kmp_blocktime": 1})
+    seeds = search_seeds(facts, SpaceContext(default_batch_size=32, conv=True), options, "cnn")
+    base = seeds[0][1]
+    same = [params for _, params in seeds[1:] if not environment_differences(base, params)]
+    assert same and all(params["kmp_blocktime"] is None for params in same), seeds
+    assert [role for role, _ in seeds].index("heuristic") == len(same) + 1, seeds  # after every arm of the defaults
+    assert all(params_key(params) != params_key(base) for _, params in seeds[1:]), seeds
+
+
 def test_an_interrupted_seed_comes_first_again_but_not_a_finished_one(facts, tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path}/s.db"
     study = optuna.create_study(storage=storage)
