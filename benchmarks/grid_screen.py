@@ -12,9 +12,10 @@ engine the search uses live, into a ``RecordedGrid`` that the replay draws from 
   split between its visits: spread over the recording.
 
 Resumable: each visit, once done, is one JSON line in ``NAME.partial.jsonl`` beside the grid (after a header with
-the calibration, the order of visits and the combinations); a recording started again with the same options runs
-the visits not done, and writes the grid when every visit is in. The truth that scores a replay comes from another stage
-(``verify_grid.py``): the screen's own readings are what the replay draws from.
+the calibration, the order of visits, the combinations and the machine's fingerprint); a recording started again
+with the same options on the same machine runs the visits not done, and writes the grid when every visit is in. The
+truth that scores a replay comes from another stage (``verify_grid.py``): the screen's own readings are what the
+replay draws from.
 """
 from __future__ import annotations
 
@@ -153,6 +154,10 @@ def _resume(path: Path, header: dict[str, Any]) -> tuple[dict[str, Any] | None, 
     if not rows or rows[0].get("options") != header["options"]:
         raise SystemExit(f"{path} holds a recording with other options (or other combinations): remove it, or "
                          f"record with its options ({rows[0].get('options') if rows else 'none'})")
+    if rows[0].get("fingerprint") != header.get("fingerprint"):  # a session may get another CPU: never one grid
+        raise SystemExit(f"{path} holds a recording begun on another machine (fingerprint "
+                         f"{rows[0].get('fingerprint')}, this one {header.get('fingerprint')}): record this one's "
+                         "grid under another name")
     path.write_text("".join(json.dumps(r, default=str) + "\n" for r in rows))
     return rows[0], {r["visit"]: r for r in rows[1:] if "visit" in r}
 
@@ -177,10 +182,11 @@ def record(args: argparse.Namespace, combos: list[dict[str, Any]], setup: tuple[
                                              "process_pairs", "steps", "warmup_steps", "workers", "seed")}
     options["combinations"] = combos  # recorded in this order; merged by their knobs
     partial = partial_path(args.grid)
-    header, done = _resume(partial, {"options": options})
+    header, done = _resume(partial, {"options": options, "fingerprint": facts.fingerprint})
     if header is None:
         order = visits(list(envs), home, args.workers, args.seed)
-        header = {"options": options, "order": [list(e) for e in order], "started": time.time(),
+        header = {"options": options, "fingerprint": facts.fingerprint, "order": [list(e) for e in order],
+                  "started": time.time(),
                   "load_before": list(os.getloadavg())}
     order = [tuple(e) for e in header["order"]]
     noise = Noise(**{**header["noise"], "aa": tuple(header["noise"]["aa"])}) if "noise" in header else None

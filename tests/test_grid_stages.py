@@ -169,6 +169,11 @@ def test_a_stopped_screen_resumes_with_the_visits_not_done_and_refuses_other_opt
     assert sorted(done) == [0, 2]  # the torn one runs again, the third is not run twice
     with pytest.raises(SystemExit, match="other options"):
         gs._resume(partial, {"options": {"workload": "cnn", "pairs": 16}})
+    # a session may run on another CPU model: its visits are never merged into one grid
+    partial.write_text(json.dumps({**header, "fingerprint": "v3-e802a6ed303a"}) + "\n")
+    assert gs._resume(partial, {"options": header["options"], "fingerprint": "v3-e802a6ed303a"})[0] is not None
+    with pytest.raises(SystemExit, match="another machine"):
+        gs._resume(partial, {"options": header["options"], "fingerprint": "v3-0123456789ab"})
 
 
 def test_the_replayed_claim_draws_your_runs_from_the_verification_without_replacement() -> None:
