@@ -12,7 +12,8 @@ failed pair) the recipe is provisional and states the confirmation's interval, s
 Where the rounds offer nothing, or a recipe of a lower median (one round's; two rounds' or more, by ``records.ALIKE``,
 where the budget holds both claims: ``_holds_both``), but could not decide a candidate (``Confirmation.undecided``:
 its interval straddles its bar, its median above), it runs in your pairs first and is offered only where they
-confirm it (``UNDECIDED``): the one test of fresh pairs that chose nothing, at the claim's confidence; else the
+read it faster with confidence (``UNDECIDED``): the one test of fresh pairs that chose nothing, at the claim's
+confidence; confirmed with ``CLAIM_PAIRS`` of them, provisional with fewer (the budget's end); else the
 defaults, or that recipe, stated from its own pairs where the budget's end holds them (``Confirmation.tested`` keeps
 the test's), else as its rounds read it, provisional (``choice.choose_recipe``).
 """
@@ -130,7 +131,7 @@ def _most(options: SearchOptions, asked: int) -> int:
 
 def decides(loop: SearchLoop) -> bool:
     """Whether your runs can decide a candidate its rounds could not (``Confirmation.undecided``): the pairs may
-    reach ``CLAIM_PAIRS``, the fewest that confirm (fewer could only keep the defaults)."""
+    reach ``CLAIM_PAIRS``, the fewest that confirm (asked fewer, they could never confirm it)."""
     if not loop.measurer.user_processes:
         return False
     return _most(loop.options, budget.claim_pairs(loop.options, budget.claim_pair_s(loop.noise))) >= CLAIM_PAIRS
@@ -157,7 +158,8 @@ def stated(claim: str, measured: TrialResult, user: UserRuns, margin: float, not
     it: the result with the pairs' speedup and interval, its claim (confirmed: their low bound above
     ``1 + measure.span_margin``, as every offer's) and the recipe's fields of your runs (``Recipe.process_pairs``,
     ``run_low``, ``run_high``, ``run_s``); None for the result where the pairs' mean is not above 1.00x: not faster
-    in your runs, and where ``claim`` is ``UNDECIDED`` unless they confirm it; the notes then end in ``otherwise``
+    in your runs, and where ``claim`` is ``UNDECIDED`` unless they read it faster with confidence; the notes then end in
+    ``otherwise``
     (what the recipe does instead). Its notes join ``notes``."""
     runs, n = user.runs, len(user.runs.ratios)
     of_workers = format_speedup(measured.objective, measured.speedup_low, measured.speedup_high)
@@ -194,7 +196,9 @@ def stated(claim: str, measured: TrialResult, user: UserRuns, margin: float, not
         notes.append(f"your runs: {spans}")
     if user.why:
         notes.append(f"your runs: {user.why}")
-    if short and claim == UNDECIDED:
+    # an interval above the bar decides it at the claim's confidence however few pairs ran: too few to say confirmed
+    # (the budget's end), it is offered provisional, as a choice of the rounds would be; a gain is not thrown away
+    if claim == UNDECIDED and not mean.low > bar:
         notes.append(f"your runs did not confirm trial {user.number} ({'; '.join(short)}), nor could its rounds: "
                      f"{otherwise}")
         return None, "defaults", {}
