@@ -29,7 +29,7 @@ from . import script_results as results
 from . import sizing, stats
 from .measurer import Noise, PairedMeasurer
 from .resident import TIME_RAN_OUT, ResidentCopy, fresh_loss
-from .runs import RunPair
+from .runs import WINDOW_PAIRS, RunPair
 from .script import WARMUP_STEPS, ScriptRun, alone_pair, copy_plan, failure, start_together, step_s, window_pairs
 from .script_results import SAME_ARITHMETIC, copy_method, failure_status, loss_fields, script_method
 from .sizing import LEAST_PAIRS
@@ -134,7 +134,8 @@ class ScriptMeasurer(PairedMeasurer):
                            max(within) - min(within), (aa.median, aa.low, aa.high), timed_s=trial.timed_s,
                            wall_s=wall_s, within=max(abs(r - 1) for r in within), aa_pairs=len(within),
                            within_what="identical copies of the script in a process pair",
-                           start_s=self.spread.pair_s / 2)  # a copy's part of a pair's time outside windows
+                           start_s=self.spread.pair_s / 2,  # a copy's part of a pair's time outside windows
+                           run_s=self.spread.alone_s(WINDOW_PAIRS))  # a copy of your runs (``claim_pair_s``)
         self._follow(self.spread.add(trial.medians, sizing.WINDOWS, aa=True))  # the noise's round, sized
         return self.noise
 
