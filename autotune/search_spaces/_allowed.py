@@ -163,10 +163,10 @@ def outside(params: dict[str, Any], facts: Facts, ctx: SpaceContext,
 
 
 def as_trial(params: dict[str, Any], facts: Facts, ctx: SpaceContext) -> dict[str, Any]:
-    """``params`` as the trial that asks them records them: a knob that another knob's value makes moot
-    (``kmp_blocktime`` under ``openmp=gnu``, DDP's settings in one process) at the value the space gives it there,
-    so a ``--fix`` of it does not read as another environment before the trial runs. A value the space refuses is
-    kept as given (``outside`` says which)."""
+    """``params`` as the trial that asks them records them: a knob that another knob's value makes moot, one the
+    space does not ask then (``kmp_blocktime`` under ``openmp=gnu``), at the value the space gives it there, so a
+    ``--fix`` of it does not read as another environment before the trial runs, nor a measured recipe as a new one.
+    A value the space refuses is kept as given (``outside`` says which)."""
     trial = _Replay(params)
     got = suggest(trial, facts, ctx)
     return {**params, **{k: v for k, v in got.items() if k in params and k not in trial.asked}}

@@ -130,7 +130,7 @@ def input_seeds(data_wait: float | None, defaults: dict[str, Any], facts: Facts,
     for change in spaces.data.input_bound(facts, ctx):
         params = {**defaults, **change, **fixed}
         if params != defaults and not spaces.outside(params, facts, ctx):
-            out.append(("seed", params))
+            out.append(("seed", spaces.as_trial(params, facts, ctx)))
     return out
 
 
@@ -235,9 +235,10 @@ def _joined(study: optuna.Study, inner: dict[str, Any], environment: dict[str, A
             ctx: spaces.SpaceContext, fixed: dict[str, Any] | None) -> dict[str, Any] | None:
     """``inner``'s in-process knobs in ``environment``'s environment, unless taken or outside the space."""
     params = {**inner, **{k: environment[k] for k in ENVIRONMENT_KEYS if k in environment}, **(fixed or {})}
-    if params_key(params) in _taken(study) or spaces.outside(params, facts, ctx):
+    if spaces.outside(params, facts, ctx):
         return None
-    return params
+    params = spaces.as_trial(params, facts, ctx)  # as taken trials record theirs: a moot --fix is none of them
+    return None if params_key(params) in _taken(study) else params
 
 
 def _factor(study: optuna.Study, record: TrialRecord) -> float:
@@ -263,7 +264,10 @@ def interaction_seeds(study: optuna.Study, facts: Facts, ctx: spaces.SpaceContex
         if any(k in (fixed or {}) for k in change):
             continue
         params = {**inner.params, **change}
-        if params_key(params) not in taken and not spaces.outside(params, facts, ctx):
+        if spaces.outside(params, facts, ctx):
+            continue
+        params = spaces.as_trial(params, facts, ctx)
+        if params_key(params) not in taken:
             out.append((INTERACTION, params))
     return out
 

@@ -65,6 +65,21 @@ def test_no_combination_without_a_gain_on_both_sides_or_with_fixed_knobs(measure
     assert combination(within, facts, CTX) is None
 
 
+def test_a_combination_measured_is_taken_also_under_a_fix_its_environment_makes_moot(measured: Any,
+                                                                                     facts: Any) -> None:
+    """``--fix kmp_blocktime=1`` under GNU's OpenMP: the combination is asked as its trial records it (no blocktime),
+    so once measured it is taken; read with the blocktime it was new again on every turn, each ask a duplicate
+    skipped, and as many in a row end a search ("space")."""
+    if "intel" not in spaces.preload.openmp_choices(facts):
+        pytest.skip("this machine offers no Intel OpenMP: the blocktime is never asked")
+    study, defaults = measured
+    fixed = {"kmp_blocktime": 1}
+    both = combination(study, facts, CTX, fixed=fixed)
+    assert both is not None and both["openmp"] == "gnu" and both["kmp_blocktime"] is None, both
+    _add(study, "combined", both, 1.35)
+    assert combination(study, facts, CTX, fixed=fixed) is None
+
+
 def test_a_combination_stopped_by_ctrl_c_is_tried_again_and_a_crashed_one_is_not(measured: Any, facts: Any) -> None:
     study, defaults = measured
     both = {**defaults, "batch_per_rank": 64, "threads": 1, "interop_threads": 1}
