@@ -6,9 +6,9 @@ confirmed nothing (no round completed: the defaults are kept, and the note says 
 the fastest feasible trial's own interval must clear the same bar. Otherwise the recipe keeps the defaults, and a
 note says why ("best candidate 1.04x [0.98-1.10]: not faster with confidence"). The recipe's ``claim`` says which
 of these its speedup stands on (``recipe.CLAIMS``): a winner of one confirmation round is ``provisional``, never
-``confirmed``; a candidate the rounds could not decide (``Confirmation.undecided``) is offered only where your runs
-confirm it (``claim.stated``); where they do not, the offer is stated from its own pairs, or where none ran, as
-its rounds read it, provisional.
+``confirmed``; a candidate the rounds could not decide (``Confirmation.undecided``) is offered where your runs
+confirm it, provisional where the budget's end left them too few and nothing else is offered (``claim.stated``);
+where they do not, the offer is stated from its own pairs, or where none ran, as its rounds read it, provisional.
 """
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def choose_recipe(
             if instead is not None:
                 rounds = "one confirmation round" if instead.rounds == 1 else f"{instead.rounds} confirmation rounds"
                 otherwise = f"the recipe offers trial {instead.number} on its {rounds}"
-            said, claim, yours = stated(claim, measured, user, margin, notes, otherwise)
+            said, claim, yours = stated(claim, measured, user, margin, notes, otherwise, beside_offer=bool(instead))
             if said is not None:
                 measured = said
             elif instead is not None:
@@ -185,7 +185,7 @@ def _confirmed(confirmation: Confirmation, searched: list[TrialRecord], baseline
             return next(r for r in searched if r.number == undecided.number), undecided.confirmed, UNDECIDED
         assert winner is not None  # your runs tested it first where there is an offer (``claim.user_runs``)
         stated(UNDECIDED, undecided.confirmed, tested, confirmation.margin, notes,
-               f"the recipe offers trial {winner.number}, stated from its own pairs")
+               f"the recipe offers trial {winner.number}, stated from its own pairs", beside_offer=True)
     if winner is None or winner.confirmed is None:
         contender = next((c for c in confirmation.candidates if c.confirmed is not None), None)
         if contender is not None:

@@ -13,7 +13,8 @@ Where the rounds offer nothing, or a recipe of a lower median (one round's; two 
 where the budget holds both claims: ``_holds_both``), but could not decide a candidate (``Confirmation.undecided``:
 its interval straddles its bar, its median above), it runs in your pairs first and is offered only where they
 read it faster with confidence (``UNDECIDED``): the one test of fresh pairs that chose nothing, at the claim's
-confidence; confirmed with ``CLAIM_PAIRS`` of them, provisional with fewer (the budget's end); else the
+confidence; confirmed with ``CLAIM_PAIRS`` of them, provisional with fewer where the budget's end cut them and no
+offer of the rounds stands beside it; else the
 defaults, or that recipe, stated from its own pairs where the budget's end holds them (``Confirmation.tested`` keeps
 the test's), else as its rounds read it, provisional (``choice.choose_recipe``).
 """
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 
 
 UNDECIDED = "undecided"  # the claim passed to ``stated`` for ``Confirmation.undecided``: your runs decide it
+CUT = "the budget's end"  # how a ``UserRuns.why`` begins where the budget ended the pairs, not a failure
 EXTRA = 1.2  # a pair past those asked starts where the time left is this many times the longest pair so far
 
 
@@ -56,7 +58,7 @@ def user_runs(loop: SearchLoop, confirmation: Confirmation) -> Confirmation:
         return confirmation
     found = _pairs(loop, winner, tested=winner is not best)
     if winner is best or best is None \
-            or stated(UNDECIDED, winner.confirmed, found, confirmation.margin, [])[0] is not None:
+            or stated(UNDECIDED, winner.confirmed, found, confirmation.margin, [], beside_offer=True)[0] is not None:
         return replace(confirmation, user=found)
     price = max(budget.claim_pair_s(loop.noise) or 0.0, found.runs.wall_s / max(1, len(found.runs.ratios)))
     if loop.budget.left() < LEAST_CLAIM_PAIRS * price:
@@ -97,7 +99,7 @@ def _pairs(loop: SearchLoop, winner: Candidate, tested: bool, first: int = 0) ->
             if i < asked:
                 need, of = max([pair_s or 0.0, *(p.wall_s for p in pairs)]), f"{i + 1} of {asked}"
                 if loop.budget.left() < need:
-                    why = f"the budget's end: {i} of {asked} process pairs ran (each about {need:.0f} s)"
+                    why = f"{CUT}: {i} of {asked} process pairs ran (each about {need:.0f} s)"
                     break
             # past the pairs asked, another only where the budget's end holds it with the estimates' 20% to spare,
             # at the pairs' own time: what the search kept and did not spend narrows your runs' interval
@@ -111,7 +113,7 @@ def _pairs(loop: SearchLoop, winner: Candidate, tested: bool, first: int = 0) ->
                 seed, left = options.seed * 7919 + 104729 + first + i, max(1.0, loop.budget.left())
                 pairs.append(loop.measurer.user_pair(winner.params, seed, left))
             except PairFailed as e:
-                why = (f"the budget's end: process pair {i + 1} was cut ({e})" if loop.budget.left() <= 1.0 else
+                why = (f"{CUT}: process pair {i + 1} was cut ({e})" if loop.budget.left() <= 1.0 else
                        f"process pair {i + 1} failed: {e}")
                 break
     except BaseException:  # Ctrl-C: what ran is kept in the study, and the search ends as it would
@@ -153,13 +155,15 @@ def _tested(study: optuna.Study, number: int) -> list[RunPair]:
 
 
 def stated(claim: str, measured: TrialResult, user: UserRuns, margin: float, notes: list[str],
-           otherwise: str = "the recipe keeps the defaults") -> tuple[TrialResult | None, str, dict[str, Any]]:
+           otherwise: str = "the recipe keeps the defaults",
+           beside_offer: bool = False) -> tuple[TrialResult | None, str, dict[str, Any]]:
     """What the recipe states of trial ``user.number`` whose confirmation (``measured``, claiming ``claim``) chose
     it: the result with the pairs' speedup and interval, its claim (confirmed: their low bound above
     ``1 + measure.span_margin``, as every offer's) and the recipe's fields of your runs (``Recipe.process_pairs``,
     ``run_low``, ``run_high``, ``run_s``); None for the result where the pairs' mean is not above 1.00x: not faster
-    in your runs, and where ``claim`` is ``UNDECIDED`` unless they read it faster with confidence; the notes then end in
-    ``otherwise``
+    in your runs, and where ``claim`` is ``UNDECIDED`` unless they confirm it, or read it faster with confidence over
+    the pairs the budget's end left where no offer stands beside it (``beside_offer``: one the rounds chose): then
+    provisional; the notes then end in ``otherwise``
     (what the recipe does instead). Its notes join ``notes``."""
     runs, n = user.runs, len(user.runs.ratios)
     of_workers = format_speedup(measured.objective, measured.speedup_low, measured.speedup_high)
@@ -196,9 +200,11 @@ def stated(claim: str, measured: TrialResult, user: UserRuns, margin: float, not
         notes.append(f"your runs: {spans}")
     if user.why:
         notes.append(f"your runs: {user.why}")
-    # an interval above the bar decides it at the claim's confidence however few pairs ran: too few to say confirmed
-    # (the budget's end), it is offered provisional, as a choice of the rounds would be; a gain is not thrown away
-    if claim == UNDECIDED and not mean.low > bar:
+    # an interval above the bar decides it at the claim's confidence however few pairs ran: where the budget's end
+    # left too few to say confirmed and nothing else is offered, it is offered provisional (a gain is not thrown away
+    # for time); beside an offer the rounds chose, or after a failed pair, only a confirmation displaces the defaults
+    cut = mean.low > bar and not beside_offer and (user.why or "").startswith(CUT)
+    if claim == UNDECIDED and short and not cut:
         notes.append(f"your runs did not confirm trial {user.number} ({'; '.join(short)}), nor could its rounds: "
                      f"{otherwise}")
         return None, "defaults", {}

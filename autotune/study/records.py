@@ -288,8 +288,9 @@ class Confirmation:
         the offer and this one's median is above the offer's (the budget's end left a faster recipe's deciding
         round for a lower one's first), or where its median is above the fastest's by more than ``ALIKE`` (two
         rounds of a 2.7x recipe read 2.43x and 2.92x, [0.84-8.47], beside a 1.9x one's 2.26x and 2.06x). Your runs'
-        fresh process pairs, none of which chose it, decide it: offered only where they confirm it, else the offer
-        stands, stated from its own pairs where they ran after (``claim.user_runs``, ``claim.stated``). One candidate
+        fresh process pairs, none of which chose it, decide it: offered where they confirm it (provisional where the
+        budget's end left them too few and nothing else is offered), else the offer stands, stated from its own pairs
+        where they ran after (``claim.user_runs``, ``claim.stated``). One candidate
         is tested, so no other look shares the pairs' confidence: of several (two rounds or three alike), as ``best``
         chooses among its own, of those alike the fastest straddling median the highest low bound (by the low bound
         alone, a 2-minute replay tested the heuristic's 1.06x [0.81-1.39] where bf16 in its environment read 2.18x
