@@ -54,7 +54,7 @@ class Noise:
     # defaults costs before its first window (the rest of ``wall_s`` less ``timed_s`` is the A/A's and the profile's).
     start_s: float | None = None
     # One fresh process of the defaults as a pair of your runs starts it, start to exit, where the measurer knows
-    # its shape (``runs.trial_run_s``); else a pair is priced from ``start_s`` and windows.
+    # its shape (``runs.trial_run_s``; script mode's ``Spread.alone_s``); else priced from ``start_s`` and windows.
     run_s: float | None = None
 
     @classmethod
