@@ -186,8 +186,7 @@ def record(args: argparse.Namespace, combos: list[dict[str, Any]], setup: tuple[
     if header is None:
         order = visits(list(envs), home, args.workers, args.seed)
         header = {"options": options, "fingerprint": facts.fingerprint, "order": [list(e) for e in order],
-                  "started": time.time(),
-                  "load_before": list(os.getloadavg())}
+                  "started": time.time(), "load_before": list(os.getloadavg())}
     order = [tuple(e) for e in header["order"]]
     noise = Noise(**{**header["noise"], "aa": tuple(header["noise"]["aa"])}) if "noise" in header else None
     print(f"grid: {len(combos)} combinations of {args.searched} on {args.workload}, {len(envs)} environments, "

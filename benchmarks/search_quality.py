@@ -270,8 +270,6 @@ def score_heuristic(grid: Any, scores: dict[tuple[Any, ...], float], heuristic: 
 def replay(args: argparse.Namespace) -> int:
     import inspect
 
-    import optuna
-
     from autotune import search_spaces as spaces
     from autotune.study import Budget, SearchOptions, search
     from autotune.study.driver import search_context
@@ -324,17 +322,13 @@ def replay(args: argparse.Namespace) -> int:
     from autotune.study.seeds import input_seeds
     from autotune.study.seeds import seeds as search_seeds
 
-    def recorded(params: dict[str, Any]) -> dict[str, Any]:
-        """A seed as the study records it: a knob its other knobs make moot (a fixed blocktime under GNU's OpenMP)
-        not set."""
-        return spaces.suggest(optuna.trial.FixedTrial(params), facts, ctx)
-
-    seed_list = [recorded(params) for _, params in search_seeds(
+    # the seeds as the study records them (``spaces.as_trial``: a fixed blocktime under GNU's OpenMP not set)
+    seed_list = [params for _, params in search_seeds(
         facts, ctx, replace(base_options, fixed=fixed, storage="sqlite://"), grid.workload, None)[1:]]
     seeded_keys = {grid.key({**grid.defaults, **params}) for params in seed_list}
 
     def inputs(wait: float | None) -> list[dict[str, Any]]:
-        return [recorded(p) for _, p in input_seeds(wait, spaces.defaults(facts, ctx), facts, ctx, fixed)]
+        return [p for _, p in input_seeds(wait, spaces.defaults(facts, ctx), facts, ctx, fixed)]
 
     plan = Plan(spaces.defaults(facts, ctx), grid.key, _axes(facts, ctx, _names(grid.searched)), seed_list, inputs)
     truth = grid.scores()  # every cell that ran, feasible or not: what a returned recipe gets (item 1 verifies it)

@@ -268,10 +268,9 @@ def claim_pair_s(noise: Noise | None) -> float | None:
     """One pair of your runs for the claim (``measure.runs``): two fresh processes one after the other. Where the
     measurer knows a process's own shape (``Noise.run_s``: a trial process of the defaults, its start, warm-up, timed
     steps and loss; script mode's copy alone, ``Spread.alone_s``), twice that: the recipe's process is as long or
-    shorter where it is a gain. Else each started
-    as the calibration's worker was, its model built and settled (``Noise.start_s``), and trained for twice a
-    pair's windows (its warm-up and the loss besides). From the first pair on, the pairs' own time is the price.
-    None where the start was not recorded."""
+    shorter where it is a gain. Else each started as the calibration's worker was, its model built and settled
+    (``Noise.start_s``), and trained for twice a pair's windows (its warm-up and the loss besides). From the first
+    pair on, the pairs' own time is the price. None where the start was not recorded."""
     if noise is None or noise.start_s is None:
         return None
     return 2 * (noise.run_s or noise.start_s + 2 * RUN_WINDOW_PAIRS * noise.window_s)

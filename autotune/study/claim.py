@@ -14,9 +14,9 @@ where the budget holds both claims: ``_holds_both``), but could not decide a can
 its interval straddles its bar, its median above), it runs in your pairs first and is offered only where they
 read it faster with confidence (``UNDECIDED``): the one test of fresh pairs that chose nothing, at the claim's
 confidence; confirmed with ``CLAIM_PAIRS`` of them, provisional with fewer where the budget's end cut them and no
-offer of the rounds stands beside it; else the
-defaults, or that recipe, stated from its own pairs where the budget's end holds them (``Confirmation.tested`` keeps
-the test's), else as its rounds read it, provisional (``choice.choose_recipe``).
+offer of the rounds stands beside it; else the defaults, or that recipe, stated from its own pairs where the budget's
+end holds them (``Confirmation.tested`` keeps the test's), else as its rounds read it, provisional
+(``choice.choose_recipe``).
 """
 from __future__ import annotations
 

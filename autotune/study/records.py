@@ -290,11 +290,10 @@ class Confirmation:
         rounds of a 2.7x recipe read 2.43x and 2.92x, [0.84-8.47], beside a 1.9x one's 2.26x and 2.06x). Your runs'
         fresh process pairs, none of which chose it, decide it: offered where they confirm it (provisional where the
         budget's end left them too few and nothing else is offered), else the offer stands, stated from its own pairs
-        where they ran after (``claim.user_runs``, ``claim.stated``). One candidate
-        is tested, so no other look shares the pairs' confidence: of several (two rounds or three alike), as ``best``
-        chooses among its own, of those alike the fastest straddling median the highest low bound (by the low bound
-        alone, a 2-minute replay tested the heuristic's 1.06x [0.81-1.39] where bf16 in its environment read 2.18x
-        [0.46-10.27])."""
+        where they ran after (``claim.user_runs``, ``claim.stated``). One candidate is tested, so no other look shares
+        the pairs' confidence: of several (two rounds or three alike), as ``best`` chooses among its own, of those
+        alike the fastest straddling median the highest low bound (by the low bound alone, a 2-minute replay tested
+        the heuristic's 1.06x [0.81-1.39] where bf16 in its environment read 2.18x [0.46-10.27])."""
         best, fastest = self.best, self.fastest
         floor = 0.0 if best is None or fastest is None else \
             fastest.median * (1 + ALIKE) if best.rounds >= 2 else best.median  # the median it must be above
