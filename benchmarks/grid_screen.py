@@ -155,8 +155,8 @@ def _resume(path: Path, header: dict[str, Any]) -> tuple[dict[str, Any] | None, 
         raise SystemExit(f"{path} holds a recording with other options (or other combinations): remove it, or "
                          f"record with its options ({rows[0].get('options') if rows else 'none'})")
     if rows[0].get("fingerprint") != header.get("fingerprint"):  # a session may get another CPU: never one grid
-        raise SystemExit(f"{path} holds a recording begun on another machine (fingerprint "
-                         f"{rows[0].get('fingerprint')}, this one {header.get('fingerprint')}): record this one's "
+        raise SystemExit(f"{path} holds a recording begun on another machine (fingerprint "  # repr: a file's text
+                         f"{rows[0].get('fingerprint')!r}, this one {header.get('fingerprint')!r}): record this one's "
                          "grid under another name")
     path.write_text("".join(json.dumps(r, default=str) + "\n" for r in rows))
     return rows[0], {r["visit"]: r for r in rows[1:] if "visit" in r}
