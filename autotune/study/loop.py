@@ -47,7 +47,7 @@ from .records import (
     params_key,
     records,
 )
-from .seeds import Seed, enqueue_next_seed
+from .seeds import Seed, enqueue_next_seed, not_started
 from .turns import Turns, fresh_processes
 
 if TYPE_CHECKING:
@@ -206,8 +206,9 @@ class SearchLoop(Turns):
 
     def _next(self, skips: int, estimate: float | None) -> tuple[str | None, int, TrialResult | None, str]:
         """Ask the next trial (after ``prepare``) and measure it (the host lock held); a batch size known to run out of
-        memory is skipped, and so is a sampled recipe measured before (``_measured_before``). Returns why to stop (or
-        None), the consecutive skips, the result and the trial's role."""
+        memory is skipped, so is a precision measured hopeless that would start processes (``not_started``) and a
+        sampled recipe measured before (``_measured_before``). Returns why to stop (or None), the consecutive skips,
+        the result and the trial's role."""
         import optuna
 
         if not self._waiting() and self.sampled_turn():
@@ -223,11 +224,13 @@ class SearchLoop(Turns):
         role = trial.user_attrs.get(Attr.ROLE, SEARCH)
         params = self._asked(spaces.suggest(trial, self.facts, self.ctx))
         self.claim(trial, role, params)
-        known_oom = oom_limits.known_oom(self.study.user_attrs.get(StudyAttr.OOM_LIMITS), params)
-        same = None if known_oom else self._measured_before(role, params)
-        if known_oom or same is not None:
-            trial.set_user_attr(Attr.STATUS, str(Status.SKIPPED if known_oom else Status.DUPLICATE))
-            trial.set_user_attr(Attr.ERROR, known_oom or f"the same recipe as trial {same}, whose measurement stands")
+        known = oom_limits.known_oom(self.study.user_attrs.get(StudyAttr.OOM_LIMITS), params)
+        if not known and not self._warm(params):
+            known = not_started(self.study, role, params, self.options.fixed)
+        same = None if known else self._measured_before(role, params)
+        if known or same is not None:
+            trial.set_user_attr(Attr.STATUS, str(Status.SKIPPED if known else Status.DUPLICATE))
+            trial.set_user_attr(Attr.ERROR, known or f"the same recipe as trial {same}, whose measurement stands")
             self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
             self.duplicates = self.duplicates + 1 if same is not None else 0
             return ("space" if skips + 1 >= MAX_SKIPS else None), skips + 1, None, role

@@ -33,6 +33,7 @@ from .records import (
     SEARCH,
     WARM_START,
     Attr,
+    StudyAttr,
     TrialRecord,
     params_key,
     records,
@@ -52,8 +53,8 @@ Seed = tuple[str, dict[str, Any]]  # (role, params)
 
 def not_seeded(facts: Facts, ctx: spaces.SpaceContext, measured: Measured | None) -> dict[str, str]:
     """The precisions this space offers that are not seeded, each with why: measured hopeless in this
-    machine's kernels (``probes.KernelSpeed.hopeless``). The sampler may still draw them (the hopeless arm rule
-    stops one in its first steps)."""
+    machine's kernels (``probes.KernelSpeed.hopeless``). The sampler may still draw them: in a warm worker the
+    hopeless arm rule stops one in its first steps; one that would start processes is not started (``not_started``)."""
     if measured is None:
         return {}
     out = {}
@@ -62,6 +63,17 @@ def not_seeded(facts: Facts, ctx: spaces.SpaceContext, measured: Measured | None
         if speed is not None and speed.hopeless():
             out[dtype] = speed.describe()
     return out
+
+
+def not_started(study: optuna.Study, role: str, params: dict[str, Any], fixed: dict[str, Any]) -> str | None:
+    """Why a candidate that would start processes is recorded skipped instead (the caller knows it is not warm):
+    its precision was measured hopeless in this machine's kernels (``not_seeded``), and fresh processes pay
+    their start-up before the hopeless rule can give it up in its first steps (a script's pair of copies: 16-19 s,
+    where a warm arm takes a second). None for the baseline, a confirmation, and a precision the user fixed."""
+    why = (study.user_attrs.get(StudyAttr.NOT_SEEDED) or {}).get(params.get("amp_dtype"))
+    if why is None or role in (BASELINE, CONFIRM) or "amp_dtype" in fixed:
+        return None
+    return f"not started: {why}, and its trial would start processes of its own"
 
 
 def seeds(facts: Facts, ctx: spaces.SpaceContext, options: SearchOptions, workload: str,

@@ -27,7 +27,7 @@ class Status(str, Enum):
     TIMEOUT = "timeout"
     PRUNED = "pruned"
     INTERRUPTED = "interrupted"
-    SKIPPED = "skipped"  # never run: the search knew its batch size runs out of memory
+    SKIPPED = "skipped"  # never run: the search knew it runs out of memory, or its precision is hopeless here
     DUPLICATE = "duplicate"  # never run: the same recipe as an earlier trial, whose measurement stands
     CUT = "cut"  # stopped by the search's budget, not by the candidate: no measurement, and no failure of it
 

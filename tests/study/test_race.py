@@ -655,3 +655,43 @@ def test_the_recipe_says_which_precision_was_not_seeded_and_why(tmp_path: Path, 
                      measurer=Scripted(), facts=fp16, measured=Measured(fp16.fingerprint, "cpu", "2.13.0", (slow,)))
     assert "float16 not seeded: float16: 24x slower than float32 in this machine's kernels (conv 40x slower, " \
            "matmul 14x slower)" in outcome.recipe.notes, outcome.recipe.notes
+
+
+def test_a_sampled_hopeless_precision_that_would_start_processes_is_skipped_with_the_kernels_reason(
+        tmp_path: Path, facts: Any) -> None:
+    """Where a candidate starts processes of its own (script mode's fresh copies), fp16 on a CPU whose fp16 kernels
+    measured 24x slower is recorded skipped with that reason, never begun; fixed by the user, it is measured."""
+    import dataclasses
+
+    from autotune.probes import KernelSpeed, Measured
+    from autotune.study.records import records
+
+    class Fresh(Scripted):
+        def __init__(self) -> None:
+            Scripted.__init__(self)
+            self.begun: list[str] = []
+
+        def begin(self, params: dict[str, Any], timeout_s: float) -> object:
+            self.begun.append(params["amp_dtype"])
+            return Scripted.begin(self, params, timeout_s)
+
+        def warm(self, params: dict[str, Any]) -> bool:
+            return False
+
+    fp16 = dataclasses.replace(facts, cpu=dataclasses.replace(facts.cpu, isa=(*facts.cpu.isa, "avx512_fp16")))
+    slow = KernelSpeed("float16", (1 / 40 / 14) ** 0.5, False, (("conv", 1 / 40), ("matmul", 1 / 14)))
+    measured = Measured(fp16.fingerprint, "cpu", "2.13.0", (slow,))
+    for fixed, name in (({"processes": 1}, "sampled"), ({"processes": 1, "amp_dtype": "float16"}, "fixed")):
+        storage = f"sqlite:///{tmp_path}/{name}.db"
+        measurer = Fresh()
+        search("tiny", options=SearchOptions(storage=storage, budget_s=None, trials=14, confirm_top=0, fixed=fixed,
+                                             seed=3), measurer=measurer, facts=fp16, measured=measured)
+        study = optuna.load_study(study_name=optuna.get_all_study_names(storage)[0], storage=storage)
+        fp16_trials = [r for r in records(study) if r.params.get("amp_dtype") == "float16"]
+        assert fp16_trials, name
+        if name == "sampled":
+            assert "float16" not in measurer.begun, measurer.begun
+            assert all(r.result.status == "skipped" and r.result.error.startswith(
+                "not started: float16: 24x slower than float32 in this machine's kernels") for r in fp16_trials)
+        else:
+            assert measurer.begun.count("float16") == len(measurer.begun) - 1  # all but the defaults'
