@@ -206,7 +206,7 @@ class SearchLoop(Turns):
 
     def _next(self, skips: int, estimate: float | None) -> tuple[str | None, int, TrialResult | None, str]:
         """Ask the next trial (after ``prepare``) and measure it (the host lock held); a batch size known to run out of
-        memory is skipped, so is a precision measured hopeless that would start processes (``not_started``) and a
+        memory is skipped, so is a precision this machine's kernels measured hopeless (``not_started``) and a
         sampled recipe measured before (``_measured_before``). Returns why to stop (or None), the consecutive skips,
         the result and the trial's role."""
         import optuna
@@ -225,8 +225,7 @@ class SearchLoop(Turns):
         params = self._asked(spaces.suggest(trial, self.facts, self.ctx))
         self.claim(trial, role, params)
         known = oom_limits.known_oom(self.study.user_attrs.get(StudyAttr.OOM_LIMITS), params)
-        if not known and not self._warm(params):
-            known = not_started(self.study, role, params, self.options.fixed)
+        known = known or not_started(self.study, role, params, self.options.fixed)
         same = None if known else self._measured_before(role, params)
         if known or same is not None:
             trial.set_user_attr(Attr.STATUS, str(Status.SKIPPED if known else Status.DUPLICATE))

@@ -53,8 +53,8 @@ Seed = tuple[str, dict[str, Any]]  # (role, params)
 
 def not_seeded(facts: Facts, ctx: spaces.SpaceContext, measured: Measured | None) -> dict[str, str]:
     """The precisions this space offers that are not seeded, each with why: measured hopeless in this
-    machine's kernels (``probes.KernelSpeed.hopeless``). The sampler may still draw them: in a warm worker the
-    hopeless arm rule stops one in its first steps; one that would start processes is not started (``not_started``)."""
+    machine's kernels (``probes.KernelSpeed.hopeless``). The sampler may still draw them: such a trial is recorded
+    skipped with this reason (``not_started``)."""
     if measured is None:
         return {}
     out = {}
@@ -66,14 +66,14 @@ def not_seeded(facts: Facts, ctx: spaces.SpaceContext, measured: Measured | None
 
 
 def not_started(study: optuna.Study, role: str, params: dict[str, Any], fixed: dict[str, Any]) -> str | None:
-    """Why a candidate that would start processes is recorded skipped instead (the caller knows it is not warm):
-    its precision was measured hopeless in this machine's kernels (``not_seeded``), and fresh processes pay
-    their start-up before the hopeless rule can give it up in its first steps (a script's pair of copies: 16-19 s,
-    where a warm arm takes a second). None for the baseline, a confirmation, and a precision the user fixed."""
+    """Why a candidate is recorded skipped instead of measured: its precision was measured hopeless in this
+    machine's kernels (``not_seeded``). The hopeless rule would give it up in its first steps, but only after what
+    comes before them: an environment's process pairs, or a script's copies starting. None for the baseline, a
+    confirmation, and a precision the user fixed (``--fix``: measured as asked)."""
     why = (study.user_attrs.get(StudyAttr.NOT_SEEDED) or {}).get(params.get("amp_dtype"))
     if why is None or role in (BASELINE, CONFIRM) or "amp_dtype" in fixed:
         return None
-    return f"not started: {why}, and its trial would start processes of its own"
+    return f"not started: {why}"
 
 
 def seeds(facts: Facts, ctx: spaces.SpaceContext, options: SearchOptions, workload: str,

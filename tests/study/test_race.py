@@ -657,10 +657,10 @@ def test_the_recipe_says_which_precision_was_not_seeded_and_why(tmp_path: Path, 
            "matmul 14x slower)" in outcome.recipe.notes, outcome.recipe.notes
 
 
-def test_a_sampled_hopeless_precision_that_would_start_processes_is_skipped_with_the_kernels_reason(
+def test_a_sampled_precision_measured_hopeless_is_recorded_skipped_with_the_kernels_reason(
         tmp_path: Path, facts: Any) -> None:
-    """Where a candidate starts processes of its own (script mode's fresh copies), fp16 on a CPU whose fp16 kernels
-    measured 24x slower is recorded skipped with that reason, never begun; fixed by the user, it is measured."""
+    """fp16 on a CPU whose fp16 kernels measured 24x slower, drawn by the sampler, is recorded skipped with that
+    reason and never begun (a script's copies would start first); fixed by the user, it is measured."""
     import dataclasses
 
     from autotune.probes import KernelSpeed, Measured
@@ -674,9 +674,6 @@ def test_a_sampled_hopeless_precision_that_would_start_processes_is_skipped_with
         def begin(self, params: dict[str, Any], timeout_s: float) -> object:
             self.begun.append(params["amp_dtype"])
             return Scripted.begin(self, params, timeout_s)
-
-        def warm(self, params: dict[str, Any]) -> bool:
-            return False
 
     fp16 = dataclasses.replace(facts, cpu=dataclasses.replace(facts.cpu, isa=(*facts.cpu.isa, "avx512_fp16")))
     slow = KernelSpeed("float16", (1 / 40 / 14) ** 0.5, False, (("conv", 1 / 40), ("matmul", 1 / 14)))
