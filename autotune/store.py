@@ -160,14 +160,31 @@ def check_storage_url(url: str) -> None:
     if not path.is_file() and not path.is_dir():  # a FIFO would hang the reader until killed (a folder: below)
         raise StorageError(f"{path} exists but is not a regular file, so not an SQLite database: move it away or "
                            "pass --storage URL")
+    unreadable = "Is a directory" if path.is_dir() else None if os.access(path, os.R_OK) else "Permission denied"
     try:
-        with open(path, "rb") as f:
-            head = f.read(16)
-    except OSError as e:  # a folder of that name, a file this user may not read
-        raise StorageError(f"{path} exists but cannot be read as an SQLite database ({e.strerror}): move it away "
-                           "or pass --storage URL") from e
-    if head and head != b"SQLite format 3\x00":
-        raise StorageError(f"{path} exists but is not an SQLite database: move it away or pass --storage URL")
+        if unreadable is None:
+            journal_mode(path)
+    except sqlite3.OperationalError as e:
+        unreadable = str(e)
+    except sqlite3.DatabaseError as e:  # "file is not a database"
+        raise StorageError(f"{path} exists but is not an SQLite database: move it away or pass --storage URL") from e
+    if unreadable is not None:
+        raise StorageError(f"{path} exists but cannot be read as an SQLite database ({unreadable}): move it away "
+                           "or pass --storage URL")
+
+
+def journal_mode(path: Path) -> str:
+    """The journal mode of the SQLite database at ``path`` (``wal``, ``delete``, ...), read through SQLite on a
+    read-only connection; ``sqlite3.DatabaseError`` where it is no database. Never read with ``open()``: closing
+    any descriptor of the file drops every POSIX lock this process holds on it, its SQLite connections' too, and
+    another process that closes its last connection then takes the database for unused and deletes its
+    write-ahead log, which this process's later commits still go to: they are lost (SQLite's "How To Corrupt",
+    section 2.2). SQLite's own connections share their locks within the process."""
+    connection = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, timeout=30)
+    try:
+        return str(connection.execute("PRAGMA journal_mode").fetchone()[0])
+    finally:
+        connection.close()
 
 
 # SQLSTATEs of a schema another worker created first: unique_violation (PostgreSQL's catalog of types),
@@ -215,12 +232,9 @@ def use_wal(url: str) -> None:
     path = parsed.database
     if parsed.get_backend_name() != "sqlite" or not path or path == ":memory:" or path.startswith("file:"):
         return
-    if _is_wal(Path(path)):
-        # Already so: no connection of our own. Opening and closing one beside the connections this process
-        # already holds (a search's Optuna storage, then its recipe store) left another process that also held
-        # connections to the file reading it as "database disk image is malformed" (SQLite 3.40).
-        return
     try:
+        if Path(path).is_file() and journal_mode(Path(path)) == "wal":
+            return  # already so: nothing to write, and no wait for a writer's transaction
         connection = sqlite3.connect(path, timeout=30)  # waits for a writer's transaction to end
         try:
             connection.execute("PRAGMA journal_mode=WAL")
@@ -228,17 +242,6 @@ def use_wal(url: str) -> None:
             connection.close()
     except sqlite3.Error as e:
         raise StorageError(f"cannot open the database {shown_url(url)}: {e}") from e
-
-
-def _is_wal(path: Path) -> bool:
-    """The file is an SQLite database in WAL mode: its header's write and read versions are 2
-    (https://www.sqlite.org/fileformat2.html#the_database_header, offsets 18 and 19)."""
-    try:
-        with open(path, "rb") as f:
-            header = f.read(20)
-    except OSError:
-        return False
-    return len(header) == 20 and header.startswith(b"SQLite format 3\x00") and header[18:20] == b"\x02\x02"
 
 
 def readonly_connect(url: str) -> Callable[[], sqlite3.Connection] | None:

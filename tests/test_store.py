@@ -118,3 +118,37 @@ def test_an_old_postgresql_table_is_upgraded(postgres: str) -> None:
         with engine.begin() as connection:
             connection.execute(sqlalchemy.text("DROP TABLE recipes"))
         engine.dispose()
+
+
+def test_what_is_saved_while_this_process_holds_connections_is_read_after_another_process_closed_its_own(
+        tmp_path: Path) -> None:
+    """A search holds its storage's connections when it opens the store to save its recipe; ``autotune best`` or a
+    dashboard in another process then opens and closes the database. Both later commits reach the file, for any
+    process to read. The store's checks read the file with ``open()`` before: closing that descriptor dropped this
+    process's SQLite locks, the other process took the database for unused and deleted the write-ahead log both
+    commits went to (a recipe said "stored" was missing from the database, 2026-12-05)."""
+    import subprocess
+    import sys
+
+    from sqlalchemy import create_engine, text
+
+    path = tmp_path / "studies.db"
+    url = f"sqlite:///{path}"
+    with RecipeStore.open(url) as store:
+        store.save(Recipe(params={"n": 0}, workload="w"))
+    held = create_engine(url)  # the search's storage: a pooled connection, open
+    with held.connect() as connection:
+        connection.execute(text("select count(*) from recipes"))
+    count = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "  # closed: its cleanup deletes an unused log
+             "print(c.execute('select count(*) from recipes').fetchone()[0]); c.close()")
+    with RecipeStore.open(url) as store:
+        store.save(Recipe(params={"n": 1}, workload="w"))
+        subprocess.run([sys.executable, "-c", count, str(path)], check=True, capture_output=True)
+        store.save(Recipe(params={"n": 2}, workload="w"))
+    with held.connect() as connection:
+        connection.execute(text("insert into recipes (study, workload, params, notes, created) "
+                                "values ('s', 'w', '{}', '[]', '2026-12-05')"))
+        connection.commit()
+    fresh = subprocess.run([sys.executable, "-c", count, str(path)], check=True, capture_output=True, text=True)
+    held.dispose()
+    assert fresh.stdout.strip() == "4", fresh  # both read by another process while the search still runs
