@@ -19,6 +19,7 @@ from .candidate import combine, paired_method
 from .costs import IN_PROCESS_METHODS, STARTED_S, first_rounds_s, in_one_process, own_copies, race_round_s, round_parts
 from .environment import ENVIRONMENT_KEYS, environment_differences, environment_key
 from .first_copy import script_context
+from .hopeless import FAR_SLOWER
 from .live import LiveMeasurer
 from .measurer import LossReading, Noise, PairedMeasurer, first_pairs, told_apart
 from .paired_worker import PairedWorker
@@ -33,6 +34,7 @@ __all__ = [
     "CLAIM_PAIRS",
     "CONFIDENCE",
     "ENVIRONMENT_KEYS",
+    "FAR_SLOWER",
     "IN_PROCESS_METHODS",
     "in_one_process",
     "LEAST_CLAIM_PAIRS",

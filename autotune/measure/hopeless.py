@@ -66,9 +66,12 @@ def judged_step(index: int, charged: int, builds: bool, workers: int, prefetch: 
     return index >= charged or not builds
 
 
+FAR_SLOWER = "its first steps (far slower: no pairs, no loss)"  # the method of a trial the hopeless rule stopped
+
+
 def far_slower_result(ratio: float | None, warnings: list[str]) -> TrialResult:
     """A candidate stopped far slower than the defaults in its first steps, as a measured trial: its steps' ratio to
     the defaults' (None where no step ended: half the bound), at most ``1 / HOPELESS``, no pairs and no loss."""
     bound = 1 / HOPELESS
     return TrialResult(Status.OK, objective=ratio if ratio is not None else bound / 2, speedup_high=bound,
-                       method="its first steps (far slower: no pairs, no loss)", pairs=0, warnings=warnings)
+                       method=FAR_SLOWER, pairs=0, warnings=warnings)

@@ -47,7 +47,8 @@ from .records import (
     params_key,
     records,
 )
-from .seeds import Seed, enqueue_next_seed, not_started
+from .seeds import Seed, enqueue_next_seed
+from .skips import not_started
 from .turns import Turns, fresh_processes
 
 if TYPE_CHECKING:

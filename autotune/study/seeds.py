@@ -33,7 +33,6 @@ from .records import (
     SEARCH,
     WARM_START,
     Attr,
-    StudyAttr,
     TrialRecord,
     params_key,
     records,
@@ -54,7 +53,7 @@ Seed = tuple[str, dict[str, Any]]  # (role, params)
 def not_seeded(facts: Facts, ctx: spaces.SpaceContext, measured: Measured | None) -> dict[str, str]:
     """The precisions this space offers that are not seeded, each with why: measured hopeless in this
     machine's kernels (``probes.KernelSpeed.hopeless``). The sampler may still draw them: such a trial is recorded
-    skipped with this reason (``not_started``)."""
+    skipped with this reason (``skips.not_started``)."""
     if measured is None:
         return {}
     out = {}
@@ -63,17 +62,6 @@ def not_seeded(facts: Facts, ctx: spaces.SpaceContext, measured: Measured | None
         if speed is not None and speed.hopeless():
             out[dtype] = speed.describe()
     return out
-
-
-def not_started(study: optuna.Study, role: str, params: dict[str, Any], fixed: dict[str, Any]) -> str | None:
-    """Why a candidate is recorded skipped instead of measured: its precision was measured hopeless in this
-    machine's kernels (``not_seeded``). The hopeless rule would give it up in its first steps, but only after what
-    comes before them: an environment's process pairs, or a script's copies starting. None for the baseline, a
-    confirmation, and a precision the user fixed (``--fix``: measured as asked)."""
-    why = (study.user_attrs.get(StudyAttr.NOT_SEEDED) or {}).get(params.get("amp_dtype"))
-    if why is None or role in (BASELINE, CONFIRM) or "amp_dtype" in fixed:
-        return None
-    return f"not started: {why}"
 
 
 def seeds(facts: Facts, ctx: spaces.SpaceContext, options: SearchOptions, workload: str,
