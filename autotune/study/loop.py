@@ -226,7 +226,7 @@ class SearchLoop(Turns):
         params = self._asked(spaces.suggest(trial, self.facts, self.ctx))
         self.claim(trial, role, params)
         known = oom_limits.known_oom(self.study.user_attrs.get(StudyAttr.OOM_LIMITS), params)
-        known = known or not_started(self.study, role, params, self.options.fixed)
+        known = known or not_started(self.study, role, params, self.options.fixed, self.defaults)
         same = None if known else self._measured_before(role, params)
         if known or same is not None:
             trial.set_user_attr(Attr.STATUS, str(Status.SKIPPED if known else Status.DUPLICATE))

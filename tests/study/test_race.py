@@ -723,4 +723,30 @@ def test_a_precision_this_search_stopped_far_slower_is_not_started_again(tmp_pat
     first, *later = trials
     assert first.result.method == "its first steps (far slower: no pairs, no loss)"
     assert all(r.result.status == "skipped" and r.result.error == "not started: float16 was far slower than the "
-               f"defaults in trial {first.number}'s first steps (0.01x the defaults)" for r in later), later
+               f"defaults in trial {first.number}'s first steps" for r in later), later
+
+
+def test_only_a_far_slower_trial_of_the_defaults_environment_rules_its_precision_out() -> None:
+    """A float16 trial stopped far slower in one thread (another environment: its first steps may be slow for it)
+    rules nothing out; one in the defaults' environment does, for that memory format only; a warm start's recipe
+    and a precision the user fixed are measured whatever this search saw."""
+    from autotune.measure import FAR_SLOWER
+    from autotune.study.skips import not_started
+
+    defaults = {"threads": 2, "amp_dtype": "float32", "channels_last": False}
+    study = optuna.create_study(direction="maximize")
+
+    def add(params: dict[str, Any], method: str, role: str = "search") -> None:
+        attrs = {"role": role, "status": "ok", "params": {**defaults, **params}, "objective": 0.01, "method": method}
+        study.add_trial(optuna.trial.create_trial(value=0.01, user_attrs=attrs))
+
+    add({}, "in-process pairs", "baseline")
+    add({"threads": 1, "amp_dtype": "float16"}, FAR_SLOWER)
+    fp16 = {**defaults, "amp_dtype": "float16", "matmul_precision": "medium"}
+    assert not_started(study, "search", fp16, {}, defaults) is None
+    add({"amp_dtype": "float16"}, FAR_SLOWER)
+    assert not_started(study, "search", fp16, {}, defaults) == \
+        "not started: float16 was far slower than the defaults in trial 2's first steps"
+    assert not_started(study, "search", {**fp16, "channels_last": True}, {}, defaults) is None
+    assert not_started(study, "warm-start", fp16, {}, defaults) is None
+    assert not_started(study, "search", fp16, {"amp_dtype": "float16"}, defaults) is None
