@@ -161,26 +161,25 @@ def check_storage_url(url: str) -> None:
         raise StorageError(f"{path} exists but is not a regular file, so not an SQLite database: move it away or "
                            "pass --storage URL")
     unreadable = "Is a directory" if path.is_dir() else None if os.access(path, os.R_OK) else "Permission denied"
-    try:
-        if unreadable is None:
-            journal_mode(path)
-    except sqlite3.OperationalError as e:
-        unreadable = str(e)
-    except sqlite3.DatabaseError as e:  # "file is not a database"
-        raise StorageError(f"{path} exists but is not an SQLite database: move it away or pass --storage URL") from e
     if unreadable is not None:
         raise StorageError(f"{path} exists but cannot be read as an SQLite database ({unreadable}): move it away "
                            "or pass --storage URL")
+    try:
+        journal_mode(path)
+    except sqlite3.OperationalError:
+        pass  # busy, or a rollback journal to recover (no read-only connection can): the verb's own connection says
+    except sqlite3.DatabaseError as e:  # "file is not a database"
+        raise StorageError(f"{path} exists but is not an SQLite database: move it away or pass --storage URL") from e
 
 
-def journal_mode(path: Path) -> str:
+def journal_mode(path: Path, timeout_s: float = 5.0) -> str:
     """The journal mode of the SQLite database at ``path`` (``wal``, ``delete``, ...), read through SQLite on a
     read-only connection; ``sqlite3.DatabaseError`` where it is no database. Never read with ``open()``: closing
     any descriptor of the file drops every POSIX lock this process holds on it, its SQLite connections' too, and
     another process that closes its last connection then takes the database for unused and deletes its
     write-ahead log, which this process's later commits still go to: they are lost (SQLite's "How To Corrupt",
     section 2.2). SQLite's own connections share their locks within the process."""
-    connection = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, timeout=30)
+    connection = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, timeout=timeout_s)
     try:
         return str(connection.execute("PRAGMA journal_mode").fetchone()[0])
     finally:
@@ -233,8 +232,11 @@ def use_wal(url: str) -> None:
     if parsed.get_backend_name() != "sqlite" or not path or path == ":memory:" or path.startswith("file:"):
         return
     try:
-        if Path(path).is_file() and journal_mode(Path(path)) == "wal":
-            return  # already so: nothing to write, and no wait for a writer's transaction
+        try:
+            if Path(path).is_file() and journal_mode(Path(path)) == "wal":
+                return  # already so: nothing to write, and no wait for a writer's transaction
+        except sqlite3.OperationalError:
+            pass  # busy, or a rollback journal to recover: the connection below waits, or recovers it
         connection = sqlite3.connect(path, timeout=30)  # waits for a writer's transaction to end
         try:
             connection.execute("PRAGMA journal_mode=WAL")
