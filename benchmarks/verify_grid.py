@@ -42,6 +42,7 @@ from typing import Any
 LEAST_PAIRS = 16  # a verified cell's pairs, over all its sessions
 LEAST_SESSIONS = 2  # each with at least LEAST_PAIRS / LEAST_SESSIONS of them
 SESSIONS_APART_S = 3600.0  # the first pairs of the earliest and the latest session at least this far apart
+OVER_SESSIONS = 3  # sessions (3 pairs or more each) whose means make T where the sessions disagree
 LABELS = ("cell", "defaults", "heuristic")  # "defaults": the A/A; "heuristic": off the grid, as itself
 
 
@@ -88,37 +89,56 @@ class Verified:
         return [r for _, ratios in self.sessions.values() for r in ratios]
 
     def truth(self) -> tuple[float, float, float]:
-        """T with its 95% interval over pairs (the log-scale Student t; (T, 0, inf) from fewer than 3 pairs, NaN
-        from none)."""
+        """T with its 95% interval (the log-scale Student t): over the pairs, or over the sessions' means where
+        they disagree (``over_sessions``); (T, 0, inf) from fewer than 3 pairs, NaN from none."""
         from autotune.measure.runs import LEAST_PAIRS as FEWEST
         from autotune.measure.runs import Runs
+        from autotune.measure.stats import t_quantile
 
         if not self.ratios:
             return math.nan, 0.0, math.inf
         if len(self.ratios) < FEWEST:
             return math.exp(_logs(self.ratios)[0]), 0.0, math.inf
+        if self.over_sessions():
+            logs = self._session_logs()
+            mean, half = statistics.fmean(logs), t_quantile(0.975, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(
+                len(logs))
+            return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
         iv = Runs(tuple(self.ratios), run_s=0.0).mean()
         return iv.median, iv.low, iv.high
 
     def session_means(self) -> dict[str, float]:
         return {s: math.exp(_logs(ratios)[0]) for s, (_, ratios) in self.sessions.items()}
 
+    def _session_logs(self) -> list[float]:
+        return [_logs(ratios)[0] for _, ratios in self.sessions.values() if len(ratios) >= 3]
+
     def sessions_disagree(self) -> bool:
-        """Whether two sessions' means differ beyond what their own pairs' spread allows (Welch's t at 95%): the
-        pairs of one session share a machine state, and pooled over a disagreement their interval is too narrow."""
+        """Whether two sessions' means differ beyond what their own pairs' spread allows (Welch's t, at 95% for
+        all the pairs of sessions together: Bonferroni's): the pairs of one session share a machine state, and
+        pooled over a disagreement their interval is too narrow. Each pair of sessions tested at 95% would find
+        a disagreement in about half of the cells of six sessions that agree."""
         from autotune.measure.stats import t_quantile
 
         means = [_logs(ratios) for _, ratios in self.sessions.values() if len(ratios) >= 3]
+        tests = len(means) * (len(means) - 1) // 2
         for i, (m1, v1, n1) in enumerate(means):
             for m2, v2, n2 in means[i + 1:]:
-                if abs(m1 - m2) > t_quantile(0.975, min(n1, n2) - 1) * math.sqrt(v1 / n1 + v2 / n2):
+                if abs(m1 - m2) > t_quantile(1 - 0.025 / tests, min(n1, n2) - 1) * math.sqrt(v1 / n1 + v2 / n2):
                     return True
         return False
 
+    def over_sessions(self) -> bool:
+        """Whether T is the mean of the sessions' means, its interval theirs: where they disagree, over
+        ``OVER_SESSIONS`` of them or more (the session term of log ratio = cell + session + process + error: a
+        machine state that lasts a session, which the pairs of few sessions cannot average out)."""
+        return len(self._session_logs()) >= OVER_SESSIONS and self.sessions_disagree()
+
     def status(self) -> str:
         """``verified``: ``LEAST_PAIRS`` pairs, from ``LEAST_SESSIONS`` sessions of at least their share each, begun
-        ``SESSIONS_APART_S`` apart, whose means agree; ``sessions disagree`` where they would be but do not;
-        ``failed`` where no pair gave a ratio; else ``partial``."""
+        ``SESSIONS_APART_S`` apart, whose means agree, or whose means make T (``over_sessions``); ``sessions
+        disagree`` where they would be but do not, from fewer sessions; ``failed`` where no pair gave a ratio; else
+        ``partial``."""
         if not self.ratios:
             return "failed" if self.failed else "partial"
         each = LEAST_PAIRS // LEAST_SESSIONS
@@ -126,7 +146,7 @@ class Verified:
         apart = len(starts) >= LEAST_SESSIONS and starts[-1] - starts[0] >= SESSIONS_APART_S
         if len(self.ratios) < LEAST_PAIRS or not apart:
             return "partial"
-        return "sessions disagree" if self.sessions_disagree() else "verified"
+        return "sessions disagree" if self.sessions_disagree() and not self.over_sessions() else "verified"
 
 
 def read(path: str | Path, grid: str | None = None, fingerprint: str | None = None) -> dict[str, Verified]:
@@ -209,9 +229,11 @@ def choose(grid: Any, scores: dict[tuple[Any, ...], float], interval: Any, heuri
 def _to_run(cells: list[Cell], done: dict[str, Verified], session: str, pairs: int,
             unsettled_only: bool = False) -> dict[str, int]:
     """Each cell's pairs still to run in ``session`` (a failed pair counts as run: ``read`` keeps its count);
-    ``unsettled_only``: none for a cell already verified (its truth is settled; a new returned recipe's is not)."""
+    ``unsettled_only``: none for a cell already verified (its truth is settled; a new returned recipe's is not, nor
+    one whose sessions disagree: more sessions narrow its interval over their means)."""
     had = {name: len(v.sessions.get(session, (0.0, []))[1]) + v.failed.get(session, 0) for name, v in done.items()}
-    settled = {name for name, v in done.items() if v.status() == "verified"} if unsettled_only else set()
+    settled = {name for name, v in done.items() if v.status() == "verified" and not v.over_sessions()} \
+        if unsettled_only else set()
     return {c.name: pairs - had.get(c.name, 0) for c in cells if pairs > had.get(c.name, 0) and c.name not in settled}
 
 
@@ -323,11 +345,13 @@ def summary(args: argparse.Namespace) -> int:
         means = ", ".join(f"{s} {m:.3f}" for s, m in v.session_means().items())
         means += "".join(f", {s}: {n} failed" for s, n in v.failed.items())
         read_before = "-" if screen is None else f"{screen:.3f}"
+        over = f" over {sum(1 for _, r in v.sessions.values() if len(r) >= 3)} sessions' means" \
+            if v.over_sessions() else ""
         print(f"{v.cell.label:9s} {read_before:>7s} {t:7.3f} [{low:6.3f}-{high:6.3f}] {len(v.ratios):5d}  "
-              f"{means}  {v.status()}: {v.cell.changes}")
+              f"{means}  {v.status()}{over}: {v.cell.changes}")
         rows.append({"label": v.cell.label, "changes": v.cell.changes, "screen": screen, "truth": _finite(t),
                      "interval": [_finite(low), _finite(high)], "pairs": len(v.ratios),
-                     "failed": sum(v.failed.values()),
+                     "failed": sum(v.failed.values()), "over_sessions": v.over_sessions(),
                      "sessions": {s: round(m, 4) for s, m in v.session_means().items()}, "status": v.status()})
     cells = [r for r in rows if r["label"] == "cell" and r["status"] == "verified"]
     best = max(cells, key=lambda r: r["truth"]) if cells else None
@@ -338,7 +362,7 @@ def summary(args: argparse.Namespace) -> int:
               f"{aa['interval'][1]:.3f}] over {aa['pairs']} pairs: {'covers' if aa['covers_1'] else 'MISSES'} 1")
     said = "none yet" if best is None else f"{best['truth']:.3f}x {best['changes']}"
     print(f"verified: {len(cells)} of {sum(1 for r in rows if r['label'] == 'cell')} cells (16 pairs, 2 sessions "
-          f"an hour apart, their means agreeing); the best verified: {said}")
+          f"an hour apart, their means agreeing or 3 sessions' means making T); the best verified: {said}")
     print(json.dumps({"benchmark": "verify_grid", "grid": str(args.grid), "recording": grid_id(grid),
                       "verification": str(out), "verified_best": best, "aa": aa, "cells": rows}, default=str))
     return 0

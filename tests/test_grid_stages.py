@@ -77,6 +77,18 @@ def test_a_cell_is_verified_with_16_pairs_from_two_sessions_an_hour_apart_that_a
     _lines(far, cell, "s1", 0.0, [1.18, 1.22] * 4)
     _lines(far, cell, "s2", 7200.0, [1.48, 1.52] * 4)  # a machine state an hour later: pooled, it would be +-10%
     assert vg.read(far)[cell.name].status() == "sessions disagree"
+    _lines(far, cell, "s3", 10800.0, [1.33, 1.35] * 4)  # a third: T over the sessions' means, their interval
+    v = vg.read(far)[cell.name]
+    t, low, high = v.truth()
+    assert v.status() == "verified" and v.over_sessions()
+    assert t == pytest.approx((1.2 * 1.5 * 1.34) ** (1 / 3), rel=1e-3)
+    assert low < 1.2 and high > 1.5  # t with 2 degrees of freedom over three means: wider than any session's
+    assert vg._to_run([cell], {cell.name: v}, "s4", 8, unsettled_only=True) == {cell.name: 8}  # more narrow it
+    six = tmp_path / "six.jsonl"  # six sessions within 3.5%: one pair of them tested alone at 95% would disagree
+    for i, mean in enumerate([1.0, 1.035, 1.015, 1.015, 1.02, 1.01]):
+        _lines(six, cell, f"s{i}", 3600.0 * i, [mean * 0.98, mean * 1.02] * 4)
+    v = vg.read(six)[cell.name]
+    assert v.status() == "verified" and not v.over_sessions() and len(v.ratios) == 48
     lopsided = tmp_path / "lopsided.jsonl"
     _lines(lopsided, cell, "s1", 0.0, [1.2] * 15)
     _lines(lopsided, cell, "s2", 7200.0, [1.2])
