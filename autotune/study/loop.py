@@ -207,8 +207,8 @@ class SearchLoop(Turns):
 
     def _next(self, skips: int, estimate: float | None) -> tuple[str | None, int, TrialResult | None, str]:
         """Ask the next trial (after ``prepare``) and measure it (the host lock held); a batch size known to run out of
-        memory is skipped, so is a precision this machine's kernels measured hopeless (``not_started``) and a
-        sampled recipe measured before (``_measured_before``). Returns why to stop (or None), the consecutive skips,
+        memory is skipped, so is a precision ruled out by the kernels or by this search (``skips.not_started``) and
+        a sampled recipe measured before (``_measured_before``). Returns why to stop (or None), the consecutive skips,
         the result and the trial's role."""
         import optuna
 
