@@ -100,9 +100,9 @@ class Verified:
         if len(self.ratios) < FEWEST:
             return math.exp(_logs(self.ratios)[0]), 0.0, math.inf
         if self.over_sessions():
-            logs = self._session_logs()
-            mean, half = statistics.fmean(logs), t_quantile(0.975, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(
-                len(logs))
+            logs = [m for m, _, _ in self.session_stats()]
+            mean = statistics.fmean(logs)
+            half = t_quantile(0.975, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
             return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
         iv = Runs(tuple(self.ratios), run_s=0.0).mean()
         return iv.median, iv.low, iv.high
@@ -110,8 +110,10 @@ class Verified:
     def session_means(self) -> dict[str, float]:
         return {s: math.exp(_logs(ratios)[0]) for s, (_, ratios) in self.sessions.items()}
 
-    def _session_logs(self) -> list[float]:
-        return [_logs(ratios)[0] for _, ratios in self.sessions.values() if len(ratios) >= 3]
+    def session_stats(self) -> list[tuple[float, float, int]]:
+        """Each session's log mean, log variance and pairs, of the sessions with 3 pairs or more (those a rule
+        between sessions reads)."""
+        return [_logs(ratios) for _, ratios in self.sessions.values() if len(ratios) >= 3]
 
     def sessions_disagree(self) -> bool:
         """Whether two sessions' means differ beyond what their own pairs' spread allows (Welch's t, at 95% for
@@ -120,7 +122,7 @@ class Verified:
         a disagreement in about half of the cells of six sessions that agree."""
         from autotune.measure.stats import t_quantile
 
-        means = [_logs(ratios) for _, ratios in self.sessions.values() if len(ratios) >= 3]
+        means = self.session_stats()
         tests = len(means) * (len(means) - 1) // 2
         for i, (m1, v1, n1) in enumerate(means):
             for m2, v2, n2 in means[i + 1:]:
@@ -132,7 +134,7 @@ class Verified:
         """Whether T is the mean of the sessions' means, its interval theirs: where they disagree, over
         ``OVER_SESSIONS`` of them or more (the session term of log ratio = cell + session + process + error: a
         machine state that lasts a session, which the pairs of few sessions cannot average out)."""
-        return len(self._session_logs()) >= OVER_SESSIONS and self.sessions_disagree()
+        return len(self.session_stats()) >= OVER_SESSIONS and self.sessions_disagree()
 
     def status(self) -> str:
         """``verified``: ``LEAST_PAIRS`` pairs, from ``LEAST_SESSIONS`` sessions of at least their share each, begun
@@ -345,8 +347,7 @@ def summary(args: argparse.Namespace) -> int:
         means = ", ".join(f"{s} {m:.3f}" for s, m in v.session_means().items())
         means += "".join(f", {s}: {n} failed" for s, n in v.failed.items())
         read_before = "-" if screen is None else f"{screen:.3f}"
-        over = f" over {sum(1 for _, r in v.sessions.values() if len(r) >= 3)} sessions' means" \
-            if v.over_sessions() else ""
+        over = f" over {len(v.session_stats())} sessions' means" if v.over_sessions() else ""
         print(f"{v.cell.label:9s} {read_before:>7s} {t:7.3f} [{low:6.3f}-{high:6.3f}] {len(v.ratios):5d}  "
               f"{means}  {v.status()}{over}: {v.cell.changes}")
         rows.append({"label": v.cell.label, "changes": v.cell.changes, "screen": screen, "truth": _finite(t),
