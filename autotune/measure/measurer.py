@@ -51,7 +51,8 @@ class Noise:
     # decide.
     round_pairs: int | None = None
     # The calibration's worker start until its defaults' arm was built and settled: what a fresh worker of the
-    # defaults costs before its first window (the rest of ``wall_s`` less ``timed_s`` is the A/A's and the profile's).
+    # defaults costs before its first window (the rest of ``wall_s`` less ``timed_s`` is the A/A's and the profile's);
+    # script mode's: a copy's share of an A/A process pair's start and warm-up.
     start_s: float | None = None
     # One fresh process of the defaults as a pair of your runs starts it, start to exit, where the measurer knows
     # its shape (``runs.trial_run_s``; script mode's ``Spread.alone_s``); else priced from ``start_s`` and windows.
@@ -213,6 +214,12 @@ class PairedMeasurer(abc.ABC):
         they price its confirmation (``costs.round_parts``) while it is raced: by default an arm of the defaults'
         worker or of its environment's, or its environment's process pairs alone."""
         return paired_method(params, self.defaults)
+
+    def startup_s(self, handle: object) -> float | None:
+        """The candidate's copies' start and warm-up so far where the measurer counts them apart from its other time
+        outside windows (script mode's process pairs: a round's pair starts copies again, it does not train them to
+        the loss's samples); None: its time outside windows is priced whole."""
+        return None
 
     def warm(self, params: dict[str, Any]) -> bool | None:
         """Whether a candidate of ``params`` would start no process; None where the measurer says nothing of its

@@ -134,7 +134,7 @@ class ScriptMeasurer(PairedMeasurer):
                            max(within) - min(within), (aa.median, aa.low, aa.high), timed_s=trial.timed_s,
                            wall_s=wall_s, within=max(abs(r - 1) for r in within), aa_pairs=len(within),
                            within_what="identical copies of the script in a process pair",
-                           start_s=self.spread.pair_s / 2,  # a copy's part of a pair's time outside windows
+                           start_s=trial.startup_s / (2 * len(groups)),  # a copy's share of a pair's start
                            run_s=self.spread.alone_s(WINDOW_PAIRS))  # a copy of your runs (``claim_pair_s``)
         self._follow(self.spread.add(trial.medians, sizing.WINDOWS, aa=True))  # the noise's round, sized
         return self.noise
@@ -277,6 +277,9 @@ class ScriptMeasurer(PairedMeasurer):
     def loss(self, handle: object) -> float | None:
         return (self._trial(handle).loss or (0, None, None))[1]
 
+    def startup_s(self, handle: object) -> float | None:
+        return self._trial(handle).startup_s
+
     def loss_source(self, handle: object) -> str | None:
         return (self._trial(handle).loss or (0, None, None))[2]
 
@@ -326,7 +329,8 @@ class ScriptMeasurer(PairedMeasurer):
             # stepped).
             for run in (cand, base):
                 if len(run.steps) < WARMUP_STEPS:
-                    short = f"{_whose(run, base)} copy told {len(run.steps)} of {WARMUP_STEPS} steps"
+                    whose = "the defaults'" if run is base else "the candidate's"
+                    short = f"{whose} copy told {len(run.steps)} of {WARMUP_STEPS} steps"
                     if limit < self.start_limit_s:  # the trial's time, not the script, set the limit
                         return f"the trial's time ran out: {short} in the {limit:.0f} s left"
                     return self._failure(runs, f"{short} in {limit:.0f} s")
@@ -394,7 +398,3 @@ class ScriptMeasurer(PairedMeasurer):
         if not isinstance(handle, ScriptTrial):
             raise TypeError(f"not a handle of this measurer: {handle!r}")
         return handle
-
-
-def _whose(run: ScriptRun, base: ScriptRun) -> str:
-    return "the defaults'" if run is base else "the candidate's"

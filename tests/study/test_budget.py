@@ -512,5 +512,39 @@ def test_a_script_candidate_being_raced_keeps_its_rounds_of_fresh_process_pairs(
     pair = (27.0 - 18.3) / 3 + 6 * 18.3 / 18
     assert racing_reserve_s(study, options, params, method, wall_s=6.0, timed_s=4.0) == pytest.approx(
         1.1 * 3 * 3 * pair)
-    assert measurer.method(ScriptTrial(params, baseline=False, deadline=0.0, medians=[1.2, 1.3]), params) == \
-        "script process pairs (2)"
+    fresh = ScriptTrial(params, baseline=False, deadline=0.0, medians=[1.2, 1.3], startup_s=5.6)
+    assert measurer.method(fresh, params) == "script process pairs (2)"
+    # raced in fresh process pairs, 12.2 s of which 4 s windows and 5.6 s its copies' start (its first pair also
+    # trained to the loss's samples): a round's pair repeats the start alone (``PairedMeasurer.startup_s``)
+    assert measurer.startup_s(fresh) == 5.6
+    pair = 5.6 / 2 + 6 * 4.0 / (2 * 6)
+    assert racing_reserve_s(study, options, params, "script process pairs (2)", wall_s=12.2, timed_s=4.0,
+                            startup_s=measurer.startup_s(fresh)) == pytest.approx(1.1 * 3 * 3 * pair)
+
+
+def test_a_script_round_is_priced_from_its_copies_start_not_from_the_first_pairs_training_to_the_loss() -> None:
+    """A 3-minute search of the CNN script: its A/A's first process pair also timed the defaults' step alone and
+    trained to the loss's samples (3 s of its 30), and its heuristic's first pair trained to the loss; both were
+    priced into every confirmation round (24.0 and 24.5 s where the rounds of 4 pairs took 20.5-20.6 s), which kept
+    the exploration's time. A round's pair repeats only its copies' start and warm-up and its windows."""
+    from autotune.measure import Noise
+    from autotune.study import SearchOptions
+    from autotune.study.budget import round_s
+    from autotune.trial import TrialResult
+
+    # as that search recorded them: 3 A/A pairs (startup 8.9 s in all), the heuristic's 2 pairs (5.6 s)
+    noise = Noise(window_s=0.5, pairs=2, half_width=0.03, margin=0.035, spread=0.1, aa=(1.0, 0.95, 1.05),
+                  timed_s=18.29, wall_s=30.2, aa_pairs=18, round_pairs=8, start_s=8.88 / 6)
+    heuristic = TrialResult("ok", objective=1.15, method="script process pairs (2)", pairs=4, wall_s=12.2,
+                            timed_s=4.05, startup_s=5.59)
+    in_copy = TrialResult("ok", objective=2.0, method="script window pairs in one copy (6)", pairs=6, wall_s=11.0,
+                          timed_s=6.0, startup_s=2.99)
+    options = SearchOptions(budget_s=180)
+    window_pair = 2 * 18.29 / 18  # a process pair's two window pairs, as the A/A's took
+    assert round_s(heuristic, noise, options, 0) == pytest.approx(4 * (5.59 / 2 + 2 * 4.05 / 4))
+    assert round_s(in_copy, noise, options, 0) == pytest.approx(4 * (8.88 / 3 + window_pair))
+    for priced in (round_s(heuristic, noise, options, 0), round_s(in_copy, noise, options, 0)):
+        assert 0.9 * 20.5 < priced < 20.6
+    # a study calibrated before the A/A's start was recorded: all its time outside windows, as before
+    old = Noise(**{**noise.__dict__, "start_s": None})
+    assert round_s(in_copy, old, options, 0) == pytest.approx(4 * ((30.2 - 18.29) / 3 + window_pair))
