@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from autotune import cli, probes
-from autotune.probes import Allowed, Core, _nvml, _probe
+from autotune.probes import AllowedCpus, Core, _nvml, _probe
 from autotune.recipe_file import parse_env
 from autotune.trial import launch
 
@@ -33,7 +33,7 @@ def hgx_host(facts, monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)  # every GPU, unless a test says otherwise
     monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
     cores = tuple(Core(package=c // 32, numa_node=c // 32, cpus=(c,)) for c in range(64))
-    allowed = Allowed(cpus="0-63", packages=2, cores=64, threads=64, numa_nodes=(0, 1), core_list=cores)
+    allowed = AllowedCpus(cpus="0-63", packages=2, cores=64, threads=64, numa_nodes=(0, 1), core_list=cores)
     cpu = replace(facts.cpu, allowed=allowed, cgroup=allowed)
     monkeypatch.setattr(_probe, "cpu_topology", lambda root: cpu)
 

@@ -274,6 +274,27 @@ def test_no_module_is_over_400_lines() -> None:
     assert long == {}
 
 
+def classes(paths: dict[str, Path]) -> dict[str, list[str]]:
+    """Each class name defined at a module's top level under ``paths``, with the modules that define it."""
+    found: dict[str, list[str]] = {}
+    for name, path in paths.items():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                found.setdefault(node.name, []).append(name)
+    return found
+
+
+def test_no_two_classes_share_a_name() -> None:
+    """One name, one thing: a reader who meets ``Candidate`` knows which (the glossary in docs/ARCHITECTURE.md)."""
+    assert {k: v for k, v in classes(modules()).items() if len(v) > 1} == {}
+
+
+def test_the_check_finds_two_classes_of_one_name(tmp_path: Path) -> None:
+    for module in ("a", "b"):
+        (tmp_path / f"{module}.py").write_text("class Rounds:\n    pass\n")
+    assert classes({m: tmp_path / f"{m}.py" for m in ("a", "b")}) == {"Rounds": ["a", "b"]}
+
+
 def test_the_folders_are_the_import_tree() -> None:
     """No package is installed from a folder of another name, and no shim makes up for one."""
     pyproject = (REPO / "pyproject.toml").read_text()

@@ -1,4 +1,4 @@
-"""A candidate as the live measurer holds it while the race measures it (``Candidate``), and the rules every path
+"""A candidate as the live measurer holds it while the race measures it (``LiveTrial``), and the rules every path
 of it shares: which environment is the defaults', how two ratios combine, a failed arm's state as a status."""
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def status_of(state: str) -> Status:
 
 
 @dataclass
-class Candidate:
+class LiveTrial:
     """One candidate being measured: where its arm lives and what it has cost so far."""
 
     params: dict[str, Any]
@@ -190,7 +190,7 @@ def reported(worker: PairedWorker, arm: ArmStatus | None) -> dict[str, Any]:
     return {**(worker.ready.in_effect if worker.ready else {}), **(arm.in_effect if arm else {})}
 
 
-def hopeless_result(trial: Candidate, status: ArmStatus | None, why: str, stalled_s: float) -> TrialResult:
+def hopeless_result(trial: LiveTrial, status: ArmStatus | None, why: str, stalled_s: float) -> TrialResult:
     """A candidate far slower than the defaults in its first steps (``hopeless.HOPELESS``), as a measured trial: its
     steps' ratio (``status.gave_up``; none where the parent stopped a step that had not ended, ``stalled_s`` of
     warm-up), at most ``1 / HOPELESS``, no pairs and no loss. The why joins the candidate's warnings (a failed
@@ -202,7 +202,7 @@ def hopeless_result(trial: Candidate, status: ArmStatus | None, why: str, stalle
                    startup_s=trial.startup_s, warmup_s=trial.warmup_s + stalled_s)
 
 
-def hopeless_environment(trial: Candidate, error: HopelessEnvironment) -> TrialResult:
+def hopeless_environment(trial: LiveTrial, error: HopelessEnvironment) -> TrialResult:
     """A candidate whose environment's first steps were far slower than the defaults', in its process pair now or
     in an earlier trial's (``EnvironmentFactors.hopeless``): measured slower, no windows, no loss."""
     why = f"{error} in its environment's process pair" + (" (an earlier trial's)" if error.earlier else "")

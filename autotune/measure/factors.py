@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..trial.spec import Status
 from . import stats
-from .candidate import NOTHING, Candidate, environment_defaults, round_factor
+from .candidate import NOTHING, LiveTrial, environment_defaults, round_factor
 from .environment import environment_differences
 from .measurer import PairedMeasurer, first_pairs
 from .paired_worker import Calibration, WorkerError
@@ -87,7 +87,7 @@ class EnvironmentFactors(PairedMeasurer):
         what = f"{missing} process pair(s)" if missing else "its worker's start"
         return f"not started: another environment needs {what}, about {need:.0f} s; {max(0.0, left):.0f} s were left"
 
-    def _factor(self, key: str, params: dict[str, Any], trial: Candidate, deadline: float, *,
+    def _factor(self, key: str, params: dict[str, Any], trial: LiveTrial, deadline: float, *,
                 grow: bool = False) -> stats.Interval:
         """Its environment's defaults / the defaults, from fresh process pairs (``across_processes``, one pair at a
         time), pooled over the candidates of that environment. In ``begin``: the fewest pairs (``least``),
@@ -125,7 +125,7 @@ class EnvironmentFactors(PairedMeasurer):
             self.factors[key] = interval
         return interval
 
-    def _process_pair(self, key: str, params: dict[str, Any], trial: Candidate, *, last: bool, seed: int) -> float:
+    def _process_pair(self, key: str, params: dict[str, Any], trial: LiveTrial, *, last: bool, seed: int) -> float:
         """One fresh process pair of ``params``' environment against the defaults: its ratio. ``last``: where no
         worker of the environment runs, its side is kept as that worker (``WorkerPool.keep``). An environment
         whose first steps are far slower than the defaults' (``HopelessEnvironment``) is remembered: every later
@@ -150,7 +150,7 @@ class EnvironmentFactors(PairedMeasurer):
         self._pair_s = time.monotonic() - started
         return run.ratio.median
 
-    def _round_factor(self, key: str, params: dict[str, Any], trial: Candidate) -> stats.Interval:
+    def _round_factor(self, key: str, params: dict[str, Any], trial: LiveTrial) -> stats.Interval:
         """A confirmation round's factor for ``key``: one fresh process pair of this round (``round_factor``), run
         whenever the confirmation admitted the round (``_too_short``)."""
         if key not in self._round_factors:

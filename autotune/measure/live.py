@@ -19,7 +19,7 @@ from .candidate import (
     FACTOR,
     IN_PROCESS,
     NOTHING,
-    Candidate,
+    LiveTrial,
     combine,
     environment_defaults,
     hopeless_environment,
@@ -124,7 +124,7 @@ class LiveMeasurer(EnvironmentFactors):
             log.warning("the profile of %s failed (%s): the report shows no top operators for it", who, e)
             return None
 
-    def _profile_fastest(self, trial: Candidate, worker: Any, arm: str, median: float) -> dict[str, float] | None:
+    def _profile_fastest(self, trial: LiveTrial, worker: Any, arm: str, median: float) -> dict[str, float] | None:
         """The top operators of a search's candidate faster than all before it (as the best nearly always is)."""
         seconds = min(self.profile_s / 2, trial.deadline - time.monotonic() - 1.0)
         if self._confirming or median <= self._fastest or seconds <= 0:
@@ -154,7 +154,7 @@ class LiveMeasurer(EnvironmentFactors):
 
     def begin(self, params: dict[str, Any], timeout_s: float) -> object | TrialResult:
         self._count += 1
-        trial = Candidate(params, f"c{self._count}", self.seed + 1000 * self._count, time.monotonic())
+        trial = LiveTrial(params, f"c{self._count}", self.seed + 1000 * self._count, time.monotonic())
         deadline = trial.deadline = time.monotonic() + timeout_s
         if params == self.defaults and not self._baseline_given:
             trial.baseline = self._baseline_given = True  # the calibration's A/A; later ones are arms like any
@@ -168,7 +168,7 @@ class LiveMeasurer(EnvironmentFactors):
         except WorkerError as e:
             return self._lost(trial, e, deadline)
 
-    def _begin_paired(self, trial: Candidate, deadline: float) -> Candidate | TrialResult:
+    def _begin_paired(self, trial: LiveTrial, deadline: float) -> LiveTrial | TrialResult:
         params = trial.params
         if same_environment(params, self.defaults):
             trial.worker = self.pool.use(self.pool.defaults_worker(deadline - time.monotonic(), with_arm=True))
@@ -225,7 +225,7 @@ class LiveMeasurer(EnvironmentFactors):
         steps = max(1, self.settings.warmup_steps)
         return self.warm_up_slack_s + 2 * HOPELESS * steps * self.cal.step_s
 
-    def _hopeless(self, trial: Candidate, status: ArmStatus | None, why: str, started: float) -> TrialResult:
+    def _hopeless(self, trial: LiveTrial, status: ArmStatus | None, why: str, started: float) -> TrialResult:
         """A candidate far slower than the defaults in its first steps (``HOPELESS``): stopped there, measured
         slower, no pairs and no loss (it cannot be the recipe). A worker that did not answer in time is ended and
         started again within this trial: its restart is charged to the candidate that caused it."""
@@ -272,7 +272,7 @@ class LiveMeasurer(EnvironmentFactors):
         return trial.cand_status.loss if trial.in_process and trial.cand_status is not None else None
 
     def in_effect(self, handle: object) -> dict[str, Any] | None:
-        """``Candidate.in_effect``: the race stops a candidate whose knob did not take (``SearchLoop._race``)."""
+        """``LiveTrial.in_effect``: the race stops a candidate whose knob did not take (``SearchLoop._race``)."""
         return self._trial(handle).in_effect()
 
     def losses(self, arms: list[tuple[dict[str, Any], int]], timeout_s: float, *,
@@ -280,7 +280,7 @@ class LiveMeasurer(EnvironmentFactors):
         """The quality guard's second look (``autotune.study.guard``): ``WorkerPool.losses``."""
         return [LossReading.of(s) for s in self.pool.losses(arms, timeout_s, wide=wide)]
 
-    def _pairs(self, trial: Candidate, n: int, deadline: float) -> None:
+    def _pairs(self, trial: LiveTrial, n: int, deadline: float) -> None:
         assert trial.worker is not None
         self.on_phase("paired windows", f"{trial.name}: {n} more pair(s)")
         self.pool.use(trial.worker)
@@ -295,7 +295,7 @@ class LiveMeasurer(EnvironmentFactors):
             status = status_of(failed.state) if failed is run.cand else Status.CRASH
             trial.failed = TrialResult(status, error=f"arm {failed.arm}: {failed.error}")
 
-    def _interval(self, trial: Candidate, confidence: float = stats.CONFIDENCE) -> stats.Interval:
+    def _interval(self, trial: LiveTrial, confidence: float = stats.CONFIDENCE) -> stats.Interval:
         """The candidate's speedup over the defaults so far, amortised over ``train_steps``, at ``confidence``."""
         if trial.baseline:
             return self.cal.aa.amortised
@@ -322,7 +322,7 @@ class LiveMeasurer(EnvironmentFactors):
         finally:
             self._drop(trial)
 
-    def _end(self, trial: Candidate) -> TrialResult:
+    def _end(self, trial: LiveTrial) -> TrialResult:
         if trial.failed is not None:
             return replace(trial.failed, wall_s=time.monotonic() - trial.started, startup_s=trial.startup_s,
                            warmup_s=trial.warmup_s, timed_s=trial.timed_s, warnings=trial.warnings)
@@ -366,7 +366,7 @@ class LiveMeasurer(EnvironmentFactors):
             in_effect=reported(worker, status),
             warnings=[*trial.warnings, *(w for w in status.warnings if w not in trial.warnings)])
 
-    def _lost(self, trial: Candidate, error: WorkerError, deadline: float) -> TrialResult:
+    def _lost(self, trial: LiveTrial, error: WorkerError, deadline: float) -> TrialResult:
         """A worker that died or did not answer: the trial is a crash, an out-of-memory kill or a timeout (as
         a trial process's exit is classified), and the worker is gone: the next candidate starts another."""
         worker = trial.worker
@@ -378,7 +378,7 @@ class LiveMeasurer(EnvironmentFactors):
                            startup_s=trial.startup_s, warmup_s=trial.warmup_s, timed_s=trial.timed_s,
                            warnings=trial.warnings)
 
-    def _drop(self, trial: Candidate) -> None:
+    def _drop(self, trial: LiveTrial) -> None:
         """The candidate's arm leaves its worker (a worker that died meanwhile is simply gone)."""
         worker = trial.worker
         if worker is None or not trial.in_process or trial.name not in worker.arms:
@@ -390,8 +390,8 @@ class LiveMeasurer(EnvironmentFactors):
             worker.close(timeout_s=1.0)
 
     @staticmethod
-    def _trial(handle: object) -> Candidate:
-        if not isinstance(handle, Candidate):
+    def _trial(handle: object) -> LiveTrial:
+        if not isinstance(handle, LiveTrial):
             raise TypeError(f"not a handle of this measurer: {handle!r}")
         return handle
 

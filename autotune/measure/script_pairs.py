@@ -90,7 +90,7 @@ class ScriptMeasurer(PairedMeasurer):
         self.rng = random.Random(seed)
         self.start_limit_s = start_limit_s or max(MIN_START_S, 4 * startup_s)
         self.min_window_s, self.stall_s = min_window_s, stall_s
-        self.rounds = sizing.Rounds(sizing.WINDOWS, LEAST_PAIRS, 0.0, 0.0)  # sized by the A/A, then each trial
+        self.rounds = sizing.RoundShape(sizing.WINDOWS, LEAST_PAIRS, 0.0, 0.0)  # sized by the A/A, then each trial
         self.spread: sizing.Spread | None = None  # from the calibration on
         self.calibration: ScriptTrial | None = None
         self.step_s: float | None = None  # the defaults' optimizer step
@@ -139,7 +139,7 @@ class ScriptMeasurer(PairedMeasurer):
         self._follow(self.spread.add(trial.medians, sizing.WINDOWS, aa=True))  # the noise's round, sized
         return self.noise
 
-    def _follow(self, shape: sizing.Rounds) -> None:
+    def _follow(self, shape: sizing.RoundShape) -> None:
         """Later process pairs and rounds take ``shape`` (said where it changes), and so does the noise."""
         if (shape.windows, shape.pairs) != (self.rounds.windows, self.rounds.pairs):
             log.warning("the script's process pairs: %s", shape.note())

@@ -25,7 +25,7 @@ ROUND_SE = 0.05  # the standard error of a round's mean log ratio the round is s
 
 
 @dataclass(frozen=True)
-class Rounds:
+class RoundShape:
     """A round's shape: ``pairs`` process pairs of ``windows`` window pairs each, and the figures it is from."""
 
     windows: int
@@ -39,25 +39,25 @@ class Rounds:
                 f"{self.windows} window pairs")
 
 
-def rounds(within: float, between: float, pair_s: float, window_pair_s: float) -> Rounds:
+def rounds(within: float, between: float, pair_s: float, window_pair_s: float) -> RoundShape:
     """The round for these spreads (standard deviations of log ratios) and costs (seconds).
 
     Copies that agree between processes keep the unsized round; a 1.4x speed drawn by one process in three
     (``between`` about 0.2) takes the most pairs, each of the fewest windows its costs allow:
 
     >>> rounds(0.08, 0.02, 4.0, 1.0)
-    Rounds(windows=6, pairs=2, within=0.08, between=0.02)
+    RoundShape(windows=6, pairs=2, within=0.08, between=0.02)
     >>> rounds(0.08, 0.22, 4.0, 1.0)
-    Rounds(windows=2, pairs=4, within=0.08, between=0.22)
+    RoundShape(windows=2, pairs=4, within=0.08, between=0.22)
     >>> rounds(0.2, 0.12, 12.0, 0.5).windows  # a slow start and noisy windows: more windows a pair pay
     6
     """
     if (between ** 2 + within ** 2 / WINDOWS) / LEAST_PAIRS <= ROUND_SE ** 2:
-        return Rounds(WINDOWS, LEAST_PAIRS, within, between)
+        return RoundShape(WINDOWS, LEAST_PAIRS, within, between)
     best = math.sqrt(pair_s * within ** 2 / (window_pair_s * between ** 2)) if between > 0 else WINDOWS
     windows = min(WINDOWS, max(FEWEST_WINDOWS, round(best)))
     pairs = math.ceil((between ** 2 + within ** 2 / windows) / ROUND_SE ** 2)
-    return Rounds(windows, min(MOST_PAIRS, max(LEAST_PAIRS, pairs)), within, between)
+    return RoundShape(windows, min(MOST_PAIRS, max(LEAST_PAIRS, pairs)), within, between)
 
 
 def between_sd(groups: Sequence[tuple[Sequence[float], int, bool]], within: float) -> float:
@@ -97,7 +97,7 @@ class Spread:
     window_pair_s: float
     groups: list[tuple[list[float], int, bool]] = field(default_factory=list)
 
-    def add(self, ratios: Sequence[float], windows: int, aa: bool = False) -> Rounds:
+    def add(self, ratios: Sequence[float], windows: int, aa: bool = False) -> RoundShape:
         """A group's process pairs join the spread: the round for all of them.
 
         >>> spread = Spread(0.04, 3.0, 1.0)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from ._cpulist import format_cpulist, parse_cpulist
 from ._facts import (
     SCHEMA_VERSION,
-    Allowed,
+    AllowedCpus,
     Core,
     CpuTopology,
     CudaView,
@@ -45,7 +45,7 @@ from ._summary import summary
 __all__ = [
     "FINGERPRINT_VERSION",
     "SCHEMA_VERSION",
-    "Allowed",
+    "AllowedCpus",
     "Core",
     "CpuTopology",
     "CudaView",

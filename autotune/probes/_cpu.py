@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ._cpulist import format_cpulist
-from ._facts import Allowed, Core, CpuTopology, NumaNode
+from ._facts import AllowedCpus, Core, CpuTopology, NumaNode
 from ._hwloc import Obj, Tree
 from ._isa import CpuInfo, family_model, normalize_model
 
@@ -100,7 +100,7 @@ def _numa_nodes(machine: Obj, local: dict[int, int]) -> tuple[NumaNode, ...]:
 
 
 def _allowed(tree: Tree, packages: list[Obj], cores: list[_HwCore], local: dict[int, int],
-             kinds: dict[int, str], cpus: frozenset[int]) -> Allowed:
+             kinds: dict[int, str], cpus: frozenset[int]) -> AllowedCpus:
     nodes = {o.os_index for o in tree.machine.walk() if o.type == "NUMANode" and o.os_index is not None}
     nodes &= tree.allowed_nodes
     core_list = tuple(
@@ -112,7 +112,7 @@ def _allowed(tree: Tree, packages: list[Obj], cores: list[_HwCore], local: dict[
         p for p in packages
         if cpus & p.cpuset or any(o.type == "NUMANode" and o.os_index in nodes for o in p.walk())
     ]
-    return Allowed(
+    return AllowedCpus(
         cpus=format_cpulist(cpus),
         packages=len(kept_packages) if packages else 1,
         cores=len(core_list),
@@ -158,8 +158,8 @@ def from_psutil(info: CpuInfo | None, affinity: frozenset[int]) -> CpuTopology:
     cores = psutil.cpu_count(logical=False) or threads
     cpus = format_cpulist(affinity)
     core_list = tuple(Core(package=0, numa_node=None, cpus=(c,)) for c in sorted(affinity))
-    allowed = Allowed(cpus=cpus, packages=1, cores=len(core_list), threads=len(affinity), numa_nodes=(),
-                      core_list=core_list)
+    allowed = AllowedCpus(cpus=cpus, packages=1, cores=len(core_list), threads=len(affinity), numa_nodes=(),
+                          core_list=core_list)
     return CpuTopology(
         model=info.model, vendor=info.vendor, arch=info.arch or os.uname().machine, packages=1, dies=0,
         cores=cores, threads=threads, threads_per_core=(threads // cores,) if threads % cores == 0 else (),

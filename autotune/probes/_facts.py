@@ -32,7 +32,7 @@ class Core:
     """One physical core the process may use, with the hardware threads (PUs) it may use.
 
     ``package`` is the package's logical index (0..packages-1, hwloc's order); ``numa_node`` the kernel
-    number of the core's local node, which may lie outside ``Allowed.numa_nodes`` when the cpuset
+    number of the core's local node, which may lie outside ``AllowedCpus.numa_nodes`` when the cpuset
     forbids that node's memory.
     """
 
@@ -45,7 +45,7 @@ class Core:
 
 
 @dataclass(frozen=True)
-class Allowed:
+class AllowedCpus:
     """The part of the machine this process may use (cgroup cpuset, Slurm, taskset)."""
 
     cpus: str
@@ -69,14 +69,14 @@ class CpuTopology:
     numa_nodes: tuple[NumaNode, ...]
     offline_cpus: str
     isa: tuple[str, ...]
-    allowed: Allowed
+    allowed: AllowedCpus
     core_kinds: tuple[str, ...] = ()
     source: str = "hwloc"  # "hwloc" or "psutil" (partial topology)
     partial: bool = False
     # The part the cgroup cpuset gives (container, Slurm job) before this process's affinity (taskset,
     # numactl, autotune run's pinning, libiomp5's KMP_AFFINITY) narrows it to ``allowed``: hwloc's allowed
     # cpuset. The fingerprint hashes this view. None where unknown (psutil's partial topology, schema 1).
-    cgroup: Allowed | None = None
+    cgroup: AllowedCpus | None = None
     # x86 "family 25 model 17": told apart where the model name is not (a VM's "AMD EPYC"); None elsewhere
     family_model: str | None = None
 
@@ -202,8 +202,8 @@ def _gpu_from_dict(data: dict[str, Any]) -> Gpu:
     return Gpu(**{**data, "mig_devices": tuple(MigDevice(**m) for m in data.get("mig_devices", ()))})
 
 
-def _allowed_from_dict(data: dict[str, Any]) -> Allowed:
-    return Allowed(**{
+def _allowed_from_dict(data: dict[str, Any]) -> AllowedCpus:
+    return AllowedCpus(**{
         **data,
         "numa_nodes": tuple(data["numa_nodes"]),
         "core_list": tuple(Core(**{**c, "cpus": tuple(c["cpus"])}) for c in data.get("core_list", ())),

@@ -34,7 +34,7 @@ from . import _processes as processes
 from . import _schema
 from . import _sparsity as sparsity
 from . import _threads as threads
-from ._allowed import Allowed, allowed_values, as_trial, outside, suggested
+from ._allowed import AllowedValues, allowed_values, as_trial, outside, suggested
 from ._context import SpaceContext, conv_layers
 from ._effect import membind_off, not_in_effect
 from ._families import FAMILIES, merge_params, suggest
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "IN_PLACE",
-    "Allowed",
+    "AllowedValues",
     "FAMILIES",
     "KnobFamily",
     "Params",

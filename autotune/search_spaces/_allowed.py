@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Allowed:
+class AllowedValues:
     """The values one knob may take: listed ``choices`` and ``(low, high, step)`` ranges (ints or floats)."""
 
     choices: tuple[Any, ...] = ()
@@ -49,9 +49,9 @@ class Allowed:
                   for lo, hi, step in self.ranges]
         return ", ".join(parts)
 
-    def merge(self, other: Allowed) -> Allowed:
+    def merge(self, other: AllowedValues) -> AllowedValues:
         choices = self.choices + tuple(c for c in other.choices if not any(_same(c, x) for x in self.choices))
-        return Allowed(choices, self.ranges + tuple(r for r in other.ranges if r not in self.ranges))
+        return AllowedValues(choices, self.ranges + tuple(r for r in other.ranges if r not in self.ranges))
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -84,10 +84,10 @@ class _Replay:
 
     def __init__(self, values: dict[str, Any]) -> None:
         self.values = values
-        self.asked: dict[str, Allowed] = {}
-        self.refused: dict[str, Allowed] = {}
+        self.asked: dict[str, AllowedValues] = {}
+        self.refused: dict[str, AllowedValues] = {}
 
-    def _pick(self, name: str, allowed: Allowed, first: Any) -> Any:
+    def _pick(self, name: str, allowed: AllowedValues, first: Any) -> Any:
         self.asked[name] = allowed
         if name not in self.values:
             return first
@@ -97,36 +97,36 @@ class _Replay:
         return first
 
     def suggest_categorical(self, name: str, choices: Sequence[CategoricalChoiceType]) -> CategoricalChoiceType:
-        return self._pick(name, Allowed(tuple(choices)), tuple(choices)[0])
+        return self._pick(name, AllowedValues(tuple(choices)), tuple(choices)[0])
 
     def suggest_int(self, name: str, low: int, high: int, step: int = 1, log: bool = False) -> int:
-        return int(self._pick(name, Allowed(ranges=((int(low), int(high), int(step)),)), int(low)))
+        return int(self._pick(name, AllowedValues(ranges=((int(low), int(high), int(step)),)), int(low)))
 
     def suggest_float(self, name: str, low: float, high: float, *, step: float | None = None,
                       log: bool = False) -> float:
-        return float(self._pick(name, Allowed(ranges=((float(low), float(high), step),)), float(low)))
+        return float(self._pick(name, AllowedValues(ranges=((float(low), float(high), step),)), float(low)))
 
 
-def _branches(allowed: Allowed) -> list[Any]:
+def _branches(allowed: AllowedValues) -> list[Any]:
     """The values to try of one knob so every branch it opens is seen: each choice, each range's ends."""
     ends = [v for lo, hi, _ in allowed.ranges for v in (lo, hi)]
     return [*allowed.choices, *ends]
 
 
-def allowed_values(facts: Facts, ctx: SpaceContext) -> dict[str, Allowed]:
+def allowed_values(facts: Facts, ctx: SpaceContext) -> dict[str, AllowedValues]:
     """Every knob of the recipe's params -> the values today's space may give it (see the module doc)."""
     return _explore(facts, ctx)[0]
 
 
-def suggested(facts: Facts, ctx: SpaceContext) -> dict[str, Allowed]:
+def suggested(facts: Facts, ctx: SpaceContext) -> dict[str, AllowedValues]:
     """The knobs the space asks the sampler for -> what it asks with (Optuna's distributions: a study
     must ask a categorical knob with the same choices in every trial)."""
     return _explore(facts, ctx)[1]
 
 
-def _explore(facts: Facts, ctx: SpaceContext) -> tuple[dict[str, Allowed], dict[str, Allowed]]:
-    seen: dict[str, Allowed] = {}
-    asked: dict[str, Allowed] = {}
+def _explore(facts: Facts, ctx: SpaceContext) -> tuple[dict[str, AllowedValues], dict[str, AllowedValues]]:
+    seen: dict[str, AllowedValues] = {}
+    asked: dict[str, AllowedValues] = {}
     tried: set[tuple[str, str]] = set()
     queue: list[dict[str, Any]] = [{}]
     while queue:
@@ -134,7 +134,7 @@ def _explore(facts: Facts, ctx: SpaceContext) -> tuple[dict[str, Allowed], dict[
         trial = _Replay(values)
         params = suggest(trial, facts, ctx)
         for key, value in params.items():
-            found = trial.asked.get(key, Allowed((value,)))
+            found = trial.asked.get(key, AllowedValues((value,)))
             seen[key] = seen[key].merge(found) if key in seen else found
         for name, allowed in trial.asked.items():
             asked[name] = asked[name].merge(allowed) if name in asked else allowed
@@ -146,7 +146,7 @@ def _explore(facts: Facts, ctx: SpaceContext) -> tuple[dict[str, Allowed], dict[
 
 
 def outside(params: dict[str, Any], facts: Facts, ctx: SpaceContext,
-            allowed: dict[str, Allowed] | None = None) -> list[str]:
+            allowed: dict[str, AllowedValues] | None = None) -> list[str]:
     """The values of ``params`` (a full recipe) that today's space cannot take, one ``knob=value
     (allowed: ...)`` each; [] when the space can run it as it is. Knobs the space does not know are
     ignored (a recipe from an older autotune), and so is a value of a knob that another knob's value

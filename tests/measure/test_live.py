@@ -281,7 +281,7 @@ def test_a_confirmation_round_runs_the_process_pair_the_confirmation_admitted_it
     import time
     from types import SimpleNamespace
 
-    from autotune.measure.candidate import Candidate
+    from autotune.measure.candidate import LiveTrial
     from autotune.measure.live import LiveMeasurer
 
     base = {**defaults(facts, SpaceContext()), "device": "cpu"}
@@ -293,7 +293,7 @@ def test_a_confirmation_round_runs_the_process_pair_the_confirmation_admitted_it
     monkeypatch.setattr(measurer, "_process_pair", lambda *args, last, seed: ran.append(last) or 1.2)
     assert measurer._too_short(key, time.monotonic() + 7.0) is not None  # in the search: its 3 pairs do not fit
     measurer.reseed(7)
-    trial = Candidate(other, "c1", 7, time.monotonic())
+    trial = LiveTrial(other, "c1", 7, time.monotonic())
     assert measurer._too_short(key, time.monotonic() + 7.0) is None
     factor = measurer._factor(key, other, trial, time.monotonic() + 7.0)
     assert ran == [True] and factor.median == pytest.approx(1.2) and trial.warnings == [], trial.warnings
@@ -307,10 +307,10 @@ def test_fresh_pairs_whose_defaults_run_out_of_time_are_a_timeout_not_a_crash(fa
     and train ``slow``'s 8 steps of 40 ms (``tiny`` in 1.5 s finished here: a Zen 5 VM, torch in the page cache)."""
     import time
 
-    from autotune.measure.candidate import Candidate
+    from autotune.measure.candidate import LiveTrial
 
     base = _params(facts, 64)
-    trial = Candidate({**base, "threads": 1}, "c1", 1, time.monotonic())
+    trial = LiveTrial({**base, "threads": 1}, "c1", 1, time.monotonic())
     trial.fresh_pairs(1, "tests.quality_workloads:slow", base, facts, SETTINGS, time.monotonic() + 0.5,
                       lambda name, detail: None)
     assert trial.failed is not None and trial.failed.status == "timeout", trial.failed

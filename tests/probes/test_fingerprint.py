@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from autotune import probes
-from autotune.probes import Allowed, _cpu, _hwloc, _isa
+from autotune.probes import AllowedCpus, _cpu, _hwloc, _isa
 from autotune.probes._fingerprint import fingerprint
 
 from _probe_shared import SYSFS
@@ -27,12 +27,13 @@ def _print(facts, cpu=None) -> str:
 def test_the_fake_two_socket_machine_narrowed_to_one_core_keeps_its_fingerprint(facts) -> None:
     machine = two_sockets(facts)
     first = machine.cpu.allowed.core_list[0]  # package 0, node 0, CPUs 0 and 8
-    pinned = Allowed(cpus="0", packages=1, cores=1, threads=1, numa_nodes=(0,), core_list=(replace(first, cpus=(0,)),))
+    pinned = AllowedCpus(cpus="0", packages=1, cores=1, threads=1, numa_nodes=(0,),
+                         core_list=(replace(first, cpus=(0,)),))
     assert _print(machine, replace(machine.cpu, allowed=pinned)) == _print(machine)
 
     # the cgroup cpuset is what the user was given: another one is another machine for the fingerprint
     socket0 = tuple(c for c in machine.cpu.allowed.core_list if c.package == 0)
-    cgroup = Allowed(cpus="0-3,8-11", packages=1, cores=4, threads=8, numa_nodes=(0,), core_list=socket0)
+    cgroup = AllowedCpus(cpus="0-3,8-11", packages=1, cores=4, threads=8, numa_nodes=(0,), core_list=socket0)
     assert _print(machine, replace(machine.cpu, cgroup=cgroup)) != _print(machine)
     # a cgroup that leaves out the SMT siblings (CPUs 8-15)
     first_threads = tuple(replace(c, cpus=c.cpus[:1]) for c in machine.cpu.allowed.core_list)

@@ -20,7 +20,7 @@ import pytest
 import autotune
 from autotune import search_spaces as spaces
 from autotune.errors import UsageError
-from autotune.probes import Allowed, Core, Runtime
+from autotune.probes import AllowedCpus, Core, Runtime
 from autotune.search_spaces import SpaceContext
 from autotune.trial import launch, loss_samples, run_trial
 
@@ -42,8 +42,8 @@ def _machine(facts, *, cores=64, sockets=2, smt=1, gpus=(), backends=("gloo",)):
     per = cores // sockets
     core_list = tuple(Core(package=c // per, numa_node=c // per, cpus=tuple(c + k * cores for k in range(smt)))
                       for c in range(cores))
-    allowed = Allowed(cpus=f"0-{cores * smt - 1}", packages=sockets, cores=cores, threads=cores * smt,
-                      numa_nodes=tuple(range(sockets)), core_list=core_list)
+    allowed = AllowedCpus(cpus=f"0-{cores * smt - 1}", packages=sockets, cores=cores, threads=cores * smt,
+                          numa_nodes=tuple(range(sockets)), core_list=core_list)
     return replace(facts, cpu=replace(facts.cpu, allowed=allowed), gpus=tuple(gpus),
                    runtime=_runtime(facts, *backends))
 
