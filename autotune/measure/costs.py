@@ -35,9 +35,12 @@ def first_rounds_s(noise: Noise) -> float:
     """A candidate's trial before any was measured: a first round of pairs at the calibration's window length, twice
     over. Script mode's first round is ``LEAST_PAIRS`` fresh process pairs, each started as the A/A's were: read as
     windows alone, a GPU machine's script (copies that took 25 s a pair to start) began a candidate with 21 s left,
-    which ran out before its copies' first steps and was told as a fault of the defaults' copy."""
+    which ran out before its copies' first steps and was told as a fault of the defaults' copy. A trial's first pair
+    also trains its candidate to the loss's samples: counted as the A/A's time spent once (``TrialResult.once_s``)."""
     if noise.round_pairs and noise.aa_pairs:  # script mode's (``ScriptMeasurer``: its A/A is CALIBRATION_PAIRS)
-        return LEAST_PAIRS * _script_pair_s(_aa_start_s(noise), noise.timed_s, noise.aa_pairs, noise.pairs)
+        pair = _aa_outside_s(noise)
+        once = max(0.0, noise.wall_s - noise.timed_s - CALIBRATION_PAIRS * pair)
+        return LEAST_PAIRS * _script_pair_s(pair, noise.timed_s, noise.aa_pairs, noise.pairs) + once
     return 2 * (2 * first_pairs(noise.pairs) * noise.window_s)
 
 
@@ -47,23 +50,22 @@ def race_round_s(pairs: int, window_s: float) -> float:
     return 3 * pairs * window_s
 
 
-def _script_pair_s(start_s: float, timed_s: float, window_pairs: int, a_pair: int) -> float:
-    """One script-mode process pair of ``a_pair`` window pairs: its copies' start and warm-up (``start_s``) and the
-    window pairs it runs now, each as long as the ``window_pairs`` measured in ``timed_s``."""
-    return start_s + a_pair * timed_s / max(1, window_pairs)
+def _script_pair_s(outside_s: float, timed_s: float, window_pairs: int, a_pair: int) -> float:
+    """One script-mode process pair of ``a_pair`` window pairs: ``outside_s`` outside windows (its copies' start,
+    warm-up and stop) and the window pairs it runs now, each as long as the ``window_pairs`` measured in ``timed_s``."""
+    return outside_s + a_pair * timed_s / max(1, window_pairs)
 
 
-def _pair_start_s(wall_s: float, timed_s: float, startup_s: float | None, ran: int) -> float:
-    """Of ``ran`` measured process pairs, one pair's time outside windows that a round's pair takes again: its copies'
-    start and warm-up where measured (``startup_s``), not the defaults' step timed alone or the candidate's training
-    to the loss's samples, which a first pair adds and a round's does not; else all of it."""
-    return (startup_s if startup_s else max(0.0, wall_s - timed_s)) / max(1, ran)
+def _pair_outside_s(wall_s: float, timed_s: float, once_s: float | None, ran: int) -> float:
+    """Of ``ran`` measured process pairs, one pair's time outside windows that a round's pair takes again: not what
+    the trial spent once (``TrialResult.once_s``: the candidate trained on to the loss's samples)."""
+    return max(0.0, wall_s - timed_s - (once_s or 0.0)) / max(1, ran)
 
 
-def _aa_start_s(noise: Noise) -> float:
-    """A pair's start and warm-up as the A/A's were (``Noise.start_s``: a copy's share), else ``_pair_start_s``."""
-    return 2 * noise.start_s if noise.start_s is not None else _pair_start_s(noise.wall_s, noise.timed_s, None,
-                                                                             CALIBRATION_PAIRS)
+def _aa_outside_s(noise: Noise) -> float:
+    """A pair's time outside windows as the A/A's pairs took it (``Noise.start_s``: a copy's share)."""
+    return 2 * noise.start_s if noise.start_s is not None else _pair_outside_s(noise.wall_s, noise.timed_s, None,
+                                                                               CALIBRATION_PAIRS)
 
 
 def own_copies(result: TrialResult) -> bool:
@@ -103,14 +105,14 @@ def round_parts(result: TrialResult, noise: Noise | None, pairs: int, round_: in
     if method.startswith(COPY_METHOD) and noise.aa_pairs:  # measured in the long-lived copy, confirmed in fresh
         # process pairs as the A/A was: priced from its pairs, each its start and the window pairs a pair has now
         a_pair = max(1, noise.pairs)
-        pair_s = _script_pair_s(_aa_start_s(noise), noise.timed_s, noise.aa_pairs, a_pair)
+        pair_s = _script_pair_s(_aa_outside_s(noise), noise.timed_s, noise.aa_pairs, a_pair)
         return pair_s * max(LEAST_PAIRS, -(-pairs // a_pair)), 0.0
     script = _SCRIPT.fullmatch(method)
     if script:  # script mode: a round is fresh process pairs of copies, each started as the trial's were and
         # running the window pairs a pair has now (``Noise.pairs``: the rounds were resized since, or not)
         ran, a_pair = max(1, int(script.group(1))), max(1, noise.pairs)
-        start = _pair_start_s(result.wall_s, result.timed_s or 0.0, result.startup_s, ran)
-        pair_s = _script_pair_s(start, result.timed_s or 0.0, result.pairs or ran * WINDOWS, a_pair)
+        outside = _pair_outside_s(result.wall_s, result.timed_s or 0.0, result.once_s, ran)
+        pair_s = _script_pair_s(outside, result.timed_s or 0.0, result.pairs or ran * WINDOWS, a_pair)
         return pair_s * max(LEAST_PAIRS, -(-pairs // a_pair)), 0.0
     if method not in (FACTOR, ACROSS):
         return windows + arm, start

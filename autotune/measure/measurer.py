@@ -52,7 +52,7 @@ class Noise:
     round_pairs: int | None = None
     # The calibration's worker start until its defaults' arm was built and settled: what a fresh worker of the
     # defaults costs before its first window (the rest of ``wall_s`` less ``timed_s`` is the A/A's and the profile's);
-    # script mode's: a copy's share of an A/A process pair's start and warm-up.
+    # script mode's: a copy's share of the time an A/A process pair took outside windows, less the A/A's ``once_s``.
     start_s: float | None = None
     # One fresh process of the defaults as a pair of your runs starts it, start to exit, where the measurer knows
     # its shape (``runs.trial_run_s``; script mode's ``Spread.alone_s``); else priced from ``start_s`` and windows.
@@ -215,10 +215,10 @@ class PairedMeasurer(abc.ABC):
         worker or of its environment's, or its environment's process pairs alone."""
         return paired_method(params, self.defaults)
 
-    def startup_s(self, handle: object) -> float | None:
-        """The candidate's copies' start and warm-up so far where the measurer counts them apart from its other time
-        outside windows (script mode's process pairs: a round's pair starts copies again, it does not train them to
-        the loss's samples); None: its time outside windows is priced whole."""
+    def so_far(self, handle: object) -> TrialResult | None:
+        """The candidate's time so far as its result will tell it (wall, windows, window pairs, ``once_s``: script
+        mode's training to the loss's samples, which its rounds do not repeat), where the measurer keeps it apart
+        from the search's nominal figures; None: the search counts it (``budget.racing_reserve_s``)."""
         return None
 
     def warm(self, params: dict[str, Any]) -> bool | None:

@@ -19,7 +19,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from .measurer import Noise, PairedMeasurer
 from .resident import TIME_RAN_OUT, ResidentCopy, fresh_loss
 from .runs import WINDOW_PAIRS, RunPair
 from .script import WARMUP_STEPS, ScriptRun, alone_pair, copy_plan, failure, start_together, step_s, window_pairs
-from .script_results import SAME_ARITHMETIC, copy_method, failure_status, loss_fields, script_method
+from .script_results import SAME_ARITHMETIC, ScriptTrial, copy_method, failure_status, loss_fields, script_method
 from .sizing import LEAST_PAIRS
 
 log = logging.getLogger(__name__)
@@ -41,29 +41,6 @@ WINDOW_STEPS = 8  # a window holds at least this many of the defaults' steps
 MIN_WINDOW_S = 0.5  # 0.3-s windows of the CNN script read identical copies up to 30% apart
 STALL_S = 10.0  # a window in which a copy tells no step this long (or 20 windows' time) ends: the copy is hung
 MIN_START_S = 20.0  # a copy's start-up and warm-up limit: at least this, else 4x the defaults'
-
-
-@dataclass
-class ScriptTrial:
-    """A candidate being measured: its process pairs' ratios and what its copies told."""
-
-    params: dict[str, Any]
-    baseline: bool
-    deadline: float
-    started: float = field(default_factory=time.monotonic)
-    medians: list[float] = field(default_factory=list)  # one ratio per process pair
-    windows: int = 0  # window pairs behind them
-    cand_rates: list[float] = field(default_factory=list)
-    base_rates: list[float] = field(default_factory=list)
-    startup_s: float = 0.0
-    timed_s: float = 0.0
-    loss: tuple[int, float, str] | None = None  # (samples, value, source) its copy told (``ScriptRun.loss_told``)
-    waited_s: float = 0.0  # the defaults' copies' windows: waiting for data, of ``spans_s``
-    spans_s: float = 0.0
-    failed: TrialResult | None = None
-    in_copy: list[tuple[float, float]] | None = None  # its window pairs in the long-lived copy (None: process pairs)
-    fallback: str | None = None  # why it was not measured in that copy after all
-    skip_loss: bool = False
 
 
 class ScriptMeasurer(PairedMeasurer):
@@ -126,6 +103,9 @@ class ScriptMeasurer(PairedMeasurer):
         window_s, within = self._window_s(), [r for g in groups for r in g]
         wall_s = time.monotonic() - started
         pooled = stats.pooled_log_sd(groups)
+        outside = max(0.0, wall_s - trial.timed_s - trial.once_s) / len(groups)  # each pair's, not the A/A's once
+        # the spread's pair cost keeps the A/A's once-only time: half of it prices a copy of your runs alone
+        # (``alone_s``), whose start is not overlapped with another's as a pair's two are
         self.spread = sizing.Spread(pooled[0] if pooled else 0.0, max(0.0, wall_s - trial.timed_s) / len(groups),
                                     trial.timed_s / max(1, len(within)))
         self.calibration = trial
@@ -134,7 +114,7 @@ class ScriptMeasurer(PairedMeasurer):
                            max(within) - min(within), (aa.median, aa.low, aa.high), timed_s=trial.timed_s,
                            wall_s=wall_s, within=max(abs(r - 1) for r in within), aa_pairs=len(within),
                            within_what="identical copies of the script in a process pair",
-                           start_s=trial.startup_s / (2 * len(groups)),  # a copy's share of a pair's start
+                           start_s=outside / 2,  # a copy's share of the time a pair takes outside windows
                            run_s=self.spread.alone_s(WINDOW_PAIRS))  # a copy of your runs (``claim_pair_s``)
         self._follow(self.spread.add(trial.medians, sizing.WINDOWS, aa=True))  # the noise's round, sized
         return self.noise
@@ -188,6 +168,7 @@ class ScriptMeasurer(PairedMeasurer):
         if why is not None and why != TIME_RAN_OUT:  # the copy cannot measure it: fresh process pairs instead
             if copy.failed == why:  # it ended: its log is kept
                 self.failed_copies.append(copy.folder)
+            trial.once_s, trial.timed_s = time.monotonic() - trial.started, 0.0  # the copy's time: no round's
             trial.in_copy, trial.fallback = None, why
             return self.more(trial, n, max(0.0, trial.deadline - time.monotonic()), confidence)
         looked, fastest = not pairs, max((c for _, c in got), default=0.0)
@@ -248,7 +229,7 @@ class ScriptMeasurer(PairedMeasurer):
             return TrialResult(Status.OK, samples_per_s=statistics.median(cal.base_rates), objective=1.0,
                                speedup_low=low, speedup_high=high, method="script process pairs (A/A)",
                                pairs=cal.windows, **loss_fields(cal.loss), startup_s=cal.startup_s,
-                               timed_s=cal.timed_s, wall_s=self.noise.wall_s,
+                               timed_s=cal.timed_s, once_s=cal.once_s, wall_s=self.noise.wall_s,
                                data_wait=cal.waited_s / cal.spans_s if cal.spans_s > 0 else None)
         interval = self._interval(trial)
         if len(trial.medians) >= 2:
@@ -263,7 +244,7 @@ class ScriptMeasurer(PairedMeasurer):
             speedup_low=interval.low, speedup_high=interval.high, confidence=interval.confidence,
             method=script_method(len(trial.medians)), pairs=trial.windows,
             baseline_samples_per_s=statistics.median(trial.base_rates), **loss_fields(trial.loss),
-            startup_s=trial.startup_s, timed_s=trial.timed_s, wall_s=wall_s,
+            startup_s=trial.startup_s, timed_s=trial.timed_s, once_s=trial.once_s, wall_s=wall_s,
             warnings=[f"measured in fresh process pairs: {trial.fallback}"] if trial.fallback else [])
 
     def warm(self, params: dict[str, Any]) -> bool:
@@ -277,8 +258,10 @@ class ScriptMeasurer(PairedMeasurer):
     def loss(self, handle: object) -> float | None:
         return (self._trial(handle).loss or (0, None, None))[1]
 
-    def startup_s(self, handle: object) -> float | None:
-        return self._trial(handle).startup_s
+    def so_far(self, handle: object) -> TrialResult | None:
+        trial = self._trial(handle)
+        return TrialResult(Status.OK, method=self.method(trial, trial.params), pairs=trial.windows or None,
+                           wall_s=time.monotonic() - trial.started, timed_s=trial.timed_s, once_s=trial.once_s)
 
     def loss_source(self, handle: object) -> str | None:
         return (self._trial(handle).loss or (0, None, None))[2]
@@ -335,10 +318,12 @@ class ScriptMeasurer(PairedMeasurer):
                         return f"the trial's time ran out: {short} in the {limit:.0f} s left"
                     return self._failure(runs, f"{short} in {limit:.0f} s")
             trial.startup_s += time.monotonic() - started
+            once = time.monotonic()
             if self.step_s is None:  # its own steps alone: during the start-up the other copy was importing
                 told = len(base.steps)
                 base.window(0.0, min_steps=WARMUP_STEPS, timeout_s=limit)
                 self.step_s = step_s(base.steps[told:])
+            trial.once_s += time.monotonic() - once
             hopeless = results.far_slower(cand.s_per_sample(), base.s_per_sample())
             if hopeless is not None and cand.training_span() < self.min_window_s:
                 # steps of milliseconds that stalled once (a preemption) are no verdict: judged over a window
@@ -350,12 +335,14 @@ class ScriptMeasurer(PairedMeasurer):
                 trial.failed = results.hopeless_result(hopeless)
                 return None
             if cand.loss_samples is not None:  # before the windows: a script's own evaluation (``Tuned.evaluate``)
+                once = time.monotonic()
                 loss = cand.loss_told(trial.deadline, self._stall_s())  # is in no window, however long it takes
                 if isinstance(loss, str):
                     why = loss.replace("its copy", "the candidate's copy", 1)
                     return why if why.startswith("the trial's") else self._failure(runs, why or None)
                 trial.loss = loss
                 base.train_to(cand.steps[-1].samples, trial.deadline, self._stall_s())  # both at one point
+                trial.once_s += time.monotonic() - once
             window_s = self._window_s()
             timed = time.monotonic()
             rates = window_pairs(base, cand, pairs, window_s, self.rng, timeout_s=self._stall_s())

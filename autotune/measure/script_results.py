@@ -1,7 +1,10 @@
-"""What a script-mode trial's result says (``ScriptMeasurer``'s): how it was measured (its method, which the budget
-reads, ``costs``), its loss and what that loss is, the status of a copy's failure, a far slower candidate's."""
+"""A script-mode trial as ``ScriptMeasurer`` measures it (``ScriptTrial``) and what its result says: how it was
+measured (its method, which the budget reads, ``costs``), its loss and what that loss is, the status of a copy's
+failure, a far slower candidate's."""
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..trial.spec import Status, TrialResult
@@ -10,6 +13,30 @@ from .hopeless import HOPELESS, far_slower_result
 METHOD = "script process pairs"
 COPY_METHOD = "script window pairs in one copy"
 SAME_ARITHMETIC = ("channels_last",)  # in-place knobs whose loss is the defaults': the same sums, another layout
+
+
+@dataclass
+class ScriptTrial:
+    """A candidate being measured: its process pairs' ratios and what its copies told."""
+
+    params: dict[str, Any]
+    baseline: bool
+    deadline: float
+    started: float = field(default_factory=time.monotonic)
+    medians: list[float] = field(default_factory=list)  # one ratio per process pair
+    windows: int = 0  # window pairs behind them
+    cand_rates: list[float] = field(default_factory=list)
+    base_rates: list[float] = field(default_factory=list)
+    startup_s: float = 0.0  # its copies' start and warm-up (the share of the budget spent starting copies)
+    timed_s: float = 0.0
+    once_s: float = 0.0  # untimed time it spent once, not each process pair (``TrialResult.once_s``)
+    loss: tuple[int, float, str] | None = None  # (samples, value, source) its copy told (``ScriptRun.loss_told``)
+    waited_s: float = 0.0  # the defaults' copies' windows: waiting for data, of ``spans_s``
+    spans_s: float = 0.0
+    failed: TrialResult | None = None
+    in_copy: list[tuple[float, float]] | None = None  # its window pairs in the long-lived copy (None: process pairs)
+    fallback: str | None = None  # why it was not measured in that copy after all
+    skip_loss: bool = False
 
 
 def copy_method(pairs: int) -> str:

@@ -303,16 +303,16 @@ def claim_s(study: optuna.Study, options: SearchOptions) -> float:
 
 
 def racing_reserve_s(study: optuna.Study, options: SearchOptions, params: dict[str, Any], method: str, *,
-                     wall_s: float, timed_s: float, pairs: int = 0, startup_s: float | None = None,
+                     wall_s: float, timed_s: float, pairs: int = 0, measured: TrialResult | None = None,
                      then: Sequence[tuple[TrialResult, dict[str, Any]]] = ()) -> float:
     """``reserve_s`` with the candidate being raced counted (``racing``): its time so far, ``wall_s`` of which
     ``timed_s`` in windows, and its ``method`` as its result will say it (the measurer's ``method``; ``round_parts``
     reads it); all its time outside windows so far is counted as its arm's warm-up (its build and compile are in it,
     its loss may be), and for an environment measured by its process pairs alone, shared by the ``pairs`` it ran
-    (a round runs one); ``startup_s``: its copies' start so far, where the measurer counts it apart (script mode's
-    pairs, ``PairedMeasurer.startup_s``). ``then``: candidates that follow it, counted too (``racing``'s)."""
-    so_far = TrialResult(Status.OK, wall_s=wall_s, timed_s=timed_s, warmup_s=max(0.0, wall_s - timed_s),
-                         method=method, pairs=pairs or None, startup_s=startup_s)
+    (a round runs one); ``measured``: its figures as the measurer keeps them (``PairedMeasurer.so_far``: script
+    mode's), in their place. ``then``: candidates that follow it, counted too (``racing``'s)."""
+    so_far = measured or TrialResult(Status.OK, wall_s=wall_s, timed_s=timed_s, warmup_s=max(0.0, wall_s - timed_s),
+                                     method=method, pairs=pairs or None)
     return reserve_s(study, options, None, racing=[(so_far, params), *then])
 
 

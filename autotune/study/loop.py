@@ -339,7 +339,7 @@ class SearchLoop(Turns):
                 limit = min(deadline, self.budget.deadline - looks_s - budget.racing_reserve_s(
                     self.study, self.options, params, self.measurer.method(handle, params), wall_s=now - started,
                     timed_s=2 * used * noise.window_s, pairs=self._process_pairs(params) - before,
-                    startup_s=self.measurer.startup_s(handle), then=then))
+                    measured=self.measurer.so_far(handle), then=then))
             if used and limit - now < race_round_s(n, noise.window_s):
                 why = "the trial's time ran out" if limit == deadline else kept
                 break

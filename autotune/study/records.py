@@ -42,7 +42,7 @@ class Attr:
     ENVIRONMENT_FACTOR: Final = "environment_factor"  # its environment / the defaults' (an Interval's dict)
     GUARD: Final = "quality_guard"  # what the quality guard's second look found, where it took one (``guard``)
     RESULT: Final = ("status", "samples_per_s", "objective", "spread", "windows", "compile_s", "startup_s",
-                     "warmup_s", "timed_s", "loss", "loss_source", "wall_s", "error", "in_effect", "warnings",
+                     "warmup_s", "timed_s", "once_s", "loss", "loss_source", "wall_s", "error", "in_effect", "warnings",
                      "log_tail", "speedup_low", "speedup_high", "method", "pairs", "peak_memory_bytes",
                      "baseline_samples_per_s", "data_wait", "phases", "operators")
 

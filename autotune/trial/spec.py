@@ -68,6 +68,9 @@ class TrialResult:
     startup_s: float | None = None  # process start to the first training step (imports, model, data)
     warmup_s: float | None = None  # first step (compile) and warm-up steps, not timed
     timed_s: float | None = None  # the timed windows
+    # script mode: untimed time the trial spent once, not each process pair (the candidate trained on to the loss's
+    # samples, the defaults' step timed alone): a confirmation round's pairs do not repeat it (``costs``)
+    once_s: float | None = None
     loss: float | None = None  # on the held-out samples (or the workload's evaluate)
     loss_samples: int | None = None  # samples trained (over all ranks) when the loss was taken
     loss_source: str | None = None  # script mode: TRAINING_LOSS, EVALUATED(_HIGHER); None: the workload's own

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -491,7 +493,7 @@ def test_a_script_candidate_being_raced_keeps_its_rounds_of_fresh_process_pairs(
     import optuna
 
     from autotune.measure import Noise, ScriptMeasurer
-    from autotune.measure.script_pairs import ScriptTrial
+    from autotune.measure.script_results import ScriptTrial
     from autotune.study import SearchOptions
     from autotune.study.budget import racing_reserve_s
 
@@ -512,39 +514,53 @@ def test_a_script_candidate_being_raced_keeps_its_rounds_of_fresh_process_pairs(
     pair = (27.0 - 18.3) / 3 + 6 * 18.3 / 18
     assert racing_reserve_s(study, options, params, method, wall_s=6.0, timed_s=4.0) == pytest.approx(
         1.1 * 3 * 3 * pair)
-    fresh = ScriptTrial(params, baseline=False, deadline=0.0, medians=[1.2, 1.3], startup_s=5.6)
+    # raced in fresh process pairs: 2 pairs of 2 window pairs (4 s), 12.2 s in all, 2 s of which its candidate's
+    # training to the loss's samples, which a round's pair does not repeat; priced from the measurer's own figures
+    # (``PairedMeasurer.so_far``), not the loop's nominal ones (2 windows of 0.5 s a window pair, 6 a process pair)
+    fresh = ScriptTrial(params, baseline=False, deadline=0.0, started=time.monotonic() - 12.2, medians=[1.2, 1.3],
+                        windows=4, timed_s=4.0, once_s=2.0)
     assert measurer.method(fresh, params) == "script process pairs (2)"
-    # raced in fresh process pairs, 12.2 s of which 4 s windows and 5.6 s its copies' start (its first pair also
-    # trained to the loss's samples): a round's pair repeats the start alone (``PairedMeasurer.startup_s``)
-    assert measurer.startup_s(fresh) == 5.6
-    pair = 5.6 / 2 + 6 * 4.0 / (2 * 6)
-    assert racing_reserve_s(study, options, params, "script process pairs (2)", wall_s=12.2, timed_s=4.0,
-                            startup_s=measurer.startup_s(fresh)) == pytest.approx(1.1 * 3 * 3 * pair)
+    pair = (12.2 - 4.0 - 2.0) / 2 + 6 * 4.0 / 4
+    assert racing_reserve_s(study, options, params, "script process pairs (2)", wall_s=13.0, timed_s=4.0,
+                            measured=measurer.so_far(fresh)) == pytest.approx(1.1 * 3 * 3 * pair, rel=1e-3)
 
 
-def test_a_script_round_is_priced_from_its_copies_start_not_from_the_first_pairs_training_to_the_loss() -> None:
+def test_a_script_round_is_priced_without_what_its_trial_spent_once(facts) -> None:
     """A 3-minute search of the CNN script: its A/A's first process pair also timed the defaults' step alone and
-    trained to the loss's samples (3 s of its 30), and its heuristic's first pair trained to the loss; both were
-    priced into every confirmation round (24.0 and 24.5 s where the rounds of 4 pairs took 20.5-20.6 s), which kept
-    the exploration's time. A round's pair repeats only its copies' start and warm-up and its windows."""
-    from autotune.measure import Noise
-    from autotune.study import SearchOptions
+    trained to the loss's samples, and its heuristic's first pair trained its candidate to the loss; counted into
+    every confirmation round, that time priced the rounds of 4 pairs at 24.0 and 24.5 s where they took 20.5-20.6 s
+    (3.1 s a pair outside windows), and kept the exploration's time. What a trial spent once (``once_s``) is not a
+    round's; a candidate's first trial, before any was measured, takes the A/A's once-only time too."""
+    import optuna
+
+    from autotune.measure import Noise, first_rounds_s
+    from autotune.study import SearchOptions, verdict
     from autotune.study.budget import round_s
+    from autotune.study.records import records
     from autotune.trial import TrialResult
 
-    # as that search recorded them: 3 A/A pairs (startup 8.9 s in all), the heuristic's 2 pairs (5.6 s)
+    # as that search recorded them: the A/A's 3 pairs in 30.2 s, 18.29 s windows, 2.55 s spent once; the heuristic's
+    # 2 pairs in 12.2 s, 4.05 s windows, 1.9 s once
     noise = Noise(window_s=0.5, pairs=2, half_width=0.03, margin=0.035, spread=0.1, aa=(1.0, 0.95, 1.05),
-                  timed_s=18.29, wall_s=30.2, aa_pairs=18, round_pairs=8, start_s=8.88 / 6)
+                  timed_s=18.29, wall_s=30.2, aa_pairs=18, round_pairs=8, start_s=(30.2 - 18.29 - 2.55) / 6)
     heuristic = TrialResult("ok", objective=1.15, method="script process pairs (2)", pairs=4, wall_s=12.2,
-                            timed_s=4.05, startup_s=5.59)
+                            timed_s=4.05, once_s=1.9)
     in_copy = TrialResult("ok", objective=2.0, method="script window pairs in one copy (6)", pairs=6, wall_s=11.0,
-                          timed_s=6.0, startup_s=2.99)
+                          timed_s=6.0)
     options = SearchOptions(budget_s=180)
-    window_pair = 2 * 18.29 / 18  # a process pair's two window pairs, as the A/A's took
-    assert round_s(heuristic, noise, options, 0) == pytest.approx(4 * (5.59 / 2 + 2 * 4.05 / 4))
-    assert round_s(in_copy, noise, options, 0) == pytest.approx(4 * (8.88 / 3 + window_pair))
+    # the rounds are priced from the stored result (``records``), which keeps what was spent once
+    study = optuna.create_study(direction="maximize")
+    trial = _ask(SimpleNamespace(study=study), "heuristic", {"batch_size": 64})
+    verdict.record(study, facts, options, trial, "heuristic", {"batch_size": 64}, heuristic, lambda *a: None)
+    assert records(study)[0].result.once_s == 1.9
+    window_pairs = 2 * 18.29 / 18  # a process pair's two window pairs, as the A/A's took them
+    assert round_s(heuristic, noise, options, 0) == pytest.approx(4 * ((12.2 - 4.05 - 1.9) / 2 + 2 * 4.05 / 4))
+    assert round_s(in_copy, noise, options, 0) == pytest.approx(4 * ((30.2 - 18.29 - 2.55) / 3 + window_pairs))
     for priced in (round_s(heuristic, noise, options, 0), round_s(in_copy, noise, options, 0)):
-        assert 0.9 * 20.5 < priced < 20.6
-    # a study calibrated before the A/A's start was recorded: all its time outside windows, as before
-    old = Noise(**{**noise.__dict__, "start_s": None})
-    assert round_s(in_copy, old, options, 0) == pytest.approx(4 * ((30.2 - 18.29) / 3 + window_pair))
+        assert 20.3 <= priced <= 1.05 * 20.6
+    # the first candidate's trial: the A/A's 2 pairs and its once-only time (its loss)
+    assert first_rounds_s(noise) == pytest.approx(2 * ((30.2 - 18.29 - 2.55) / 3 + window_pairs) + 2.55)
+    # a study calibrated before ``once_s`` was told apart: all its time outside windows, as before
+    for old in (Noise(**{**noise.__dict__, "start_s": None}), Noise(**{**noise.__dict__, "start_s": 11.91 / 6})):
+        assert round_s(in_copy, old, options, 0) == pytest.approx(4 * ((30.2 - 18.29) / 3 + window_pairs))
+        assert first_rounds_s(old) == pytest.approx(2 * ((30.2 - 18.29) / 3 + window_pairs))

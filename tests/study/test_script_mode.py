@@ -303,6 +303,8 @@ def test_the_scripts_own_held_out_figure_is_what_the_quality_guard_compares(fact
     monkeypatch.setenv("STEP_S", "0.006")
     _, result = _measure(facts, tmp_path / "pairs", "")
     assert result.status == Status.OK and result.loss_source == "evaluate" and result.loss_samples == 64, result
+    # the evaluation's 0.3-s pause, with the training to its samples, is the trial's once: no round's pair repeats it
+    assert result.once_s is not None and 0.3 <= result.once_s < result.wall_s - (result.timed_s or 0.0), result
     measurer, _ = _measurer(facts, tmp_path)  # the defaults' figure, as the calibration's candidate side takes it
     defaults = ScriptRun(copy_plan(measurer.argv, measurer.defaults, facts, measurer.env, "script:faulty"),
                          tmp_path / "defaults", loss_samples=64)
