@@ -5,19 +5,14 @@ from __future__ import annotations
 
 from ..trial.spec import Status, TrialResult
 
-# An arm whose normal steps take this many times the defaults' time per sample is far slower than any noise (in
-# one process 1-2%; a window on a busy 2-vCPU VM, up to 2-3x): it stops there, measured slower, never trained to
-# the quality guard's samples. fp16 autocast on a CPU with AVX512-FP16 ran a CNN at 0.01-0.04x and took 60-131 s
-# of a 2-minute search. (At 4, batch 16 of a sleep-bound fixture, 4x slower per sample by design, was stopped on
-# some runs and raced on others.)
+# An arm whose normal steps take this many times the defaults' time per sample is far slower than any noise (a
+# window on a busy VM reads up to 2-3x): it stops there, measured slower (the figures: docs/measurement.md's notes).
 HOPELESS = 8.0
 # An eager arm's first step on a CPU also builds its kernels (oneDNN primitives, allocations): judged at this many
 # times ``HOPELESS``, so a 100x arm stops after one step that outlasts a window. Not judged: first steps that build
 # for a time no multiple of a step bounds, a compiled arm's (its compilation) and on a GPU an eager arm's (a
 # precision's first use loads its kernels); nor the steps of an arm with DataLoader workers until they have taken the
-# batches the workers prefetch at their start (num_workers x prefetch_factor): its steps share the CPUs with that
-# burst (on ``tiny``, 0.3 ms a step: its first step 73-158x the defaults', its second 10-16x, its windows 7.5x; on the
-# CNN with two workers on 2 vCPUs, its third step 33x, where its windows read 1.18x).
+# batches the workers prefetch at their start (num_workers x prefetch_factor): its steps share the CPUs with that burst.
 FIRST_STEP_HOPELESS = 4.0
 
 

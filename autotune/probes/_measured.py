@@ -2,12 +2,11 @@
 
 The facts (``probe()``) are read; these are timed: a small convolution and a matrix multiply, forward and
 backward, under autocast at each precision, against float32. A flag says what the hardware has, not what
-PyTorch's kernels make of it here (fp16 autocast on a CPU reporting AVX512-FP16 ran a CNN at 0.01-0.04x), so
-the search orders and drops its precision seeds by these times, never by a device name or an ISA flag. Each
-kernel of each precision runs under a deadline: one that is still running past it reads "at least N times
-slower" rather than being run to its end: an eighth of its input runs first, twice (the first run pays the
-precision's one-off costs), and where the whole would outlast the deadline, the eighth's second time is the
-reading (``_precision``).
+PyTorch's kernels make of it here, so the search orders and drops its precision seeds by these times, never by a
+device name or an ISA flag. Each kernel of each precision runs under a deadline: one that is still running past it
+reads "at least N times slower" rather than being run to its end: an eighth of its input runs first, twice (the
+first run pays the precision's one-off costs), and where the whole would outlast the deadline, the eighth's second
+time is the reading (``_precision``).
 
 Cached per fingerprint, device and torch version (``cache_dir()``); never part of the fingerprint: a re-measure
 may read a little differently, and the machine is the same machine. The machine-limit issue adds its peaks here.
@@ -112,9 +111,8 @@ def _kernels(device: str) -> dict[str, Any]:
     import torch
 
     g = torch.Generator().manual_seed(0)
-    # Large enough to be compute-bound: a 16-channel conv and a 128-wide matmul read bf16 at 0.65-1.0x float32 on
-    # a Zen 5 core (autocast's casts dominate), where the CNN trains 1.5x faster; these read 1.4x and 2x. A GPU
-    # runs them in microseconds, its launches and autocast's casts then the reading, so it gets larger ones.
+    # Large enough to be compute-bound, where autocast's casts would otherwise be the reading; a GPU runs these in
+    # microseconds (its launches the reading), so it gets larger ones.
     channels, side, batch, width = (128, 32, 32, 2048) if device == "cuda" else (64, 16, 8, 256)
     conv = torch.nn.Conv2d(channels, channels, 3, padding=1).to(device)
     image = torch.randn(batch, channels, side, side, generator=g).to(device)
@@ -140,9 +138,8 @@ def _run(module: Any, x: Any, dtype: str, device: str) -> float:
 
 def _time(kernel: tuple[Any, Any], dtype: str, device: str, deadline_s: float) -> float:
     """Median seconds of the kernel's runs in ``deadline_s`` (at most ``REPEATS``, one at least) after a first run
-    left out: it builds kernels and allocates. The deadline counts from after it: an H100's float32 conv paid its
-    first use (cuDNN's set-up) past the deadline and that run was the reference (bf16 read 642x faster than
-    float32); counted from before it, the reference was one later run, which a loaded CI machine slowed 8x."""
+    left out: it builds kernels and allocates. The deadline counts from after it, so that the reference is never
+    that first use alone, nor one later run a neighbour slowed."""
     module, x = kernel
     _run(module, x, dtype, device)
     times: list[float] = []
@@ -157,8 +154,8 @@ def _time(kernel: tuple[Any, Any], dtype: str, device: str, deadline_s: float) -
 def _paired(kernel: tuple[Any, Any], dtype: str, device: str, deadline_s: float) -> float:
     """float32's seconds over ``dtype``'s: the median over pairs of runs, one of each in turns (at most
     ``REPEATS`` pairs in ``deadline_s``, one at least, counted from after a first run of each, left out as in
-    ``_time``). A neighbour's burst slows both runs of a pair: timed one precision after the other, 20 runs of
-    the same kernel read 6.7x apart beside another test run."""
+    ``_time``). A neighbour's burst slows both runs of a pair, where timed one precision after the other it would
+    slow one precision's."""
     module, x = kernel
     _run(module, x, "float32", device)
     _run(module, x, dtype, device)
@@ -183,12 +180,10 @@ def _slice(kernel: tuple[Any, Any]) -> tuple[tuple[Any, Any], float]:
 def _precision(kernel: tuple[Any, Any], dtype: str, device: str, deadline_s: float) -> tuple[float, bool]:
     """The kernel's speed at ``dtype`` against float32 (``_paired``), and whether it is a bound. An eighth
     of the input first, twice: the first run pays the precision's one-off costs (building kernels; on a GPU
-    loading them on first use, which read an H100's bf16 conv 1466x slower than float32), the second is timed, and
-    where it is slow a third too, the faster of them the reading (a loaded machine's hiccup read a fast precision
-    300x slow once).
+    loading them on first use), the second is timed, and where it is slow a third too, the faster of them the
+    reading (a loaded machine's hiccup is not a precision's speed).
     Where the whole would outlast the deadline, that is the reading, "at least so slow" (a slow precision's cost
-    grows with the work, the fixed costs do not), and the whole never runs: bf16 emulated on an AVX2 core runs
-    this conv ~50x slower, a second a run."""
+    grows with the work, the fixed costs do not), and the whole never runs."""
     small, scale = _slice(kernel)
     _run(*small, dtype, device)
     seconds = _run(*small, dtype, device)
