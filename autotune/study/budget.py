@@ -147,8 +147,8 @@ def started_estimate_s(study: optuna.Study) -> float | None:
 def first_process_pairs_s(noise: Noise) -> float | None:
     """Another environment's first ``PROCESS_PAIRS[0]`` fresh process pairs, each two workers' starts with their
     arms built and settled, as the calibration's (``Noise.start_s``), and a factor's windows; None where the
-    calibration did not record its start. A 2-minute transformer search's heuristic took 30.6 s for its three
-    pairs (this says 30.4 s); read from the cheap candidates measured before it, a pair looked like an arm's."""
+    calibration did not record its start. Read from the cheap candidates measured before it, a process pair would
+    be priced as an arm."""
     if noise.start_s is None:
         return None
     return PROCESS_PAIRS[0] * (2 * noise.start_s + 2 * first_pairs(noise.pairs) * noise.window_s)
@@ -206,8 +206,7 @@ def round_parts(result: TrialResult, noise: Noise | None, options: SearchOptions
 
 # Of a budget, the most kept for the confirmation and the claim while more than one round a candidate is kept: past
 # it the reserve keeps fewer rounds (at least one; the confirmation still runs later ones where the budget's end
-# holds them). Three rounds of fresh process pairs and the claim (62% of 3 minutes) ended a 3-minute script-mode
-# search after its first candidate, and one round ran; a 2-minute CNN search's three rounds and claim are 56%.
+# holds them): a reserve of every round a candidate and the claim could end a short search after its first candidate.
 RESERVE_SHARE = 0.6
 
 
@@ -323,7 +322,7 @@ def floors(study: optuna.Study) -> dict[str, float]:
     start and the pair's windows), a process pair's round is underestimated (two processes started side by side,
     two arms settled, both ended), and a round kept too short times out. Script mode has none: a round is its own
     fresh pairs of copies, no environment's worker is started beside them (its baseline's start counted as one
-    kept 86 s for three rounds that took 53 s, and the search stopped exploring at 62 s)."""
+    would keep time no round takes)."""
     found: dict[str, float] = {}
     for r in records(study):
         if r.role == CONFIRM or r.result.status != Status.OK or own_copies(r.result):

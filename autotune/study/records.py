@@ -174,8 +174,7 @@ def contenders(top: list[TrialRecord], bar: float) -> list[TrialRecord]:
     below the first's search low bound, nor one whose search median is below ``bar`` (``confirm_bar``: more likely
     than not, fresh pairs read it there too, and the defaults are kept). The time kept for the confirmation counts
     these only: the others are confirmed in the time left, or left out for time (``confirm.Rounds``), and time
-    kept for them would stop the search early (a 3-minute script-mode search stopped exploring at 56 s to keep
-    55 s for a 0.93x candidate whose wide interval reached past the bar)."""
+    kept for them would stop the search early."""
     if not top:
         return []
     floor = top[0].result.speedup_low or 0.0
@@ -257,8 +256,7 @@ class Confirmation:
     def _faster(self) -> list[Candidate]:
         """The confirmed candidates whose speedup's LOW bound is above their ``bar``, of those the most rounds
         confirmed: an interval over fewer rounds has not seen how a speedup varies between processes as theirs
-        has (a 2-minute CNN search beside a test run confirmed a recipe at 8.15x [3.27-20.28] in one round of 3
-        window pairs, where its 3 rounds would have read ~2x, and chose it over bf16's 1.67x [1.49-1.88])."""
+        has."""
         faster = [c for c in self.candidates if c.confirmed is not None and c.failed is None
                   and c.low > self.bar(c)]
         most = max((c.rounds for c in faster), default=0)
