@@ -95,8 +95,7 @@ class Turns:
 
     def _cheap_estimate_s(self) -> float | None:
         """A trial that starts no process (``budget.in_process_estimate_s``); None where every trial starts some
-        (``fresh_processes``): read as cheap there, a fill trial of 8 s estimated took 19 s, and the third
-        confirmation round of a 1.23x candidate no longer fitted (confirmed [0.71-3.04] over two, defaults kept)."""
+        (``fresh_processes``): read as cheap there, a trial would take the time its confirmation's rounds need."""
         return None if fresh_processes(self.measurer) else budget.in_process_estimate_s(self.study)
 
     def fill(self, available: float) -> bool:
@@ -180,13 +179,10 @@ class Turns:
         environment's worker, its rounds' own windows), while the seed alone still fits. True if it was. It takes a
         sampled trial's turn too (``sampled_turn``'s third is of the candidates before it). Where the
         confirmation's top is full, its own rounds are not counted (``reserve_s``): three contenders already hold a
-        gain. The cheap first made such a seed wait for the defaults' worker's seeds and the sampled turns: a
-        2-minute GRU search reached its heuristic, its only gain (1.13x), at 44 s of 120, and confirmed it over 5 of
-        the 6 pairs of your runs a confirmed claim takes. One that does not fit now keeps its turn: taken first
-        wherever it did not fit, a CNN's environment seed (three process pairs of 21 s) took the 2-minute replays'
-        time from the in-process seeds that hold its gain (G 0.96 to 0.92, near-optimal 0.93 to 0.07). Counted
-        without its combination, the heuristic of a 3-minute CNN search came at 62 s of 180 and its combination
-        (2.18x, the fastest) at 99 s, which kept one confirmation round of three."""
+        gain. The cheap first would make such a seed wait for the defaults' worker's seeds and the sampled turns, where
+        it may be the only gain; one that does not fit now keeps its turn (taken first wherever it did not fit, it
+        takes a short search's time from the in-process seeds that may hold its gain); its combination is counted,
+        or the combination comes too late for its rounds."""
         if self._no_turn_ahead():
             return False
         seed = next_seed(self.study, self.seeds, lambda params: not self._warm(params))
@@ -211,8 +207,8 @@ class Turns:
         """Enqueue the combination (``_combined``) ahead of the trial that would go before it (a sampled trial's turn,
         a seed) where its environment's worker is warm and one more trial would leave it too little time for its
         first look (an arm) and the time kept for the confirmation with it counted (``budget.reserve_s``'s
-        ``racing``), while that still fits. True if it was. Behind a sampled trial's turn a 3-minute CNN search's
-        combination (2.18x, the fastest) came at 99 s of 180 and kept one confirmation round of three. Where a seed
+        ``racing``), while that still fits. True if it was. Behind a sampled trial's turn the combination, often
+        the fastest, would come too late for its rounds. Where a seed
         may make its in-process part faster (``seeds.extension``), that seed goes first, one look earlier, while
         both looks fit; else the combination with the winner so far."""
         if self._no_turn_ahead():
@@ -254,8 +250,8 @@ class Turns:
         combination with that winner was measured yet (``seeds.prospective_combination``), as
         ``environment_seed_due`` counted it: the combination as the reserve prices it (``_prospect``) and its look,
         with the look of the seed that goes before it (``seeds.extension``); nothing otherwise (a sampled trial's
-        combination would have to beat the fastest environment measured). The heuristic's race settled its factor
-        over 5-6 process pairs (37-45 s, where the due rule priced 3) and took the time its plan had counted."""
+        combination would have to beat the fastest environment measured): the seed's race must not take the time its
+        plan counted for them."""
         if not self.options.seeded or role in (SEARCH, IN_PROCESS, COMBINED) \
                 or not environment_differences(self.defaults, params) or winner_combined(self.study):
             return [], 0.0
@@ -282,8 +278,7 @@ class Turns:
         """Once the baseline is measured, read how much of its step waits for data (``TrialResult.data_wait``):
         where the input bounds the step, its seeds (``seeds.input_seeds``: DataLoader workers and the threads
         they leave to compute) go right after the baseline and the warm start, before the other seeds. The seed
-        list is fixed before the calibration: a 3-minute search of an input-bound workload spent 147 s of 186 on
-        precision seeds and never tried a DataLoader worker."""
+        list is fixed before the calibration, where the input's wait is not yet known."""
         if self.input_read or not self.options.seeded:  # the sampler alone: no seed of any kind
             return
         base = next((r for r in records(self.study) if r.role == BASELINE and r.result.status == Status.OK), None)
@@ -305,8 +300,8 @@ class Turns:
     def seed_the_interactions(self) -> None:
         """Once every seed and the combination are measured and an in-process recipe beats the defaults: that recipe
         with the changes that may pay only beside it (``seeds.interaction_seeds``: one thread, one inter-op thread)
-        join the seeds, once, and take their turns with the sampled trials (``sampled_turn``). A GRU's best, one
-        thread with bfloat16 (1.26x), was a change no seed made and no 2-minute search sampled: it kept the defaults."""
+        join the seeds, once, and take their turns with the sampled trials (``sampled_turn``): such a change is one
+        no single-change seed makes and a short search rarely samples."""
         if self.interactions_read or not self.options.seeded or next_seed(self.study, self.seeds) is not None \
                 or self._waiting() or combination(self.study, self.facts, self.ctx, self.options.fixed) is not None:
             return  # the combination first: its environment's factor is measured, its worker may be alive
@@ -319,10 +314,8 @@ class Turns:
         """Whether a trial Optuna samples goes before the next seed: while seeds remain, whenever a seed next would
         leave fewer than ``SAMPLED_SHARE`` of the candidates sampled (the warm start, the heuristic and the
         combination count as seeds), so wherever the budget ends the search after its first candidate, at least a
-        third of its candidates were sampled: seed, sample, seed, sample, then two seeds to a sample. A machine
-        with many seeds, or one slow seed (the heuristic's process pairs, a precision 40x slow), took a 2-minute
-        search's trials for seeds alone (a recurrent workload's 3-minute search: 4 trials, all seeds), and the
-        sampler never ran; one sample for every two seeds left the CNN's 2-minute search at 2 of 7. Its turn is
+        third of its candidates were sampled: seed, sample, seed, sample, then two seeds to a sample (many seeds, or
+        one slow one, would leave the sampler no turn in a short search). Its turn is
         taken by an in-process trial (``enqueue_in_process``): the seeds still to come change the environment, a
         sample costs an arm's windows; it goes before the combination too."""
         if next_seed(self.study, self.seeds) is None:
