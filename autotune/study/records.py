@@ -273,25 +273,23 @@ class Confirmation:
         within ``ALIKE`` of its: as fast, for a user), the one surest to be fast (the highest low bound): of two alike
         medians, the one whose fresh-process rounds disagreed less. A median further below is not alike, however wide
         the fastest's interval: over two rounds a Student-t interval is 12.7 standard errors each side, and which of
-        two intervals has the higher low bound says which one's rounds happened to agree (30 replayed 5-minute
-        searches of the Xeon's environment grid: the highest median was near-optimal in 30, the highest low bound's
-        choice in 13; docs/measurement.md)."""
+        two intervals has the higher low bound says which one's rounds happened to agree (docs/measurement.md)."""
         return _surest_alike(self._faster())
 
     @property
     def undecided(self) -> Candidate | None:
         """The candidate its rounds could not decide: over two rounds or more, its median above its bar and its low
-        bound not (a Student-t interval over three rounds reaches 4.3 standard errors each side: a 1.1x gain can
-        read 1.11x [1.02-1.20]; over two, 12.7), where none is offered (``best`` is None), where only one round chose
+        bound not (a Student-t interval over three rounds reaches 4.3 standard errors each side; over two, 12.7),
+        where none is offered (``best`` is None), where only one round chose
         the offer and this one's median is above the offer's (the budget's end left a faster recipe's deciding
-        round for a lower one's first), or where its median is above the fastest's by more than ``ALIKE`` (two
-        rounds of a 2.7x recipe read 2.43x and 2.92x, [0.84-8.47], beside a 1.9x one's 2.26x and 2.06x). Your runs'
+        round for a lower one's first), or where its median is above the fastest's by more than ``ALIKE`` (a faster
+        recipe's two rounds that disagree make a wide interval). Your runs'
         fresh process pairs, none of which chose it, decide it: offered where they confirm it (provisional where the
         budget's end left them too few and nothing else is offered), else the offer stands, stated from its own pairs
         where they ran after (``claim.user_runs``, ``claim.stated``). One candidate is tested, so no other look shares
         the pairs' confidence: of several (two rounds or three alike), as ``best`` chooses among its own, of those
-        alike the fastest straddling median the highest low bound (by the low bound alone, a 2-minute replay tested
-        the heuristic's 1.06x [0.81-1.39] where bf16 in its environment read 2.18x [0.46-10.27])."""
+        alike the fastest straddling median the highest low bound (by the low bound alone, a slow recipe whose rounds
+        agreed would be tested before a fast one whose rounds did not)."""
         best, fastest = self.best, self.fastest
         floor = 0.0 if best is None or fastest is None else \
             fastest.median * (1 + ALIKE) if best.rounds >= 2 else best.median  # the median it must be above
