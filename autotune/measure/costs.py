@@ -36,7 +36,8 @@ def first_rounds_s(noise: Noise) -> float:
     over. Script mode's first round is ``LEAST_PAIRS`` fresh process pairs, each started as the A/A's were: read as
     windows alone, a GPU machine's script (copies that took 25 s a pair to start) began a candidate with 21 s left,
     which ran out before its copies' first steps and was told as a fault of the defaults' copy. A trial's first pair
-    also trains its candidate to the loss's samples: counted as the A/A's time spent once (``TrialResult.once_s``)."""
+    also trains its candidate to the loss's samples: counted as the A/A's time spent once (``TrialResult.once_s``,
+    which also holds the defaults' step timed alone: the price errs long by it)."""
     if noise.round_pairs and noise.aa_pairs:  # script mode's (``ScriptMeasurer``: its A/A is CALIBRATION_PAIRS)
         pair = _aa_outside_s(noise)
         once = max(0.0, noise.wall_s - noise.timed_s - CALIBRATION_PAIRS * pair)

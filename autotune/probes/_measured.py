@@ -138,8 +138,9 @@ def _run(module: Any, x: Any, dtype: str, device: str) -> float:
 
 def _time(kernel: tuple[Any, Any], dtype: str, device: str, deadline_s: float) -> float:
     """Median seconds of the kernel's runs in ``deadline_s`` (at most ``REPEATS``, one at least) after a first run
-    left out: it builds kernels and allocates. The deadline counts from after it, so that the reference is never
-    that first use alone, nor one later run a neighbour slowed."""
+    left out: it builds kernels and allocates. The deadline counts from after it, so that a slow first use is
+    neither the reference nor uses up the deadline, leaving one later run (which a neighbour may slow) as the
+    reference."""
     module, x = kernel
     _run(module, x, dtype, device)
     times: list[float] = []

@@ -283,7 +283,7 @@ class Confirmation:
         where none is offered (``best`` is None), where only one round chose
         the offer and this one's median is above the offer's (the budget's end left a faster recipe's deciding
         round for a lower one's first), or where its median is above the fastest's by more than ``ALIKE`` (a faster
-        recipe's two rounds that disagree make a wide interval). Your runs'
+        recipe's interval over two rounds can reach below its bar). Your runs'
         fresh process pairs, none of which chose it, decide it: offered where they confirm it (provisional where the
         budget's end left them too few and nothing else is offered), else the offer stands, stated from its own pairs
         where they ran after (``claim.user_runs``, ``claim.stated``). One candidate is tested, so no other look shares
