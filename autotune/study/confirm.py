@@ -37,7 +37,7 @@ import statistics
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ..measure import CONFIDENCE, MIN_MARGIN, Interval, environment_key, rounds_interval
+from ..measure import CONFIDENCE, MIN_MARGIN, Interval, environment_key, own_copies, rounds_interval
 from ..recipe import format_speedup
 from ..trial.lock import host_lock
 from ..trial.spec import Status, TrialResult
@@ -120,7 +120,8 @@ class Rounds:
         self.bar = confirm_bar(loop.study, loop.options.confirm_rounds)
         self.unkept = not contenders(top, self.bar)
         self.stopped: list[str] = []  # rounds the budget's end cut short: not used, and no failure of the candidate
-        self.took: dict[str, float] = {}  # each candidate's longest completed round, in seconds: the next one's price
+        self.took: dict[str, float] = {}  # each candidate's longest completed round, its own part: the next one's price
+        self.starts: dict[str, float] = {}  # each environment's longest worker start a round paid (once a round)
         self.left_out: set[str] = set()  # out of the later rounds: for time, or below the leader (``_race``)
         self.outpaced: list[str] = []  # candidates left out of their later rounds: below the leader with confidence
         self.made = 0
@@ -172,9 +173,11 @@ class Rounds:
         if result.status == Status.CUT:
             self.stopped.append(f"trial {entry.number}'s round {round_ + 1} of {self.count}")
             self.left_out.add(params_key(entry.params))
-        elif result.status == Status.OK:
-            key = params_key(entry.params)
-            self.took[key] = max(self.took.get(key, 0.0), result.wall_s)
+        elif result.status == Status.OK:  # a worker's start it paid is its environment's part, paid once a round
+            key, env = params_key(entry.params), environment_key(entry.params)
+            start = 0.0 if own_copies(result) else result.startup_s or 0.0
+            self.took[key] = max(self.took.get(key, 0.0), result.wall_s - start)
+            self.starts[env] = max(self.starts.get(env, 0.0), start)
         self.spent.add((environment_key(entry.params), round_))
         self.made += 1
 
@@ -189,10 +192,14 @@ class Rounds:
     def needed_s(self, entries: list[tuple[TrialRecord, int]]) -> float:
         """The rounds ``(candidate, round)`` of ``entries`` (``budget.rounds_s``), an environment's part none where
         it was paid already in that round; at least what their candidates' completed rounds took (a round is not
-        started where its candidate's last one shows it cannot end in the time left)."""
+        started where its candidate's last one shows it cannot end in the time left), each its own part and each
+        environment's start once a round where not paid yet: a candidate measured after another of its environment
+        in a round starts no worker, and priced with the start its earlier round paid, the fastest was left out."""
         estimate = budget.rounds_s([(e.result, environment_key(e.params), r) for e, r in entries], self.loop.noise,
                                    self.loop.options, paid=self.spent, floors=self.floors)
-        return max(estimate, sum(self.took.get(params_key(e.params), 0.0) for e, _ in entries))
+        unpaid = {(environment_key(e.params), r) for e, r in entries} - self.spent
+        return max(estimate, sum(self.took.get(params_key(e.params), 0.0) for e, _ in entries)
+                   + sum(self.starts.get(env, 0.0) for env, _ in unpaid))
 
     def note(self, note: str | None) -> str | None:
         """What the user reads of the rounds left out, after ``note``."""

@@ -49,6 +49,8 @@ class Stubbed(StubMeasurer):
     begun: dict[str, int] = field(default_factory=dict)
     names: dict[str, str] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)  # the confirmation's rounds as begun
+    start_s: float = 0.0  # the first candidate measured in a round starts the defaults' worker: this long
+    paid: set[int] = field(default_factory=set)  # the rounds whose worker was started
 
     def __post_init__(self) -> None:
         StubMeasurer.__init__(self)
@@ -77,14 +79,16 @@ class Stubbed(StubMeasurer):
             self.clock.charge(handle.timeout_s)
             return TrialResult(Status.TIMEOUT, error="the paired worker did not answer RunPairs within 1 s; stopped",
                                wall_s=handle.timeout_s)
-        self.clock.charge(ROUND_S)
+        start = 0.0 if handle.number in self.paid else self.start_s
+        self.paid.add(handle.number)
+        self.clock.charge(ROUND_S + start)
         read = self.rounds[name][handle.number]
         if read is None:
             return TrialResult(Status.CRASH, error="the paired worker exited with 1", wall_s=ROUND_S)
         median, low, high = read
         return TrialResult(Status.OK, objective=median, speedup_low=low, speedup_high=high, pairs=8,
-                           samples_per_s=100 * median, baseline_samples_per_s=100.0, loss=1.0, wall_s=ROUND_S,
-                           timed_s=ROUND_S / 2, method="in-process pairs")
+                           samples_per_s=100 * median, baseline_samples_per_s=100.0, loss=1.0, wall_s=ROUND_S + start,
+                           timed_s=ROUND_S / 2, method="in-process pairs", startup_s=start or None)
 
     def close(self) -> None:
         pass
@@ -165,6 +169,20 @@ def test_each_confirmation_round_measures_its_candidates_in_an_order_drawn_again
     assert len(stub.order) == 6 and all(sorted(r) == ["fast", "slow"] for r in rounds), stub.order
     assert rounds == [("fast", "slow"), ("slow", "fast"), ("slow", "fast")]  # seed 0's draws: not one order
     assert recipe.claim == "confirmed" and recipe.speedup == pytest.approx((1.40 * 1.42 * 1.41) ** (1 / 3), rel=1e-3)
+
+
+def test_a_candidate_measured_after_another_of_its_environment_is_priced_without_the_workers_start(
+        tmp_path: Path, facts: Any) -> None:
+    """The first candidate of a round starts the defaults' worker (6 s here) and its round takes 16 s, the next one's
+    10. A live 2-minute transformer search measured bf16 first in round 1 (8.1 s, the start in it), the second-ranked
+    first in round 2, then priced bf16's round 2 with the start it had paid in round 1 and left it out for time:
+    the recipe was the second's 1.10x. Round 2 here begins with 30 s: the second-ranked's round with the start (16 s),
+    then the fastest's without it (10 s): both run."""
+    clock = ReplayClock()
+    stub = Stubbed(clock, _explored(), {"fast": FAST, "slow": SLOW}, start_s=6.0)
+    recipe, recs = _search(tmp_path, facts, stub, (16.0 + 10.0) + 30.0, clock, rounds=2)
+    assert stub.order == ["fast", "slow", "slow", "fast"], (stub.order, recipe.notes)  # seed 0's draws
+    assert recipe.params == recs[1].params and "left out" not in " ".join(recipe.notes), recipe.notes
 
 
 def test_a_confirmation_that_completed_no_round_keeps_the_defaults_and_says_why(tmp_path: Path, facts: Any) -> None:
