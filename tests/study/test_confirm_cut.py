@@ -49,7 +49,7 @@ class Stubbed(StubMeasurer):
     begun: dict[str, int] = field(default_factory=dict)
     names: dict[str, str] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)  # the confirmation's rounds as begun
-    start_s: float = 0.0  # the first candidate measured in a round starts the defaults' worker: this long
+    round_start_s: float = 0.0  # the first candidate measured in a round starts the defaults' worker: this long
     paid: set[int] = field(default_factory=set)  # the rounds whose worker was started
 
     def __post_init__(self) -> None:
@@ -79,7 +79,7 @@ class Stubbed(StubMeasurer):
             self.clock.charge(handle.timeout_s)
             return TrialResult(Status.TIMEOUT, error="the paired worker did not answer RunPairs within 1 s; stopped",
                                wall_s=handle.timeout_s)
-        start = 0.0 if handle.number in self.paid else self.start_s
+        start = 0.0 if handle.number in self.paid else self.round_start_s
         self.paid.add(handle.number)
         self.clock.charge(ROUND_S + start)
         read = self.rounds[name][handle.number]
@@ -179,7 +179,7 @@ def test_a_candidate_measured_after_another_of_its_environment_is_priced_without
     the recipe was the second's 1.10x. Round 2 here begins with 30 s: the second-ranked's round with the start (16 s),
     then the fastest's without it (10 s): both run."""
     clock = ReplayClock()
-    stub = Stubbed(clock, _explored(), {"fast": FAST, "slow": SLOW}, start_s=6.0)
+    stub = Stubbed(clock, _explored(), {"fast": FAST, "slow": SLOW}, round_start_s=6.0)
     recipe, recs = _search(tmp_path, facts, stub, (16.0 + 10.0) + 30.0, clock, rounds=2)
     assert stub.order == ["fast", "slow", "slow", "fast"], (stub.order, recipe.notes)  # seed 0's draws
     assert recipe.params == recs[1].params and "left out" not in " ".join(recipe.notes), recipe.notes
