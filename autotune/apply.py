@@ -78,13 +78,13 @@ class Tuned:
 
     def switch(self, params: dict[str, Any]) -> str | None:
         """Train on with ``params`` from the next step, where they differ from this recipe only in knobs a running
-        process can change (``spaces.IN_PLACE``): a search's copy asked to (``steps.Switched``). Returns why not,
+        process can change (``spaces.in_place``): a search's copy asked to (``steps.Switched``). Returns why not,
         or None. A larger batch takes effect only where the script builds its DataLoader from ``batch_size`` again
         (its steps then tell it), and the learning rate it scaled once stays."""
         import torch
 
         changed = sorted(k for k in {*params, *self.params} if params.get(k) != self.params.get(k))
-        fixed = [k for k in changed if k not in spaces.IN_PLACE]
+        fixed = [k for k in changed if k not in set(spaces.in_place())]
         if fixed:
             return f"{', '.join(fixed)} cannot change in a running process"
         if "channels_last" in changed and self._model is None:

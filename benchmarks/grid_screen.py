@@ -33,15 +33,16 @@ from typing import Any
 
 
 def environment_keys(combos: list[dict[str, Any]]) -> tuple[str, ...]:
-    """The knobs of ``combos`` that a worker's environment holds (``measure.ENVIRONMENT_KEYS``): one environment per
-    combination of their values; none where only in-process knobs are searched (the defaults' environment alone).
+    """The knobs of ``combos`` that a worker's environment holds (``search_spaces.environment_keys``): one environment
+    per combination of their values; none where only in-process knobs are searched (the defaults' environment alone).
 
     >>> environment_keys([{"threads": 1, "openmp": "gnu", "kmp_blocktime": None, "amp_dtype": None}])
     ('threads', 'openmp', 'kmp_blocktime')
     """
-    from autotune.measure import ENVIRONMENT_KEYS
+    from autotune import search_spaces
 
-    return tuple(k for k in (combos[0] if combos else {}) if k in ENVIRONMENT_KEYS)
+    held = set(search_spaces.environment_keys())
+    return tuple(k for k in (combos[0] if combos else {}) if k in held)
 
 
 def partial_path(grid_path: str | Path) -> Path:

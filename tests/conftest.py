@@ -196,10 +196,10 @@ def held_env() -> dict[str, Any]:
     searches whose subject is not the environment factor."""
     from autotune import probes
     from autotune import search_spaces as spaces
-    from autotune.measure.environment import ENVIRONMENT_KEYS
+    from autotune.measure.environment import environment_keys
 
     defaults = spaces.defaults(probes.probe(), spaces.SpaceContext(default_batch_size=32))
-    return {k: defaults[k] for k in ENVIRONMENT_KEYS if k in defaults}
+    return {k: defaults[k] for k in environment_keys() if k in defaults}
 
 
 def defaults_env() -> tuple[str, ...]:

@@ -102,7 +102,7 @@ def test_every_value_the_space_offers_passes_the_check(facts: Any, device: str) 
         for value in values:
             assert spaces.recipe_problems({key: value, "reference_batch": 32}) == [], (key, value)
     declared = {k for family in spaces.FAMILIES for k in family.KEYS} | set(spaces.RUN_KEYS)
-    assert declared <= set(spaces._schema.SCHEMA), declared - set(spaces._schema.SCHEMA)
+    assert declared <= set(spaces.schema()), declared - set(spaces.schema())
     assert checked(Recipe.from_dict(_recipe(facts))).params["threads"] >= 1
     # with --global-batch a GPU's batch goes up to the global batch
     assert spaces.recipe_problems({"batch_per_rank": 1024, "global_batch": 1024, "reference_batch": 32}) == []

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from .candidate import combine, paired_method
 from .costs import IN_PROCESS_METHODS, STARTED_S, first_rounds_s, in_one_process, own_copies, race_round_s, round_parts
-from .environment import ENVIRONMENT_KEYS, environment_differences, environment_key
+from .environment import environment_differences, environment_key, environment_keys
 from .first_copy import script_context
 from .hopeless import FAR_SLOWER
 from .live import LiveMeasurer
@@ -33,7 +33,6 @@ from .stats import CONFIDENCE, MIN_MARGIN, Interval, compare, rounds_interval, s
 __all__ = [
     "CLAIM_PAIRS",
     "CONFIDENCE",
-    "ENVIRONMENT_KEYS",
     "FAR_SLOWER",
     "IN_PROCESS_METHODS",
     "in_one_process",
@@ -58,6 +57,7 @@ __all__ = [
     "compare",
     "environment_differences",
     "environment_key",
+    "environment_keys",
     "first_pairs",
     "first_rounds_s",
     "own_copies",

@@ -9,7 +9,7 @@ through ``autotune.apply()`` and ``Tuned`` exactly as a trial and the user's tra
 and ``stats.compare()`` gives their median with an exact interval.
 
 Rules an arm keeps, so that its windows measure only itself:
-- every arm of a process shares its environment-level knobs (``ENVIRONMENT_KEYS``); ``Bench.add`` refuses
+- every arm of a process shares its environment-level knobs (``environment_keys``); ``Bench.add`` refuses
   another environment (those are compared across processes);
 - process-global settings (the TF32 flags and the CPU's float32 matmul precision, set by ``set_flags``) and
   the torch RNG state are the arm's own from the start of each of its windows;

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..trial.runner import run_trial
 from ..trial.spec import Status, TrialResult
 from . import stats
-from .environment import DEFAULTS, ENVIRONMENT_KEYS
+from .environment import DEFAULTS, environment_keys
 from .hopeless import HOPELESS, far_slower_result
 from .paired_worker import PairedWorker
 from .protocol import ArmStatus, PairRecord
@@ -26,12 +26,12 @@ NOTHING = stats.Interval(0.0, 0.0, 0.0, 0.0, 0)  # no pair yet (or an arm failed
 
 
 def same_environment(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return all(a.get(k) == b.get(k) for k in ENVIRONMENT_KEYS)
+    return all(a.get(k) == b.get(k) for k in environment_keys())
 
 
 def environment_defaults(params: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
     """The defaults in ``params``' environment (a key neither sets, e.g. ``membind``, stays unset)."""
-    return {**defaults, **{k: params.get(k) for k in ENVIRONMENT_KEYS if k in params or k in defaults}}
+    return {**defaults, **{k: params.get(k) for k in environment_keys() if k in params or k in defaults}}
 
 
 # How a one-process candidate was measured, as its result names it (``TrialResult.method``, ``paired_method``)

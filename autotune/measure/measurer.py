@@ -162,7 +162,7 @@ class PairedMeasurer(abc.ABC):
     ``in_effect``, ``losses`` and ``method``. What a round costs is read from its result (``costs``)."""
 
     fresh_processes: bool = False  # every trial starts processes of its own: none is cheaper (set per measurer)
-    in_place_only: bool = False  # a trial starts no process only where it changes ``spaces.IN_PLACE`` knobs alone
+    in_place_only: bool = False  # a trial starts no process only where it changes ``spaces.in_place`` knobs alone
     machine_speeds: ClassVar[bool] = True  # this machine's kernel speeds apply to what it measures (seeding)
     machine_limits: ClassVar[bool] = True  # a share of this machine's peaks can be told of what it measures
     second_look: ClassVar[bool] = False  # it takes losses at other training seeds (``losses``)

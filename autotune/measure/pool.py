@@ -10,7 +10,7 @@ from typing import Any
 
 from ..trial.runner import ended
 from ..trial.spec import Status
-from .environment import DEFAULTS, ENVIRONMENT_KEYS
+from .environment import DEFAULTS, environment_keys
 from .paired_worker import PairedWorker, WorkerError
 from .protocol import ArmStatus
 
@@ -115,7 +115,7 @@ class WorkerPool:
         count, its loss taken (``wide``: over the wide held-out set too) and dropped: the quality guard's second
         look (``autotune.study.guard``). Environment-level knobs are the defaults' (the worker's)."""
         deadline = time.monotonic() + timeout_s
-        environment = {k: self.defaults[k] for k in ENVIRONMENT_KEYS if k in self.defaults}
+        environment = {k: self.defaults[k] for k in environment_keys() if k in self.defaults}
         worker = self.defaults_worker(timeout_s, with_arm=True)
         statuses = []
         try:

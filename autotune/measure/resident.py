@@ -1,6 +1,6 @@
 """Script mode's long-lived copy: one copy of the user's script, started once with the defaults' recipe, that
 switches recipes in place between windows (``Tuned.switch`` over ``steps.CONTROL``). A candidate that differs from
-the defaults only in knobs a running process can change (``spaces.IN_PLACE``) is measured in it by window pairs,
+the defaults only in knobs a running process can change (``spaces.in_place``) is measured in it by window pairs,
 the defaults' window and the candidate's in an order drawn each pair, as the workload engine's arms share one
 worker: no copy is started for it, and both sides of a pair run in the same process, whose speed factor cancels.
 
@@ -40,7 +40,7 @@ class ResidentCopy:
         """Whether ``params`` differ from the defaults only in knobs the running copy can change (and it has not
         ended, nor shown that its batch stays)."""
         changed = {k for k in {*params, *self.defaults} if params.get(k) != self.defaults.get(k)}
-        return (self.failed is None and changed <= set(spaces.IN_PLACE)
+        return (self.failed is None and changed <= set(spaces.in_place())
                 and not (self.batch_fixed and "batch_per_rank" in changed))
 
     def window_pairs(self, params: dict[str, Any], pairs: int, window_s: float, deadline: float,

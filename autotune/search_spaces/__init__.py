@@ -5,9 +5,13 @@ Each family is a ``KnobFamily`` (``_family.py``): for its recipe keys (``KEYS``)
 ``heuristic`` seed (``torch.backends.xeon.run_cpu``'s choices), ``promising`` single changes to measure
 first, the ``environment`` variables that must be set before torch starts (declared in ``ENV_VARS``;
 ``OVERRIDES`` names those of other families it replaces), ``apply_process``/``check_environment`` inside
-the process and ``prepare_model``/``prepare`` for the model. The functions here loop over ``FAMILIES``;
-the trial runner, the exported env file and ``autotune.apply()`` all go through them, so what was
-measured is what is applied.
+the process and ``prepare_model``/``prepare`` for the model. Each family also owns its keys' facts (their
+``SCHEMA``, and which decide a process, change memory or change in place), folded here as ``schema``,
+``environment_keys``, ``memory_keys`` and ``in_place``. The functions here loop over ``FAMILIES`` (read when
+called: ``_families``); the trial runner, the exported env file and ``autotune.apply()`` all go through them, so
+what was measured is what is applied. Adding a knob is its module, one line in ``FAMILIES`` and its section in
+``docs/knobs.md`` (``tests/search_spaces/test_knob_contract.py`` checks the rest); a knob a running process can
+change (``IN_PLACE``) also needs its switch in ``Tuned.switch``.
 
 Example::
 
@@ -27,24 +31,24 @@ from . import _compile as compilation
 from . import _cuda as cuda
 from . import _data as data
 from . import _ddp as ddp
+from . import _families, _schema
 from . import _ipex as ipex
 from . import _matmul as matmul
 from . import _preload as preload
 from . import _processes as processes
-from . import _schema
+from . import _run as run
 from . import _sparsity as sparsity
 from . import _threads as threads
 from ._allowed import AllowedValues, allowed_values, as_trial, outside, suggested
 from ._context import SpaceContext, conv_layers
 from ._effect import membind_off, not_in_effect
-from ._families import FAMILIES, merge_params, suggest
+from ._families import FAMILIES, environment_keys, in_place, memory_keys, merge_params, schema, suggest
 from ._family import KnobFamily, Params, Prepared, SuggestingTrial
 
 if TYPE_CHECKING:
     from ..probes import Facts
 
 __all__ = [
-    "IN_PLACE",
     "AllowedValues",
     "FAMILIES",
     "KnobFamily",
@@ -68,12 +72,15 @@ __all__ = [
     "beyond",
     "env_forms",
     "environment",
+    "environment_keys",
     "heuristic",
+    "in_place",
     "interactions",
     "ipex",
     "matmul",
     "apply_process",
     "as_run",
+    "memory_keys",
     "memory_nodes",
     "membind_off",
     "not_in_effect",
@@ -81,6 +88,7 @@ __all__ = [
     "preload",
     "processes",
     "recipe_problems",
+    "schema",
     "seeds",
     "sparsity",
     "suggest",
@@ -90,28 +98,23 @@ __all__ = [
     "worker_cpus",
 ]
 
-# Run settings stored with every recipe (not searched): they decide how the knobs are applied. ``membind``
-# (False only) is stored when a trial ran without the memory binding its pinning implies (``membind_off``).
-RUN_KEYS = ("device", "global_batch", "lr_scaling", "reference_batch", "membind")
-# Knobs a running training process can change between two steps (``Tuned.switch``): read at every forward pass or
-# batch, or set on the model and torch in place. The batch only where the script builds its DataLoader again.
-IN_PLACE = (*amp.KEYS, *matmul.KEYS, *batch.KEYS)
+RUN_KEYS = run.KEYS  # stored with every recipe, never searched (``_run``)
 recipe_problems = _schema.problems  # what in a recipe's params no search writes (``_schema``)
 
 
 def defaults(facts: Facts, ctx: SpaceContext) -> Params:
     """PyTorch's defaults: the baseline every recipe is compared with (trial 0)."""
-    return merge_params([family.defaults(facts, ctx) for family in FAMILIES])
+    return merge_params([family.defaults(facts, ctx) for family in _families.FAMILIES])
 
 
 def heuristic(facts: Facts, ctx: SpaceContext) -> Params:
     """The fixed recipe ``torch.backends.xeon.run_cpu`` / ipexrun would apply."""
-    return merge_params([family.heuristic(facts, ctx) for family in FAMILIES])
+    return merge_params([family.heuristic(facts, ctx) for family in _families.FAMILIES])
 
 
 def controlled_variables() -> tuple[str, ...]:
     """Every environment variable some knob sets: the trial runner clears them for a clean baseline."""
-    return tuple(sorted({var for family in FAMILIES for var in family.ENV_VARS}))
+    return tuple(sorted({var for family in _families.FAMILIES for var in family.ENV_VARS}))
 
 
 def seeds(facts: Facts, ctx: SpaceContext) -> list[tuple[str, Params]]:
@@ -119,7 +122,7 @@ def seeds(facts: Facts, ctx: SpaceContext) -> list[tuple[str, Params]]:
     changes of the defaults offered by the families (``promising(facts, ctx)``)."""
     base = defaults(facts, ctx)
     out = [("baseline", base), ("heuristic", {**base, **heuristic(facts, ctx)})]
-    for family in FAMILIES:
+    for family in _families.FAMILIES:
         for change in family.promising(facts, ctx):
             out.append(("seed", {**base, **change}))
     return out
@@ -128,14 +131,14 @@ def seeds(facts: Facts, ctx: SpaceContext) -> list[tuple[str, Params]]:
 def interactions(facts: Facts, ctx: SpaceContext) -> list[Params]:
     """Changes the families say may pay only beside another family's gain (``interactions(facts, ctx)``): the
     search tries them with its best in-process recipe once its seeds are measured."""
-    return [change for family in FAMILIES for change in family.interactions(facts, ctx)]
+    return [change for family in _families.FAMILIES for change in family.interactions(facts, ctx)]
 
 
 def environment(params: Params, facts: Facts) -> dict[str, str]:
     """Environment variables to set before torch starts (never read from os.environ). A variable two
     families set takes the value of the one that declares it in ``OVERRIDES``, whatever their order."""
     env: dict[str, str] = {}
-    for family in FAMILIES:
+    for family in _families.FAMILIES:
         for key, value in family.environment(params, facts).items():
             if key not in env or key in family.OVERRIDES:
                 env[key] = value
@@ -157,7 +160,7 @@ def env_forms(params: Params) -> dict[str, re.Pattern[str]]:
     """Every variable some family may set for ``params`` on any machine, with the form of its value (what an env
     file may hold for the recipe: ``autotune.recipe_file``)."""
     forms: dict[str, str] = {}
-    for family in FAMILIES:
+    for family in _families.FAMILIES:
         forms.update(family.env_forms(params))
     return {key: re.compile(form) for key, form in forms.items()}
 
@@ -165,15 +168,15 @@ def env_forms(params: Params) -> dict[str, re.Pattern[str]]:
 def _overriders_last() -> list[KnobFamily]:
     """``FAMILIES`` with those that override other families' variables after the rest, so their
     in-process settings win too (``processes`` sets a rank's share of the threads family's threads)."""
-    return sorted(FAMILIES, key=lambda family: bool(family.OVERRIDES))
+    return sorted(_families.FAMILIES, key=lambda family: bool(family.OVERRIDES))
 
 
 def _replaced(params: Params, facts: Facts) -> list[KnobFamily]:
     """The families some other family overrides for these params (it sets one of their variables)."""
     out = []
-    for family in FAMILIES:
+    for family in _families.FAMILIES:
         taken = set(family.OVERRIDES) & set(family.environment(params, facts))
-        out += [other for other in FAMILIES if other is not family and taken & set(other.ENV_VARS)]
+        out += [other for other in _families.FAMILIES if other is not family and taken & set(other.ENV_VARS)]
     return out
 
 
@@ -233,7 +236,7 @@ def check_environment(params: Params, facts: Facts) -> list[str]:
         if key != "LD_PRELOAD" and os.environ.get(key) != value:
             problems.append(f"{key}={value} (is {os.environ.get(key)!r})")
     replaced = _replaced(params, facts)
-    for family in FAMILIES:
+    for family in _families.FAMILIES:
         if family not in replaced:
             problems += family.check_environment(params, facts)
     return problems + threads.check_memory_binding(memory_nodes(params, facts), facts)

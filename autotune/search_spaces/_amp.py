@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..workloads import output_tensors
 from ._context import SpaceContext
 from ._family import Params, Prepared, SuggestingTrial
+from ._rules import BOOLEAN, Rule, one_of
 
 if TYPE_CHECKING:
     import torch
@@ -35,6 +36,9 @@ def _capability(facts: Facts) -> float:
 
 
 DTYPES = ("float32", "bfloat16", "float16")  # every dtype some hardware is offered (``dtypes``)
+SCHEMA: dict[str, Rule] = {"amp_dtype": one_of(DTYPES), "channels_last": BOOLEAN}
+MEMORY_KEYS = KEYS  # the activations' dtype and layout decide what a batch holds
+IN_PLACE = KEYS  # read at every forward pass, or set on the model in place
 
 
 def dtypes(facts: Facts, ctx: SpaceContext) -> tuple[str, ...]:

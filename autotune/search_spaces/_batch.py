@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._context import SpaceContext
 from ._family import Params, SuggestingTrial
+from ._rules import Rule, integer
 
 if TYPE_CHECKING:
     import torch
@@ -36,6 +37,9 @@ ENV_VARS: tuple[str, ...] = ()
 OVERRIDES: tuple[str, ...] = ()
 LR_RULES = ("sqrt", "linear", "none")
 MOST = 1 << 20  # the largest batch (per rank, reference or global) a recipe may hold
+# batch_size: a format-1 recipe's global batch (``recipe``)
+SCHEMA: dict[str, Rule] = {"batch_per_rank": integer(1, MOST), "batch_size": integer(1, MOST)}
+IN_PLACE = KEYS  # read where the script builds its DataLoader again (``Tuned.switch``)
 MEMORY_SHARE = 0.9  # of a device's memory a recipe's estimated (and measured) peak may take
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, cast
 
 from ._context import SpaceContext
 from ._family import Params, Prepared, SuggestingTrial
+from ._rules import Rule, one_of
 
 if TYPE_CHECKING:
     import torch
@@ -28,6 +29,8 @@ OVERRIDES: tuple[str, ...] = ()
 
 CPU_MODES = ("none", "default", "reduce-overhead", "max-autotune-no-cudagraphs")
 CUDA_MODES = CPU_MODES + ("max-autotune",)
+SCHEMA: dict[str, Rule] = {"compile_mode": one_of(CUDA_MODES)}
+MEMORY_KEYS = KEYS  # autotuning and CUDA graphs hold buffers of their own
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # inductor captures CUDA graphs on CUDA
 CUDA_GRAPH_STEPS = 3  # compile in step 1; cudagraph trees warm up in step 2 and record in step 3
 

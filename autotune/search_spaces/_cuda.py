@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._context import SpaceContext
 from ._family import Params, SuggestingTrial
+from ._rules import BOOLEAN, Rule, one_of
 
 if TYPE_CHECKING:
     from ..probes import Facts
@@ -45,6 +46,12 @@ ENV_VARS: tuple[str, ...] = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
 OVERRIDES: tuple[str, ...] = ()
 ALLOC = ("default", "expandable_segments")
 EXPANDABLE = "expandable_segments:True"
+# tf32: one key before the split into tf32_matmul and tf32_cudnn (``wanted``)
+SCHEMA: dict[str, Rule] = {"tf32_matmul": BOOLEAN, "tf32_cudnn": BOOLEAN, "tf32": BOOLEAN, "cudnn_benchmark": BOOLEAN,
+                           "cuda_alloc": one_of(ALLOC)}
+# Expandable segments leave less memory fragmented, so a batch that did not fit may; with cudnn_benchmark cuDNN
+# picks among algorithms by speed, some with larger workspaces, so one that fit may not.
+MEMORY_KEYS = ("cuda_alloc", "cudnn_benchmark")
 
 
 def capability(facts: Facts) -> float:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from . import _threads
 from ._context import SpaceContext
 from ._family import Params, SuggestingTrial
+from ._rules import BOOLEAN, Rule, integer, one_of
 
 if TYPE_CHECKING:
     from ..probes import Facts
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
 KEYS = ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor")
 MOST_WORKERS = 8  # the most DataLoader workers offered on any machine
 PREFETCH = (2, 4)  # the prefetch factors offered (None: no workers)
+SCHEMA: dict[str, Rule] = {"num_workers": integer(0, MOST_WORKERS), "pin_memory": BOOLEAN,
+                           "persistent_workers": BOOLEAN, "prefetch_factor": one_of((None, *PREFETCH))}
 ENV_VARS: tuple[str, ...] = ()
 OVERRIDES: tuple[str, ...] = ()
 

@@ -36,6 +36,7 @@ from . import _batch as batch
 from . import _processes as processes
 from ._context import SpaceContext
 from ._family import Params, SuggestingTrial
+from ._rules import BOOLEAN, Rule, one_of
 
 if TYPE_CHECKING:
     import torch
@@ -46,6 +47,8 @@ KEYS = ("gradient_as_bucket_view", "bucket_cap_mb", "static_graph", "find_unused
 ENV_VARS: tuple[str, ...] = ()
 OVERRIDES: tuple[str, ...] = ()
 BUCKET_CAP_MB = (5, 25, 100)
+SCHEMA: dict[str, Rule] = {"gradient_as_bucket_view": BOOLEAN, "bucket_cap_mb": one_of(BUCKET_CAP_MB),
+                           "static_graph": BOOLEAN, "find_unused_parameters": BOOLEAN}
 CONSTANT_BUFFERS = "constant_buffers"  # a module attribute: names of its buffers that never change
 
 

@@ -14,15 +14,22 @@ this family's ``environment`` replaces when it sets them (``processes`` gives ea
 ``threads`` family's ``OMP_NUM_THREADS``). Where it does, its value wins, its ``apply_process`` runs after
 the overridden family's, and its ``check_environment`` replaces theirs (``search_spaces`` aggregates so).
 
-A family module defines ``KEYS``, ``ENV_VARS``, ``OVERRIDES``, ``space``, ``defaults`` and ``heuristic`` (a family
-that ``run_cpu`` leaves alone binds ``heuristic = defaults``), and of the other hooks only those it has work for:
-``Family(module)`` is the module as a ``KnobFamily``, with the no-op ``Defaults`` for the hooks it leaves out.
+A family owns its keys' facts too: ``SCHEMA``, what a recipe may hold under each key it reads (``_rules``); and
+which of its keys decide a process (``ENVIRONMENT_KEYS``: one worker, one set of their values), change what a
+process holds for a batch (``MEMORY_KEYS``) or can change in a running process (``IN_PLACE``). What reads these
+facts folds them over ``FAMILIES`` (``_families``): adding a knob is its module, one line in that list and its
+section in ``docs/knobs.md`` (and, for a key listed ``IN_PLACE``, its switch in ``Tuned.switch``).
+
+A family module defines ``KEYS``, ``SCHEMA``, ``ENV_VARS``, ``OVERRIDES``, ``space``, ``defaults`` and ``heuristic``
+(a family that ``run_cpu`` leaves alone binds ``heuristic = defaults``), and of the other hooks and key lists only
+those it has work for: ``Family(module)`` is the module as a ``KnobFamily``, with the no-op ``Defaults`` for the
+hooks it leaves out (and no keys for a list it leaves out).
 ``tests/search_spaces/test_knob_contract.py`` checks every family's hooks against the protocol's signatures and
 its declarations against what its hooks do.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
@@ -33,6 +40,7 @@ if TYPE_CHECKING:
 
     from ..probes import Facts
     from ._context import SpaceContext
+    from ._rules import Rule
 
 # A recipe's knob values by key: JSON values (int, float, str, bool, None).
 Params = dict[str, Any]
@@ -62,12 +70,28 @@ class Prepared:
 
 @runtime_checkable
 class KnobFamily(Protocol):
-    """One knob family (see the module docstring); a module with these names satisfies it
-    (``isinstance(module, KnobFamily)`` checks the names are there, mypy their types)."""
+    """One knob family (see the module docstring); ``Family(module)`` satisfies it, the module's hooks and lists
+    or ``Defaults``' (``isinstance(Family(module), KnobFamily)`` checks the names are there, mypy their types)."""
 
     @property
     def KEYS(self) -> tuple[str, ...]:  # noqa: N802 - a module constant
         """The recipe keys ``space`` and ``defaults`` return, exactly."""
+
+    @property
+    def SCHEMA(self) -> Mapping[str, Rule]:  # noqa: N802
+        """What a recipe may hold under each key the family reads: its ``KEYS``, and older recipes' keys it reads."""
+
+    @property
+    def ENVIRONMENT_KEYS(self) -> tuple[str, ...]:  # noqa: N802
+        """Its keys that must be in effect before torch starts, or that decide the process itself."""
+
+    @property
+    def MEMORY_KEYS(self) -> tuple[str, ...]:  # noqa: N802
+        """Its keys that change what one process holds in memory for a given batch (``study.oom_limits``)."""
+
+    @property
+    def IN_PLACE(self) -> tuple[str, ...]:  # noqa: N802
+        """Its keys a running training process can change between two steps (``Tuned.switch``)."""
 
     @property
     def ENV_VARS(self) -> tuple[str, ...]:  # noqa: N802
@@ -102,6 +126,10 @@ class KnobFamily(Protocol):
 
 class Defaults:
     """The hooks of a family that has nothing to do there: what ``Family`` answers for a hook a module leaves out."""
+
+    ENVIRONMENT_KEYS: tuple[str, ...] = ()
+    MEMORY_KEYS: tuple[str, ...] = ()
+    IN_PLACE: tuple[str, ...] = ()
 
     @staticmethod
     def promising(facts: Facts, ctx: SpaceContext) -> list[Params]:
@@ -138,6 +166,7 @@ class Defaults:
 
 OPTIONAL_HOOKS = ("promising", "interactions", "environment", "env_forms", "apply_process", "check_environment",
                   "prepare_model", "prepare")
+OPTIONAL_KEYS = ("ENVIRONMENT_KEYS", "MEMORY_KEYS", "IN_PLACE")
 
 
 class Family:
@@ -151,7 +180,7 @@ class Family:
         try:
             return getattr(self.module, name)
         except AttributeError:
-            if name in OPTIONAL_HOOKS:
+            if name in OPTIONAL_HOOKS or name in OPTIONAL_KEYS:
                 return getattr(Defaults, name)
             raise
 

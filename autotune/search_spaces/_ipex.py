@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from ._context import SpaceContext
 from ._family import Params, Prepared, SuggestingTrial
+from ._rules import BOOLEAN, Rule
 
 if TYPE_CHECKING:
     import torch
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 KEYS = ("ipex",)
 ENV_VARS: tuple[str, ...] = ()
 OVERRIDES: tuple[str, ...] = ()
+SCHEMA: dict[str, Rule] = {"ipex": BOOLEAN}
 
 
 def available(facts: Facts, ctx: SpaceContext) -> bool:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._context import SpaceContext
 from ._family import Params, SuggestingTrial
+from ._rules import Rule, one_of
 
 if TYPE_CHECKING:
     from ..probes import Facts
@@ -29,6 +30,8 @@ KEYS = ("matmul_precision",)
 ENV_VARS: tuple[str, ...] = ()
 OVERRIDES: tuple[str, ...] = ()
 PRECISIONS = ("highest", "medium")  # torch's names; "high" (TF32) has no CPU units to run on here
+SCHEMA: dict[str, Rule] = {"matmul_precision": one_of(PRECISIONS)}
+IN_PLACE = KEYS  # torch.set_float32_matmul_precision takes effect at the next matmul
 _CPU_BF16 = {"avx512_bf16", "amx_bf16"}
 
 

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._context import SpaceContext
 from ._family import Params, SuggestingTrial
+from ._rules import Rule, one_of
 
 if TYPE_CHECKING:
     from ..probes import Facts
@@ -50,6 +51,9 @@ KEYS = ("openmp", "kmp_blocktime", "allocator")
 OPENMP = ("gnu", "intel")
 BLOCKTIMES = (0, 1, 200)
 ALLOCATORS = ("default", "glibc-kept", "jemalloc", "tcmalloc")
+SCHEMA: dict[str, Rule] = {"openmp": one_of(OPENMP), "kmp_blocktime": one_of((None, *BLOCKTIMES)),
+                           "allocator": one_of(ALLOCATORS)}
+ENVIRONMENT_KEYS = KEYS  # preloaded before Python starts: one value per process
 # glibc's largest mmap threshold (half its heap size: fixing it stops the dynamic growth) and a trim threshold above
 # a training step's turnover; glibc reads both variables at its first malloc (mallopt(3))
 KEPT_MMAP_THRESHOLD, KEPT_TRIM_THRESHOLD = 32 << 20, 256 << 20

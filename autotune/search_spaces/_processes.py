@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 from ..probes import format_cpulist, parse_cpulist
 from ._context import SpaceContext
 from ._family import Params, SuggestingTrial
+from ._rules import Rule, integer
 from ._threads import INTEGER  # each rank's share of the threads family's variables
 
 if TYPE_CHECKING:
@@ -62,6 +63,9 @@ RANK_CPUS = "AUTOTUNE_RANK_CPUS"
 BACKENDS = {"cpu": "gloo", "cuda": "nccl"}
 CPU_COUNTS = (1, 2, 4, 8)
 MOST = 64  # the most processes a recipe may hold: one per GPU of the largest single node, with room
+SCHEMA: dict[str, Rule] = {"processes": integer(1, MOST)}
+ENVIRONMENT_KEYS = KEYS  # the launcher starts the ranks: one value per process tree
+MEMORY_KEYS = KEYS  # the batch spread over the ranks
 
 
 def count(params: dict[str, Any]) -> int:

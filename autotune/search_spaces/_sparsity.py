@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._context import SpaceContext
 from ._family import Params, Prepared, SuggestingTrial
+from ._rules import Rule, number, one_of
 
 if TYPE_CHECKING:
     import torch
@@ -33,6 +34,8 @@ ENV_VARS: tuple[str, ...] = ()
 OVERRIDES: tuple[str, ...] = ()
 PATTERNS = ("none", "structured", "2:4")
 MOST = 0.8  # the largest structured ratio searched
+SCHEMA: dict[str, Rule] = {"sparsity_pattern": one_of(PATTERNS), "sparsity": number(0, MOST)}
+MEMORY_KEYS = KEYS  # a pruned model's masks and what 2:4 kernels hold
 # Sparse tensor cores exist from 8.0 on, but 2:4 training measured slower than dense on 9.0 (docs/measurement.md):
 # offered on 8.x only (Ampere/Ada, where the published training speedups were measured) until it measures faster.
 SEMI_STRUCTURED_CAPABILITIES = (8.0, 9.0)  # [low, high)

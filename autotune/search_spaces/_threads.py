@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from ..probes import format_cpulist, memory_policy, parse_cpulist, process_cpus
 from ._context import SpaceContext
 from ._family import Params, SuggestingTrial
+from ._rules import Rule, integer, one_of
 
 if TYPE_CHECKING:
     from ..probes import Core, Facts
@@ -43,6 +44,9 @@ AFFINITIES = ("none", "compact", "spread")
 MOST = 4096  # the most threads a recipe may hold: more than one machine's CPUs (a recipe above this one's warns)
 MOST_INTEROP = 4  # the most inter-op threads offered
 KEYS = ("threads", "interop_threads", "affinity")
+SCHEMA: dict[str, Rule] = {"threads": integer(1, MOST), "interop_threads": integer(1, MOST_INTEROP),
+                           "affinity": one_of(AFFINITIES)}
+ENVIRONMENT_KEYS = KEYS  # set before torch starts (the affinity by the launcher): one value per process
 ENV_VARS: tuple[str, ...] = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # every variable environment() may set
 OVERRIDES: tuple[str, ...] = ()
 

@@ -3,8 +3,9 @@
 A trial that runs out of memory at a batch of B per process says nothing about a recipe that holds less
 per sample (bfloat16 instead of float32, no ``torch.compile`` autotuning, a pruned model) or spreads the
 batch differently (another ``processes``). So the study keeps, per combination of the settings that decide
-a process's memory (``MEMORY_KEYS``, and which batch key the recipe uses), the smallest batch that ran out
-of memory, and skips only a later trial with the same combination and a batch at least as large. Stored
+a process's memory (``search_spaces.memory_keys``, each family's own; and which batch key the recipe uses), the
+smallest batch that ran out of memory, and skips only a later trial with the same combination and a batch at
+least as large. Stored
 as the study attribute ``StudyAttr.OOM_LIMITS`` (a dict: combination -> batch); the single cap of older
 studies (``StudyAttr.OOM_BATCH_SIZE``, a global batch) is not read: a size it ruled out runs out of memory
 again and is recorded, once.
@@ -20,11 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-# The knobs that change what one process holds in memory for a given batch per process. ``cuda_alloc``:
-# expandable segments leave less memory fragmented, so a batch that did not fit may; ``cudnn_benchmark``:
-# cuDNN then picks among algorithms by speed, some with larger workspaces, so one that fit may not.
-MEMORY_KEYS = ("device", "amp_dtype", "compile_mode", "sparsity_pattern", "sparsity", "channels_last", "processes",
-               "cuda_alloc", "cudnn_benchmark")
+from ..search_spaces import memory_keys
 
 
 def batch_key(params: dict[str, Any]) -> str:
@@ -34,7 +31,7 @@ def batch_key(params: dict[str, Any]) -> str:
 
 def memory_settings(params: dict[str, Any]) -> str:
     """The combination an out-of-memory batch is remembered under (one string, a stored dict's key)."""
-    return json.dumps({"batch_key": batch_key(params), **{k: params.get(k) for k in MEMORY_KEYS}}, sort_keys=True)
+    return json.dumps({"batch_key": batch_key(params), **{k: params.get(k) for k in memory_keys()}}, sort_keys=True)
 
 
 def known_oom(limits: dict[str, int] | None, params: dict[str, Any]) -> str | None:
@@ -55,4 +52,4 @@ def record_oom(limits: dict[str, int] | None, params: dict[str, Any]) -> dict[st
     return out
 
 
-__all__ = ["MEMORY_KEYS", "batch_key", "known_oom", "memory_settings", "record_oom"]
+__all__ = ["batch_key", "known_oom", "memory_settings", "record_oom"]

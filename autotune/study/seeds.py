@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import search_spaces as spaces
 from ..errors import UsageError
-from ..measure import ENVIRONMENT_KEYS, environment_differences
+from ..measure import environment_differences, environment_keys
 from ..probes import outdated_fingerprint
 from ..recipe import problems
 from ..store import RecipeStore
@@ -234,7 +234,7 @@ def prospective_combination(study: optuna.Study, facts: Facts, ctx: spaces.Space
 def _joined(study: optuna.Study, inner: dict[str, Any], environment: dict[str, Any], facts: Facts,
             ctx: spaces.SpaceContext, fixed: dict[str, Any] | None) -> dict[str, Any] | None:
     """``inner``'s in-process knobs in ``environment``'s environment, unless taken or outside the space."""
-    params = {**inner, **{k: environment[k] for k in ENVIRONMENT_KEYS if k in environment}, **(fixed or {})}
+    params = {**inner, **{k: environment[k] for k in environment_keys() if k in environment}, **(fixed or {})}
     if spaces.outside(params, facts, ctx):
         return None
     params = spaces.as_trial(params, facts, ctx)  # as taken trials record theirs: a moot --fix is none of them
@@ -306,8 +306,10 @@ def winner_combined(study: optuna.Study) -> bool:
     inner = _inner_winner(study, found)
     if inner is None:
         return False
+    environment = set(environment_keys())
+
     def own(params: dict[str, Any]) -> dict[str, Any]:  # its in-process knobs
-        return {k: v for k, v in params.items() if k not in ENVIRONMENT_KEYS}
+        return {k: v for k, v in params.items() if k not in environment}
     return any(r.role == COMBINED and own(r.params) == own(inner.params) for r in found)
 
 

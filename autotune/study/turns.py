@@ -6,7 +6,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from .. import search_spaces as spaces
-from ..measure import ENVIRONMENT_KEYS, PROCESS_PAIRS, PairedMeasurer, environment_differences, paired_method
+from ..measure import PROCESS_PAIRS, PairedMeasurer, environment_differences, environment_keys, paired_method
 from ..trial.spec import Status, TrialResult
 from . import budget, verdict
 from .events import Phase, Progress
@@ -360,9 +360,9 @@ class Turns:
             return
         best = verdict.best_record(self.study)
         env = best.params if best is not None and self._warm(best.params) else self.defaults
-        params = {**{k: env[k] for k in ENVIRONMENT_KEYS if k in env}, "compile_mode": "none"}
+        params = {**{k: env[k] for k in environment_keys() if k in env}, "compile_mode": "none"}
         if self.measurer is not None and self.measurer.in_place_only:  # script mode's long-lived copy changes no other
-            params = {**{k: v for k, v in env.items() if k not in spaces.IN_PLACE}, **params}
+            params = {**{k: v for k, v in env.items() if k not in set(spaces.in_place())}, **params}
         self.study.enqueue_trial({**params, **self.options.fixed}, user_attrs={Attr.ROLE: IN_PROCESS})
 
     def _warm(self, params: dict[str, Any]) -> bool:

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AutotuneError
-from ..measure import ENVIRONMENT_KEYS, Interval, Noise, PairedMeasurer, combine, environment_differences, stats
+from ..measure import Interval, Noise, PairedMeasurer, combine, environment_differences, environment_keys, stats
 from ..measure import environment_key as env_key
 from ..measure.candidate import round_factor
 from ..measure.hopeless import far_slower_result
@@ -303,7 +303,7 @@ class ReplayMeasurer(PairedMeasurer):
             self.clock.charge(seconds)
 
     def _kind(self, config: GridConfig) -> str:
-        in_process = [k for k in self.grid.searched if k not in ENVIRONMENT_KEYS]
+        in_process = [k for k in self.grid.searched if k not in set(environment_keys())]
         if any(_value(config.params, k) != _value(self.grid.defaults, k) for k in in_process):
             return IN_PROCESS if not config.process_pair_factors else ACROSS
         return BASELINE if not config.process_pair_factors else FACTOR

@@ -149,10 +149,10 @@ def test_a_users_allocator_configuration_is_not_in_effect_for_a_default_recipe(f
 def test_process_wide_cuda_knobs_are_compared_across_processes() -> None:
     """The allocator's variable is read once per process, and cuDNN's algorithm cache is the process's whatever
     the benchmark flag: an arm beside another in one worker would measure the other's."""
-    from autotune.measure.environment import ENVIRONMENT_KEYS, environment_differences
+    from autotune.measure.environment import environment_differences, environment_keys
 
-    assert {"cuda_alloc", "cudnn_benchmark"} <= set(ENVIRONMENT_KEYS)
-    assert {"tf32_matmul", "tf32_cudnn"}.isdisjoint(ENVIRONMENT_KEYS)
+    assert {"cuda_alloc", "cudnn_benchmark"} <= set(environment_keys())
+    assert {"tf32_matmul", "tf32_cudnn"}.isdisjoint(environment_keys())
     assert environment_differences({"device": "cuda", "cuda_alloc": "default"},
                                    {"device": "cuda", "cuda_alloc": "expandable_segments"}) == [
         "cuda_alloc='expandable_segments' (worker: 'default')"]

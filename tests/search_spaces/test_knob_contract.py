@@ -13,22 +13,29 @@ run of a conv model with ``--global-batch``, and a CUDA run:
 - the aggregator (``search_spaces.defaults``, ``heuristic``, ``suggest``, ``environment``,
   ``controlled_variables``) gives each family's result, with the overriding family's value where one
   overrides.
+- a family's facts are about its own keys: a rule (``SCHEMA``) for each that holds every value its space,
+  defaults and heuristic give; its environment-level, memory and in-place keys among them; each documented.
+- a family added to ``FAMILIES`` (a module and one line) is offered, bounded, applied, classified and held to
+  its documentation by what folds the families, with nothing else edited.
 """
 from __future__ import annotations
 
 import inspect
+import json
 import re
 import types
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from autotune import search_spaces as spaces
 from autotune.probes import Facts, Gpu, Runtime
-from autotune.search_spaces import FAMILIES, KnobFamily, SpaceContext
-from autotune.search_spaces._family import OPTIONAL_HOOKS, Family
+from autotune.search_spaces import FAMILIES, KnobFamily, SpaceContext, _families
+from autotune.search_spaces._family import OPTIONAL_HOOKS, Family, as_family
+from autotune.search_spaces._rules import integer
 
 from ..fakes.machines import two_sockets
 
@@ -276,3 +283,81 @@ def test_every_recipe_the_spaces_make_is_exported_and_read_back(cases: list[Case
             text = to_env(recipe, spaces.environment(params, case.facts), spaces.cpus_for(params, case.facts),
                           spaces.memory_nodes(params, case.facts))
             assert read_env(text) == recipe, case.name
+
+
+KNOBS_MD = Path(__file__).resolve().parents[2] / "docs" / "knobs.md"
+
+
+def undocumented(families: Sequence[KnobFamily], text: str) -> list[str]:
+    """The keys of ``families`` that ``docs/knobs.md``'s text never names (as `key`)."""
+    return [key for family in families for key in family.KEYS if f"`{key}`" not in text]
+
+
+@FAMILY
+def test_a_familys_facts_are_about_its_own_keys(family: KnobFamily, cases: list[Case]) -> None:
+    keys = set(family.KEYS)
+    assert keys <= set(family.SCHEMA), f"{_name(family)}: no rule for {sorted(keys - set(family.SCHEMA))}"
+    for listed in (family.ENVIRONMENT_KEYS, family.MEMORY_KEYS, family.IN_PLACE):
+        assert set(listed) <= keys, (_name(family), listed)
+    assert not set(family.ENVIRONMENT_KEYS) & set(family.IN_PLACE), "a key that decides a process is not in place"
+    for case in cases:
+        given = [params for _, params in paths(family, case.facts, case.ctx)]
+        for params in [*given, family.defaults(case.facts, case.ctx), family.heuristic(case.facts, case.ctx)]:
+            for key, value in params.items():
+                check, allowed = family.SCHEMA[key]
+                assert check(value), f"{_name(family)} gives {key}={value!r}, its rule allows {allowed} ({case.name})"
+    assert undocumented([family], KNOBS_MD.read_text()) == []
+
+
+def test_every_in_place_key_has_its_switch() -> None:
+    """``Tuned.switch`` changes each in-place key of a running process by name: a key a family lists ``IN_PLACE``
+    without its switch there would be taken and never applied (a copy would time the recipe before it)."""
+    from autotune.apply import Tuned
+
+    source = inspect.getsource(Tuned.switch)
+    assert [key for key in spaces.in_place() if f'"{key}"' not in source] == []
+
+
+def _fixture_family() -> types.ModuleType:
+    """A new knob's module: one key, set through a variable before the process starts, that changes its memory."""
+    module = types.ModuleType("autotune.search_spaces._fixture")
+    module.KEYS = ("fixture_level",)
+    module.SCHEMA = {"fixture_level": integer(0, 3)}
+    module.ENVIRONMENT_KEYS = module.MEMORY_KEYS = module.KEYS
+    module.ENV_VARS, module.OVERRIDES = ("FIXTURE_LEVEL",), ()
+    module.space = lambda trial, facts, ctx: {"fixture_level": trial.suggest_int("fixture_level", 0, 3)}
+    module.defaults = module.heuristic = lambda facts, ctx: {"fixture_level": 0}
+    module.environment = lambda params, facts: ({"FIXTURE_LEVEL": str(params["fixture_level"])}
+                                                if params.get("fixture_level") else {})
+    module.env_forms = lambda params: {"FIXTURE_LEVEL": "[0-3]"}
+    return module
+
+
+def test_a_family_added_to_the_list_is_offered_bounded_applied_classified_and_documented(
+        facts: Facts, monkeypatch: pytest.MonkeyPatch) -> None:
+    from autotune.measure import environment_key
+    from autotune.recipe import Recipe
+    from autotune.recipe_file import read_env, to_env
+    from autotune.study.oom_limits import memory_settings
+
+    monkeypatch.setattr(_families, "FAMILIES", (*_families.FAMILIES, as_family(_fixture_family())))  # the line
+    ctx = SpaceContext()
+    base = spaces.defaults(facts, ctx)
+    assert base["fixture_level"] == 0 and spaces.suggest(_Path([]), facts, ctx)["fixture_level"] == 0  # offered
+    offered = spaces.allowed_values(facts, ctx)["fixture_level"]
+    assert 0 in offered and 3 in offered and 4 not in offered, offered
+    assert spaces.recipe_problems({"fixture_level": 2}) == []  # bounded
+    assert spaces.recipe_problems({"fixture_level": 7}) == ["fixture_level=7: not allowed (an integer from 0 to 3)"]
+    params = {**base, "fixture_level": 2, "device": "cpu"}
+    env = spaces.environment(params, facts)  # applied: the variable set before the process starts, and exported
+    assert env["FIXTURE_LEVEL"] == "2" and "FIXTURE_LEVEL" in spaces.controlled_variables()
+    recipe = Recipe(params={**params, "reference_batch": 32}, workload="w", fingerprint="v3-0123456789ab")
+    text = to_env(recipe, env, spaces.cpus_for(params, facts), spaces.memory_nodes(params, facts))
+    assert "FIXTURE_LEVEL=2" in text and read_env(text) == recipe
+    assert "fixture_level" in spaces.environment_keys() and "fixture_level" not in spaces.in_place()  # classified
+    assert environment_key(params) != environment_key({**params, "fixture_level": 0})
+    assert "fixture_level" in spaces.memory_keys()
+    assert json.loads(memory_settings(params))["fixture_level"] == 2
+    text = KNOBS_MD.read_text()
+    assert undocumented(_families.FAMILIES, text) == ["fixture_level"]  # documented: its section is asked for
+    assert undocumented(_families.FAMILIES, text + "\n- `fixture_level`: a fixture's level.\n") == []

@@ -304,10 +304,10 @@ def test_an_old_samples_per_s_study_is_left_untouched_and_the_search_moves_on(
 def _environment(facts: Any, **changes: Any) -> dict[str, Any]:
     """--fix of every environment knob: the defaults' values with ``changes``."""
     from autotune import search_spaces as spaces
-    from autotune.measure.environment import ENVIRONMENT_KEYS
+    from autotune.measure.environment import environment_keys
 
     defaults = spaces.defaults(facts, spaces.SpaceContext(default_batch_size=32))
-    return {**{k: defaults[k] for k in ENVIRONMENT_KEYS if k in defaults}, **changes}
+    return {**{k: defaults[k] for k in environment_keys() if k in defaults}, **changes}
 
 
 def test_a_resumed_paired_study_calibrates_again_and_continues(tmp_path: Path, facts: Any) -> None:
@@ -335,12 +335,12 @@ def test_a_candidate_slow_on_purpose_is_stopped_at_the_first_look_that_reaches_i
     beside three CPU hogs batch 64's step took 78 ms where batch 16's took 50 (two threads; one thread: 43 and 43)
     and a round read 0.29-0.39x, in suite runs 0.59x and 0.76x (2026-11-28)."""
     from autotune import search_spaces as spaces
-    from autotune.measure.environment import ENVIRONMENT_KEYS
+    from autotune.measure.environment import environment_keys
     from autotune.trial import TrialSettings
 
     workload = "tests.quality_workloads:slow"
     defaults = spaces.defaults(facts, spaces.SpaceContext(default_batch_size=64))
-    same_environment = {k: defaults[k] for k in ENVIRONMENT_KEYS if k in defaults}
+    same_environment = {k: defaults[k] for k in environment_keys() if k in defaults}
     settings = TrialSettings(warmup_steps=2, measure_steps=6, eval_samples=128)
     options = SearchOptions(storage=f"sqlite:///{tmp_path}/studies.db", budget_s=None, trials=2, confirm_top=0,
                             settings=settings, fixed={**same_environment, "batch_per_rank": 16}, compile=False)
