@@ -13,7 +13,7 @@ from .budget import Budget, parse_duration
 from .choice import choose_recipe, how_measured
 from .driver import run_settings, search, search_context
 from .options import SearchOptions, check_options
-from .records import SearchOutcome
+from .outcome import SearchOutcome
 from .script_mode import search_script
 
 __all__ = [

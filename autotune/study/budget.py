@@ -34,7 +34,8 @@ from ..measure import (
 )
 from ..measure import round_parts as measured_round_parts
 from ..trial.spec import Status, TrialResult
-from .records import BASELINE, CONFIRM, Attr, StudyAttr, confirm_bar, contenders, lineup, records
+from .confirmation import confirm_bar, contenders, lineup
+from .records import BASELINE, CONFIRM, Attr, StudyAttr, records
 
 if TYPE_CHECKING:
     import optuna

@@ -21,14 +21,13 @@ from ..recipe import Recipe, format_speedup
 from ..trial.spec import EVALUATED, EVALUATED_HIGHER, TRAINING_LOSS, Status, TrialResult
 from . import roofline
 from .claim import UNDECIDED, stated
+from .confirmation import ALIKE, Confirmation
 from .guard import CANNOT_RESOLVE
 from .records import (
-    ALIKE,
     BASELINE,
     CONFIRM,
     NOT_RUN,
     Attr,
-    Confirmation,
     StudyAttr,
     TrialRecord,
     records,

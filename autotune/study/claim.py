@@ -9,9 +9,10 @@ What the recipe claims (``recipe.CLAIMS``): ``confirmed`` where two confirmation
 above ``1 + MIN_MARGIN``: fresh processes, ``measure.span_margin``); ``provisional`` with fewer of either, each said
 in a note; the defaults kept where the pairs' mean is not above 1.00x. Without three pairs (a budget too short, a
 failed pair) the recipe is provisional and states the confirmation's interval, said as of the search's workers.
-Where the rounds offer nothing, or a recipe of a lower median (one round's; two rounds' or more, by ``records.ALIKE``,
-where the budget holds both claims: ``_holds_both``), but could not decide a candidate (``Confirmation.undecided``:
-its interval straddles its bar, its median above), it runs in your pairs first and is offered only where they
+Where the rounds offer nothing, or a recipe of a lower median (one round's; two rounds' or more, by
+``confirmation.ALIKE``, where the budget holds both claims: ``_holds_both``), but could not decide a candidate
+(``Confirmation.undecided``: its interval straddles its bar, its median above), it runs in your pairs first and is
+offered only where they
 read it faster with confidence (``UNDECIDED``): the one test of fresh pairs that chose nothing, at the claim's
 confidence; confirmed with ``CLAIM_PAIRS`` of them, provisional with fewer where the budget's end cut them and no
 offer of the rounds stands beside it; else the defaults, or that recipe, stated from its own pairs where the budget's
@@ -27,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 from ..measure import CLAIM_PAIRS, CONFIDENCE, LEAST_CLAIM_PAIRS, PairFailed, RunPair, Runs, span_margin, told_apart
 from ..recipe import format_speedup
 from . import budget
-from .records import BASELINE, Candidate, Confirmation, StudyAttr, TrialRecord, UserRuns
+from .confirmation import Candidate, Confirmation, UserRuns
+from .records import BASELINE, StudyAttr, TrialRecord
 
 if TYPE_CHECKING:
     import optuna
@@ -38,7 +40,7 @@ if TYPE_CHECKING:
 
 
 UNDECIDED = "undecided"  # the claim passed to ``stated`` for ``Confirmation.undecided``: your runs decide it
-CUT = "the budget's end"  # how a ``UserRuns.why`` begins where the budget ended the pairs, not a failure
+CUT = "the budget's end"  # how a ``UserRuns.why`` begins where the budget ended the pairs (``UserRuns.cut``)
 EXTRA = 1.2  # a pair past those asked starts where the time left is this many times the longest pair so far
 
 
@@ -90,7 +92,7 @@ def _pairs(loop: SearchLoop, winner: Candidate, tested: bool, first: int = 0) ->
                               f"about {pair_s:.0f} s in {budget.CLAIM_SHARE:.0%} of it; give --budget 5m" if pair_s else
                               "a pair's price is unknown: its study was calibrated by an earlier autotune")
     # a test an earlier search of this study made stands: drawing fresh pairs again would be a second chance
-    most = _most(options, asked)
+    most, cut = _most(options, asked), False
     pairs = _tested(loop.study, winner.number)[:most] if tested else []
     if pairs:
         why = f"{len(pairs)} pair(s) from an earlier search of this study, which tested it"
@@ -99,7 +101,7 @@ def _pairs(loop: SearchLoop, winner: Candidate, tested: bool, first: int = 0) ->
             if i < asked:
                 need, of = max([pair_s or 0.0, *(p.wall_s for p in pairs)]), f"{i + 1} of {asked}"
                 if loop.budget.left() < need:
-                    why = f"{CUT}: {i} of {asked} process pairs ran (each about {need:.0f} s)"
+                    why, cut = f"{CUT}: {i} of {asked} process pairs ran (each about {need:.0f} s)", True
                     break
             # past the pairs asked, another only where the budget's end holds it with the estimates' 20% to spare,
             # at the pairs' own time: what the search kept and did not spend narrows your runs' interval
@@ -113,15 +115,15 @@ def _pairs(loop: SearchLoop, winner: Candidate, tested: bool, first: int = 0) ->
                 seed, left = options.seed * 7919 + 104729 + first + i, max(1.0, loop.budget.left())
                 pairs.append(loop.measurer.user_pair(winner.params, seed, left))
             except PairFailed as e:
-                why = (f"{CUT}: process pair {i + 1} was cut ({e})" if loop.budget.left() <= 1.0 else
-                       f"process pair {i + 1} failed: {e}")
+                cut = loop.budget.left() <= 1.0
+                why = f"{CUT}: process pair {i + 1} was cut ({e})" if cut else f"process pair {i + 1} failed: {e}"
                 break
     except BaseException:  # Ctrl-C: what ran is kept in the study, and the search ends as it would
         why = f"stopped after {len(pairs)} process pairs ({asked} asked)"
         raise
     finally:
         lent = tuple(tuple(g) for g in loop.measurer.factor_ratios.values())
-        found = UserRuns(winner.number, Runs.of(pairs), asked, why, lent)
+        found = UserRuns(winner.number, Runs.of(pairs), asked, why, lent, cut)
         loop.study.set_user_attr(StudyAttr.USER_RUNS, found.to_dict())
     return found
 
@@ -203,7 +205,7 @@ def stated(claim: str, measured: TrialResult, user: UserRuns, margin: float, not
     # an interval above the bar decides it at the claim's confidence however few pairs ran: where the budget's end
     # left too few to say confirmed and nothing else is offered, it is offered provisional (a gain is not thrown away
     # for time); beside an offer the rounds chose, or after a failed pair, only a confirmation displaces the defaults
-    cut = mean.low > bar and not beside_offer and (user.why or "").startswith(CUT)
+    cut = mean.low > bar and not beside_offer and user.cut
     if claim == UNDECIDED and short and not cut:
         notes.append(f"your runs did not confirm trial {user.number} ({'; '.join(short)}), nor could its rounds: "
                      f"{otherwise}")

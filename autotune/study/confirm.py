@@ -16,7 +16,7 @@ margin`` (``Confirmation.best``; over two rounds or more the margin is ``MIN_MAR
 worker's arm difference: ``measure.span_margin``); otherwise the defaults are kept, and the report says why, unless
 a candidate's rounds straddle its bar with their median above it: your runs' fresh pairs decide that one
 (``Confirmation.undecided``, ``claim.UNDECIDED``), also before an offer whose median is lower (one round's; or
-by ``records.ALIKE`` an offer of two rounds or more, where the budget holds both claims). Each
+by ``confirmation.ALIKE`` an offer of two rounds or more, where the budget holds both claims). Each
 round is a trial of the study with role ``confirm`` (user attributes ``confirms``: the trial it re-measures,
 ``round``), so a resumed search keeps them and measures only what is missing.
 
@@ -43,19 +43,14 @@ from ..trial.lock import host_lock
 from ..trial.spec import Status, TrialResult
 from . import budget
 from .claim import decides, user_runs
+from .confirmation import Candidate, Confirmation, confirm_bar, contenders, lineup, offer_bar
 from .loop import SearchLoop
 from .race import looks_confidence
 from .records import (
     CONFIRM,
     MEASURED,
     Attr,
-    Candidate,
-    Confirmation,
     TrialRecord,
-    confirm_bar,
-    contenders,
-    lineup,
-    offer_bar,
     optuna_storage,
     params_key,
     records,

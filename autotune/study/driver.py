@@ -33,7 +33,8 @@ from .events import Progress, SearchDone, SearchStarted, ignore
 from .liveness import fail_orphans
 from .loop import SearchLoop
 from .options import SearchOptions, check_options
-from .records import BASELINE, PAIRED, Attr, SearchOutcome, StudyAttr
+from .outcome import SearchOutcome
+from .records import BASELINE, PAIRED, Attr, StudyAttr
 from .seeds import check_fixed, history_conflict, not_seeded, seeds, space_digest
 from .turns import fresh_processes
 

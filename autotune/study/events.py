@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..trial.spec import TrialResult
-from .records import SearchOutcome
+from .outcome import SearchOutcome
 
 if TYPE_CHECKING:
     from ..probes import Facts

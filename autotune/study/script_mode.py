@@ -30,7 +30,8 @@ from .budget import Budget, parse_duration
 from .driver import one_context_only, run_settings, search
 from .events import Phase, Progress, ignore
 from .options import SearchOptions, check_options
-from .records import SearchOutcome, StudyAttr
+from .outcome import SearchOutcome
+from .records import StudyAttr
 
 if TYPE_CHECKING:
     from ..probes import Facts

@@ -18,7 +18,7 @@ from autotune.measure import Noise
 from autotune.measure.live import LiveMeasurer
 from autotune.probes import Facts
 from autotune.study import SearchOptions, run_settings, search, search_context
-from autotune.study.records import SearchOutcome
+from autotune.study.outcome import SearchOutcome
 from autotune.trial import TrialSettings
 
 from ..conftest import FAST, defaults_env, held_env

@@ -431,7 +431,8 @@ def test_no_candidate_leaves_the_contest_on_one_rounds_interval(tmp_path: Path, 
 
 
 def test_the_time_kept_for_the_confirmation_counts_only_the_contenders() -> None:
-    from autotune.study.records import TrialRecord, contenders
+    from autotune.study.confirmation import contenders
+    from autotune.study.records import TrialRecord
 
     def record(number: int, median: float, low: float, high: float) -> TrialRecord:
         result = TrialResult("ok", objective=median, speedup_low=low, speedup_high=high)
@@ -446,7 +447,7 @@ def test_the_time_kept_for_the_confirmation_counts_only_the_contenders() -> None
 
 
 def _candidate(number: int, median: float, low: float, high: float, rounds: int = 3) -> Any:
-    from autotune.study.records import Candidate
+    from autotune.study.confirmation import Candidate
 
     result = TrialResult("ok", objective=median, speedup_low=low, speedup_high=high, pairs=6 * rounds)
     return Candidate(number, "search", {"batch_per_rank": number}, median, result, rounds=rounds)
@@ -469,8 +470,8 @@ def _candidate(number: int, median: float, low: float, high: float, rounds: int 
     ([(7, 8.15, 3.27, 20.28, 1), (4, 1.67, 1.49, 1.88), (1, 1.48, 1.25, 1.75)], 4),
     ([(7, 8.15, 3.27, 20.28, 1), (4, 1.67, 0.9, 1.88)], 7)])  # where no candidate of more rounds is faster
 def test_of_candidates_alike_in_speed_the_surer_one_is_the_recipe(candidates: list[tuple], chosen: int | None) -> None:
-    """Alike: a median within 3% of the fastest's (``records.ALIKE``); of those, the highest low bound."""
-    from autotune.study.records import Confirmation
+    """Alike: a median within 3% of the fastest's (``confirmation.ALIKE``); of those, the highest low bound."""
+    from autotune.study.confirmation import Confirmation
 
     confirmation = Confirmation(_candidate(0, 1.0, 0.98, 1.02), tuple(_candidate(*c) for c in candidates), margin=0.02)
     assert (confirmation.best.number if confirmation.best else None) == chosen
@@ -485,7 +486,7 @@ def test_of_candidates_alike_in_speed_the_surer_one_is_the_recipe(candidates: li
 def test_of_straddling_candidates_the_faster_one_is_tested(candidates: list[tuple], chosen: int | None) -> None:
     """Your runs test one candidate whose rounds could not decide it: as ``best`` chooses, of those alike the fastest
     median, the highest low bound (``Confirmation.undecided``)."""
-    from autotune.study.records import Confirmation
+    from autotune.study.confirmation import Confirmation
 
     confirmation = Confirmation(_candidate(0, 1.0, 0.98, 1.02), tuple(_candidate(*c) for c in candidates), margin=0.02)
     assert (confirmation.undecided.number if confirmation.undecided else None) == chosen
@@ -496,7 +497,7 @@ def test_a_margin_of_one_worker_is_not_asked_of_rounds_across_workers(rounds: in
     """An 8% calibration margin (an A/A's far bound) is one worker's arm placement; rounds of fresh workers carry
     each one's in their spread, so only the 2% floor is asked of them (the transformer's 1.08x [1.04-1.12] over 3
     rounds kept the defaults against 1.08x)."""
-    from autotune.study.records import Confirmation
+    from autotune.study.confirmation import Confirmation
 
     one = _candidate(5, 1.08, 1.04, 1.12, rounds)
     confirmation = Confirmation(_candidate(0, 1.0, 0.98, 1.02), (one,), margin=0.08)
@@ -610,7 +611,8 @@ def test_the_confirmation_keeps_time_for_the_narrowest_candidate_first() -> None
     """Of the candidates it confirms, the one with the highest low bound keeps its rounds' time first: with the
     heuristic (another environment, 1.25x [0.77-2.00]: process pairs, wide) ranked first by its median, its dear
     rounds had left channels_last (1.15x [1.12-1.17], in-process) one round, which read [0.92-1.15] (issue 28)."""
-    from autotune.study.records import StudyAttr, lineup
+    from autotune.study.confirmation import lineup
+    from autotune.study.records import StudyAttr
 
     study = optuna.create_study(direction="maximize")
     study.set_user_attr(StudyAttr.NOISE, {"margin": 0.02})
@@ -628,7 +630,8 @@ def test_what_rounds_across_workers_can_confirm_is_confirmed_under_one_worker_s_
     """With an 8% calibration margin, 1.05x [1.03-1.07] in the search lies below 1.08: one round (one worker)
     could not make it the recipe, three rounds of fresh workers (asked 1.02) can, so it is confirmed and kept time
     for (``confirm_bar``)."""
-    from autotune.study.records import StudyAttr, confirm_bar, contenders, lineup
+    from autotune.study.confirmation import confirm_bar, contenders, lineup
+    from autotune.study.records import StudyAttr
 
     study = optuna.create_study(direction="maximize")
     study.set_user_attr(StudyAttr.NOISE, {"margin": 0.08})
