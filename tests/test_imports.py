@@ -295,6 +295,34 @@ def test_the_check_finds_two_classes_of_one_name(tmp_path: Path) -> None:
     assert classes({m: tmp_path / f"{m}.py" for m in ("a", "b")}) == {"Rounds": ["a", "b"]}
 
 
+def untyped_host_attributes(paths: dict[str, Path]) -> list[str]:
+    """``module.Class.name`` for each attribute a class declares as ``Any`` without a value, outside a dataclass or a
+    ``Protocol`` (a contract of data of any type): a mixin's declaration of what its host holds, which no checker
+    then reads."""
+    found = []
+    for name, path in paths.items():
+        for node in ast.parse(path.read_text()).body:
+            if not isinstance(node, ast.ClassDef) or any("dataclass" in ast.unparse(d) for d in node.decorator_list) \
+                    or any(ast.unparse(b).endswith("Protocol") for b in node.bases):
+                continue
+            found += [f"{name}.{node.name}.{ast.unparse(a.target)}" for a in node.body
+                      if isinstance(a, ast.AnnAssign) and a.value is None and ast.unparse(a.annotation) == "Any"]
+    return found
+
+
+def test_no_class_declares_its_hosts_attributes_as_any() -> None:
+    """A base class half of another (a mixin) types what its host holds: ``facts: Any`` hid every use from mypy."""
+    assert untyped_host_attributes(modules()) == []
+
+
+def test_the_check_finds_an_attribute_declared_as_any(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text("from dataclasses import dataclass\nfrom typing import Any\n\n\n"
+                                   "class Half:\n    facts: Any\n    seed: int\n\n\n"
+                                   "@dataclass\nclass Record:\n    model: Any\n\n\n"
+                                   "class Host(Protocol):\n    train: Any\n")
+    assert untyped_host_attributes({"m": tmp_path / "m.py"}) == ["m.Half.facts"]
+
+
 def test_the_folders_are_the_import_tree() -> None:
     """No package is installed from a folder of another name, and no shim makes up for one."""
     pyproject = (REPO / "pyproject.toml").read_text()

@@ -18,6 +18,8 @@ from .process_pair import HopelessEnvironment, enough, process_pair
 from .runs import PairFailed, RunPair, sequential
 
 if TYPE_CHECKING:
+    from ..probes import Facts
+    from ..trial.spec import TrialSettings
     from .pool import PhaseHook, WorkerPool
 
 
@@ -40,8 +42,8 @@ class EnvironmentFactors(PairedMeasurer):
     user_processes = True
 
     workload: str
-    facts: Any
-    settings: Any
+    facts: Facts
+    settings: TrialSettings
     pool: WorkerPool
     calibration: Calibration | None
     process_pairs: tuple[int, int]
