@@ -91,9 +91,8 @@ def round_parts(result: TrialResult, noise: Noise | None, pairs: int, round_: in
 
     Where the calibration recorded its worker's start (``Noise.start_s``), a worker's start is that, and a
     recipe's own time outside windows is its arm's build and warm-up (``warmup_s``): a round evaluates no loss and
-    profiles nothing. Counted from the calibration's and the trial's whole time outside windows (the A/A's second
-    arm, the defaults' 2-s profile, the candidate's loss and profile), a 2-minute CNN search kept 54 s for three
-    rounds that took 24 s, and stopped exploring at 45 s."""
+    profiles nothing, so the calibration's and the trial's whole time outside windows (the A/A's second arm, the
+    defaults' profile, the candidate's loss and profile) would over-price it."""
     outside = max(0.0, result.wall_s - (result.timed_s or 0.0))
     if noise is None:
         return result.wall_s, 0.0

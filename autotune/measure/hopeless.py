@@ -19,8 +19,7 @@ FIRST_STEP_HOPELESS = 4.0
 class Judge:
     """Judges an arm's warm-up steps against a reference's seconds per sample: it gives up once its steps over
     the limit, in a row, have lasted ``floor_s`` (a window's floor: one such step, where it outlasts a window).
-    A step of milliseconds that stalls once (a preemption on a busy VM, a kernel built late) is no verdict:
-    ``tiny``'s bf16 arm was once stopped at "0.01x" by one step, where its windows read 0.66-0.75x.
+    A step of milliseconds that stalls once (a preemption on a busy VM, a kernel built late) is no verdict.
 
     >>> judge = Judge(8.0, 0.001, 0.3)  # the reference: 1 ms a sample; a CPU window's floor
     >>> judge.step(0.1, 1, first=False), judge.step(0.001, 1, first=False)  # a stall, then a normal step

@@ -175,8 +175,8 @@ class ScriptMeasurer(PairedMeasurer):
         pairs.extend(got)
         trial.timed_s += 2 * len(got) * self._window_s()  # its windows, each at least this long
         base = statistics.median(b for b, _ in pairs) if pairs else 0.0
-        # far slower in its first look, even its fastest window (float16 on a CPU read 0.01x and took 17 s): no more
-        # pairs, no loss; one stalled window alone is no verdict
+        # far slower in its first look, even its fastest window: no more pairs, no loss; one stalled window alone is
+        # no verdict
         slower = (results.far_slower(1 / max(fastest, 1e-12), 1 / base)
                   if looked and got and base > 0 else None)
         if slower is not None:
@@ -298,8 +298,7 @@ class ScriptMeasurer(PairedMeasurer):
         try:
             started = time.monotonic()
             limit = min(self.start_limit_s, max(1.0, trial.deadline - time.monotonic()))
-            # Which copy starts and warms up first is drawn: with the defaults' always first, a workload-mode A/A
-            # across processes read 0.86x, and a script's A/A here read 1.10x [1.09-1.12].
+            # Which copy starts and warms up first is drawn: a fixed order biases a ratio across processes
             order = self.rng.sample(runs, len(runs))
             start_together(order, limit)
             for run in order:  # the first steps, one copy at a time: untimed

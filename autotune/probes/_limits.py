@@ -25,9 +25,8 @@ TRIAD_FLOATS = 1 << 25  # 128 MiB an array, three arrays: far larger than any CP
 # FLOP a CPU can retire per cycle in float32 per ISA (2 FMA units, 2 FLOP an FMA, the SIMD lanes): an upper bound
 LANES = (("avx512f", 16), ("avx2", 8), ("avx", 8), ("sse2", 4))
 FMA_UNITS = 2
-# A VM reports its nominal clock, and its cores may boost above it: on the 2-vCPU Zen 5 (2596 MHz reported) bf16
-# matmuls ran 945 GFLOP/s, twice what 2596 MHz allows and what ~3.7 GHz does. Boost clocks of current server
-# CPUs are at most about twice their nominal ones: the bound where only the nominal clock is known.
+# A VM reports its nominal clock, and its cores may boost above it; boost clocks of current server CPUs are at most
+# about twice their nominal ones: the bound where only the nominal clock is known.
 BOOST = 2.0
 
 

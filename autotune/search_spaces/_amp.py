@@ -4,8 +4,8 @@ No environment variables. In-process: an autocast context around the forward pas
 a GradScaler for float16 and the model's memory format (TF32 is the ``cuda`` family's). channels_last is
 a 4-D memory format: a Conv1d/Conv3d weight cannot take it (``model.to`` raises), so such models are not
 offered it. On CUDA, float16 needs tensor cores (compute capability 7.0+: Volta) and bfloat16 8.0+.
-A dtype is offered only where the hardware computes it natively (probed ISA / compute capability):
-bf16 emulated on an AVX2-only CPU has been seen 55x slower than fp32.
+A dtype is offered only where the hardware computes it natively (probed ISA / compute capability): emulated,
+it runs many times slower than float32.
 """
 from __future__ import annotations
 

@@ -5,11 +5,10 @@
 | ``matmul_precision`` | ``highest`` | CPU with AVX512-BF16 or AMX-BF16 | ``torch.set_float32_matmul_precision`` |
 
 ``medium`` lets oneDNN run float32 matmuls (``mm``, ``addmm``, ``bmm``: Linear layers, attention) on the CPU's
-bfloat16 units while the model, its activations and its gradients stay float32: on a Zen 5 core 2048x2048
-matmuls ran 2.2x faster, the bundled transformer's training steps 1.3x. It is the float32 model's way to those
-units, beside autocast's (``amp_dtype``), which also runs the other operators in bfloat16; the quality guard
-judges its loss as any knob's. Convolutions are left alone (oneDNN's ``conv.fp32_precision``): bf16 there ran
-0.91x on the same core. Set through ``torch.set_float32_matmul_precision``, the API a user's script and
+bfloat16 units while the model, its activations and its gradients stay float32. It is the float32 model's way to
+those units, beside autocast's (``amp_dtype``), which also runs the other operators in bfloat16; the quality guard
+judges its loss as any knob's. Convolutions are left alone (oneDNN's ``conv.fp32_precision``): their bfloat16 path
+was not faster. Set through ``torch.set_float32_matmul_precision``, the API a user's script and
 inductor read (``torch.backends.mkldnn.matmul.fp32_precision`` set directly makes the legacy reader raise on a
 mix of the two APIs). No environment variable: in-process and process-global, so one model of a process with
 several (``autotune.measure.arms``) sets it at each of its windows (``set_flags``). CUDA recipes leave it to the

@@ -116,8 +116,8 @@ def heuristic(facts: Facts, ctx: SpaceContext) -> Params:
 
 def interactions(facts: Facts, ctx: SpaceContext) -> list[Params]:
     """Thread settings that may pay only beside another knob's gain, tried with the search's best in-process recipe
-    (``study.seeds.interaction_seeds``): one thread, and the defaults' threads with one inter-op thread. (A GRU's
-    best was one thread with bfloat16, 1.26x, where one thread alone read 0.88x and bfloat16 alone 1.12x.)"""
+    (``study.seeds.interaction_seeds``): one thread, and the defaults' threads with one inter-op thread: one thread
+    can lose alone and win beside a faster precision, which leaves the other thread its share of the CPU."""
     if ctx.device == "cuda":
         return []
     base = defaults(facts, ctx)

@@ -101,8 +101,8 @@ class Rounds:
                  count: int) -> None:
         self.loop, self.top, self.done, self.count = loop, top, done, count
         # the claim's process pairs of your runs come after (``claim.user_runs``): their time is kept once a candidate
-        # could be offered or go to your runs (``offers``); before, a round may use it (a 3-minute demo left two
-        # candidates out for time that then went unused: nothing was offered to state)
+        # could be offered or go to your runs (``offers``); before, a round may use it (kept while nothing can be
+        # offered, it would leave candidates out for time that then goes unused)
         self.claim_s = budget.claim_s(loop.study, loop.options)
         self.decides = decides(loop)  # whether your runs can decide a candidate the rounds cannot
         self.margin = loop.noise.margin if loop.noise is not None else MIN_MARGIN

@@ -103,9 +103,8 @@ def seeds(facts: Facts, ctx: spaces.SpaceContext, options: SearchOptions, worklo
         return measured_speed.speed if measured_speed is not None else 1.0
 
     # The cheap first: a seed of another environment waits for those the defaults' worker measures; of each,
-    # the precisions measured fastest first (float32's seeds as 1.0, in their order). A 3-minute script-mode
-    # search measured its heuristic (2.35x) fifth, after four trials of 1.0x, and had time for two of its three
-    # confirmation rounds: [0.44-10.42], defaults kept.
+    # the precisions measured fastest first (float32's seeds as 1.0, in their order). In script mode every seed
+    # starts copies: the environment's, several knobs at once, first.
     def order(seed: Seed) -> tuple[int, float]:
         if seed[0] == WARM_START:
             return 0, 0.0
@@ -122,8 +121,7 @@ def input_seeds(data_wait: float | None, defaults: dict[str, Any], facts: Facts,
     """Where the defaults wait for their data ``INPUT_BOUND`` of a step or more (``TrialResult.data_wait``, their
     calibration's windows): DataLoader workers and the threads they leave to compute (``spaces.data.input_bound``),
     with ``--fix`` held; none outside today's space. From half a step the input is the larger part of it: it bounds
-    the step. (Measured on a 2-vCPU Zen 5: the bundled CNN waits 2%, the transformer 0.4%, ``tiny`` 35% of its
-    0.3 ms step, where a worker's hand-over alone made it 0.13x; per-sample augmentation in ``__getitem__``, 95%.)"""
+    the step."""
     if data_wait is None or data_wait < INPUT_BOUND:
         return []
     out = []
@@ -275,9 +273,7 @@ def interaction_seeds(study: optuna.Study, facts: Facts, ctx: spaces.SpaceContex
 def extension(study: optuna.Study, seeds: list[Seed], asked: Callable[[dict[str, Any]], dict[str, Any]]) -> Seed | None:
     """The first seed not taken (``next_seed``) that keeps every change of the in-process winner (``_inner_winner``)
     and adds to them, in the defaults' environment and one process, its params read as ``asked`` (the loop's
-    settings): the winner it may become is what the combination should carry. Made with the winner so far,
-    bfloat16 alone, two 3-minute CNN searches combined it with a pinning and never measured bfloat16 +
-    channels_last before their confirmations."""
+    settings): the winner it may become is what the combination should carry, not the winner so far alone."""
     found = _measured(study)
     baseline, inner = next((r for r in found if r.role == BASELINE), None), _inner_winner(study, found)
     if baseline is None or inner is None:

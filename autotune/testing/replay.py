@@ -377,7 +377,7 @@ _NOTHING = Interval(0.0, 0.0, 0.0, 0.0, 0)  # no pair yet: slower than anything 
 
 class ReplayClock:
     """The search's clock during a replay: real time plus the recorded time the replay charged (``charge``), so a
-    2-minute replay runs out of budget where a 2-minute search would, a knob that cost 100 s included; the search
+    2-minute replay runs out of budget where a 2-minute search would, however long a knob took; the search
     reads it through its budget: ``search(..., timing=Budget.start(budget_s, clock.monotonic))``."""
 
     def __init__(self) -> None:
