@@ -35,7 +35,7 @@ _CPU_BF16 = {"avx512_bf16", "amx_bf16"}
 
 
 def offered(facts: Facts, ctx: SpaceContext) -> bool:
-    """On the CPU, where it computes bfloat16 natively (emulated on AVX2, bf16 ran 55x slower than fp32)."""
+    """On the CPU, where it computes bfloat16 natively (emulated, bf16 runs many times slower than float32)."""
     return ctx.device == "cpu" and bool(set(facts.cpu.isa) & _CPU_BF16)
 
 

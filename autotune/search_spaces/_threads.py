@@ -46,7 +46,8 @@ MOST_INTEROP = 4  # the most inter-op threads offered
 KEYS = ("threads", "interop_threads", "affinity")
 SCHEMA: dict[str, Rule] = {"threads": integer(1, MOST), "interop_threads": integer(1, MOST_INTEROP),
                            "affinity": one_of(AFFINITIES)}
-ENVIRONMENT_KEYS = KEYS  # set before torch starts (the affinity by the launcher): one value per process
+# the thread variables before torch starts, the inter-op threads once a process, the affinity by the launcher
+ENVIRONMENT_KEYS = KEYS
 ENV_VARS: tuple[str, ...] = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # every variable environment() may set
 OVERRIDES: tuple[str, ...] = ()
 
