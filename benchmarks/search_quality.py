@@ -166,6 +166,12 @@ class WithYourRuns(Traced):
         return math.exp(statistics.fmean(math.log(r) for r, _, _ in rest))
 
 
+def _undecided(grid: Any, outcome: Any) -> dict[str, Any] | None:
+    """The searched knobs of the candidate ``outcome``'s rounds could not decide, which its claim tests."""
+    found = outcome.confirmation.undecided if outcome.confirmation is not None else None
+    return dict(zip(grid.searched, grid.key(found.params), strict=True)) if found is not None else None
+
+
 def _axes(facts: Any, ctx: Any, searched: tuple[str, ...] = SEARCHED) -> list[list[dict[str, Any]]]:
     """Every value the search may pick for each searched knob, as the knobs it sets (threads: 1, the cores and
     all CPUs where there are more than 4: a larger machine's grid is not exhaustive in threads; num_workers: 0 to
@@ -379,7 +385,9 @@ def replay(args: argparse.Namespace) -> int:
                     "claimed": [outcome.recipe.speedup_low, outcome.recipe.speedup_high],
                     "process_pairs": outcome.recipe.process_pairs,
                     "rounds": _rounds(outcome), "wall_s": time.monotonic() - t0, "charged_s": clock.charged,
-                    "recipe": dict(zip(grid.searched, key, strict=True))})
+                    "recipe": dict(zip(grid.searched, key, strict=True)),
+                    # the candidate its claim tests with your runs (``Confirmation.undecided``), if any
+                    "undecided": _undecided(grid, outcome)})
                 r = runs[name][-1]
                 low, high = r["claimed"]
                 claimed = f"claimed [{low:.3f}-{high:.3f}]" if low is not None and high is not None else "no claim"
@@ -401,6 +409,10 @@ def replay(args: argparse.Namespace) -> int:
         "returned": {name: [dict(p) for p in dict.fromkeys(tuple(r["recipe"].items()) for r in rows)]
                      for name, rows in runs.items()},
         "returned_unverified": {name: sum(1 for r in rows if not r["verified"]) for name, rows in runs.items()},
+        # and the candidates their claims test: a replayed claim draws your runs from the verification's pairs
+        # alone, so a tested recipe the verification never re-measured fails its test there, where live it runs
+        "tested": {name: [dict(p) for p in dict.fromkeys(tuple(r["undecided"].items()) for r in rows
+                                                          if r["undecided"])] for name, rows in runs.items()},
         "trials_allowed": trials, "seeds": args.seeds, **ours,
         "sampler_minus_random_low": _round(qm.paired_low([r["gain"] for r in runs["sampler alone"]],
                                                           [r["gain"] for r in runs["random"]]))

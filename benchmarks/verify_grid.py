@@ -9,7 +9,8 @@ the recipe's environment, ``apply()`` inside, one model, each process alone, the
 - every feasible cell whose upper bound reaches the grid's best's lower bound (the cells that may be the best);
 - the defaults against themselves (an A/A: the verification's own check);
 - the run_cpu-style heuristic as itself (it sets knobs the grid holds fixed);
-- every recipe a replay returned (``--returned``: files whose last line is ``search_quality.py``'s JSON).
+- every recipe a replay returned or its claim tested (``--returned``: files whose last line is
+  ``search_quality.py``'s JSON).
 
 Each session (``--session``, a name; the default is the date and hour) measures ``--pairs`` pairs of every cell,
 one pair a cell a round, the cells in a shuffled order each round, so a VM's minutes-long speed states fall on
@@ -199,13 +200,15 @@ def pairs_of(verified: dict[str, Verified]) -> dict[tuple[Any, ...], list[tuple[
 
 
 def returned_recipes(files: Iterable[str | Path]) -> list[dict[str, Any]]:
-    """The recipes every strategy's replay seeds returned, from ``search_quality.py``'s last JSON line."""
+    """The recipes every strategy's replay seeds returned, and those their claims tested (``tested``: a replayed
+    claim draws your runs from the verification's pairs), from ``search_quality.py``'s last JSON line."""
     out: list[dict[str, Any]] = []
     for f in files:
         lines = [line for line in Path(f).read_text().splitlines() if line.startswith("{")]
         if not lines:
             raise SystemExit(f"--returned {f}: no JSON line (search_quality.py's output)")
-        for recipes in json.loads(lines[-1]).get("returned", {}).values():
+        summary = json.loads(lines[-1])
+        for recipes in [*summary.get("returned", {}).values(), *summary.get("tested", {}).values()]:
             out += [r for r in recipes if r not in out]
     return out
 

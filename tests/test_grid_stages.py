@@ -281,5 +281,17 @@ def test_an_environment_knob_grid_is_screened_by_its_environments_and_replayed_w
     out = capsys.readouterr().out
     summary = json.loads(next(line for line in out.splitlines() if line.startswith('{"benchmark"')))
     returned = summary["returned"]["autotune"][0]
+    assert set(summary["tested"]) == set(summary["returned"])  # what each strategy's claims tested, listed apart
     assert (returned["openmp"], returned["kmp_blocktime"], returned["allocator"]) == ("intel", 1, "tcmalloc"), out
     assert "GridMiss" not in out and "not in the recorded grid" not in out, out
+
+
+def test_the_recipes_a_replayed_claim_tested_are_verified_too(tmp_path: Path) -> None:
+    """A replayed claim draws your runs from the verification's pairs: a candidate it tests that the verification
+    never re-measured fails there, where live it runs. So what the replays' claims tested is verified beside what
+    they returned."""
+    out = tmp_path / "replay.txt"
+    summary = {"benchmark": "search_quality", "returned": {"autotune": [{"threads": 1}]},
+               "tested": {"autotune": [{"threads": 2}, {"threads": 1}], "random": [{"threads": 4}]}}
+    out.write_text("seed  0: ...\n" + json.dumps(summary) + "\n")
+    assert vg.returned_recipes([out]) == [{"threads": 1}, {"threads": 2}, {"threads": 4}]
