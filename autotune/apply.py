@@ -84,7 +84,8 @@ class Tuned:
         import torch
 
         changed = sorted(k for k in {*params, *self.params} if params.get(k) != self.params.get(k))
-        fixed = [k for k in changed if k not in set(spaces.in_place())]
+        movable = set(spaces.in_place())
+        fixed = [k for k in changed if k not in movable]
         if fixed:
             return f"{', '.join(fixed)} cannot change in a running process"
         if "channels_last" in changed and self._model is None:

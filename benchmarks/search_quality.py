@@ -56,6 +56,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -164,6 +165,11 @@ class WithYourRuns(Traced):
         if not self.drawn.get(key) or not rest:
             return truth
         return math.exp(statistics.fmean(math.log(r) for r, _, _ in rest))
+
+
+def _distinct(recipes: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``recipes`` each once, in their first order."""
+    return [dict(p) for p in dict.fromkeys(tuple(r.items()) for r in recipes)]
 
 
 def _undecided(grid: Any, outcome: Any) -> dict[str, Any] | None:
@@ -406,13 +412,11 @@ def replay(args: argparse.Namespace) -> int:
         "best_is_seed_or_heuristic": verified_best in seeded_keys or (
             heuristic_score is not None and grid.key(heuristic) == verified_best),
         # what the verify stage must re-measure: every strategy's returned recipes, and how many were not
-        "returned": {name: [dict(p) for p in dict.fromkeys(tuple(r["recipe"].items()) for r in rows)]
-                     for name, rows in runs.items()},
+        "returned": {name: _distinct(r["recipe"] for r in rows) for name, rows in runs.items()},
         "returned_unverified": {name: sum(1 for r in rows if not r["verified"]) for name, rows in runs.items()},
         # and the candidates their claims test: a replayed claim draws your runs from the verification's pairs
         # alone, so a tested recipe the verification never re-measured fails its test there, where live it runs
-        "tested": {name: [dict(p) for p in dict.fromkeys(tuple(r["undecided"].items()) for r in rows
-                                                          if r["undecided"])] for name, rows in runs.items()},
+        "tested": {name: _distinct(r["undecided"] for r in rows if r["undecided"]) for name, rows in runs.items()},
         "trials_allowed": trials, "seeds": args.seeds, **ours,
         "sampler_minus_random_low": _round(qm.paired_low([r["gain"] for r in runs["sampler alone"]],
                                                           [r["gain"] for r in runs["random"]]))

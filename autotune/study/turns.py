@@ -362,7 +362,8 @@ class Turns:
         env = best.params if best is not None and self._warm(best.params) else self.defaults
         params = {**{k: env[k] for k in environment_keys() if k in env}, "compile_mode": "none"}
         if self.measurer is not None and self.measurer.in_place_only:  # script mode's long-lived copy changes no other
-            params = {**{k: v for k, v in env.items() if k not in set(spaces.in_place())}, **params}
+            movable = set(spaces.in_place())
+            params = {**{k: v for k, v in env.items() if k not in movable}, **params}
         self.study.enqueue_trial({**params, **self.options.fixed}, user_attrs={Attr.ROLE: IN_PROCESS})
 
     def _warm(self, params: dict[str, Any]) -> bool:

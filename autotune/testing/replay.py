@@ -303,7 +303,7 @@ class ReplayMeasurer(PairedMeasurer):
             self.clock.charge(seconds)
 
     def _kind(self, config: GridConfig) -> str:
-        in_process = [k for k in self.grid.searched if k not in set(environment_keys())]
+        in_process = set(self.grid.searched).difference(environment_keys())  # read once, not once a knob
         if any(_value(config.params, k) != _value(self.grid.defaults, k) for k in in_process):
             return IN_PROCESS if not config.process_pair_factors else ACROSS
         return BASELINE if not config.process_pair_factors else FACTOR
