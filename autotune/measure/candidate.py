@@ -15,7 +15,7 @@ from ..trial.spec import Status, TrialResult
 from . import stats
 from .environment import DEFAULTS, environment_keys
 from .hopeless import HOPELESS, far_slower_result
-from .paired_worker import PairedWorker
+from .paired_worker import Calibration, PairedWorker, calibrated
 from .protocol import ArmStatus, PairRecord
 
 if TYPE_CHECKING:
@@ -171,6 +171,24 @@ class LiveTrial:
                 self.gave_up = rate / samples_per_s
             return self.gave_up is not None
         return judge
+
+    def speedup(self, cal: Calibration | None, train_steps: int,
+                confidence: float = stats.CONFIDENCE) -> stats.Interval:
+        """Its speedup over the defaults so far at ``confidence``, amortised over ``train_steps``: the calibration's
+        A/A (``cal``) for the baseline, its fresh process pairs' ratios, its factor alone where it is its
+        environment's defaults, else its paired windows (``stats.compare``) combined with its factor."""
+        if self.baseline:
+            return calibrated(cal).aa.amortised
+        if self.worker is None:
+            ratios = [c.objective / b.objective for b, c in self.fresh if c.objective and b.objective]
+            return stats.log_mean_interval(ratios, confidence) if ratios else NOTHING
+        if not self.in_process:
+            return stats.at_confidence(self.factor, confidence) if self.factor is not None else NOTHING
+        if not self.records or self.base_status is None or self.cand_status is None:
+            return NOTHING
+        inner = stats.compare(self.records, self.base_status, self.cand_status, train_steps=train_steps,
+                              margin=calibrated(cal).margin, confidence=confidence)
+        return inner.amortised if self.factor is None else combine(self.factor, inner.ratios, confidence)
 
     def fresh_result(self, interval: stats.Interval) -> TrialResult:
         """The result of a candidate measured in fresh process pairs: its first run's, with the pairs' interval."""

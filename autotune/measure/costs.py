@@ -84,7 +84,7 @@ def round_parts(result: TrialResult, noise: Noise | None, pairs: int, round_: in
     none: its environment's process pair is its measurement. Its environment's: for the defaults', a worker's
     start, as the calibration's (its time outside windows: a worker started, its arms built and settled); for
     another, one fresh process pair (``LiveMeasurer.reseed``), whose environment side goes on as the round's worker
-    (``LiveMeasurer._factor``), which costs what the trial's pairs did, at least a worker's start and the pair's
+    (``EnvironmentFactors.factor``), which costs what the trial's pairs did, at least a worker's start and the pair's
     windows; a factor the search cut short for time is completed in round 0, counted as ``PROCESS_PAIRS[0]`` pairs
     (completing it costs those, not the fewer pairs the search ran). Recipes of one environment share its part in
     a round (``budget.reserve_s``).
@@ -116,7 +116,7 @@ def round_parts(result: TrialResult, noise: Noise | None, pairs: int, round_: in
         return pair_s * max(LEAST_PAIRS, -(-pairs // a_pair)), 0.0
     if method not in (FACTOR, ACROSS):
         return windows + arm, start
-    pair = start + 2 * first_pairs(noise.pairs) * noise.window_s  # ``LiveMeasurer._factor``'s windows
+    pair = start + 2 * first_pairs(noise.pairs) * noise.window_s  # ``EnvironmentFactors.factor``'s windows
     # The process pairs the trial ran: all its pairs when the factor was its whole measurement, else at least
     # the fewest (a factor cut short for time says so in a warning and is counted from it).
     ran = (result.pairs or 1) if method == FACTOR else PROCESS_PAIRS[0]

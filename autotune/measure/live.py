@@ -18,9 +18,7 @@ from .candidate import (
     DEFAULTS,
     FACTOR,
     IN_PROCESS,
-    NOTHING,
     LiveTrial,
-    combine,
     environment_defaults,
     hopeless_environment,
     hopeless_result,
@@ -31,19 +29,19 @@ from .candidate import (
 from .environment import environment_differences, environment_key
 from .factors import EnvironmentFactors
 from .hopeless import HOPELESS
-from .measurer import BUSY, LossReading, Noise, too_busy
-from .paired_worker import Calibration, WorkerError
+from .measurer import BUSY, LossReading, Noise, PairedMeasurer, too_busy
+from .paired_worker import Calibration, WorkerError, calibrated
 from .pool import PhaseHook, WorkerPool, lost
 from .process_pair import PROCESS_PAIRS, HopelessEnvironment
 from .protocol import ArmStatus
-from .runs import trial_run_s
+from .runs import RunPair, trial_pair, trial_run_s
 
 log = logging.getLogger(__name__)
 WARM_UP_SLACK_S = 10.0  # an eager arm's build and first kernels, beyond its warm-up steps (``_warm_up_limit_s``)
 PROFILE_S = 2.0  # the defaults under torch's profiler after the calibration (a faster candidate: half; 0: none)
 
 
-class LiveMeasurer(EnvironmentFactors):
+class LiveMeasurer(PairedMeasurer):
     """The search's ``PairedMeasurer`` on this machine, with every capability (the second look's ``losses`` too):
     - ``calibrate``: the defaults' worker started and calibrated once (an A/A: ``Noise``);
     - a candidate of the defaults' environment is an arm in that worker, paired with the defaults arm;
@@ -62,6 +60,8 @@ class LiveMeasurer(EnvironmentFactors):
     worker is started again for the next candidate."""
 
     second_look = True
+    keeps_factors = True
+    user_processes = True
 
     def __init__(self, workload: str, defaults: dict[str, Any], facts: Any, settings: Any, *,
                  calibration_pairs: int = 16, half_width: float = 0.03, window_s: float | None = None,
@@ -75,9 +75,16 @@ class LiveMeasurer(EnvironmentFactors):
         self.on_phase: PhaseHook = on_phase or (lambda name, detail: None)
         self.pool = WorkerPool(workload, defaults, facts, settings, lambda name, detail: self.on_phase(name, detail))
         self.calibration: Calibration | None = None
-        EnvironmentFactors.__init__(self, defaults)
+        PairedMeasurer.__init__(self, defaults)
+        self.environments = EnvironmentFactors(workload, defaults, facts, settings, self.pool, process_pairs,
+                                               lambda name, detail: self.on_phase(name, detail), self.factors,
+                                               self.factor_ratios)  # the factors it measures across processes
         self._count, self._baseline_given = 0, False
         self.warm_up_slack_s = WARM_UP_SLACK_S
+
+    @property
+    def cal(self) -> Calibration:
+        return calibrated(self.calibration)
 
     # The defaults' worker --------------------------------------------------------------------------------
 
@@ -127,7 +134,7 @@ class LiveMeasurer(EnvironmentFactors):
     def _profile_fastest(self, trial: LiveTrial, worker: Any, arm: str, median: float) -> dict[str, float] | None:
         """The top operators of a search's candidate faster than all before it (as the best nearly always is)."""
         seconds = min(self.profile_s / 2, trial.deadline - time.monotonic() - 1.0)
-        if self._confirming or median <= self._fastest or seconds <= 0:
+        if self.environments.confirming or median <= self._fastest or seconds <= 0:
             return None
         self._fastest = median
         return self._profile(worker, arm, seconds, 0.0, f"{trial.name}, the fastest yet")
@@ -137,19 +144,23 @@ class LiveMeasurer(EnvironmentFactors):
     def warm(self, params: dict[str, Any]) -> bool:
         """Whether a candidate of ``params``' environment would start no process for its first look: the defaults'
         (their worker lives as long as the search) or an environment whose worker is alive and whose factor lacks
-        none of its fewest process pairs (``missing_pairs``): the search prices these cheap and fills its end."""
+        none of its fewest process pairs (``EnvironmentFactors.missing_pairs``): the search prices these cheap and
+        fills its end."""
         if spaces.processes.count(params) > 1:
             return False
         if same_environment(params, self.defaults):
             return True
         key = environment_key(params)
-        return not self.missing_pairs(key) and key not in self.hopeless and self.pool.env_alive(key)
+        environments = self.environments
+        return not environments.missing_pairs(key) and key not in environments.hopeless and self.pool.env_alive(key)
 
     def reseed(self, seed: int) -> None:
         """A confirmation round's fresh pairs: new window orders, fresh worker processes (what is confirmed is
         measured in processes as new as the user's), and for every environment a factor of this round's own: one
-        fresh process pair, never pooled with those that chose the candidate (``_round_factor``)."""
-        self.seed, self._confirming, self._round_factors = seed, True, {}
+        fresh process pair, never pooled with those that chose the candidate
+        (``EnvironmentFactors.confirmation_round``)."""
+        self.seed = seed
+        self.environments.confirmation_round()
         self.close()
 
     def begin(self, params: dict[str, Any], timeout_s: float) -> object | TrialResult:
@@ -175,10 +186,10 @@ class LiveMeasurer(EnvironmentFactors):
             trial.startup_s, self.pool.startup_s = self.pool.startup_s, 0.0
         else:
             key = trial.factor_key = environment_key(params)
-            short = self._too_short(key, deadline)
+            short = self.environments.too_short(key, deadline, self.calibration, self.noise)
             if short is not None:
                 return TrialResult(Status.SKIPPED, error=short, wall_s=time.monotonic() - trial.started)
-            trial.factor = self._factor(key, params, trial, deadline)
+            trial.factor = self.environments.factor(key, params, trial, deadline, self.calibration)
             if trial.factor.count == 0:  # not one process pair fitted: no speedup to give, not a failed recipe
                 return TrialResult(Status.SKIPPED, error="no process pair of its environment fitted in the time left",
                                    wall_s=time.monotonic() - trial.started, warnings=trial.warnings)
@@ -208,7 +219,7 @@ class LiveMeasurer(EnvironmentFactors):
                                   started)
         if status.state == "ok":
             return trial
-        self._drop(trial)
+        self.pool.drop_arm(trial.worker if trial.in_process else None, trial.name)
         if status.state == "no-room":
             # Two models do not fit on this GPU next to each other (``paired``): fresh processes, one model each.
             trial.worker, trial.cand_status = None, None
@@ -237,7 +248,7 @@ class LiveMeasurer(EnvironmentFactors):
                 with contextlib.suppress(WorkerError):  # else the next candidate starts it
                     self.pool.defaults_worker(max(1.0, trial.deadline - time.monotonic()), with_arm=True)
         else:
-            self._drop(trial)
+            self.pool.drop_arm(trial.worker if trial.in_process else None, trial.name)
         return hopeless_result(trial, status, why, time.monotonic() - started if status is None else 0.0)
 
     def more(self, handle: object, n: int, timeout_s: float, confidence: float = stats.CONFIDENCE) -> stats.Interval:
@@ -246,10 +257,12 @@ class LiveMeasurer(EnvironmentFactors):
             deadline = time.monotonic() + timeout_s
             try:
                 key, trial.rounds = trial.factor_key, trial.rounds + 1
-                if key is not None and trial.rounds > 1 and not self._confirming and key not in self.factors \
+                confirming = self.environments.confirming
+                if key is not None and trial.rounds > 1 and not confirming and key not in self.factors \
                         and trial.worker is not None:  # a later round of the race: one more process pair
                     round_s = costs.race_round_s(n, self.cal.window_s)  # where the round itself still fits after it
-                    trial.factor = self._factor(key, trial.params, trial, deadline - round_s, grow=True)
+                    trial.factor = self.environments.factor(key, trial.params, trial, deadline - round_s,
+                                                           self.calibration, grow=True)
                 if trial.worker is None:
                     self.pool.set_all_aside()  # timed alone, as the process pairs
                     trial.fresh_pairs(n, self.workload, self.defaults, self.facts, self.settings, deadline,
@@ -260,7 +273,7 @@ class LiveMeasurer(EnvironmentFactors):
                 trial.failed = hopeless_environment(trial, e)
             except WorkerError as e:
                 trial.failed = self._lost(trial, e, deadline)
-        return self._interval(trial, confidence)
+        return trial.speedup(self.calibration, self.settings.train_steps, confidence)
 
     def loss(self, handle: object) -> float | None:
         """The candidate's quality-guard loss, once taken (at the study's sample count, in its first windows or
@@ -295,21 +308,6 @@ class LiveMeasurer(EnvironmentFactors):
             status = status_of(failed.state) if failed is run.cand else Status.CRASH
             trial.failed = TrialResult(status, error=f"arm {failed.arm}: {failed.error}")
 
-    def _interval(self, trial: LiveTrial, confidence: float = stats.CONFIDENCE) -> stats.Interval:
-        """The candidate's speedup over the defaults so far, amortised over ``train_steps``, at ``confidence``."""
-        if trial.baseline:
-            return self.cal.aa.amortised
-        if trial.worker is None:
-            ratios = [c.objective / b.objective for b, c in trial.fresh if c.objective and b.objective]
-            return stats.log_mean_interval(ratios, confidence) if ratios else NOTHING
-        if not trial.in_process:
-            return stats.at_confidence(trial.factor, confidence) if trial.factor is not None else NOTHING
-        if not trial.records or trial.base_status is None or trial.cand_status is None:
-            return NOTHING
-        inner = stats.compare(trial.records, trial.base_status, trial.cand_status,
-                              train_steps=self.settings.train_steps, margin=self.cal.margin, confidence=confidence)
-        return inner.amortised if trial.factor is None else combine(trial.factor, inner.ratios, confidence)
-
     def skip_loss(self, handle: object) -> None:
         """The candidate cannot be the recipe (slower than the defaults with confidence): ``end`` does not train it
         to the quality guard's sample count; a loss its windows took already is kept."""
@@ -320,14 +318,14 @@ class LiveMeasurer(EnvironmentFactors):
         try:
             return self._end(trial)
         finally:
-            self._drop(trial)
+            self.pool.drop_arm(trial.worker if trial.in_process else None, trial.name)
 
     def _end(self, trial: LiveTrial) -> TrialResult:
         if trial.failed is not None:
             return replace(trial.failed, wall_s=time.monotonic() - trial.started, startup_s=trial.startup_s,
                            warmup_s=trial.warmup_s, timed_s=trial.timed_s, warnings=trial.warnings)
         if trial.worker is None and not trial.baseline:
-            return trial.fresh_result(self._interval(trial))
+            return trial.fresh_result(trial.speedup(self.calibration, self.settings.train_steps))
         worker = self.pool.worker if trial.baseline else trial.worker
         arm = DEFAULTS if trial.baseline or not trial.in_process else trial.name
         assert worker is not None
@@ -343,7 +341,7 @@ class LiveMeasurer(EnvironmentFactors):
             return replace(self._lost(trial, e, trial.deadline), wall_s=time.monotonic() - trial.started)
         if status.state != "ok":
             return TrialResult(status_of(status.state), error=status.error, wall_s=time.monotonic() - trial.started)
-        interval = self._interval(trial)
+        interval = trial.speedup(self.calibration, self.settings.train_steps)
         if trial.baseline:
             noise = self.noise
             trial.startup_s, self.pool.startup_s = self.pool.startup_s, 0.0
@@ -378,16 +376,11 @@ class LiveMeasurer(EnvironmentFactors):
                            startup_s=trial.startup_s, warmup_s=trial.warmup_s, timed_s=trial.timed_s,
                            warnings=trial.warnings)
 
-    def _drop(self, trial: LiveTrial) -> None:
-        """The candidate's arm leaves its worker (a worker that died meanwhile is simply gone)."""
-        worker = trial.worker
-        if worker is None or not trial.in_process or trial.name not in worker.arms:
-            return
-        try:
-            self.pool.use(worker)
-            worker.drop_arm(trial.name)
-        except WorkerError:
-            worker.close(timeout_s=1.0)
+    def user_pair(self, params: dict[str, Any], seed: int, timeout_s: float) -> RunPair:
+        """One pair of your runs (``runs.trial_pair``), the search's own workers ended first: your run has the
+        machine to itself."""
+        self.pool.close()
+        return trial_pair(self.workload, self.defaults, params, self.facts, self.settings, seed, timeout_s)
 
     @staticmethod
     def _trial(handle: object) -> LiveTrial:

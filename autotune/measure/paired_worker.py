@@ -78,6 +78,13 @@ class Calibration:
     s_per_sample: float | None = None  # the defaults' seconds per sample over the A/A's windows (the hopeless rule's)
 
 
+def calibrated(cal: Calibration | None) -> Calibration:
+    """``cal``; before the calibration (None), the error of a measurer asked to measure."""
+    if cal is None:
+        raise WorkerError("calibrate() first: the search starts with the defaults against themselves")
+    return cal
+
+
 class PairedWorker(freeze.Freezable):
     """A paired worker process and the commands it takes. Use as a context manager: leaving it quits the
     worker (or stops its whole process tree). Every command waits for its reply at most ``timeout_s``;

@@ -102,6 +102,17 @@ class WorkerPool:
         if self.env is not None and self.env[1] is worker:
             self.env = None
 
+    def drop_arm(self, worker: PairedWorker | None, arm: str) -> None:
+        """``arm`` leaves ``worker`` (none, or one that died meanwhile: nothing to do; one that fails to drop it is
+        ended)."""
+        if worker is None or arm not in worker.arms:
+            return
+        try:
+            self.use(worker)
+            worker.drop_arm(arm)
+        except WorkerError:
+            worker.close(timeout_s=1.0)
+
     @staticmethod
     def add(worker: PairedWorker, name: str, params: dict[str, Any], timeout_s: float) -> ArmStatus:
         status = worker.add_arm(name, params, max(1.0, timeout_s))

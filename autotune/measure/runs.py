@@ -22,9 +22,13 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from ..trial.spec import TrialSettings
+from ..trial.spec import Status, TrialSettings
 from . import stats
+
+if TYPE_CHECKING:
+    from ..probes import Facts
 
 CLAIM_PAIRS = 6  # process pairs behind a claim about your runs where the budget allows (5 minutes or more)
 LEAST_PAIRS = 3  # the fewest that give an interval (two: a t quantile of 12.7 at 95%)
@@ -75,6 +79,27 @@ def sequential(seed: int, run: Callable[[str], tuple[float, float]]) -> RunPair:
         rates[side], seconds = run(side)
         timed = max(timed, seconds)
     return RunPair(rates["cand"] / rates["base"], timed, time.monotonic() - started, rates["cand"], rates["base"])
+
+
+def trial_pair(workload: str, defaults: dict[str, Any], params: dict[str, Any], facts: Facts,
+               settings: TrialSettings, seed: int, timeout_s: float) -> RunPair:
+    """A pair of your runs in workload mode: a fresh trial process of the defaults and one of the recipe ``params``,
+    each alone as ``autotune run`` starts your training (``trial.runner.run_trial``: the recipe's environment,
+    ``apply()`` inside, one model, the heap as a plain process has it), one after the other in an order drawn from
+    ``seed`` (``sequential``), within ``timeout_s``."""
+    from ..trial.runner import run_trial
+
+    deadline = time.monotonic() + timeout_s
+
+    def alone(side: str) -> tuple[float, float]:
+        left, whose = deadline - time.monotonic(), "the defaults'" if side == "base" else "the recipe's"
+        if left <= 0.0:
+            raise PairFailed(f"no time left for {whose} run")
+        run = run_trial(workload, defaults if side == "base" else params, facts, settings, timeout_s=left)
+        if run.status != Status.OK or not run.samples_per_s:
+            raise PairFailed(f"{whose} run: {run.status}: {run.error}")
+        return run.samples_per_s, run.timed_s or 0.0
+    return sequential(seed, alone)
 
 
 def prediction_interval(ratios: Sequence[float], confidence: float = RUN_CONFIDENCE) -> tuple[float, float]:
@@ -147,4 +172,4 @@ class Runs:
 
 
 __all__ = ["CLAIM_PAIRS", "LEAST_PAIRS", "RUN_CONFIDENCE", "WINDOW_PAIRS", "PairFailed", "RunPair", "Runs",
-           "prediction_interval", "sequential"]
+           "prediction_interval", "sequential", "trial_pair"]

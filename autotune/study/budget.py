@@ -3,7 +3,7 @@
 The policy: a trial is estimated at 1.2x the median wall time of the finished trials of its kind that were
 not pruned: all candidates (``estimate_s``), per compile mode when the trial compiles, those that started
 processes (``started_estimate_s``) or those that started none (``in_process_estimate_s``; the search loop
-picks the kind, ``SearchLoop.next_estimate_s``); a trial may take 5x its estimate (at least 60 s) within
+picks the kind, ``Turns.next_estimate_s``); a trial may take 5x its estimate (at least 60 s) within
 what is left (``timeout_s``); and time is kept for the confirmation at the end (``reserve_s``), so the
 search stops early enough to confirm its candidates: per candidate and round, its pairs at the calibration's
 window length and its arm's warm-up, and per environment and round its worker's start and process pair, once

@@ -62,7 +62,7 @@ log = logging.getLogger(__name__)
 MAX_SKIPS = 25  # consecutive samples of batch sizes known to run out of memory, measured recipes, or not started
 
 
-class SearchLoop(Turns):
+class SearchLoop:
     """Runs trials until the budget, the trial count or the space runs out; records each at once."""
 
     def __init__(
@@ -72,7 +72,6 @@ class SearchLoop(Turns):
     ) -> None:
         self.study, self.workload, self.facts, self.ctx = study, workload, facts, ctx
         self.run_settings, self.options, self.budget, self.notify = run_settings, options, budget, notify
-        self.seeds = seeds or []  # (role, params) measured first, in order (``autotune.study.seeds``)
         self.defaults = {**spaces.defaults(facts, ctx), **run_settings}  # the baseline's params
         self.current: int | None = None  # the trial being measured, for the phase events
         if measurer is None:
@@ -86,10 +85,8 @@ class SearchLoop(Turns):
         self.guard = Guard(study, options, measurer, budget, options.settings.seed, self.phase)
         self.noise: Noise | None = None
         self.baseline_error: str | None = None
-        self.duplicates = 0  # consecutive samples of a recipe measured before (``_measured_before``)
-        self.input_read = False  # whether the baseline's wait for data was read (``seed_the_input``)
-        self.interactions_read = False  # whether the interactions joined the seeds (``seed_the_interactions``)
-        self.outside_sampler = outside_sampler  # it picks every trial after the baseline (``Turns.in_process_turn``)
+        self.turns = Turns(study, facts, ctx, self.options, budget, self.defaults, seeds or [], measurer,
+                           run_settings, notify, outside_sampler)  # which trial goes next, and when
         # the calibration's end (and the baseline's), on the budget's clock and the wall clock (``searching``)
         self.searching_from: tuple[float, float] | None = None
 
@@ -124,9 +121,9 @@ class SearchLoop(Turns):
                 if not self.calibrated():
                     return "baseline failed"
                 self.prepare()  # before the next trial's estimate: an environment's seed may be due
-                remaining, estimate = self.budget.left(), self.next_estimate_s()
+                remaining, estimate = self.budget.left(), self.turns.next_estimate_s()
                 available = remaining - self.reserve_s(estimate) if estimate is not None else remaining
-                if remaining <= 1 or (estimate is not None and available < estimate and not self.fill(available)):
+                if remaining <= 1 or (estimate is not None and available < estimate and not self.turns.fill(available)):
                     self._no_candidate(remaining, estimate)
                     return "budget"
                 stopped, skips, result, role = self._next(skips, estimate)
@@ -203,7 +200,7 @@ class SearchLoop(Turns):
 
         optuna.storages.fail_stale_trials(self.study)
         fail_orphans(self.study)
-        self.ready_next()
+        self.turns.ready_next()
 
     def _next(self, skips: int, estimate: float | None) -> tuple[str | None, int, TrialResult | None, str]:
         """Ask the next trial (after ``prepare``) and measure it (the host lock held); a batch size known to run out of
@@ -212,18 +209,18 @@ class SearchLoop(Turns):
         the result and the trial's role."""
         import optuna
 
-        if not self._waiting() and self.sampled_turn():
+        if not self.turns.waiting() and self.turns.sampled_turn():
             # Where every trial starts processes (script mode) an in-process trial is no cheaper: Optuna samples the
             # environment too (role ``search``); fixed to the defaults', script mode's samples never changed threads.
             if not fresh_processes(self.measurer):
-                self.enqueue_in_process()
+                self.turns.enqueue_in_process()
         # the combination before the seeds left where its environment's gain was measured: a seed is a guess
-        elif not self.enqueue_ahead() and not enqueue_next_seed(self.study, self.seeds) \
-                and not self.enqueue_combined() and self.in_process_turn():
-            self.enqueue_in_process()
+        elif not self.turns.enqueue_ahead() and not enqueue_next_seed(self.study, self.turns.seeds) \
+                and not self.turns.enqueue_combined() and self.turns.in_process_turn():
+            self.turns.enqueue_in_process()
         trial = self.study.ask()
         role = trial.user_attrs.get(Attr.ROLE, SEARCH)
-        params = self._asked(spaces.suggest(trial, self.facts, self.ctx))
+        params = self.turns.asked(spaces.suggest(trial, self.facts, self.ctx))
         self.claim(trial, role, params)
         known = oom_limits.known_oom(self.study.user_attrs.get(StudyAttr.OOM_LIMITS), params)
         known = known or not_started(self.study, role, params, self.options.fixed, self.defaults)
@@ -232,9 +229,9 @@ class SearchLoop(Turns):
             trial.set_user_attr(Attr.STATUS, str(Status.SKIPPED if known else Status.DUPLICATE))
             trial.set_user_attr(Attr.ERROR, known or f"the same recipe as trial {same}, whose measurement stands")
             self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-            self.duplicates = self.duplicates + 1 if same is not None else 0
+            self.turns.duplicates = self.turns.duplicates + 1 if same is not None else 0
             return ("space" if skips + 1 >= MAX_SKIPS else None), skips + 1, None, role
-        self.duplicates = 0
+        self.turns.duplicates = 0
         remaining = self.budget.left()  # the lock may have been waited for
         timeout = max(1.0, min(remaining, self.timeout_s(params, remaining, estimate)))
         own = budget.own_limit_s(self.study, self.options, params, estimate)
@@ -253,7 +250,7 @@ class SearchLoop(Turns):
     def _measured_before(self, role: str, params: dict[str, Any]) -> int | None:
         """For a candidate (any role but the baseline and a confirmation): the earlier trial of the same recipe
         that was measured (status ok, the baseline's included), else None. A seed too: a sampled trial, which
-        takes turns with the seeds (``sampled_turn``), may have measured its recipe first. Its measurement
+        takes turns with the seeds (``Turns.sampled_turn``), may have measured its recipe first. Its measurement
         stands: a repeat in a warm worker measures the same arms against the same baseline, and the confirmation
         measures the chosen recipes again in fresh processes anyway; measuring it again would spend the budget on
         one recipe and carry on with the luckiest of its copies. The repeat is skipped (as discussed in
@@ -329,7 +326,7 @@ class SearchLoop(Turns):
         rounds, and the look of the seed that goes before the combination)."""
         race = Race(noise, verdict.incumbent(self.study))
         used, why = 0, None
-        then, looks_s = self.following(params, role)
+        then, looks_s = self.turns.following(params, role)
         kept = "the time its confirmation and its combination need is kept" if then else \
             "the time its confirmation needs is kept"
         while why is None:

@@ -1,5 +1,5 @@
 """Which trial a search measures next, and when: the seeds, the sampled trials' turns, the in-process turn, the
-input-bound seeds, the combination, and the budget's end (a mixin of ``SearchLoop``)."""
+input-bound seeds, the combination, and the budget's end (``SearchLoop``'s ``turns``)."""
 from __future__ import annotations
 
 from fractions import Fraction
@@ -43,22 +43,19 @@ def fresh_processes(measurer: PairedMeasurer | None) -> bool:
 
 
 class Turns:
-    """What ``SearchLoop`` holds that choosing the next trial reads."""
+    """Chooses the next trial of a ``SearchLoop`` and when it goes: holds the seeds still to measure and what the
+    turns have read; reads the loop's study, budget and measurer, which it shares."""
 
-    study: optuna.Study
-    facts: Facts
-    ctx: spaces.SpaceContext
-    options: SearchOptions
-    budget: Budget
-    defaults: dict[str, Any]
-    seeds: list[Seed]
-    measurer: PairedMeasurer
-    run_settings: dict[str, Any]
-    notify: Progress
-    duplicates: int
-    input_read: bool
-    interactions_read: bool
-    outside_sampler: bool  # a sampler given to ``search()`` (a benchmark's baseline) picks every trial
+    def __init__(self, study: optuna.Study, facts: Facts, ctx: spaces.SpaceContext, options: SearchOptions,
+                 budget: Budget, defaults: dict[str, Any], seeds: list[Seed], measurer: PairedMeasurer,
+                 run_settings: dict[str, Any], notify: Progress, outside_sampler: bool) -> None:
+        self.study, self.facts, self.ctx, self.options, self.budget = study, facts, ctx, options, budget
+        self.defaults, self.measurer, self.run_settings, self.notify = defaults, measurer, run_settings, notify
+        self.seeds = seeds  # (role, params) measured first, in order (``autotune.study.seeds``)
+        self.duplicates = 0  # consecutive samples of a recipe measured before (``SearchLoop._measured_before``)
+        self.input_read = False  # whether the baseline's wait for data was read (``seed_the_input``)
+        self.interactions_read = False  # whether the interactions joined the seeds (``seed_the_interactions``)
+        self.outside_sampler = outside_sampler  # a sampler given to ``search()`` (a benchmark's) picks every trial
 
     def estimate_s(self, compile_mode: str | None = None) -> float | None:
         """How long one full trial will likely take (``budget.estimate_s``)."""
@@ -76,7 +73,7 @@ class Turns:
         general = self.estimate_s()
         if general is None:
             return None
-        waiting = self._waiting()
+        waiting = self.waiting()
         if not waiting and self.sampled_turn():
             return self._cheap_estimate_s() or general
         seed, ahead = next_seed(self.study, self.seeds), self._ahead()
@@ -110,7 +107,7 @@ class Turns:
         cheap = self._cheap_estimate_s()
         if cheap is None or available < cheap or self.outside_sampler:  # its next sample may start processes
             return False
-        waiting = self._waiting()
+        waiting = self.waiting()
         if waiting:
             return self._warm({**self.defaults, **waiting[0].system_attrs.get("fixed_params", {})})
         if self.sampled_turn():
@@ -143,7 +140,7 @@ class Turns:
         combined = self._combined(ahead=True)
         if combined is None:
             return None
-        first, look = extension(self.study, self.seeds, self._asked), self._cheap_estimate_s()
+        first, look = extension(self.study, self.seeds, self.asked), self._cheap_estimate_s()
         if first is None or look is None or self.budget.left() - look < self._combination_needs_s(combined, look):
             return COMBINED, combined
         return first
@@ -151,12 +148,12 @@ class Turns:
     def _combination_needs_s(self, params: dict[str, Any], look: float) -> float:
         """The combination's first look (an arm) and the time kept for the confirmation with it counted
         (``budget.reserve_s``'s ``racing``)."""
-        prospect = [self._prospect(self._asked(params), look)]
+        prospect = [self._prospect(self.asked(params), look)]
         return look + budget.reserve_s(self.study, self.options, None, racing=prospect)
 
     def enqueue_ahead(self) -> bool:
         """Enqueue ``_ahead`` unless a trial is waiting; True if one was."""
-        ahead = None if self._waiting() else self._ahead()
+        ahead = None if self.waiting() else self._ahead()
         if ahead is not None:
             self.study.enqueue_trial(ahead[1], user_attrs={Attr.ROLE: ahead[0]})
         return ahead is not None
@@ -192,7 +189,7 @@ class Turns:
         first, upcoming = budget.started_estimate_s(self.study), self.next_estimate_s()
         if first is None or upcoming is None:  # not calibrated
             return False
-        params = self._asked(seed[1])
+        params = self.asked(seed[1])
         alone = [self._prospect(params, first)]
         needs = first + budget.reserve_s(self.study, self.options, None, racing=alone)
         then, looks_s = self._combination_plan(seed[1])
@@ -220,7 +217,7 @@ class Turns:
         if look is None or upcoming is None:
             return False
         needs = self._combination_needs_s(params, look)
-        first = extension(self.study, self.seeds, self._asked)
+        first = extension(self.study, self.seeds, self.asked)
         if first is not None and self._goes_now(look, look + needs, look + needs, upcoming):
             self.study.enqueue_trial(first[1], user_attrs={Attr.ROLE: first[0]})
         elif self._goes_now(look, needs, needs, upcoming):
@@ -232,7 +229,7 @@ class Turns:
     def _no_turn_ahead(self) -> bool:
         """No trial goes ahead of its turn (``environment_seed_due``, ``combination_due``): without a budget, where
         every trial starts processes, while one waits, or where a sampler given to ``search()`` picks every trial."""
-        return (self.options.budget_s is None or fresh_processes(self.measurer) or bool(self._waiting())
+        return (self.options.budget_s is None or fresh_processes(self.measurer) or bool(self.waiting())
                 or self.outside_sampler)
 
     def _goes_now(self, first: float, alone: float, together: float, upcoming: float) -> bool:
@@ -265,8 +262,8 @@ class Turns:
         joined = prospective_combination(self.study, self.facts, self.ctx, self.options.fixed, environment)
         if look is None or joined is None:
             return [], 0.0
-        looks = 1 + (extension(self.study, self.seeds, self._asked) is not None)
-        return [self._prospect(self._asked(joined), look)], looks * look
+        looks = 1 + (extension(self.study, self.seeds, self.asked) is not None)
+        return [self._prospect(self.asked(joined), look)], looks * look
 
     def _prospect(self, params: dict[str, Any], wall_s: float) -> tuple[TrialResult, dict[str, Any]]:
         """A candidate not measured yet as the reserve prices its rounds (``reserve_s``'s ``racing``): its first
@@ -303,7 +300,7 @@ class Turns:
         join the seeds, once, and take their turns with the sampled trials (``sampled_turn``): such a change is one
         no single-change seed makes and a short search rarely samples."""
         if self.interactions_read or not self.options.seeded or next_seed(self.study, self.seeds) is not None \
-                or self._waiting() or combination(self.study, self.facts, self.ctx, self.options.fixed) is not None:
+                or self.waiting() or combination(self.study, self.facts, self.ctx, self.options.fixed) is not None:
             return  # the combination first: its environment's factor is measured, its worker may be alive
         found = interaction_seeds(self.study, self.facts, self.ctx, self.options.fixed)
         if found:
@@ -356,7 +353,7 @@ class Turns:
         """Enqueue a trial of role ``in-process`` (unless one waits already): the environment fixed, the best
         recipe's when the measurer says it is warm (else the defaults'), no compilation, and the in-process knobs
         left to Optuna (in one process, ``spaces.suggest`` gives DDP's settings PyTorch's defaults)."""
-        if self._waiting():
+        if self.waiting():
             return
         best = verdict.best_record(self.study)
         env = best.params if best is not None and self._warm(best.params) else self.defaults
@@ -371,18 +368,18 @@ class Turns:
         says nothing of its workers, only the defaults' environment is taken as warm. A seed's params are read with
         the run's settings, as its trial will measure them: without (``device`` is an environment key) every seed
         read as another environment's, was priced as process pairs and never filled the budget's end."""
-        params = self._asked(params)
+        params = self.asked(params)
         warm = self.measurer.warm(params)
         if warm is not None:
             return warm
         return not environment_differences(self.defaults, params) and spaces.processes.count(params) == 1
 
-    def _asked(self, params: dict[str, Any]) -> dict[str, Any]:
+    def asked(self, params: dict[str, Any]) -> dict[str, Any]:
         """A trial's params as the loop asks them: with the run's settings, a knob another knob makes moot as the
         trial records it (``spaces.as_trial``), and as they run here (``spaces.as_run``: a pinning whose memory
         binding cannot happen asked unbound, as its record will say)."""
         return spaces.as_run(spaces.as_trial({**params, **self.run_settings}, self.facts, self.ctx), self.facts)
 
-    def _waiting(self) -> list[optuna.trial.FrozenTrial]:
+    def waiting(self) -> list[optuna.trial.FrozenTrial]:
         """The study's enqueued trials not asked yet (a seed, the combination, an in-process trial)."""
         return [t for t in self.study.get_trials(deepcopy=False) if t.state.name == "WAITING"]

@@ -280,7 +280,7 @@ class ReplayMeasurer(PairedMeasurer):
             need = pairs * float(self.grid.recorded.get("process_pair_s") or 0.0)
             if not pairs and env != self.alive:
                 need = self.start_s()  # its factor (or the round's) stands; its worker is started again
-            # as live (``EnvironmentFactors._too_short``): not started, nothing charged; a round is the confirmation's
+            # as live (``EnvironmentFactors.too_short``): not started, nothing charged; a round is the confirmation's
             if need > timeout_s and not self.confirming:
                 return TrialResult(Status.SKIPPED, error=f"not started: another environment needs {pairs} process "
                                    f"pair(s) or its worker's start, about {need:.0f} s; {timeout_s:.0f} s were left")

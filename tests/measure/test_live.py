@@ -108,7 +108,7 @@ def test_a_factor_cut_short_keeps_its_pair_and_a_confirmation_round_measures_its
     measurer, _, one, key = _threads_measurer(facts, (2, 3))
     try:
         measurer.calibrate(20)
-        skipped = measurer.begin(one, 1.0)  # 2 process pairs do not fit in 1 s: not started (``_too_short``)
+        skipped = measurer.begin(one, 1.0)  # 2 process pairs do not fit in 1 s: not started (``too_short``)
         assert isinstance(skipped, TrialResult) and skipped.status == "skipped" and key not in measurer.factor_ratios
         measurer.pool.start_s = 0.0  # no start measured: nothing to refuse by, so a pair runs and outlasts the time
         cut = measurer.begin(one, 1.0)  # one pair, then the time runs out: its pair is kept, not the factor
@@ -151,7 +151,7 @@ def test_a_factor_cut_short_keeps_its_pair_and_a_confirmation_round_measures_its
     priced = 2 * (measurer.noise.run_s or 0.0) + steps_s * (1 / yours.ratio - 1)
     assert 0.45 < priced / yours.wall_s < 1.9, (priced, yours)
     assert yours.ratio == pytest.approx((yours.samples_per_s or 0) / (yours.baseline_samples_per_s or 1)), yours
-    own = measurer._round_factors[key]
+    own = measurer.environments._round_factors[key]
     assert result.status == "ok" and measurer.factor_ratios[key] == searched, result  # the search's pair, alone
     assert (result.objective, result.speedup_low, result.speedup_high) == (own.median, own.low, own.high)
     assert own.median not in searched and own.low == 0.0 and own.high == float("inf"), own
@@ -190,7 +190,7 @@ def test_a_factor_grows_a_process_pair_a_race_round_and_its_worker_takes_the_env
             seen.append(pairs())
         combined = measurer.end(mixed)
         searched = measurer.factors[key]
-        measurer.hopeless[key] = HopelessEnvironment(40.0, None)  # type: ignore[arg-type]
+        measurer.environments.hopeless[key] = HopelessEnvironment(40.0, None)  # type: ignore[arg-type]
         assert not measurer.warm(mixed_params)  # an environment that gave up is not offered as cheap
     finally:
         measurer.close()
@@ -262,13 +262,13 @@ def test_a_candidate_of_another_environment_is_not_started_without_the_time_its_
     assert result.error == ("not started: another environment needs 3 process pair(s), about 38 s; "  # type: ignore[union-attr]
                             "10 s were left")
     measurer.factors[environment_key(other)] = stats.Interval(1.0, 1.0, 1.0, 0.0, 3)  # its factor measured
-    assert measurer._too_short(environment_key(other), time.monotonic() + 10.0) == (
+    assert too_short(measurer, environment_key(other), 10.0) == (
         "not started: another environment needs its worker's start, about 12 s; 10 s were left")
-    assert measurer._too_short(environment_key(other), time.monotonic() + 13.0) is None
+    assert too_short(measurer, environment_key(other), 13.0) is None
     # The calibration's worker was ready (started, its arm built and settled) after 5 s: a first pair starts two
     del measurer.factors[environment_key(other)]
     measurer.pool.start_s, measurer.noise = 2.0, SimpleNamespace(start_s=5.0)  # type: ignore[assignment]
-    assert measurer._too_short(environment_key(other), time.monotonic() + 30.0) == (
+    assert too_short(measurer, environment_key(other), 30.0) == (
         "not started: another environment needs 3 process pair(s), about 32 s; 30 s were left")
 
 
@@ -286,16 +286,16 @@ def test_a_confirmation_round_runs_the_process_pair_the_confirmation_admitted_it
 
     base = {**defaults(facts, SpaceContext()), "device": "cpu"}
     measurer = LiveMeasurer("tiny", base, facts, TrialSettings())
-    measurer.pool.start_s, measurer._pair_s = 2.5, 6.0  # as that search measured them
+    measurer.pool.start_s, measurer.environments._pair_s = 2.5, 6.0  # as that search measured them
     measurer.calibration = SimpleNamespace(pairs=16, window_s=0.05)  # type: ignore[assignment]
     other = {**base, "affinity": "compact" if base["affinity"] != "compact" else "none"}
     key, ran = environment_key(other), []
-    monkeypatch.setattr(measurer, "_process_pair", lambda *args, last, seed: ran.append(last) or 1.2)
-    assert measurer._too_short(key, time.monotonic() + 7.0) is not None  # in the search: its 3 pairs do not fit
+    monkeypatch.setattr(measurer.environments, "_process_pair", lambda *args, last, seed: ran.append(last) or 1.2)
+    assert too_short(measurer, key, 7.0) is not None  # in the search: its 3 pairs do not fit
     measurer.reseed(7)
     trial = LiveTrial(other, "c1", 7, time.monotonic())
-    assert measurer._too_short(key, time.monotonic() + 7.0) is None
-    factor = measurer._factor(key, other, trial, time.monotonic() + 7.0)
+    assert too_short(measurer, key, 7.0) is None
+    factor = measurer.environments.factor(key, other, trial, time.monotonic() + 7.0, measurer.cal)
     assert ran == [True] and factor.median == pytest.approx(1.2) and trial.warnings == [], trial.warnings
     measurer.close()
 
@@ -346,3 +346,11 @@ def test_a_pair_of_your_runs_is_whole_and_within_the_time_it_was_given(facts: An
         assert str(failed.value) == "the recipe's run: oom: out of memory"
     else:
         assert time.monotonic() - started < 10.0 and "timeout" in str(failed.value), failed.value
+
+
+def too_short(measurer: Any, key: str, left_s: float) -> str | None:
+    """Why a candidate of environment ``key`` would not start with ``left_s`` seconds left
+    (``EnvironmentFactors.too_short`` with the measurer's calibration)."""
+    import time
+
+    return measurer.environments.too_short(key, time.monotonic() + left_s, measurer.calibration, measurer.noise)

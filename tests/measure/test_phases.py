@@ -145,5 +145,5 @@ def test_a_profile_stops_at_its_step_cap_and_one_that_fails_costs_the_search_not
     found = [measurer._profile_fastest(trial, worker, "c1", median)  # type: ignore[arg-type]
              for median in (1.3, 1.2, 1.5, 0.9)]
     assert found == [{"aten::mm": 0.5}, None, {"aten::mm": 0.5}, None] and worker.asked == [("c1", 1.0)] * 2
-    measurer._confirming = True  # a confirmation round measures again what the search profiled
+    measurer.environments.confirming = True  # a confirmation round measures again what the search profiled
     assert measurer._profile_fastest(trial, worker, "c1", 2.0) is None  # type: ignore[arg-type]

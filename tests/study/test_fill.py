@@ -1,5 +1,5 @@
 """The budget's end: when a typical trial no longer fits before the time kept for the confirmation, a trial that
-starts no process still may (``SearchLoop.fill``). A 5-minute CNN search had stopped with 57 s of 300 unused: its
+starts no process still may (``Turns.fill``). A 5-minute CNN search had stopped with 57 s of 300 unused: its
 median trial took 47 s (the heuristic's process pairs), a candidate of the defaults' worker 2.8 s.
 
 And a recipe Optuna samples again after it was measured is not measured again (``SearchLoop._measured_before``):
@@ -89,9 +89,9 @@ def test_a_candidate_that_starts_no_process_is_estimated_from_those_alone(search
 def test_the_end_of_the_budget_is_filled_in_the_best_warm_environment(searched: Any, facts: Any) -> None:
     study, defaults = searched
     loop = _loop(study, facts, Warm(defaults, {**defaults, **HEURISTIC}))
-    assert not loop.fill(3.0)  # not even a candidate of a warm environment fits
+    assert not loop.turns.fill(3.0)  # not even a candidate of a warm environment fits
     assert not _waiting(study)
-    assert loop.fill(20.0)
+    assert loop.turns.fill(20.0)
     waiting = _waiting(study)
     assert [t.user_attrs[Attr.ROLE] for t in waiting] == ["in-process"]
     trial = study.ask()  # as the loop does: the environment and compile mode fixed, the rest sampled by TPE
@@ -107,7 +107,7 @@ def test_the_end_of_the_budget_is_filled_in_the_best_warm_environment(searched: 
 def test_without_the_best_environment_warm_the_defaults_worker_fills_it(searched: Any, facts: Any) -> None:
     study, defaults = searched
     loop = _loop(study, facts, Warm(defaults))  # the heuristic's worker is gone, or its factor is not settled
-    assert loop.fill(20.0)
+    assert loop.turns.fill(20.0)
     params = spaces.suggest(study.ask(), facts, CTX)
     assert {k: params[k] for k in ("threads", "interop_threads", "affinity", "openmp", "allocator")} == {
         k: defaults[k] for k in ("threads", "interop_threads", "affinity", "openmp", "allocator")}
@@ -130,8 +130,8 @@ def test_where_every_trial_starts_processes_the_end_of_the_budget_is_not_filled(
     _add(study, "seed", {**defaults, "channels_last": True}, 1.23, 18.6, "script process pairs (2)", 6.1)
     loop = _loop(study, facts, Fresh())
     assert in_process_estimate_s(study) is not None  # what the budget would offer a measurer with warm workers
-    assert not loop.fill(20.0) and not _waiting(study)
-    assert loop.next_estimate_s() == pytest.approx(1.2 * 18.6)
+    assert not loop.turns.fill(20.0) and not _waiting(study)
+    assert loop.turns.next_estimate_s() == pytest.approx(1.2 * 18.6)
 
 
 def test_a_waiting_seed_that_starts_processes_ends_the_search_and_a_warm_one_is_taken(searched: Any,
@@ -139,7 +139,7 @@ def test_a_waiting_seed_that_starts_processes_ends_the_search_and_a_warm_one_is_
     study, defaults = searched
     other = {**defaults, "threads": 1, "interop_threads": 2}
     study.enqueue_trial(other, user_attrs={Attr.ROLE: "seed"})
-    assert not _loop(study, facts, Warm(defaults)).fill(20.0)  # it would start processes: the search ends
+    assert not _loop(study, facts, Warm(defaults)).turns.fill(20.0)  # it would start processes: the search ends
     assert len(_waiting(study)) == 1
 
     fresh = optuna.create_study(direction="maximize")
@@ -150,8 +150,8 @@ def test_a_waiting_seed_that_starts_processes_ends_the_search_and_a_warm_one_is_
         _add(fresh, "in-process", {**defaults, "batch_per_rank": batch}, 1.0, 2.8, "in-process pairs", 0.0)
     seeds = [("seed", other), ("seed", {**defaults, "batch_per_rank": 64})]
     loop = _loop(fresh, facts, Warm(defaults), seeds=seeds)
-    assert not loop.sampled_turn()
-    assert loop.fill(20.0)  # the first seed not taken that starts no process: batch 64 in the defaults' worker
+    assert not loop.turns.sampled_turn()
+    assert loop.turns.fill(20.0)  # the first seed not taken that starts no process: batch 64 in the defaults' worker
     waiting = _waiting(fresh)
     assert [t.user_attrs[Attr.ROLE] for t in waiting] == ["seed"]
     assert waiting[0].system_attrs["fixed_params"]["batch_per_rank"] == 64
@@ -163,21 +163,21 @@ def test_candidates_that_start_no_process_get_twice_the_time_of_those_that_start
     process until those have taken twice as long: then Optuna samples every knob again."""
     study, defaults = searched
     loop = _loop(study, facts, Warm(defaults))
-    assert loop.in_process_turn()
-    assert loop.next_estimate_s() == pytest.approx(1.2 * 2.8)  # what it will sample: one that starts none
-    loop.enqueue_in_process()
-    loop.enqueue_in_process()  # one waits already: not two
+    assert loop.turns.in_process_turn()
+    assert loop.turns.next_estimate_s() == pytest.approx(1.2 * 2.8)  # what it will sample: one that starts none
+    loop.turns.enqueue_in_process()
+    loop.turns.enqueue_in_process()  # one waits already: not two
     assert [t.user_attrs[Attr.ROLE] for t in _waiting(study)] == ["in-process"]
     study.tell(study.ask(), state=optuna.trial.TrialState.FAIL)
     for batch in (16, 32, 64, 128, 8, 24, 48, 96):
         _add(study, "in-process", {**defaults, "batch_per_rank": batch}, 1.0, 25.0, "in-process pairs", 0.0)
-    assert loop.in_process_turn()  # 2.8 + 200 s against 2 x 106 s
+    assert loop.turns.in_process_turn()  # 2.8 + 200 s against 2 x 106 s
     _add(study, "in-process", {**defaults, "batch_per_rank": 256}, 1.0, 25.0, "in-process pairs", 0.0)
-    assert not loop.in_process_turn()
-    assert loop.next_estimate_s() == pytest.approx(1.2 * 58.9)  # one sampled freely: as those that started some
+    assert not loop.turns.in_process_turn()
+    assert loop.turns.next_estimate_s() == pytest.approx(1.2 * 58.9)  # one sampled freely: as those that started some
     # the scripted measurers' trials (0.5 s of start-up) and the replayed grids' (none) started no process
     _add(study, "search", {**defaults, "threads": 1}, 1.0, 200.0, "process pairs", 0.5)
-    assert not loop.in_process_turn()
+    assert not loop.turns.in_process_turn()
 
 
 class Slow(StubMeasurer):
@@ -272,7 +272,7 @@ def test_a_sampled_recipe_measured_before_is_not_measured_again(searched: Any, f
     ended = _ended(study)
     assert ended.state == optuna.trial.TrialState.PRUNED and ended.user_attrs[Attr.STATUS] == "duplicate"
     assert ended.user_attrs[Attr.ERROR] == "the same recipe as trial 3, whose measurement stands"
-    assert loop.duplicates == 1
+    assert loop.turns.duplicates == 1
 
 
 def test_a_recipe_that_crashed_is_measured_again(searched: Any, facts: Any) -> None:
@@ -285,19 +285,19 @@ def test_a_recipe_that_crashed_is_measured_again(searched: Any, facts: Any) -> N
         Attr.ROLE: "search", Attr.PARAMS: crashed, Attr.STATUS: "crash", Attr.ERROR: "killed by SIGSEGV"}))
     study.enqueue_trial(crashed, user_attrs={Attr.ROLE: "search"})
     loop._next(0, None)
-    assert measurer.begun == [crashed] and loop.duplicates == 0
+    assert measurer.begun == [crashed] and loop.turns.duplicates == 0
 
 
 def test_the_in_process_turn_gives_way_once_its_samples_only_repeat(searched: Any, facts: Any) -> None:
     study, defaults = searched
     loop = _loop(study, facts, Counting(defaults))
-    assert loop.in_process_turn() and loop.fill(20.0)
+    assert loop.turns.in_process_turn() and loop.turns.fill(20.0)
     study.tell(study.ask(), state=optuna.trial.TrialState.FAIL)  # the in-process trial fill enqueued
-    loop.duplicates = DUPLICATES_YIELD
-    assert not loop.in_process_turn()  # a sample Optuna draws freely comes next
+    loop.turns.duplicates = DUPLICATES_YIELD
+    assert not loop.turns.in_process_turn()  # a sample Optuna draws freely comes next
     # At the budget's end an in-process trial is still asked: a repeat is skipped at once, and MAX_SKIPS in a row
     # end the search. Returning False here left 44 s of a 5-minute search unused.
-    assert loop.fill(20.0)
+    assert loop.turns.fill(20.0)
     assert [t.user_attrs[Attr.ROLE] for t in study.get_trials(
         deepcopy=False, states=(optuna.trial.TrialState.WAITING,))] == ["in-process"]
 
@@ -362,7 +362,7 @@ def test_sampled_trials_take_a_third_of_the_turns_while_seeds_remain(facts: Any,
             t.user_attrs[Attr.ROLE] == "seed"] == [8, 16, 64, 128]  # in their order, none lost
     # once the seeds are all taken, the loop samples as before (the in-process turn, the combination)
     assert not SearchLoop(study, "cnn", facts, CTX, {}, options, Budget.start(60), lambda event: None,
-                          seeds=seeds[:4], measurer=Answering(defaults)).sampled_turn()
+                          seeds=seeds[:4], measurer=Answering(defaults)).turns.sampled_turn()
 
 
 @pytest.mark.parametrize(("data_wait", "first"), [(0.9, "input"), (0.02, "other"), (None, "other")])
@@ -390,15 +390,15 @@ def test_where_the_defaults_wait_for_data_the_input_is_seeded_first(facts: Any, 
     if first == "input":
         cores = max(1, min(8, int(facts.cpu.allowed.cores or 1)))
         assert asked["num_workers"] == 1 and asked["threads"] == max(1, cores - 1), asked
-        assert [s[1]["num_workers"] for s in loop.seeds[:-1]] == [c["num_workers"] for c in data.input_bound(
+        assert [s[1]["num_workers"] for s in loop.turns.seeds[:-1]] == [c["num_workers"] for c in data.input_bound(
             facts, CTX) if not spaces.outside({**defaults, **c}, facts, CTX)]
-        assert loop.seeds[-1][1]["channels_last"]  # the other seeds follow, none lost
+        assert loop.turns.seeds[-1][1]["channels_last"]  # the other seeds follow, none lost
         said = [e.detail for e in events if getattr(e, "name", None) == "input-bound"]  # the log's line
         assert said == ["the defaults wait for data 90% of a step: DataLoader workers and the threads they leave "
                         "are measured first"], events
     else:
         assert asked["channels_last"] and not asked["num_workers"], asked
-        assert loop.seeds == seeds
+        assert loop.turns.seeds == seeds
 
 
 def test_a_seed_is_read_with_the_runs_settings_as_its_trial_will_measure_it(facts: Any) -> None:
@@ -414,8 +414,8 @@ def test_a_seed_is_read_with_the_runs_settings_as_its_trial_will_measure_it(fact
     options = SearchOptions(budget_s=300, storage="sqlite://", study="fill", seed=1)
     loop = SearchLoop(study, "cnn", facts, CTX, run, options, Budget.start(60), lambda event: None,
                       seeds=[("seed", seed)], measurer=Warm(defaults))
-    assert loop._warm(seed)
-    assert loop.fill(20.0) and _waiting(study)[0].system_attrs["fixed_params"]["batch_per_rank"] == 64
+    assert loop.turns._warm(seed)
+    assert loop.turns.fill(20.0) and _waiting(study)[0].system_attrs["fixed_params"]["batch_per_rank"] == 64
 
 
 @pytest.mark.parametrize("seeded", [True, False])
@@ -467,8 +467,8 @@ def test_the_combination_goes_ahead_of_the_seeds_left(facts: Any, heuristic: flo
     both = {**defaults, **HEURISTIC, "channels_last": True}
 
     loop = _loop(study, facts, Warm(defaults, {**defaults, **HEURISTIC}), seeds)
-    assert not loop.sampled_turn()
-    assert loop.fill(20.0)  # warm: the budget's end takes it before the seed, which is warm too
+    assert not loop.turns.sampled_turn()
+    assert loop.turns.fill(20.0)  # warm: the budget's end takes it before the seed, which is warm too
     assert [t.user_attrs[Attr.ROLE] for t in _waiting(study)] == ["combined" if ahead else "seed"]
     if ahead:
         assert params_key(_waiting(study)[0].system_attrs["fixed_params"]) == params_key(both)
@@ -478,7 +478,7 @@ def test_the_combination_goes_ahead_of_the_seeds_left(facts: Any, heuristic: flo
                       Budget.start(60), lambda event: None, seeds=seeds, measurer=Answering(defaults))
     loop.noise = NOISE
     loop.prepare()
-    price = loop.next_estimate_s()
+    price = loop.turns.next_estimate_s()
     assert price == (budget.started_estimate_s(cold) if ahead else in_process_estimate_s(cold))  # what comes next
     loop._next(0, None)
     last = cold.get_trials(deepcopy=False)[-1]
@@ -503,7 +503,7 @@ def test_without_seeds_no_input_seed_either(facts: Any) -> None:
     loop.noise = NOISE
     loop.prepare()
     loop._next(0, None)
-    assert loop.seeds == [] and not [e for e in events if getattr(e, "name", None) == "input-bound"]
+    assert loop.turns.seeds == [] and not [e for e in events if getattr(e, "name", None) == "input-bound"]
     assert study.get_trials(deepcopy=False)[-1].user_attrs[Attr.ROLE] != "seed"
 
 
@@ -633,7 +633,7 @@ def test_the_combination_goes_before_a_seed_where_one_more_trial_would_leave_it_
         loop.prepare()
         waiting[left] = [t.user_attrs[Attr.ROLE] for t in _waiting(study)]
         if waiting[left]:  # and the loop admits it (it would wait unmeasured where its own check refused it)
-            estimate = loop.next_estimate_s()
+            estimate = loop.turns.next_estimate_s()
             assert estimate is not None and loop.budget.left() - loop.reserve_s(estimate) >= estimate
     assert waiting == {300.0: [], 82.0: ["combined"], 2.0: []}  # it needs 81 s here (3 s and its rounds)
 
@@ -657,8 +657,8 @@ def test_a_seed_that_may_make_the_combinations_in_process_part_faster_goes_befor
                           Budget.start(left), lambda event: None, seeds=seeds,
                           measurer=Warm(defaults, {**defaults, **HEURISTIC}))
         loop.noise = NOISE
-        assert loop.next_estimate_s() == in_process_estimate_s(study)  # an arm of the defaults' worker either way
-        assert loop.enqueue_ahead()
+        assert loop.turns.next_estimate_s() == in_process_estimate_s(study)  # an arm of the defaults' worker either way
+        assert loop.turns.enqueue_ahead()
         return [(t.user_attrs[Attr.ROLE], t.system_attrs["fixed_params"]["amp_dtype"],
                  t.system_attrs["fixed_params"]["threads"]) for t in _waiting(study)]
 
@@ -727,7 +727,7 @@ def test_an_environments_race_leaves_what_follows_it_its_time(facts: Any) -> Non
         _, why = loop._race(object(), NOISE, loop.budget.deadline, other, 0.0, 0, role)
         return measurer.rounds, why
 
-    then, looks = _loop(study, facts, Warm(defaults), [("seed", both)]).following(other, "heuristic")
+    then, looks = _loop(study, facts, Warm(defaults), [("seed", both)]).turns.following(other, "heuristic")
     assert looks == pytest.approx(2 * look) and len(then) == 1  # the seed's look, then the combination's
     assert params_key(then[0][1]) == params_key({**defaults, "channels_last": True, "threads": 1,
                                                  "interop_threads": 2})
@@ -737,11 +737,11 @@ def test_an_environments_race_leaves_what_follows_it_its_time(facts: Any) -> Non
     # its confirmation round is one process pair, priced from its pairs' time, not its whole time outside windows
     assert race("search", 120.0, told=True)[0] > sampled[0]
     loop = _loop(study, facts, Warm(defaults), [("seed", both)])
-    assert loop.following({**defaults, "batch_per_rank": 16}, "seed") == ([], 0.0)  # the defaults' environment
+    assert loop.turns.following({**defaults, "batch_per_rank": 16}, "seed") == ([], 0.0)  # the defaults' environment
     _add(study, "seed", both, 1.2, 2.8, "in-process pairs", 0.0)  # measured slower: no seed goes first
-    assert loop.following(other, "heuristic")[1] == pytest.approx(look)
+    assert loop.turns.following(other, "heuristic")[1] == pytest.approx(look)
     _add(study, "combined", {**defaults, **HEURISTIC, "channels_last": True}, 1.5, 4.0, "process pairs", 0.0)
-    assert loop.following(other, "heuristic") == ([], 0.0)  # it would have to beat the winner's combination
+    assert loop.turns.following(other, "heuristic") == ([], 0.0)  # it would have to beat the winner's combination
 
 
 class Unbound(Warm):
@@ -787,7 +787,7 @@ def test_a_pinned_environment_is_asked_as_it_runs_where_its_memory_cannot_be_bou
     loop._next(0, None)
     recorded = study.get_trials(deepcopy=False)[-1].user_attrs[Attr.PARAMS]
     assert measurer.given[-1]["membind"] is False and recorded["membind"] is False
-    assert loop.fill(20.0)
+    assert loop.turns.fill(20.0)
     waiting = _waiting(study)
     assert [t.user_attrs[Attr.ROLE] for t in waiting] == ["combined"]
     assert waiting[0].system_attrs["fixed_params"]["channels_last"] is True

@@ -114,7 +114,7 @@ def test_an_environment_far_slower_in_its_first_steps_costs_one_process_pairs_st
         start = noise.start_s or 5.0
         assert spent < 4 * start + 5, (spent, start)
         key = environment_key({**base, "interop_threads": 2})
-        assert key in measurer.hopeless and not measurer.factor_ratios.get(key), measurer.factor_ratios
+        assert key in measurer.environments.hopeless and not measurer.factor_ratios.get(key), measurer.factor_ratios
         started = time.monotonic()
         again = measurer.begin({**base, "interop_threads": 2, "batch_per_rank": 64}, 120)
         assert isinstance(again, TrialResult) and again.speedup_high == 0.125, again

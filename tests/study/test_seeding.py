@@ -151,7 +151,7 @@ def test_a_compile_trial_gets_its_own_time_estimate(facts) -> None:
             value=1.0, user_attrs={"wall_s": wall, "status": "ok", "role": "search", "params": {"compile_mode": mode}}))
     options = SearchOptions(budget_s=600, confirm_top=0)
     loop = SearchLoop(study, "tiny", facts, CTX, {}, options, budget=Budget(0.0), notify=lambda *a: None)
-    estimate = loop.estimate_s()
+    estimate = loop.turns.estimate_s()
     assert estimate == pytest.approx(1.2 * 9.0)
     assert loop.timeout_s({"compile_mode": "none"}, 500.0, estimate) == 60.0  # max(60, 5 x 10.8)
     assert loop.timeout_s({"compile_mode": "default"}, 500.0, estimate) == 150.0  # unmeasured: a quarter of 600 s

@@ -157,7 +157,7 @@ def test_each_confirmation_round_draws_one_of_the_held_out_process_pairs() -> No
 
 
 def test_another_environment_whose_process_pairs_do_not_fit_is_not_started() -> None:
-    """As live (``EnvironmentFactors._too_short``): a candidate of another environment whose process pairs would
+    """As live (``EnvironmentFactors.too_short``): a candidate of another environment whose process pairs would
     outlast the trial's time is skipped, nothing charged; a 2-minute replay of the CNN grid recorded with 8 pairs
     of 9.5 s each otherwise started them late and ran to 138 s."""
     from autotune.testing.replay import ReplayClock
