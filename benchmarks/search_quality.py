@@ -369,7 +369,7 @@ def replay(args: argparse.Namespace) -> int:
                                            "seeded": seeded, "storage": f"sqlite:///{Path(tmp) / 'studies.db'}",
                                            "study": f"quality-{seed}", "budget_s": args.budget})
                 t0 = time.monotonic()
-                clock = ReplayClock()  # the recorded time of what the grid answers, against --budget
+                clock = ReplayClock(args.frozen_clock)  # the recorded time of what the grid answers, against --budget
                 measurer = (WithYourRuns(grid, seed, clock, scores, truth, user_pairs) if user_pairs
                             else Traced(grid, seed, clock, scores, truth))
                 outcome = search(grid.workload, options=options, measurer=measurer, facts=facts,
@@ -571,6 +571,10 @@ def main(argv: list[str] | None = None) -> int:
                              "the grid, where it exists)")
     parser.add_argument("--provisional", action="store_true",
                         help="replay: score against cells re-measured but not verified yet (one session), said so")
+    parser.add_argument("--frozen-clock", action="store_true",
+                        help="count the recorded time alone, not the replay's own: the same result every run (to "
+                             "compare two versions); by default the search's own time counts, as live, and a result "
+                             "moves a little with the machine's load")
     parser.add_argument("--baselines", action="store_true",
                         help="replay: random search, TPE at its defaults, one factor at a time, the seed list alone "
                              "and the grid in random order too, under the same measurer, clock and confirmation")

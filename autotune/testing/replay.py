@@ -376,15 +376,15 @@ _NOTHING = Interval(0.0, 0.0, 0.0, 0.0, 0)  # no pair yet: slower than anything 
 
 
 class ReplayClock:
-    """The search's clock during a replay: real time plus the recorded time the replay charged (``charge``), so a
-    2-minute replay runs out of budget where a 2-minute search would, however long a knob took; the search
-    reads it through its budget: ``search(..., timing=Budget.start(budget_s, clock.monotonic))``."""
+    """The search's clock during a replay: real time plus the recorded time charged (``charge``), so a 2-minute replay
+    runs out of budget where a 2-minute search would (read through ``Budget.start(budget_s, clock.monotonic)``);
+    ``frozen``: the recorded time alone, the same decisions every run (the search's own time moves one near a limit)."""
 
-    def __init__(self) -> None:
-        self.charged = 0.0
+    def __init__(self, frozen: bool = False) -> None:
+        self.charged, self.frozen_at = 0.0, (time.monotonic() if frozen else None)
 
     def monotonic(self) -> float:
-        return time.monotonic() + self.charged
+        return (time.monotonic() if self.frozen_at is None else self.frozen_at) + self.charged
 
     def charge(self, seconds: float) -> None:
         self.charged += max(0.0, seconds)

@@ -342,3 +342,19 @@ def test_an_environment_looked_at_keeps_its_factor_and_worker_as_live() -> None:
         for params in order:
             m.begin(params, 60.0)
         assert clock.charged - before == pytest.approx(charged), order
+
+
+def test_a_frozen_replay_clock_counts_the_recorded_time_alone() -> None:
+    """``search_quality.py --frozen-clock``: two replays of one seed decided differently where the search's own time
+    (a second or a few, longer on a loaded machine) moved a decision near a limit; a frozen clock moves only by what
+    the replay charges, so a before/after comparison of a change sees the change alone."""
+    import time
+
+    from autotune.testing.replay import ReplayClock
+
+    live, frozen = ReplayClock(), ReplayClock(frozen=True)
+    start = frozen.monotonic()
+    time.sleep(0.02)
+    assert frozen.monotonic() == start and live.monotonic() > 0.0
+    frozen.charge(12.5)
+    assert frozen.monotonic() == start + 12.5
