@@ -2,7 +2,7 @@
 
 A search keeps its fastest measurement, and the fastest of many noisy measurements is biased upward (the winner's
 curse). So the top ``confirm_top`` feasible recipes (by their search median; not those whose search interval lies
-wholly below ``1 + margin``: they could not be offered; ranked highest low bound first, ``lineup``) are measured
+wholly below ``1 + margin``: they could not be offered; ranked as ``lineup`` says) are measured
 again against the defaults with FRESH pairs, in ``confirm_rounds`` rounds: each round starts new worker processes (a
 new seed for the windows' order) and measures every candidate in them, in an order drawn anew each round (the
 ranking decides only who keeps time when it runs short), ``budget.confirmation_pairs`` pairs each, and adds one
@@ -101,8 +101,9 @@ class Rounds:
                  count: int) -> None:
         self.loop, self.top, self.done, self.count = loop, top, done, count
         # the claim's process pairs of your runs come after (``claim.user_runs``): their time is kept once a candidate
-        # could be offered or go to your runs (``offers``); before, a round may use it (kept while nothing can be
-        # offered, it would leave candidates out for time that then goes unused)
+        # could be offered or go to your runs (``offers``), and from a round below another's later rounds where one of
+        # them may make it so (``measure``); before, a round may use it (kept while nothing can be offered, it would
+        # leave candidates out for time that then goes unused)
         self.claim_s = budget.claim_s(loop.study, loop.options)
         self.decides = decides(loop)  # whether your runs can decide a candidate the rounds cannot
         self.margin = loop.noise.margin if loop.noise is not None else MIN_MARGIN
@@ -142,15 +143,21 @@ class Rounds:
 
     def measure(self, entry: TrialRecord, round_: int, alive: list[TrialRecord]) -> None:
         """``entry``'s round ``round_``, unless its time is the rounds still to come of the candidates ranked above
-        it (``alive``, best first; their rounds of ``round_`` too where not measured yet)."""
+        it (``alive``, best first; their rounds of ``round_`` too where not measured yet), or the claim's beside
+        them where this round or one of theirs may make a candidate your runs follow (``may_offer``)."""
         loop = self.loop
         ahead = [e for e in alive[:alive.index(entry)] if params_key(e.params) not in self.left_out]
         # theirs from this round on where the shuffled order has not measured them in it yet, up to the rounds the
         # search kept time for (``budget.kept_rounds``): past those, a round confirms a lower one before a later
         # round of one above
-        needed = self.needed_s([(entry, round_), *((e, r) for e in ahead for r in range(
-            round_ if (params_key(e.params), round_) not in self.done else round_ + 1, max(round_ + 1, self.kept)))])
-        held = self.claim_s if self.offers() else 0.0
+        later = [(e, r) for e in ahead for r in range(
+            round_ if (params_key(e.params), round_) not in self.done else round_ + 1, max(round_ + 1, self.kept))]
+        needed = self.needed_s([(entry, round_), *later])
+        # the claim's time is held once a candidate could be offered (``offers``), and beside the later rounds of those
+        # above where this round or one of theirs may make it so: taken by this round, the claim's time, held from
+        # then on, would take theirs
+        waiting = [entry, *{e.number: e for e, _ in later}.values()] if later else []
+        held = self.claim_s if self.offers() or any(map(self.may_offer, waiting)) else 0.0
         if loop.budget.left() - held < max(1.0, needed):
             self.left_out.add(params_key(entry.params))
             self.cut.append(f"trial {entry.number} from round {round_ + 1} of {self.count} on")
@@ -183,6 +190,18 @@ class Rounds:
         return any(c.low > offer_bar(self.margin, c.rounds) or (
             self.decides and c.rounds >= 2 and c.failed is None and c.median > offer_bar(self.margin, c.rounds))
                    for c in map(self.candidate, self.top))
+
+    def may_offer(self, entry: TrialRecord) -> bool:
+        """Whether ``entry``'s next round more likely than not makes it a candidate your runs follow (``offers``):
+        over two rounds, where your runs decide, its median above their bar (its rounds' median so far the guess);
+        else its low bound above its bar (its rounds' so far, before its first round its search low bound)."""
+        mine = self.candidate(entry)
+        if mine.rounds >= self.count:
+            return False  # no round of it is left
+        bar = offer_bar(self.margin, mine.rounds + 1)
+        if mine.rounds and self.decides:
+            return mine.median > bar
+        return (mine.low if mine.rounds else entry.result.speedup_low or 0.0) > bar
 
     def needed_s(self, entries: list[tuple[TrialRecord, int]]) -> float:
         """The rounds ``(candidate, round)`` of ``entries`` (``budget.rounds_s``), an environment's part none where
