@@ -607,20 +607,27 @@ def test_a_round_skipped_for_time_leaves_the_candidate_confirmed_over_the_rounds
     assert any("over 2 rounds of fresh processes" in n for n in recipe.notes), recipe.notes
 
 
+def _searched(rows: list[tuple[str, float, float, float]], margin: float = 0.02) -> optuna.Study:
+    """A study of search trials, each ``(role, median, low, high)``, calibrated with ``margin``."""
+    from autotune.study.records import StudyAttr
+
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr(StudyAttr.NOISE, {"margin": margin})
+    for number, (role, median, low, high) in enumerate(rows):
+        attrs = {"role": role, "status": "ok", "params": {"n": number}, "objective": median, "speedup_low": low,
+                 "speedup_high": high}
+        study.add_trial(optuna.trial.create_trial(value=median, user_attrs=attrs))
+    return study
+
+
 def test_the_confirmation_keeps_time_for_the_narrowest_candidate_first() -> None:
     """Of the candidates it confirms, the one with the highest low bound keeps its rounds' time first: with the
     heuristic (another environment, 1.25x [0.77-2.00]: process pairs, wide) ranked first by its median, its dear
     rounds had left channels_last (1.15x [1.12-1.17], in-process) one round, which read [0.92-1.15] (issue 28)."""
     from autotune.study.confirmation import lineup
-    from autotune.study.records import StudyAttr
 
-    study = optuna.create_study(direction="maximize")
-    study.set_user_attr(StudyAttr.NOISE, {"margin": 0.02})
-    for number, (role, median, low, high) in enumerate([("baseline", 1.0, 0.98, 1.02), ("seed", 1.15, 1.12, 1.17),
-                                                        ("heuristic", 1.25, 0.77, 2.0), ("search", 0.9, 0.8, 1.0)]):
-        attrs = {"role": role, "status": "ok", "params": {"n": number}, "objective": median, "speedup_low": low,
-                 "speedup_high": high}
-        study.add_trial(optuna.trial.create_trial(value=median, user_attrs=attrs))
+    study = _searched([("baseline", 1.0, 0.98, 1.02), ("seed", 1.15, 1.12, 1.17), ("heuristic", 1.25, 0.77, 2.0),
+                       ("search", 0.9, 0.8, 1.0)])
     baseline, top = lineup(study, 3)
     assert baseline is not None and baseline.number == 0
     assert [r.number for r in top] == [1, 2]  # the narrow one first; 0.9x [0.8-1.0] cannot be offered
@@ -632,15 +639,9 @@ def test_of_candidates_not_yet_above_the_bar_the_faster_keeps_its_rounds_time_fi
     the heuristic's environment, 1.13x [0.99-1.28] (process pairs), by its low bound, gave it the rounds, and your
     runs did not confirm it: the defaults were kept where the heuristic's rounds confirm 1.12x."""
     from autotune.study.confirmation import lineup
-    from autotune.study.records import StudyAttr
 
-    study = optuna.create_study(direction="maximize")
-    study.set_user_attr(StudyAttr.NOISE, {"margin": 0.02})
-    for number, (role, median, low, high) in enumerate([("baseline", 1.0, 0.98, 1.02), ("heuristic", 1.13, 0.99, 1.28),
-                                                        ("in-process", 1.06, 1.01, 1.13), ("seed", 1.15, 1.12, 1.17)]):
-        attrs = {"role": role, "status": "ok", "params": {"n": number}, "objective": median, "speedup_low": low,
-                 "speedup_high": high}
-        study.add_trial(optuna.trial.create_trial(value=median, user_attrs=attrs))
+    study = _searched([("baseline", 1.0, 0.98, 1.02), ("heuristic", 1.13, 0.99, 1.28),
+                       ("in-process", 1.06, 1.01, 1.13), ("seed", 1.15, 1.12, 1.17)])
     assert [r.number for r in lineup(study, 3)[1]] == [3, 1, 2]  # above the bar first, then the faster
 
 
@@ -649,14 +650,8 @@ def test_what_rounds_across_workers_can_confirm_is_confirmed_under_one_worker_s_
     could not make it the recipe, three rounds of fresh workers (asked 1.02) can, so it is confirmed and kept time
     for (``confirm_bar``)."""
     from autotune.study.confirmation import confirm_bar, contenders, lineup
-    from autotune.study.records import StudyAttr
 
-    study = optuna.create_study(direction="maximize")
-    study.set_user_attr(StudyAttr.NOISE, {"margin": 0.08})
-    for number, (role, median, low, high) in enumerate([("baseline", 1.0, 0.95, 1.05), ("seed", 1.05, 1.03, 1.07)]):
-        attrs = {"role": role, "status": "ok", "params": {"n": number}, "objective": median, "speedup_low": low,
-                 "speedup_high": high}
-        study.add_trial(optuna.trial.create_trial(value=median, user_attrs=attrs))
+    study = _searched([("baseline", 1.0, 0.95, 1.05), ("seed", 1.05, 1.03, 1.07)], margin=0.08)
     assert lineup(study, 3, rounds=1)[1] == [] and confirm_bar(study, 1) == pytest.approx(1.08)
     top = lineup(study, 3, rounds=3)[1]
     assert [r.number for r in top] == [1] and contenders(top, confirm_bar(study, 3)) == top
