@@ -219,7 +219,7 @@ class LiveMeasurer(PairedMeasurer):
                                   started)
         if status.state == "ok":
             return trial
-        self.pool.drop_arm(trial.worker if trial.in_process else None, trial.name)
+        self._drop(trial)
         if status.state == "no-room":
             # Two models do not fit on this GPU next to each other (``paired``): fresh processes, one model each.
             trial.worker, trial.cand_status = None, None
@@ -248,7 +248,7 @@ class LiveMeasurer(PairedMeasurer):
                 with contextlib.suppress(WorkerError):  # else the next candidate starts it
                     self.pool.defaults_worker(max(1.0, trial.deadline - time.monotonic()), with_arm=True)
         else:
-            self.pool.drop_arm(trial.worker if trial.in_process else None, trial.name)
+            self._drop(trial)
         return hopeless_result(trial, status, why, time.monotonic() - started if status is None else 0.0)
 
     def more(self, handle: object, n: int, timeout_s: float, confidence: float = stats.CONFIDENCE) -> stats.Interval:
@@ -318,7 +318,7 @@ class LiveMeasurer(PairedMeasurer):
         try:
             return self._end(trial)
         finally:
-            self.pool.drop_arm(trial.worker if trial.in_process else None, trial.name)
+            self._drop(trial)
 
     def _end(self, trial: LiveTrial) -> TrialResult:
         if trial.failed is not None:
@@ -375,6 +375,10 @@ class LiveMeasurer(PairedMeasurer):
         return TrialResult(status, error=message, wall_s=time.monotonic() - trial.started,
                            startup_s=trial.startup_s, warmup_s=trial.warmup_s, timed_s=trial.timed_s,
                            warnings=trial.warnings)
+
+    def _drop(self, trial: LiveTrial) -> None:
+        """The candidate's arm leaves its worker (``WorkerPool.drop_arm``); a candidate not in-process has none."""
+        self.pool.drop_arm(trial.worker if trial.in_process else None, trial.name)
 
     def user_pair(self, params: dict[str, Any], seed: int, timeout_s: float) -> RunPair:
         """One pair of your runs (``runs.trial_pair``), the search's own workers ended first: your run has the
