@@ -125,6 +125,13 @@ def heuristic(facts: Facts, ctx: SpaceContext) -> Params:
     return {"openmp": "intel" if intel else "gnu", "kmp_blocktime": 1 if intel else None, "allocator": allocator}
 
 
+def promising(facts: Facts, ctx: SpaceContext) -> list[Params]:
+    """The heuristic's allocator alone, where it has one: ``run_cpu`` changes several knobs at once, and where another
+    of them costs (its OpenMP runtime or inter-op threads) the allocator's own gain goes with it."""
+    allocator = heuristic(facts, ctx)["allocator"]
+    return [{"allocator": allocator}] if allocator != defaults(facts, ctx)["allocator"] else []
+
+
 def libraries(params: dict[str, Any], facts: Facts) -> list[str]:
     """The paths to preload for ``params`` on this machine (a choice whose library is missing is left out)."""
     chosen = [params.get("openmp"), params.get("allocator")]
@@ -210,7 +217,7 @@ def apply_process(params: Params, facts: Facts | None) -> list[str]:
     return ["allocator=glibc-kept not applied: the C library is not glibc, or its mallopt refused the thresholds"]
 
 
-# Hooks this family leaves to the defaults (search_spaces._family): promising, interactions, prepare_model, prepare.
+# Hooks this family leaves to the defaults (search_spaces._family): interactions, prepare_model, prepare.
 
 
 class _DlInfo(ctypes.Structure):

@@ -72,6 +72,7 @@ class StudyAttr:
 Role = Literal["baseline", "heuristic", "warm-start", "seed", "combined", "interaction", "search", "in-process",
                "confirm"]
 BASELINE: Final = "baseline"  # PyTorch's defaults: what every trial is compared with
+HEURISTIC: Final = "heuristic"  # what torch.backends.xeon.run_cpu would set (``search_spaces.heuristic``)
 WARM_START: Final = "warm-start"  # the recipe stored earlier for this workload and hardware
 SEARCH: Final = "search"  # sampled by Optuna
 IN_PROCESS: Final = "in-process"  # sampled by Optuna in an environment that starts no process (the budget's end)
@@ -145,7 +146,7 @@ def trial_id(trial: optuna.Trial | FrozenTrial) -> int:
 
 
 __all__ = [
-    "BASELINE", "COMBINED", "CONFIRM", "CONSTRAINTS", "INTERACTION", "IN_PROCESS", "MEASURED", "NOT_RUN",
+    "BASELINE", "COMBINED", "CONFIRM", "CONSTRAINTS", "HEURISTIC", "INTERACTION", "IN_PROCESS", "MEASURED", "NOT_RUN",
     "PAIRED", "SEARCH", "WARM_START",
     "Attr", "Role", "StudyAttr", "TrialRecord", "optuna_storage", "params_key", "records",
     "study_margin", "trial_id",

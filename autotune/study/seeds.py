@@ -3,7 +3,8 @@
 The seeds, in order: the baseline (PyTorch's defaults), the recipe stored earlier for this workload
 and hardware (warm start), then the seeds that keep the defaults' environment (the knob families'
 promising single changes: arms in the defaults' worker, no process start), then those that change it (the
-``run_cpu`` heuristic: its factor needs pairs of fresh processes, the dearest measurement). They are
+``run_cpu`` heuristic: its factor needs pairs of fresh processes, the dearest measurement), then a part of the
+heuristic's environment (its allocator alone, for where its other changes cost its gain). They are
 enqueued one at a time (``enqueue_next_seed``), so an interrupted seed comes first again when the study
 continues. ``--fix`` is checked against the space before anything is written
 (``check_fixed``), and a study whose trials asked a knob with other choices than these options give
@@ -28,6 +29,7 @@ from .records import (
     BASELINE,
     COMBINED,
     CONFIRM,
+    HEURISTIC,
     IN_PROCESS,
     INTERACTION,
     SEARCH,
@@ -71,7 +73,8 @@ def seeds(facts: Facts, ctx: spaces.SpaceContext, options: SearchOptions, worklo
     machine's ``measured`` kernel speeds, a precision measured hopeless is not seeded (``not_seeded``) and
     the others go fastest first: the facts' flags say what the hardware has, not what its kernels make of it.
     Where every trial starts processes of its own (``fresh_processes``: script mode), no seed is cheaper than
-    another, and the seeds that change the environment, several knobs at once, go first."""
+    another, and the seeds that change the environment, several knobs at once, go first. A part of the heuristic's
+    environment goes last in both."""
     found = spaces.seeds(facts, ctx)
     if not options.seeded:
         return found[:1]
@@ -102,13 +105,25 @@ def seeds(facts: Facts, ctx: spaces.SpaceContext, options: SearchOptions, worklo
         measured_speed = measured.speed(params.get("amp_dtype", "float32")) if measured is not None else None
         return measured_speed.speed if measured_speed is not None else 1.0
 
+    # the defaults and the heuristic as the seeds read: with --fix, whose knobs are no seed's change
+    held, heuristic = (spaces.as_trial({**params, **options.fixed}, facts, ctx)
+                       for params in (found[0][1], next((p for r, p in found if r == HEURISTIC), found[0][1])))
+
+    def part_of_heuristic(params: dict[str, Any]) -> bool:  # a part of the heuristic's environment, not all of it
+        changed = [k for k in environment_keys() if params.get(k) != held.get(k)]
+        return bool(changed) and all(params.get(k) == heuristic.get(k) for k in changed) \
+            and any(heuristic.get(k) != held.get(k) for k in environment_keys() if k not in changed)
+
     # The cheap first: a seed of another environment waits for those the defaults' worker measures; of each,
     # the precisions measured fastest first (float32's seeds as 1.0, in their order). In script mode every seed
-    # starts copies: the environment's, several knobs at once, first.
+    # starts copies: the environment's, several knobs at once, first. A part of the heuristic's environment is
+    # measured for where its other changes cost its gain: after the heuristic and the in-process seeds.
     def order(seed: Seed) -> tuple[int, float]:
         if seed[0] == WARM_START:
             return 0, 0.0
-        return 1 + (bool(environment_differences(found[0][1], seed[1])) != fresh_processes), -speed(seed[1])
+        if part_of_heuristic(seed[1]):
+            return 3, -speed(seed[1])
+        return 1 + (bool(environment_differences(held, seed[1])) != fresh_processes), -speed(seed[1])
 
     return out[:1] + sorted(out[1:], key=order)
 

@@ -168,18 +168,18 @@ class Turns:
             self.combination_due()
 
     def environment_seed_due(self) -> bool:
-        """Enqueue the next seed that changes the environment (the heuristic's) ahead of its turn where one more trial
-        that starts no process would leave it too little time: its first look (``budget.started_estimate_s``) and
-        the time kept for the confirmation with it counted (``budget.reserve_s``'s ``racing``: its rounds, a round's
-        process pair priced as one of its first look's, and the claim's pairs of your runs), and its combination's
-        where an in-process winner would make one (``seeds.prospective_combination``: its first look an arm of the
-        environment's worker, its rounds' own windows), while the seed alone still fits. True if it was. It takes a
-        sampled trial's turn too (``sampled_turn``'s third is of the candidates before it). Where the
-        confirmation's top is full, its own rounds are not counted (``reserve_s``): three contenders already hold a
+        """Enqueue the next seed that changes the environment (the heuristic, then its allocator alone) ahead of its
+        turn where one more trial that starts no process would leave it too little time: its first look
+        (``budget.started_estimate_s``) and the time kept for the confirmation with it counted (``budget.reserve_s``'s
+        ``racing``: its rounds, a round's process pair priced as one of its first look's, and the claim's pairs of your
+        runs), and its combination's where an in-process winner would make one (``seeds.prospective_combination``: its
+        first look an arm of the environment's worker, its rounds' own windows), while the seed alone still fits. True
+        if it was. It takes a sampled trial's turn too (``sampled_turn``'s third is of the candidates before it). Where
+        the confirmation's top is full, its own rounds are not counted (``reserve_s``): three contenders already hold a
         gain. The cheap first would make such a seed wait for the defaults' worker's seeds and the sampled turns, where
-        it may be the only gain; one that does not fit now keeps its turn (taken first wherever it did not fit, it
-        takes a short search's time from the in-process seeds that may hold its gain); its combination is counted,
-        or the combination comes too late for its rounds."""
+        it may be the only gain; one that does not fit now keeps its turn (taken first wherever it did not fit, it takes
+        a short search's time from the in-process seeds that may hold its gain); its combination is counted, or the
+        combination comes too late for its rounds."""
         if self._no_turn_ahead():
             return False
         seed = next_seed(self.study, self.seeds, lambda params: not self._warm(params))

@@ -693,14 +693,15 @@ class Begun(Scripted):
 
 def _fp16_search(tmp_path: Path, facts: Any, name: str, measurer: Begun, fixed: dict[str, Any],
                  kernels: tuple[Any, ...]) -> list[Any]:
-    """A 14-trial search of ``tiny`` on a CPU with AVX512-FP16 (``kernels``: its measured kernel speeds): the
-    records of its float16 trials."""
+    """A 14-trial search of ``tiny`` on a CPU with AVX512-FP16 (``kernels``: its measured kernel speeds) and no
+    preloadable allocator (its seeds the same wherever the suite runs): the records of its float16 trials."""
     import dataclasses
 
     from autotune.probes import Measured
     from autotune.study.records import records
 
-    fp16 = dataclasses.replace(facts, cpu=dataclasses.replace(facts.cpu, isa=(*facts.cpu.isa, "avx512_fp16")))
+    fp16 = dataclasses.replace(facts, cpu=dataclasses.replace(facts.cpu, isa=(*facts.cpu.isa, "avx512_fp16")),
+                               runtime=dataclasses.replace(facts.runtime, tcmalloc_path=None, jemalloc_path=None))
     storage = f"sqlite:///{tmp_path}/{name}.db"
     search("tiny", options=SearchOptions(storage=storage, budget_s=None, trials=14, confirm_top=0, fixed=fixed,
                                          seed=3), measurer=measurer, facts=fp16,

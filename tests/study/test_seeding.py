@@ -72,19 +72,66 @@ def test_seeds_of_the_defaults_environment_come_before_those_that_change_it(fact
     assert other[1:] == sorted(other[1:]) and other[-1], seeds  # every same-environment seed first
 
 
+def _with_allocator(facts, found: bool):
+    """``facts`` with tcmalloc found or not, and neither jemalloc nor libiomp5: the heuristic's allocator is
+    tcmalloc or glibc's, whatever this machine has installed."""
+    return replace(facts, runtime=replace(facts.runtime, tcmalloc_path="/lib/libtcmalloc.so.4" if found else None,
+                                          jemalloc_path=None, iomp5_path=None))
+
+
 def test_where_every_trial_starts_processes_the_seeds_that_change_the_environment_come_first(facts,
                                                                                              tmp_path: Path) -> None:
     """Script mode: each seed costs fresh process pairs of copies, whichever knobs it changes; the heuristic, which
-    changes several at once, comes right after the baseline, the rest in the order they had."""
+    changes several at once, comes right after the baseline, the rest in the order they had, and a part of the
+    heuristic's environment last in both modes."""
     from autotune.measure import environment_differences
 
+    facts = _with_allocator(facts, found=True)
     ctx, options = SpaceContext(default_batch_size=32, conv=True), SearchOptions(storage=f"sqlite:///{tmp_path}/s.db")
     live = search_seeds(facts, ctx, options, "cnn")
     script = search_seeds(facts, ctx, options, "cnn", fresh_processes=True)
-    other = [bool(environment_differences(script[0][1], params)) for _, params in script]
+    other = [bool(environment_differences(script[0][1], params)) for _, params in script[:-1]]
     assert script[0] == live[0] and script[1][0] == "heuristic" and len(script) == len(live), script
     assert other[1:] == sorted(other[1:], reverse=True) and not other[-1], script
     assert [s for s in script if s[0] == "seed"] == [s for s in live if s[0] == "seed"]
+    assert script[-1] == live[-1] == ("seed", {**live[0][1], "allocator": "tcmalloc"})
+
+
+@pytest.mark.parametrize("fix", [{}, {"threads": 1}, {"affinity": "compact"}])
+@pytest.mark.parametrize("fresh_processes", [False, True])
+def test_the_heuristics_allocator_alone_is_seeded_last(facts, tmp_path: Path, fresh_processes: bool, fix: dict) -> None:
+    """``run_cpu`` changes several knobs at once; where another of them costs, the allocator's own gain is measured on
+    its own (``docs/search.md``): after the heuristic and the in-process seeds, measured fastest first, in both modes,
+    whatever knob of the environment ``--fix`` holds."""
+    from autotune.measure import environment_differences
+
+    facts = _with_isa(_with_allocator(facts, found=True), "avx512_bf16")
+    options = SearchOptions(storage=f"sqlite:///{tmp_path}/s.db", fixed=fix)
+    seeded = search_seeds(facts, CTX, options, "tiny", _measured(facts, bfloat16=(1.5, 1.5)),
+                          fresh_processes=fresh_processes)
+    roles = [r for r, _ in seeded]
+    base = {**seeded[0][1], **fix}
+    assert seeded[-1] == ("seed", {**base, "allocator": "tcmalloc"}), seeded
+    assert roles.index("heuristic") == (1 if fresh_processes else len(seeded) - 2), seeded
+    inner = [p for r, p in seeded[1:-1] if r == "seed"]
+    assert inner and not any(environment_differences(base, p) for p in inner), seeded
+    assert inner[0]["amp_dtype"] == "bfloat16", seeded  # measured faster than float32: first of them
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_the_heuristics_allocator_alone_is_not_seeded_where_the_heuristic_keeps_glibcs(facts, tmp_path: Path,
+                                                                                      device: str) -> None:
+    """None where the heuristic keeps glibc's malloc: none found, or on CUDA (the CPU runtimes stay at their defaults);
+    and on CUDA, tcmalloc found changes no seed."""
+    options = SearchOptions(storage=f"sqlite:///{tmp_path}/s.db")
+    ctx = SpaceContext(default_batch_size=32, device=device)
+    with_it = search_seeds(_with_allocator(facts, found=True), ctx, options, "tiny")
+    without = search_seeds(_with_allocator(facts, found=False), ctx, options, "tiny")
+    assert not any(p.get("allocator") == "tcmalloc" for _, p in without)
+    if device == "cuda":
+        assert with_it == without
+    else:
+        assert with_it[:-1] == [(r, {**p, "allocator": "tcmalloc"} if r == "heuristic" else p) for r, p in without]
 
 
 def test_fixed_knobs_hold_in_every_seed_but_the_baseline(facts, tmp_path: Path) -> None:
