@@ -117,8 +117,8 @@ def heuristic(facts: Facts, ctx: SpaceContext) -> Params:
 
 def interactions(facts: Facts, ctx: SpaceContext) -> list[Params]:
     """Thread settings that may pay only beside another knob's gain, tried with the search's best in-process recipe
-    (``study.seeds.interaction_seeds``): one thread, and the defaults' threads with one inter-op thread: one thread
-    can lose alone and win beside a faster precision, which leaves the other thread its share of the CPU."""
+    (``study.combinations.interaction_seeds``): one thread, and the defaults' threads with one inter-op thread: one
+    thread can lose alone and win beside a faster precision, which leaves the other thread its share of the CPU."""
     if ctx.device == "cuda":
         return []
     base = defaults(facts, ctx)

@@ -76,7 +76,7 @@ HEURISTIC: Final = "heuristic"  # what torch.backends.xeon.run_cpu would set (``
 WARM_START: Final = "warm-start"  # the recipe stored earlier for this workload and hardware
 SEARCH: Final = "search"  # sampled by Optuna
 IN_PROCESS: Final = "in-process"  # sampled by Optuna in an environment that starts no process (the budget's end)
-COMBINED: Final = "combined"  # the fastest environment with the fastest in-process knobs (``seeds.combination``)
+COMBINED: Final = "combined"  # the fastest environment with the fastest in-process knobs (``combinations.combination``)
 INTERACTION: Final = "interaction"  # the best in-process recipe with a change that may pay only beside it
 CONFIRM: Final = "confirm"  # a side-by-side re-run of a candidate or the baseline
 

@@ -9,19 +9,17 @@ from .. import search_spaces as spaces
 from ..measure import PROCESS_PAIRS, PairedMeasurer, environment_differences, environment_keys, paired_method
 from ..trial.spec import Status, TrialResult
 from . import budget, verdict
-from .events import Phase, Progress
-from .records import BASELINE, COMBINED, CONFIRM, IN_PROCESS, MEASURED, SEARCH, WARM_START, Attr, params_key, records
-from .seeds import (
-    Seed,
+from .combinations import (
     combination,
     enqueue_combination,
     extension,
-    input_seeds,
     interaction_seeds,
-    next_seed,
     prospective_combination,
     winner_combined,
 )
+from .events import Phase, Progress
+from .records import BASELINE, COMBINED, CONFIRM, IN_PROCESS, MEASURED, SEARCH, WARM_START, Attr, params_key, records
+from .seeds import Seed, input_seeds, next_seed
 
 if TYPE_CHECKING:
     import optuna
@@ -125,18 +123,18 @@ class Turns:
         return True
 
     def _combined(self, ahead: bool = False) -> dict[str, Any] | None:
-        """The combination (``seeds.combination``; ``ahead``: one to go before the seeds left); none unseeded."""
+        """The combination (``combinations.combination``; ``ahead``: one to go before the seeds left); none unseeded."""
         return combination(self.study, self.facts, self.ctx, self.options.fixed, ahead) if self.options.seeded else None
 
     def enqueue_combined(self) -> bool:
-        """Enqueue ``_combined`` unless a trial is waiting (``seeds.enqueue_combination``); True if one was."""
+        """Enqueue ``_combined`` unless a trial is waiting (``combinations.enqueue_combination``); True if one was."""
         return self.options.seeded and enqueue_combination(self.study, self.facts, self.ctx, self.options.fixed)
 
     def _ahead(self) -> Seed | None:
         """What goes before the seeds left: the combination where its environment's gain was measured
-        (``_combined(ahead=True)``), but first a seed that may make its in-process part faster (``seeds.extension``:
-        an arm of the defaults' worker, as cheap as the combination's look) where the combination's look and the
-        time kept with it counted still fit after it; None otherwise."""
+        (``_combined(ahead=True)``), but first a seed that may make its in-process part faster
+        (``combinations.extension``: an arm of the defaults' worker, as cheap as the combination's look) where the
+        combination's look and the time kept with it counted still fit after it; None otherwise."""
         combined = self._combined(ahead=True)
         if combined is None:
             return None
@@ -172,14 +170,14 @@ class Turns:
         turn where one more trial that starts no process would leave it too little time: its first look
         (``budget.started_estimate_s``) and the time kept for the confirmation with it counted (``budget.reserve_s``'s
         ``racing``: its rounds, a round's process pair priced as one of its first look's, and the claim's pairs of your
-        runs), and its combination's where an in-process winner would make one (``seeds.prospective_combination``: its
-        first look an arm of the environment's worker, its rounds' own windows), while the seed alone still fits. True
-        if it was. It takes a sampled trial's turn too (``sampled_turn``'s third is of the candidates before it). Where
-        the confirmation's top is full, its own rounds are not counted (``reserve_s``): three contenders already hold a
-        gain. The cheap first would make such a seed wait for the defaults' worker's seeds and the sampled turns, where
-        it may be the only gain; one that does not fit now keeps its turn (taken first wherever it did not fit, it takes
-        a short search's time from the in-process seeds that may hold its gain); its combination is counted, or the
-        combination comes too late for its rounds."""
+        runs), and its combination's where an in-process winner would make one
+        (``combinations.prospective_combination``: its first look an arm of the environment's worker, its rounds' own
+        windows), while the seed alone still fits. True if it was. It takes a sampled trial's turn too
+        (``sampled_turn``'s third is of the candidates before it). Where the confirmation's top is full, its own rounds
+        are not counted (``reserve_s``): three contenders already hold a gain. The cheap first would make such a seed
+        wait for the defaults' worker's seeds and the sampled turns, where it may be the only gain; one that does not
+        fit now keeps its turn (taken first wherever it did not fit, it takes a short search's time from the in-process
+        seeds that may hold its gain); its combination is counted, or the combination comes too late for its rounds."""
         if self._no_turn_ahead():
             return False
         seed = next_seed(self.study, self.seeds, lambda params: not self._warm(params))
@@ -206,7 +204,7 @@ class Turns:
         first look (an arm) and the time kept for the confirmation with it counted (``budget.reserve_s``'s
         ``racing``), while that still fits. True if it was. Behind a sampled trial's turn the combination, often
         the fastest, would come too late for its rounds. Where a seed
-        may make its in-process part faster (``seeds.extension``), that seed goes first, one look earlier, while
+        may make its in-process part faster (``combinations.extension``), that seed goes first, one look earlier, while
         both looks fit; else the combination with the winner so far."""
         if self._no_turn_ahead():
             return False
@@ -244,9 +242,9 @@ class Turns:
 
     def following(self, params: dict[str, Any], role: str) -> tuple[list[tuple[TrialResult, dict[str, Any]]], float]:
         """What follows a seed of another environment where an in-process winner would combine with it and no
-        combination with that winner was measured yet (``seeds.prospective_combination``), as
+        combination with that winner was measured yet (``combinations.prospective_combination``), as
         ``environment_seed_due`` counted it: the combination as the reserve prices it (``_prospect``) and its look,
-        with the look of the seed that goes before it (``seeds.extension``); nothing otherwise (a sampled trial's
+        with the look of the seed that goes before it (``combinations.extension``); nothing otherwise (a sampled trial's
         combination would have to beat the fastest environment measured): the seed's race must not take the time its
         plan counted for them."""
         if not self.options.seeded or role in (SEARCH, IN_PROCESS, COMBINED) \
@@ -255,9 +253,9 @@ class Turns:
         return self._combination_plan(params)
 
     def _combination_plan(self, environment: dict[str, Any]) -> tuple[list[tuple[TrialResult, dict[str, Any]]], float]:
-        """The combination an environment would make (``seeds.prospective_combination``) as the reserve prices it
+        """The combination an environment would make (``combinations.prospective_combination``) as the reserve prices it
         (``_prospect``), and the seconds of its look and of the look of the seed that goes before it
-        (``seeds.extension``, ``_ahead``); nothing where it would make none or no trial is cheap."""
+        (``combinations.extension``, ``_ahead``); nothing where it would make none or no trial is cheap."""
         look = self._cheap_estimate_s()
         joined = prospective_combination(self.study, self.facts, self.ctx, self.options.fixed, environment)
         if look is None or joined is None:
@@ -296,9 +294,9 @@ class Turns:
 
     def seed_the_interactions(self) -> None:
         """Once every seed and the combination are measured and an in-process recipe beats the defaults: that recipe
-        with the changes that may pay only beside it (``seeds.interaction_seeds``: one thread, one inter-op thread)
-        join the seeds, once, and take their turns with the sampled trials (``sampled_turn``): such a change is one
-        no single-change seed makes and a short search rarely samples."""
+        with the changes that may pay only beside it (``combinations.interaction_seeds``: one thread, one inter-op
+        thread) join the seeds, once, and take their turns with the sampled trials (``sampled_turn``): such a change is
+        one no single-change seed makes and a short search rarely samples."""
         if self.interactions_read or not self.options.seeded or next_seed(self.study, self.seeds) is not None \
                 or self.waiting() or combination(self.study, self.facts, self.ctx, self.options.fixed) is not None:
             return  # the combination first: its environment's factor is measured, its worker may be alive

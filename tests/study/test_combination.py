@@ -7,8 +7,8 @@ import optuna
 import pytest
 
 from autotune import search_spaces as spaces
+from autotune.study.combinations import combination, enqueue_combination
 from autotune.study.records import Attr, params_key
-from autotune.study.seeds import combination, enqueue_combination
 
 CTX = spaces.SpaceContext(default_batch_size=32)
 
