@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import search_spaces as spaces
-from ..measure import environment_differences, environment_keys
+from ..measure import environment_differences, environment_key, environment_keys
 from .records import (
     BASELINE,
     COMBINED,
@@ -33,14 +33,15 @@ if TYPE_CHECKING:
 
 def combination(study: optuna.Study, facts: Facts, ctx: spaces.SpaceContext,
                 fixed: dict[str, Any] | None = None, ahead: bool = False) -> dict[str, Any] | None:
-    """The fastest environment measured so far with the fastest in-process knobs of the defaults' environment, when
-    no trial has measured them together yet; None otherwise. Each was measured against the defaults, the one
-    across process pairs, the other inside the defaults' worker, and TPE samples every knob at once, so in a
-    short search the two gains are seldom tried together. Its factor is cached and its worker may still
-    be alive: the combination costs an arm's warm-up and its pairs. Taken only where the in-process knobs beat
-    the defaults by the margin and the environment is not slower than the defaults; one process (``processes``
-    > 1 is measured in fresh processes, without a factor). ``ahead``: only where it goes before the seeds left,
-    its environment's own factor above the defaults by the margin (a gain measured, not a reading in the noise)."""
+    """The fastest environment measured so far with the fastest in-process knobs of the defaults' environment, when no
+    trial has measured them together yet; None otherwise. Each was measured against the defaults, the one across process
+    pairs, the other inside the defaults' worker, and TPE samples every knob at once, so in a short search the two gains
+    are seldom tried together. Its factor is cached and its worker may still be alive: the combination costs an arm's
+    warm-up and its pairs. Environments rank by their own speed (``_own_speeds``), not by a combination's. Taken only
+    where the in-process knobs beat the defaults by the margin and a trial of the environment read at least the
+    defaults' speed; one process (``processes`` > 1 is measured in fresh processes, without a factor). ``ahead``: only
+    where it goes before the seeds left, its environment's own speed above the defaults by the margin (a gain measured,
+    not a reading in the noise)."""
     found = _measured(study)
     baseline = next((r for r in found if r.role == BASELINE), None)
     inner = _inner_winner(study, found)
@@ -50,10 +51,34 @@ def combination(study: optuna.Study, facts: Facts, ctx: spaces.SpaceContext,
              and spaces.processes.count(r.params) == 1]
     if not other:
         return None
-    env = max(other, key=lambda r: r.result.objective or 0.0)
-    if (env.result.objective or 0.0) < 1 or (ahead and _factor(study, env) <= 1 + study_margin(study)):
+    groups: dict[str, list[TrialRecord]] = {}
+    for r in other:
+        groups.setdefault(environment_key(r.params), []).append(r)
+    speeds = _own_speeds(study, groups)
+    if not speeds:
         return None
-    return _joined(study, inner.params, env.params, facts, ctx, fixed)
+    key = max(speeds, key=lambda k: speeds[k])
+    if max(r.result.objective or 0.0 for r in groups[key]) < 1 or (ahead and speeds[key] <= 1 + study_margin(study)):
+        return None
+    return _joined(study, inner.params, groups[key][0].params, facts, ctx, fixed)
+
+
+def _own_speeds(study: optuna.Study, groups: dict[str, list[TrialRecord]]) -> dict[str, float]:
+    """Each environment's speed over the defaults' (``groups``: its measured trials by ``environment_key``): its
+    factor (``Attr.ENVIRONMENT_FACTOR``'s median, recorded once its process pairs settled), else its fastest trial
+    that is not a combination nor an interaction; none where it has neither. Such a trial carries the in-process
+    winner's gain too: by its speedup its environment stayed the fastest and kept another, read faster alone, from
+    ever being combined. A trial the sampler drew may carry a gain of its own, as before (a warm start of one thread
+    with bfloat16 read 1.2x where one thread's own factor was 0.88x)."""
+    trials, out = study.get_trials(deepcopy=False), {}
+    for key, mine in groups.items():
+        recorded = [trials[r.number].user_attrs.get(Attr.ENVIRONMENT_FACTOR) for r in mine]
+        factors = [float(f["median"]) for f in recorded if isinstance(f, dict)
+                   and isinstance(f.get("median"), (int, float))]
+        alone = [r.result.objective or 0.0 for r in mine if r.role not in (COMBINED, INTERACTION)]
+        if factors or alone:
+            out[key] = factors[0] if factors else max(alone)
+    return out
 
 
 def prospective_combination(study: optuna.Study, facts: Facts, ctx: spaces.SpaceContext,
@@ -75,14 +100,6 @@ def _joined(study: optuna.Study, inner: dict[str, Any], environment: dict[str, A
         return None
     params = spaces.as_trial(params, facts, ctx)  # as taken trials record theirs: a moot --fix is none of them
     return None if params_key(params) in _taken(study) else params
-
-
-def _factor(study: optuna.Study, record: TrialRecord) -> float:
-    """A trial's environment over the defaults' (``Attr.ENVIRONMENT_FACTOR``'s median), else its speedup: a warm
-    start of one thread with bfloat16 read 1.2x where one thread's own factor was 0.88x."""
-    recorded = study.get_trials(deepcopy=False)[record.number].user_attrs.get(Attr.ENVIRONMENT_FACTOR)
-    median = recorded.get("median") if isinstance(recorded, dict) else None
-    return float(median) if isinstance(median, (int, float)) else (record.result.objective or 0.0)
 
 
 def interaction_seeds(study: optuna.Study, facts: Facts, ctx: spaces.SpaceContext,
@@ -135,7 +152,8 @@ def extension(study: optuna.Study, seeds: list[Seed], asked: Callable[[dict[str,
 
 def winner_combined(study: optuna.Study) -> bool:
     """Whether a combination (role ``combined``) carrying the in-process winner's knobs (``_inner_winner``) was
-    measured: another environment's would have to beat it."""
+    measured: another environment's comes only where that environment reads faster alone, which its seed's race
+    cannot know, so keeps no time for it (``Turns.following``)."""
     found = _measured(study)
     inner = _inner_winner(study, found)
     if inner is None:

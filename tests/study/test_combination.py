@@ -47,6 +47,30 @@ def test_the_fastest_environment_is_tried_with_the_fastest_in_process_knobs(meas
     assert combination(study, facts, CTX) is None  # measured: not again
 
 
+@pytest.mark.parametrize("factors", [False, True])
+def test_an_environment_read_faster_alone_after_a_combination_gets_its_own(measured: Any, facts: Any,
+                                                                             factors: bool) -> None:
+    """Environments rank by their own speed: a combination measured in one carries the in-process gain too, so by its
+    speedup that environment would stay the fastest, and one read faster alone later (a transformer's allocator alone
+    after the heuristic's combination with bf16) would never be combined. Its own speed: its factor where the search
+    recorded one (live), else its fastest trial that is neither a combination nor an interaction (a replay records
+    no factor)."""
+    study, defaults = measured  # the heuristic's environment read 1.04 alone
+    heuristic = {**defaults, "threads": 1, "interop_threads": 1}
+    _add(study, "combined", {**heuristic, "batch_per_rank": 64}, 1.35)
+    if factors:  # its factor above what the seed below reads alone: the factor ranks, not the reading
+        study = _with_factor(study, 1.08)
+    assert combination(study, facts, CTX) is None  # the only environment: combined already
+    faster = {**defaults, "threads": 1}
+    _add(study, "seed", faster, 1.06)
+    if factors:
+        assert combination(study, facts, CTX) is None  # 1.06 alone, under the heuristic's factor
+        study = _with_factor(study, 1.1)
+    assert combination(study, facts, CTX) == {**faster, "batch_per_rank": 64}
+    _add(study, "interaction", {**defaults, "interop_threads": 1, "batch_per_rank": 64}, 1.4)  # no speed of its own
+    assert combination(study, facts, CTX) == {**faster, "batch_per_rank": 64}
+
+
 def test_no_combination_without_a_gain_on_both_sides_or_with_fixed_knobs(measured: Any, facts: Any) -> None:
     study, defaults = measured
     assert combination(study, facts, CTX, fixed={"batch_per_rank": 64}) is not None  # --fix holds
