@@ -65,11 +65,9 @@ def combination(study: optuna.Study, facts: Facts, ctx: spaces.SpaceContext,
 
 def _own_speeds(study: optuna.Study, groups: dict[str, list[TrialRecord]]) -> dict[str, float]:
     """Each environment's speed over the defaults' (``groups``: its measured trials by ``environment_key``): its
-    factor (``Attr.ENVIRONMENT_FACTOR``'s median, recorded once its process pairs settled), else its fastest trial
-    that is not a combination nor an interaction; none where it has neither. Such a trial carries the in-process
-    winner's gain too: by its speedup its environment stayed the fastest and kept another, read faster alone, from
-    ever being combined. A trial the sampler drew may carry a gain of its own, as before (a warm start of one thread
-    with bfloat16 read 1.2x where one thread's own factor was 0.88x)."""
+    factor (``Attr.ENVIRONMENT_FACTOR``'s median as its newest trial recorded it, over the most process pairs), else
+    its fastest trial that is not a combination nor an interaction; none where it has neither. Such a trial carries
+    the in-process winner's gain and would keep its environment first; a trial the sampler drew may carry one too."""
     trials, out = study.get_trials(deepcopy=False), {}
     for key, mine in groups.items():
         recorded = [trials[r.number].user_attrs.get(Attr.ENVIRONMENT_FACTOR) for r in mine]
@@ -77,7 +75,7 @@ def _own_speeds(study: optuna.Study, groups: dict[str, list[TrialRecord]]) -> di
                    and isinstance(f.get("median"), (int, float))]
         alone = [r.result.objective or 0.0 for r in mine if r.role not in (COMBINED, INTERACTION)]
         if factors or alone:
-            out[key] = factors[0] if factors else max(alone)
+            out[key] = factors[-1] if factors else max(alone)
     return out
 
 
@@ -106,7 +104,7 @@ def interaction_seeds(study: optuna.Study, facts: Facts, ctx: spaces.SpaceContex
                       fixed: dict[str, Any] | None = None) -> list[Seed]:
     """The fastest in-process recipe of the defaults' environment, where it beats the defaults by the margin, with
     each change the families say may pay only beside another's gain (``spaces.interactions``: one thread with
-    bfloat16 was a GRU's best, where either alone read 0.88x and 1.12x), each not measured yet (role
+    bfloat16, where one thread alone is slower), each not measured yet (role
     ``interaction``); a change of a knob ``--fix`` holds is left out. The single changes cannot show such a gain,
     and a sampler that draws every knob at once seldom lands on it in a short search."""
     inner = _inner_winner(study, _measured(study))

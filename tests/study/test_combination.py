@@ -69,6 +69,10 @@ def test_an_environment_read_faster_alone_after_a_combination_gets_its_own(measu
     assert combination(study, facts, CTX) == {**faster, "batch_per_rank": 64}
     _add(study, "interaction", {**defaults, "interop_threads": 1, "batch_per_rank": 64}, 1.4)  # no speed of its own
     assert combination(study, facts, CTX) == {**faster, "batch_per_rank": 64}
+    if factors:  # an environment's newest factor, over the most process pairs, is its speed
+        _add(study, "search", {**heuristic, "batch_per_rank": 16}, 1.2)
+        study = _with_factor(study, 1.2)
+        assert combination(study, facts, CTX) is None  # the heuristic's environment first again: combined already
 
 
 def test_no_combination_without_a_gain_on_both_sides_or_with_fixed_knobs(measured: Any, facts: Any) -> None:
