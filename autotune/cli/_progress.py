@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..recipe import format_speedup
-from ..search_spaces import RUN_KEYS  # shared by every trial of a search: not a trial's settings
+from ..search_spaces import BASELINE, RUN_KEYS  # RUN_KEYS: shared by every trial of a search: not a trial's settings
 from ..study.events import Event, Phase, SearchDone, SearchStarted, TrialFinished, TrialStarted
+from ..study.records import CONFIRM
 from ..trial.spec import Status, TrialResult
 from ._common import to_json
 
@@ -96,7 +97,7 @@ class Board:
             self.study, self.budget_s, self.defaults = event.study, event.budget_s, event.defaults
             self.started = self.clock()
         elif isinstance(event, TrialStarted):
-            self.trial, self.phase = event, "confirming" if event.role == "confirm" else "starting"
+            self.trial, self.phase = event, "confirming" if event.role == CONFIRM else "starting"
         elif isinstance(event, Phase):
             self.phase = event.name
         elif isinstance(event, TrialFinished):
@@ -106,13 +107,13 @@ class Board:
 
     def _finished(self, event: TrialFinished) -> None:
         self.trial, self.phase = None, ""
-        if event.role == "confirm":
+        if event.role == CONFIRM:
             self.confirmation_runs += 1
             return
         kind = outcome(event.result, event.reason)
         self.counts[kind] += 1
         r = event.result
-        if event.role == "baseline" and r.status == Status.OK and r.method is None and r.speedup_low is None:
+        if event.role == BASELINE and r.status == Status.OK and r.method is None and r.speedup_low is None:
             self.baseline_objective = r.objective
         speed = self.speedup(r)
         if kind == "ok" and speed is not None and (self.best is None or speed.value > self.best[2].value):
@@ -182,7 +183,7 @@ class LiveView:
             self.live = Live(console=self.out, get_renderable=lambda: render(self.board), refresh_per_second=1)
             self.live.start()  # replaces sys.stderr by a proxy that prints above the panel
             self._logs_through(stderr, sys.stderr)
-        if isinstance(event, TrialFinished) and event.role != "confirm":
+        if isinstance(event, TrialFinished) and event.role != CONFIRM:
             # printed above the panel, where it stays
             self.out.print(finished_line(self.board, event), markup=False, highlight=False, soft_wrap=True)
         if self.live is not None:
@@ -247,7 +248,7 @@ def finished_line(board: Board, event: TrialFinished) -> str:
         shown = f"{speed}" if speed else "-"
     else:
         shown = f"{r.objective:9.1f} samples/s" if r.objective else f"{'-':>9} samples/s"
-        shown += f" ({speed})" if speed and event.role != "baseline" else ""
+        shown += f" ({speed})" if speed and event.role != BASELINE else ""
     setup = f" (startup {r.startup_s:.1f}s, warm-up {r.warmup_s:.1f}s)" if r.startup_s and r.warmup_s else ""
     why = f"  [{event.reason}]" if event.reason else ""
     return (f"trial {event.number:3d} {event.role:<10} {r.status:<11} {shown} {r.wall_s:5.1f}s{setup}  "

@@ -13,7 +13,7 @@ from ..measure import Noise
 from ..recipe import format_speedup
 from ..study import SearchOptions, SearchOutcome, check_options, how_measured, parse_duration, search, search_script
 from ..study.events import Event, SearchStarted
-from ..study.records import NOT_RUN
+from ..study.records import CONFIRM, NOT_RUN
 from ..trial import TrialSettings
 from ._common import add_storage, command_after_dashes, console
 from ._progress import JsonLines, LiveView, PlainLines
@@ -213,8 +213,8 @@ def _print_outcome(out: Console, outcome: SearchOutcome) -> None:
     from rich.table import Table
 
     r, base, best = outcome.recipe, outcome.baseline, outcome.best
-    confirmed = sum(1 for rec in outcome.records if rec.role == "confirm")
-    measured = sum(1 for rec in outcome.records if rec.role != "confirm"
+    confirmed = sum(1 for rec in outcome.records if rec.role == CONFIRM)
+    measured = sum(1 for rec in outcome.records if rec.role != CONFIRM
                    and rec.result.status not in NOT_RUN)
     table = Table(title=f"study {outcome.study}: {measured} trials + {confirmed} confirmations, "
                         f"{outcome.elapsed_s:.0f} s, stopped by {outcome.stopped}")

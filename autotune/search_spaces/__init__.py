@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from . import _amp as amp
 from . import _batch as batch
@@ -48,13 +48,21 @@ from ._family import KnobFamily, Params, Prepared, SuggestingTrial
 if TYPE_CHECKING:
     from ..probes import Facts
 
+# The seeds' roles (``seeds``), as the study records them (``study.records``: one spelling).
+BASELINE: Final = "baseline"  # PyTorch's defaults: what every trial is compared with
+HEURISTIC: Final = "heuristic"  # what torch.backends.xeon.run_cpu would set (``heuristic``)
+SEED: Final = "seed"  # a family's promising single change (``promising``), or the heuristic's allocator alone
+
 __all__ = [
     "AllowedValues",
+    "BASELINE",
     "FAMILIES",
     "KnobFamily",
     "Params",
     "Prepared",
+    "HEURISTIC",
     "RUN_KEYS",
+    "SEED",
     "SpaceContext",
     "conv_layers",
     "allowed_values",
@@ -121,10 +129,10 @@ def seeds(facts: Facts, ctx: SpaceContext) -> list[tuple[str, Params]]:
     """The trials to measure before sampling: the baseline, the heuristic, then single promising
     changes of the defaults offered by the families (``promising(facts, ctx)``)."""
     base = defaults(facts, ctx)
-    out = [("baseline", base), ("heuristic", {**base, **heuristic(facts, ctx)})]
+    out = [(BASELINE, base), (HEURISTIC, {**base, **heuristic(facts, ctx)})]
     for family in _families.FAMILIES:
         for change in family.promising(facts, ctx):
-            out.append(("seed", {**base, **change}))
+            out.append((SEED, {**base, **change}))
     return out
 
 

@@ -19,6 +19,7 @@ from .records import (
     SEARCH,
     Attr,
     TrialRecord,
+    environment_factors,
     params_key,
     records,
     study_margin,
@@ -65,17 +66,16 @@ def combination(study: optuna.Study, facts: Facts, ctx: spaces.SpaceContext,
 
 def _own_speeds(study: optuna.Study, groups: dict[str, list[TrialRecord]]) -> dict[str, float]:
     """Each environment's speed over the defaults' (``groups``: its measured trials by ``environment_key``): its
-    factor (``Attr.ENVIRONMENT_FACTOR``'s median as its newest trial recorded it, over the most process pairs), else
+    factor's median (``environment_factors``: settled over process pairs, as its newest trial recorded it), else
     its fastest trial that is not a combination nor an interaction; none where it has neither. Such a trial carries
     the in-process winner's gain and would keep its environment first; a trial the sampler drew may carry one too."""
-    trials, out = study.get_trials(deepcopy=False), {}
+    factors, out = environment_factors(study), {}
     for key, mine in groups.items():
-        recorded = [trials[r.number].user_attrs.get(Attr.ENVIRONMENT_FACTOR) for r in mine]
-        factors = [float(f["median"]) for f in recorded if isinstance(f, dict)
-                   and isinstance(f.get("median"), (int, float))]
         alone = [r.result.objective or 0.0 for r in mine if r.role not in (COMBINED, INTERACTION)]
-        if factors or alone:
-            out[key] = factors[-1] if factors else max(alone)
+        if key in factors:
+            out[key] = factors[key].median
+        elif alone:
+            out[key] = max(alone)
     return out
 
 

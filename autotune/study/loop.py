@@ -44,6 +44,7 @@ from .records import (
     SEARCH,
     Attr,
     StudyAttr,
+    environment_factors,
     params_key,
     records,
 )
@@ -160,10 +161,8 @@ class SearchLoop:
         self.searching_from = self.budget.now(), self.budget.wall()
         self.study.set_user_attr(StudyAttr.NOISE, asdict(self.noise))
         factors = self._factors()
-        for r in records(self.study):
-            recorded = self.study.trials[r.number].user_attrs.get(Attr.ENVIRONMENT_FACTOR)
-            if recorded:
-                factors.setdefault(environment_key(r.params), Interval(**recorded))
+        for key, factor in environment_factors(self.study).items():
+            factors.setdefault(key, factor)
         return self.noise
 
     def searching(self, until: float) -> tuple[float, float] | None:

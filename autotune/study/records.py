@@ -9,10 +9,12 @@ records, are ``confirmation``'s.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from ..measure import MIN_MARGIN
+from ..measure import MIN_MARGIN, Interval, environment_key
+from ..search_spaces import BASELINE, HEURISTIC, SEED
 from ..trial.spec import Status, TrialResult
 
 if TYPE_CHECKING:
@@ -71,8 +73,8 @@ class StudyAttr:
 
 Role = Literal["baseline", "heuristic", "warm-start", "seed", "combined", "interaction", "search", "in-process",
                "confirm"]
-BASELINE: Final = "baseline"  # PyTorch's defaults: what every trial is compared with
-HEURISTIC: Final = "heuristic"  # what torch.backends.xeon.run_cpu would set (``search_spaces.heuristic``)
+# BASELINE (PyTorch's defaults), HEURISTIC (run_cpu's recipe) and SEED (a family's promising change): the seeds'
+# roles, named where the seeds are (``search_spaces``).
 WARM_START: Final = "warm-start"  # the recipe stored earlier for this workload and hardware
 SEARCH: Final = "search"  # sampled by Optuna
 IN_PROCESS: Final = "in-process"  # sampled by Optuna in an environment that starts no process (the budget's end)
@@ -126,6 +128,35 @@ def records(study: optuna.Study) -> list[TrialRecord]:
     return out
 
 
+def environment_factors(study: optuna.Study) -> dict[str, Interval]:
+    """Each environment's factor over the defaults' (``Attr.ENVIRONMENT_FACTOR``) by ``environment_key``, as its
+    newest trial recorded it. A trial records its environment's factor once it is settled (``process_pair.enough``),
+    the same in every later trial of one search; where parallel workers settled their own, the newest. A malformed
+    one (a foreign or hand-edited study) is not read: its environment is measured again."""
+    out = {}
+    for t in study.get_trials(deepcopy=False):
+        recorded, params = t.user_attrs.get(Attr.ENVIRONMENT_FACTOR), t.user_attrs.get(Attr.PARAMS)
+        factor = _interval(recorded)
+        if factor is not None and isinstance(params, dict):
+            out[environment_key(params)] = factor
+    return out
+
+
+def _interval(recorded: Any) -> Interval | None:
+    """``Interval.to_dict``'s output read back (one process pair's: an unbounded high); None for anything else."""
+    fields = ("median", "low", "high", "confidence", "count")
+    if not isinstance(recorded, dict) or set(recorded) != set(fields):
+        return None
+    values = [recorded[f] for f in fields]
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v) for v in values):
+        return None
+    median, low, high, confidence, count = values
+    if not (0 <= low <= median <= high and 0 < median < math.inf and 0 < confidence <= 1 and count >= 1
+            and float(count).is_integer()):
+        return None
+    return Interval(float(median), float(low), float(high), float(confidence), int(count))
+
+
 def study_margin(study: optuna.Study) -> float:
     """The margin a recipe's low bound must clear over 1: the study's calibrated one (``StudyAttr.NOISE``),
     ``MIN_MARGIN`` before the calibration."""
@@ -147,7 +178,7 @@ def trial_id(trial: optuna.Trial | FrozenTrial) -> int:
 
 __all__ = [
     "BASELINE", "COMBINED", "CONFIRM", "CONSTRAINTS", "HEURISTIC", "INTERACTION", "IN_PROCESS", "MEASURED", "NOT_RUN",
-    "PAIRED", "SEARCH", "WARM_START",
-    "Attr", "Role", "StudyAttr", "TrialRecord", "optuna_storage", "params_key", "records",
+    "PAIRED", "SEARCH", "SEED", "WARM_START",
+    "Attr", "Role", "StudyAttr", "TrialRecord", "environment_factors", "optuna_storage", "params_key", "records",
     "study_margin", "trial_id",
 ]

@@ -28,6 +28,7 @@ from ..trial.spec import Status
 from .records import (
     BASELINE,
     HEURISTIC,
+    SEED,
     WARM_START,
     Attr,
     params_key,
@@ -135,7 +136,7 @@ def input_seeds(data_wait: float | None, defaults: dict[str, Any], facts: Facts,
     for change in spaces.data.input_bound(facts, ctx):
         params = {**defaults, **change, **fixed}
         if params != defaults and not spaces.outside(params, facts, ctx):
-            out.append(("seed", spaces.as_trial(params, facts, ctx)))
+            out.append((SEED, spaces.as_trial(params, facts, ctx)))
     return out
 
 

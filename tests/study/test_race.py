@@ -3,8 +3,11 @@ driven through ``search()`` with a scripted ``PairedMeasurer`` (the search code 
 loop, the confirmation, the report; the measurement is a table of speedups, as a replayed grid is)."""
 from __future__ import annotations
 
+import json
 import math
 import random
+import sqlite3
+from contextlib import closing
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -323,6 +326,35 @@ def test_a_resumed_paired_study_calibrates_again_and_continues(tmp_path: Path, f
     trials = _study(tmp_path, second.study).get_trials(deepcopy=False)
     assert [t.user_attrs["role"] for t in trials].count("baseline") == 1
     assert sum(t.user_attrs["status"] != "duplicate" for t in trials) == 4  # a repeat is skipped, not counted
+
+
+@pytest.mark.parametrize("recorded", ["newest", "malformed"])
+def test_a_resumed_study_hands_back_each_environments_newest_factor_and_measures_a_malformed_one_again(
+        tmp_path: Path, facts: Any, recorded: str) -> None:
+    """A continued search reads an environment's factor as its newest trial recorded it (where parallel workers
+    settled their own, as the combination ranks it); one a hand or another tool left malformed is measured again,
+    not a crash."""
+    from autotune.measure import environment_key
+
+    fixed = _environment(facts, threads=1, interop_threads=1)
+    first = _search(tmp_path, Scripted(), trials=3, confirm_top=0, fixed=fixed)
+    newest = {"median": 1.1, "low": 1.05, "high": 1.15, "confidence": 0.95, "count": 8}
+    with closing(sqlite3.connect(tmp_path / "studies.db")) as db, db:
+        rows = [row[0] for row in db.execute(
+            "SELECT a.trial_user_attribute_id FROM trial_user_attributes a JOIN trials t USING (trial_id) "
+            "WHERE a.key = 'environment_factor' ORDER BY t.number")]
+        assert len(rows) >= 2
+        for row in rows if recorded == "malformed" else rows[-1:]:
+            value = {"median": 1.1} if recorded == "malformed" else newest
+            db.execute("UPDATE trial_user_attributes SET value_json = ? WHERE trial_user_attribute_id = ?",
+                       (json.dumps(value), row))
+    key = environment_key(_study(tmp_path, first.study).get_trials()[1].user_attrs["params"])
+    again = Scripted()
+    _search(tmp_path, again, trials=4, confirm_top=0, fixed=fixed)
+    if recorded == "newest":
+        assert again.factors_measured == 0 and again.factors[key] == Interval(**newest)
+    else:
+        assert again.factors_measured == 1 and again.factors[key].median == 0.9
 
 
 def test_a_candidate_slow_on_purpose_is_stopped_at_the_first_look_that_reaches_its_confidence_live(
