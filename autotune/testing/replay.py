@@ -208,7 +208,6 @@ class _Handle:
     held: float | None = None  # confirming in another environment: this round's process pair, one held out
     looks: int = 0  # calls to ``more``: a search's race rounds
     env: str = ""  # another environment's (``environment_key``), where its process pairs were charged
-    pairs_s: float = 0.0  # its environment's process pairs or worker start charged: live's wall counts them too
 
 
 def _value(params: dict[str, Any], key: str) -> Any:
@@ -287,7 +286,6 @@ class ReplayMeasurer(PairedMeasurer):
             # each round takes one held-out pair no round took (one fixed pair made every round agree)
             handle.held = held_out.pop() if self.confirming and held_out else None
             self.charge(need)
-            handle.pairs_s = need  # as live's wall: a round's factor is measured in ``begin`` too
             if self.confirming:
                 self.paid.add(env)
             else:
@@ -316,9 +314,8 @@ class ReplayMeasurer(PairedMeasurer):
         h.looks += 1  # a later race round adds a pair while the search's pairs (its pilot) ask for more: live's grow
         if h.looks > 1 and h.env and self.looked[h.env] < needed(h.config.split(False, self.split_seed)[1],
                                                                   self.grid.noise["half_width"]):
-            self.looked[h.env], pair_s = self.looked[h.env] + 1, float(self.grid.recorded.get("process_pair_s") or 0.0)
-            self.charge(pair_s)
-            h.pairs_s += pair_s
+            self.looked[h.env] += 1
+            self.charge(float(self.grid.recorded.get("process_pair_s") or 0.0))
         if h.kind in (IN_PROCESS, ACROSS):
             drawn = h.order[len(h.drawn):len(h.drawn) + n]
             h.drawn.extend(drawn)
@@ -352,8 +349,8 @@ class ReplayMeasurer(PairedMeasurer):
         return TrialResult(Status.OK, objective=iv.median, speedup_low=iv.low, speedup_high=iv.high,
                            confidence=iv.confidence, method=IN_PROCESS if h.kind == BASELINE else h.kind,
                            pairs=iv.count, loss=c.loss, loss_samples=c.loss_samples, compile_s=c.compile_s,
-                           warmup_s=c.warmup_s, timed_s=timed, wall_s=c.warmup_s + timed + h.pairs_s,
-                           spread=_spread(h.drawn), data_wait=c.data_wait)
+                           warmup_s=c.warmup_s, timed_s=timed, wall_s=c.warmup_s + timed, spread=_spread(h.drawn),
+                           data_wait=c.data_wait)
 
     def close(self) -> None:
         pass

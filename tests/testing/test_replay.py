@@ -344,30 +344,6 @@ def test_an_environment_looked_at_keeps_its_factor_and_worker_as_live() -> None:
         assert clock.charged - before == pytest.approx(charged), order
 
 
-def test_a_trials_wall_counts_its_environments_process_pairs_as_live() -> None:
-    """As live (a trial's wall from its start to its end): a candidate of another environment counts the process
-    pairs charged for it, at its start and in a later race round, so the confirmation prices its rounds from them
-    (``costs.round_parts``). Counted out, the input-bound grid's heuristic had a round priced at 3.9 s that took 7.2 s,
-    and the leader's last round was cut."""
-    from autotune.measure.costs import round_parts
-    from autotune.testing.replay import ReplayClock
-
-    grid = replace(_grid(), recorded={"process_pair_s": 10.0})
-    clock = ReplayClock()
-    m = ReplayMeasurer(grid, seed=0, clock=clock)
-    only = m.begin({**DEFAULTS, "threads": 1}, 60.0)  # the search's two of three recorded pairs
-    m.more(only, 8, 60.0)
-    alone = m.end(only)
-    assert alone.method == "process pairs" and alone.wall_s == pytest.approx(clock.charged) == pytest.approx(20.0)
-    noise = Noise(**{**NOISE, "aa": tuple(NOISE["aa"])})
-    assert sum(round_parts(alone, noise, 8, 1)) == pytest.approx(10.0)  # a round's one pair, as recorded
-    combined = m.begin({**DEFAULTS, "threads": 1, "channels_last": True}, 60.0)  # its factor and worker kept
-    m.more(combined, 4, 60.0)
-    m.more(combined, 4, 60.0)  # a later round: one more process pair (two do not settle it)
-    result = m.end(combined)
-    assert result.wall_s == pytest.approx(clock.charged - 20.0) == pytest.approx(10.0 + result.timed_s)
-
-
 def test_a_frozen_replay_clock_counts_the_recorded_time_alone() -> None:
     """``search_quality.py --frozen-clock``: two replays of one seed decided differently where the search's own time
     (a second or a few, longer on a loaded machine) moved a decision near a limit; a frozen clock moves only by what
