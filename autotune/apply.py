@@ -283,6 +283,9 @@ class Tuned:
         step once every ``accumulation`` calls. Returns True when the optimizer stepped. In a script-mode
         trial it tells the search the step's end and samples (``autotune.steps``)."""
         told, loss = loss, loss / self.accumulation
+        if self._micro_step % self.accumulation == 0:
+            # before the window's first backward, as a plain loop: after the step, glibc re-faults large grads each step
+            optimizer.zero_grad(set_to_none=True)
         if self._scaler is not None:
             self._scaler.scale(loss).backward()
         else:
@@ -301,7 +304,6 @@ class Tuned:
             self._scaler.update()
         else:
             optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
         if self._steps is not None and self.rank == 0:
             self._steps.stepped(told)
         return True
