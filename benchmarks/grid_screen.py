@@ -69,7 +69,7 @@ def merge(parts: list[Any], factors: list[float]) -> Any:
     all its visits; a visit that failed (``oom``, ``nan``, ``crash``) makes the cell failed, with what ran before."""
     from dataclasses import replace
 
-    from autotune.testing.replay import GridConfig
+    from autotune.testing.grid import GridConfig
 
     ratios = [r for p in parts for r in p.ratios]
     failed = next((p for p in parts if p.state != "ok"), None)
@@ -89,7 +89,7 @@ def _record_arms(worker: Any, defaults: dict[str, Any], combos: list[dict[str, A
     """Each combination as an arm of ``worker``, ``pairs`` pairs against its ``defaults`` arm, then its loss."""
     from autotune.measure import stats
     from autotune.measure.hopeless import HOPELESS
-    from autotune.testing.replay import GridConfig
+    from autotune.testing.grid import GridConfig
 
     out = []
     for index, combo in enumerate(combos):
@@ -166,7 +166,7 @@ def _resume(path: Path, header: dict[str, Any]) -> tuple[dict[str, Any] | None, 
 def record(args: argparse.Namespace, combos: list[dict[str, Any]], setup: tuple[Any, Any, Any, dict[str, Any]],
            searched_keys: list[str]) -> int:
     from autotune.measure import Noise, PairedWorker, across_processes
-    from autotune.testing.replay import GridConfig, RecordedGrid
+    from autotune.testing.grid import GridConfig, RecordedGrid
     from autotune.trial import TrialSettings
 
     settings = TrialSettings(warmup_steps=args.warmup_steps, measure_steps=args.steps)

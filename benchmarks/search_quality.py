@@ -285,7 +285,8 @@ def replay(args: argparse.Namespace) -> int:
     from autotune import search_spaces as spaces
     from autotune.study import Budget, SearchOptions, search
     from autotune.study.driver import search_context
-    from autotune.testing.replay import RecordedGrid, ReplayClock
+    from autotune.testing.grid import RecordedGrid
+    from autotune.testing.replay import ReplayClock
     from autotune.trial import TrialSettings
 
     grid = RecordedGrid.load(args.grid)

@@ -278,7 +278,7 @@ def measure(args: argparse.Namespace) -> int:
 
     from autotune import probes
     from autotune import search_spaces as spaces
-    from autotune.testing.replay import RENAMED, RecordedGrid
+    from autotune.testing.grid import RENAMED, RecordedGrid
     from autotune.trial import TrialSettings
 
     grid = RecordedGrid.load(args.grid)
@@ -332,7 +332,7 @@ def _finite(x: float) -> float | None:
 
 def summary(args: argparse.Namespace) -> int:
     from autotune import probes
-    from autotune.testing.replay import RecordedGrid
+    from autotune.testing.grid import RecordedGrid
 
     grid = RecordedGrid.load(args.grid)
     scores = grid.scores(args.max_loss_increase)

@@ -17,7 +17,8 @@ import grid_screen as gs  # noqa: E402 - the benchmark's stages under test
 import search_quality as sq  # noqa: E402
 import verify_grid as vg  # noqa: E402
 
-from autotune.testing.replay import GridConfig, RecordedGrid, ReplayMeasurer  # noqa: E402
+from autotune.testing.grid import GridConfig, RecordedGrid  # noqa: E402
+from autotune.testing.replay import ReplayMeasurer  # noqa: E402
 
 ZEN4 = BENCHMARKS / "grids" / "cnn-paired-zen4.json"
 

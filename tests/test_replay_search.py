@@ -16,7 +16,8 @@ import pytest
 
 from autotune import search_spaces as spaces
 from autotune.study import SearchOptions, run_settings, search, search_context
-from autotune.testing.replay import GridConfig, RecordedGrid, ReplayMeasurer
+from autotune.testing.grid import GridConfig, RecordedGrid
+from autotune.testing.replay import ReplayMeasurer
 from autotune.trial import TrialSettings
 
 pytestmark = pytest.mark.skipif("measurer" not in inspect.signature(search).parameters,

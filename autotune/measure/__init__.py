@@ -15,7 +15,7 @@
 """
 from __future__ import annotations
 
-from .candidate import combine, paired_method
+from .candidate import FACTOR, combine, paired_method
 from .costs import IN_PROCESS_METHODS, STARTED_S, first_rounds_s, in_one_process, own_copies, race_round_s, round_parts
 from .environment import environment_differences, environment_key, environment_keys
 from .first_copy import script_context
@@ -33,6 +33,7 @@ from .stats import CONFIDENCE, MIN_MARGIN, Interval, compare, rounds_interval, s
 __all__ = [
     "CLAIM_PAIRS",
     "CONFIDENCE",
+    "FACTOR",
     "FAR_SLOWER",
     "IN_PROCESS_METHODS",
     "in_one_process",

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import UsageError
 from ..measure import (
     CLAIM_PAIRS,
+    FACTOR,
     LEAST_CLAIM_PAIRS,
     PROCESS_PAIRS,
     RUN_WINDOW_PAIRS,
@@ -319,7 +320,7 @@ def racing_reserve_s(study: optuna.Study, options: SearchOptions, params: dict[s
 def floors(study: optuna.Study) -> dict[str, float]:
     """The least an environment's part of a confirmation round takes, as measured in the study: the defaults', the
     baseline's start; another's, one of its process pairs, from the trial that is that environment's defaults (its
-    wall time / its process pairs: method ``process pairs``). Counted from the calibration instead (a worker's
+    wall time / its process pairs: method ``FACTOR``). Counted from the calibration instead (a worker's
     start and the pair's windows), a process pair's round is underestimated (two processes started side by side,
     two arms settled, both ended), and a round kept too short times out. Script mode has none: a round is its own
     fresh pairs of copies, no environment's worker is started beside them (its baseline's start counted as one
@@ -331,7 +332,7 @@ def floors(study: optuna.Study) -> dict[str, float]:
         key = environment_key(r.params)
         if r.role == BASELINE:
             found[key] = max(found.get(key, 0.0), r.result.startup_s or 0.0)
-        elif r.result.method == "process pairs" and r.result.pairs:
+        elif r.result.method == FACTOR and r.result.pairs:
             found[key] = max(found.get(key, 0.0), r.result.wall_s / r.result.pairs)
     return found
 

@@ -1,18 +1,12 @@
-"""A recorded paired grid, and ``ReplayMeasurer``: the ``PairedMeasurer`` that answers from it.
+"""``ReplayMeasurer``: the ``PairedMeasurer`` that answers a search from a recorded paired grid (``grid``).
 
-``benchmarks/search_quality.py`` measures every combination of a reduced space once, paired, with the
-engine the search uses live (``PairedWorker``, ``across_processes``), and writes a ``RecordedGrid`` (JSON):
-per combination every recorded per-pair ratio against its environment's defaults (compile time amortised
-over ``train_steps``, as ``stats.compare`` does), its loss at the study's sample count, and, for a
-combination in another environment than the defaults', the per-process-pair factors of that environment's
-defaults over the defaults. The search then runs against the file (``search(..., measurer=ReplayMeasurer(
-grid, seed))``) with its real sampler, seeding, race and confirmation, in seconds instead of hours, and
-every seed sees the same machine.
+The search runs against the grid's file (``search(..., measurer=ReplayMeasurer(grid, seed))``) with its real sampler,
+seeding, race and confirmation, in seconds instead of hours, and every seed sees the same machine.
 
-Replay draws, it does not invent: each ``begin`` of a combination shuffles its recorded ratios with a generator
-seeded by the search's seed, the combination and how often it was begun, and ``more(n)`` hands out the next ``n``.
-When the recorded ratios run out, ``more`` adds nothing: an interval never claims more pairs than were measured. The
-recorded measurements are split at random by the replay's seed (``split``; recorded in time order, a split by order
+Replay draws, it does not invent: each ``begin`` of a combination shuffles its recorded ratios with a generator seeded
+by the search's seed, the combination and how often it was begun, and ``more(n)`` hands out the next ``n``. When the
+recorded ratios run out, ``more`` adds nothing: an interval never claims more pairs than were measured. The recorded
+measurements are split at random by the replay's seed (``GridConfig.split``; recorded in time order, a split by order
 hands one side a VM's minutes-long speed state): the search draws from half the ratios and from as many of the
 environment's process pairs as a live first round runs (at most half); the confirmation (after ``reseed``) from the
 other ratios and the process pairs held out, so the measurements that chose a candidate take no part in confirming it
@@ -21,11 +15,11 @@ rounds left of the held-out ratios, and one held-out process pair no round took,
 round that finds nothing left is ``skipped`` (the recording held no more; not the budget's cut). The search's
 environment factor is the geometric mean of its process pairs with its Student-t interval, a round's its one held-out
 pair with their spread (``candidate.round_factor``), each combined with the in-process ratios as live
-(``candidate.combine``). As the live measurer, the defaults themselves are the baseline trial, whose speedup is the
-calibration's A/A, and the defaults of another environment are measured by their factor alone. A combination recorded
-as failed (``oom``, ``nan``, ``crash``) fails the same way: at ``begin`` when it failed before its first pair, at
-``end`` when it failed later. A combination that is not in the grid is a ``GridMiss`` (the benchmark's fixed knobs
-and the grid disagree): a bug of the caller, not a trial's failure.
+(``candidate.combine``). As the live measurer, the defaults themselves are the baseline trial, whose speedup
+is the calibration's A/A, and the defaults of another environment are measured by their factor alone. A combination
+recorded as failed (``oom``, ``nan``, ``crash``) fails the same way: at ``begin`` when it failed before its first
+pair, at ``end`` when it failed later. A combination that is not in the grid is a ``GridMiss`` (the benchmark's fixed
+knobs and the grid disagree): a bug of the caller, not a trial's failure.
 
     >>> grid = RecordedGrid.load("benchmarks/grids/cnn-paired.json")               # doctest: +SKIP
     >>> m = ReplayMeasurer(grid, seed=0)                                            # doctest: +SKIP
@@ -35,167 +29,22 @@ and the grid disagree): a bug of the caller, not a trial's failure.
 """
 from __future__ import annotations
 
-import json
 import math
 import random
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import AutotuneError
-from ..measure import Interval, Noise, PairedMeasurer, combine, environment_differences, environment_keys, stats
+from ..measure import Interval, Noise, PairedMeasurer, environment_differences, environment_keys, stats
 from ..measure import environment_key as env_key
-from ..measure.candidate import ACROSS, FACTOR, IN_PROCESS, round_factor
+from ..measure.candidate import ACROSS, FACTOR, IN_PROCESS
 from ..measure.hopeless import far_slower_result
-from ..measure.process_pair import PROCESS_PAIRS, needed
+from ..measure.process_pair import needed
 from ..trial.spec import Status, TrialResult
+from .grid import GridConfig, RecordedGrid, knob_value
 
-FORMAT = "autotune-paired-grid-v1"
 BASELINE = "baseline"  # a handle's kind beside the live measurer's methods (``candidate``): the calibration's A/A
-
-
-# Knobs renamed since a grid was recorded: recorded name -> today's. With one process, the batch a process
-# loads (``batch_per_rank``, recipe format 2) is the recorded ``batch_size``.
-RENAMED = {"batch_size": "batch_per_rank"}
-
-
-class GridMiss(AutotuneError):
-    """A combination the recorded grid does not hold."""
-
-
-@dataclass(frozen=True)
-class GridConfig:
-    """One combination as recorded: its searched knobs' values and what the paired engine measured."""
-
-    params: dict[str, Any]  # the searched knobs only; every other knob is the grid's ``defaults``
-    state: str = "ok"  # "ok", or how its arm failed ("oom", "nan", "crash": ``protocol.ArmState``)
-    error: str | None = None
-    ratios: list[float] = field(default_factory=list)  # per pair, amortised, against its environment's defaults
-    process_pair_factors: list[float] = field(default_factory=list)  # its environment over the defaults'; [] same
-    loss: float | None = None
-    loss_samples: int | None = None
-    window_s: float = 0.0
-    warmup_s: float = 0.0  # building and warming up its arm (compile included)
-    compile_s: float | None = None
-    step_s: float | None = None
-    data_wait: float | None = None  # the share of its windows spent waiting for data (``Arm.data_wait``)
-
-    def split(self, confirming: bool, seed: object = 0) -> tuple[list[float], list[float]]:
-        """The ratios and process-pair factors the search draws from, or (``confirming``) the confirmation, split
-        at random by ``seed`` (the replay's): half the ratios each (the search's rounded up); of the process pairs,
-        as many as a live search's first round runs (``PROCESS_PAIRS``), at most half, rounded up, the search's, the
-        rest the confirmation's (one recorded factor: the search's alone). Recorded in time order, a split by order
-        gave one side a VM's minutes-long speed state."""
-        rng = random.Random(f"split:{seed}:{json.dumps(self.params, sort_keys=True, default=str)}")
-        ratios = rng.sample(self.ratios, len(self.ratios))
-        half = len(ratios) - len(ratios) // 2
-        ratios = ratios[half:] if confirming else ratios[:half]
-        factors = self.process_pair_factors
-        if len(factors) < 2:
-            return ratios, ([] if confirming else factors)
-        factors = rng.sample(factors, len(factors))
-        cut = min(PROCESS_PAIRS[0], len(factors) - len(factors) // 2)
-        return ratios, (factors[cut:] if confirming else factors[:cut])
-
-    def environment(self, confirming: bool = False, confidence: float = stats.CONFIDENCE,
-                    held: float | None = None, seed: object = 0) -> stats.Interval | None:
-        """Its environment's factor over the defaults' (None: the defaults' environment); confirming, a round's:
-        the held-out process pair ``held`` (default: the first held out), the search's pairs lending its spread."""
-        if not self.process_pair_factors:
-            return None
-        factors = self.split(confirming, seed)[1]
-        if confirming and len(self.process_pair_factors) >= 2:
-            own = round_factor(factors[0] if held is None else held, self.split(False, seed)[1], None)
-            return stats.at_confidence(own, confidence)
-        return stats.log_mean_interval(factors, confidence)
-
-    def speedup(self, ratios: list[float] | None = None, confirming: bool = False,
-                confidence: float = stats.CONFIDENCE, held: float | None = None, seed: object = 0) -> stats.Interval:
-        """The speedup over the defaults from ``ratios``, with its interval; by default from everything recorded,
-        every ratio and every process pair (the grid's own measurement, which scores a recipe)."""
-        if ratios is None:
-            env = stats.log_mean_interval(self.process_pair_factors, confidence) if self.process_pair_factors else None
-            drawn = self.ratios
-        else:
-            env, drawn = self.environment(confirming, confidence, held, seed), ratios
-        return stats.median_interval(drawn, confidence) if env is None else combine(env, drawn, confidence)
-
-
-@dataclass(frozen=True)
-class RecordedGrid:
-    """A paired grid as recorded (see the module docstring); ``load``/``save`` are its JSON file."""
-
-    workload: str
-    searched: list[str]
-    defaults: dict[str, Any]  # every knob and run setting of the defaults, as the search passes them
-    noise: dict[str, Any]  # ``spec.Noise`` of the defaults' worker's A/A calibration
-    configs: list[GridConfig]
-    note: str = ""  # where and how it was recorded (machine, load average)
-    recorded: dict[str, Any] = field(default_factory=dict)  # settings, wall time, load average
-    format: str = FORMAT
-    # The recording machine's probed facts (``Facts.to_dict``): a replay searches that machine's space (bf16
-    # autocast is offered only where its CPU has AVX512-BF16 or AMX). Empty in a grid recorded before.
-    facts: dict[str, Any] = field(default_factory=dict)
-
-    def key(self, params: dict[str, Any]) -> tuple[Any, ...]:
-        """The values of the searched knobs in ``params``, a knob renamed since the recording read under its
-        new name (``RENAMED``)."""
-        return tuple(_value(params, k) for k in self.searched)
-
-    def searched_names(self) -> set[str]:
-        """The searched knobs, under their recorded names and their new ones: the search must not fix them."""
-        return {*self.searched, *(RENAMED[k] for k in self.searched if k in RENAMED)}
-
-    def find(self, params: dict[str, Any]) -> GridConfig:
-        """The recorded combination of ``params``; ``GridMiss`` when a knob the grid holds fixed differs, or
-        the combination was not recorded."""
-        searched = self.searched_names()
-        fixed = [f"{k}={params[k]!r} (grid: {v!r})" for k, v in self.defaults.items()
-                 if k not in searched and k in params and params[k] != v]
-        if fixed:
-            raise GridMiss(f"the grid holds these knobs fixed: {', '.join(fixed)}")
-        for config in self.configs:
-            if self.key(config.params) == self.key(params):
-                return config
-        raise GridMiss("not in the recorded grid: " + ", ".join(f"{k}={params.get(k)!r}" for k in self.searched))
-
-    def scores(self, max_loss_increase: float | None = None) -> dict[tuple[Any, ...], float]:
-        """Each feasible combination's speedup over the defaults from all its recorded ratios: ok, and (with
-        ``max_loss_increase``) a loss at most that much above the defaults'. The defaults are the reference,
-        1.0 exactly (their recorded copy's ratios are an A/A: noise, not a speed)."""
-        home = self.key(self.defaults)
-        base = self.find(self.defaults).loss
-        out = {home: 1.0}
-        for c in self.configs:
-            if c.state != "ok" or not c.ratios or self.key(c.params) == home:
-                continue
-            if max_loss_increase is not None and base is not None and c.loss is not None \
-                    and (c.loss - base) / abs(base) > max_loss_increase:
-                continue
-            out[self.key(c.params)] = c.speedup().median
-        return out
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RecordedGrid:
-        if data.get("format") != FORMAT:
-            raise AutotuneError(f"not a recorded paired grid (format {data.get('format')!r}, expected {FORMAT!r})")
-        return cls(**{**data, "configs": [GridConfig(**c) for c in data["configs"]]})
-
-    @classmethod
-    def load(cls, path: str | Path) -> RecordedGrid:
-        try:
-            return cls.from_dict(json.loads(Path(path).read_text()))
-        except (OSError, ValueError, TypeError, KeyError) as e:
-            raise AutotuneError(f"cannot read the recorded grid {path}: {e}") from e
-
-    def save(self, path: str | Path) -> None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
 
 
 @dataclass
@@ -208,11 +57,6 @@ class _Handle:
     held: float | None = None  # confirming in another environment: this round's process pair, one held out
     looks: int = 0  # calls to ``more``: a search's race rounds
     env: str = ""  # another environment's (``environment_key``), where its process pairs were charged
-
-
-def _value(params: dict[str, Any], key: str) -> Any:
-    """A searched knob's value, under its recorded name or its new one (``RENAMED``)."""
-    return params.get(key, params.get(RENAMED.get(key, key)))
 
 
 class ReplayMeasurer(PairedMeasurer):
@@ -249,9 +93,14 @@ class ReplayMeasurer(PairedMeasurer):
 
     def start_s(self) -> float:
         """A worker's start, its arm built and settled: half a recorded process pair beyond its factor's windows."""
-        noise, pair_s = self.grid.noise, float(self.grid.recorded.get("process_pair_s") or 0.0)
+        noise = self.grid.noise
         windows = 2 * max(4, int(noise.get("pairs") or 0) // 2) * float(noise.get("window_s") or 0.0)
-        return max(0.0, (pair_s - windows) / 2)
+        return max(0.0, (self._pair_s - windows) / 2)
+
+    @property
+    def _pair_s(self) -> float:
+        """One recorded process pair's time (0 where none was recorded)."""
+        return float(self.grid.recorded.get("process_pair_s") or 0.0)
 
     def begin(self, params: dict[str, Any], timeout_s: float) -> object | TrialResult:
         config = self.grid.find(params)
@@ -274,7 +123,7 @@ class ReplayMeasurer(PairedMeasurer):
         if handle.kind in (ACROSS, FACTOR):
             done = self.paid if self.confirming else self.looked
             pairs = 0 if env in done else 1 if self.confirming else len(config.split(False, self.split_seed)[1])
-            need = pairs * float(self.grid.recorded.get("process_pair_s") or 0.0)
+            need = pairs * self._pair_s
             if not pairs and env != self.alive:
                 need = self.start_s()  # its factor (or the round's) stands; its worker is started again
             # as live (``EnvironmentFactors.too_short``): not started, nothing charged; a round is the confirmation's
@@ -301,7 +150,7 @@ class ReplayMeasurer(PairedMeasurer):
 
     def _kind(self, config: GridConfig) -> str:
         in_process = set(self.grid.searched).difference(environment_keys())  # read once, not once a knob
-        if any(_value(config.params, k) != _value(self.grid.defaults, k) for k in in_process):
+        if any(knob_value(config.params, k) != knob_value(self.grid.defaults, k) for k in in_process):
             return IN_PROCESS if not config.process_pair_factors else ACROSS
         return BASELINE if not config.process_pair_factors else FACTOR
 
@@ -315,7 +164,7 @@ class ReplayMeasurer(PairedMeasurer):
         if h.looks > 1 and h.env and self.looked[h.env] < needed(h.config.split(False, self.split_seed)[1],
                                                                   self.grid.noise["half_width"]):
             self.looked[h.env] += 1
-            self.charge(float(self.grid.recorded.get("process_pair_s") or 0.0))
+            self.charge(self._pair_s)
         if h.kind in (IN_PROCESS, ACROSS):
             drawn = h.order[len(h.drawn):len(h.drawn) + n]
             h.drawn.extend(drawn)
@@ -349,8 +198,8 @@ class ReplayMeasurer(PairedMeasurer):
         return TrialResult(Status.OK, objective=iv.median, speedup_low=iv.low, speedup_high=iv.high,
                            confidence=iv.confidence, method=IN_PROCESS if h.kind == BASELINE else h.kind,
                            pairs=iv.count, loss=c.loss, loss_samples=c.loss_samples, compile_s=c.compile_s,
-                           warmup_s=c.warmup_s, timed_s=timed, wall_s=c.warmup_s + timed, spread=_spread(h.drawn),
-                           data_wait=c.data_wait)
+                           warmup_s=c.warmup_s, timed_s=timed, wall_s=c.warmup_s + timed,
+                           spread=_spread(h.drawn), data_wait=c.data_wait)
 
     def close(self) -> None:
         pass
@@ -394,4 +243,4 @@ def _spread(ratios: list[float]) -> float | None:
     return (max(ratios) - min(ratios)) / centre if centre > 0 and math.isfinite(centre) else None
 
 
-__all__ = ["GridConfig", "GridMiss", "RecordedGrid", "ReplayClock", "ReplayMeasurer"]
+__all__ = ["ReplayClock", "ReplayMeasurer"]

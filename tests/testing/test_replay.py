@@ -13,7 +13,8 @@ import pytest
 from autotune.errors import AutotuneError
 from autotune.measure import Noise, PairedMeasurer, combine, stats
 from autotune.measure.candidate import round_factor
-from autotune.testing.replay import GridConfig, GridMiss, RecordedGrid, ReplayMeasurer
+from autotune.testing.grid import GridConfig, GridMiss, RecordedGrid
+from autotune.testing.replay import ReplayMeasurer
 from autotune.trial.spec import Status, TrialResult
 
 REPO = Path(__file__).resolve().parents[2]
