@@ -111,10 +111,9 @@ class WithYourRuns(Traced):
     pairs of the recipe's cell (``verify_grid.pairs_of``), which the screen the search chose from never saw, and
     charged their recorded time; the truth that scores the seed is then the mean of that cell's other pairs
     (``truth_beside``), so a claim is never judged against its own pairs. A recipe not re-measured has none
-    (``PairFailed``): its claim stays the workers', as a live claim whose pairs failed. A process's start
-    (``Noise.start_s``) and a trial process's run (``Noise.run_s``), which price a pair before one ran and the
-    start of another environment's candidate, are read from the grid as live reads them from the calibration:
-    replays with a verification are not comparable with replays before it."""
+    (``PairFailed``): its claim stays the workers', as a live claim whose pairs failed. A trial process's run
+    (``Noise.run_s``), which prices a pair of your runs before one ran, is read from the grid's worker start
+    (``ReplayMeasurer.calibrate``) and its defaults' step, as live reads it from the calibration."""
 
     user_processes = True
 
@@ -130,13 +129,12 @@ class WithYourRuns(Traced):
         from autotune.trial import TrialSettings
 
         noise = super().calibrate(timeout_s)
-        pair_s = float(self.grid.recorded.get("process_pair_s") or 0.0)
-        if not pair_s:
+        if noise.start_s is None:
             return noise
-        start_s, home = self.start_s(), self.grid.find(self.grid.defaults)
+        home = self.grid.find(self.grid.defaults)
         batch = self.grid.defaults.get("batch_per_rank") or self.grid.defaults.get("batch_size") or 1
-        run_s = trial_run_s(start_s, home.step_s, TrialSettings(), batch) if home.step_s else None
-        return replace(noise, start_s=start_s, run_s=run_s)
+        run_s = trial_run_s(noise.start_s, home.step_s, TrialSettings(), batch) if home.step_s else None
+        return replace(noise, run_s=run_s)
 
     def user_pair(self, params: dict[str, Any], seed: int, timeout_s: float) -> Any:
         from autotune.measure import PairFailed, RunPair

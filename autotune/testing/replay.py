@@ -15,7 +15,8 @@ rounds left of the held-out ratios, and one held-out process pair no round took,
 round that finds nothing left is ``skipped`` (the recording held no more; not the budget's cut). The search's
 environment factor is the geometric mean of its process pairs with its Student-t interval, a round's its one held-out
 pair with their spread (``candidate.round_factor``), each combined with the in-process ratios as live
-(``candidate.combine``). As the live measurer, the defaults themselves are the baseline trial, whose speedup
+(``candidate.combine``); a trial's wall holds the process pairs charged to its environment, and a factor counts the
+pairs its race charged, as live. As the live measurer, the defaults themselves are the baseline trial, whose speedup
 is the calibration's A/A, and the defaults of another environment are measured by their factor alone. A combination
 recorded as failed (``oom``, ``nan``, ``crash``) fails the same way: at ``begin`` when it failed before its first
 pair, at ``end`` when it failed later. A combination that is not in the grid is a ``GridMiss`` (the benchmark's fixed
@@ -33,10 +34,10 @@ import math
 import random
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..measure import Interval, Noise, PairedMeasurer, environment_differences, environment_keys, stats
+from ..measure import Interval, Noise, PairedMeasurer, environment_differences, environment_keys, first_pairs, stats
 from ..measure import environment_key as env_key
 from ..measure.candidate import ACROSS, FACTOR, IN_PROCESS
 from ..measure.hopeless import far_slower_result
@@ -57,6 +58,8 @@ class _Handle:
     held: float | None = None  # confirming in another environment: this round's process pair, one held out
     looks: int = 0  # calls to ``more``: a search's race rounds
     env: str = ""  # another environment's (``environment_key``), where its process pairs were charged
+    pairs_s: float = 0.0  # its environment's process pairs or worker start charged: a live trial's wall holds them
+    pairs: int = 0  # of which process pairs (their windows are timed, the rest is start-up, as live's)
 
 
 class ReplayMeasurer(PairedMeasurer):
@@ -80,9 +83,12 @@ class ReplayMeasurer(PairedMeasurer):
         self.looked, self.paid, self.alive = dict[str, int](), set[str](), ""
 
     def calibrate(self, timeout_s: float) -> Noise:
+        """The grid's noise, charged its wall; a worker's start (``start_s``) where it has none and a process pair
+        was recorded, as a live calibration measures one (priced from its wall, a round's start reads too short)."""
         n = self.grid.noise
         self.charge(float(n.get("wall_s") or 0.0))
-        return Noise(**{**n, "aa": tuple(n["aa"])})
+        start = n.get("start_s") if n.get("start_s") is not None or not self._pair_s else self.start_s()
+        return Noise(**{**n, "aa": tuple(n["aa"]), "start_s": start})
 
     def reseed(self, seed: int) -> None:
         self.seed, self.confirming, self.paid, self.alive = seed, True, set(), ""  # fresh workers
@@ -135,6 +141,7 @@ class ReplayMeasurer(PairedMeasurer):
             # each round takes one held-out pair no round took (one fixed pair made every round agree)
             handle.held = held_out.pop() if self.confirming and held_out else None
             self.charge(need)
+            handle.pairs_s, handle.pairs = need, pairs
             if self.confirming:
                 self.paid.add(env)
             else:
@@ -165,6 +172,7 @@ class ReplayMeasurer(PairedMeasurer):
                                                                   self.grid.noise["half_width"]):
             self.looked[h.env] += 1
             self.charge(self._pair_s)
+            h.pairs_s, h.pairs = h.pairs_s + self._pair_s, h.pairs + 1
         if h.kind in (IN_PROCESS, ACROSS):
             drawn = h.order[len(h.drawn):len(h.drawn) + n]
             h.drawn.extend(drawn)
@@ -187,18 +195,23 @@ class ReplayMeasurer(PairedMeasurer):
     def end(self, handle: object) -> TrialResult:
         h = self._handle(handle)
         c = h.config
+        timed = self.grid.noise.get("timed_s", 0.0) if h.kind == BASELINE else \
+            len(h.drawn) * (c.window_s + max(c.window_s, c.step_s or 0.0))
+        # as live's: a process pair's windows are timed, the rest of what its environment was charged is start-up
+        pair_windows = min(h.pairs_s, h.pairs * 2 * first_pairs(int(self.grid.noise.get("pairs") or 0))
+                           * float(self.grid.noise.get("window_s") or 0.0))
+        startup, timed, wall = h.pairs_s - pair_windows, timed + pair_windows, c.warmup_s + timed + h.pairs_s
         if c.state != "ok":
-            return self._failed(c)
+            return replace(self._failed(c), startup_s=startup, timed_s=timed, wall_s=wall)
         if h.kind in (IN_PROCESS, ACROSS) and not h.drawn:
             return TrialResult(Status.CRASH, error="no pair was drawn: the race asked for none, or none was recorded")
         iv = self._interval(h)
-        n = self.grid.noise
-        timed = n.get("timed_s", 0.0) if h.kind == BASELINE else \
-            len(h.drawn) * (c.window_s + max(c.window_s, c.step_s or 0.0))
+        # a factor's pairs as live counts them: all charged to its environment, more than the search's share holds
+        pairs = max(iv.count, self.looked.get(h.env, 0)) if h.kind == FACTOR and h.env else iv.count
         return TrialResult(Status.OK, objective=iv.median, speedup_low=iv.low, speedup_high=iv.high,
                            confidence=iv.confidence, method=IN_PROCESS if h.kind == BASELINE else h.kind,
-                           pairs=iv.count, loss=c.loss, loss_samples=c.loss_samples, compile_s=c.compile_s,
-                           warmup_s=c.warmup_s, timed_s=timed, wall_s=c.warmup_s + timed,
+                           pairs=pairs, loss=c.loss, loss_samples=c.loss_samples, compile_s=c.compile_s,
+                           warmup_s=c.warmup_s, startup_s=startup, timed_s=timed, wall_s=wall,
                            spread=_spread(h.drawn), data_wait=c.data_wait)
 
     def close(self) -> None:

@@ -345,6 +345,57 @@ def test_an_environment_looked_at_keeps_its_factor_and_worker_as_live() -> None:
         assert clock.charged - before == pytest.approx(charged), order
 
 
+def test_an_environment_trials_time_holds_its_process_pairs_and_its_factor_counts_them_as_live() -> None:
+    """As live, where the search prices a round or a trial from one (``budget.floors``, ``costs.round_parts``,
+    ``budget.in_process_estimate_s``, ``Confirmation.took``): a trial of another environment holds in its wall the
+    process pairs or the worker's start charged to it, the pairs' windows timed and the rest start-up; the defaults
+    of that environment count every pair charged to it (the factor is pooled by environment), though the search's
+    share of the recording holds fewer; a failed trial keeps what it spent; and a grid whose noise holds no worker's
+    start gives the one its recorded process pair implies, as a live calibration measures one. Priced from windows
+    and the calibration's wall alone, a 2-minute replay of the input-bound grid kept a round 8 s where it took 11."""
+    from autotune.measure import FACTOR
+    from autotune.testing.replay import ReplayClock
+
+    six = [0.5, 0.55, 0.6, 0.52, 0.57, 0.58]
+    grid = replace(_grid(), recorded={"process_pair_s": 10.0}, configs=[
+        *(c for c in _grid().configs if c.params["threads"] == 2),
+        *(GridConfig({"threads": threads, "batch_size": 64, "channels_last": cl}, ratios=[2.0] * 8 if cl else AA,
+                     process_pair_factors=six, loss=1.0, loss_samples=1792, window_s=0.3, warmup_s=1.5)
+          for threads, cl in ((1, False), (1, True), (3, False))),
+        GridConfig({"threads": 3, "batch_size": 64, "channels_last": True}, "nan", "the loss became nan",
+                   ratios=[1.1, 1.2], process_pair_factors=six, warmup_s=1.5)])
+    m = ReplayMeasurer(grid, seed=0, clock=ReplayClock(frozen=True))
+    start = (10.0 - 2 * 4 * 0.3) / 2
+    assert m.calibrate(60.0).start_s == pytest.approx(start)
+    recorded = replace(grid, noise={**NOISE, "start_s": 1.25})
+    assert ReplayMeasurer(recorded, seed=0).calibrate(60.0).start_s == 1.25
+    assert ReplayMeasurer(_grid(), seed=0).calibrate(60.0).start_s is None  # no process pair recorded: unknown
+
+    one, combined, three, failing = ({**DEFAULTS, "threads": t, "channels_last": cl}
+                                     for t, cl in ((1, False), (1, True), (3, False), (3, True)))
+    handle = m.begin(one, 60.0)  # its first look: the search's three process pairs
+    m.more(handle, 4, 60.0)
+    m.more(handle, 4, 60.0)  # three do not settle it: a fourth
+    factor = m.end(handle)
+    pair_windows = 4 * 2 * 4 * 0.3
+    assert factor.method == FACTOR and factor.pairs == 4
+    assert (factor.wall_s, factor.startup_s, factor.timed_s) == pytest.approx((1.5 + 40.0, 40.0 - pair_windows,
+                                                                               pair_windows))
+    handle = m.begin(combined, 60.0)  # its environment's worker alive: nothing of it charged
+    m.more(handle, 4, 60.0)
+    assert (m.end(handle).wall_s, m.end(handle).startup_s) == pytest.approx((1.5 + 4 * 0.6, 0.0))
+    handle = m.begin(failing, 60.0)  # another environment's first look, then its loss fails
+    m.more(handle, 2, 60.0)
+    failed = m.end(handle)
+    assert failed.status == Status.NAN and (failed.wall_s, failed.startup_s) == pytest.approx((31.5, 30.0 - 3 * 2.4))
+    handle = m.begin(combined, 60.0)  # its worker replaced since: started again
+    m.more(handle, 4, 60.0)
+    assert (m.end(handle).wall_s, m.end(handle).startup_s) == pytest.approx((1.5 + start + 4 * 0.6, start))
+    m.reseed(1)
+    handle = m.begin(one, 60.0)  # a round: one held-out process pair
+    assert m.end(handle).wall_s == pytest.approx(1.5 + 10.0)
+
+
 def test_a_frozen_replay_clock_counts_the_recorded_time_alone() -> None:
     """``search_quality.py --frozen-clock``: two replays of one seed decided differently where the search's own time
     (a second or a few, longer on a loaded machine) moved a decision near a limit; a frozen clock moves only by what
