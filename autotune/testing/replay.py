@@ -15,12 +15,12 @@ rounds left of the held-out ratios, and one held-out process pair no round took,
 round that finds nothing left is ``skipped`` (the recording held no more; not the budget's cut). The search's
 environment factor is the geometric mean of its process pairs with its Student-t interval, a round's its one held-out
 pair with their spread (``candidate.round_factor``), each combined with the in-process ratios as live
-(``candidate.combine``); a trial's wall holds the process pairs charged to its environment, and a factor counts the
-pairs its race charged, as live. As the live measurer, the defaults themselves are the baseline trial, whose speedup
-is the calibration's A/A, and the defaults of another environment are measured by their factor alone. A combination
-recorded as failed (``oom``, ``nan``, ``crash``) fails the same way: at ``begin`` when it failed before its first
-pair, at ``end`` when it failed later. A combination that is not in the grid is a ``GridMiss`` (the benchmark's fixed
-knobs and the grid disagree): a bug of the caller, not a trial's failure.
+(``candidate.combine``); a trial's wall holds the process pairs charged to its environment, and a factor counts every
+pair charged to its environment, as live. As the live measurer, the defaults themselves are the baseline trial, whose
+speedup is the calibration's A/A, and the defaults of another environment are measured by their factor alone. A
+combination recorded as failed (``oom``, ``nan``, ``crash``) fails the same way: at ``begin`` when it failed before
+its first pair, at ``end`` when it failed later. A combination that is not in the grid is a ``GridMiss`` (the
+benchmark's fixed knobs and the grid disagree): a bug of the caller, not a trial's failure.
 
     >>> grid = RecordedGrid.load("benchmarks/grids/cnn-paired.json")               # doctest: +SKIP
     >>> m = ReplayMeasurer(grid, seed=0)                                            # doctest: +SKIP
@@ -202,7 +202,7 @@ class ReplayMeasurer(PairedMeasurer):
                            * float(self.grid.noise.get("window_s") or 0.0))
         startup, timed, wall = h.pairs_s - pair_windows, timed + pair_windows, c.warmup_s + timed + h.pairs_s
         if c.state != "ok":
-            return replace(self._failed(c), startup_s=startup, timed_s=timed, wall_s=wall)
+            return replace(self._failed(c), warmup_s=c.warmup_s, startup_s=startup, timed_s=timed, wall_s=wall)
         if h.kind in (IN_PROCESS, ACROSS) and not h.drawn:
             return TrialResult(Status.CRASH, error="no pair was drawn: the race asked for none, or none was recorded")
         iv = self._interval(h)

@@ -387,7 +387,8 @@ def test_an_environment_trials_time_holds_its_process_pairs_and_its_factor_count
     handle = m.begin(failing, 60.0)  # another environment's first look, then its loss fails
     m.more(handle, 2, 60.0)
     failed = m.end(handle)
-    assert failed.status == Status.NAN and (failed.wall_s, failed.startup_s) == pytest.approx((31.5, 30.0 - 3 * 2.4))
+    assert failed.status == Status.NAN and (failed.wall_s, failed.startup_s, failed.timed_s, failed.warmup_s) == \
+        pytest.approx((31.5, 30.0 - 3 * 2.4, 3 * 2.4, 1.5))
     handle = m.begin(combined, 60.0)  # its worker replaced since: started again
     m.more(handle, 4, 60.0)
     assert (m.end(handle).wall_s, m.end(handle).startup_s) == pytest.approx((1.5 + start + 4 * 0.6, start))
