@@ -99,14 +99,18 @@ class ReplayMeasurer(PairedMeasurer):
 
     def start_s(self) -> float:
         """A worker's start, its arm built and settled: half a recorded process pair beyond its factor's windows."""
-        noise = self.grid.noise
-        windows = 2 * max(4, int(noise.get("pairs") or 0) // 2) * float(noise.get("window_s") or 0.0)
-        return max(0.0, (self._pair_s - windows) / 2)
+        return max(0.0, (self._pair_s - self._pair_windows_s) / 2)
 
     @property
     def _pair_s(self) -> float:
         """One recorded process pair's time (0 where none was recorded)."""
         return float(self.grid.recorded.get("process_pair_s") or 0.0)
+
+    @property
+    def _pair_windows_s(self) -> float:
+        """A process pair's windows, as live's factor times them (``first_pairs`` window pairs of its calibration's)."""
+        noise = self.grid.noise
+        return 2 * first_pairs(int(noise.get("pairs") or 0)) * float(noise.get("window_s") or 0.0)
 
     def begin(self, params: dict[str, Any], timeout_s: float) -> object | TrialResult:
         config = self.grid.find(params)
@@ -198,8 +202,7 @@ class ReplayMeasurer(PairedMeasurer):
         timed = self.grid.noise.get("timed_s", 0.0) if h.kind == BASELINE else \
             len(h.drawn) * (c.window_s + max(c.window_s, c.step_s or 0.0))
         # as live's: a process pair's windows are timed, the rest of what its environment was charged is start-up
-        pair_windows = min(h.pairs_s, h.pairs * 2 * first_pairs(int(self.grid.noise.get("pairs") or 0))
-                           * float(self.grid.noise.get("window_s") or 0.0))
+        pair_windows = min(h.pairs_s, h.pairs * self._pair_windows_s)
         startup, timed, wall = h.pairs_s - pair_windows, timed + pair_windows, c.warmup_s + timed + h.pairs_s
         if c.state != "ok":
             return replace(self._failed(c), warmup_s=c.warmup_s, startup_s=startup, timed_s=timed, wall_s=wall)
