@@ -210,6 +210,7 @@ def round_parts(result: TrialResult, noise: Noise | None, options: SearchOptions
 # it the reserve keeps fewer rounds (at least one; the confirmation still runs later ones where the budget's end
 # holds them): a reserve of every round a candidate and the claim could end a short search after its first candidate.
 RESERVE_SHARE = 0.6
+OVER = 1.1  # kept over the rounds' and the claim's estimates: a fresh process's time varies with its speed
 
 
 def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | None, *,
@@ -256,7 +257,7 @@ def _reserve(study: optuna.Study, options: SearchOptions,
     claim, least = claim_s(study, options), floors(study)
     while True:
         rounds = [(result, env, n) for result, env in entries for n in range(kept)]
-        reserve = 1.1 * rounds_s(rounds, noise, options, floors=least) + claim
+        reserve = OVER * rounds_s(rounds, noise, options, floors=least) + claim
         if kept == 1 or reserve <= RESERVE_SHARE * options.budget_s:
             return kept, reserve
         kept -= 1
@@ -298,9 +299,10 @@ def claim_pairs(options: SearchOptions, pair_s: float | None) -> int:
 
 
 def claim_s(study: optuna.Study, options: SearchOptions) -> float:
-    """Time kept for the claim about your runs: its pairs (``claim_pairs``) at ``claim_pair_s`` each."""
+    """Time kept for the claim about your runs: its pairs (``claim_pairs``) at ``claim_pair_s`` each, ``OVER`` them
+    as for the rounds: its last pair starts only where the longest so far still fits (``claim._pairs``)."""
     pair_s = claim_pair_s(recorded_noise(study))
-    return claim_pairs(options, pair_s) * (pair_s or 0.0)
+    return OVER * claim_pairs(options, pair_s) * (pair_s or 0.0)
 
 
 def racing_reserve_s(study: optuna.Study, options: SearchOptions, params: dict[str, Any], method: str, *,

@@ -102,20 +102,20 @@ def test_a_round_is_priced_at_a_workers_start_and_the_candidates_arm_not_the_cal
     study.set_user_attr("noise", asdict(noise))
     kept = reserve_s(study, options, 28.0)
     # and the claim's pairs of your runs: as many as 40% of the 2 minutes holds (3), each two fresh processes, started
-    # as the calibration's worker and trained for twice 4 window pairs (``claim_s``)
-    claim = 3 * 2 * (4.2 + 2 * 4 * 0.3)
+    # as the calibration's worker and trained for twice 4 window pairs, 10% over as the rounds (``claim_s``)
+    claim = 1.1 * 3 * 2 * (4.2 + 2 * 4 * 0.3)
     assert kept - claim == pytest.approx(1.1 * 3 * (4.2 + windows + 0.18)) and 24.0 < kept - claim < 30.0  # 27.5 s
     # where a process's own shape is known and longer (a trial process trains its steps however short the windows,
     # a slow defaults' 50 s where windows said 6 s): that is the price, and 40% of 2 minutes holds no 3 such pairs
     study.set_user_attr("noise", asdict(replace(noise, run_s=12.0)))
     assert reserve_s(study, options, 28.0) == pytest.approx(kept - claim)
-    study.set_user_attr("noise", asdict(replace(noise, run_s=7.0)))
-    assert reserve_s(study, options, 28.0) == pytest.approx(kept - claim + 3 * 2 * 7.0)
+    study.set_user_attr("noise", asdict(replace(noise, run_s=6.5)))
+    assert reserve_s(study, options, 28.0) == pytest.approx(kept - claim + 1.1 * 3 * 2 * 6.5)
     # and where it is shorter than twice the windows besides the start: still the process's shape (the windows'
     # price, 13.2 s a pair here, held 3 pairs where 4 fit)
     assert claim_pair_s(replace(noise, run_s=5.0)) == pytest.approx(10.0)
     study.set_user_attr("noise", asdict(replace(noise, run_s=5.0)))
-    assert reserve_s(study, options, 28.0) == pytest.approx(kept - claim + 4 * 2 * 5.0)
+    assert reserve_s(study, options, 28.0) == pytest.approx(kept - claim + 1.1 * 4 * 2 * 5.0)
     # a study calibrated before the worker's start was recorded: as before, from the whole time outside windows
     study.set_user_attr("noise", asdict(replace(noise, start_s=None)))
     assert reserve_s(study, options, 28.0) == pytest.approx(1.1 * 3 * ((19.0 - 9.6) + windows + (23.2 - 20.2)))

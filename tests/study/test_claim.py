@@ -15,6 +15,7 @@ import pytest
 from autotune.measure import Noise, PairFailed, RunPair
 from autotune.recipe_file import to_env
 from autotune.study import how_measured
+from autotune.study.budget import OVER
 from autotune.testing.replay import ReplayClock
 
 from .test_confirm_cut import FAST, SLOW, Stubbed, _explored, _search
@@ -212,7 +213,7 @@ def test_the_claims_time_is_kept_once_a_candidate_could_be_offered(tmp_path: Pat
     rounds = {True: {"fast": FAST, "slow": SLOW}, False: {"fast": BELOW, "slow": BELOW},
               "undecided": {"fast": [(1.08, 1.00, 1.16), (1.094, 1.01, 1.18), (1.151, 1.07, 1.24)], "slow": SLOW}}
     stub = Yours(clock, _explored(), rounds[offered], ratios=list(YOURS), start_s=5.1)
-    recipe, records = _search(tmp_path, facts, stub, 40.0 + 6 * PAIR_S + 5.0, clock)
+    recipe, records = _search(tmp_path, facts, stub, 40.0 + OVER * 6 * PAIR_S + 5.0, clock)
     made = len([r for r in records if r.role == "confirm"])
     said = " ".join(recipe.notes)
     if offered:
@@ -306,8 +307,9 @@ def test_a_higher_candidate_whose_rounds_straddle_is_decided_before_a_one_round_
     # pairs priced at 15 s; where trial 2's own fit, they take 6 s: six of trial 1 leave 54 s of the 90 kept
     stub = Yours(clock, _explored(), rounds, ratios=list(ratios), start_s=5.1,
                  pair_s=6.0 if case == "they do not, its own pairs fit" else PAIR_S)
-    # round 1 of both (20 s), then six pairs of 15 s kept: trial 2's second round and trial 1's third do not fit
-    recipe, found = _search(tmp_path, facts, stub, 20.0 + 6 * PAIR_S + 15.0, clock)
+    # round 1 of both (20 s), then six pairs of 15 s kept (10% over): trial 2's second round and trial 1's third do
+    # not fit
+    recipe, found = _search(tmp_path, facts, stub, 20.0 + OVER * 6 * PAIR_S + 15.0, clock)
     rounds_of = {n: len([r for r in found if r.role == "confirm" and r.result.status.value == "ok"
                          and r.params == found[n].params]) for n in (1, 2)}
     said = " ".join(recipe.notes)
