@@ -347,7 +347,9 @@ def test_sampled_trials_take_a_third_of_the_turns_while_seeds_remain(facts: Any,
     told = [t.user_attrs[Attr.ROLE] for t in study.get_trials(deepcopy=False)][1:]
     sample = "search" if fresh else "in-process"
     assert told.count(sample) == 2, told
-    roles = [role.replace(sample, "in-process") for role in told]
+    # the combination takes a seed's turn (``Turns.sampled_turn``): whether a sample changed the environment, and so
+    # made one, is the machine's space's draw (the Zen 4's made one where the Xeon's did not)
+    roles = [{sample: "in-process", "combined": "seed"}.get(role, role) for role in told]
     if fresh:  # nothing was fixed for the sampler: the environment's knobs are its to choose
         assert all("fixed_params" not in t.system_attrs for t in study.get_trials(deepcopy=False)
                    if t.user_attrs[Attr.ROLE] == "search")
@@ -357,12 +359,13 @@ def test_sampled_trials_take_a_third_of_the_turns_while_seeds_remain(facts: Any,
     for role in roles:
         seeded, sampled = seeded + (role == "seed"), sampled + (role == "in-process")
         assert seeded + sampled == 1 or 3 * sampled >= seeded + sampled, roles
-    assert roles == ["seed", "in-process", "seed", "in-process", "seed", "seed"], roles
-    assert [t.params["batch_per_rank"] for t in study.get_trials(deepcopy=False)[1:] if
-            t.user_attrs[Attr.ROLE] == "seed"] == [8, 16, 64, 128]  # in their order, none lost
+    assert roles == ["seed", "in-process", "seed", "in-process", "seed", "seed"], told
+    taken = [t.params["batch_per_rank"] for t in study.get_trials(deepcopy=False)[1:]
+             if t.user_attrs[Attr.ROLE] == "seed"]
+    assert taken == [8, 16, 64, 128][:len(taken)] and len(taken) >= 3, told  # in their order, none lost
     # once the seeds are all taken, the loop samples as before (the in-process turn, the combination)
     assert not SearchLoop(study, "cnn", facts, CTX, {}, options, Budget.start(60), lambda event: None,
-                          seeds=seeds[:4], measurer=Answering(defaults)).turns.sampled_turn()
+                          seeds=seeds[:len(taken)], measurer=Answering(defaults)).turns.sampled_turn()
 
 
 @pytest.mark.parametrize(("data_wait", "first"), [(0.9, "input"), (0.02, "other"), (None, "other")])
