@@ -82,8 +82,10 @@ def user_pairs(script: Path, pairs: int, seconds: float, cwd: Path, seed: str) -
     return ratios
 
 
-def one_run(workload: str, index: int, budget: str, pairs: int, seconds: float) -> dict[str, Any]:
-    """A fresh search of ``workload`` (seed ``index``) in a folder of its own, then the user's script both ways."""
+def one_run(workload: str, index: int, budget: str, pairs: int, seconds: float,
+            keep: Path | None = None) -> dict[str, Any]:
+    """A fresh search of ``workload`` (seed ``index``) in a folder of its own, then the user's script both ways;
+    ``keep``: a folder where the search's events and its study are kept (``WORKLOAD-INDEX/``), to trace a run."""
     with tempfile.TemporaryDirectory(prefix=f"claims-{workload}-{index}-") as folder:
         here = Path(folder)
         load = os.getloadavg()[0]
@@ -94,6 +96,16 @@ def one_run(workload: str, index: int, budget: str, pairs: int, seconds: float) 
         search_s = time.monotonic() - started
         if search.returncode != 0:
             return {"workload": workload, "run": index, "error": search.stderr.strip()[-400:], "load": load}
+        if keep is not None:
+            kept = keep / f"{workload}-{index}"
+            kept.mkdir(parents=True, exist_ok=True)
+            (kept / "events.jsonl").write_text(search.stdout)
+            if (here / "studies.db").is_file():  # SQLite's backup: a copy of the file alone misses its write-ahead log
+                import sqlite3
+                from contextlib import closing
+                with closing(sqlite3.connect(here / "studies.db")) as src, \
+                        closing(sqlite3.connect(kept / "studies.db")) as dst:
+                    src.backup(dst)
         events = [json.loads(line) for line in search.stdout.splitlines() if line.startswith("{")]
         finished = [e for e in events if e.get("event") == "trial_finished"]
         subprocess.run([_cli(), "export", "--format", "env", "-o", "best.env"], cwd=here, check=True,
@@ -239,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
                              "benchmarks/workloads.py with the scripts a user would write for them")
     parser.add_argument("--out", type=Path, default=OUT, help=f"JSON lines, appended (default {OUT})")
     parser.add_argument("--summary", action="store_true", help="print what --out holds; run nothing")
+    parser.add_argument("--keep", type=Path, help="keep each search's events and study in KEEP/WORKLOAD-RUN/")
     args = parser.parse_args(argv)
 
     rows = read_rows(args.out)
@@ -250,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         for workload, index in todo:
-            row = one_run(workload, index, args.budget, args.pairs, args.seconds)
+            row = one_run(workload, index, args.budget, args.pairs, args.seconds, args.keep)
             with args.out.open("a") as f:
                 f.write(json.dumps(row) + "\n")
             rows.append(row)
