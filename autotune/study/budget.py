@@ -263,7 +263,7 @@ def _reserve(study: optuna.Study, options: SearchOptions,
         kept -= 1
 
 
-CLAIM_SHARE = 0.4  # of a budget, the most its claim about your runs takes
+CLAIM_SHARE = 0.4  # of a budget, the most its claim's pairs take at their price (kept ``OVER`` that)
 
 
 def claim_pair_s(noise: Noise | None) -> float | None:

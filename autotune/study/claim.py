@@ -71,12 +71,13 @@ def user_runs(loop: SearchLoop, confirmation: Confirmation) -> Confirmation:
 
 def _holds_both(loop: SearchLoop) -> bool:
     """Whether the budget left holds a test's pairs and then the offer's own, as many each as the claim may run
-    (``_most``) at a pair's price (``budget.claim_pair_s``): where a test does not confirm, the offer is stated from as
-    many pairs as it would have had."""
+    (``_most``) at a pair's price (``budget.claim_pair_s``), ``budget.OVER`` them as the claim's time is kept: where a
+    test does not confirm, the offer is stated from as many pairs as it would have had."""
     pair_s = budget.claim_pair_s(loop.noise)
     if not pair_s:
         return False
-    return loop.budget.left() >= 2 * _most(loop.options, budget.claim_pairs(loop.options, pair_s)) * pair_s
+    most = _most(loop.options, budget.claim_pairs(loop.options, pair_s))
+    return loop.budget.left() >= 2 * budget.OVER * most * pair_s
 
 
 def _pairs(loop: SearchLoop, winner: Candidate, tested: bool, first: int = 0) -> UserRuns:

@@ -81,7 +81,7 @@ def test_a_round_is_priced_at_a_workers_start_and_the_candidates_arm_not_the_cal
 
     from autotune.measure import Noise
     from autotune.study import SearchOptions
-    from autotune.study.budget import claim_pair_s, reserve_s, round_parts
+    from autotune.study.budget import claim_pair_s, kept_rounds, reserve_s, round_parts
     from autotune.trial.spec import Status, TrialResult
 
     noise = Noise(window_s=0.3, pairs=16, half_width=0.03, margin=0.02, spread=0.25, aa=(1.0, 0.96, 1.09),
@@ -111,6 +111,9 @@ def test_a_round_is_priced_at_a_workers_start_and_the_candidates_arm_not_the_cal
     assert reserve_s(study, options, 28.0) == pytest.approx(kept - claim)
     study.set_user_attr("noise", asdict(replace(noise, run_s=6.5)))
     assert reserve_s(study, options, 28.0) == pytest.approx(kept - claim + 1.1 * 3 * 2 * 6.5)
+    # at 7.0 s the claim's time, 10% over its pairs, takes the reserve past 60% of the budget: two rounds are kept
+    study.set_user_attr("noise", asdict(replace(noise, run_s=7.0)))
+    assert kept_rounds(study, options) == 2 and kept_rounds(study, replace(options, budget_s=130)) == 3
     # and where it is shorter than twice the windows besides the start: still the process's shape (the windows'
     # price, 13.2 s a pair here, held 3 pairs where 4 fit)
     assert claim_pair_s(replace(noise, run_s=5.0)) == pytest.approx(10.0)

@@ -304,7 +304,7 @@ def test_a_higher_candidate_whose_rounds_straddle_is_decided_before_a_one_round_
     ratios = {"they confirm it": confirming, "they do not": not_confirming,
               "they do not, its own pairs fit": not_confirming + its_own, "its median is lower": its_own}[case]
     clock = ReplayClock()
-    # pairs priced at 15 s; where trial 2's own fit, they take 6 s: six of trial 1 leave 54 s of the 90 kept
+    # pairs priced at 15 s; where trial 2's own fit, they take 6 s: six of trial 1 leave 63 s of the 99 kept
     stub = Yours(clock, _explored(), rounds, ratios=list(ratios), start_s=5.1,
                  pair_s=6.0 if case == "they do not, its own pairs fit" else PAIR_S)
     # round 1 of both (20 s), then six pairs of 15 s kept (10% over): trial 2's second round and trial 1's third do
@@ -423,9 +423,9 @@ def test_a_faster_candidate_whose_two_rounds_straddle_is_decided_before_a_two_ro
     clock = ReplayClock()
     stub = Yours(clock, _explored(), {"fast": APART, "slow": AGREEING}, ratios=list(ratios), start_s=5.1,
                  pair_s={"they do not, and took longer than priced": 25.0,
-                         "too few to confirm it, faster": 34.0}.get(case, PAIR_S))
+                         "too few to confirm it, faster": 36.0}.get(case, PAIR_S))
     kept = 6 if case == "the budget holds one claim" else 12  # pairs the budget holds after two rounds of each
-    recipe, found = _search(tmp_path, facts, stub, 40.0 + kept * PAIR_S + 10.0, clock, rounds=2)
+    recipe, found = _search(tmp_path, facts, stub, 40.0 + OVER * kept * PAIR_S + 10.0, clock, rounds=2)
     said = " ".join(recipe.notes)
     if case == "too few to confirm it, faster":  # the budget's end left the test short: the offer stands
         assert 3 <= len(stub.asked) < 6 and all(params == found[1].params for params in stub.asked), said

@@ -368,6 +368,18 @@ def test_sampled_trials_take_a_third_of_the_turns_while_seeds_remain(facts: Any,
                           seeds=seeds[:len(taken)], measurer=Answering(defaults)).turns.sampled_turn()
 
 
+def test_the_combination_takes_a_seeds_turn(searched: Any, facts: Any) -> None:
+    """Measured: the baseline, two seeds, the heuristic, the combination and two samples; a seed is left. Counted as
+    a seed's turn, the combination makes four seeded against two sampled, and a sample is due (fewer than a third
+    of the candidates with the next); not counted, three against two, and the seed would go next."""
+    study, defaults = searched
+    _add(study, "seed", {**defaults, "batch_per_rank": 64}, 1.0, 2.8, "in-process pairs", 0.0)
+    for batch in (16, 8):
+        _add(study, "in-process", {**defaults, "batch_per_rank": batch}, 1.0, 2.8, "in-process pairs", 0.0)
+    seeds = [("seed", {**defaults, "batch_per_rank": 128})]
+    assert _loop(study, facts, Warm(defaults), seeds=seeds).turns.sampled_turn()
+
+
 @pytest.mark.parametrize(("data_wait", "first"), [(0.9, "input"), (0.02, "other"), (None, "other")])
 def test_where_the_defaults_wait_for_data_the_input_is_seeded_first(facts: Any, data_wait: float | None,
                                                                     first: str) -> None:
