@@ -7,6 +7,7 @@ line appended to ``--out``; a run already there is not run again, so the campaig
 
     python benchmarks/claims.py --runs 12 --budget 5m               # hours on 2 vCPUs
     python benchmarks/claims.py --summary                           # what the file holds so far
+    python benchmarks/claims.py --keep runs/                        # each search's events and study kept too
 
 Per workload it prints how often the user's mean (the geometric mean of the pairs' ratios) fell inside the stated
 interval and how often one pair fell inside the stated range of one run, each with its Clopper-Pearson 95%
@@ -94,18 +95,10 @@ def one_run(workload: str, index: int, budget: str, pairs: int, seconds: float,
         search = subprocess.run([_cli(), "search", "--workload", spec, "--budget", budget, "--seed", str(index),
                                  "--json"], capture_output=True, text=True, cwd=here, check=False)
         search_s = time.monotonic() - started
+        if keep is not None:  # a failed search too: the run most worth tracing
+            _keep(keep / f"{workload}-{index}", here, search)
         if search.returncode != 0:
             return {"workload": workload, "run": index, "error": search.stderr.strip()[-400:], "load": load}
-        if keep is not None:
-            kept = keep / f"{workload}-{index}"
-            kept.mkdir(parents=True, exist_ok=True)
-            (kept / "events.jsonl").write_text(search.stdout)
-            if (here / "studies.db").is_file():  # SQLite's backup: a copy of the file alone misses its write-ahead log
-                import sqlite3
-                from contextlib import closing
-                with closing(sqlite3.connect(here / "studies.db")) as src, \
-                        closing(sqlite3.connect(kept / "studies.db")) as dst:
-                    src.backup(dst)
         events = [json.loads(line) for line in search.stdout.splitlines() if line.startswith("{")]
         finished = [e for e in events if e.get("event") == "trial_finished"]
         subprocess.run([_cli(), "export", "--format", "env", "-o", "best.env"], cwd=here, check=True,
@@ -130,6 +123,24 @@ def one_run(workload: str, index: int, budget: str, pairs: int, seconds: float,
             return {**row, "ratios": []}
         ratios = user_pairs(script, pairs, seconds, here, f"{workload}{index}")
         return {**row, "ratios": ratios, "seconds": seconds, "load_after": os.getloadavg()[0]}
+
+
+def _keep(kept: Path, here: Path, search: subprocess.CompletedProcess[str]) -> None:
+    """A search's events, its stderr and its study (SQLite's backup: a copy of the file alone misses its write-ahead
+    log) in ``kept``, replacing an earlier run's; a copy that fails is said and the campaign goes on."""
+    import sqlite3
+    from contextlib import closing
+    try:
+        kept.mkdir(parents=True, exist_ok=True)
+        (kept / "events.jsonl").write_text(search.stdout)
+        (kept / "stderr.log").write_text(search.stderr)
+        if (here / "studies.db").is_file():
+            (kept / "studies.db").unlink(missing_ok=True)
+            with closing(sqlite3.connect(here / "studies.db")) as src, \
+                    closing(sqlite3.connect(kept / "studies.db")) as dst:
+                src.backup(dst)
+    except (OSError, sqlite3.Error) as e:
+        print(f"claims: the run was not kept in {kept}: {e}", file=sys.stderr, flush=True)
 
 
 def _user_runs(db: Path) -> dict[str, Any]:
