@@ -26,11 +26,13 @@ import math
 import os
 import random
 import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -128,8 +130,6 @@ def one_run(workload: str, index: int, budget: str, pairs: int, seconds: float,
 def _keep(kept: Path, here: Path, search: subprocess.CompletedProcess[str]) -> None:
     """A search's events, its stderr and its study (SQLite's backup: a copy of the file alone misses its write-ahead
     log) in ``kept``, replacing an earlier run's; a copy that fails is said and the campaign goes on."""
-    import sqlite3
-    from contextlib import closing
     try:
         kept.mkdir(parents=True, exist_ok=True)
         (kept / "events.jsonl").write_text(search.stdout)
@@ -146,8 +146,6 @@ def _keep(kept: Path, here: Path, search: subprocess.CompletedProcess[str]) -> N
 def _user_runs(db: Path) -> dict[str, Any]:
     """The claim's own process pairs and the search's environment process pairs whose spread it may borrow
     (``StudyAttr.USER_RUNS``): what the stated interval was drawn from, so it can be drawn again without them."""
-    import sqlite3
-    from contextlib import closing
     if not db.is_file():  # a search told to store elsewhere (``AUTOTUNE_STORAGE``)
         return {}
     with closing(sqlite3.connect(db)) as con:
