@@ -22,13 +22,14 @@ round is a trial of the study with role ``confirm`` (user attributes ``confirms`
 
 The search loop keeps time for them in the budget (``autotune.study.budget.reserve_s``, from the measured pair
 times; fewer rounds where all and the claim would take more than 60% of the budget, ``budget.kept_rounds``); when
-the budget still runs short, the candidates ranked above keep the time of their later rounds up to those, a lower
-one that does not fit beside them is left out of the rest (confirmed over the rounds it had), and the report says
-so. From its third round on, a candidate whose interval over its rounds so far lies wholly below the leader's (the
-highest low bound) is left out of the later rounds: it could not be chosen. Only intervals of two rounds or more
-take part (one round's interval does not see the variation between processes), and each of these looks is taken at
-``race.looks_confidence`` of the rounds' looks, so by Bonferroni's inequality the chance that any look drops a
-candidate wrongly is at most ``1 - CONFIDENCE`` (``_race``).
+the budget still runs short, the candidates ranked above keep the time of their later rounds up to those, as many
+as the time left holds (``Rounds.fitting``), and a lower one that does not fit beside them is left out of the rest
+(confirmed over the rounds it had), and the report says so. From its third round on, a candidate whose interval
+over its rounds so far lies wholly below the leader's (the highest low bound) is left out of the later rounds: it
+could not be chosen. Only intervals of two rounds or more take part (one round's interval does not see the
+variation between processes), and each of these looks is taken at ``race.looks_confidence`` of the rounds' looks,
+so by Bonferroni's inequality the chance that any look drops a candidate wrongly is at most ``1 - CONFIDENCE``
+(``_race``).
 """
 from __future__ import annotations
 
@@ -143,8 +144,9 @@ class Rounds:
 
     def measure(self, entry: TrialRecord, round_: int, alive: list[TrialRecord]) -> None:
         """``entry``'s round ``round_``, unless its time is the rounds still to come of the candidates ranked above
-        it (``alive``, best first; their rounds of ``round_`` too where not measured yet), or the claim's beside
-        them where this round or one of theirs may make a candidate your runs follow (``may_offer``)."""
+        it (``alive``, best first; their rounds of ``round_`` too where not measured yet; those the time left holds,
+        ``fitting``), or the claim's beside them where this round or one of theirs may make a candidate your runs
+        follow (``may_offer``)."""
         loop = self.loop
         ahead = [e for e in alive[:alive.index(entry)] if params_key(e.params) not in self.left_out]
         # theirs from this round on where the shuffled order has not measured them in it yet, up to the rounds the
@@ -152,12 +154,12 @@ class Rounds:
         # round of one above
         later = [(e, r) for e in ahead for r in range(
             round_ if (params_key(e.params), round_) not in self.done else round_ + 1, max(round_ + 1, self.kept))]
-        needed = self.needed_s([(entry, round_), *later])
         # the claim's time is held once a candidate could be offered (``offers``), and beside the later rounds of those
         # above where this round or one of theirs may make it so: taken by this round, the claim's time, held from
         # then on, would take theirs
         waiting = [entry, *{e.number: e for e, _ in later}.values()] if later else []
         held = self.claim_s if self.offers() or any(map(self.may_offer, waiting)) else 0.0
+        needed = self.needed_s([(entry, round_), *self.fitting(later, loop.budget.left() - held)])
         if loop.budget.left() - held < max(1.0, needed):
             self.left_out.add(params_key(entry.params))
             self.cut.append(f"trial {entry.number} from round {round_ + 1} of {self.count} on")
@@ -202,6 +204,16 @@ class Rounds:
         if mine.rounds and self.decides:
             return mine.median > bar
         return (mine.low if mine.rounds else entry.result.speedup_low or 0.0) > bar
+
+    def fitting(self, rounds: list[tuple[TrialRecord, int]], room: float) -> list[tuple[TrialRecord, int]]:
+        """The first of ``rounds`` (by round, then rank) whose time (``needed_s``) ``room`` holds: those the time
+        left can still measure. A round that cannot fit in any case keeps no time from a lower candidate's round:
+        kept for it, the time would be lost to both."""
+        ordered = sorted(rounds, key=lambda pair: pair[1])  # stable: by rank within a round
+        count = len(ordered)
+        while count and self.needed_s(ordered[:count]) > room:
+            count -= 1
+        return ordered[:count]
 
     def needed_s(self, entries: list[tuple[TrialRecord, int]]) -> float:
         """The rounds ``(candidate, round)`` of ``entries`` (``budget.rounds_s``), an environment's part none where

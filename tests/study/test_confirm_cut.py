@@ -51,6 +51,7 @@ class Stubbed(StubMeasurer):
     order: list[str] = field(default_factory=list)  # the confirmation's rounds as begun
     round_start_s: float = 0.0  # the first candidate measured in a round starts the defaults' worker: this long
     paid: set[int] = field(default_factory=set)  # the rounds whose worker was started
+    round_s: dict[str, float] = field(default_factory=dict)  # a candidate's own round time, where not ROUND_S
 
     def __post_init__(self) -> None:
         StubMeasurer.__init__(self)
@@ -81,13 +82,14 @@ class Stubbed(StubMeasurer):
                                wall_s=handle.timeout_s)
         start = 0.0 if handle.number in self.paid else self.round_start_s
         self.paid.add(handle.number)
-        self.clock.charge(ROUND_S + start)
+        took = self.round_s.get(name, ROUND_S) + start
+        self.clock.charge(took)
         read = self.rounds[name][handle.number]
         if read is None:
             return TrialResult(Status.CRASH, error="the paired worker exited with 1", wall_s=ROUND_S)
         median, low, high = read
         return TrialResult(Status.OK, objective=median, speedup_low=low, speedup_high=high, pairs=8,
-                           samples_per_s=100 * median, baseline_samples_per_s=100.0, loss=1.0, wall_s=ROUND_S + start,
+                           samples_per_s=100 * median, baseline_samples_per_s=100.0, loss=1.0, wall_s=took,
                            timed_s=ROUND_S / 2, method="in-process pairs", startup_s=start or None)
 
     def close(self) -> None:
@@ -183,6 +185,21 @@ def test_a_candidate_measured_after_another_of_its_environment_is_priced_without
     recipe, recs = _search(tmp_path, facts, stub, (16.0 + 10.0) + 30.0, clock, rounds=2)
     assert stub.order == ["fast", "slow", "slow", "fast"], (stub.order, recipe.notes)  # seed 0's draws
     assert recipe.params == recs[1].params and "left out" not in " ".join(recipe.notes), recipe.notes
+
+
+def test_a_cheap_candidate_keeps_its_rounds_beside_an_expensive_one_s_that_fit(tmp_path: Path, facts: Any) -> None:
+    """Trial 1 (ranked first) takes 30 s a round, trial 2 5 s; 72 s are left after trial 1's first round's start.
+    Before trial 2's first round, 42 s hold one more round of trial 1, not two: only the one that fits keeps its
+    time, so trial 2 has its rounds beside it. Trial 1's two rounds disagree (1.35x, then 1.05x) and trial 2's
+    agree at 1.30x: the recipe is trial 2's, confirmed. Before, its third round, which could not fit either, kept
+    trial 2 out of every round and the defaults were kept."""
+    clock = ReplayClock()
+    cheap = [(1.30, 1.24, 1.36), (1.32, 1.26, 1.38), (1.31, 1.25, 1.37)]
+    stub = Stubbed(clock, _explored(), {"fast": [(1.35, 0.86, 2.10), (1.05, 0.80, 1.40), FAST[2]], "slow": cheap},
+                   round_s={"fast": 30.0, "slow": 5.0})
+    recipe, recs = _search(tmp_path, facts, stub, 72.0, clock)
+    assert stub.order.count("slow") == 2 and stub.order.count("fast") == 2, (stub.order, recipe.notes)
+    assert recipe.params == recs[2].params and recipe.claim == "confirmed", recipe.notes
 
 
 def test_a_confirmation_that_completed_no_round_keeps_the_defaults_and_says_why(tmp_path: Path, facts: Any) -> None:
