@@ -23,16 +23,17 @@ round is a trial of the study with role ``confirm`` (user attributes ``confirms`
 The search loop keeps time for them in the budget (``autotune.study.budget.reserve_s``, from the measured pair
 times; fewer rounds where all and the claim would take more than 60% of the budget, ``budget.kept_rounds``); when
 the budget still runs short, the candidates ranked above keep the time of their later rounds up to those, as many
-as the time left holds (``Rounds.fitting``), and a lower one that does not fit beside them is left out of the rest
-(confirmed over the rounds it had), and the report says so. From its third round on, a candidate whose interval
-over its rounds so far lies wholly below the leader's (the highest low bound) is left out of the later rounds: it
-could not be chosen. Only intervals of two rounds or more take part (one round's interval does not see the
-variation between processes), and each of these looks is taken at ``race.looks_confidence`` of the rounds' looks,
-so by Bonferroni's inequality the chance that any look drops a candidate wrongly is at most ``1 - CONFIDENCE``
-(``_race``).
+as the time left holds in rank order (``Rounds.fitting``), and a lower one that does not fit beside them is left
+out of the rest (confirmed over the rounds it had), and the report says so. From its third round on, a candidate
+whose interval over its rounds so far lies wholly below the leader's (the highest low bound) is left out of the
+later rounds: it could not be chosen. Only intervals of two rounds or more take part (one round's interval does
+not see the variation between processes), and each of these looks is taken at ``race.looks_confidence`` of the
+rounds' looks, so by Bonferroni's inequality the chance that any look drops a candidate wrongly is at most
+``1 - CONFIDENCE`` (``_race``).
 """
 from __future__ import annotations
 
+import itertools
 import random
 import statistics
 from dataclasses import replace
@@ -206,26 +207,32 @@ class Rounds:
         return (mine.low if mine.rounds else entry.result.speedup_low or 0.0) > bar
 
     def fitting(self, rounds: list[tuple[TrialRecord, int]], room: float) -> list[tuple[TrialRecord, int]]:
-        """The first of ``rounds`` (by round, then rank) whose time (``needed_s``) ``room`` holds: those the time
-        left can still measure. A round that cannot fit in any case keeps no time from a lower candidate's round:
-        kept for it, the time would be lost to both."""
-        ordered = sorted(rounds, key=lambda pair: pair[1])  # stable: by rank within a round
-        count = len(ordered)
-        while count and self.needed_s(ordered[:count]) > room:
-            count -= 1
-        return ordered[:count]
+        """Of ``rounds`` (those still to come of the candidates ranked above, best first, each by round), those
+        ``room`` holds as ``measure`` gives way: each candidate's in turn while they fit beside those of the ones
+        above it, none of its rounds after one that does not (it would be left out of the rest). A round that
+        cannot fit keeps no time from a lower candidate's: kept for it, the time would be lost to both."""
+        kept: list[tuple[TrialRecord, int]] = []
+        for _, mine in itertools.groupby(rounds, key=lambda pair: pair[0].number):
+            for pair in mine:
+                if self.needed_s([*kept, pair]) > room:
+                    break
+                kept.append(pair)
+        return kept
 
     def needed_s(self, entries: list[tuple[TrialRecord, int]]) -> float:
         """The rounds ``(candidate, round)`` of ``entries`` (``budget.rounds_s``), an environment's part none where
         it was paid already in that round; at least what their candidates' completed rounds took (a round is not
-        started where its candidate's last one shows it cannot end in the time left), each its own part and each
-        environment's start once a round where not paid yet: a candidate measured after another of its environment
-        in a round starts no worker, and priced with the start its earlier round paid, the fastest was left out."""
+        started where its candidate's last one shows it cannot end in the time left; one of a candidate not
+        measured yet, its own part as estimated), each its own part and each environment's start once a round where
+        not paid yet: a candidate measured after another of its environment in a round starts no worker, and priced
+        with the start its earlier round paid, the fastest was left out."""
         estimate = budget.rounds_s([(e.result, environment_key(e.params), r) for e, r in entries], self.loop.noise,
                                    self.loop.options, paid=self.spent, floors=self.floors)
         unpaid = {(environment_key(e.params), r) for e, r in entries} - self.spent
-        return max(estimate, sum(self.took.get(params_key(e.params), 0.0) for e, _ in entries)
-                   + sum(self.starts.get(env, 0.0) for env, _ in unpaid))
+        # summed whole, the estimates fall below one measured round, and a round not measured yet would count nothing
+        own = sum(self.took.get(params_key(e.params))
+                  or budget.round_parts(e.result, self.loop.noise, self.loop.options, r)[0] for e, r in entries)
+        return max(estimate, own + sum(self.starts.get(env, 0.0) for env, _ in unpaid))
 
     def note(self, note: str | None) -> str | None:
         """What the user reads of the rounds left out, after ``note``."""
@@ -234,7 +241,7 @@ class Rounds:
                     f"{', '.join(self.cut)} left out")
         elif self.cut:
             note = (f"the budget was short: {', '.join(self.cut)} left out (each round in fresh processes; the "
-                    "candidates ranked above kept the rounds the search kept time for)")
+                    "candidates ranked above kept those of their later rounds the time left held)")
         if self.outpaced:
             note = "; ".join(filter(None, [note, f"{', '.join(self.outpaced)}: not measured further"]))
         if self.stopped:

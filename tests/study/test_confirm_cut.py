@@ -187,19 +187,32 @@ def test_a_candidate_measured_after_another_of_its_environment_is_priced_without
     assert recipe.params == recs[1].params and "left out" not in " ".join(recipe.notes), recipe.notes
 
 
+TWO_SPEEDS = {"fast": 30.0, "slow": 5.0}  # trial 1, ranked first, takes 30 s a round; trial 2 5 s
+SURE = [(1.30, 1.24, 1.36), (1.32, 1.26, 1.38), (1.31, 1.25, 1.37)]
+
+
 def test_a_cheap_candidate_keeps_its_rounds_beside_an_expensive_one_s_that_fit(tmp_path: Path, facts: Any) -> None:
-    """Trial 1 (ranked first) takes 30 s a round, trial 2 5 s; 72 s are left after trial 1's first round's start.
-    Before trial 2's first round, 42 s hold one more round of trial 1, not two: only the one that fits keeps its
-    time, so trial 2 has its rounds beside it. Trial 1's two rounds disagree (1.35x, then 1.05x) and trial 2's
-    agree at 1.30x: the recipe is trial 2's, confirmed. Before, its third round, which could not fit either, kept
-    trial 2 out of every round and the defaults were kept."""
-    clock = ReplayClock()
-    cheap = [(1.30, 1.24, 1.36), (1.32, 1.26, 1.38), (1.31, 1.25, 1.37)]
-    stub = Stubbed(clock, _explored(), {"fast": [(1.35, 0.86, 2.10), (1.05, 0.80, 1.40), FAST[2]], "slow": cheap},
-                   round_s={"fast": 30.0, "slow": 5.0})
+    """72 s are left at the confirmation's start. After trial 1's first round, 42 s hold one more round of it, not
+    two: only the one that fits keeps its time, so trial 2 has its rounds beside it. Trial 1's two rounds disagree
+    (1.35x, then 1.05x) and trial 2's agree at 1.30x: the recipe is trial 2's, confirmed. Before, trial 1's third
+    round, which could not fit either, kept trial 2 out of every round and the defaults were kept."""
+    clock = ReplayClock(frozen=True)
+    stub = Stubbed(clock, _explored(), {"fast": [(1.35, 0.86, 2.10), (1.05, 0.80, 1.40), FAST[2]], "slow": SURE},
+                   round_s=TWO_SPEEDS)
     recipe, recs = _search(tmp_path, facts, stub, 72.0, clock)
-    assert stub.order.count("slow") == 2 and stub.order.count("fast") == 2, (stub.order, recipe.notes)
+    assert stub.order == ["fast", "slow", "slow", "fast"], (stub.order, recipe.notes)  # seed 0's draws
     assert recipe.params == recs[2].params and recipe.claim == "confirmed", recipe.notes
+
+
+def test_a_round_of_a_candidate_above_that_fits_keeps_its_time(tmp_path: Path, facts: Any) -> None:
+    """68 s: trial 2's first round fits beside trial 1's second (38 s left, 35 asked), its second round does not (33
+    s left): it gives way, and trial 1's second round is measured. A rule that kept no time for the rounds above
+    would have measured trial 2 and cut trial 1's."""
+    clock = ReplayClock(frozen=True)
+    stub = Stubbed(clock, _explored(), {"fast": FAST, "slow": SURE}, round_s=TWO_SPEEDS)
+    recipe, _ = _search(tmp_path, facts, stub, 68.0, clock)
+    assert stub.order == ["fast", "slow", "fast"], (stub.order, recipe.notes)
+    assert "trial 2 from round 2 of 3 on" in " ".join(recipe.notes), recipe.notes
 
 
 def test_a_confirmation_that_completed_no_round_keeps_the_defaults_and_says_why(tmp_path: Path, facts: Any) -> None:
