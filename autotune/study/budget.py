@@ -235,7 +235,7 @@ def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | Non
 
 def kept_rounds(study: optuna.Study, options: SearchOptions) -> int:
     """The rounds a candidate the reserve keeps time for (``reserve_s``): all of ``confirm_rounds`` without a
-    budget. The confirmation's candidates ranked above keep their time for as many (``confirm.Rounds``)."""
+    budget. The confirmation's candidates ranked above keep their time for at most as many (``confirm.Rounds``)."""
     if options.budget_s is None or options.confirm_top <= 0:
         return max(1, options.confirm_rounds)
     return _reserve(study, options, ())[0]

@@ -214,7 +214,7 @@ class Rounds:
         kept: list[tuple[TrialRecord, int]] = []
         for _, mine in itertools.groupby(rounds, key=lambda pair: pair[0].number):
             for pair in mine:
-                if self.needed_s([*kept, pair]) > room:
+                if max(1.0, self.needed_s([*kept, pair])) > room:  # as ``measure`` asks
                     break
                 kept.append(pair)
         return kept

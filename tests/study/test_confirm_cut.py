@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import optuna
@@ -16,7 +17,7 @@ from autotune.measure import Noise
 from autotune.measure.stats import Interval
 from autotune.study import Budget
 from autotune.study.choice import choose_recipe, how_measured
-from autotune.study.confirm import confirm
+from autotune.study.confirm import Rounds, confirm
 from autotune.study.loop import SearchLoop
 from autotune.study.options import SearchOptions
 from autotune.study.records import CONFIRM, params_key, records
@@ -205,14 +206,42 @@ def test_a_cheap_candidate_keeps_its_rounds_beside_an_expensive_one_s_that_fit(t
 
 
 def test_a_round_of_a_candidate_above_that_fits_keeps_its_time(tmp_path: Path, facts: Any) -> None:
-    """68 s: trial 2's first round fits beside trial 1's second (38 s left, 35 asked), its second round does not (33
-    s left): it gives way, and trial 1's second round is measured. A rule that kept no time for the rounds above
-    would have measured trial 2 and cut trial 1's."""
+    """68 s: trial 2's first round fits beside trial 1's second (38 s left, 36.5 asked: its own estimated 6.5 s
+    beside trial 1's measured 30), its second round does not (33 s left, 35 asked): it gives way, and trial 1's
+    second round is measured. A rule that kept no time for the rounds above would have measured trial 2 and cut
+    trial 1's."""
     clock = ReplayClock(frozen=True)
     stub = Stubbed(clock, _explored(), {"fast": FAST, "slow": SURE}, round_s=TWO_SPEEDS)
     recipe, _ = _search(tmp_path, facts, stub, 68.0, clock)
     assert stub.order == ["fast", "slow", "fast"], (stub.order, recipe.notes)
     assert "trial 2 from round 2 of 3 on" in " ".join(recipe.notes), recipe.notes
+
+
+def test_a_round_not_measured_yet_counts_its_estimate_beside_a_measured_one(tmp_path: Path, facts: Any) -> None:
+    """Two rounds, 63 s: after trial 1's first round (30 s), 33 s are left. Trial 2's first round, not measured yet,
+    is priced at its own estimated 6.5 s beside trial 1's measured 30: it does not fit, and trial 1's second round is
+    measured. Priced at nothing beside the measured round (before), trial 2's took 5 s and trial 1's second round
+    no longer fitted."""
+    clock = ReplayClock(frozen=True)
+    stub = Stubbed(clock, _explored(), {"fast": FAST, "slow": SURE}, round_s=TWO_SPEEDS)
+    recipe, _ = _search(tmp_path, facts, stub, 63.0, clock, rounds=2)
+    assert stub.order == ["fast", "fast"], (stub.order, recipe.notes)
+
+
+def test_the_rounds_above_keep_their_time_in_rank_order_each_candidate_s_while_they_fit() -> None:
+    """``Rounds.fitting`` on additive prices: the rounds of trial 1 (ranked first, 10 s each) before trial 2's (5 s),
+    as a lower round gives way to every round of those above; and none of a candidate's rounds after one that does
+    not fit (it is left out of the rest), while a lower candidate's that fit still count."""
+    first, second = SimpleNamespace(number=1), SimpleNamespace(number=2)
+    rounds = Rounds.__new__(Rounds)
+    rounds.needed_s = lambda entries: sum({1: 10.0, 2: 5.0}[e.number] for e, _ in entries)
+    later = [(first, 0), (first, 1), (second, 0), (second, 1)]
+    assert rounds.fitting(later, 20.0) == [(first, 0), (first, 1)]  # by round then rank: trial 1's second is lost
+    assert rounds.fitting(later, 27.0) == [(first, 0), (first, 1), (second, 0)]
+    rounds.needed_s = lambda entries: sum({1: 30.0, 2: 5.0}[e.number] for e, _ in entries)
+    assert rounds.fitting(later, 12.0) == [(second, 0), (second, 1)]
+    rounds.needed_s = lambda entries: 0.5 * len(entries)
+    assert rounds.fitting(later, 0.8) == []  # a round is priced a second at least, as ``measure`` asks
 
 
 def test_a_confirmation_that_completed_no_round_keeps_the_defaults_and_says_why(tmp_path: Path, facts: Any) -> None:
