@@ -72,9 +72,11 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
-def user_pairs(script: Path, pairs: int, seconds: float, cwd: Path, seed: str) -> list[float]:
+def user_pairs(script: Path, pairs: int, seconds: float, cwd: Path, seed: str,
+               rates: list[tuple[float, float]] | None = None) -> list[float]:
     """The user's path: ``script`` plain and under ``autotune run --recipe best.env`` (the file in ``cwd``),
-    ``pairs`` fresh-process pairs in an order drawn per pair; each pair's ratio, tuned over plain."""
+    ``pairs`` fresh-process pairs in an order drawn per pair; each pair's ratio, tuned over plain. ``rates``: each
+    pair's samples/s (plain, tuned) appended there, to tell which side a miss came from."""
     plain = [sys.executable, str(script)]
     tuned = [_cli(), "run", "--recipe", "best.env", "--", *plain]
     rng, ratios = random.Random(seed), []
@@ -82,6 +84,8 @@ def user_pairs(script: Path, pairs: int, seconds: float, cwd: Path, seed: str) -
         order = ["plain", "tuned"] if rng.random() < 0.5 else ["tuned", "plain"]
         rate = {side: _script_run(plain if side == "plain" else tuned, seconds, cwd) for side in order}
         ratios.append(rate["tuned"] / rate["plain"])
+        if rates is not None:
+            rates.append((rate["plain"], rate["tuned"]))
     return ratios
 
 
@@ -123,8 +127,9 @@ def one_run(workload: str, index: int, budget: str, pairs: int, seconds: float,
         row.update(_user_runs(here / "studies.db"))
         if recipe.get("claim") in (None, "defaults"):
             return {**row, "ratios": []}
-        ratios = user_pairs(script, pairs, seconds, here, f"{workload}{index}")
-        return {**row, "ratios": ratios, "seconds": seconds, "load_after": os.getloadavg()[0]}
+        rates: list[tuple[float, float]] = []
+        ratios = user_pairs(script, pairs, seconds, here, f"{workload}{index}", rates)
+        return {**row, "ratios": ratios, "user_rates": rates, "seconds": seconds, "load_after": os.getloadavg()[0]}
 
 
 def _keep(kept: Path, here: Path, search: subprocess.CompletedProcess[str]) -> None:
