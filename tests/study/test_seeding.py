@@ -250,8 +250,9 @@ def test_a_confirmation_of_a_compiled_recipe_gets_a_time_limit_from_its_own_tria
 def test_a_short_budget_keeps_the_later_rounds_of_the_candidates_ranked_above(facts, monkeypatch) -> None:
     """Three candidates, a round of each taking its trial's time (10 s, 30 s, 10 s, ranked in that order), 75 s
     left of a budget that kept time for three rounds: the first is confirmed in all three rounds, the second in the
-    one round that leaves the first its others, the third in none. Before, the first candidate that did not fit
-    ended the confirmation: the 2-minute demo's two fastest candidates got one round of three."""
+    one round that leaves the first its others, the third in the one round that fits beside those (the second's
+    later rounds, which cannot fit, keep no time from it: ``Rounds.fitting``). Before, the first candidate that did
+    not fit ended the confirmation: the 2-minute demo's two fastest candidates got one round of three."""
     from autotune.measure import Noise
     from autotune.study.confirm import confirm
     from autotune.study.loop import SearchLoop
@@ -289,10 +290,10 @@ def test_a_short_budget_keeps_the_later_rounds_of_the_candidates_ranked_above(fa
     loop = Timed(study, "tiny", facts, CTX, {}, options, budget=Budget(75.5, clock.monotonic), notify=lambda *a: None,
                  measurer=Calibrating())
     confirmation = confirm(loop)
-    assert measured == [64, 128, 64, 64], measured
+    assert measured == [64, 16, 128, 64, 64], measured
     assert confirmation is not None
-    assert {c.params["batch_size"]: c.rounds for c in confirmation.candidates} == {64: 3, 128: 1, 16: 0}
-    assert confirmation.note is not None and "trial 3 from round 1 of 3" in confirmation.note, confirmation.note
+    assert {c.params["batch_size"]: c.rounds for c in confirmation.candidates} == {64: 3, 128: 1, 16: 1}
+    assert confirmation.note is not None and "trial 3 from round 2 of 3" in confirmation.note, confirmation.note
     assert "trial 2 from round 2 of 3" in confirmation.note
     # A budget of 75 s kept one round each (all three rounds, 165 s, are more than 60% of it): the first keeps no
     # later round past that, every candidate gets its first, and the time left goes to later rounds (in a round,
