@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import time
 
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     for repeat in range(args.repeats):
         order = list(recipes) if repeat % 2 == 0 else list(reversed(recipes))
         for name in order:
-            load = open("/proc/loadavg").read().split()[0]
+            load = round(os.getloadavg()[0], 2)
             result = run_trial(args.workload, recipes[name], facts, settings, timeout_s=300)
             windows = result.windows
             if result.status != "ok" or len(windows) <= LATER:
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             first, middle, later = (statistics.median(w) for w in (windows[:FIRST], windows[FIRST:LATER],
                                                                     windows[LATER:]))
             parts[name].append((first, later))
-            print(f"{repeat} {name:9s} load {load}: first {FIRST} {first / median:.2f}, "
+            print(f"{repeat} {name:9s} load {load:.2f}: first {FIRST} {first / median:.2f}, "
                   f"windows {FIRST + 1}-{LATER} {middle / median:.2f}, the rest {later / median:.2f} of its median "
                   f"{median:,.0f} samples/s")
             if out:
