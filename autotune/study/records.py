@@ -38,6 +38,7 @@ class Attr:
     LOSS_SAMPLES: Final = "loss_samples"
     RUN_STARTED: Final = "run_started"  # wall clock: comparable between workers
     RUN_ENDED: Final = "run_ended"
+    AHEAD: Final = "ahead_of_seed"  # an environment's seed that went ahead of a seed's turn (``Turns``)
     CONFIRMS: Final = "confirms"  # a confirmation run: the trial it re-measures
     ROUND: Final = "round"  # ... and its round
     RACE: Final = "race"  # why a candidate's race stopped (slower with confidence, below the incumbent, ...)

@@ -172,16 +172,17 @@ class Turns:
         ``racing``: its rounds, a round's process pair priced as one of its first look's, and the claim's pairs of your
         runs), and its combination's where an in-process winner would make one
         (``combinations.prospective_combination``: its first look an arm of the environment's worker, its rounds' own
-        windows), while the seed alone still fits. True if it was. It takes a sampled trial's turn too
-        (``sampled_turn``'s third is of the candidates before it). Where the confirmation's top is full, its own rounds
-        are not counted (``reserve_s``): three contenders already hold a gain. The cheap first would make such a seed
-        wait for the defaults' worker's seeds and the sampled turns, where it may be the only gain; one that does not
-        fit now keeps its turn (taken first wherever it did not fit, it takes a short search's time from the in-process
-        seeds that may hold its gain); its combination is counted, or the combination comes too late for its rounds."""
+        windows), while the seed alone still fits. True if it was. In a sampled trial's turn it takes that turn;
+        ahead of a seed's (``Attr.AHEAD``), that seed keeps the next (``sampled_turn``). Where the confirmation's top
+        is full, its own rounds are not counted (``reserve_s``): three contenders already hold a gain. The cheap first
+        would make such a seed wait for the defaults' worker's seeds and the sampled turns, where it may be the only
+        gain; one that does not fit now keeps its turn (taken first wherever it did not fit, it takes a short search's
+        time from the in-process seeds that may hold its gain); its combination is counted, or the combination comes
+        too late for its rounds."""
         if self._no_turn_ahead():
             return False
-        seed = next_seed(self.study, self.seeds, lambda params: not self._warm(params))
-        if seed is None or (seed == next_seed(self.study, self.seeds) and not self.sampled_turn()) \
+        seed, sampled = next_seed(self.study, self.seeds, lambda params: not self._warm(params)), self.sampled_turn()
+        if seed is None or (seed == next_seed(self.study, self.seeds) and not sampled) \
                 or self._combined(ahead=True) is not None:
             return False  # none, or it is next anyway, or the combination goes first (this is asked again after it)
         first, upcoming = budget.started_estimate_s(self.study), self.next_estimate_s()
@@ -195,7 +196,9 @@ class Turns:
             self.study, self.options, None, racing=[*alone, *then])
         if not self._goes_now(first, needs, both, upcoming):
             return False
-        self.study.enqueue_trial(seed[1], user_attrs={Attr.ROLE: seed[0]})
+        # ahead of a seed's turn, not a sample's: that seed keeps its turn, next (``sampled_turn``)
+        ahead = {} if sampled else {Attr.AHEAD: True}
+        self.study.enqueue_trial(seed[1], user_attrs={Attr.ROLE: seed[0], **ahead})
         return True
 
     def combination_due(self) -> bool:
@@ -310,7 +313,9 @@ class Turns:
         leave fewer than ``SAMPLED_SHARE`` of the candidates sampled (the warm start, the heuristic and the
         combination count as seeds), so wherever the budget ends the search after its first candidate, at least a
         third of its candidates were sampled: seed, sample, seed, sample, then two seeds to a sample (many seeds, or
-        one slow one, would leave the sampler no turn in a short search). Its turn is
+        one slow one, would leave the sampler no turn in a short search). An environment's seed that went ahead of a
+        seed's turn (``environment_seed_due``) is neither counted nor in that third: the seed it went before comes
+        next, as it would have, not a sample that leaves that seed no time. Its turn is
         taken by an in-process trial (``enqueue_in_process``): the seeds still to come change the environment, a
         sample costs an arm's windows; it goes before the combination too."""
         if next_seed(self.study, self.seeds) is None:
@@ -320,7 +325,8 @@ class Turns:
             role, status = t.user_attrs.get(Attr.ROLE), t.user_attrs.get(Attr.STATUS)
             if role in (SEARCH, IN_PROCESS) and (status in MEASURED or status == Status.DUPLICATE):
                 sampled += 1  # a sample of a recipe measured before took its turn too (or a small space loops)
-            elif role not in (BASELINE, CONFIRM, SEARCH, IN_PROCESS) and status in MEASURED:
+            elif role not in (BASELINE, CONFIRM, SEARCH, IN_PROCESS) and status in MEASURED \
+                    and not t.user_attrs.get(Attr.AHEAD):
                 seeded += 1
         return seeded > 0 and sampled < SAMPLED_SHARE * (seeded + sampled + 1)
 

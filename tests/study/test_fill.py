@@ -554,6 +554,21 @@ def test_an_environments_seed_is_measured_while_its_confirmation_and_your_runs_f
     three rounds and six pairs of your runs need). It keeps its turn after the cheap seeds where it fits then (5
     minutes), and where it does not fit now either (workers that start in 9 s): taken at once, a CNN's took the
     in-process seeds' time."""
+    study, loop, measurer = _due(facts, start_s, budget_s)
+    roles = [t.user_attrs[Attr.ROLE] for t in study.get_trials(deepcopy=False)]
+    if not due:  # its turn, after the cheap seeds
+        assert roles[:7] == ["baseline", "seed", "in-process", "seed", "in-process", "seed", "heuristic"], roles
+        return
+    assert roles[1:3] == ["seed", "heuristic"] and measurer.started["heuristic"] == 13.0, roles
+    assert not study.get_trials(deepcopy=False)[2].user_attrs.get(Attr.AHEAD)  # a sample's turn: counted, as taken
+    left = budget_s - (measurer.started["heuristic"] + 22.0)
+    kept = budget.reserve_s(study, loop.options, budget.estimate_s(study))  # its three rounds, six pairs of your runs
+    assert left >= kept > 50.0, (left, kept)
+
+
+def _due(facts: Any, start_s: float, budget_s: int) -> tuple[optuna.Study, SearchLoop, Timed]:
+    """A search of ``budget_s`` run to its end on ``Timed``'s clock: three seeds of the defaults' worker, then the
+    heuristic, whose workers start in ``start_s``."""
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=3))
     study.set_user_attr("noise", asdict(replace(NOISE, pairs=16, start_s=start_s, run_s=2.6)))
     study.set_user_attr("baseline_loss", 1.0)
@@ -567,14 +582,18 @@ def test_an_environments_seed_is_measured_while_its_confirmation_and_your_runs_f
                       lambda event: None, seeds=seeds, measurer=measurer)
     loop.noise = NOISE
     loop.run()
+    return study, loop, measurer
+
+
+def test_the_seed_an_environments_seed_went_ahead_of_comes_next(facts: Any) -> None:
+    """Due at once, the heuristic goes ahead of the first seed's turn; that seed comes next, as it would have, then a
+    sample: counted as a seed, the heuristic gave the next turn to a sample, which left a busy 3-minute demo no time
+    for the bfloat16 seed (``Turns.sampled_turn``)."""
+    study, _, measurer = _due(facts, 3.2, 100)
     roles = [t.user_attrs[Attr.ROLE] for t in study.get_trials(deepcopy=False)]
-    if not due:  # its turn, after the cheap seeds
-        assert roles[:7] == ["baseline", "seed", "in-process", "seed", "in-process", "seed", "heuristic"], roles
-        return
-    assert roles[1:3] == ["seed", "heuristic"] and measurer.started["heuristic"] == 13.0, roles
-    left = budget_s - (measurer.started["heuristic"] + 22.0)
-    kept = budget.reserve_s(study, loop.options, budget.estimate_s(study))  # its three rounds, six pairs of your runs
-    assert left >= kept > 50.0, (left, kept)
+    assert roles[1:4] == ["heuristic", "seed", "in-process"] and measurer.started["heuristic"] == 4.0, roles
+    ahead = [t.user_attrs.get(Attr.AHEAD) for t in study.get_trials(deepcopy=False)[1:3]]
+    assert ahead == [True, None], ahead
 
 
 class Combining(Timed):
