@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from . import distributed
 from . import search_spaces as spaces
-from .errors import DeviceMissingError, UsageError
+from .errors import DeviceMissingError, UsageError, printable
 from .hardware_check import ALLOW_OTHER_HARDWARE, check_machine, cuda_missing
 from .recipe import Recipe, checked, format_note
 from .recipe_file import load_recipe_file, recipe_from_variable
@@ -382,7 +382,7 @@ def apply(
         allowed = allow_other_hardware or os.environ.get(ALLOW_OTHER_HARDWARE) == "1"
         other = check_machine(recipe, facts, allow_other_hardware=allowed)
         if other:
-            warnings.warn(other, stacklevel=2)
+            warnings.warn(printable(other), stacklevel=2)  # it quotes the recipe's workload
     missing_cuda = cuda_missing(recipe)  # before torch.cuda.set_device would fail with an AttributeError
     if missing_cuda:
         raise DeviceMissingError(missing_cuda)

@@ -1,9 +1,29 @@
 """The error tree. Every message says what is wrong and how to fix it; the CLI prints it on one line."""
 from __future__ import annotations
 
+import re
+from typing import Any
+
+# Control characters but the tab and the newline: ESC starts a terminal's sequences (an OSC retitles it), BEL,
+# CR and the C1 controls rewrite what it shows; the bidirectional and zero-width marks reorder or hide what it shows.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+
+
+def printable(text: str) -> str:
+    r"""Text from a store or a file as a terminal may get it: its control characters removed.
+
+    >>> printable("a\x1b]0;owned\x07b\rc\u202ed")
+    'a]0;ownedbcd'
+    """
+    return _CONTROL.sub("", text)
+
 
 class AutotuneError(Exception):
-    """Base of every error autotune raises on purpose."""
+    """Base of every error autotune raises on purpose. Its message is ``printable``: it may quote a stored text, and
+    Python prints it as it is (a traceback, ``str(e)``)."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*(printable(a) if isinstance(a, str) else a for a in args))
 
 
 class UsageError(AutotuneError):

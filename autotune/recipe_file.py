@@ -150,6 +150,16 @@ def read_regular(path: Path, most: int = 16 << 20) -> bytes:
     return data
 
 
+def sourced_preload(path: str | Path) -> str | None:
+    """The ``LD_PRELOAD`` an exported env file sets, what loading it in bash preloads; None for a JSON file or an env
+    file without one (read as ``load_recipe_file`` reads it, which has checked the file)."""
+    path = Path(path)
+    if path.suffix == ".json":
+        return None
+    found = parse_env(read_regular(path).decode("utf-8"), str(path)).get("LD_PRELOAD")
+    return found[1] if found else None
+
+
 def load_recipe_file(path: str | Path) -> Recipe:
     """A recipe from an exported ``.env`` or ``.json`` file, checked (``recipe.checked``); one line naming the
     problem for anything else: a file that is not a regular file (a FIFO would hang the reader), not UTF-8, not

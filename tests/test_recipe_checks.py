@@ -32,7 +32,7 @@ BAD = [  # (what changes in a real recipe of this machine, what the line names)
     ({"pin_memory": "yes"}, "pin_memory='yes': not allowed (true or false)"),
     ({"bucket_cap_mb": "25"}, "bucket_cap_mb='25': not allowed (one of 5, 25, 100)"),
     ({"sparsity": 0.95}, "sparsity=0.95: not allowed (a number from 0 to 0.8)"),
-    ({"LD_PRELOAD": "/tmp/evil.so"}, "LD_PRELOAD='/tmp/evil.so': not a knob autotune knows"),
+    ({"LD_PRELOAD": "/tmp/evil.so"}, "'LD_PRELOAD'='/tmp/evil.so': not a knob autotune knows"),
     ({"batch_per_rank": 100_000}, "batch_per_rank=100000: not allowed (at most 128, the largest the search offers "
                                   "for a default batch of 32)"),
 ]

@@ -206,3 +206,30 @@ def test_report_errors_are_one_line_and_create_nothing(tmp_path: Path, paired_db
     orphan = cli("report", "--recipe", "2", cwd=tmp_path)
     assert orphan.returncode == 2
     assert orphan.stderr == "autotune report: error: recipe 2 names no study: give --study NAME\n"
+
+
+def test_a_hostile_studys_text_reaches_the_page_and_its_plots_as_text(tmp_path: Path, facts) -> None:
+    """A shared store's study: text where the noise's figure goes, and a knob whose name and values are HTML (plotly
+    draws a link of its own in labels): the noise is shown as missing, the knob as text in the page and the plots."""
+    import optuna
+
+    url = f"sqlite:///{tmp_path}/studies.db"
+    add_paired_study(url, "hostile", facts)
+    study = optuna.load_study(study_name="hostile", storage=url)
+    study.set_user_attr(StudyAttr.NOISE, {**NOISE, "pairs": "<img src=x onerror=alert(1)>"})
+    link = "<a href='https://evil.example'>k</a>"
+    dist = {"threads": optuna.distributions.IntDistribution(1, 4)}
+    for value in (link, "<b>2</b>"):
+        study.add_trial(optuna.trial.create_trial(
+            value=1.2, params={"threads": 2}, distributions=dist,
+            user_attrs={Attr.ROLE: "search", Attr.PARAMS: {**DEFAULTS, link: value}, Attr.STATUS: "ok",
+                        "objective": 1.2, "speedup_low": 1.1, "speedup_high": 1.3, "method": "in-process pairs",
+                        "pairs": 8, "samples_per_s": 1200.0, "wall_s": 10.0, "timed_s": 4.0}))
+    data = collect(url, "hostile", facts)
+    assert data.noise is None
+    page = render(data)
+    shown = re.sub(r"<script.*?</script>", "", page, flags=re.S)  # the page but plotly's own code
+    assert "<img" not in shown and "onerror" not in shown
+    decoded = page.replace("\\u003c", "<").replace("\\u003e", ">").replace("\\u0026", "&").replace("\\u002f", "/")
+    assert "<a href='https://evil.example'" not in decoded and "<b>2</b>" not in decoded
+    assert "&lt;a href=&#x27;https://evil.example&#x27;&gt;k&lt;/a&gt;" in decoded

@@ -11,6 +11,7 @@ import os
 import re
 import sqlite3
 import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -169,6 +170,27 @@ def test_preloads_are_absolute_paths_of_the_libraries_the_recipe_chose(facts: An
                 read_env(text)
 
 
+def test_autotune_run_refuses_an_env_file_that_would_preload_another_library_of_the_name(facts: Any,
+                                                                                         tmp_path: Path) -> None:
+    """The env file's header promises a check before it is loaded in bash: a file whose ``LD_PRELOAD`` has the
+    right form but names another library than this machine's probe found for its recipe is refused, its command
+    not started; the file autotune exports here passes."""
+    from autotune.recipe_file import to_env
+    from autotune.trial import launch
+
+    recipe = replace(_good(facts), params={**_good(facts).params, "allocator": "jemalloc"})
+    plan = launch.for_recipe(recipe, [], {}, facts=facts)  # as 'autotune export --format env' writes it
+    ran = tmp_path / "ran"
+    for preload, ok in (("/tmp/libjemalloc.so", False), (None, True)):
+        env = {**plan.env, "LD_PRELOAD": preload} if preload else plan.env
+        (tmp_path / "best.env").write_text(to_env(recipe, env, plan.cpus, plan.membind))
+        done = subprocess.run([sys.executable, "-m", "autotune", "run", "--recipe", str(tmp_path / "best.env"), "--",
+                               "touch", str(ran)], capture_output=True, text=True, timeout=120)
+        assert (done.returncode == 0) == ok and ran.exists() == ok, (preload, done.stderr)
+        if not ok:
+            assert "LD_PRELOAD='/tmp/libjemalloc.so' is not what this machine preloads" in done.stderr, done.stderr
+
+
 def test_jemallocs_conf_is_autotunes_own_today_or_before_purging_was_turned_off(facts: Any) -> None:
     from autotune.recipe_file import read_env, to_env
 
@@ -219,7 +241,7 @@ def test_stored_text_is_printed_as_text_without_control_characters(facts: Any, t
     import optuna
 
     url = _store(tmp_path, replace(_good(facts), workload="[/bold]oops", study="\x1b]0;owned\x07s\r",
-                                   notes=["\x1b[2J\x1b]0;retitled\x07 cleared\r"]))
+                                   notes=["\x1b[2J\x1b]0;retitled\x07 cleared\r", "\u202eshown\nforged: pip i x"]))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     optuna.create_study(study_name="\x1b]0;empty\x07[red]", storage=url)  # and an empty study: no trial, no time
     monkeypatch.chdir(tmp_path)
@@ -227,8 +249,10 @@ def test_stored_text_is_printed_as_text_without_control_characters(facts: Any, t
                  ("best", "--workload", "[/bold]oops"), ("export", "--format", "json")):
         code, out, err = _main(verb[0], "--storage", url, *verb[1:])
         assert code == 0, (verb, err)
-        assert not re.search("[\x1b\x07\r]", out + err), (verb, out + err)
+        assert not re.search("[\x1b\x07\r\u202e]", out + err), (verb, out + err)
     assert "[/bold]oops" in _main("recipes", "--storage", url)[1]
+    assert not re.search("^forged", _main("best", "--storage", url)[1], re.M)  # a stored note is one line
+    assert "\x1b" not in str(UsageError("a stored \x1b]0;retitled\x07 workload"))  # as Python prints an error
 
 
 # 7. Files: named inside the working folder, written whole, never through a link; the lock and the cache too.

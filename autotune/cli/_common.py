@@ -4,10 +4,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from ..errors import printable
 from ..store import DEFAULT_STORAGE, STORAGE_VARIABLE, default_storage, shown_url
 
 if TYPE_CHECKING:
@@ -46,20 +46,6 @@ def _finite(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_finite(v) for v in value]
     return value
-
-
-# Control characters but the tab and the newline: ESC starts a terminal's sequences (an OSC retitles it), BEL,
-# CR and the C1 controls rewrite what it shows.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def printable(text: str) -> str:
-    r"""Text from a store or a file as a terminal may get it: its control characters removed.
-
-    >>> printable("a\x1b]0;owned\x07b\rc")
-    'a]0;ownedbc'
-    """
-    return _CONTROL.sub("", text)
 
 
 def console(stderr: bool = False) -> Console:

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         out.print(recipe.run_text, markup=False, soft_wrap=True)
     if recipe.place_text:
         out.print(f"at {recipe.place_text}", markup=False, soft_wrap=True)
-    out.print(f"hardware {recipe.fingerprint}, created {when(recipe.created)}")
-    for note in [*recipe.notes, *filter(None, [format_note(recipe)])]:
-        out.print(f"note: {note}", markup=False, soft_wrap=True)
+    out.print(f"hardware {' '.join((recipe.fingerprint or '-').split())}, created {when(recipe.created)}", markup=False)
+    for note in [*recipe.notes, *filter(None, [format_note(recipe)])]:  # a stored note's newline would forge a line
+        out.print(f"note: {' '.join(note.split())}", markup=False, soft_wrap=True)
     return 0

@@ -50,6 +50,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run)
 
 
+def _preloads_ours(path: str, ours: str | None) -> None:
+    """The check the env file's header promises: loaded in bash, the file preloads what this machine's probe found for
+    its recipe, not another library of a matching name (``autotune run`` itself preloads its own either way)."""
+    from ..errors import UsageError
+    from ..recipe_file import sourced_preload
+
+    theirs = sourced_preload(path)
+    if theirs is not None and theirs != ours:
+        raise UsageError(f"{path}: LD_PRELOAD={theirs[:120]!r} is not what this machine preloads for its recipe "
+                         f"({ours or 'nothing'}): loaded in bash it would preload another library; export the recipe "
+                         "here (autotune export --format env)")
+
+
 def run(args: argparse.Namespace) -> int:
     from .. import probes
     from ..errors import UsageError
@@ -71,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
     other = check_machine(recipe, facts, allow_other_hardware=args.allow_other_hardware,
                           way_out="pass --allow-other-hardware")
     plan = launch.for_recipe(recipe, command, os.environ)  # as 'autotune export --format env' writes it
+    if args.recipe and not (args.recipe.isascii() and args.recipe.isdigit()):
+        _preloads_ours(args.recipe, launch.for_recipe(recipe, [], {}).env.get("LD_PRELOAD"))
     if args.allow_other_hardware:
         plan.env[ALLOW_OTHER_HARDWARE] = "1"
     for warning in [other, *plan.warnings] if other else plan.warnings:

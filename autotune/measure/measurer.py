@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from statistics import NormalDist
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -57,6 +57,30 @@ class Noise:
     # One fresh process of the defaults as a pair of your runs starts it, start to exit, where the measurer knows
     # its shape (``runs.trial_run_s``; script mode's ``Spread.alone_s``); else priced from ``start_s`` and windows.
     run_s: float | None = None
+
+    @classmethod
+    def stored(cls, data: Any) -> Noise | None:
+        """The noise a study stored (``StudyAttr.NOISE``), or None where it is not this version's, or a field holds
+        what its type does not (text where a figure goes reaches a report's HTML as it is)."""
+        try:
+            noise = cls(**{**data, "aa": tuple(data["aa"])})
+        except (TypeError, KeyError, ValueError):
+            return None
+
+        def number(value: Any) -> bool:
+            return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+        for field in fields(cls):
+            value = getattr(noise, field.name)
+            if field.name == "aa":
+                ok = len(value) == 3 and all(map(number, value))
+            elif str(field.type).startswith("str"):
+                ok = value is None or isinstance(value, str)
+            else:
+                ok = number(value) or (value is None and "None" in str(field.type))
+            if not ok:
+                return None
+        return noise
 
     @classmethod
     def from_calibration(cls, cal: Any, wall_s: float = 0.0, start_s: float | None = None,

@@ -158,10 +158,7 @@ def _best(trials: list[Row], recipe: Recipe | None) -> Row | None:
 
 
 def _noise(data: dict[str, Any]) -> Noise | None:
-    try:
-        return Noise(**{**data, "aa": tuple(data["aa"])})
-    except (TypeError, KeyError):  # written by another version: shown as missing rather than wrong
-        return None
+    return Noise.stored(data)  # another version's, or not well typed: shown as missing rather than wrong
 
 
 def _probe(fingerprint: str | None, facts: Facts | None) -> str:

@@ -1,6 +1,7 @@
 """The report's plots (plotly figures) from its data: history, per-knob effect, importances, where the time went."""
 from __future__ import annotations
 
+import html
 import math
 from collections import defaultdict
 from dataclasses import replace
@@ -15,6 +16,12 @@ if TYPE_CHECKING:
     from ._data import ReportData, Row
 
 COLORS = {"ok": "#1f77b4", "infeasible": "#d62728", "baseline": "#2ca02c"}
+
+
+def _t(value: Any) -> str:
+    """A study's text as plotly's labels take it: plotly draws a few HTML tags of its own (a link among them), so
+    a stored knob name, value or role is escaped."""
+    return html.escape(str(value))
 
 
 def _error_bars(rows: list[Row]) -> dict[str, Any] | None:
@@ -59,8 +66,8 @@ def history(data: ReportData) -> Figure | None:
 
 
 def _label(t: Row) -> str:
-    knobs = ", ".join(f"{k}={v}" for k, v in sorted(t.changed.items())) or "defaults"
-    return f"trial {t.number} ({t.role}): {format_speedup(t.speedup, t.low, t.high)}<br>{knobs}"
+    knobs = ", ".join(f"{_t(k)}={_t(v)}" for k, v in sorted(t.changed.items())) or "defaults"
+    return f"trial {t.number} ({_t(t.role)}): {format_speedup(t.speedup, t.low, t.high)}<br>{knobs}"
 
 
 def knob_effects(data: ReportData) -> Figure | None:
@@ -73,7 +80,7 @@ def knob_effects(data: ReportData) -> Figure | None:
     for t in ok:
         for knob, value in t.params.items():
             if knob not in RUN_KEYS:
-                by_knob[knob][str(value)].append(t.speedup or 0.0)
+                by_knob[_t(knob)][_t(value)].append(t.speedup or 0.0)
     knobs = sorted(k for k, values in by_knob.items() if len(values) > 1)
     if not knobs:
         return None
@@ -97,7 +104,7 @@ def importances(data: ReportData) -> Figure | None:
     if not data.importances:
         return None
     items = sorted(data.importances.items(), key=lambda kv: kv[1])
-    fig = go.Figure(go.Bar(x=[v for _, v in items], y=[k for k, _ in items], orientation="h"))
+    fig = go.Figure(go.Bar(x=[v for _, v in items], y=[_t(k) for k, _ in items], orientation="h"))
     fig.update_layout(title="Parameter importances (Optuna)", xaxis_title="importance",
                       height=max(260, 40 * len(items) + 120), margin={"t": 50})
     return fig
@@ -155,7 +162,7 @@ def steps(data: ReportData) -> Figure | None:
     fig = go.Figure()
     for part in dict.fromkeys(p for _, row in shown for p in row.phases or {}):
         micro = [round(1e6 * (row.phases or {}).get(part, 0.0) / (row.samples_per_s or 1.0), 1) for _, row in shown]
-        fig.add_trace(go.Bar(y=[name for name, _ in shown], x=micro, name=part, orientation="h"))
+        fig.add_trace(go.Bar(y=[_t(name) for name, _ in shown], x=micro, name=_t(part), orientation="h"))
     fig.update_layout(barmode="stack", title="Where a sample's time goes", xaxis_title="microseconds a sample",
                       height=160 + 60 * len(shown), margin={"t": 50})
     return fig

@@ -157,7 +157,7 @@ def _noise(data: ReportData) -> str:
             *([["a process pair's ratio between fresh processes (standard deviation)", f"{n.between:.1%}"]]
               if n.between is not None else []),
             ["margin one worker's interval must clear (2% over rounds and your runs)", f"{n.margin:.1%}"],
-            ["window", f"{n.window_s:.2f} s"], ["pairs per first round", str(n.pairs)]]
+            ["window", f"{n.window_s:.2f} s"], ["pairs per first round", _e(n.pairs)]]
     return f"<p>{_e(n.note())}.</p>" + _table(["", ""], rows)
 
 

@@ -25,7 +25,7 @@ def problems(params: Any) -> list[str]:
     rules = schema()
     for key, value in params.items():
         if key not in rules:
-            out.append(f"{key}={value!r}: not a knob autotune knows")
+            out.append(f"{key!r}={value!r}: not a knob autotune knows")
             continue
         check, allowed = rules[key]
         if not check(value):

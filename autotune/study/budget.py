@@ -171,7 +171,7 @@ def in_process_estimate_s(study: optuna.Study) -> float | None:
 def recorded_noise(study: optuna.Study) -> Noise | None:
     """The study's calibration (``StudyAttr.NOISE``), or None."""
     recorded = study.user_attrs.get(StudyAttr.NOISE)
-    return Noise(**{**recorded, "aa": tuple(recorded["aa"])}) if recorded else None
+    return Noise.stored(recorded) if recorded else None
 
 
 MIN_ROUND_PAIRS = 6  # the fewest pairs whose order-statistic interval reaches 95% (min to max: 96.9%)
