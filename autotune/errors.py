@@ -6,7 +6,7 @@ from typing import Any
 
 # Control characters but the tab and the newline: ESC starts a terminal's sequences (an OSC retitles it), BEL,
 # CR and the C1 controls rewrite what it shows; the bidirectional and zero-width marks reorder or hide what it shows.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b\u200e\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
 
 
 def printable(text: str) -> str:

@@ -35,7 +35,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import ArgumentError, DatabaseError, DBAPIError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, InstrumentedAttribute, Mapped, Session, defer, mapped_column
 
-from .errors import StorageError, UsageError
+from .errors import StorageError, UsageError, printable
 from .recipe import Recipe
 
 DEFAULT_STORAGE = "sqlite:///studies.db"
@@ -128,8 +128,9 @@ def hide_secrets(text: str, url: str) -> str:
     """``text`` (a driver's message, say) with every secret of ``url`` in it masked, and each part of one that a
     parser could have cut at ``@``, ``#``, ``/``, ``:`` or ``?`` (of 3 characters or more)."""
     for secret in secrets_of(url):
-        for part in [secret, *(p for p in re.split(r"[@#/:?]", secret) if len(p) >= 3)]:
-            text = text.replace(part, "***")
+        for found in dict.fromkeys([secret, printable(secret)]):  # an error's message is cleaned when it is made
+            for part in [found, *(p for p in re.split(r"[@#/:?]", found) if len(p) >= 3)]:
+                text = text.replace(part, "***")
     return text
 
 

@@ -32,8 +32,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     defaults, source = pytorch_defaults(recipe, args.storage)
     out = console()
-    out.print(params_table(recipe.params, f"recipe {recipe.id} — workload {recipe.workload}, study {recipe.study}",
-                           defaults))
+    source = " ".join(source.split())  # it may name a stored study: one line, as every stored text below
+    out.print(params_table(recipe.params, " ".join(f"recipe {recipe.id} — workload {recipe.workload}, study "
+                                                   f"{recipe.study}".split()), defaults))
     if defaults is None:
         out.print(f"PyTorch's defaults: {source}", markup=False, soft_wrap=True)
     else:
@@ -51,6 +52,6 @@ def run(args: argparse.Namespace) -> int:
     if recipe.place_text:
         out.print(f"at {recipe.place_text}", markup=False, soft_wrap=True)
     out.print(f"hardware {' '.join((recipe.fingerprint or '-').split())}, created {when(recipe.created)}", markup=False)
-    for note in [*recipe.notes, *filter(None, [format_note(recipe)])]:  # a stored note's newline would forge a line
+    for note in [*recipe.notes, *filter(None, [format_note(recipe)])]:
         out.print(f"note: {' '.join(note.split())}", markup=False, soft_wrap=True)
     return 0

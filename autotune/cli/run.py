@@ -50,17 +50,24 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run)
 
 
-def _preloads_ours(path: str, ours: str | None) -> None:
-    """The check the env file's header promises: loaded in bash, the file preloads what this machine's probe found for
-    its recipe, not another library of a matching name (``autotune run`` itself preloads its own either way)."""
+def _preload_checked(path: str, other: str | None) -> str | None:
+    """The check the env file's header promises before it is loaded in bash: every library its ``LD_PRELOAD`` names
+    lies where this machine's probe looks for libraries (``probes.preloadable``), else a UsageError (``autotune
+    run`` itself preloads the probe's own either way); a warning instead for a recipe of other hardware that runs
+    anyway (``other``: its paths are that machine's). None where the file passes."""
+    from .. import probes
     from ..errors import UsageError
     from ..recipe_file import sourced_preload
 
     theirs = sourced_preload(path)
-    if theirs is not None and theirs != ours:
-        raise UsageError(f"{path}: LD_PRELOAD={theirs[:120]!r} is not what this machine preloads for its recipe "
-                         f"({ours or 'nothing'}): loaded in bash it would preload another library; export the recipe "
-                         "here (autotune export --format env)")
+    strange = [p for p in (theirs or "").split(":") if p and not probes.preloadable(p)]
+    if not strange:
+        return None
+    said = (f"{path}: LD_PRELOAD names {strange[0][:120]!r}, not a library where this machine's libraries lie: "
+            "loaded in bash the file would preload it; export the recipe here (autotune export --format env)")
+    if other:
+        return said
+    raise UsageError(said)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -84,11 +91,11 @@ def run(args: argparse.Namespace) -> int:
     other = check_machine(recipe, facts, allow_other_hardware=args.allow_other_hardware,
                           way_out="pass --allow-other-hardware")
     plan = launch.for_recipe(recipe, command, os.environ)  # as 'autotune export --format env' writes it
-    if args.recipe and not (args.recipe.isascii() and args.recipe.isdigit()):
-        _preloads_ours(args.recipe, launch.for_recipe(recipe, [], {}).env.get("LD_PRELOAD"))
+    file = args.recipe and not (args.recipe.isascii() and args.recipe.isdigit())
+    preload = _preload_checked(args.recipe, other) if file else None
     if args.allow_other_hardware:
         plan.env[ALLOW_OTHER_HARDWARE] = "1"
-    for warning in [other, *plan.warnings] if other else plan.warnings:
+    for warning in [*filter(None, [other, preload]), *plan.warnings]:
         print(f"autotune run: warning: {printable(warning)}", file=sys.stderr)  # may quote a stored workload
     try:
         proc = launch.start(plan)

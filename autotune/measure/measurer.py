@@ -67,17 +67,19 @@ class Noise:
         except (TypeError, KeyError, ValueError):
             return None
 
-        def number(value: Any) -> bool:
-            return isinstance(value, (int, float)) and not isinstance(value, bool)
+        def number(value: Any, whole: bool = False) -> bool:
+            if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)):
+                return False
+            return math.isfinite(value)
 
         for field in fields(cls):
-            value = getattr(noise, field.name)
+            value, kind = getattr(noise, field.name), str(field.type)
             if field.name == "aa":
                 ok = len(value) == 3 and all(map(number, value))
-            elif str(field.type).startswith("str"):
+            elif kind.startswith("str"):
                 ok = value is None or isinstance(value, str)
             else:
-                ok = number(value) or (value is None and "None" in str(field.type))
+                ok = number(value, kind.startswith("int")) or (value is None and "None" in kind)
             if not ok:
                 return None
         return noise

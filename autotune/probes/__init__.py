@@ -40,6 +40,7 @@ from ._measured import KernelSpeed, Measured, measured
 from ._probe import probe
 from ._process import memory_policy, pinned_threads, process_cpus
 from ._record import record
+from ._runtime import preloadable
 from ._summary import summary
 
 __all__ = [
@@ -66,6 +67,7 @@ __all__ = [
     "outdated_fingerprint",
     "parse_cpulist",
     "pinned_threads",
+    "preloadable",
     "probe",
     "process_cpus",
     "record",

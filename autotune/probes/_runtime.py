@@ -187,3 +187,14 @@ def find_library(names: tuple[str, ...], dirs: list[Path], cache: dict[str, str]
             if (directory / name).is_file():
                 return str(directory / name)
     return next((cache[n] for n in names if n in cache), None)
+
+
+def preloadable(path: str) -> bool:
+    """Whether ``path`` is a library where the probe looks for one (``_library_dirs``, or the linker cache's), a
+    regular file there: an env file's ``LD_PRELOAD`` elsewhere (``/tmp/libjemalloc.so``) is not one to source."""
+    real = Path(os.path.realpath(path))
+    if not real.is_file():
+        return False
+    if real.parent in {Path(os.path.realpath(d)) for d in _library_dirs()}:
+        return True
+    return real.parent in {Path(os.path.realpath(p)).parent for p in _ldconfig_cache().values()}
