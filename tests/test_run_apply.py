@@ -238,3 +238,31 @@ def test_two_ranks_on_two_visible_gpus_of_eight_pass_the_hardware_check(facts, t
                "is built without CUDA: install a CUDA build of torch")
     assert ranks == [{"after": missing, "gpus": [0, 1], "fingerprint": here.fingerprint, "visible": "0,1"}] * 2, \
         done.stderr
+
+
+SAVES = """
+import signal, sys, time
+def saved(signum, frame):
+    open("saved", "w").write(str(signum))
+    sys.exit(7)
+signal.signal(signal.SIGTERM, saved)
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+def test_sigterm_reaches_the_command_as_run_plain_and_autotune_run_waits_for_it(facts, tmp_path: Path) -> None:
+    """A batch scheduler's SIGTERM to ``autotune run`` goes on to the training, which saves its checkpoint and ends
+    with its own status; without it, Python's default ended ``autotune run`` at once and its lifeline killed the
+    training before it could save."""
+    recipe = _env_file(tmp_path / "best.env", facts)
+    (tmp_path / "train.py").write_text(SAVES)
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", "run", "--recipe", str(recipe), "--", sys.executable,
+                             "train.py"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        proc.terminate()
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 7 and (tmp_path / "saved").read_text() == str(15), err

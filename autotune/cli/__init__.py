@@ -7,8 +7,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
-from typing import NoReturn
+import threading
+from typing import Any, NoReturn
 
 from ..errors import AutotuneError
 from ..store import hide_secrets, secrets_of
@@ -81,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"autotune {args.verb}: warning: the password in --storage is visible to every user of this machine "
               "(the process list shows command lines): give the URL in AUTOTUNE_STORAGE, or the password in "
               "~/.pgpass (or PGPASSWORD)", file=sys.stderr)
+    terminate = _terminate_as_ctrl_c()
     try:
         return int(args.func(args) or 0)
     except AutotuneError as e:
@@ -104,6 +107,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"autotune {args.verb}: internal error: {type(e).__name__}: {said} (rerun with --debug for the "
               "traceback)", file=sys.stderr)
         return 1
+    finally:
+        if terminate is not None:
+            signal.signal(signal.SIGTERM, terminate)
+
+
+def _terminate_as_ctrl_c() -> Any:
+    """SIGTERM (``timeout``, a batch scheduler, ``docker stop``) ends a verb as Ctrl-C does: its trial recorded, its
+    processes stopped, one line; Python's default would end it at once, leaving the trial running in the study.
+    The handler it replaced, to put back; None off the main thread, where no handler can be set."""
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, interrupt)
 
 
 class _Printable(logging.Formatter):

@@ -16,15 +16,21 @@ to its own cores by ``autotune.apply()``, which also joins the process group; ``
 wraps the model in DDP and ``Tuned.sampler`` shards the data. Any other command is refused with the
 way to start it (``torchrun`` after loading the env file); a command that runs torchrun itself is kept.
 
-Whatever the command started ends with it, or with ``autotune run`` however it is stopped: processes in sessions
-of their own too (torchrun's ranks; ``autotune.trial.lifeline``). A server the script means to leave running
-(tensorboard, say) is better started outside it.
+Ctrl-C and SIGTERM sent to ``autotune run`` reach the command as they reach it run plain, and ``autotune run``
+waits for it to end. Whatever the command started ends with it, or with ``autotune run`` however it is stopped:
+processes in sessions of their own too (torchrun's ranks; ``autotune.trial.lifeline``). A server the script means
+to leave running (tensorboard, say) is better started outside it.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
+import subprocess
 import sys
+import threading
+from typing import Any
 
 from ._common import add_storage, command_after_dashes, find_recipe, printable
 
@@ -101,8 +107,27 @@ def run(args: argparse.Namespace) -> int:
         proc = launch.start(plan)
     except FileNotFoundError as e:
         raise UsageError(f"command not found: {command[0]}") from e
+    return _waited(proc)
+
+
+def _waited(proc: subprocess.Popen[bytes]) -> int:
+    """The command's exit status as a shell reports it (128 + N where signal N ended it). Ctrl-C and SIGTERM sent to
+    ``autotune run`` go on to the command's process group (its own session: nothing else reaches it), as they reach
+    the command run plain, and the wait goes on: the command ends as it does then (a checkpoint saved on SIGTERM)."""
+    from ..trial import launch
+
+    def forward(signum: int, frame: Any) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signum)
+
+    here = threading.current_thread() is threading.main_thread()
+    kept = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)} if here else {}
     try:
-        return proc.wait()
-    except KeyboardInterrupt:
+        code = proc.wait()
+    except KeyboardInterrupt:  # off the main thread no handler forwards it: the command's tree is stopped
         launch.stop_tree(proc)
         return 130
+    finally:
+        for sig, handler in kept.items():
+            signal.signal(sig, handler)
+    return 128 - code if code < 0 else code

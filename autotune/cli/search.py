@@ -233,8 +233,8 @@ def _print_outcome(out: Console, outcome: SearchOutcome) -> None:
     if r.place_text:
         out.print(f"{'best' if best.number != base.number else 'the defaults'}: {r.place_text}", markup=False,
                   soft_wrap=True)
-    if outcome.noise:
-        noise = Noise(**{**outcome.noise, "aa": tuple(outcome.noise["aa"])})
+    noise = Noise.stored(outcome.noise) if outcome.noise else None  # a study's: another version's reads as none
+    if noise is not None:
         out.print(f"noise: {noise.note()}", markup=False, soft_wrap=True)  # one line, as the notes: grep finds it
     how = [how_measured(note) for note in r.notes]
     for note in (note for note, measured in zip(r.notes, how, strict=True) if not measured):

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from .. import probes
 from .. import search_spaces as spaces
 from ..errors import HardwareMismatchError, TrialError, UsageError
-from ..measure import PairedMeasurer
+from ..measure import Noise, PairedMeasurer
 from ..probes import outdated_fingerprint
 from ..recipe import search_command
 from ..store import RecipeStore, check_storage_url, create_schema, storage_errors, use_wal
@@ -346,10 +346,13 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
     recipe, baseline, best, records = choose_recipe(study, workload, facts, name, confirmation, searching)
     with RecipeStore.open(options.storage) as store:
         stored = store.save(recipe)
+    if loop.interrupted:  # in your runs: the recipe their pairs so far state is stored, and the search stops
+        raise KeyboardInterrupt
     # The interval as measured, whether or not this storage has columns for it yet (the store reads back the rest).
     recipe = replace(stored, **{k: getattr(recipe, k) for k in ("speedup_low", "speedup_high", "peak_memory_bytes")
                                 if getattr(stored, k) is None})
-    noise = searched_noise(study.user_attrs.get(StudyAttr.NOISE), loop, confirmation, best)
+    calibrated = study.user_attrs.get(StudyAttr.NOISE)  # a continued study's may be another version's: none then
+    noise = searched_noise(calibrated if Noise.stored(calibrated) else None, loop, confirmation, best)
     if noise is not None:  # the report reads it: without, it said "between fresh processes not measured"
         study.set_user_attr(StudyAttr.NOISE, noise)
     outcome = SearchOutcome(name, recipe, baseline, best, records, stopped, timing.now() - started, confirmation,

@@ -73,6 +73,7 @@ class Guard:
         self.study, self.options, self.measurer, self.budget, self.seed = study, options, measurer, budget, seed
         self.on_phase = on_phase or (lambda name, detail: None)
         self.second: dict[str, tuple[float, str | None, str]] = {}
+        self.interrupted = False  # Ctrl-C in a second look: the first look decided, the trial is recorded, then it stops
 
     def of_result(self, params: dict[str, Any], result: TrialResult,
                   noise: Noise | None) -> tuple[float, str | None, str | None] | None:
@@ -102,6 +103,17 @@ class Guard:
             return increase, reason, None
         if self.budget.left(deadline) < MIN_LOOK_S:
             return increase, reason, "too little time left to take the defaults' loss at other seeds"
+        try:
+            return self._second_look(params, increase, reason, deadline)
+        except KeyboardInterrupt:  # the caller records the trial, then raises it again (``SearchLoop.run_one``)
+            self.interrupted = True
+            return increase, reason, "the second look was stopped by Ctrl-C: this loss decides"
+
+    def _second_look(self, params: dict[str, Any], increase: float, reason: str | None,
+                     deadline: float) -> tuple[float, str | None, str]:
+        """``verdict``'s look past the one loss: the defaults' spread over training seeds, then, where it is over the
+        limit, the candidate at those seeds."""
+        tolerance, key = self.options.max_loss_increase, params_key(params)
         try:
             seeds = self._spread(deadline)
         except TrialError as e:

@@ -75,6 +75,7 @@ class SearchLoop:
         self.run_settings, self.options, self.budget, self.notify = run_settings, options, budget, notify
         self.defaults = {**spaces.defaults(facts, ctx), **run_settings}  # the baseline's params
         self.current: int | None = None  # the trial being measured, for the phase events
+        self.interrupted = False  # Ctrl-C in your runs: the recipe is stored first (``claim._pairs``), then it stops
         if measurer is None:
             from ..measure import LiveMeasurer
 
@@ -286,6 +287,8 @@ class SearchLoop:
         if factor is not None and environment_key(params) != environment_key(self.defaults):
             trial.set_user_attr(Attr.ENVIRONMENT_FACTOR, factor.to_dict())  # a resumed search reuses it
         self.record(trial, role, params, result)
+        if self.guard.interrupted:  # Ctrl-C in the quality guard's second look: recorded as its first look read it
+            raise KeyboardInterrupt
         return result
 
     def _measure(self, role: str, params: dict[str, Any], deadline: float) -> tuple[TrialResult, str | None]:
@@ -344,6 +347,8 @@ class SearchLoop:
             used += n
             why = (self._over_guard(handle, params) or self._not_in_effect(handle, params)
                    or race.stop(interval, used))
+            if self.guard.interrupted:  # Ctrl-C in its second look: the trial is recorded interrupted
+                raise KeyboardInterrupt
         if why == SLOWER:  # it cannot be the recipe: no training to the guard's samples
             self.measurer.skip_loss(handle)
         return self.measurer.end(handle), why

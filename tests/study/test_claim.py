@@ -27,7 +27,7 @@ PAIR_S = 15.0  # a process pair of your runs on the scripted clock
 class Yours(Stubbed):
     """``Stubbed``, whose process pairs of your runs read ``ratios`` in turn (a ``None``: that pair fails)."""
 
-    ratios: list[float | None] = field(default_factory=list)
+    ratios: list[float | None | BaseException] = field(default_factory=list)
     asked: list[dict[str, Any]] = field(default_factory=list)
     start_s: float | None = None  # the calibration's worker start: what prices a pair of your runs
     pair_s: float = PAIR_S  # what a pair takes
@@ -47,13 +47,15 @@ class Yours(Stubbed):
         ratio = self.ratios.pop(0)
         if ratio is None:
             raise PairFailed("the candidate worker's arm failed (crash): exit 1")
+        if isinstance(ratio, BaseException):  # a pair that could not start, or Ctrl-C in it
+            raise ratio
         return RunPair(ratio, 2.0, self.pair_s, 1000.0 * ratio, 1000.0)  # the defaults' processes alike
 
 
 YOURS = [1.15, 1.22, 1.10, 1.25, 1.18, 1.12]  # your process pairs: below the workers' 1.40x
 
 
-def _yours(tmp_path: Path, facts: Any, ratios: list[float | None], *, budget_s: float = 3600.0,
+def _yours(tmp_path: Path, facts: Any, ratios: list[float | None | BaseException], *, budget_s: float = 3600.0,
            claim_pairs: int | None = None, searched: dict[str, list[float]] | None = None) -> tuple[Any, Yours]:
     clock = ReplayClock()
     stub = Yours(clock, _explored(), {"fast": FAST, "slow": SLOW}, ratios=list(ratios), searched=searched or {})
@@ -155,12 +157,16 @@ def test_a_recipe_your_runs_do_not_read_faster_keeps_the_defaults(tmp_path: Path
     assert "not faster than the defaults there" in " ".join(recipe.notes)
 
 
-@pytest.mark.parametrize("case", ["none asked", "a pair failed", "the budget's end"])
+@pytest.mark.parametrize("case", ["none asked", "a pair failed", "the budget's end", "a pair could not start",
+                                  "Ctrl-C"])
 def test_without_three_pairs_of_your_runs_the_recipe_is_provisional_and_says_why(tmp_path: Path, facts: Any,
                                                                                  case: str) -> None:
     """No interval of your runs from fewer than three pairs: the workers' interval is stated, named as theirs, and
-    the recipe is provisional with the reason (a failed pair, the budget's end, --claim-pairs 0)."""
-    ratios: list[float | None] = [1.2, None] if case == "a pair failed" else YOURS
+    the recipe is provisional with the reason (a failed pair, the budget's end, --claim-pairs 0, a pair that could
+    not start, Ctrl-C or SIGTERM after two pairs: the search then stops once the recipe is stored)."""
+    ratios: list[float | None | BaseException] = {
+        "a pair failed": [1.2, None], "a pair could not start": [1.2, OSError(12, "Cannot allocate memory")],
+        "Ctrl-C": [1.2, 1.25, KeyboardInterrupt()]}.get(case, YOURS)
     # the confirmation's five rounds (10 s each: the fast one's three, the slow one's two, after which the race
     # leaves it out) and two pairs of 15 s fit
     budget_s = 50.0 + 2 * PAIR_S + 5.0 if case == "the budget's end" else 3600.0
@@ -170,7 +176,9 @@ def test_without_three_pairs_of_your_runs_the_recipe_is_provisional_and_says_why
     said = " ".join(recipe.notes)
     assert "not measured in processes of your training" in said and "the search's workers, 1.41x" in said, said
     why = {"none asked": "--claim-pairs 0", "a pair failed": "process pair 2 failed: the candidate worker's arm",
-           "the budget's end": "the budget's end: 2 of 6 process pairs ran"}[case]
+           "the budget's end": "the budget's end: 2 of 6 process pairs ran",
+           "a pair could not start": "process pair 2 failed: OSError: [Errno 12] Cannot allocate memory",
+           "Ctrl-C": "stopped after 2 process pairs (6 asked)"}[case]
     assert why in said, said
     assert recipe.claim_text == "provisional: not measured in processes of your training, 95% interval"
 
@@ -486,3 +494,28 @@ def test_a_candidate_with_no_round_left_holds_no_claims_time_from_one_below(tmp_
     stub = Yours(clock, _explored(), rounds, ratios=list(YOURS), start_s=5.1)
     recipe, _ = _search(tmp_path, facts, stub, 10.0 + 50.0, clock, rounds=1)
     assert stub.order == ["fast", "slow"], (stub.order, " ".join(recipe.notes))
+
+
+def test_an_interrupt_in_your_runs_stops_the_search_once_the_recipe_is_stored(tmp_path: Path, facts: Any,
+                                                                               monkeypatch: Any) -> None:
+    """Ctrl-C or SIGTERM while your runs run (``SearchLoop.interrupted``): the recipe the confirmation and the pairs
+    so far state is stored, then the search stops as interrupted; before, it stopped with nothing stored."""
+    from autotune.store import RecipeStore
+    from autotune.study import SearchOptions, driver, search
+
+    from .test_race import Scripted
+
+    confirmed = driver.confirm
+
+    def interrupted(loop: Any) -> Any:
+        found = confirmed(loop)
+        loop.interrupted = True
+        return found
+
+    monkeypatch.setattr(driver, "confirm", interrupted)
+    storage = f"sqlite:///{tmp_path}/studies.db"
+    with pytest.raises(KeyboardInterrupt):
+        search("tiny", options=SearchOptions(storage=storage, trials=2, confirm_top=1), measurer=Scripted(),
+               facts=facts)
+    with RecipeStore.open(storage, readonly=True) as store:
+        assert store.latest() is not None

@@ -180,3 +180,32 @@ def test_a_faster_trial_the_guard_rejects_is_never_the_recipe(tmp_path: Path, fa
     assert any(n.startswith("best (trial ") and "confirmed at" in n for n in outcome.recipe.notes), outcome.recipe
     unconfirmed, _, best, _ = choose_recipe(_study(tmp_path, "faster"), "tiny", facts, "faster", confirmation=None)
     assert unconfirmed.params["batch_per_rank"] == 128 and best.params["batch_per_rank"] == 128, unconfirmed
+
+
+def test_ctrl_c_in_a_second_look_records_the_trial_as_its_first_look_read_it(tmp_path: Path, facts: Any) -> None:
+    """Ctrl-C while the guard trains the defaults at other seeds (up to a minute): the trial whose loss asked for it
+    is recorded, judged by its one loss, and the search stops as interrupted; before, it was left running in the
+    study, a measured trial the next search failed as died."""
+    from .test_race import Scripted, _batch_alone, _search
+
+    class Stopped(Scripted, Losses):
+        def __init__(self) -> None:
+            Scripted.__init__(self)
+            Losses.__init__(self, {0: BASE}, {0: 2.08})
+
+        def end(self, handle: Any) -> Any:
+            from dataclasses import replace
+
+            batch = handle["params"]["batch_per_rank"]
+            return replace(super().end(handle), loss={32: BASE, 64: 2.08}.get(batch, BASE))
+
+        def losses(self, arms: list[tuple[dict[str, Any], int]], timeout_s: float, *,
+                   wide: bool = False) -> list[LossReading]:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _search(tmp_path, Stopped(), study="stopped", fixed=_batch_alone(facts), trials=5, confirm_top=1)
+    trials = optuna.load_study(study_name="stopped", storage=f"sqlite:///{tmp_path}/studies.db").trials
+    assert not [t.number for t in trials if t.state == optuna.trial.TrialState.RUNNING], trials
+    judged = [t for t in trials if t.user_attrs.get("params", {}).get("batch_per_rank") == 64]
+    assert judged and all("stopped by Ctrl-C" in str(t.user_attrs) for t in judged), [t.user_attrs for t in judged]
