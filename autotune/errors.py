@@ -48,3 +48,7 @@ class HardwareMismatchError(AutotuneError):
 
 class DeviceMissingError(HardwareMismatchError):
     """A recipe trains on a device this process cannot use (a CUDA recipe where torch has no CUDA or sees no GPU)."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, taken as Ctrl-C (a scheduler's, ``timeout``'s, ``docker stop``'s): the CLI exits 143 for it."""

@@ -12,7 +12,7 @@ import sys
 import threading
 from typing import Any, NoReturn
 
-from ..errors import AutotuneError
+from ..errors import AutotuneError, Terminated
 from ..store import hide_secrets, secrets_of
 from ._common import printable
 
@@ -97,9 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `autotune recipes | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so Python's flush at exit is quiet
         return 141  # 128 + SIGPIPE, as a shell reports a command a closed pipe ended
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         print(f"autotune {args.verb}: interrupted; everything recorded so far is kept", file=sys.stderr)
-        return 130
+        return 143 if isinstance(e, Terminated) else 130  # 128 + the signal, as a shell reports it
     except Exception as e:  # noqa: BLE001 - a bug: one line, the traceback with --debug
         if args.debug:
             raise
@@ -109,19 +109,19 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         if terminate is not None:
-            signal.signal(signal.SIGTERM, terminate)
+            signal.signal(signal.SIGTERM, terminate[0] if terminate[0] is not None else signal.SIG_DFL)
 
 
-def _terminate_as_ctrl_c() -> Any:
+def _terminate_as_ctrl_c() -> tuple[Any] | None:
     """SIGTERM (``timeout``, a batch scheduler, ``docker stop``) ends a verb as Ctrl-C does: its trial recorded, its
     processes stopped, one line; Python's default would end it at once, leaving the trial running in the study.
     The handler it replaced, to put back; None off the main thread, where no handler can be set."""
     def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
+        raise Terminated
 
     if threading.current_thread() is not threading.main_thread():
         return None
-    return signal.signal(signal.SIGTERM, interrupt)
+    return (signal.signal(signal.SIGTERM, interrupt),)
 
 
 class _Printable(logging.Formatter):

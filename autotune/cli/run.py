@@ -30,9 +30,12 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._common import add_storage, command_after_dashes, find_recipe, printable
+
+if TYPE_CHECKING:
+    from ..trial.launch import LaunchPlan
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -103,31 +106,44 @@ def run(args: argparse.Namespace) -> int:
         plan.env[ALLOW_OTHER_HARDWARE] = "1"
     for warning in [*filter(None, [other, preload]), *plan.warnings]:
         print(f"autotune run: warning: {printable(warning)}", file=sys.stderr)  # may quote a stored workload
-    try:
-        proc = launch.start(plan)
-    except FileNotFoundError as e:
-        raise UsageError(f"command not found: {command[0]}") from e
-    return _waited(proc)
+    return _started(plan, command[0])
 
 
-def _waited(proc: subprocess.Popen[bytes]) -> int:
-    """The command's exit status as a shell reports it (128 + N where signal N ended it). Ctrl-C and SIGTERM sent to
-    ``autotune run`` go on to the command's process group (its own session: nothing else reaches it), as they reach
-    the command run plain, and the wait goes on: the command ends as it does then (a checkpoint saved on SIGTERM)."""
+def _started(plan: LaunchPlan, name: str) -> int:
+    """Start ``plan``'s command and wait for it; its exit status as a shell reports it (128 + N where signal N ended
+    it). Ctrl-C and SIGTERM sent to ``autotune run`` go on to the command's process group (its own session: nothing
+    else reaches it), as they reach the command run plain, and the wait goes on: the command ends as it does then (a
+    checkpoint saved on SIGTERM). A second one stops its tree (SIGTERM, then SIGKILL after a grace): a command stuck
+    in a C call never runs its handler. One that comes while it starts goes on once it has started."""
+    from ..errors import UsageError
     from ..trial import launch
 
+    started: list[subprocess.Popen[bytes]] = []
+    sent: list[int] = []
+
     def forward(signum: int, frame: Any) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signum)
+        sent.append(signum)
+        if started and len(sent) > 1:
+            launch.stop_tree(started[0])
+        elif started:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(started[0].pid, signum)
 
     here = threading.current_thread() is threading.main_thread()
     kept = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)} if here else {}
     try:
-        code = proc.wait()
+        try:
+            started.append(launch.start(plan))
+        except FileNotFoundError as e:
+            raise UsageError(f"command not found: {name}") from e
+        if sent:  # while it started
+            forward(sent.pop(), None)
+        code = started[0].wait()
     except KeyboardInterrupt:  # off the main thread no handler forwards it: the command's tree is stopped
-        launch.stop_tree(proc)
+        if started:
+            launch.stop_tree(started[0])
         return 130
     finally:
         for sig, handler in kept.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
     return 128 - code if code < 0 else code

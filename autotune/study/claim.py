@@ -59,7 +59,7 @@ def user_runs(loop: SearchLoop, confirmation: Confirmation) -> Confirmation:
     if winner is None or winner.confirmed is None or not loop.measurer.user_processes:
         return confirmation
     found = _pairs(loop, winner, tested=winner is not best)
-    if winner is best or best is None or loop.interrupted \
+    if winner is best or best is None or loop.interrupted is not None \
             or stated(UNDECIDED, winner.confirmed, found, confirmation.margin, [], beside_offer=True)[0] is not None:
         return replace(confirmation, user=found)
     price = max(budget.claim_pair_s(loop.noise) or 0.0, found.runs.wall_s / max(1, len(found.runs.ratios)))
@@ -119,11 +119,12 @@ def _pairs(loop: SearchLoop, winner: Candidate, tested: bool, first: int = 0) ->
                 cut = loop.budget.left() <= 1.0
                 why = f"{CUT}: process pair {i + 1} was cut ({e})" if cut else f"process pair {i + 1} failed: {e}"
                 break
-            except Exception as e:  # noqa: BLE001 - a pair that could not start (no memory to fork, no disk): failed
+            except OSError as e:  # a pair that could not start (no memory to fork, no disk): a failed pair
+                cut = loop.budget.left() <= 1.0
                 why = f"process pair {i + 1} failed: {type(e).__name__}: {e}"
                 break
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the pairs that ran state the claim, the recipe is stored, then
-        why, loop.interrupted = f"stopped after {len(pairs)} process pairs ({asked} asked)", True  # the search stops
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the pairs that ran state the claim, the recipe is stored,
+        why, loop.interrupted = f"stopped after {len(pairs)} process pairs ({asked} asked)", e  # then it is raised
     finally:
         lent = tuple(tuple(g) for g in loop.measurer.factor_ratios.values())
         found = UserRuns(winner.number, Runs.of(pairs), asked, why, lent, cut)

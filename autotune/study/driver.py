@@ -346,8 +346,8 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
     recipe, baseline, best, records = choose_recipe(study, workload, facts, name, confirmation, searching)
     with RecipeStore.open(options.storage) as store:
         stored = store.save(recipe)
-    if loop.interrupted:  # in your runs: the recipe their pairs so far state is stored, and the search stops
-        raise KeyboardInterrupt
+    if loop.interrupted is not None:  # in your runs: the recipe their pairs so far state is stored, then it stops
+        raise loop.interrupted
     # The interval as measured, whether or not this storage has columns for it yet (the store reads back the rest).
     recipe = replace(stored, **{k: getattr(recipe, k) for k in ("speedup_low", "speedup_high", "peak_memory_bytes")
                                 if getattr(stored, k) is None})

@@ -73,7 +73,8 @@ class Guard:
         self.study, self.options, self.measurer, self.budget, self.seed = study, options, measurer, budget, seed
         self.on_phase = on_phase or (lambda name, detail: None)
         self.second: dict[str, tuple[float, str | None, str]] = {}
-        self.interrupted = False  # Ctrl-C in a second look: the first look decided, the trial is recorded, then it stops
+        # Ctrl-C or SIGTERM in a second look: the trial is recorded interrupted, then it is raised
+        self.interrupted: KeyboardInterrupt | None = None
 
     def of_result(self, params: dict[str, Any], result: TrialResult,
                   noise: Noise | None) -> tuple[float, str | None, str | None] | None:
@@ -105,9 +106,9 @@ class Guard:
             return increase, reason, "too little time left to take the defaults' loss at other seeds"
         try:
             return self._second_look(params, increase, reason, deadline)
-        except KeyboardInterrupt:  # the caller records the trial, then raises it again (``SearchLoop.run_one``)
-            self.interrupted = True
-            return increase, reason, "the second look was stopped by Ctrl-C: this loss decides"
+        except KeyboardInterrupt as e:  # the caller records the trial interrupted, then raises it (``SearchLoop``)
+            self.interrupted = e
+            return increase, reason, "the second look was stopped by Ctrl-C"
 
     def _second_look(self, params: dict[str, Any], increase: float, reason: str | None,
                      deadline: float) -> tuple[float, str | None, str]:

@@ -75,7 +75,8 @@ class SearchLoop:
         self.run_settings, self.options, self.budget, self.notify = run_settings, options, budget, notify
         self.defaults = {**spaces.defaults(facts, ctx), **run_settings}  # the baseline's params
         self.current: int | None = None  # the trial being measured, for the phase events
-        self.interrupted = False  # Ctrl-C in your runs: the recipe is stored first (``claim._pairs``), then it stops
+        # Ctrl-C or SIGTERM in your runs: the recipe is stored first (``claim._pairs``), then it is raised
+        self.interrupted: KeyboardInterrupt | None = None
         if measurer is None:
             from ..measure import LiveMeasurer
 
@@ -287,8 +288,8 @@ class SearchLoop:
         if factor is not None and environment_key(params) != environment_key(self.defaults):
             trial.set_user_attr(Attr.ENVIRONMENT_FACTOR, factor.to_dict())  # a resumed search reuses it
         self.record(trial, role, params, result)
-        if self.guard.interrupted:  # Ctrl-C in the quality guard's second look: recorded as its first look read it
-            raise KeyboardInterrupt
+        if self.guard.interrupted is not None:  # in the quality guard's second look: recorded interrupted (``record``)
+            raise self.guard.interrupted
         return result
 
     def _measure(self, role: str, params: dict[str, Any], deadline: float) -> tuple[TrialResult, str | None]:
@@ -347,8 +348,8 @@ class SearchLoop:
             used += n
             why = (self._over_guard(handle, params) or self._not_in_effect(handle, params)
                    or race.stop(interval, used))
-            if self.guard.interrupted:  # Ctrl-C in its second look: the trial is recorded interrupted
-                raise KeyboardInterrupt
+            if self.guard.interrupted is not None:  # Ctrl-C in its second look: the trial is recorded interrupted
+                raise self.guard.interrupted
         if why == SLOWER:  # it cannot be the recipe: no training to the guard's samples
             self.measurer.skip_loss(handle)
         return self.measurer.end(handle), why
@@ -373,6 +374,8 @@ class SearchLoop:
         if role == BASELINE:  # its loss, evaluated after the calibration, is not the search's time
             self.searching_from = self.budget.now(), self.budget.wall()
         guarded = None if role == BASELINE else self.guard.of_result(params, result, self.noise)
+        if self.guard.interrupted is not None:  # its second look stopped: not judged, measured again by the next search
+            result, guarded = TrialResult(Status.INTERRUPTED, error="stopped by Ctrl-C"), None
         if role == CONFIRM and result.status == Status.OK and result.loss is None and own_copies(result):
             guarded = (0.0, None, None)  # script mode's rounds re-measure speed alone: quality was its trial's
         verdict.record(self.study, self.facts, self.options, trial, role, params, result, self.notify, guarded)

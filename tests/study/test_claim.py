@@ -170,8 +170,11 @@ def test_without_three_pairs_of_your_runs_the_recipe_is_provisional_and_says_why
     # the confirmation's five rounds (10 s each: the fast one's three, the slow one's two, after which the race
     # leaves it out) and two pairs of 15 s fit
     budget_s = 50.0 + 2 * PAIR_S + 5.0 if case == "the budget's end" else 3600.0
-    recipe, stub = _yours(tmp_path, facts, ratios, budget_s=budget_s,
-                          claim_pairs=0 if case == "none asked" else None)
+    try:
+        recipe, stub = _yours(tmp_path, facts, ratios, budget_s=budget_s,
+                              claim_pairs=0 if case == "none asked" else None)
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C in your runs ended the confirmation without its recipe")
     assert (recipe.claim, recipe.run_low, recipe.speedup) == ("provisional", None, pytest.approx(1.41, abs=0.005))
     said = " ".join(recipe.notes)
     assert "not measured in processes of your training" in said and "the search's workers, 1.41x" in said, said
@@ -496,26 +499,24 @@ def test_a_candidate_with_no_round_left_holds_no_claims_time_from_one_below(tmp_
     assert stub.order == ["fast", "slow"], (stub.order, " ".join(recipe.notes))
 
 
-def test_an_interrupt_in_your_runs_stops_the_search_once_the_recipe_is_stored(tmp_path: Path, facts: Any,
-                                                                               monkeypatch: Any) -> None:
-    """Ctrl-C or SIGTERM while your runs run (``SearchLoop.interrupted``): the recipe the confirmation and the pairs
-    so far state is stored, then the search stops as interrupted; before, it stopped with nothing stored."""
+def test_an_interrupt_in_your_runs_stops_the_search_once_the_recipe_is_stored(tmp_path: Path, facts: Any) -> None:
+    """Ctrl-C or SIGTERM in the third pair of your runs: the recipe the confirmation and the two pairs state is
+    stored, then the search raises it; before, it stopped with nothing stored."""
     from autotune.store import RecipeStore
-    from autotune.study import SearchOptions, driver, search
 
-    from .test_race import Scripted
+    from .test_race import SPEED, Scripted, _batch_alone, _search
 
-    confirmed = driver.confirm
+    class Stopped(Scripted):
+        user_processes = True
 
-    def interrupted(loop: Any) -> Any:
-        found = confirmed(loop)
-        loop.interrupted = True
-        return found
+        def user_pair(self, params: dict[str, Any], seed: int, timeout_s: float) -> RunPair:
+            self.ran = getattr(self, "ran", 0) + 1
+            if self.ran > 2:
+                raise KeyboardInterrupt
+            return RunPair(SPEED[64], 2.0, 4.0, 1000.0 * SPEED[64], 1000.0)
 
-    monkeypatch.setattr(driver, "confirm", interrupted)
-    storage = f"sqlite:///{tmp_path}/studies.db"
     with pytest.raises(KeyboardInterrupt):
-        search("tiny", options=SearchOptions(storage=storage, trials=2, confirm_top=1), measurer=Scripted(),
-               facts=facts)
-    with RecipeStore.open(storage, readonly=True) as store:
-        assert store.latest() is not None
+        _search(tmp_path, Stopped(), study="stopped", fixed=_batch_alone(facts), trials=5, confirm_top=1)
+    with RecipeStore.open(f"sqlite:///{tmp_path}/studies.db", readonly=True) as store:
+        recipe = store.latest()
+    assert recipe is not None and any("stopped after 2 process pairs" in n for n in recipe.notes), recipe
