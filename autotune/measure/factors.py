@@ -130,7 +130,7 @@ class EnvironmentFactors:
             run, _, kept = process_pair(
                 self.workload, self.defaults, environment_defaults(params, self.defaults), self.facts, self.settings,
                 pairs=first_pairs(cal.pairs), window_s=cal.window_s, seed=seed,
-                keep=last and not self.pool.env_alive(key), reference_s=cal.s_per_sample)
+                keep=last and not self.pool.env_alive(key), reference_s=cal.s_per_sample, deadline=trial.deadline)
         except HopelessEnvironment as e:
             self.hopeless[key] = e
             trial.startup_s += time.monotonic() - started

@@ -26,6 +26,7 @@ import math
 import random
 import statistics
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -72,12 +73,13 @@ class ProcessPair:
     """Two live workers with different environments, run alternately; use as a context manager (leaving
     it continues both and ends them, whatever happened: Ctrl-C, a timeout, a failed arm). ``seed`` draws
     which worker starts first. ``reference_s``: the defaults' seconds per sample (the search's calibration); with
-    it the candidate's arm is judged by the hopeless rule in its warm-up (``start``)."""
+    it the candidate's arm is judged by the hopeless rule in its warm-up (``start``). ``deadline`` (monotonic): no
+    wait on a worker outlasts it (a worker that hangs at its start would wait out each wait's own limit)."""
 
     def __init__(self, workload: str, base_params: dict[str, Any], cand_params: dict[str, Any], facts: Any,
                  settings: Any, *, seed: int = 0, python: str = sys.executable,
-                 reference_s: float | None = None) -> None:
-        self.reference_s = reference_s
+                 reference_s: float | None = None, deadline: float | None = None) -> None:
+        self.reference_s, self.deadline = reference_s, deadline
         first: Side = "base" if random.Random(seed).random() < 0.5 else "cand"
         self.started: tuple[Side, Side] = ("base", "cand") if first == "base" else ("cand", "base")
         self.params: dict[Side, dict[str, Any]] = {"base": base_params, "cand": cand_params}
@@ -85,6 +87,10 @@ class ProcessPair:
             side: PairedWorker(workload, params, facts, settings, python=python, keep_heap=False)
             for side, params in self.params.items()}
         self.status: dict[Side, ArmStatus] = {}
+
+    def left(self, most: float) -> float:
+        """A wait's limit: ``most``, and no later than the deadline (a second at least)."""
+        return most if self.deadline is None else max(1.0, min(most, self.deadline - time.monotonic()))
 
     def __enter__(self) -> ProcessPair:
         try:
@@ -106,14 +112,14 @@ class ProcessPair:
         for side in self.started:
             self.workers[side].launch()
         for side in self.started:
-            self.workers[side].wait_ready()
+            self.workers[side].wait_ready(self.left(120.0))
         for worker in self.workers.values():
             worker.freeze()
         for side in self.started:
             worker = self.workers[side]
             worker.thaw()
             reference = self._reference_s() if side == "cand" and self.reference_s else None  # judged where asked
-            status = worker.add_arm(ARM, self.params[side], give_up=HOPELESS if reference else None,
+            status = worker.add_arm(ARM, self.params[side], self.left(300.0), give_up=HOPELESS if reference else None,
                                     reference_s=reference)
             if status.state != "ok":
                 raise WorkerError(f"the {side} worker's arm failed ({status.state}): {status.error}")
@@ -153,7 +159,7 @@ class ProcessPair:
         worker = self.workers[side]
         worker.thaw()
         try:
-            run = worker.run_windows(ARM, n, window_s, timeout_s)
+            run = worker.run_windows(ARM, n, window_s, self.left(timeout_s or 120.0 + 2 * n * window_s))
         finally:
             worker.freeze()
         self.status[side] = run.status
@@ -232,17 +238,18 @@ def enough(ratios: list[float], half_width: float, *, least: int = SETTLED, most
 
 def process_pair(workload: str, base_params: dict[str, Any], cand_params: dict[str, Any], facts: Any,
                  settings: Any, *, pairs: int = 8, window_s: float | None = None, seed: int = 0,
-                 python: str = sys.executable, keep: bool = False,
-                 reference_s: float | None = None) -> tuple[ProcessPairRun, float, PairedWorker | None]:
+                 python: str = sys.executable, keep: bool = False, reference_s: float | None = None,
+                 deadline: float | None = None) -> tuple[ProcessPairRun, float, PairedWorker | None]:
     """One process pair's ``pairs`` pairs of windows (of ``window_s``, else the pair's own ``window_s``): its run,
     the window length and, with ``keep``, its candidate's worker, not ended: frozen, its heap fixed from now on
     (``PairedWorker.fix_heap``), its one arm ``ARM``, for in-process arms of that environment (a search's
     environment worker: a worker's start saved). WorkerError when an arm failed; ``HopelessEnvironment`` when
-    the candidate's first steps were far slower than the defaults' ``reference_s`` (``ProcessPair.start``)."""
+    the candidate's first steps were far slower than the defaults' ``reference_s`` (``ProcessPair.start``); no wait
+    past ``deadline``."""
     kept = None
     try:
         with ProcessPair(workload, base_params, cand_params, facts, settings, seed=seed, python=python,
-                         reference_s=reference_s) as pair:
+                         reference_s=reference_s, deadline=deadline) as pair:
             window_s = window_s or pair.window_s
             run = pair.run(pairs, window_s, seed=seed)
             if keep and run.pairs:
@@ -252,7 +259,7 @@ def process_pair(workload: str, base_params: dict[str, Any], cand_params: dict[s
             raise WorkerError(f"an arm failed across processes ({failed.state}): {failed.error}")
         if kept is not None:
             kept.thaw()
-            kept.fix_heap()
+            kept.fix_heap(pair.left(30.0))
             kept.freeze()
     except BaseException:  # Ctrl-C or a failure after the worker left the pair: it ends as the pair's did
         if kept is not None:

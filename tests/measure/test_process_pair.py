@@ -219,3 +219,17 @@ def test_a_kept_worker_goes_on_with_its_heap_fixed_and_reads_same_against_a_new_
     finally:
         kept.close()
     assert not _alive(cand_pid)  # ended by close(); without ``keep`` a pair ends both: test_an_aa_across_processes
+
+
+def test_no_wait_on_a_process_pairs_workers_outlasts_its_deadline(facts: Any) -> None:
+    """A worker that hangs in its first step (a preload that deadlocks, a GPU's first step) held a race's or a
+    confirmation round's process pair for each wait's own limit (300 s to build an arm, 120 s a window) past the
+    trial's deadline: every wait now ends by the deadline, the pair's arm failed."""
+    from ..conftest import REPO
+
+    params = _params(facts)
+    started = time.monotonic()
+    with pytest.raises(WorkerError):
+        process_pair(f"{REPO / 'tests' / 'faulty_workloads.py'}:hang", params, params, facts, SETTINGS, pairs=2,
+                     window_s=0.1, deadline=started + 6.0)
+    assert time.monotonic() - started < 25.0
