@@ -12,6 +12,7 @@ import re
 import sqlite3
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -289,7 +290,7 @@ def test_the_kernel_cache_is_written_through_a_name_no_one_can_plant(tmp_path: P
     assert victim.read_text() == "mine" and json.loads(path.read_text()) == {"a": 1}
 
 
-def test_the_host_lock_follows_no_link_and_a_long_wait_names_its_holder(tmp_path: Path,
+def test_the_host_lock_follows_no_link_and_a_long_wait_names_its_holder(tmp_path: Path, facts: Any,
                                                                         monkeypatch: pytest.MonkeyPatch,
                                                                         caplog: pytest.LogCaptureFixture) -> None:
     import fcntl
@@ -311,6 +312,27 @@ def test_the_host_lock_follows_no_link_and_a_long_wait_names_its_holder(tmp_path
     with caplog.at_level("WARNING", logger="autotune.trial.lock"), host_lock(name_holder_after_s=0.2):
         pass
     assert f"held by user {__import__('getpass').getuser()}, process {os.getpid()}" in caplog.text, caplog.text
+    # a search's wait ends with its budget (another search stopped with Ctrl-Z holds the lock as long as it is)
+    from autotune.study import Budget, SearchOptions
+    from autotune.study.loop import SearchLoop
+    from autotune.trial.lock import LockBusy
+
+    from .stubs import StubMeasurer
+
+    holder = os.open(tmp_path / LOCK_NAME, os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    try:
+        started = time.monotonic()
+        with pytest.raises(LockBusy, match="was not free within"), host_lock(wait_s=0.5):
+            pass
+        import optuna
+
+        loop = SearchLoop(optuna.create_study(), "tiny", facts, spaces.SpaceContext(default_batch_size=32), {},
+                          SearchOptions(budget_s=3, storage="sqlite://"), Budget.start(2.0), lambda event: None,
+                          measurer=StubMeasurer())
+        assert loop.run() == "budget" and time.monotonic() - started < 6.0
+    finally:
+        os.close(holder)
 
 
 # 8. Every bad input is one line and exit 2: nothing hangs, nothing is an internal error.

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 
 from ..measure import CONFIDENCE, MIN_MARGIN, Interval, environment_key, own_copies, rounds_interval
 from ..recipe import format_speedup
-from ..trial.lock import host_lock
+from ..trial.lock import LockBusy, host_lock
 from ..trial.spec import Status, TrialResult
 from . import budget
 from .claim import decides, user_runs
@@ -165,16 +165,22 @@ class Rounds:
             self.left_out.add(params_key(entry.params))
             self.cut.append(f"trial {entry.number} from round {round_ + 1} of {self.count} on")
             return
-        with host_lock():
-            trial = new_trial(loop, entry.number, round_)
-            remaining = loop.budget.left() - held
-            # its own limit, from its measured times: a round stopped there stopped answering; one the budget's end
-            # stopped before it is cut (``budget.judged``), and the rounds that completed decide
-            limit = max(60.0, 3 * budget.round_s(entry.result, loop.noise, loop.options, round_),
-                        3 * self.took.get(params_key(entry.params), 0.0))
-            timeout = max(1.0, min(remaining, limit))
-            result = loop.run_one(trial, CONFIRM, entry.params, timeout, own_s=limit)
-            self.done[(params_key(entry.params), round_)] = result
+        try:
+            with host_lock(wait_s=max(1.0, loop.budget.left() - held)):
+                trial = new_trial(loop, entry.number, round_)
+                remaining = loop.budget.left() - held
+                # its own limit, from its measured times: a round stopped there stopped answering; one the budget's end
+                # stopped before it is cut (``budget.judged``), and the rounds that completed decide
+                limit = max(60.0, 3 * budget.round_s(entry.result, loop.noise, loop.options, round_),
+                            3 * self.took.get(params_key(entry.params), 0.0))
+                timeout = max(1.0, min(remaining, limit))
+                result = loop.run_one(trial, CONFIRM, entry.params, timeout, own_s=limit)
+                self.done[(params_key(entry.params), round_)] = result
+        except LockBusy:  # another search holds the host's trial lock past the time this round had
+            self.left_out.add(params_key(entry.params))
+            self.cut.append(f"trial {entry.number} from round {round_ + 1} of {self.count} on (the host's trial "
+                            "lock was held)")
+            return
         if result.status == Status.CUT:
             self.stopped.append(f"trial {entry.number}'s round {round_ + 1} of {self.count}")
             self.left_out.add(params_key(entry.params))

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from .. import search_spaces as spaces
 from ..errors import TrialError
 from ..measure import Interval, Noise, PairedMeasurer, environment_key, own_copies, race_round_s
-from ..trial.lock import host_lock, owner
+from ..trial.lock import LockBusy, host_lock, owner
 from ..trial.spec import Status, TrialResult
 from . import budget, oom_limits, verdict
 from .budget import Budget
@@ -118,18 +118,23 @@ class SearchLoop:
                 return "trials"
             if self.budget.left() <= 1:
                 return "budget"
-            with host_lock():
-                if self.options.trials is not None and self.measured() >= self.options.trials:
-                    return "trials"  # reached by another worker while this one waited for the lock
-                if not self.calibrated():
-                    return "baseline failed"
-                self.prepare()  # before the next trial's estimate: an environment's seed may be due
-                remaining, estimate = self.budget.left(), self.turns.next_estimate_s()
-                available = remaining - self.reserve_s(estimate) if estimate is not None else remaining
-                if remaining <= 1 or (estimate is not None and available < estimate and not self.turns.fill(available)):
-                    self._no_candidate(remaining, estimate)
-                    return "budget"
-                stopped, skips, result, role = self._next(skips, estimate)
+            try:
+                with host_lock(wait_s=self.budget.left()):
+                    if self.options.trials is not None and self.measured() >= self.options.trials:
+                        return "trials"  # reached by another worker while this one waited for the lock
+                    if not self.calibrated():
+                        return "baseline failed"
+                    self.prepare()  # before the next trial's estimate: an environment's seed may be due
+                    remaining, estimate = self.budget.left(), self.turns.next_estimate_s()
+                    available = remaining - self.reserve_s(estimate) if estimate is not None else remaining
+                    if remaining <= 1 or (estimate is not None and available < estimate
+                                          and not self.turns.fill(available)):
+                        self._no_candidate(remaining, estimate)
+                        return "budget"
+                    stopped, skips, result, role = self._next(skips, estimate)
+            except LockBusy as e:  # another search holds it (one stopped with Ctrl-Z, say): the budget ends here
+                log.warning("%s: this search ends by its budget", e)
+                return "budget"
             if stopped:
                 return stopped
             if role == BASELINE and result is not None and result.status != Status.OK:

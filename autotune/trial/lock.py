@@ -14,7 +14,9 @@ from __future__ import annotations
 import errno
 import fcntl
 import logging
+import math
 import os
+import signal
 import socket
 import stat
 import tempfile
@@ -35,15 +37,16 @@ NAME_HOLDER_AFTER_S = 60.0  # a wait this long names who holds the lock
 
 
 @contextmanager
-def host_lock(name_holder_after_s: float = NAME_HOLDER_AFTER_S) -> Iterator[None]:
+def host_lock(name_holder_after_s: float = NAME_HOLDER_AFTER_S, wait_s: float | None = None) -> Iterator[None]:
     """One trial at a time on this host: parallel trials would measure each other, a second user's too. The lock
     file in the shared temporary folder is opened without following a link (another user's link would have a
     root search create or lock a file of their choosing) and without waiting on a FIFO; a wait over
-    ``name_holder_after_s`` names the holder's user and process id."""
+    ``name_holder_after_s`` names the holder's user and process id. ``wait_s``: ``LockBusy`` where it is not taken
+    by then (a search's budget: another search stopped with Ctrl-Z holds it for as long as it is stopped)."""
     path = os.path.join(tempfile.gettempdir(), LOCK_NAME)
     descriptor = _open_lock(path)
     try:
-        _acquire(descriptor, path, name_holder_after_s)
+        _acquire(descriptor, path, name_holder_after_s, wait_s)
         try:
             yield
         finally:
@@ -70,7 +73,11 @@ def _open_lock(path: str) -> int:
     return descriptor
 
 
-def _acquire(descriptor: int, path: str, name_holder_after_s: float) -> None:
+class LockBusy(TrialError):
+    """The host's trial lock was not taken in the time given (``host_lock``'s ``wait_s``)."""
+
+
+def _acquire(descriptor: int, path: str, name_holder_after_s: float, wait_s: float | None = None) -> None:
     """Take the lock, waiting in the kernel's queue (a waiter polling it was starved by a holder that took it back at
     once: two workers of one study, one of them measured every trial); a wait over ``name_holder_after_s`` is named
     once, from a timer, with who holds it."""
@@ -89,9 +96,36 @@ def _acquire(descriptor: int, path: str, name_holder_after_s: float) -> None:
     timer.daemon = True
     timer.start()
     try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        _wait(descriptor, wait_s)
+    except _Expired:  # also where the timer fired as the lock was taken: its descriptor's close releases it
+        raise LockBusy(f"the host's trial lock {path} was not free within {wait_s or 0:.0f} s, held by "
+                       f"{lock_holder(descriptor)}") from None
     finally:
         timer.cancel()
+
+
+class _Expired(Exception):
+    pass
+
+
+def _wait(descriptor: int, wait_s: float | None) -> None:
+    """Wait in the kernel's queue for the lock, at most ``wait_s`` where given: an interval timer's signal ends the
+    wait (``_Expired``; on the main thread only, where Python takes signals: elsewhere it waits as long as it
+    takes)."""
+    if wait_s is None or not math.isfinite(wait_s) or threading.current_thread() is not threading.main_thread():
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        return
+
+    def expired(signum: int, frame: Any) -> None:
+        raise _Expired
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, max(0.01, wait_s))
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous if previous is not None else signal.SIG_DFL)
 
 
 def lock_holder(descriptor: int) -> str:
@@ -148,4 +182,4 @@ def owner_gone(record: Mapping[str, Any]) -> bool | None:
     return process_started(int(record["pid"])) != record.get("pid_started")
 
 
-__all__ = ["host_id", "host_lock", "lock_holder", "owner", "owner_gone", "process_started"]
+__all__ = ["LockBusy", "host_id", "host_lock", "lock_holder", "owner", "owner_gone", "process_started"]
