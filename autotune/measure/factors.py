@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from ..trial.spec import TrialSettings
     from .pool import PhaseHook, WorkerPool
 
+# Past the trial's deadline, a process pair that began in time finishes (its pair is kept for the next candidate):
+# twice a pair's time, once one ran, else this long; only a worker that hangs is stopped there.
+HUNG_AFTER_S = 30.0
+
 
 CUT_FACTOR = "environment factor from {} process pair(s): time ran out"  # a trial's warning, read by ``cut_pairs``
 _CUT = re.compile(r"environment factor from (\d+) process pair")
@@ -130,7 +134,8 @@ class EnvironmentFactors:
             run, _, kept = process_pair(
                 self.workload, self.defaults, environment_defaults(params, self.defaults), self.facts, self.settings,
                 pairs=first_pairs(cal.pairs), window_s=cal.window_s, seed=seed,
-                keep=last and not self.pool.env_alive(key), reference_s=cal.s_per_sample, deadline=trial.deadline)
+                keep=last and not self.pool.env_alive(key), reference_s=cal.s_per_sample,
+                deadline=trial.deadline + (2 * self._pair_s if self._pair_s else HUNG_AFTER_S))
         except HopelessEnvironment as e:
             self.hopeless[key] = e
             trial.startup_s += time.monotonic() - started
