@@ -18,6 +18,11 @@ def printable(text: str) -> str:
     return _CONTROL.sub("", text)
 
 
+def one_line(text: str) -> str:
+    """``text``'s words on one line: a stored text's newline would print a line of its own choosing."""
+    return " ".join(text.split())
+
+
 class AutotuneError(Exception):
     """Base of every error autotune raises on purpose. Its message is ``printable``: it may quote a stored text, and
     Python prints it as it is (a traceback, ``str(e)``)."""

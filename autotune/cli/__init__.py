@@ -9,11 +9,11 @@ import logging
 import os
 import signal
 import sys
-import threading
 from typing import Any, NoReturn
 
-from ..errors import AutotuneError, Terminated
+from ..errors import AutotuneError, Terminated, one_line
 from ..store import hide_secrets, secrets_of
+from ..trial.signals import handled
 from ._common import printable
 
 VERBS = ("probe", "search", "studies", "recipes", "best", "diff", "report", "export", "run", "dashboard", "completion")
@@ -83,7 +83,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"autotune {args.verb}: warning: the password in --storage is visible to every user of this machine "
               "(the process list shows command lines): give the URL in AUTOTUNE_STORAGE, or the password in "
               "~/.pgpass (or PGPASSWORD)", file=sys.stderr)
-    terminate = _terminate_as_ctrl_c()
+    with handled({signal.SIGTERM: _terminated}):
+        return _verb(args, storage)
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    """SIGTERM (``timeout``, a batch scheduler, ``docker stop``) ends a verb as Ctrl-C does: its trial recorded, its
+    processes stopped, one line; Python's default would end it at once, leaving the trial running in the study."""
+    raise Terminated
+
+
+def _verb(args: argparse.Namespace, storage: str | None) -> int:
+    """The verb's exit status: an error, a closed pipe, an interrupt or a bug each on one line."""
     try:
         return int(args.func(args) or 0)
     except AutotuneError as e:
@@ -91,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         # one line, even when a driver's message spans several (psycopg's "Is the server running..."); no secret of
         # the storage URL, no control character of a stored or read text
-        said = printable(hide_secrets(" ".join(str(e).split()), storage or ""))
+        said = printable(hide_secrets(one_line(str(e)), storage or ""))
         print(f"autotune {args.verb}: error: {said}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `autotune recipes | head`: the reader has what it wanted
@@ -107,21 +118,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"autotune {args.verb}: internal error: {type(e).__name__}: {said} (rerun with --debug for the "
               "traceback)", file=sys.stderr)
         return 1
-    finally:
-        if terminate is not None:
-            signal.signal(signal.SIGTERM, terminate[0] if terminate[0] is not None else signal.SIG_DFL)
-
-
-def _terminate_as_ctrl_c() -> tuple[Any] | None:
-    """SIGTERM (``timeout``, a batch scheduler, ``docker stop``) ends a verb as Ctrl-C does: its trial recorded, its
-    processes stopped, one line; Python's default would end it at once, leaving the trial running in the study.
-    The handler it replaced, to put back; None off the main thread, where no handler can be set."""
-    def interrupt(signum: int, frame: Any) -> None:
-        raise Terminated
-
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    return (signal.signal(signal.SIGTERM, interrupt),)
 
 
 class _Printable(logging.Formatter):

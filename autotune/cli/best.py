@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..errors import one_line
 from ._common import add_storage, console, find_recipe, knobs, params_table, to_json, when
 
 
@@ -32,9 +33,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     defaults, source = pytorch_defaults(recipe, args.storage)
     out = console()
-    source = " ".join(source.split())  # it may name a stored study: one line, as every stored text below
-    out.print(params_table(recipe.params, " ".join(f"recipe {recipe.id} — workload {recipe.workload}, study "
-                                                   f"{recipe.study}".split()), defaults))
+    source = one_line(source)  # it may name a stored study: one line, as every stored text below
+    out.print(params_table(recipe.params, one_line(f"recipe {recipe.id} — workload {recipe.workload}, study "
+                                                   f"{recipe.study}"), defaults))
     if defaults is None:
         out.print(f"PyTorch's defaults: {source}", markup=False, soft_wrap=True)
     else:
@@ -51,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         out.print(recipe.run_text, markup=False, soft_wrap=True)
     if recipe.place_text:
         out.print(f"at {recipe.place_text}", markup=False, soft_wrap=True)
-    out.print(f"hardware {' '.join((recipe.fingerprint or '-').split())}, created {when(recipe.created)}", markup=False)
+    out.print(f"hardware {one_line(recipe.fingerprint or '-')}, created {when(recipe.created)}", markup=False)
     for note in [*recipe.notes, *filter(None, [format_note(recipe)])]:
-        out.print(f"note: {' '.join(note.split())}", markup=False, soft_wrap=True)
+        out.print(f"note: {one_line(note)}", markup=False, soft_wrap=True)
     return 0

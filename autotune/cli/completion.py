@@ -14,6 +14,8 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from ..errors import one_line
+
 SHELLS = ("bash", "zsh")
 
 
@@ -145,7 +147,7 @@ _ZSH_SPECIAL = re.compile(r"([\[\]:\\])")
 
 def _zsh_text(text: str) -> str:
     """Help text inside a single-quoted ``_arguments`` spec: brackets and colons escaped, quotes closed."""
-    return _ZSH_SPECIAL.sub(r"\\\1", " ".join(text.split())).replace("'", "'\\''")
+    return _ZSH_SPECIAL.sub(r"\\\1", one_line(text)).replace("'", "'\\''")
 
 
 def _zsh_specs(options: tuple[Option, ...]) -> list[str]:

@@ -29,9 +29,9 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from typing import TYPE_CHECKING, Any
 
+from ..trial.signals import handled
 from ._common import add_storage, command_after_dashes, find_recipe, printable
 
 if TYPE_CHECKING:
@@ -129,21 +129,17 @@ def _started(plan: LaunchPlan, name: str) -> int:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(started[0].pid, signum)
 
-    here = threading.current_thread() is threading.main_thread()
-    kept = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)} if here else {}
-    try:
+    with handled({signal.SIGINT: forward, signal.SIGTERM: forward}):
         try:
-            started.append(launch.start(plan))
-        except FileNotFoundError as e:
-            raise UsageError(f"command not found: {name}") from e
-        if sent:  # while it started
-            forward(sent.pop(), None)
-        code = started[0].wait()
-    except KeyboardInterrupt:  # off the main thread no handler forwards it: the command's tree is stopped
-        if started:
-            launch.stop_tree(started[0])
-        return 130
-    finally:
-        for sig, handler in kept.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+            try:
+                started.append(launch.start(plan))
+            except FileNotFoundError as e:
+                raise UsageError(f"command not found: {name}") from e
+            if sent:  # while it started
+                forward(sent.pop(), None)
+            code = started[0].wait()
+        except KeyboardInterrupt:  # off the main thread no handler forwards it: the command's tree is stopped
+            if started:
+                launch.stop_tree(started[0])
+            return 130
     return 128 - code if code < 0 else code

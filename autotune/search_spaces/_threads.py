@@ -30,6 +30,7 @@ import subprocess
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
+from ..errors import one_line
 from ..probes import format_cpulist, memory_policy, parse_cpulist, process_cpus
 from ._context import SpaceContext
 from ._family import Params, SuggestingTrial
@@ -175,7 +176,7 @@ def membind_refused(numactl: str, nodes: tuple[int, ...]) -> str | None:
         return str(e)
     if done.returncode == 0:
         return None
-    return " ".join(done.stderr.split())[:200] or f"exit status {done.returncode}"
+    return one_line(done.stderr)[:200] or f"exit status {done.returncode}"
 
 
 def _nodelist(nodes: tuple[int, ...]) -> str:

@@ -293,8 +293,6 @@ class SearchLoop:
         if factor is not None and environment_key(params) != environment_key(self.defaults):
             trial.set_user_attr(Attr.ENVIRONMENT_FACTOR, factor.to_dict())  # a resumed search reuses it
         self.record(trial, role, params, result)
-        if self.guard.interrupted is not None:  # in the quality guard's second look: recorded interrupted (``record``)
-            raise self.guard.interrupted
         return result
 
     def _measure(self, role: str, params: dict[str, Any], deadline: float) -> tuple[TrialResult, str | None]:
@@ -384,6 +382,8 @@ class SearchLoop:
         if role == CONFIRM and result.status == Status.OK and result.loss is None and own_copies(result):
             guarded = (0.0, None, None)  # script mode's rounds re-measure speed alone: quality was its trial's
         verdict.record(self.study, self.facts, self.options, trial, role, params, result, self.notify, guarded)
+        if self.guard.interrupted is not None:  # recorded: the search stops as the interrupt asked
+            raise self.guard.interrupted
 
 
 def _has_baseline(study: optuna.Study) -> bool:

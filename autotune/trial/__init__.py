@@ -8,7 +8,8 @@
   loss schedule, what is in effect, a failure as a trial records it;
 - ``launch``: a process's command, environment and CPUs as plain data, for trials and ``autotune run``;
 - ``lifeline``, ``lock``, ``oom``: the process tree dies with its starter; one trial at a time on a host and who
-  owns what a dead search left; out of memory, whichever library ran out.
+  owns what a dead search left; out of memory, whichever library ran out;
+- ``signals``: signal handlers set for a block and put back after it.
 
 The paired measuring engine, which runs several arms in one worker process, is ``autotune.measure``.
 """

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import TrialError
+from .signals import handled
 
 log = logging.getLogger(__name__)
 
@@ -112,20 +113,19 @@ def _wait(descriptor: int, wait_s: float | None) -> None:
     """Wait in the kernel's queue for the lock, at most ``wait_s`` where given: an interval timer's signal ends the
     wait (``_Expired``; on the main thread only, where Python takes signals: elsewhere it waits as long as it
     takes)."""
-    if wait_s is None or not math.isfinite(wait_s) or threading.current_thread() is not threading.main_thread():
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
-        return
-
     def expired(signum: int, frame: Any) -> None:
         raise _Expired
 
-    previous = signal.signal(signal.SIGALRM, expired)
-    try:
-        signal.setitimer(signal.ITIMER_REAL, max(0.01, wait_s))
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous if previous is not None else signal.SIG_DFL)
+    timed = wait_s is not None and math.isfinite(wait_s)
+    with handled({signal.SIGALRM: expired} if timed else {}) as set_:
+        if not (timed and set_):
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+            return
+        try:
+            signal.setitimer(signal.ITIMER_REAL, max(0.01, wait_s or 0.0))
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 def lock_holder(descriptor: int) -> str:

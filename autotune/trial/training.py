@@ -12,6 +12,7 @@ from typing import Any
 
 from .. import distributed
 from ..apply import Tuned
+from ..errors import one_line
 from ..probes import memory_policy, pinned_threads, process_cpus
 from ..search_spaces import cuda, matmul, preload
 from ..workloads import Workload
@@ -148,6 +149,6 @@ def failure(error: BaseException) -> TrialResult:
     """A failed training as a trial records it: a NaN loss, out of memory (whichever library ran out,
     ``oom.is_out_of_memory``) or a crash, with the error in one line."""
     status = Status.NAN if isinstance(error, NonFiniteLoss) else Status.OOM if is_out_of_memory(error) else Status.CRASH
-    message = " ".join(str(error).split())[:500]
+    message = one_line(str(error))[:500]
     # failed_at: of several ranks' failures the earliest is the cause, the others its consequences
     return TrialResult(status, error=f"{type(error).__name__}: {message}", failed_at=time.time())
