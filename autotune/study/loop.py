@@ -7,12 +7,11 @@ loss the quality guard's baseline), recorded in the study (``StudyAttr.MEASURE``
 measurer sees it as ``calibrate``, then ``begin(defaults)`` and ``end`` with no ``more`` between: its result
 is the A/A's (a replayed grid answers the same way).
 Each candidate then RACES the incumbent (the best feasible median so far): a first round of
-``max(4, noise.pairs // 2)`` pairs, more rounds while it may still beat the incumbent and its interval is
-wider than the noise's half width, at most ``3 x noise.pairs``; it stops early when it is slower than the
-defaults with confidence or its interval lies below the incumbent's or above it, at a look whose interval reached
-the confidence it asked (``race.Race``). A stopped
-candidate is COMPLETE with its median (the sampler learns from it) and says why it stopped (``Attr.RACE``). What a
-measured trial is (the quality guard, knobs in effect, infeasible) is ``verdict``'s.
+``max(4, noise.pairs // 2)`` pairs, more rounds while it may still beat the incumbent and its interval is wider
+than the noise's half width, at most ``3 x noise.pairs``; it stops early when it is slower than the defaults with
+confidence or its interval lies below the incumbent's or above it, at a look whose interval reached the confidence
+it asked (``race.Race``). A stopped candidate is COMPLETE with its median (the sampler learns from it) and says why
+it stopped (``Attr.RACE``). What a measured trial is (guard, knobs in effect, infeasible) is ``verdict``'s.
 
 Each trial is asked, measured and told while this host's trial lock is held
 (``autotune.trial.lock.host_lock``): a worker waiting for the lock holds no RUNNING trial whose
@@ -279,7 +278,8 @@ class SearchLoop:
         trial.set_user_attr(Attr.RUN_STARTED, self.budget.wall())  # wall clock: comparable between workers
         try:
             with heartbeat(self.study, trial):
-                result, why = self._measure(role, params, self.budget.now() + timeout)
+                result, why = self._measure(role, params, self.budget.now() + timeout,
+                                            bool(trial.user_attrs.get(Attr.AHEAD)))
             if own_s is not None:
                 result = budget.judged(result, timeout, own_s)
         except KeyboardInterrupt:
@@ -295,8 +295,9 @@ class SearchLoop:
         self.record(trial, role, params, result)
         return result
 
-    def _measure(self, role: str, params: dict[str, Any], deadline: float) -> tuple[TrialResult, str | None]:
-        """The baseline: the calibration; a confirmation: a fixed number of fresh pairs; others race."""
+    def _measure(self, role: str, params: dict[str, Any], deadline: float,
+                 ahead: bool = False) -> tuple[TrialResult, str | None]:
+        """The baseline: the calibration; a confirmation: a fixed number of fresh pairs; others race (``_race``)."""
         started, before = self.budget.now(), self._process_pairs(params)
         if role == BASELINE:
             try:
@@ -317,24 +318,30 @@ class SearchLoop:
             self.phase("confirming", f"{pairs // noise.pairs} fresh process pairs of {noise.pairs} window pairs"
                        if noise.round_pairs else f"{pairs} fresh pairs in fresh processes")
             return self.measurer.confirm(handle, pairs, max(1.0, self.budget.left(deadline))), None
-        return self._race(handle, noise, deadline, params, started, before, role)
+        return self._race(handle, noise, deadline, params, started, before, role, ahead)
 
     def _process_pairs(self, params: dict[str, Any]) -> int:
         """The fresh process pairs the measurer ran of ``params``' environment so far (``factor_ratios``)."""
         return len(self.measurer.factor_ratios.get(environment_key(params), ()))
 
     def _race(self, handle: object, noise: Noise, deadline: float, params: dict[str, Any],
-              started: float, before: int, role: str) -> tuple[TrialResult, str | None]:
+              started: float, before: int, role: str, ahead: bool = False) -> tuple[TrialResult, str | None]:
         """More pairs while the candidate may beat the incumbent and its interval is wide (``race_stop``), never
         into the time its own confirmation will need (``budget.reserve_s``'s ``racing``: priced from its time since
         ``started`` and the process pairs of its environment run since, beyond the ``before`` held then), nor, for
         an environment's seed, into what its plan counted after it (``Turns.following``: its combination's look and
-        rounds, and the look of the seed that goes before the combination)."""
+        rounds, the look of the seed that goes before it), nor, ``ahead`` of a seed's turn, into that seed's
+        (``Turns.displaced``)."""
         race = Race(noise, verdict.incumbent(self.study))
         used, why = 0, None
         then, looks_s = self.turns.following(params, role)
-        kept = "the time its confirmation and its combination need is kept" if then else \
-            "the time its confirmation needs is kept"
+        seed, seed_s = self.turns.displaced(bool(then)) if ahead else ([], 0.0)
+        kept = {(False, False): "the time its confirmation needs is kept",
+                (False, True): "the time its confirmation and its combination need is kept",
+                (True, False): "the time its confirmation and the seed it went ahead of need is kept",
+                (True, True): "the time its confirmation, the seed it went ahead of and its combination need is kept"}[
+            (bool(seed), bool(then))]
+        then, looks_s = [*seed, *then], looks_s + seed_s
         while why is None:
             n = race.pairs(used)
             now, limit = self.budget.now(), deadline

@@ -61,11 +61,10 @@ class Turns:
 
     def next_estimate_s(self) -> float | None:
         """How long the next trial will likely take, by its kind: the trial waiting, else what goes ahead of the seeds
-        (``_ahead``), else the next seed, else the combination, else a trial of role
-        ``in-process`` on its turn (``in_process_turn``), else one Optuna samples, which nearly always changes an
-        environment knob. One that compiles: as that compile mode's
-        trials (``budget.estimate_s``); one that starts no process (``warm``): as those
-        (``budget.in_process_estimate_s``); else as those that started processes (``budget.started_estimate_s``).
+        (``_ahead``), else the next seed, else the combination, else a trial of role ``in-process`` on its turn
+        (``in_process_turn``), else one Optuna samples, which nearly always changes an environment knob. One that
+        compiles: as that compile mode's trials (``budget.estimate_s``); one that starts no process (``warm``): as
+        those (``budget.in_process_estimate_s``); else as those that started processes (``budget.started_estimate_s``).
         None before the calibration."""
 
         general = self.estimate_s()
@@ -98,9 +97,9 @@ class Turns:
         trial that starts no process still may (``budget.in_process_estimate_s``; a measurer's ``warm``). Enqueue
         one and return True: the combination where it goes ahead (``_combined``) and is one, else the first seed
         not taken that is one, else the combination if it is one, else a trial of role ``in-process`` with the
-        environment fixed (the best recipe's when warm, else the defaults')
-        and no compilation, its in-process knobs sampled by Optuna. False when none fits, or a trial already
-        waiting would start one. So the budget's end is not left unused while a cheap candidate still fits."""
+        environment fixed (the best recipe's when warm, else the defaults') and no compilation, its in-process knobs
+        sampled by Optuna. False when none fits, or a trial already waiting would start one. So the budget's end is
+        not left unused while a cheap candidate still fits."""
 
         cheap = self._cheap_estimate_s()
         if cheap is None or available < cheap or self.outside_sampler:  # its next sample may start processes
@@ -177,8 +176,7 @@ class Turns:
         is full, its own rounds are not counted (``reserve_s``): three contenders already hold a gain. The cheap first
         would make such a seed wait for the defaults' worker's seeds and the sampled turns, where it may be the only
         gain; one that does not fit now keeps its turn (taken first wherever it did not fit, it takes a short search's
-        time from the in-process seeds that may hold its gain); its combination is counted, or the combination comes
-        too late for its rounds."""
+        time from the in-process seeds that may hold its gain); its combination is counted, or comes too late."""
         if self._no_turn_ahead():
             return False
         seed, sampled = next_seed(self.study, self.seeds, lambda params: not self._warm(params)), self.sampled_turn()
@@ -246,14 +244,27 @@ class Turns:
     def following(self, params: dict[str, Any], role: str) -> tuple[list[tuple[TrialResult, dict[str, Any]]], float]:
         """What follows a seed of another environment where an in-process winner would combine with it and no
         combination with that winner was measured yet (``combinations.prospective_combination``), as
-        ``environment_seed_due`` counted it: the combination as the reserve prices it (``_prospect``) and its look,
-        with the look of the seed that goes before it (``combinations.extension``); nothing otherwise (a sampled trial's
-        combination would have to beat the fastest environment measured): the seed's race must not take the time its
-        plan counted for them."""
+        ``environment_seed_due`` counted it: the combination as the reserve prices it (``_prospect``) and its look, with
+        the look of the seed that goes before it (``combinations.extension``); nothing otherwise (a sampled trial's
+        combination would have to beat the fastest environment measured): its race must not take that time."""
         if not self.options.seeded or role in (SEARCH, IN_PROCESS, COMBINED) \
                 or not environment_differences(self.defaults, params) or winner_combined(self.study):
             return [], 0.0
         return self._combination_plan(params)
+
+    def displaced(self, planned: bool) -> tuple[list[tuple[TrialResult, dict[str, Any]]], float]:
+        """The seed an environment's seed went ahead of (``Attr.AHEAD``: the next seed not taken while it runs) as the
+        reserve prices a candidate (``_prospect``), and its look's seconds (none where ``planned``, ``following``, looks
+        at it as the extension); nothing where it starts processes, none is cheap, or a sample measured its recipe."""
+        seed, look = next_seed(self.study, self.seeds), self._cheap_estimate_s()
+        if seed is None or look is None or not self._warm(seed[1]):
+            return [], 0.0
+        params = self.asked(seed[1])
+        if any(r.role != CONFIRM and r.result.status == Status.OK and params_key(r.params) == params_key(params)
+               for r in records(self.study)):
+            return [], 0.0
+        counted = planned and extension(self.study, self.seeds, self.asked) == seed
+        return [self._prospect(params, look)], 0.0 if counted else look
 
     def _combination_plan(self, environment: dict[str, Any]) -> tuple[list[tuple[TrialResult, dict[str, Any]]], float]:
         """The combination an environment would make (``combinations.prospective_combination``) as the reserve prices it
@@ -315,9 +326,9 @@ class Turns:
         third of its candidates were sampled: seed, sample, seed, sample, then two seeds to a sample (many seeds, or
         one slow one, would leave the sampler no turn in a short search). An environment's seed that went ahead of a
         seed's turn (``environment_seed_due``) is neither counted nor in that third: the seed it went before comes
-        next, as it would have, not a sample that leaves that seed no time. Its turn is
-        taken by an in-process trial (``enqueue_in_process``): the seeds still to come change the environment, a
-        sample costs an arm's windows; it goes before the combination too."""
+        next, as it would have (its race kept that seed's time: ``displaced``), not a sample. Its turn is taken by an
+        in-process trial (``enqueue_in_process``): the seeds still to come change the environment, a sample costs an
+        arm's windows; it goes before the combination too."""
         if next_seed(self.study, self.seeds) is None:
             return False
         seeded = sampled = 0

@@ -585,13 +585,22 @@ def _due(facts: Any, start_s: float, budget_s: int) -> tuple[optuna.Study, Searc
     return study, loop, measurer
 
 
-def test_the_seed_an_environments_seed_went_ahead_of_comes_next(facts: Any) -> None:
+def test_the_seed_an_environments_seed_went_ahead_of_comes_next(facts: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Due at once, the heuristic goes ahead of the first seed's turn; that seed comes next, as it would have, then a
     sample: counted as a seed, the heuristic gave the next turn to a sample, which left a busy 3-minute demo no time
     for the bfloat16 seed (``Turns.sampled_turn``)."""
+    measured: list[tuple[str, bool]] = []
+    original = SearchLoop._measure
+
+    def spied(loop: SearchLoop, role: str, params: dict[str, Any], deadline: float, ahead: bool = False) -> Any:
+        measured.append((role, ahead))  # its race keeps the seed's time (``Turns.displaced``)
+        return original(loop, role, params, deadline, ahead)
+
+    monkeypatch.setattr(SearchLoop, "_measure", spied)
     study, _, measurer = _due(facts, 3.2, 100)
     roles = [t.user_attrs[Attr.ROLE] for t in study.get_trials(deepcopy=False)]
     assert roles[1:4] == ["heuristic", "seed", "in-process"] and measurer.started["heuristic"] == 4.0, roles
+    assert measured[:2] == [("heuristic", True), ("seed", False)], measured
     ahead = [t.user_attrs.get(Attr.AHEAD) for t in study.get_trials(deepcopy=False)[1:3]]
     assert ahead == [True, None], ahead
 
@@ -825,3 +834,43 @@ def test_a_pinned_environment_is_asked_as_it_runs_where_its_memory_cannot_be_bou
     waiting = _waiting(study)
     assert [t.user_attrs[Attr.ROLE] for t in waiting] == ["combined"]
     assert waiting[0].system_attrs["fixed_params"]["channels_last"] is True
+
+
+def test_an_environments_seed_ahead_of_a_seeds_turn_keeps_that_seeds_time(facts: Any) -> None:
+    """A busy 3-minute CNN demo pulled the heuristic ahead of the bfloat16 seed's turn right after the calibration;
+    its race took 47 s and left that seed no look: 1.21x provisional where the demo before confirmed bfloat16 at 1.62x.
+    An environment's seed that went ahead of a seed's turn (``Attr.AHEAD``) now keeps that seed's look and rounds,
+    first, beside its plan's (``Turns.displaced``); its race stops earlier, saying so. A seed the plan already looks
+    at (the combination's extension) is looked at once; one a sample measured keeps nothing."""
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=3))
+    study.set_user_attr("noise", asdict(NOISE))
+    defaults = spaces.defaults(facts, CTX)
+    _add(study, "baseline", defaults, 1.0, 15.0, "in-process pairs", 1.6)  # the calibration only, as in the demo
+    bf16, other = {**defaults, "amp_dtype": "bfloat16"}, {**defaults, "threads": 1, "interop_threads": 2}
+
+    def race(study: optuna.Study, seed: dict[str, Any], ahead: bool, left: float) -> tuple[int, str | None]:
+        measurer = Racing(defaults)
+        loop = SearchLoop(study, "cnn", facts, CTX, {}, SearchOptions(budget_s=180, storage="sqlite://", study="f"),
+                          Budget.start(left, clock=lambda: measurer.now), lambda event: None, seeds=[("seed", seed)],
+                          measurer=measurer)
+        _, why = loop._race(object(), NOISE, loop.budget.deadline, other, 0.0, 0, "heuristic", ahead)
+        return measurer.rounds, why
+
+    turns = _loop(study, facts, Warm(defaults), [("seed", bf16)]).turns
+    assert turns.following(other, "heuristic") == ([], 0.0)  # no in-process winner: no combination planned
+    then, looks = turns.displaced(planned=False)
+    assert [params_key(p) for _, p in then] == [params_key(turns.asked(bf16))]
+    assert looks == pytest.approx(in_process_estimate_s(study))
+    rounds = {left: (race(study, bf16, False, left), race(study, bf16, True, left)) for left in range(60, 141, 20)}
+    kept = "the time its confirmation and the seed it went ahead of need is kept"
+    assert all(ahead[0] < behind[0] and ahead[1] == kept for behind, ahead in rounds.values()), rounds
+    _add(study, "in-process", turns.asked(bf16), 1.6, 3.0, "in-process pairs", 0.0)  # a sample measured it first
+    assert turns.displaced(planned=False) == ([], 0.0)
+    study, defaults = _apart(facts, 1.2)  # channels_last won in the defaults' worker: a combination is planned
+    both = {**defaults, "channels_last": True, "amp_dtype": "bfloat16"}
+    extended = _loop(study, facts, Warm(defaults), [("seed", both)]).turns
+    assert extended.following(other, "heuristic")[1] == pytest.approx(2 * in_process_estimate_s(study))
+    then, looks = extended.displaced(planned=True)
+    assert [params_key(p) for _, p in then] == [params_key(extended.asked(both))] and looks == 0.0
+    assert race(study, both, True, 120.0)[1] == \
+        "the time its confirmation, the seed it went ahead of and its combination need is kept"
