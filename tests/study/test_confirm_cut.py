@@ -297,3 +297,48 @@ def test_a_candidate_that_stops_answering_while_time_remains_still_fails(tmp_pat
     said = " ".join(recipe.notes)
     assert "trial 1 failed its confirmation (timeout: stopped answering" in said
     assert "the recipe keeps the defaults" in said
+
+
+def test_a_round_whose_host_lock_another_search_holds_is_cut_within_the_budget(
+        tmp_path: Path, facts: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another search on the host holds the trial lock for the whole confirmation (one stopped with Ctrl-Z holds it
+    as long as it is stopped): each round waits for it no longer than the budget left (here 0.3 s of real time in
+    its place, the wait asked recorded), then the candidate's rounds are cut and said so, and the recipe keeps the
+    defaults with the reason: before, the wait had no end."""
+    import fcntl
+    import os
+    import tempfile
+    import time
+
+    from autotune.study import confirm as confirmation
+    from autotune.trial import lock
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    asked: list[float | None] = []
+
+    def short(name_holder_after_s: float = 1.0, wait_s: float | None = None) -> Any:
+        asked.append(wait_s)
+        return lock.host_lock(name_holder_after_s, wait_s=0.3)
+
+    monkeypatch.setattr(confirmation, "host_lock", short)
+    holder: list[int] = []
+
+    class Held(Stubbed):
+        def reseed(self, seed: int) -> None:  # the confirmation begins: another search takes the lock and keeps it
+            super().reseed(seed)
+            holder.append(os.open(tmp_path / lock.LOCK_NAME, os.O_RDONLY | os.O_CREAT))
+            fcntl.flock(holder[0], fcntl.LOCK_EX | fcntl.LOCK_NB)  # free between rounds: never a wait here
+
+    clock = ReplayClock()
+    started = time.monotonic()
+    try:
+        recipe, recs = _search(tmp_path, facts, Held(clock, _explored(), {"fast": FAST, "slow": SLOW}), 45.0, clock)
+    finally:
+        for descriptor in holder:
+            os.close(descriptor)
+    assert holder and not [r for r in recs if r.role == CONFIRM]  # no round measured: none was begun either
+    assert asked and all(wait is not None and 1.0 <= wait <= 45.0 for wait in asked), asked
+    assert time.monotonic() - started < 30.0
+    said = " ".join(recipe.notes)
+    assert recipe.params == recs[0].params and recipe.claim == "defaults", said
+    assert "trial 1 from round 1 of 3 on (the host's trial lock was held)" in said, said
