@@ -320,8 +320,8 @@ def _resolve(source: RecipeSource, storage: str | None) -> Recipe:
     if isinstance(source, dict):
         return checked(Recipe(params=dict(source), workload="(params)"))
     if isinstance(source, int) or (isinstance(source, str) and source.isdigit()):
-        from .store import RecipeStore, default_storage
-
+        from .database import default_storage
+        from .store import RecipeStore
         with RecipeStore.open(storage or default_storage(), readonly=True) as store:
             return checked(store.get(int(source)))
     if isinstance(source, (str, Path)):
@@ -360,8 +360,8 @@ def apply(
     from . import probes
 
     if source is None and workload is not None:  # the recipe service: this machine's recipe from a store
+        from .database import default_storage, shown_url
         from .service import fetch
-        from .store import default_storage, shown_url
 
         facts = facts or probes.probe()
         storage = storage or default_storage()

@@ -12,9 +12,10 @@ refused with the reason; the storage is only read.
 """
 from __future__ import annotations
 
+from .database import shown_url
 from .errors import HardwareMismatchError, UsageError
 from .recipe import Recipe, checked, search_command
-from .store import RecipeStore, shown_url
+from .store import RecipeStore
 
 
 def fetch(storage: str, workload: str, fingerprint: str, *, study: str | None = None) -> Recipe:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -152,3 +153,48 @@ def test_what_is_saved_while_this_process_holds_connections_is_read_after_anothe
     fresh = subprocess.run([sys.executable, "-c", count, str(path)], check=True, capture_output=True, text=True)
     held.dispose()
     assert fresh.stdout.strip() == "4", fresh  # both read by another process while the search still runs
+
+
+def test_a_postgresql_server_that_says_nothing_ends_the_open_within_its_connect_timeout(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Something on the server's port accepts the connection and never answers (a wedged server, a proxy): libpq
+    alone waited for ever, past any budget. The recipe store, the readers' studies and the search's storage each
+    end with one line after the connect timeout (2 s here: psycopg's least)."""
+    import socket
+    import threading
+    import time
+
+    from autotune import database
+    from autotune.study.driver import rdb_storage
+    from autotune.study.summaries import open_storage
+
+    monkeypatch.setattr(database, "CONNECT_TIMEOUT_S", 2)
+    monkeypatch.delenv("PGCONNECT_TIMEOUT", raising=False)
+    silent = socket.create_server(("127.0.0.1", 0), backlog=8)  # listens, never accepts: the kernel completes the
+    url = f"postgresql+psycopg://tuner@127.0.0.1:{silent.getsockname()[1]}/autotune"  # handshake, nobody answers
+    ended: dict[str, str] = {}
+
+    def opened(name: str, how: Any) -> None:
+        try:
+            how()
+            ended[name] = "opened"
+        except Exception as e:  # noqa: BLE001 - which error is asserted below
+            ended[name] = f"{type(e).__name__}: {e}"
+
+    def search() -> None:  # as the search opens its study (``driver.search``)
+        with database.storage_errors(url):
+            rdb_storage(url)
+
+    started = time.monotonic()
+    paths = {"store": lambda: RecipeStore.open(url, readonly=True), "studies": lambda: open_storage(url),
+             "search": search}
+    threads = [threading.Thread(target=opened, args=item, daemon=True) for item in paths.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=max(0.0, started + 20 - time.monotonic()))
+    took = time.monotonic() - started
+    silent.close()
+    assert set(ended) == set(paths) and took < 15, (ended, took)  # before: none ended
+    assert all(e.startswith("StorageError: cannot open the database") and "timeout" in e and "\n" not in e
+               for e in ended.values()), ended

@@ -236,7 +236,7 @@ def test_no_verb_prints_a_storage_secret_in_any_form(tmp_path: Path, monkeypatch
                 warned = [line for line in err.splitlines() if "password in --storage" in line]
                 assert len(warned) == (given == "command line"), (url, verb, err)
                 assert not warned or "AUTOTUNE_STORAGE" in warned[0] and "~/.pgpass" in warned[0]
-    from autotune.store import hide_secrets
+    from autotune.database import hide_secrets
 
     hidden = "postgresql+psycopg://u:S3CR\u200bETpw@127.0.0.1:1/db"  # an error's message drops the mark when made
     assert "S3CR" not in hide_secrets(str(UsageError("cannot connect as u:S3CR\u200bETpw")), hidden)

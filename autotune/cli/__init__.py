@@ -11,8 +11,8 @@ import signal
 import sys
 from typing import Any, NoReturn
 
+from ..database import hide_secrets, secrets_of
 from ..errors import AutotuneError, Terminated, one_line
-from ..store import hide_secrets, secrets_of
 from ..trial.signals import handled
 from ._common import printable
 

@@ -7,8 +7,8 @@ import math
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from ..database import DEFAULT_STORAGE, STORAGE_VARIABLE, default_storage, shown_url
 from ..errors import printable
-from ..store import DEFAULT_STORAGE, STORAGE_VARIABLE, default_storage, shown_url
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -10,11 +10,12 @@ import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..database import shown_url, storage_errors
 from ..errors import UsageError
 from ..measure import Noise
 from ..recipe import checked, matmul_dtype
 from ..search_spaces import RUN_KEYS
-from ..store import RecipeStore, shown_url, storage_errors
+from ..store import RecipeStore
 from ..study import roofline
 from ..study.records import BASELINE, CONFIRM, StudyAttr, TrialRecord, params_key, records
 from ..study.summaries import open_storage

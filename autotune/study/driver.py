@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .. import probes
 from .. import search_spaces as spaces
+from ..database import check_storage_url, create_schema, engine_kwargs, storage_errors, use_wal
 from ..errors import HardwareMismatchError, TrialError, UsageError
 from ..measure import Noise, PairedMeasurer
 from ..probes import outdated_fingerprint
 from ..recipe import search_command
-from ..store import RecipeStore, check_storage_url, create_schema, storage_errors, use_wal
+from ..store import RecipeStore
 from ..trial.spec import Status
 from ..workloads import Workload, call_user, load_workload
 from . import roofline
@@ -131,12 +132,14 @@ def _note_outdated_studies(storage: RDBStorage, name: str, workload: str) -> Non
 
 
 def rdb_storage(url: str) -> RDBStorage:
-    """Optuna's RDB storage, with heartbeats; several workers may create its schema at once. SQLite is put
-    in WAL mode (``store.use_wal``): ``autotune studies``/``best`` read while the search writes."""
+    """Optuna's RDB storage, with heartbeats and a PostgreSQL connection's time limits (``database.engine_kwargs``);
+    several workers may create its schema at once. SQLite is put in WAL mode (``database.use_wal``): ``autotune
+    studies``/``best`` read while the search writes."""
     import optuna
 
     use_wal(url)
-    return create_schema(lambda: optuna.storages.RDBStorage(url, heartbeat_interval=5, grace_period=20))
+    return create_schema(lambda: optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs(url), heartbeat_interval=5,
+                                                            grace_period=20))
 
 
 def search_context(workload_spec: str, facts: Facts, options: SearchOptions) -> tuple[Workload, spaces.SpaceContext]:

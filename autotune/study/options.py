@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import search_spaces as spaces
+from ..database import default_storage
 from ..errors import UsageError
-from ..store import default_storage
 from ..trial.spec import TrialSettings
 
 

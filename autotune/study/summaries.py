@@ -1,6 +1,6 @@
 """The studies in a storage, read as they are: what ``autotune studies`` lists and ``autotune best`` compares with.
 
-Nothing here writes: an SQLite file is opened read-only (``store.readonly_connect``), Optuna's tables
+Nothing here writes: an SQLite file is opened read-only (``database.readonly_connect``), Optuna's tables
 are neither created nor migrated, and a database no search has written to simply holds no study. A
 search may be writing at the same time (its SQLite file is in WAL mode: readers do not wait for it).
 
@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from ..database import check_storage_url, engine_kwargs, readonly_connect, shown_url, storage_errors
 from ..recipe import problems
-from ..store import RecipeStore, check_storage_url, readonly_connect, shown_url, storage_errors
+from ..store import RecipeStore
 from ..trial.spec import Status
 from .records import BASELINE, CONFIRM, MEASURED, Attr, StudyAttr, TrialRecord, records
 
@@ -63,7 +64,7 @@ def open_storage(url: str) -> RDBStorage | None:
     check_storage_url(url)
     with storage_errors(url):
         connect = readonly_connect(url)
-        kwargs: dict[str, Any] = {} if connect is None else {"creator": connect}
+        kwargs: dict[str, Any] = engine_kwargs(url) if connect is None else {"creator": connect}
         engine = create_engine(url, **kwargs)
         try:
             if not inspect(engine).has_table("studies"):

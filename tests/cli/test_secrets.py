@@ -24,7 +24,7 @@ def test_a_storage_password_is_masked_in_every_verbs_error(tmp_path: Path, verb:
 
 
 def test_a_url_sqlalchemy_cannot_parse_is_masked_too() -> None:
-    from autotune.store import shown_url
+    from autotune.database import shown_url
 
     assert shown_url("postgresql://u:pw@host:notaport/db") == "postgresql://u:***@host:notaport/db"
     assert shown_url("sqlite:////tmp/a:b@c.db") == "sqlite:////tmp/a:b@c.db"  # no password: as given
