@@ -213,20 +213,22 @@ def readonly_connect(url: str) -> Callable[[], sqlite3.Connection] | None:
     return lambda: sqlite3.connect(uri, uri=True)
 
 
-# A host that does not answer: libpq otherwise waits for the kernel's connection retries (about 2 minutes), and
-# for a server that accepts and says nothing, for ever, beyond any budget.
+# A host that does not answer, or something on its port that accepts and says nothing: psycopg's own default waits
+# 130 s (psycopg2's libpq, for ever), again for each address of the host, past a short budget.
 CONNECT_TIMEOUT_S = 10
-# A server or network gone mid-search: the kernel's probes end a silent connection in about a minute, not hours.
+# A server's machine or network gone mid-search: the kernel's probes end an idle connection in about a minute (its
+# default: two hours), and data unacknowledged for a minute ends one that is sending (the default: about 15 minutes).
 KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3}
+UNACKNOWLEDGED_MS = 60_000  # libpq's tcp_user_timeout, from libpq 12 (an older one refuses to connect with it)
 LIBPQ_DRIVERS = ("psycopg", "psycopg2", "psycopg2cffi")
 
 
 def engine_kwargs(url: str) -> dict[str, Any]:
     """SQLAlchemy's engine arguments for ``url``: for a PostgreSQL driver built on libpq, a connect timeout
-    (``CONNECT_TIMEOUT_S``) and TCP keepalives (``KEEPALIVES``), each where neither the URL nor libpq's variable
+    (``CONNECT_TIMEOUT_S``) and TCP limits (``KEEPALIVES``), each where neither the URL nor libpq's variable
     (``PGCONNECT_TIMEOUT``) sets its own; nothing for other databases.
 
-    >>> engine_kwargs("postgresql+psycopg://h/db?connect_timeout=3&keepalives=0")
+    >>> engine_kwargs("postgresql+psycopg://h/db?connect_timeout=3&keepalives=0&tcp_user_timeout=0")
     {'connect_args': {'keepalives_idle': 30, 'keepalives_interval': 10, 'keepalives_count': 3}}
     >>> engine_kwargs("sqlite:///studies.db")
     {}
@@ -235,7 +237,21 @@ def engine_kwargs(url: str) -> dict[str, Any]:
     if parsed.get_backend_name() != "postgresql" or parsed.get_driver_name() not in LIBPQ_DRIVERS:
         return {}
     ours: dict[str, Any] = {} if os.environ.get("PGCONNECT_TIMEOUT") else {"connect_timeout": CONNECT_TIMEOUT_S}
+    if _libpq_version(parsed.get_driver_name()) >= 120000:
+        ours["tcp_user_timeout"] = UNACKNOWLEDGED_MS
     return {"connect_args": {k: v for k, v in {**ours, **KEEPALIVES}.items() if k not in parsed.query}}
+
+
+def _libpq_version(driver: str) -> int:
+    """The version of the libpq ``driver`` runs on (170004: 17.4), 0 where it cannot be told (not installed)."""
+    try:
+        if driver == "psycopg":
+            import psycopg
+            return int(psycopg.pq.version())
+        import psycopg2.extensions  # type: ignore[import-untyped]
+        return int(psycopg2.extensions.libpq_version())
+    except (ImportError, AttributeError):
+        return 0
 
 
 def open_engine(url: str, readonly: bool = False) -> Engine:

@@ -157,9 +157,9 @@ def test_what_is_saved_while_this_process_holds_connections_is_read_after_anothe
 
 def test_a_postgresql_server_that_says_nothing_ends_the_open_within_its_connect_timeout(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Something on the server's port accepts the connection and never answers (a wedged server, a proxy): libpq
-    alone waited for ever, past any budget. The recipe store, the readers' studies and the search's storage each
-    end with one line after the connect timeout (2 s here: psycopg's least)."""
+    """Something on the server's port accepts the connection and never answers (a wedged server, a proxy): psycopg
+    waited its own 130 s (psycopg2, for ever), past a short budget. The recipe store, the readers' studies and the
+    search's storage each end with one line after the connect timeout (2 s here: psycopg's least)."""
     import socket
     import threading
     import time
