@@ -223,16 +223,20 @@ UNACKNOWLEDGED_MS = 60_000  # libpq's tcp_user_timeout, from libpq 12 (an older 
 LIBPQ_DRIVERS = ("psycopg", "psycopg2", "psycopg2cffi")
 
 
-def engine_kwargs(url: str) -> dict[str, Any]:
-    """SQLAlchemy's engine arguments for ``url``: for a PostgreSQL driver built on libpq, a connect timeout
-    (``CONNECT_TIMEOUT_S``) and TCP limits (``KEEPALIVES``), each where neither the URL nor libpq's variable
-    (``PGCONNECT_TIMEOUT``) sets its own; nothing for other databases.
+def engine_kwargs(url: str, readonly: bool = False) -> dict[str, Any]:
+    """SQLAlchemy's engine arguments for ``url``: ``readonly``, an SQLite file's connection as ``readonly_connect``
+    opens it; for a PostgreSQL driver built on libpq, a connect timeout (``CONNECT_TIMEOUT_S``) and TCP limits
+    (``KEEPALIVES``), each where neither the URL nor libpq's variable (``PGCONNECT_TIMEOUT``) sets its own; nothing
+    for other databases.
 
     >>> engine_kwargs("postgresql+psycopg://h/db?connect_timeout=3&keepalives=0&tcp_user_timeout=0")
     {'connect_args': {'keepalives_idle': 30, 'keepalives_interval': 10, 'keepalives_count': 3}}
     >>> engine_kwargs("sqlite:///studies.db")
     {}
     """
+    connect = readonly_connect(url) if readonly else None
+    if connect is not None:
+        return {"creator": connect}
     parsed = make_url(url)
     if parsed.get_backend_name() != "postgresql" or parsed.get_driver_name() not in LIBPQ_DRIVERS:
         return {}
@@ -255,6 +259,5 @@ def _libpq_version(driver: str) -> int:
 
 
 def open_engine(url: str, readonly: bool = False) -> Engine:
-    """SQLAlchemy's engine for ``url`` (``engine_kwargs``); ``readonly``: as ``readonly_connect`` opens it."""
-    connect = readonly_connect(url) if readonly else None
-    return create_engine(url, **engine_kwargs(url)) if connect is None else create_engine(url, creator=connect)
+    """SQLAlchemy's engine for ``url`` (``engine_kwargs``)."""
+    return create_engine(url, **engine_kwargs(url, readonly))

@@ -44,7 +44,6 @@ from .records import (
     Attr,
     StudyAttr,
     environment_factors,
-    params_key,
     records,
 )
 from .seeds import Seed, enqueue_next_seed
@@ -262,11 +261,7 @@ class SearchLoop:
         optuna/optuna#2021) and told PRUNED, which TPE ranks below every completed trial, so it draws elsewhere
         rather than the same point again; the earlier trial keeps its value. A recipe that crashed or timed out is
         measured again."""
-        if role in (BASELINE, CONFIRM):
-            return None
-        key = params_key(params)
-        return next((r.number for r in records(self.study)
-                     if r.role != CONFIRM and r.result.status == Status.OK and params_key(r.params) == key), None)
+        return None if role in (BASELINE, CONFIRM) else verdict.measured_before(self.study, params)
 
     def run_one(self, trial: optuna.Trial, role: str, params: dict[str, Any], timeout: float,
                 own_s: float | None = None) -> TrialResult:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from ..database import check_storage_url, engine_kwargs, readonly_connect, shown_url, storage_errors
+from ..database import check_storage_url, engine_kwargs, shown_url, storage_errors
 from ..recipe import problems
 from ..store import RecipeStore
 from ..trial.spec import Status
@@ -63,8 +63,7 @@ def open_storage(url: str) -> RDBStorage | None:
 
     check_storage_url(url)
     with storage_errors(url):
-        connect = readonly_connect(url)
-        kwargs: dict[str, Any] = engine_kwargs(url) if connect is None else {"creator": connect}
+        kwargs = engine_kwargs(url, readonly=True)
         engine = create_engine(url, **kwargs)
         try:
             if not inspect(engine).has_table("studies"):

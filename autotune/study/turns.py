@@ -260,8 +260,7 @@ class Turns:
         if seed is None or look is None or not self._warm(seed[1]):
             return [], 0.0
         params = self.asked(seed[1])
-        if any(r.role != CONFIRM and r.result.status == Status.OK and params_key(r.params) == params_key(params)
-               for r in records(self.study)):
+        if verdict.measured_before(self.study, params) is not None:
             return [], 0.0
         counted = planned and extension(self.study, self.seeds, self.asked) == seed
         return [self._prospect(params, look)], 0.0 if counted else look

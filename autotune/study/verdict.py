@@ -11,7 +11,18 @@ from ..recipe import SCRIPT_WORKLOAD
 from ..trial.spec import EVALUATED, EVALUATED_HIGHER, TRAINING_LOSS, Status, TrialResult
 from . import oom_limits
 from .events import Progress, TrialFinished
-from .records import BASELINE, CONFIRM, CONSTRAINTS, Attr, StudyAttr, TrialRecord, optuna_storage, records, trial_id
+from .records import (
+    BASELINE,
+    CONFIRM,
+    CONSTRAINTS,
+    Attr,
+    StudyAttr,
+    TrialRecord,
+    optuna_storage,
+    params_key,
+    records,
+    trial_id,
+)
 
 if TYPE_CHECKING:
     import optuna
@@ -164,6 +175,14 @@ def _guard(study: optuna.Study, options: SearchOptions, trial: optuna.Trial, rol
     if reason is not None:
         trial.set_user_attr(Attr.INFEASIBLE, reason)
     return reason
+
+
+def measured_before(study: optuna.Study, params: dict[str, Any]) -> int | None:
+    """The first trial whose measurement of the recipe ``params`` stands (status ok, a confirmation's round aside), or
+    None."""
+    key = params_key(params)
+    return next((r.number for r in records(study)
+                 if r.role != CONFIRM and r.result.status == Status.OK and params_key(r.params) == key), None)
 
 
 def best_record(study: optuna.Study) -> TrialRecord | None:
