@@ -65,6 +65,7 @@ class StudyAttr:
     NOISE: Final = "noise"  # the A/A calibration of this machine (dict), shown to the user
     LOSS_SPREAD: Final = "loss_spread"  # the defaults' loss at several training seeds (``guard``), once needed
     NOT_SEEDED: Final = "not_seeded"  # precisions not seeded, measured hopeless in the kernels: dtype -> why
+    KERNEL_SPEEDS: Final = "kernel_speeds"  # each precision's kernels against float32's here (``KernelSpeed.speed``)
     FLOP_PER_SAMPLE: Final = "flop_per_sample"  # a training step per sample (``roofline``); None: not counted
     MATMUL_GFLOPS: Final = "matmul_gflops"  # the machine's measured matmul peak per dtype (``probes.Limits``)
     SCRIPT_OWNS: Final = "script_owns"  # script mode: knobs the script sets itself, left out: knob -> why

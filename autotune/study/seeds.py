@@ -31,6 +31,7 @@ from .records import (
     SEED,
     WARM_START,
     Attr,
+    StudyAttr,
     params_key,
 )
 
@@ -119,6 +120,17 @@ def seeds(facts: Facts, ctx: spaces.SpaceContext, options: SearchOptions, worklo
         return 1 + (bool(environment_differences(held, seed[1])) != fresh_processes), -speed(seed[1])
 
     return out[:1] + sorted(out[1:], key=order)
+
+
+PROMISE = 1.1  # a precision's kernels measured this much faster than float32's make its seeds the likeliest gain
+
+
+def promising(study: optuna.Study, params: dict[str, Any]) -> bool:
+    """Whether a seed's precision ran this machine's kernels ``PROMISE`` x as fast as float32 or more, as the search
+    recorded them (``StudyAttr.KERNEL_SPEEDS``; none recorded: no seed is): the seeds' order puts it first of the
+    cheap, and an environment's seed goes ahead of it only where it still fits after (``Turns._displaced_fits``)."""
+    speeds = study.user_attrs.get(StudyAttr.KERNEL_SPEEDS) or {}
+    return float(speeds.get(params.get("amp_dtype", "float32"), 1.0)) >= PROMISE
 
 
 INPUT_BOUND = 0.5  # the defaults' share of a step spent waiting for data from which the input is seeded first
@@ -236,4 +248,4 @@ def space_digest(facts: Facts, ctx: spaces.SpaceContext) -> str:
 
 
 __all__ = ["Seed", "check_fixed", "enqueue_next_seed", "history_conflict", "input_seeds", "interrupted", "next_seed",
-           "not_seeded", "seeds", "space_digest", "warm_start"]
+           "not_seeded", "promising", "seeds", "space_digest", "warm_start"]

@@ -19,7 +19,7 @@ from .combinations import (
 )
 from .events import Phase, Progress
 from .records import BASELINE, COMBINED, CONFIRM, IN_PROCESS, MEASURED, SEARCH, WARM_START, Attr, params_key, records
-from .seeds import Seed, input_seeds, next_seed
+from .seeds import Seed, input_seeds, next_seed, promising
 
 if TYPE_CHECKING:
     import optuna
@@ -32,6 +32,7 @@ DUPLICATES_YIELD = 5  # consecutive samples of measured recipes after which the 
 IN_PROCESS_WEIGHT = 2.0  # sampled trials that start no process get this many times the time of those that do
 # while seeds remain, the least share of sampled trials after every candidate but the first (exact: no rounding)
 SAMPLED_SHARE = Fraction(1, 3)
+Prospect = tuple[TrialResult, dict[str, Any]]  # a candidate as the reserve prices it (``Turns._prospect``)
 
 
 def fresh_processes(measurer: PairedMeasurer | None) -> bool:
@@ -53,6 +54,7 @@ class Turns:
         self.duplicates = 0  # consecutive samples of a recipe measured before (``SearchLoop._measured_before``)
         self.input_read = False  # whether the baseline's wait for data was read (``seed_the_input``)
         self.interactions_read = False  # whether the interactions joined the seeds (``seed_the_interactions``)
+        self.gave_way = False  # whether an environment's seed gave its turn to a promising one (``_displaced_fits``)
         self.outside_sampler = outside_sampler  # a sampler given to ``search()`` (a benchmark's) picks every trial
 
     def estimate_s(self, compile_mode: str | None = None) -> float | None:
@@ -66,7 +68,6 @@ class Turns:
         compiles: as that compile mode's trials (``budget.estimate_s``); one that starts no process (``warm``): as
         those (``budget.in_process_estimate_s``); else as those that started processes (``budget.started_estimate_s``).
         None before the calibration."""
-
         general = self.estimate_s()
         if general is None:
             return None
@@ -93,13 +94,11 @@ class Turns:
         return None if fresh_processes(self.measurer) else budget.in_process_estimate_s(self.study)
 
     def fill(self, available: float) -> bool:
-        """The budget's end, where a typical trial no longer fits before the time kept for the confirmation: a
-        trial that starts no process still may (``budget.in_process_estimate_s``; a measurer's ``warm``). Enqueue
-        one and return True: the combination where it goes ahead (``_combined``) and is one, else the first seed
-        not taken that is one, else the combination if it is one, else a trial of role ``in-process`` with the
-        environment fixed (the best recipe's when warm, else the defaults') and no compilation, its in-process knobs
-        sampled by Optuna. False when none fits, or a trial already waiting would start one. So the budget's end is
-        not left unused while a cheap candidate still fits."""
+        """The budget's end, where a typical trial no longer fits before the time kept for the confirmation but one
+        that starts no process still may (``budget.in_process_estimate_s``; a measurer's ``warm``): enqueue one and
+        return True: the combination where it goes ahead (``_combined``) and is one, else the first seed not taken
+        that is one, else the combination if it is one, else a trial of role ``in-process`` (``enqueue_in_process``).
+        False when none fits, or a trial already waiting would start one."""
 
         cheap = self._cheap_estimate_s()
         if cheap is None or available < cheap or self.outside_sampler:  # its next sample may start processes
@@ -171,12 +170,12 @@ class Turns:
         ``racing``: its rounds, a round's process pair priced as one of its first look's, and the claim's pairs of your
         runs), and its combination's where an in-process winner would make one
         (``combinations.prospective_combination``: its first look an arm of the environment's worker, its rounds' own
-        windows), while the seed alone still fits. True if it was. In a sampled trial's turn it takes that turn;
-        ahead of a seed's (``Attr.AHEAD``), that seed keeps the next (``sampled_turn``). Where the confirmation's top
-        is full, its own rounds are not counted (``reserve_s``): three contenders already hold a gain. The cheap first
-        would make such a seed wait for the defaults' worker's seeds and the sampled turns, where it may be the only
-        gain; one that does not fit now keeps its turn (taken first wherever it did not fit, it takes a short search's
-        time from the in-process seeds that may hold its gain); its combination is counted, or comes too late."""
+        windows), while the seed alone still fits. True if it was. In a sampled trial's turn it takes that turn; ahead
+        of a seed's (``Attr.AHEAD``), only where that seed may wait (``_displaced_fits``), and that seed keeps the
+        next turn (``sampled_turn``); where it may not, that seed goes first and this one takes the turn after it
+        wherever the loop admits it (``gave_way``). Where the confirmation's top is full, its own rounds are not
+        counted (``reserve_s``). One that does not fit now keeps its turn (taken first, it takes a short search's
+        time from the in-process seeds that may hold the gain); its combination is counted (docs/search.md)."""
         if self._no_turn_ahead():
             return False
         seed, sampled = next_seed(self.study, self.seeds, lambda params: not self._warm(params)), self.sampled_turn()
@@ -192,21 +191,31 @@ class Turns:
         then, looks_s = self._combination_plan(seed[1])
         both = needs if not then else first + looks_s + budget.reserve_s(
             self.study, self.options, None, racing=[*alone, *then])
-        if not self._goes_now(first, needs, both, upcoming):
+        gave_way, self.gave_way = self.gave_way, False
+        if not self._goes_now(first, needs, both, upcoming) and not (gave_way and self._admitted(first)):
+            return False
+        if not sampled and not self._displaced_fits(first, alone, then, looks_s):
+            self.gave_way = True  # to a promising seed: it takes the turn after it, as its next likeliest gain
             return False
         # ahead of a seed's turn, not a sample's: that seed keeps its turn, next (``sampled_turn``)
         ahead = {} if sampled else {Attr.AHEAD: True}
         self.study.enqueue_trial(seed[1], user_attrs={Attr.ROLE: seed[0], **ahead})
         return True
 
+    def _displaced_fits(self, first: float, alone: list[Prospect], then: list[Prospect], looks_s: float) -> bool:
+        """Whether the seed an environment's seed would go ahead of (``displaced``) may wait: it is not ``promising``,
+        or still fits after it, its look and the time kept with it counted beside the environment's and its plan's.
+        A precision whose kernels ran faster is the likeliest gain: taken second it got no look (s70)."""
+        moved, moved_s = self.displaced(bool(then))
+        return not moved or not promising(self.study, moved[0][1]) or first + looks_s + moved_s + budget.reserve_s(
+            self.study, self.options, None, racing=[*alone, *moved, *then]) <= self.budget.left()
+
     def combination_due(self) -> bool:
         """Enqueue the combination (``_combined``) ahead of the trial that would go before it (a sampled trial's turn,
         a seed) where its environment's worker is warm and one more trial would leave it too little time for its
         first look (an arm) and the time kept for the confirmation with it counted (``budget.reserve_s``'s
-        ``racing``), while that still fits. True if it was. Behind a sampled trial's turn the combination, often
-        the fastest, would come too late for its rounds. Where a seed
-        may make its in-process part faster (``combinations.extension``), that seed goes first, one look earlier, while
-        both looks fit; else the combination with the winner so far."""
+        ``racing``), while that still fits. True if it was. Where a seed may make its in-process part faster
+        (``combinations.extension``), that seed goes first, one look earlier, while both looks fit."""
         if self._no_turn_ahead():
             return False
         params = self._combined()
@@ -238,21 +247,23 @@ class Turns:
         admits it: refused there, it would wait unmeasured. ``together`` may be less than ``alone``: one more
         candidate can lower the rounds the reserve keeps (``budget.kept_rounds``)."""
         left = self.budget.left()
-        return left - upcoming < max(alone, together) and alone <= left \
-            and left - budget.reserve_s(self.study, self.options, first) >= first
+        return left - upcoming < max(alone, together) and alone <= left and self._admitted(first)
 
-    def following(self, params: dict[str, Any], role: str) -> tuple[list[tuple[TrialResult, dict[str, Any]]], float]:
-        """What follows a seed of another environment where an in-process winner would combine with it and no
-        combination with that winner was measured yet (``combinations.prospective_combination``), as
-        ``environment_seed_due`` counted it: the combination as the reserve prices it (``_prospect``) and its look, with
-        the look of the seed that goes before it (``combinations.extension``); nothing otherwise (a sampled trial's
-        combination would have to beat the fastest environment measured): its race must not take that time."""
+    def _admitted(self, first: float) -> bool:
+        """Whether the loop admits a trial whose look takes ``first`` beside the contenders' time (``reserve_s``)."""
+        return self.budget.left() - budget.reserve_s(self.study, self.options, first) >= first
+
+    def following(self, params: dict[str, Any], role: str) -> tuple[list[Prospect], float]:
+        """What follows a seed of another environment where an in-process winner would combine with it and none with
+        that winner was measured (``combinations.prospective_combination``), as ``environment_seed_due`` counted it
+        (``_combination_plan``); nothing otherwise (a sampled trial's combination would have to beat the fastest
+        environment measured): its race must not take that time."""
         if not self.options.seeded or role in (SEARCH, IN_PROCESS, COMBINED) \
                 or not environment_differences(self.defaults, params) or winner_combined(self.study):
             return [], 0.0
         return self._combination_plan(params)
 
-    def displaced(self, planned: bool) -> tuple[list[tuple[TrialResult, dict[str, Any]]], float]:
+    def displaced(self, planned: bool) -> tuple[list[Prospect], float]:
         """The seed an environment's seed went ahead of (``Attr.AHEAD``: the next seed not taken while it runs) as the
         reserve prices a candidate (``_prospect``), and its look's seconds (none where ``planned``, ``following``, looks
         at it as the extension); nothing where it starts processes, none is cheap, or a sample measured its recipe."""
@@ -265,7 +276,7 @@ class Turns:
         counted = planned and extension(self.study, self.seeds, self.asked) == seed
         return [self._prospect(params, look)], 0.0 if counted else look
 
-    def _combination_plan(self, environment: dict[str, Any]) -> tuple[list[tuple[TrialResult, dict[str, Any]]], float]:
+    def _combination_plan(self, environment: dict[str, Any]) -> tuple[list[Prospect], float]:
         """The combination an environment would make (``combinations.prospective_combination``) as the reserve prices it
         (``_prospect``), and the seconds of its look and of the look of the seed that goes before it
         (``combinations.extension``, ``_ahead``); nothing where it would make none or no trial is cheap."""
@@ -276,7 +287,7 @@ class Turns:
         looks = 1 + (extension(self.study, self.seeds, self.asked) is not None)
         return [self._prospect(self.asked(joined), look)], looks * look
 
-    def _prospect(self, params: dict[str, Any], wall_s: float) -> tuple[TrialResult, dict[str, Any]]:
+    def _prospect(self, params: dict[str, Any], wall_s: float) -> Prospect:
         """A candidate not measured yet as the reserve prices its rounds (``reserve_s``'s ``racing``): its first
         look's time and process pairs, measured as its params say (``paired_method``), and its params."""
         return TrialResult(Status.OK, wall_s=wall_s, timed_s=0.0, pairs=PROCESS_PAIRS[0],
@@ -284,9 +295,8 @@ class Turns:
 
     def seed_the_input(self) -> None:
         """Once the baseline is measured, read how much of its step waits for data (``TrialResult.data_wait``):
-        where the input bounds the step, its seeds (``seeds.input_seeds``: DataLoader workers and the threads
-        they leave to compute) go right after the baseline and the warm start, before the other seeds. The seed
-        list is fixed before the calibration, where the input's wait is not yet known."""
+        where the input bounds the step, its seeds (``seeds.input_seeds``) go right after the baseline and the warm
+        start, before the other seeds (the seed list is fixed before the input's wait is known)."""
         if self.input_read or not self.options.seeded:  # the sampler alone: no seed of any kind
             return
         base = next((r for r in records(self.study) if r.role == BASELINE and r.result.status == Status.OK), None)
@@ -307,9 +317,8 @@ class Turns:
 
     def seed_the_interactions(self) -> None:
         """Once every seed and the combination are measured and an in-process recipe beats the defaults: that recipe
-        with the changes that may pay only beside it (``combinations.interaction_seeds``: one thread, one inter-op
-        thread) join the seeds, once, and take their turns with the sampled trials (``sampled_turn``): such a change is
-        one no single-change seed makes and a short search rarely samples."""
+        with the changes that may pay only beside it (``combinations.interaction_seeds``) join the seeds, once, and
+        take their turns with the sampled trials (``sampled_turn``): no single-change seed makes them."""
         if self.interactions_read or not self.options.seeded or next_seed(self.study, self.seeds) is not None \
                 or self.waiting() or combination(self.study, self.facts, self.ctx, self.options.fixed) is not None:
             return  # the combination first: its environment's factor is measured, its worker may be alive
@@ -321,13 +330,10 @@ class Turns:
     def sampled_turn(self) -> bool:
         """Whether a trial Optuna samples goes before the next seed: while seeds remain, whenever a seed next would
         leave fewer than ``SAMPLED_SHARE`` of the candidates sampled (the warm start, the heuristic and the
-        combination count as seeds), so wherever the budget ends the search after its first candidate, at least a
-        third of its candidates were sampled: seed, sample, seed, sample, then two seeds to a sample (many seeds, or
-        one slow one, would leave the sampler no turn in a short search). An environment's seed that went ahead of a
-        seed's turn (``environment_seed_due``) is neither counted nor in that third: the seed it went before comes
-        next, as it would have (its race kept that seed's time: ``displaced``), not a sample. Its turn is taken by an
-        in-process trial (``enqueue_in_process``): the seeds still to come change the environment, a sample costs an
-        arm's windows; it goes before the combination too."""
+        combination count as seeds): seed, sample, seed, sample, then two seeds to a sample. An environment's seed that
+        went ahead of a seed's turn (``environment_seed_due``) is neither counted nor in that third: the seed it went
+        before comes next, as it would have (its race kept that seed's time: ``displaced``). The turn is taken by an
+        in-process trial (``enqueue_in_process``); it goes before the combination too (docs/search.md)."""
         if next_seed(self.study, self.seeds) is None:
             return False
         seeded = sampled = 0
@@ -343,14 +349,10 @@ class Turns:
     def in_process_turn(self) -> bool:
         """Whether the next sampled trial should start no process: the search's candidates that started none
         have taken less than ``IN_PROCESS_WEIGHT`` x as long as those that started processes (another
-        environment's process pairs, ``processes`` > 1). One that starts processes costs many times one that does
-        not, and less of its time is timed, so sampled freely a few of them take a short search's time and leave
-        the in-process knobs unexplored. So the time is split, twice as much for the in-process knobs, in the best
-        warm environment, as for the environments, which keeps most of the trials' time timed. The turn gives way
-        once ``DUPLICATES_YIELD`` samples in a row were recipes measured before (a small in-process space, or TPE
-        sure of its best): a sample Optuna draws freely comes next. Never for a sampler given to ``search()``
-        (``outside_sampler``): a benchmark's uniform random search held to the defaults' environment two thirds of
-        its time is not uniform, and one-factor-at-a-time or a grid's order could not follow their own plan."""
+        environment's process pairs, ``processes`` > 1), so the in-process knobs, in the best warm environment, get
+        twice the environments' time (docs/search.md). The turn gives way once ``DUPLICATES_YIELD`` samples in a row
+        were recipes measured before: a sample Optuna draws freely comes next. Never for a sampler given to
+        ``search()`` (``outside_sampler``): a benchmark's random search or plan would not follow its own."""
         if self.outside_sampler or self.duplicates >= DUPLICATES_YIELD or fresh_processes(self.measurer):
             return False  # a measurer that starts processes for every trial (script mode's) has no cheap ones
         started = not_started = 0.0
@@ -378,10 +380,8 @@ class Turns:
         self.study.enqueue_trial({**params, **self.options.fixed}, user_attrs={Attr.ROLE: IN_PROCESS})
 
     def _warm(self, params: dict[str, Any]) -> bool:
-        """Whether a trial of ``params`` would start no process (the measurer's ``warm``); for a measurer that
-        says nothing of its workers, only the defaults' environment is taken as warm. A seed's params are read with
-        the run's settings, as its trial will measure them: without (``device`` is an environment key) every seed
-        read as another environment's, was priced as process pairs and never filled the budget's end."""
+        """Whether a trial of ``params``, read as asked (``asked``: with the run's settings), would start no process
+        (the measurer's ``warm``); for a measurer that says nothing of its workers, only the defaults' environment."""
         params = self.asked(params)
         warm = self.measurer.warm(params)
         if warm is not None:

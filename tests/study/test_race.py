@@ -703,6 +703,8 @@ def test_the_recipe_says_which_precision_was_not_seeded_and_why(tmp_path: Path, 
                      measurer=Scripted(), facts=fp16, measured=Measured(fp16.fingerprint, "cpu", "2.13.0", (slow,)))
     assert "float16 not seeded: float16: 24x slower than float32 in this machine's kernels (conv 40x slower, " \
            "matmul 14x slower)" in outcome.recipe.notes, outcome.recipe.notes
+    study = optuna.load_study(study_name=outcome.study, storage=f"sqlite:///{tmp_path}/studies.db")
+    assert study.user_attrs["kernel_speeds"] == {"float16": slow.speed}  # the turns read a seed's promise there
 
 
 class Begun(Scripted):
