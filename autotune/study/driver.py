@@ -329,8 +329,8 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
     if measured is None:
         measured = _measured(facts, ctx.device) if measurer is None or measurer.machine_speeds else None
     roofline.record(study, wl, _limits(measurer, facts, ctx.device))
-    if measured is not None:  # what the turns read of a seed's promise (``seeds.promising``)
-        study.set_user_attr(StudyAttr.KERNEL_SPEEDS, {k.dtype: k.speed for k in measured.precision})
+    # what the turns read of a seed's promise (``seeds.promising``): this search's, none where it measured none
+    study.set_user_attr(StudyAttr.KERNEL_SPEEDS, {k.dtype: k.speed for k in measured.precision} if measured else {})
     skipped = not_seeded(facts, ctx, measured)
     if skipped:
         study.set_user_attr(StudyAttr.NOT_SEEDED, skipped)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -125,12 +126,16 @@ def seeds(facts: Facts, ctx: spaces.SpaceContext, options: SearchOptions, worklo
 PROMISE = 1.1  # a precision's kernels measured this much faster than float32's make its seeds the likeliest gain
 
 
-def promising(study: optuna.Study, params: dict[str, Any]) -> bool:
-    """Whether a seed's precision ran this machine's kernels ``PROMISE`` x as fast as float32 or more, as the search
-    recorded them (``StudyAttr.KERNEL_SPEEDS``; none recorded: no seed is): the seeds' order puts it first of the
-    cheap, and an environment's seed goes ahead of it only where it still fits after (``Turns._displaced_fits``)."""
-    speeds = study.user_attrs.get(StudyAttr.KERNEL_SPEEDS) or {}
-    return float(speeds.get(params.get("amp_dtype", "float32"), 1.0)) >= PROMISE
+def promising(study: optuna.Study, params: dict[str, Any], held: dict[str, Any]) -> bool:
+    """Whether a seed changes the precision ``held`` has (the defaults with ``--fix``) to one that ran this machine's
+    kernels ``PROMISE`` x as fast as float32 or more, as the search recorded them (``StudyAttr.KERNEL_SPEEDS``; a
+    value that is not a finite number, as a foreign store may hold, is no promise): the seeds' order puts such a
+    precision before the other cheap seeds, and an environment's seed goes ahead of it only where it still fits
+    after (``Turns._displaced_fits``)."""
+    dtype, speeds = params.get("amp_dtype", "float32"), study.user_attrs.get(StudyAttr.KERNEL_SPEEDS)
+    speed = speeds.get(dtype) if isinstance(speeds, dict) and dtype != held.get("amp_dtype", "float32") else None
+    return isinstance(speed, (int, float)) and not isinstance(speed, bool) and math.isfinite(speed) \
+        and speed >= PROMISE
 
 
 INPUT_BOUND = 0.5  # the defaults' share of a step spent waiting for data from which the input is seeded first
@@ -150,6 +155,21 @@ def input_seeds(data_wait: float | None, defaults: dict[str, Any], facts: Facts,
         if params != defaults and not spaces.outside(params, facts, ctx):
             out.append((SEED, spaces.as_trial(params, facts, ctx)))
     return out
+
+
+def input_first(seeds: list[Seed], data_wait: float | None, facts: Facts, ctx: spaces.SpaceContext,
+                fixed: dict[str, Any]) -> list[Seed] | None:
+    """``seeds`` with the input's (``input_seeds``, read against the baseline's params) right after the baseline and
+    the warm start, before the others; None where the input does not bound the step. The seed list is made before
+    the calibration, where the input's wait is not yet known."""
+    defaults = next((params for role, params in seeds if role == BASELINE), spaces.defaults(facts, ctx))
+    found = input_seeds(data_wait, defaults, facts, ctx, fixed)
+    if not found:
+        return None
+    keys = {params_key(params) for _, params in found}
+    rest = [seed for seed in seeds if params_key(seed[1]) not in keys]
+    at = next((i for i, (role, _) in enumerate(rest) if role not in (BASELINE, WARM_START)), len(rest))
+    return [*rest[:at], *found, *rest[at:]]
 
 
 def warm_start(storage: str, workload: str, facts: Facts) -> dict[str, Any] | None:
@@ -247,5 +267,5 @@ def space_digest(facts: Facts, ctx: spaces.SpaceContext) -> str:
     return hashlib.sha256(json.dumps(space).encode()).hexdigest()[:6]
 
 
-__all__ = ["Seed", "check_fixed", "enqueue_next_seed", "history_conflict", "input_seeds", "interrupted", "next_seed",
-           "not_seeded", "promising", "seeds", "space_digest", "warm_start"]
+__all__ = ["Seed", "check_fixed", "enqueue_next_seed", "history_conflict", "input_first", "input_seeds", "interrupted",
+           "next_seed", "not_seeded", "promising", "seeds", "space_digest", "warm_start"]

@@ -18,8 +18,8 @@ from .combinations import (
     winner_combined,
 )
 from .events import Phase, Progress
-from .records import BASELINE, COMBINED, CONFIRM, IN_PROCESS, MEASURED, SEARCH, WARM_START, Attr, params_key, records
-from .seeds import Seed, input_seeds, next_seed, promising
+from .records import BASELINE, COMBINED, CONFIRM, IN_PROCESS, MEASURED, SEARCH, Attr, params_key, records
+from .seeds import Seed, input_first, next_seed, promising
 
 if TYPE_CHECKING:
     import optuna
@@ -54,7 +54,7 @@ class Turns:
         self.duplicates = 0  # consecutive samples of a recipe measured before (``SearchLoop._measured_before``)
         self.input_read = False  # whether the baseline's wait for data was read (``seed_the_input``)
         self.interactions_read = False  # whether the interactions joined the seeds (``seed_the_interactions``)
-        self.gave_way = False  # whether an environment's seed gave its turn to a promising one (``_displaced_fits``)
+        self.gave_way: str | None = None  # the environment's seed that gave its turn to a promising one, by key
         self.outside_sampler = outside_sampler  # a sampler given to ``search()`` (a benchmark's) picks every trial
 
     def estimate_s(self, compile_mode: str | None = None) -> float | None:
@@ -173,9 +173,11 @@ class Turns:
         windows), while the seed alone still fits. True if it was. In a sampled trial's turn it takes that turn; ahead
         of a seed's (``Attr.AHEAD``), only where that seed may wait (``_displaced_fits``), and that seed keeps the
         next turn (``sampled_turn``); where it may not, that seed goes first and this one takes the turn after it
-        wherever the loop admits it (``gave_way``). Where the confirmation's top is full, its own rounds are not
-        counted (``reserve_s``). One that does not fit now keeps its turn (taken first, it takes a short search's
-        time from the in-process seeds that may hold the gain); its combination is counted (docs/search.md)."""
+        wherever the loop admits it (``gave_way``), or gives way again to the next promising seed. Where the
+        confirmation's top is full, its own rounds are not counted (``reserve_s``). One that does not fit now keeps
+        its turn (taken first, it takes a short search's time from the in-process seeds that may hold the gain); its
+        combination is counted (docs/search.md)."""
+        gave_way, self.gave_way = self.gave_way, None  # for the next call only
         if self._no_turn_ahead():
             return False
         seed, sampled = next_seed(self.study, self.seeds, lambda params: not self._warm(params)), self.sampled_turn()
@@ -191,11 +193,11 @@ class Turns:
         then, looks_s = self._combination_plan(seed[1])
         both = needs if not then else first + looks_s + budget.reserve_s(
             self.study, self.options, None, racing=[*alone, *then])
-        gave_way, self.gave_way = self.gave_way, False
-        if not self._goes_now(first, needs, both, upcoming) and not (gave_way and self._admitted(first)):
+        if not self._goes_now(first, needs, both, upcoming) \
+                and not (gave_way == params_key(seed[1]) and self._admitted(first)):
             return False
         if not sampled and not self._displaced_fits(first, alone, then, looks_s):
-            self.gave_way = True  # to a promising seed: it takes the turn after it, as its next likeliest gain
+            self.gave_way = params_key(seed[1])  # to a promising seed: the next call may take it, though late
             return False
         # ahead of a seed's turn, not a sample's: that seed keeps its turn, next (``sampled_turn``)
         ahead = {} if sampled else {Attr.AHEAD: True}
@@ -205,9 +207,11 @@ class Turns:
     def _displaced_fits(self, first: float, alone: list[Prospect], then: list[Prospect], looks_s: float) -> bool:
         """Whether the seed an environment's seed would go ahead of (``displaced``) may wait: it is not ``promising``,
         or still fits after it, its look and the time kept with it counted beside the environment's and its plan's.
-        A precision whose kernels ran faster is the likeliest gain: taken second it got no look (s70)."""
+        A precision whose kernels ran faster is the likeliest gain: taken second, it got no look in a 3-minute demo."""
         moved, moved_s = self.displaced(bool(then))
-        return not moved or not promising(self.study, moved[0][1]) or first + looks_s + moved_s + budget.reserve_s(
+        if not moved or not promising(self.study, moved[0][1], {**self.defaults, **self.options.fixed}):
+            return True
+        return first + looks_s + moved_s + budget.reserve_s(
             self.study, self.options, None, racing=[*alone, *moved, *then]) <= self.budget.left()
 
     def combination_due(self) -> bool:
@@ -295,23 +299,17 @@ class Turns:
 
     def seed_the_input(self) -> None:
         """Once the baseline is measured, read how much of its step waits for data (``TrialResult.data_wait``):
-        where the input bounds the step, its seeds (``seeds.input_seeds``) go right after the baseline and the warm
-        start, before the other seeds (the seed list is fixed before the input's wait is known)."""
+        where the input bounds the step, its seeds go first (``seeds.input_first``)."""
         if self.input_read or not self.options.seeded:  # the sampler alone: no seed of any kind
             return
         base = next((r for r in records(self.study) if r.role == BASELINE and r.result.status == Status.OK), None)
         if base is None:
             return
         self.input_read = True
-        defaults = next((params for role, params in self.seeds if role == BASELINE),
-                        spaces.defaults(self.facts, self.ctx))
-        found = input_seeds(base.result.data_wait, defaults, self.facts, self.ctx, self.options.fixed)
-        if not found:
+        found = input_first(self.seeds, base.result.data_wait, self.facts, self.ctx, self.options.fixed)
+        if found is None:
             return
-        keys = {params_key(params) for _, params in found}
-        rest = [seed for seed in self.seeds if params_key(seed[1]) not in keys]
-        at = next((i for i, (role, _) in enumerate(rest) if role not in (BASELINE, WARM_START)), len(rest))
-        self.seeds = [*rest[:at], *found, *rest[at:]]
+        self.seeds = found
         self.notify(Phase("input-bound", None, f"the defaults wait for data {base.result.data_wait:.0%} of a step: "
                                                "DataLoader workers and the threads they leave are measured first"))
 
@@ -380,8 +378,9 @@ class Turns:
         self.study.enqueue_trial({**params, **self.options.fixed}, user_attrs={Attr.ROLE: IN_PROCESS})
 
     def _warm(self, params: dict[str, Any]) -> bool:
-        """Whether a trial of ``params``, read as asked (``asked``: with the run's settings), would start no process
-        (the measurer's ``warm``); for a measurer that says nothing of its workers, only the defaults' environment."""
+        """Whether a trial of ``params``, read as asked (``asked``: with the run's settings, as its trial will measure
+        them; without, every seed read as another environment's), would start no process (the measurer's ``warm``);
+        for a measurer that says nothing of its workers, only the defaults' environment."""
         params = self.asked(params)
         warm = self.measurer.warm(params)
         if warm is not None:
