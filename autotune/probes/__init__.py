@@ -19,6 +19,7 @@ from the kernel's list syntax ("0-3,8").
 """
 from __future__ import annotations
 
+from ._child import CHILD_S
 from ._cpulist import format_cpulist, parse_cpulist
 from ._facts import (
     SCHEMA_VERSION,
@@ -44,6 +45,7 @@ from ._runtime import preloadable
 from ._summary import summary
 
 __all__ = [
+    "CHILD_S",
     "FINGERPRINT_VERSION",
     "SCHEMA_VERSION",
     "AllowedCpus",

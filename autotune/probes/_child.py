@@ -12,9 +12,13 @@ _CHILD = ("import importlib, json, sys; module, name = sys.argv[1].split(':'); "
           "print(json.dumps(getattr(importlib.import_module(module), name)(*json.loads(sys.argv[2]))))")
 
 
-def call_in_child(target: str, *args: Any, what: str, timeout_s: float = 600) -> Any:
+CHILD_S = 600.0  # the longest a child may measure where nothing shorter is asked (a hung GPU driver never returns)
+
+
+def call_in_child(target: str, *args: Any, what: str, timeout_s: float = CHILD_S) -> Any:
     """``target`` (``module:function``) called with ``args`` in a child process: its JSON result. A child that fails
-    raises ``RuntimeError`` naming ``what`` and its traceback's last line."""
+    raises ``RuntimeError`` naming ``what`` and its traceback's last line; one that takes over ``timeout_s`` is
+    killed (``subprocess.TimeoutExpired``)."""
     done = subprocess.run([sys.executable, "-c", _CHILD, target, json.dumps(args)], capture_output=True, text=True,
                           timeout=timeout_s, check=False)
     if done.returncode != 0:

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ._child import call_in_child
+from ._child import CHILD_S, call_in_child
 from ._measured import cache_dir, read_cached, write_cached
 
 FORMAT = "autotune-limits-v1"
@@ -210,18 +210,19 @@ def measure_limits(cpus: int, isa: tuple[str, ...], dtypes: tuple[str, ...] = ("
     return peaks, bandwidth, theoretical_gflops(cpus, mhz, isa), mhz, at_most
 
 
-def _gpu_limits_in_child(capability: float) -> tuple[tuple[tuple[str, float], ...], float]:
-    peaks, bandwidth = call_in_child("autotune.probes._limits:measure_gpu_limits", capability, what="the GPU's limits")
+def _gpu_limits_in_child(capability: float, timeout_s: float) -> tuple[tuple[tuple[str, float], ...], float]:
+    peaks, bandwidth = call_in_child("autotune.probes._limits:measure_gpu_limits", capability, what="the GPU's limits",
+                                     timeout_s=timeout_s)
     return tuple((str(d), float(g)) for d, g in peaks), float(bandwidth)
 
 
 def limits(facts: Any, device: str = "cpu", directory: Path | None = None, *, refresh: bool = False,
-           in_child: bool = False) -> Limits:
+           in_child: bool = False, timeout_s: float = CHILD_S) -> Limits:
     """This machine's limits (``facts``: its probe): from the cache when it holds them for this fingerprint, device
     and torch version and ``refresh`` is not asked, else measured now (2-3 s on a 2-vCPU VM) and cached (a cache
     that cannot be read or written is measured around, never an error). ``device="cuda"``: the first visible GPU's
     (the search's GPUs are one model: the fingerprint holds them), with no theoretical peak; ``in_child``: measured
-    in a child process, so that this one holds no CUDA context."""
+    in a child process, so that this one holds no CUDA context, killed after ``timeout_s``."""
     import torch
 
     path = (directory or cache_dir()) / f"limits-{facts.fingerprint}-{device}.json"
@@ -232,7 +233,8 @@ def limits(facts: Any, device: str = "cpu", directory: Path | None = None, *, re
     cpus = facts.cpu.allowed.threads or os.cpu_count() or 1
     if device == "cuda":
         capability = min((float(g.compute_capability) for g in facts.gpus), default=0.0)
-        gpu_peaks, gpu_bandwidth = (_gpu_limits_in_child if in_child else measure_gpu_limits)(capability)
+        gpu_peaks, gpu_bandwidth = (_gpu_limits_in_child(capability, timeout_s) if in_child
+                                    else measure_gpu_limits(capability))
         found = Limits(facts.fingerprint, device, torch.__version__, cpus, gpu_peaks, gpu_bandwidth, None, None,
                        time.perf_counter() - started)
     else:

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ._child import call_in_child
+from ._child import CHILD_S, call_in_child
 
 T = TypeVar("T")
 # v1 read a GPU's first-use costs as slowness, v2 float32's as its speed, v3 each precision's runs apart from float32's
@@ -215,11 +215,11 @@ def measure_precision(dtypes: tuple[str, ...], device: str = "cpu",
 
 
 def measured(fingerprint: str, device: str = "cpu", directory: Path | None = None,
-             dtypes: tuple[str, ...] = MEASURED, *, in_child: bool = False) -> Measured:
+             dtypes: tuple[str, ...] = MEASURED, *, in_child: bool = False, timeout_s: float = CHILD_S) -> Measured:
     """This machine's measured facts: from the cache when it holds them for this fingerprint, device and torch
     version, else measured now (~0.4 s on a 2-vCPU VM) and cached (a cache that cannot be read or written is
     measured around, never an error). ``in_child``: measured in a child process, so that this one holds no CUDA
-    context."""
+    context, killed after ``timeout_s``."""
     import torch
 
     path = (directory or cache_dir()) / f"measured-{fingerprint}-{device}.json"
@@ -230,7 +230,7 @@ def measured(fingerprint: str, device: str = "cpu", directory: Path | None = Non
     started = time.perf_counter()
     if in_child:
         found = Measured.from_dict(call_in_child("autotune.probes._measured:measured_dict", fingerprint, device,
-                                                 list(dtypes), what="the kernels' speeds"))
+                                                 list(dtypes), what="the kernels' speeds", timeout_s=timeout_s))
     else:
         found = Measured(fingerprint, device, torch.__version__, measure_precision(dtypes, device), 0.0)
     found = replace(found, seconds=time.perf_counter() - started)

@@ -9,8 +9,6 @@ and the recipe chosen (``autotune.study.choice``) and stored.
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
 import warnings
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
@@ -25,7 +23,7 @@ from ..recipe import search_command
 from ..store import RecipeStore
 from ..trial.spec import Status
 from ..workloads import Workload, call_user, load_workload
-from . import roofline
+from . import machine, roofline
 from .budget import Budget, parse_duration
 from .choice import choose_recipe, time_spent
 from .claim import searched_noise
@@ -326,9 +324,9 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
         study.set_user_attr(key, value)
     run = run_settings(ctx, options)
     notify(SearchStarted(name, facts, ctx, options.budget_s, not created, {**spaces.defaults(facts, ctx), **run}))
-    if measured is None:
-        measured = _measured(facts, ctx.device) if measurer is None or measurer.machine_speeds else None
-    roofline.record(study, wl, _limits(measurer, facts, ctx.device))
+    if measured is None and (measurer is None or measurer.machine_speeds):
+        measured = machine.kernel_speeds(facts, ctx.device, timing)
+    roofline.record(study, wl, machine.limits(measurer, facts, ctx.device, timing))
     # what the turns read of a seed's promise (``seeds.promising``): this search's, none where it measured none
     study.set_user_attr(StudyAttr.KERNEL_SPEEDS, {k.dtype: k.speed for k in measured.precision} if measured else {})
     skipped = not_seeded(facts, ctx, measured)
@@ -364,33 +362,6 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
                             noise, time_spent(records, searching))
     notify(SearchDone(outcome))
     return outcome
-
-
-def _measured(facts: Facts, device: str) -> probes.Measured | None:
-    """This machine's kernel speeds, a GPU's measured in a child (this process holds no CUDA context); None where
-    they could not be measured: every precision is then seeded, and the hopeless arm rule still stops a slow one."""
-    try:
-        return probes.measured(facts.fingerprint, device, in_child=device == "cuda")
-    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
-        log.warning("the kernels' speeds were not measured (%s): every precision is seeded", e)
-        return None
-
-
-def _limits(measurer: PairedMeasurer | None, facts: Facts, device: str) -> probes.Limits | None:
-    """The searched machine's limits: none where its measurer's are not this machine's (``machine_limits``: a
-    replayed grid's, a script's), else this machine's (its
-    first GPU's on ``cuda``), measured once and cached, where ``facts`` are this process's CPUs (not a recorded
-    tree's, nor facts made up for another machine)."""
-    if measurer is not None and not measurer.machine_limits:
-        return None
-    here = facts.root is None and facts.cpu.allowed.threads == len(os.sched_getaffinity(0))
-    if not here:
-        return None
-    try:
-        return probes.limits(facts, device, in_child=device == "cuda")
-    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:  # the limits are for the views
-        log.warning("the machine's limits were not measured (%s): speeds are shown without a share of the peak", e)
-        return None
 
 
 __all__ = ["open_study", "rdb_storage", "run_settings", "samples_per_s_study", "search", "search_context"]
