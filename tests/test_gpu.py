@@ -163,8 +163,11 @@ def test_the_gpus_matmul_peaks_bound_a_timed_matmul_and_are_measured_in_a_child(
     timed here (CUDA events), TF32 and the 16-bit ones above fp32's on tensor cores, a bandwidth; a search measures
     them in a child, so its process holds no CUDA context of its own."""
     from autotune import probes
+    from autotune.study import machine
 
     limits = probes.limits(gpu_facts, "cuda", tmp_path, in_child=True)
+    print(f"the GPU's limits measured in a child in {limits.seconds:.1f} s")
+    assert limits.seconds < machine.CHILD_LEAST_S  # a short search's child gets no more
     peaks = dict(limits.matmul)
     capability = min(float(g.compute_capability) for g in gpu_facts.gpus)
     assert "float32" in peaks and ("bfloat16" in peaks) == (capability >= 8.0), peaks

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CHILD_SHARE = 0.2  # of the budget left, the most a probe's child may take in a search (``child_s``)
-CHILD_LEAST_S = 15.0  # the least: a child imports torch and starts CUDA before it measures
+# the least: a child imports torch and starts CUDA before it measures (a worker's start took 10-13 s on an H100)
+CHILD_LEAST_S = 45.0
 
 
 def child_s(timing: Budget) -> float:

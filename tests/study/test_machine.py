@@ -3,7 +3,7 @@ are measured in a child process, which a hung driver never lets return; within a
 from __future__ import annotations
 
 import logging
-import subprocess
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -18,9 +18,9 @@ from autotune.study import Budget, machine
 def test_a_probes_child_gets_a_share_of_the_budget_left() -> None:
     clock = [0.0]
     timing = Budget.start(120, clock=lambda: clock[0])
-    assert machine.child_s(timing) == pytest.approx(24.0)  # a fifth of 2 minutes
-    clock[0] = 100.0
     assert machine.child_s(timing) == machine.CHILD_LEAST_S  # never less than a child's start needs
+    timing = Budget.start(600, clock=lambda: clock[0])
+    assert machine.child_s(timing) == pytest.approx(120.0)  # a fifth of 10 minutes
     assert machine.child_s(Budget.start(None)) == probes.CHILD_S  # without a budget, the probes' own limit
     assert machine.child_s(Budget.start(7200)) == probes.CHILD_S
 
@@ -37,7 +37,32 @@ def test_a_hung_childs_kernel_speeds_end_at_the_searchs_limit(facts: Any, tmp_pa
     with caplog.at_level(logging.WARNING, logger="autotune.study.machine"):
         assert machine.kernel_speeds(facts, "cuda", Budget.start(2.0)) is None
     assert time.monotonic() - started < 10.0
-    assert "the kernels' speeds were not measured" in caplog.text and "timed out after 1" in caplog.text
+    assert "the kernels' speeds were not measured (measuring the kernels' speeds took over 1 s: stopped)" \
+        in caplog.text, caplog.text
     assert not list(tmp_path.iterdir())
-    with pytest.raises(subprocess.TimeoutExpired):  # the limits' child takes the same limit
+    with pytest.raises(RuntimeError, match="measuring the GPU's limits took over 1 s"):  # the same limit
         probes.limits(facts, "cuda", tmp_path, in_child=True, timeout_s=1.0)
+
+
+def test_a_child_is_killed_with_its_process_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A child's own children (a driver's helpers) go with it: killed as a group, none outlives the limit."""
+    pid_file = tmp_path / "grandchild"
+    monkeypatch.setattr(_child, "_CHILD", "import subprocess, sys, time; "
+                        f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+                        f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(60)")
+    with pytest.raises(RuntimeError, match="took over 1 s"):
+        _child.call_in_child("x:y", what="a test", timeout_s=1.0)
+    grandchild = int(pid_file.read_text())
+    for _ in range(50):
+        if not _alive(grandchild):
+            break
+        time.sleep(0.1)
+    assert not _alive(grandchild)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return not Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")  # a zombie is gone
