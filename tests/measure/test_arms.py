@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from autotune.measure import protocol, stats
+from autotune.measure import freeze, protocol, stats
 from autotune.measure.arms import choose_window_s
 from autotune.measure.environment import environment_differences
 from autotune.measure.paired_worker import PairedWorker, WorkerError
@@ -219,11 +219,7 @@ def faulty() -> Any:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+    return freeze.proc_state(pid) not in ("?", "Z")
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@ are measured in a child process, which a hung driver never lets return; within a
 from __future__ import annotations
 
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 import pytest
 
 from autotune import probes
+from autotune.measure import freeze
 from autotune.probes import _child
 from autotune.study import Budget, machine
 
@@ -61,8 +61,4 @@ def test_a_child_is_killed_with_its_process_group(tmp_path: Path, monkeypatch: p
 
 
 def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return not Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")  # a zombie is gone
+    return freeze.proc_state(pid) not in ("?", "Z")  # gone, or a zombie its parent has not reaped
