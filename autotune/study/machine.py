@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 from typing import TYPE_CHECKING
 
 from .. import probes
@@ -36,7 +35,7 @@ def kernel_speeds(facts: Facts, device: str, timing: Budget) -> probes.Measured 
     still stops a slow one."""
     try:
         return probes.measured(facts.fingerprint, device, in_child=device == "cuda", timeout_s=child_s(timing))
-    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
+    except (RuntimeError, OSError, ValueError) as e:  # a child's timeout is a RuntimeError (``call_in_child``)
         log.warning("the kernels' speeds were not measured (%s): every precision is seeded", e)
         return None
 
@@ -53,7 +52,7 @@ def limits(measurer: PairedMeasurer | None, facts: Facts, device: str, timing: B
         return None
     try:
         return probes.limits(facts, device, in_child=device == "cuda", timeout_s=child_s(timing))
-    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:  # the limits are for the views
+    except (RuntimeError, OSError, ValueError) as e:  # the limits are for the views
         log.warning("the machine's limits were not measured (%s): speeds are shown without a share of the peak", e)
         return None
 
