@@ -29,7 +29,7 @@ from ..measure import CLAIM_PAIRS, CONFIDENCE, LEAST_CLAIM_PAIRS, PairFailed, Ru
 from ..recipe import format_speedup
 from . import budget
 from .confirmation import Candidate, Confirmation, UserRuns
-from .records import BASELINE, StudyAttr, TrialRecord
+from .records import BASELINE, StudyAttr, TrialRecord, finite
 
 if TYPE_CHECKING:
     import optuna
@@ -155,7 +155,7 @@ def _tested(study: optuna.Study, number: int) -> list[RunPair]:
     ratios, run_s = told.get("ratios"), told.get("run_s")
     if not isinstance(ratios, list) or not isinstance(run_s, (int, float)) or not math.isfinite(run_s) or run_s < 0:
         return []
-    if not all(isinstance(r, (int, float)) and not isinstance(r, bool) and math.isfinite(r) and r > 0 for r in ratios):
+    if not all(finite(r) and r > 0 for r in ratios):
         return []
     return [RunPair(float(r), float(run_s), 0.0) for r in ratios]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeGuard
 
 from ..measure import MIN_MARGIN, Interval, environment_key
 from ..search_spaces import BASELINE, HEURISTIC, SEED
@@ -159,6 +159,12 @@ def _interval(recorded: Any) -> Interval | None:
     return Interval(float(median), float(low), float(high), float(confidence), int(count))
 
 
+def finite(value: Any) -> TypeGuard[float]:
+    """Whether a value read from a store is a finite number (a bool is not one): a store is not trusted to hold
+    numbers where it should."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def study_margin(study: optuna.Study) -> float:
     """The margin a recipe's low bound must clear over 1: the study's calibrated one (``StudyAttr.NOISE``),
     ``MIN_MARGIN`` before the calibration."""
@@ -181,6 +187,6 @@ def trial_id(trial: optuna.Trial | FrozenTrial) -> int:
 __all__ = [
     "BASELINE", "COMBINED", "CONFIRM", "CONSTRAINTS", "HEURISTIC", "INTERACTION", "IN_PROCESS", "MEASURED", "NOT_RUN",
     "PAIRED", "SEARCH", "SEED", "WARM_START",
-    "Attr", "Role", "StudyAttr", "TrialRecord", "environment_factors", "optuna_storage", "params_key", "records",
-    "study_margin", "trial_id",
+    "Attr", "Role", "StudyAttr", "TrialRecord", "environment_factors", "finite", "optuna_storage", "params_key",
+    "records", "study_margin", "trial_id",
 ]

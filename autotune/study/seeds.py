@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +32,7 @@ from .records import (
     WARM_START,
     Attr,
     StudyAttr,
+    finite,
     params_key,
 )
 
@@ -134,8 +134,7 @@ def promising(study: optuna.Study, params: dict[str, Any], held: dict[str, Any])
     after (``Turns._displaced_fits``)."""
     dtype, speeds = params.get("amp_dtype", "float32"), study.user_attrs.get(StudyAttr.KERNEL_SPEEDS)
     speed = speeds.get(dtype) if isinstance(speeds, dict) and dtype != held.get("amp_dtype", "float32") else None
-    return isinstance(speed, (int, float)) and not isinstance(speed, bool) and math.isfinite(speed) \
-        and speed >= PROMISE
+    return finite(speed) and speed >= PROMISE
 
 
 INPUT_BOUND = 0.5  # the defaults' share of a step spent waiting for data from which the input is seeded first
