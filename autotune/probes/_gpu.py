@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 from . import _nvml
 from ._cpulist import format_cpulist
@@ -17,6 +18,13 @@ from ._visible import ORDER, VISIBLE, Physical, Visible, visible
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+# NVML's first call starts the driver's state for every GPU (seconds without persistence mode); a hung driver never
+# answers, and a probe that waited for it would hang the search, or the user's training under apply(), unsaid.
+NVML_S = 30.0
+_unanswered: threading.Thread | None = None  # a read NVML has not answered: a later probe would wait on the same driver
+
+_Answer: TypeAlias = tuple[tuple[Gpu, ...], CudaView] | BaseException  # what a read of NVML gave
 
 # nvmlDeviceGetTopologyCommonAncestor levels -> nvidia-smi topo labels
 PCIE_LABELS = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
@@ -36,15 +44,41 @@ def probe_gpus(environ: Mapping[str, str] | None = None) -> tuple[Gpu, ...]:
     return probe_devices(environ)[0]
 
 
-def probe_devices(environ: Mapping[str, str] | None = None) -> tuple[tuple[Gpu, ...], CudaView | None]:
-    """``probe_gpus`` and what chose them out of NVML's GPUs (``_visible``); ``((), None)`` without NVML."""
+def probe_devices(environ: Mapping[str, str] | None = None,
+                  limit_s: float = NVML_S) -> tuple[tuple[Gpu, ...], CudaView | None]:
+    """``probe_gpus`` and what chose them out of NVML's GPUs (``_visible``); ``((), None)`` without NVML, and
+    with a warning where NVML did not answer within ``limit_s`` (and at once while that read still waits)."""
+    global _unanswered
     environ = os.environ if environ is None else environ
+    if _unanswered is not None and _unanswered.is_alive():
+        log.debug("no GPUs probed: NVML has not answered an earlier probe yet")
+        return (), None
+    answer: list[_Answer] = []
+    # A thread, not a child process: the tests' fake NVML lives in this process. A call that never returns is left
+    # in its daemon thread, which does not keep the process alive.
+    reader = threading.Thread(target=_read, args=(environ, answer), name="autotune-nvml", daemon=True)
+    reader.start()
+    reader.join(limit_s)
+    if reader.is_alive():
+        _unanswered = reader
+        log.warning("NVML did not answer within %g s (is the GPU driver hung? nvidia-smi would say): no GPUs probed",
+                    limit_s)
+        return (), None
+    if isinstance(answer[0], NvmlError):
+        log.debug("no GPUs probed: %s", answer[0])
+        return (), None
+    if isinstance(answer[0], BaseException):
+        raise answer[0]
+    return answer[0]
+
+
+def _read(environ: Mapping[str, str], answer: list[_Answer]) -> None:
+    """NVML's GPUs, or what the read raised, appended to ``answer``."""
     try:
         with Nvml() as nvml:
-            return _gpus(nvml, environ)
-    except NvmlError as e:
-        log.debug("no GPUs probed: %s", e)
-        return (), None
+            answer.append(_gpus(nvml, environ))
+    except BaseException as e:  # noqa: BLE001 - handed to the probing thread, which raises what is not NVML's
+        answer.append(e)
 
 
 def _gpus(nvml: Nvml, environ: Mapping[str, str]) -> tuple[tuple[Gpu, ...], CudaView]:

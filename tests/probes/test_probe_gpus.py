@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
+import time
 
 import pytest
 
@@ -120,6 +122,29 @@ def test_real_pynvml_without_driver_means_no_gpus(caplog):
     with caplog.at_level(logging.DEBUG, logger="autotune.probes"):
         assert _gpu.probe_gpus() == ()
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
+
+
+def test_a_driver_that_never_answers_ends_the_probe_at_its_limit_and_the_next_probe_at_once(fake_nvml, monkeypatch,
+                                                                                              caplog):
+    """A hung driver: the probe says so in one warning and goes on without GPUs; once NVML answers, GPUs again."""
+    answered = threading.Event()
+    fake = fake_nvml("L4")
+    monkeypatch.setattr(fake, "nvmlInit", lambda: answered.wait(60))
+    monkeypatch.setattr(_gpu, "_unanswered", None)
+    try:
+        with caplog.at_level(logging.DEBUG, logger="autotune.probes"):
+            start = time.monotonic()
+            assert _gpu.probe_devices(limit_s=0.5) == ((), None)
+            first = time.monotonic() - start
+            assert _gpu.probe_devices(limit_s=0.5) == ((), None)  # the same driver, still silent: no second wait
+            second = time.monotonic() - start - first
+    finally:
+        answered.set()
+    assert 0.5 <= first < 5 and second < 0.2, (first, second)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [
+        "NVML did not answer within 0.5 s (is the GPU driver hung? nvidia-smi would say): no GPUs probed"]
+    _gpu._unanswered.join(5)
+    assert [g.name for g in _gpu.probe_gpus()] == ["NVIDIA L4"]
 
 
 def test_driver_not_loaded_means_no_gpus(fake_nvml):
