@@ -3,6 +3,7 @@ and the link matrix of ``nvidia-smi topo -m`` between them."""
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 from collections import Counter
@@ -10,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias, TypeVar
 
+from ..errors import ProbeError
 from . import _nvml
 from ._cpulist import format_cpulist
 from ._facts import CudaView, Gpu, MigDevice
@@ -19,11 +21,12 @@ from ._visible import ORDER, VISIBLE, Physical, Visible, visible
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# NVML's first call starts the driver's state for every GPU (seconds without persistence mode); a hung driver never
-# answers, and a probe that waited for it would hang the search, or the user's training under apply(), unsaid.
-NVML_S = 30.0
+# NVML's first call starts the driver's state for every GPU (tens of seconds without persistence mode); a hung driver
+# never answers, and a probe that waited for it would hang the search, or the user's training under apply(), unsaid.
+NVML_S = 120.0
+NVML_LIMIT = "AUTOTUNE_NVML_TIMEOUT_S"  # seconds NVML is given, where a driver is known to be slower
+_lock = threading.Lock()  # one read of NVML at a time: a second waits for the first's verdict, not beside it
 _unanswered: threading.Thread | None = None  # a read NVML has not answered: a later probe would wait on the same driver
-
 _Answer: TypeAlias = tuple[tuple[Gpu, ...], CudaView] | BaseException  # what a read of NVML gave
 
 # nvmlDeviceGetTopologyCommonAncestor levels -> nvidia-smi topo labels
@@ -44,32 +47,55 @@ def probe_gpus(environ: Mapping[str, str] | None = None) -> tuple[Gpu, ...]:
     return probe_devices(environ)[0]
 
 
-def probe_devices(environ: Mapping[str, str] | None = None,
-                  limit_s: float = NVML_S) -> tuple[tuple[Gpu, ...], CudaView | None]:
-    """``probe_gpus`` and what chose them out of NVML's GPUs (``_visible``); ``((), None)`` without NVML, and
-    with a warning where NVML did not answer within ``limit_s`` (and at once while that read still waits)."""
+def probe_devices(environ: Mapping[str, str] | None = None) -> tuple[tuple[Gpu, ...], CudaView | None]:
+    """``probe_gpus`` and what chose them out of NVML's GPUs (``_visible``); ``((), None)`` without NVML. Raises
+    ``ProbeError`` where NVML did not answer within ``nvml_limit_s()`` (at once while that read still waits): no
+    GPUs read is not no GPUs, and a search or a recipe check taking it for that would go wrong."""
     global _unanswered
     environ = os.environ if environ is None else environ
-    if _unanswered is not None and _unanswered.is_alive():
-        log.debug("no GPUs probed: NVML has not answered an earlier probe yet")
-        return (), None
-    answer: list[_Answer] = []
-    # A thread, not a child process: the tests' fake NVML lives in this process. A call that never returns is left
-    # in its daemon thread, which does not keep the process alive.
-    reader = threading.Thread(target=_read, args=(environ, answer), name="autotune-nvml", daemon=True)
-    reader.start()
-    reader.join(limit_s)
-    if reader.is_alive():
-        _unanswered = reader
-        log.warning("NVML did not answer within %g s (is the GPU driver hung? nvidia-smi would say): no GPUs probed",
-                    limit_s)
-        return (), None
+    limit_s = nvml_limit_s()
+    with _lock:
+        if _unanswered is not None and _unanswered.is_alive():
+            raise ProbeError(_unanswered_text(limit_s, earlier=True))
+        answer: list[_Answer] = []
+        # A thread, not a child process: the tests' fake NVML lives in this process. A call that never returns is
+        # left in its daemon thread.
+        reader = threading.Thread(target=_read, args=(environ, answer), name="autotune-nvml", daemon=True)
+        try:
+            reader.start()
+        except RuntimeError:  # no thread to be had (a process limit): read here, without a limit, as before
+            _read(environ, answer)
+        else:
+            reader.join(limit_s)
+        if not answer:
+            _unanswered = reader
+            raise ProbeError(_unanswered_text(limit_s, earlier=False))
     if isinstance(answer[0], NvmlError):
         log.debug("no GPUs probed: %s", answer[0])
         return (), None
     if isinstance(answer[0], BaseException):
         raise answer[0]
     return answer[0]
+
+
+def nvml_limit_s() -> float:
+    """The seconds NVML is given to answer: ``AUTOTUNE_NVML_TIMEOUT_S`` where set, else ``NVML_S``."""
+    told = os.environ.get(NVML_LIMIT)
+    if told is None:
+        return NVML_S
+    try:
+        limit = float(told)
+    except ValueError:
+        limit = math.nan
+    if not math.isfinite(limit) or limit <= 0:
+        raise ProbeError(f"{NVML_LIMIT}={told[:40]!r}: give the seconds NVML may take to answer, a positive number")
+    return limit
+
+
+def _unanswered_text(limit_s: float, earlier: bool) -> str:
+    said = "has not answered an earlier probe of this process" if earlier else f"did not answer within {limit_s:g} s"
+    return (f"NVML {said}: is the GPU driver hung (nvidia-smi would say)? A driver without persistence mode can take "
+            f"tens of seconds to start ('nvidia-smi -pm 1' keeps it started); {NVML_LIMIT}=SECONDS gives it longer")
 
 
 def _read(environ: Mapping[str, str], answer: list[_Answer]) -> None:

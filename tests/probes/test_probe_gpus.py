@@ -9,6 +9,7 @@ import time
 import pytest
 
 from autotune import probes
+from autotune.errors import ProbeError
 from autotune.probes import _gpu, _nvml
 
 from fakes.nvml import DRIVER_NOT_LOADED, FakePynvml, NVMLError
@@ -124,27 +125,41 @@ def test_real_pynvml_without_driver_means_no_gpus(caplog):
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
 
 
-def test_a_driver_that_never_answers_ends_the_probe_at_its_limit_and_the_next_probe_at_once(fake_nvml, monkeypatch,
-                                                                                              caplog):
-    """A hung driver: the probe says so in one warning and goes on without GPUs; once NVML answers, GPUs again."""
+def test_a_driver_that_does_not_answer_ends_the_probe_at_its_limit_in_one_line_and_the_next_probe_at_once(
+        fake_nvml, monkeypatch):
+    """A hung driver: the probe says so in one error (no GPUs read is not no GPUs) and a second probe does not wait
+    beside the first's read; once NVML answers, the GPUs are read again."""
     answered = threading.Event()
     fake = fake_nvml("L4")
     monkeypatch.setattr(fake, "nvmlInit", lambda: answered.wait(60))
     monkeypatch.setattr(_gpu, "_unanswered", None)
+    monkeypatch.setenv(_gpu.NVML_LIMIT, "0.5")
+    readers = lambda: [t for t in threading.enumerate() if t.name == "autotune-nvml"]  # noqa: E731
     try:
-        with caplog.at_level(logging.DEBUG, logger="autotune.probes"):
-            start = time.monotonic()
-            assert _gpu.probe_devices(limit_s=0.5) == ((), None)
-            first = time.monotonic() - start
-            assert _gpu.probe_devices(limit_s=0.5) == ((), None)  # the same driver, still silent: no second wait
-            second = time.monotonic() - start - first
+        start = time.monotonic()
+        with pytest.raises(ProbeError) as first:
+            probes.probe(runtime=False)
+        waited = time.monotonic() - start
+        with pytest.raises(ProbeError) as second:
+            _gpu.probe_devices()
+        assert len(readers()) == 1  # the second probe started no read of its own
     finally:
         answered.set()
-    assert 0.5 <= first < 5 and second < 0.2, (first, second)
-    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [
-        "NVML did not answer within 0.5 s (is the GPU driver hung? nvidia-smi would say): no GPUs probed"]
-    _gpu._unanswered.join(5)
+        for reader in readers():
+            reader.join(5)
+    assert 0.5 <= waited < 5, waited
+    assert str(first.value).startswith("NVML did not answer within 0.5 s: is the GPU driver hung")
+    assert str(second.value).startswith("NVML has not answered an earlier probe of this process")
+    assert "nvidia-smi -pm 1" in str(first.value) and "AUTOTUNE_NVML_TIMEOUT_S=SECONDS" in str(first.value)
+    assert not readers()
     assert [g.name for g in _gpu.probe_gpus()] == ["NVIDIA L4"]
+
+
+@pytest.mark.parametrize("told", ["soon", "0", "-3", "nan", "inf"])
+def test_a_limit_for_nvml_that_is_no_positive_number_is_one_line(monkeypatch, told):
+    monkeypatch.setenv(_gpu.NVML_LIMIT, told)
+    with pytest.raises(ProbeError, match="AUTOTUNE_NVML_TIMEOUT_S=.*a positive number"):
+        _gpu.probe_devices()
 
 
 def test_driver_not_loaded_means_no_gpus(fake_nvml):
