@@ -93,6 +93,13 @@ def needs_module(name: str, reason: str) -> Any:
         missing(reason)
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs: not gone, nor a zombie its parent has not reaped."""
+    from autotune.measure import freeze
+
+    return freeze.proc_state(pid) not in ("?", "Z")
+
+
 def _children() -> dict[int, psutil.Process]:
     found: dict[int, psutil.Process] = {}
     for child in psutil.Process().children(recursive=True):

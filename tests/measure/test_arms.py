@@ -29,6 +29,8 @@ from autotune.measure.paired_worker import PairedWorker, WorkerError
 from autotune.search_spaces import SpaceContext, defaults
 from autotune.trial.spec import TrialSettings
 
+from ..conftest import alive
+
 SETTINGS = TrialSettings(warmup_steps=2, measure_steps=6, windows=2, max_extra_windows=0, eval_samples=128)
 
 
@@ -218,16 +220,12 @@ def faulty() -> Any:
                       name="faulty-arms")
 
 
-def _alive(pid: int) -> bool:
-    return freeze.proc_state(pid) not in ("?", "Z")
-
-
 @pytest.fixture(scope="module")
 def tiny_worker(facts: Any) -> Iterator[PairedWorker]:
     """``tiny``, whose arms of batch 64 and 96 fail (``faulty``): one worker for every test that is not of a start."""
     with PairedWorker("tests.measure.test_arms:faulty", _params(facts), facts, SETTINGS) as worker:
         yield worker
-    assert not _alive(worker.ready.pid)
+    assert not alive(worker.ready.pid)
 
 
 def _compare(worker: PairedWorker, base: str, cand: str, n: int, window_s: float, seed: int = 0) -> Any:
@@ -324,7 +322,7 @@ def test_the_idle_arms_dataloader_workers_are_stopped_and_none_is_left_even_by_a
         worker.add_arm("b", {**params, "batch_size": 16})
         run = worker.run_pairs("a", "b", 4, 0.15, seed=3)
         pids = [pid for status in (run.base, run.cand) for pid in status.worker_pids]
-        assert len(pids) == 2 and all(_state(pid) == "T" for pid in pids)  # both idle between commands
+        assert len(pids) == 2 and all(freeze.proc_state(pid) == "T" for pid in pids)  # both idle between commands
         for pair in run.pairs:
             for window, other in ((pair.base, run.cand), (pair.cand, run.base)):
                 assert set(window.idle_workers) == {str(p) for p in other.worker_pids}
@@ -334,11 +332,7 @@ def test_the_idle_arms_dataloader_workers_are_stopped_and_none_is_left_even_by_a
         with pytest.raises(WorkerError, match="ended during RunWindows"):
             worker.run_windows("a", 2, 0.15, timeout_s=60)
         assert time.monotonic() - started < 10  # seen dead, not waited for until the command's limit
-    assert not any(_alive(pid) for pid in [*pids, worker.ready.pid])
-
-
-def _state(pid: int) -> str:
-    return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    assert not any(alive(pid) for pid in [*pids, worker.ready.pid])
 
 
 def test_a_nan_or_oom_arm_fails_alone(tiny_worker: PairedWorker, facts: Any) -> None:
@@ -398,7 +392,7 @@ def test_a_worker_that_does_not_answer_in_time_is_stopped_with_its_whole_tree(fa
         pids = [*worker.add_arm("a", params).worker_pids, worker.ready.pid]
         with pytest.raises(WorkerError, match="did not answer RunPairs within 1 s"):
             worker.run_pairs("a", "a", 1000, 0.5, timeout_s=1)
-        assert not any(_alive(pid) for pid in pids)
+        assert not any(alive(pid) for pid in pids)
         with pytest.raises(WorkerError, match="not running|gone|ended"):
             worker.evaluate("a")
 

@@ -33,6 +33,8 @@ from autotune.measure.process_pair import (
 from autotune.search_spaces import SpaceContext, defaults
 from autotune.trial.spec import TrialSettings
 
+from ..conftest import alive
+
 SETTINGS = TrialSettings(warmup_steps=2, measure_steps=6, windows=2, max_extra_windows=0, eval_samples=128)
 SLEEP_S = 0.05
 
@@ -72,10 +74,6 @@ def threads_bound() -> Workload:
     waited 30-40 ms a step beside another test run (one process pair read 0.68-0.97, not 0.5)."""
     return Workload(model=_Elementwise, dataset=_dataset, loss=_sleepy_loss,
                     optimizer=lambda params: torch.optim.SGD(params, lr=0.1), batch_size=32, name="threads-bound")
-
-
-def _alive(pid: int) -> bool:
-    return freeze.proc_state(pid) not in ("?", "Z")
 
 
 def test_enough_process_pairs_grows_with_the_pilots_noise() -> None:
@@ -160,7 +158,7 @@ def test_a_frozen_worker_does_not_run_while_the_other_does_and_a_timeout_ends_bo
         assert {freeze.proc_state(pid) for pid in pids} == {"T"}, pids  # both trees frozen between windows
         with pytest.raises(WorkerError, match="did not answer RunWindows within 1 s"):
             pair.windows("cand", 1000, 0.5, timeout_s=1)
-    assert not any(_alive(pid) for pid in pids)  # the timed-out tree stopped, the frozen one continued and ended
+    assert not any(alive(pid) for pid in pids)  # the timed-out tree stopped, the frozen one continued and ended
 
 
 def test_an_aa_across_processes_reads_same(facts: Any) -> None:
@@ -184,7 +182,7 @@ def test_an_aa_across_processes_reads_same(facts: Any) -> None:
     assert {run.started for run in result.runs} == {("base", "cand"), ("cand", "base")}
     assert {p.first for run in result.runs for p in run.pairs} == {"base", "cand"}
     assert result.ratio.low < result.ratio.median < result.ratio.high
-    assert not any(_alive(pid) for run in result.runs for pid in run.pids)
+    assert not any(alive(pid) for run in result.runs for pid in run.pids)
 
 
 def test_log_mean_interval_is_a_t_interval_on_logs() -> None:
@@ -204,7 +202,7 @@ def test_a_kept_worker_goes_on_with_its_heap_fixed_and_reads_same_against_a_new_
     assert kept is not None and len(run.pairs) == 2 and window_s == 0.1
     try:
         base_pid, cand_pid = run.pids
-        assert not _alive(base_pid) and kept.ready is not None and kept.ready.pid == cand_pid
+        assert not alive(base_pid) and kept.ready is not None and kept.ready.pid == cand_pid
         assert freeze.proc_state(cand_pid) == "T"  # frozen, as the pair left it
         assert not kept.ready.in_effect["heap_kept"] and kept.heap_fixed  # started with glibc's policy, fixed since
         kept.thaw()
@@ -218,7 +216,7 @@ def test_a_kept_worker_goes_on_with_its_heap_fixed_and_reads_same_against_a_new_
         assert kept.arms == [ARM]
     finally:
         kept.close()
-    assert not _alive(cand_pid)  # ended by close(); without ``keep`` a pair ends both: test_an_aa_across_processes
+    assert not alive(cand_pid)  # ended by close(); without ``keep`` a pair ends both: test_an_aa_across_processes
 
 
 def test_no_wait_on_a_process_pairs_workers_outlasts_its_deadline(facts: Any) -> None:

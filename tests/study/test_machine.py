@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from autotune import probes
-from autotune.measure import freeze
 from autotune.probes import _child
 from autotune.study import Budget, machine
+
+from ..conftest import alive
 
 
 def test_a_probes_child_gets_a_share_of_the_budget_left() -> None:
@@ -54,11 +55,7 @@ def test_a_child_is_killed_with_its_process_group(tmp_path: Path, monkeypatch: p
         _child.call_in_child("x:y", what="a test", timeout_s=1.0)
     grandchild = int(pid_file.read_text())
     for _ in range(50):
-        if not _alive(grandchild):
+        if not alive(grandchild):
             break
         time.sleep(0.1)
-    assert not _alive(grandchild)
-
-
-def _alive(pid: int) -> bool:
-    return freeze.proc_state(pid) not in ("?", "Z")  # gone, or a zombie its parent has not reaped
+    assert not alive(grandchild)
