@@ -18,6 +18,7 @@ from sqlalchemy import Engine, create_engine, make_url
 from sqlalchemy.exc import ArgumentError, DatabaseError, DBAPIError, OperationalError
 
 from .errors import StorageError, UsageError, printable
+from .statement_limit import WATCHED, watch
 
 DEFAULT_STORAGE = "sqlite:///studies.db"
 STORAGE_VARIABLE = "AUTOTUNE_STORAGE"  # a shared storage's URL kept off the command line (the process list shows it)
@@ -226,11 +227,12 @@ LIBPQ_DRIVERS = ("psycopg", "psycopg2", "psycopg2cffi")
 def engine_kwargs(url: str, readonly: bool = False) -> dict[str, Any]:
     """SQLAlchemy's engine arguments for ``url``: ``readonly``, an SQLite file's connection as ``readonly_connect``
     opens it; for a PostgreSQL driver built on libpq, a connect timeout (``CONNECT_TIMEOUT_S``) and TCP limits
-    (``KEEPALIVES``), each where neither the URL nor libpq's variable (``PGCONNECT_TIMEOUT``) sets its own; nothing
-    for other databases.
+    (``KEEPALIVES``), each where neither the URL nor libpq's variable (``PGCONNECT_TIMEOUT``) sets its own; and for
+    every database that is no SQLite file, its statements' time limited (``statement_limit``: the engine marked, the
+    watch started).
 
-    >>> engine_kwargs("postgresql+psycopg://h/db?connect_timeout=3&keepalives=0&tcp_user_timeout=0")
-    {'connect_args': {'keepalives_idle': 30, 'keepalives_interval': 10, 'keepalives_count': 3}}
+    >>> engine_kwargs("postgresql+psycopg://h/db?connect_timeout=3&keepalives=0&tcp_user_timeout=0")["connect_args"]
+    {'keepalives_idle': 30, 'keepalives_interval': 10, 'keepalives_count': 3}
     >>> engine_kwargs("sqlite:///studies.db")
     {}
     """
@@ -238,12 +240,16 @@ def engine_kwargs(url: str, readonly: bool = False) -> dict[str, Any]:
     if connect is not None:
         return {"creator": connect}
     parsed = make_url(url)
-    if parsed.get_backend_name() != "postgresql" or parsed.get_driver_name() not in LIBPQ_DRIVERS:
+    if parsed.get_backend_name() == "sqlite":
         return {}
+    watch()
+    marked = {"execution_options": {WATCHED: True}}  # its statements get a limit (``statement_limit``)
+    if parsed.get_backend_name() != "postgresql" or parsed.get_driver_name() not in LIBPQ_DRIVERS:
+        return marked
     ours: dict[str, Any] = {} if os.environ.get("PGCONNECT_TIMEOUT") else {"connect_timeout": CONNECT_TIMEOUT_S}
     if _libpq_version(parsed.get_driver_name()) >= 120000:
         ours["tcp_user_timeout"] = UNACKNOWLEDGED_MS
-    return {"connect_args": {k: v for k, v in {**ours, **KEEPALIVES}.items() if k not in parsed.query}}
+    return {**marked, "connect_args": {k: v for k, v in {**ours, **KEEPALIVES}.items() if k not in parsed.query}}
 
 
 def _libpq_version(driver: str) -> int:

@@ -11,8 +11,9 @@ import signal
 import sys
 from typing import Any, NoReturn
 
-from ..database import hide_secrets, secrets_of
+from ..database import default_storage, hide_secrets, secrets_of, shown_url
 from ..errors import AutotuneError, Terminated, one_line
+from ..statement_limit import lost
 from ..trial.signals import handled
 from ._common import printable
 
@@ -114,6 +115,10 @@ def _verb(args: argparse.Namespace, storage: str | None) -> int:
     except Exception as e:  # noqa: BLE001 - a bug: one line, the traceback with --debug
         if args.debug:
             raise
+        gone = lost(e, shown_url(storage or default_storage()))
+        if gone is not None:  # the database stopped answering or went away midway: no bug of ours
+            print(f"autotune {args.verb}: error: {printable(hide_secrets(str(gone), storage or ''))}", file=sys.stderr)
+            return 2
         said = printable(hide_secrets(str(e), storage or ""))
         print(f"autotune {args.verb}: internal error: {type(e).__name__}: {said} (rerun with --debug for the "
               "traceback)", file=sys.stderr)

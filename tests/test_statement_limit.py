@@ -1,0 +1,95 @@
+"""A database that stops answering midway: each statement to a networked storage ends within its limit, and a verb
+that lost its database says so in one line (``autotune.statement_limit``)."""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import threading
+import time
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.exc import OperationalError
+
+from autotune import cli, statement_limit
+from autotune.database import open_engine
+from autotune.errors import UsageError
+
+
+@pytest.mark.postgres
+def test_a_server_that_stops_answering_ends_the_statement_within_the_limit(
+        postgres: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The connection's server process stopped (SIGSTOP: its kernel still acknowledges every packet, as a wedged
+    server's does): TCP's keepalives see a live peer and libpq waited for ever, past any budget. The statement now
+    ends after the limit (2 s here), its connection cut, and the verb's line names the limit and how to raise it.
+    An engine that is not autotune's keeps its statements unlimited."""
+    monkeypatch.setenv(statement_limit.LIMIT_VARIABLE, "2")
+    engine = open_engine(postgres)
+    try:
+        with engine.connect() as connection:
+            backend = connection.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        os.kill(backend, signal.SIGSTOP)  # the pool hands the same connection out again: the next statement waits
+        resume = threading.Timer(10.0, os.kill, (backend, signal.SIGCONT))  # without a limit: fails, never hangs
+        resume.start()
+        try:
+            started = time.monotonic()
+            with engine.connect() as connection, pytest.raises(OperationalError) as raised:
+                connection.execute(text("SELECT 1"))
+            took = time.monotonic() - started
+        finally:
+            resume.cancel()
+            os.kill(backend, signal.SIGCONT)
+        assert 2 <= took < 6, took
+        said = str(statement_limit.lost(raised.value, "postgresql://h/db"))
+        assert said.startswith("the database postgresql://h/db did not answer within 2 s"), said
+        assert "AUTOTUNE_DB_TIMEOUT_S=SECONDS" in said and "\n" not in said
+        with engine.connect() as connection:  # the pool's next connection is a new one, answered
+            assert connection.execute(text("SELECT 2")).scalar_one() == 2
+    finally:
+        engine.dispose()
+    monkeypatch.setenv(statement_limit.LIMIT_VARIABLE, "1")
+    open_engine(postgres).dispose()  # the limit as it reads now
+    theirs = create_engine(postgres)  # the user's own engine, in the process autotune.apply() runs in: not ours
+    try:
+        with theirs.connect() as connection:
+            assert connection.execute(text("SELECT 3 FROM pg_sleep(1.6)")).scalar_one() == 3
+    finally:
+        theirs.dispose()
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "soon", "nan", "inf"])
+def test_a_limit_that_is_no_positive_number_is_refused_before_the_database_is_opened(
+        monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv(statement_limit.LIMIT_VARIABLE, value)
+    with pytest.raises(UsageError, match="AUTOTUNE_DB_TIMEOUT_S"):
+        open_engine("postgresql+psycopg://tuner@127.0.0.1:9/autotune")
+
+
+def test_a_verb_that_lost_its_database_midway_says_so_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """A server gone mid-search reached the user as "internal error: StorageInternalError: An exception is raised
+    during the commit. This typically happens due to invalid data in the commit", exit 1, as if a bug of ours. Now
+    the driver's words with the database (its password masked), exit 2; an error that is no database's is still
+    a bug."""
+    import optuna
+
+    def gone(args: argparse.Namespace) -> int:
+        try:
+            raise OperationalError("COMMIT", {}, Exception("server closed the connection unexpectedly\n\tThis "
+                                                           "probably means the server terminated abnormally"))
+        except OperationalError as e:
+            raise optuna.exceptions.StorageInternalError("An exception is raised during the commit.") from e
+
+    storage = "postgresql+psycopg://tuner:s3cret@db.example/autotune"
+    code = cli._verb(argparse.Namespace(func=gone, verb="search", debug=False), storage)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err == ("autotune search: error: lost the database postgresql+psycopg://tuner:***@db.example/autotune "
+                   "midway: server closed the connection unexpectedly This probably means the server terminated "
+                   "abnormally; what was recorded before is kept\n")
+
+    def bug(args: argparse.Namespace) -> int:
+        raise KeyError("x")
+
+    assert cli._verb(argparse.Namespace(func=bug, verb="search", debug=False), storage) == 1
+    assert "internal error: KeyError" in capsys.readouterr().err
