@@ -18,7 +18,7 @@ from sqlalchemy import Engine, create_engine, make_url
 from sqlalchemy.exc import ArgumentError, DatabaseError, DBAPIError, OperationalError
 
 from .errors import StorageError, UsageError, printable
-from .statement_limit import WATCHED, watch
+from .statement_limit import WATCHED, overdue, watch
 
 DEFAULT_STORAGE = "sqlite:///studies.db"
 STORAGE_VARIABLE = "AUTOTUNE_STORAGE"  # a shared storage's URL kept off the command line (the process list shows it)
@@ -166,7 +166,7 @@ def storage_errors(url: str) -> Iterator[None]:
     except ArgumentError as e:
         raise bad_url(url) from e
     except (DatabaseError, OperationalError) as e:
-        raise StorageError(f"cannot open the database {shown_url(url)}: {e.orig}") from e
+        raise overdue() or StorageError(f"cannot open the database {shown_url(url)}: {e.orig}") from e
     except ModuleNotFoundError as e:
         raise StorageError(
             f"no driver for {shown_url(url)}: pip install 'autotune[postgres]' ({e.name} missing)") from e

@@ -51,8 +51,8 @@ def limit_s() -> float:
 @dataclass
 class _Busy:
     since: float  # time.monotonic() when the statement, commit or rollback was sent
-    fileno: int  # the connection's socket
-    url: str  # the database, as messages show it
+    connection: Any  # the DBAPI connection: kept while it is marked, its socket read again when it is cut
+    url: str  # the database, its password masked
 
 
 class _Watch:
@@ -66,12 +66,10 @@ class _Watch:
         self.thread: threading.Thread | None = None
 
     def start(self, dbapi_connection: Any, url: str) -> None:
-        try:
-            fileno = int(dbapi_connection.fileno())
-        except Exception:  # noqa: BLE001 - no socket to cut (SQLite, a closed or foreign connection): not watched
+        if not callable(getattr(dbapi_connection, "fileno", None)):  # no socket to cut: not watched
             return
         with self.lock:
-            self.busy[id(dbapi_connection)] = _Busy(time.monotonic(), fileno, url)
+            self.busy[id(dbapi_connection)] = _Busy(time.monotonic(), dbapi_connection, url)
             if self.thread is None or not self.thread.is_alive():
                 self.thread = threading.Thread(target=self._run, name="autotune-statement-limit", daemon=True)
                 self.thread.start()
@@ -82,47 +80,69 @@ class _Watch:
 
     def _run(self) -> None:
         while True:
-            time.sleep(min(1.0, self.limit / 4))
+            time.sleep(max(0.05, min(1.0, self.limit / 4)))
             now = time.monotonic()
-            with self.lock:
-                overdue = [(key, busy) for key, busy in self.busy.items() if now - busy.since > self.limit]
-                for key, busy in overdue:
+            with self.lock:  # cut while marked: a connection closes (its ``close`` event) only after its mark is gone
+                for key, busy in [(k, b) for k, b in self.busy.items() if now - b.since > self.limit]:
                     del self.busy[key]
-                    self.cut.append(busy.url)
-            for _, busy in overdue:
-                _shut_down(busy.fileno)
-                log.debug("no answer from %s in %.0f s: its connection shut down", busy.url, self.limit)
+                    # SQLAlchemy tells no commit's or rollback's end: a connection kept after one is idle, not hung
+                    if _waiting(busy.connection) and _shut_down(busy.connection):
+                        self.cut.append(busy.url)
+                        log.debug("no answer from %s in %g s: its connection shut down", busy.url, self.limit)
 
 
-def _shut_down(fileno: int) -> None:
-    """End the TCP connection under ``fileno`` without closing the driver's descriptor (a duplicate is shut down and
-    closed): the driver's wait sees the end of its stream and raises its own disconnection error."""
+def _waiting(dbapi_connection: Any) -> bool:
+    """Whether the driver waits for the server's answer (libpq: a command in progress, ``PQTRANS_ACTIVE``, read by
+    psycopg 3 or psycopg2); True for a driver that cannot tell."""
+    active = 1  # libpq's PQTRANS_ACTIVE
     try:
-        duplicate = socket.socket(fileno=os.dup(fileno))
-    except OSError:
-        return
+        status = getattr(getattr(dbapi_connection, "info", None), "transaction_status", None)  # psycopg 3
+        if status is not None:
+            return int(status) == active
+        read = getattr(dbapi_connection, "get_transaction_status", None)  # psycopg2
+        return int(read()) == active if callable(read) else True
+    except Exception:  # noqa: BLE001 - closed meanwhile: nothing to cut
+        return False
+
+
+def _shut_down(dbapi_connection: Any) -> bool:
+    """End the TCP connection under the driver's socket without closing its descriptor (a duplicate is shut down
+    and closed): the driver's wait sees the end of its stream and raises its own disconnection error. False where
+    it has no socket any more."""
+    try:
+        duplicate = socket.socket(fileno=os.dup(int(dbapi_connection.fileno())))
+    except Exception:  # noqa: BLE001 - closed meanwhile (psycopg raises its own error), or no socket
+        return False
     try:
         duplicate.shutdown(socket.SHUT_RDWR)
     except OSError:
         pass  # already ended
     finally:
         duplicate.close()
+    return True
 
 
 _watch: _Watch | None = None  # the process's; its events are registered once, on SQLAlchemy's classes
+_registering = threading.Lock()
 
 
 def watch() -> None:
     """Time every statement this process sends to a database over a socket from now on (see the module): the events
     once, the limit as ``limit_s`` reads it now (a bad value: ``UsageError``, before the database is opened)."""
     global _watch
-    if _watch is not None:
-        _watch.limit = limit_s()
-        return
+    limit = limit_s()
+    with _registering:
+        if _watch is not None:
+            _watch.limit = limit
+            return
+        _watch = _Watch(limit)
+        _register(_watch)
+
+
+def _register(current: _Watch) -> None:
     from sqlalchemy import Engine, event
     from sqlalchemy.pool import Pool
 
-    _watch = current = _Watch(limit_s())
     urls: dict[int, str] = {}  # each watched connection's database, for the pool's rollback of it, which has no URL
 
     def raw(conn: Any) -> Any:  # its DBAPI connection; None once invalidated (asking would try to reconnect)
@@ -145,8 +165,9 @@ def watch() -> None:
             answered(context.connection)
 
     def reset(dbapi_connection: Any, *_: Any) -> None:  # the pool's rollback of a connection handed back
-        if id(dbapi_connection) in urls:
-            current.start(dbapi_connection, urls[id(dbapi_connection)])
+        url = urls.get(id(dbapi_connection))
+        if url is not None:
+            current.start(dbapi_connection, url)
 
     for name in ("before_cursor_execute", "commit", "rollback"):
         event.listen(Engine, name, sent)
@@ -165,11 +186,22 @@ def watch() -> None:
         event.listen(Pool, name, gone)
 
 
+def overdue() -> StorageError | None:
+    """The one line for a statement this process's limit cut (``watch``), told once; None where none was cut."""
+    if _watch is None or not _watch.cut:
+        return None
+    url = _watch.cut[-1]
+    _watch.cut.clear()  # a later failure of the database is its own
+    return StorageError(
+        f"the database {url} did not answer within {_watch.limit:g} s (is its server hung, or the network dropping "
+        f"its replies?): stopped; what was recorded before is kept. {LIMIT_VARIABLE}=SECONDS gives it longer")
+
+
 def lost(error: BaseException, shown_url: str) -> StorageError | None:
-    """The one line for a verb that lost its database midway (``error``, or an exception in its chain, is a driver's
-    error of a connection that ended or could not be made: SQLAlchemy's ``OperationalError``), the database as
-    messages show it (``shown_url``): where this process's limit cut it, what the limit was and how to raise it;
-    else the driver's own words. None for any other error."""
+    """The one line for a verb whose database failed midway (``error``, or an exception in its chain, is SQLAlchemy's
+    ``OperationalError`` or a connection's end), the database as messages show it (``shown_url``): the limit's
+    line where this process's limit cut it (``overdue``); "lost" where the connection ended; else the driver's
+    words (a lock not released in time, a disk full). None for any other error: a bug of ours."""
     from sqlalchemy.exc import DBAPIError, OperationalError
 
     chain: list[BaseException] = []
@@ -177,16 +209,13 @@ def lost(error: BaseException, shown_url: str) -> StorageError | None:
     while link is not None and link not in chain:  # its causes, each once
         chain.append(link)
         link = link.__cause__ or link.__context__
-    seen = next((e for e in chain if isinstance(e, OperationalError)
-                 or isinstance(e, DBAPIError) and e.connection_invalidated), None)
+    ended = next((e for e in chain if isinstance(e, DBAPIError) and e.connection_invalidated), None)
+    seen = ended or next((e for e in chain if isinstance(e, OperationalError)), None)
     if seen is None:
         return None
-    if _watch is not None and _watch.cut:
-        _watch.cut.clear()  # told once: a later loss of the database is its own
-        return StorageError(
-            f"the database {shown_url} did not answer within {_watch.limit:g} s (is its server hung, or the "
-            f"network dropping its replies?): stopped; what was recorded before is kept. {LIMIT_VARIABLE}=SECONDS "
-            "gives it longer")
-    orig = getattr(seen, "orig", None) or seen
-    return StorageError(f"lost the database {shown_url} midway: {one_line(str(orig))}; what was recorded before is "
-                        "kept")
+    cut = overdue()
+    if cut is not None:
+        return cut
+    said = one_line(str(getattr(seen, "orig", None) or seen))
+    what = f"lost the database {shown_url}" if ended is not None else f"the database {shown_url} failed"
+    return StorageError(f"{what} midway: {said}; what was recorded before is kept")

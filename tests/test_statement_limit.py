@@ -7,6 +7,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable, Iterator
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -15,6 +16,17 @@ from sqlalchemy.exc import OperationalError
 from autotune import cli, statement_limit
 from autotune.database import open_engine
 from autotune.errors import UsageError
+
+
+@pytest.fixture(autouse=True)
+def _own_watch() -> Iterator[None]:
+    """The process's watch as it was (its limit, no cut left to tell): another test's engines read it."""
+    before = statement_limit._watch.limit if statement_limit._watch is not None else None
+    yield
+    if statement_limit._watch is not None:
+        statement_limit._watch.cut.clear()
+        if before is not None:
+            statement_limit._watch.limit = before
 
 
 @pytest.mark.postgres
@@ -41,15 +53,28 @@ def test_a_server_that_stops_answering_ends_the_statement_within_the_limit(
             resume.cancel()
             os.kill(backend, signal.SIGCONT)
         assert 2 <= took < 6, took
-        said = str(statement_limit.lost(raised.value, "postgresql://h/db"))
-        assert said.startswith("the database postgresql://h/db did not answer within 2 s"), said
+        said = str(statement_limit.lost(raised.value, "the --storage given"))  # the database whose statement was cut
+        assert said.startswith(f"the database {postgres} did not answer within 2 s"), said
         assert "AUTOTUNE_DB_TIMEOUT_S=SECONDS" in said and "\n" not in said
         with engine.connect() as connection:  # the pool's next connection is a new one, answered
             assert connection.execute(text("SELECT 2")).scalar_one() == 2
     finally:
         engine.dispose()
     monkeypatch.setenv(statement_limit.LIMIT_VARIABLE, "1")
-    open_engine(postgres).dispose()  # the limit as it reads now
+    engine = open_engine(postgres)  # the limit as it reads now
+    try:
+        with engine.connect() as connection:  # kept after a commit and a rollback, idle past the limit: not hung
+            connection.execute(text("SELECT 1"))
+            connection.commit()
+            time.sleep(1.6)
+            connection.execute(text("SELECT 1"))
+            connection.rollback()
+            time.sleep(1.6)
+            assert connection.execute(text("SELECT 3")).scalar_one() == 3
+        assert statement_limit._watch is not None and not statement_limit._watch.busy  # every mark ended
+        assert statement_limit.overdue() is None
+    finally:
+        engine.dispose()
     theirs = create_engine(postgres)  # the user's own engine, in the process autotune.apply() runs in: not ours
     try:
         with theirs.connect() as connection:
@@ -69,24 +94,30 @@ def test_a_limit_that_is_no_positive_number_is_refused_before_the_database_is_op
 def test_a_verb_that_lost_its_database_midway_says_so_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     """A server gone mid-search reached the user as "internal error: StorageInternalError: An exception is raised
     during the commit. This typically happens due to invalid data in the commit", exit 1, as if a bug of ours. Now
-    the driver's words with the database (its password masked), exit 2; an error that is no database's is still
-    a bug."""
+    the driver's words with the database (its password masked), exit 2: "lost" where the connection ended, "failed"
+    where the database answered with an error of its own; an error that is no database's is still a bug."""
     import optuna
 
-    def gone(args: argparse.Namespace) -> int:
-        try:
-            raise OperationalError("COMMIT", {}, Exception("server closed the connection unexpectedly\n\tThis "
-                                                           "probably means the server terminated abnormally"))
-        except OperationalError as e:
-            raise optuna.exceptions.StorageInternalError("An exception is raised during the commit.") from e
+    def failing(said: str, ended: bool) -> Callable[[argparse.Namespace], int]:
+        def verb(args: argparse.Namespace) -> int:
+            try:
+                raise OperationalError("COMMIT", {}, Exception(said), connection_invalidated=ended)
+            except OperationalError as e:
+                raise optuna.exceptions.StorageInternalError("An exception is raised during the commit.") from e
+        return verb
 
     storage = "postgresql+psycopg://tuner:s3cret@db.example/autotune"
+    shown = "postgresql+psycopg://tuner:***@db.example/autotune"
+    gone = failing("server closed the connection unexpectedly\n\tThis probably means the server terminated", True)
     code = cli._verb(argparse.Namespace(func=gone, verb="search", debug=False), storage)
     err = capsys.readouterr().err
     assert code == 2, err
-    assert err == ("autotune search: error: lost the database postgresql+psycopg://tuner:***@db.example/autotune "
-                   "midway: server closed the connection unexpectedly This probably means the server terminated "
-                   "abnormally; what was recorded before is kept\n")
+    assert err == (f"autotune search: error: lost the database {shown} midway: server closed the connection "
+                   "unexpectedly This probably means the server terminated; what was recorded before is kept\n")
+    locked = failing("database is locked", False)
+    assert cli._verb(argparse.Namespace(func=locked, verb="search", debug=False), storage) == 2
+    assert capsys.readouterr().err == (f"autotune search: error: the database {shown} failed midway: database is "
+                                       "locked; what was recorded before is kept\n")
 
     def bug(args: argparse.Namespace) -> int:
         raise KeyError("x")
