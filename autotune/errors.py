@@ -1,6 +1,8 @@
 """The error tree. Every message says what is wrong and how to fix it; the CLI prints it on one line."""
 from __future__ import annotations
 
+import math
+import os
 import re
 from typing import Any
 
@@ -21,6 +23,25 @@ def printable(text: str) -> str:
 def one_line(text: str) -> str:
     """``text``'s words on one line: a stored text's newline would print a line of its own choosing."""
     return " ".join(text.split())
+
+
+def seconds_variable(name: str, default: float, what: str, error: type[AutotuneError]) -> float:
+    """A limit in seconds that the environment variable ``name`` gives (a positive, finite number), else ``default``
+    (unset or empty); ``error`` naming the variable and ``what`` the seconds are for, for any other value.
+
+    >>> seconds_variable("AUTOTUNE_NO_SUCH_LIMIT_S", 30.0, "a statement may take", UsageError)
+    30.0
+    """
+    told = os.environ.get(name, "")
+    if not told.strip():
+        return default
+    try:
+        seconds = float(told)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise error(f"{name}={told[:40]!r}: give the seconds {what}, a positive number")
+    return seconds
 
 
 class AutotuneError(Exception):

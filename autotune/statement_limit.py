@@ -17,7 +17,6 @@ in the same process (``autotune.apply()`` runs inside their training) keeps its 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import socket
 import threading
@@ -25,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import StorageError, UsageError, one_line
+from .errors import StorageError, UsageError, one_line, seconds_variable
 
 log = logging.getLogger(__name__)
 
@@ -36,16 +35,7 @@ LIMIT_VARIABLE = "AUTOTUNE_DB_TIMEOUT_S"
 
 def limit_s() -> float:
     """The limit a statement is given: ``$AUTOTUNE_DB_TIMEOUT_S`` (seconds, a positive number), else ``LIMIT_S``."""
-    given = os.environ.get(LIMIT_VARIABLE)
-    if given is None or not given.strip():
-        return LIMIT_S
-    try:
-        value = float(given)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise UsageError(f"{LIMIT_VARIABLE}={given!r} is not a positive number of seconds")
-    return value
+    return seconds_variable(LIMIT_VARIABLE, LIMIT_S, "a database statement may take", UsageError)
 
 
 @dataclass

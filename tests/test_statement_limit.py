@@ -87,7 +87,7 @@ def test_a_server_that_stops_answering_ends_the_statement_within_the_limit(
 def test_a_limit_that_is_no_positive_number_is_refused_before_the_database_is_opened(
         monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     monkeypatch.setenv(statement_limit.LIMIT_VARIABLE, value)
-    with pytest.raises(UsageError, match="AUTOTUNE_DB_TIMEOUT_S"):
+    with pytest.raises(UsageError, match="AUTOTUNE_DB_TIMEOUT_S=.*a positive number"):
         open_engine("postgresql+psycopg://tuner@127.0.0.1:9/autotune")
 
 

@@ -3,7 +3,6 @@ and the link matrix of ``nvidia-smi topo -m`` between them."""
 from __future__ import annotations
 
 import logging
-import math
 import os
 import threading
 from collections import Counter
@@ -11,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias, TypeVar
 
-from ..errors import ProbeError
+from ..errors import ProbeError, seconds_variable
 from . import _nvml
 from ._cpulist import format_cpulist
 from ._facts import CudaView, Gpu, MigDevice
@@ -80,16 +79,7 @@ def probe_devices(environ: Mapping[str, str] | None = None) -> tuple[tuple[Gpu, 
 
 def nvml_limit_s() -> float:
     """The seconds NVML is given to answer: ``AUTOTUNE_NVML_TIMEOUT_S`` where set, else ``NVML_S``."""
-    told = os.environ.get(NVML_LIMIT)
-    if told is None:
-        return NVML_S
-    try:
-        limit = float(told)
-    except ValueError:
-        limit = math.nan
-    if not math.isfinite(limit) or limit <= 0:
-        raise ProbeError(f"{NVML_LIMIT}={told[:40]!r}: give the seconds NVML may take to answer, a positive number")
-    return limit
+    return seconds_variable(NVML_LIMIT, NVML_S, "NVML may take to answer", ProbeError)
 
 
 def _unanswered_text(limit_s: float, earlier: bool) -> str:
