@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..database import DEFAULT_STORAGE, STORAGE_VARIABLE, default_storage, shown_url
 from ..errors import printable
+from ..statement_limit import LIMIT_S, LIMIT_VARIABLE
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -23,7 +24,8 @@ def add_storage(parser: argparse.ArgumentParser) -> None:
         "--storage", default=default_storage(), metavar="URL",
         help=f"SQLAlchemy URL of the study and recipe database (default: ${STORAGE_VARIABLE}, else {DEFAULT_STORAGE}; "
         "postgresql+psycopg://user@host/db to share studies between machines, its password from libpq's "
-        "PGPASSWORD or ~/.pgpass)",
+        f"PGPASSWORD or ~/.pgpass; a statement it does not answer within {LIMIT_S:g} s ends the command: "
+        f"{LIMIT_VARIABLE}=SECONDS gives it longer)",
     )
 
 
