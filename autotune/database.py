@@ -166,7 +166,8 @@ def storage_errors(url: str) -> Iterator[None]:
     except ArgumentError as e:
         raise bad_url(url) from e
     except (DatabaseError, OperationalError) as e:
-        raise overdue() or StorageError(f"cannot open the database {shown_url(url)}: {e.orig}") from e
+        cut = overdue() if e.connection_invalidated else None  # the limit cut it (``statement_limit``)
+        raise cut or StorageError(f"cannot open the database {shown_url(url)}: {e.orig}") from e
     except ModuleNotFoundError as e:
         raise StorageError(
             f"no driver for {shown_url(url)}: pip install 'autotune[postgres]' ({e.name} missing)") from e
@@ -227,9 +228,9 @@ LIBPQ_DRIVERS = ("psycopg", "psycopg2", "psycopg2cffi")
 def engine_kwargs(url: str, readonly: bool = False) -> dict[str, Any]:
     """SQLAlchemy's engine arguments for ``url``: ``readonly``, an SQLite file's connection as ``readonly_connect``
     opens it; for a PostgreSQL driver built on libpq, a connect timeout (``CONNECT_TIMEOUT_S``) and TCP limits
-    (``KEEPALIVES``), each where neither the URL nor libpq's variable (``PGCONNECT_TIMEOUT``) sets its own; and for
-    every database that is no SQLite file, its statements' time limited (``statement_limit``: the engine marked, the
-    watch started).
+    (``KEEPALIVES``), each where neither the URL nor libpq's variable (``PGCONNECT_TIMEOUT``) sets its own, and its
+    statements' time limited (``statement_limit``: the engine marked, the watch started); nothing for other
+    databases.
 
     >>> engine_kwargs("postgresql+psycopg://h/db?connect_timeout=3&keepalives=0&tcp_user_timeout=0")["connect_args"]
     {'keepalives_idle': 30, 'keepalives_interval': 10, 'keepalives_count': 3}
@@ -240,12 +241,10 @@ def engine_kwargs(url: str, readonly: bool = False) -> dict[str, Any]:
     if connect is not None:
         return {"creator": connect}
     parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite":
+    if parsed.get_backend_name() != "postgresql" or parsed.get_driver_name() not in LIBPQ_DRIVERS:
         return {}
     watch()
     marked = {"execution_options": {WATCHED: True}}  # its statements get a limit (``statement_limit``)
-    if parsed.get_backend_name() != "postgresql" or parsed.get_driver_name() not in LIBPQ_DRIVERS:
-        return marked
     ours: dict[str, Any] = {} if os.environ.get("PGCONNECT_TIMEOUT") else {"connect_timeout": CONNECT_TIMEOUT_S}
     if _libpq_version(parsed.get_driver_name()) >= 120000:
         ours["tcp_user_timeout"] = UNACKNOWLEDGED_MS

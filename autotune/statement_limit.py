@@ -1,13 +1,15 @@
-"""A database that stops answering: a client-side limit on each statement of a networked storage.
+"""A database that stops answering: a client-side limit on each statement of a PostgreSQL storage.
 
 A PostgreSQL server can hang while its machine's kernel still acknowledges every packet (a stopped or wedged server
 process, a storage stall under it): TCP's keepalives and libpq's ``tcp_user_timeout`` (``database.engine_kwargs``)
 see a live peer, the server's own ``statement_timeout`` never fires, and libpq waits for its reply for ever, with the
-search's budget and its workers held. So each statement, commit and rollback this process sends to a database over a
-socket is timed from the outside (SQLAlchemy's engine and pool events): one that has not answered within the limit
-(``limit_s``: ``AUTOTUNE_DB_TIMEOUT_S``, else ``LIMIT_S``) has its connection's socket shut down, the driver raises
-its disconnection error, and ``lost`` makes that one line naming the database and the limit. SQLite's files are not
-watched: a lock held elsewhere is SQLite's own busy timeout.
+search's budget and its workers held. So each statement, commit and rollback this process sends to PostgreSQL through
+libpq (psycopg 3 or psycopg2: libpq tells whether a command waits for its answer) is timed from the outside
+(SQLAlchemy's engine and pool events): one that has not answered within the limit (``limit_s``:
+``AUTOTUNE_DB_TIMEOUT_S``, else ``LIMIT_S``) has its connection's socket shut down, the driver raises its
+disconnection error, and ``lost`` makes that one line naming the database and the limit. Not timed: the queries the
+dialect runs on an engine's first connection (no event reaches them), SQLite's files (a lock held elsewhere is SQLite's
+own busy timeout) and other drivers.
 
 The watch is the process's own (``watch()``, once), its events on SQLAlchemy's classes: Optuna's ``RDBStorage``
 creates its engine and tables inside its constructor, where no event on the engine would reach. Only our engines are
@@ -29,6 +31,7 @@ from .errors import StorageError, UsageError, one_line, seconds_variable
 log = logging.getLogger(__name__)
 
 WATCHED = "autotune_statement_limit"  # the execution option that marks our engines (``database.engine_kwargs``)
+_SQLITE_ERROR = 1  # SQLite's generic result code: a statement of ours it cannot run, not a database in trouble
 LIMIT_S = 30.0  # a statement on a loopback or LAN server takes milliseconds; a study's whole history seconds
 LIMIT_VARIABLE = "AUTOTUNE_DB_TIMEOUT_S"
 
@@ -64,9 +67,11 @@ class _Watch:
                 self.thread = threading.Thread(target=self._run, name="autotune-statement-limit", daemon=True)
                 self.thread.start()
 
-    def end(self, dbapi_connection: Any) -> None:
+    def end(self, dbapi_connection: Any, answered: bool = False) -> None:
         with self.lock:
             self.busy.pop(id(dbapi_connection), None)
+            if answered:  # the database answers again: a cut before (a heartbeat's, retried) explains no later error
+                self.cut.clear()
 
     def _run(self) -> None:
         while True:
@@ -83,14 +88,14 @@ class _Watch:
 
 def _waiting(dbapi_connection: Any) -> bool:
     """Whether the driver waits for the server's answer (libpq: a command in progress, ``PQTRANS_ACTIVE``, read by
-    psycopg 3 or psycopg2); True for a driver that cannot tell."""
+    psycopg 3 or psycopg2); False for a driver that cannot tell (its engines are not marked: ``database``)."""
     active = 1  # libpq's PQTRANS_ACTIVE
     try:
         status = getattr(getattr(dbapi_connection, "info", None), "transaction_status", None)  # psycopg 3
         if status is not None:
             return int(status) == active
         read = getattr(dbapi_connection, "get_transaction_status", None)  # psycopg2
-        return int(read()) == active if callable(read) else True
+        return callable(read) and int(read()) == active
     except Exception:  # noqa: BLE001 - closed meanwhile: nothing to cut
         return False
 
@@ -148,11 +153,12 @@ def _register(current: _Watch) -> None:
     def answered(conn: Any, *_: Any) -> None:
         dbapi_connection = raw(conn)
         if dbapi_connection is not None:
-            current.end(dbapi_connection)
+            current.end(dbapi_connection, answered=True)
 
-    def failed(context: Any) -> None:
-        if context.connection is not None:
-            answered(context.connection)
+    def failed(context: Any) -> None:  # no answer: a cut's own error comes here
+        dbapi_connection = raw(context.connection) if context.connection is not None else None
+        if dbapi_connection is not None:
+            current.end(dbapi_connection)
 
     def reset(dbapi_connection: Any, *_: Any) -> None:  # the pool's rollback of a connection handed back
         url = urls.get(id(dbapi_connection))
@@ -191,7 +197,8 @@ def lost(error: BaseException, shown_url: str) -> StorageError | None:
     """The one line for a verb whose database failed midway (``error``, or an exception in its chain, is SQLAlchemy's
     ``OperationalError`` or a connection's end), the database as messages show it (``shown_url``): the limit's
     line where this process's limit cut it (``overdue``); "lost" where the connection ended; else the driver's
-    words (a lock not released in time, a disk full). None for any other error: a bug of ours."""
+    words (a lock not released in time, a disk full). None for any other error, SQLite's generic one among them
+    (no such table, a syntax error): a bug of ours."""
     from sqlalchemy.exc import DBAPIError, OperationalError
 
     chain: list[BaseException] = []
@@ -201,9 +208,9 @@ def lost(error: BaseException, shown_url: str) -> StorageError | None:
         link = link.__cause__ or link.__context__
     ended = next((e for e in chain if isinstance(e, DBAPIError) and e.connection_invalidated), None)
     seen = ended or next((e for e in chain if isinstance(e, OperationalError)), None)
-    if seen is None:
+    if seen is None or getattr(getattr(seen, "orig", None), "sqlite_errorcode", None) == _SQLITE_ERROR:
         return None
-    cut = overdue()
+    cut = overdue() if ended is not None else None  # a cut ends the connection; an error the server said is its own
     if cut is not None:
         return cut
     said = one_line(str(getattr(seen, "orig", None) or seen))

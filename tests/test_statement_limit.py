@@ -58,6 +58,11 @@ def test_a_server_that_stops_answering_ends_the_statement_within_the_limit(
         assert "AUTOTUNE_DB_TIMEOUT_S=SECONDS" in said and "\n" not in said
         with engine.connect() as connection:  # the pool's next connection is a new one, answered
             assert connection.execute(text("SELECT 2")).scalar_one() == 2
+        assert statement_limit._watch is not None
+        statement_limit._watch.cut.append("a heartbeat's")  # a cut whose error was swallowed, then an answer
+        with engine.connect() as connection:
+            connection.execute(text("SELECT 2"))
+        assert statement_limit.overdue() is None  # explains no later error
     finally:
         engine.dispose()
     engine = open_engine(postgres)
@@ -122,9 +127,20 @@ def test_a_verb_that_lost_its_database_midway_says_so_in_one_line(capsys: pytest
     assert err == (f"autotune search: error: lost the database {shown} midway: server closed the connection "
                    "unexpectedly This probably means the server terminated; what was recorded before is kept\n")
     locked = failing("database is locked", False)
+    statement_limit.watch()
+    assert statement_limit._watch is not None
+    statement_limit._watch.cut.append("another")  # a cut ends a connection: no error the database said is one
     assert cli._verb(argparse.Namespace(func=locked, verb="search", debug=False), storage) == 2
     assert capsys.readouterr().err == (f"autotune search: error: the database {shown} failed midway: database is "
                                        "locked; what was recorded before is kept\n")
+
+    def no_such_table(args: argparse.Namespace) -> int:  # SQLite's generic error: a statement of ours, a bug
+        with create_engine("sqlite://").connect() as connection:
+            connection.execute(text("SELECT x FROM no_such_table"))
+        return 0
+
+    assert cli._verb(argparse.Namespace(func=no_such_table, verb="search", debug=False), None) == 1
+    assert "internal error: OperationalError" in capsys.readouterr().err
 
     def bug(args: argparse.Namespace) -> int:
         raise KeyError("x")

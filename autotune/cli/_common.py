@@ -24,7 +24,7 @@ def add_storage(parser: argparse.ArgumentParser) -> None:
         "--storage", default=default_storage(), metavar="URL",
         help=f"SQLAlchemy URL of the study and recipe database (default: ${STORAGE_VARIABLE}, else {DEFAULT_STORAGE}; "
         "postgresql+psycopg://user@host/db to share studies between machines, its password from libpq's "
-        f"PGPASSWORD or ~/.pgpass; a statement it does not answer within {LIMIT_S:g} s ends the command: "
+        f"PGPASSWORD or ~/.pgpass; a statement PostgreSQL does not answer within {LIMIT_S:g} s ends the command: "
         f"{LIMIT_VARIABLE}=SECONDS gives it longer)",
     )
 

@@ -78,7 +78,7 @@ def probe_devices(environ: Mapping[str, str] | None = None) -> tuple[tuple[Gpu, 
 
 
 def nvml_limit_s() -> float:
-    """The seconds NVML is given to answer: ``AUTOTUNE_NVML_TIMEOUT_S`` where set, else ``NVML_S``."""
+    """The seconds NVML is given to answer: ``AUTOTUNE_NVML_TIMEOUT_S`` where set and not empty, else ``NVML_S``."""
     return seconds_variable(NVML_LIMIT, NVML_S, "NVML may take to answer", ProbeError)
 
 
