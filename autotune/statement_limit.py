@@ -55,12 +55,10 @@ class _Watch:
         self.limit = limit
         self.lock = threading.Lock()
         self.busy: dict[int, _Busy] = {}
-        self.cut: list[str] = []  # the databases whose connection was cut, in order
+        self.cut: str | None = None  # the database whose connection was cut last, until told or answered since
         self.thread: threading.Thread | None = None
 
     def start(self, dbapi_connection: Any, url: str) -> None:
-        if not callable(getattr(dbapi_connection, "fileno", None)):  # no socket to cut: not watched
-            return
         with self.lock:
             self.busy[id(dbapi_connection)] = _Busy(time.monotonic(), dbapi_connection, url)
             if self.thread is None or not self.thread.is_alive():
@@ -71,7 +69,7 @@ class _Watch:
         with self.lock:
             self.busy.pop(id(dbapi_connection), None)
             if answered:  # the database answers again: a cut before (a heartbeat's, retried) explains no later error
-                self.cut.clear()
+                self.cut = None
 
     def _run(self) -> None:
         while True:
@@ -82,7 +80,7 @@ class _Watch:
                     del self.busy[key]
                     # SQLAlchemy tells no commit's or rollback's end: a connection kept after one is idle, not hung
                     if _waiting(busy.connection) and _shut_down(busy.connection):
-                        self.cut.append(busy.url)
+                        self.cut = busy.url
                         log.debug("no answer from %s in %g s: its connection shut down", busy.url, self.limit)
 
 
@@ -122,8 +120,8 @@ _registering = threading.Lock()
 
 
 def watch() -> None:
-    """Time every statement this process sends to a database over a socket from now on (see the module): the events
-    once, the limit as ``limit_s`` reads it now (a bad value: ``UsageError``, before the database is opened)."""
+    """Time every statement our engines send to PostgreSQL from now on (see the module): the events once, the limit
+    as ``limit_s`` reads it now (a bad value: ``UsageError``, before the database is opened)."""
     global _watch
     limit = limit_s()
     with _registering:
@@ -138,8 +136,6 @@ def _register(current: _Watch) -> None:
     from sqlalchemy import Engine, event
     from sqlalchemy.pool import Pool
 
-    urls: dict[int, str] = {}  # each watched connection's database, for the pool's rollback of it, which has no URL
-
     def raw(conn: Any) -> Any:  # its DBAPI connection; None once invalidated (asking would try to reconnect)
         return None if conn.invalidated or conn.closed else conn.connection.dbapi_connection
 
@@ -147,7 +143,8 @@ def _register(current: _Watch) -> None:
         dbapi_connection = raw(conn)
         if dbapi_connection is None or not conn.get_execution_options().get(WATCHED):
             return
-        urls[id(dbapi_connection)] = url = conn.engine.url.render_as_string(hide_password=True)
+        # kept with the DBAPI connection for the pool's rollback of it, whose event has no engine
+        conn.connection.info[WATCHED] = url = conn.engine.url.render_as_string(hide_password=True)
         current.start(dbapi_connection, url)
 
     def answered(conn: Any, *_: Any) -> None:
@@ -160,8 +157,8 @@ def _register(current: _Watch) -> None:
         if dbapi_connection is not None:
             current.end(dbapi_connection)
 
-    def reset(dbapi_connection: Any, *_: Any) -> None:  # the pool's rollback of a connection handed back
-        url = urls.get(id(dbapi_connection))
+    def reset(dbapi_connection: Any, record: Any, reset_state: Any) -> None:  # the pool's rollback, handing it back
+        url = getattr(record, "info", {}).get(WATCHED)
         if url is not None:
             current.start(dbapi_connection, url)
 
@@ -172,22 +169,15 @@ def _register(current: _Watch) -> None:
     event.listen(Pool, "reset", reset)
     # a connection handed back: its commit or rollback answered; one invalidated or closed is no longer watched (its
     # socket's number may soon be another connection's, and its id another object's)
-    event.listen(Pool, "checkin", lambda dbapi_connection, record: current.end(dbapi_connection))
-
-    def gone(dbapi_connection: Any, *_: Any) -> None:
-        current.end(dbapi_connection)
-        urls.pop(id(dbapi_connection), None)
-
-    for name in ("invalidate", "soft_invalidate", "close", "close_detached"):
-        event.listen(Pool, name, gone)
+    for name in ("checkin", "invalidate", "soft_invalidate", "close", "close_detached"):
+        event.listen(Pool, name, lambda dbapi_connection, *_: current.end(dbapi_connection))
 
 
 def overdue() -> StorageError | None:
     """The one line for a statement this process's limit cut (``watch``), told once; None where none was cut."""
-    if _watch is None or not _watch.cut:
+    if _watch is None or _watch.cut is None:
         return None
-    url = _watch.cut[-1]
-    _watch.cut.clear()  # a later failure of the database is its own
+    url, _watch.cut = _watch.cut, None  # a later failure of the database is its own
     return StorageError(
         f"the database {url} did not answer within {_watch.limit:g} s (is its server hung, or the network dropping "
         f"its replies?): stopped; what was recorded before is kept. {LIMIT_VARIABLE}=SECONDS gives it longer")

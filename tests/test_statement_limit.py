@@ -1,4 +1,4 @@
-"""A database that stops answering midway: each statement to a networked storage ends within its limit, and a verb
+"""A database that stops answering midway: each statement to a PostgreSQL storage ends within its limit, and a verb
 that lost its database says so in one line (``autotune.statement_limit``)."""
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def _own_watch() -> Iterator[None]:
     before = statement_limit._watch.limit if statement_limit._watch is not None else None
     yield
     if statement_limit._watch is not None:
-        statement_limit._watch.cut.clear()
+        statement_limit._watch.cut = None
         if before is not None:
             statement_limit._watch.limit = before
 
@@ -59,7 +59,7 @@ def test_a_server_that_stops_answering_ends_the_statement_within_the_limit(
         with engine.connect() as connection:  # the pool's next connection is a new one, answered
             assert connection.execute(text("SELECT 2")).scalar_one() == 2
         assert statement_limit._watch is not None
-        statement_limit._watch.cut.append("a heartbeat's")  # a cut whose error was swallowed, then an answer
+        statement_limit._watch.cut = "a heartbeat's"  # a cut whose error was swallowed, then an answer
         with engine.connect() as connection:
             connection.execute(text("SELECT 2"))
         assert statement_limit.overdue() is None  # explains no later error
@@ -129,7 +129,7 @@ def test_a_verb_that_lost_its_database_midway_says_so_in_one_line(capsys: pytest
     locked = failing("database is locked", False)
     statement_limit.watch()
     assert statement_limit._watch is not None
-    statement_limit._watch.cut.append("another")  # a cut ends a connection: no error the database said is one
+    statement_limit._watch.cut = "another"  # a cut ends a connection: no error the database said is one
     assert cli._verb(argparse.Namespace(func=locked, verb="search", debug=False), storage) == 2
     assert capsys.readouterr().err == (f"autotune search: error: the database {shown} failed midway: database is "
                                        "locked; what was recorded before is kept\n")
