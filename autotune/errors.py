@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Iterator
 from typing import Any
 
 # Control characters but the tab and the newline: ESC starts a terminal's sequences (an OSC retitles it), BEL,
@@ -23,6 +24,20 @@ def printable(text: str) -> str:
 def one_line(text: str) -> str:
     """``text``'s words on one line: a stored text's newline would print a line of its own choosing."""
     return " ".join(text.split())
+
+
+def error_chain(error: BaseException) -> Iterator[BaseException]:
+    """``error`` and what it wraps, each once: ``__cause__``, ``__context__`` and dynamo/inductor's
+    ``inner_exception``."""
+    todo, seen = [error], set()
+    while todo:
+        e = todo.pop(0)
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        yield e
+        inner = getattr(e, "inner_exception", None)
+        todo += [x for x in (e.__cause__, e.__context__, inner) if isinstance(x, BaseException)]
 
 
 def seconds_variable(name: str, default: float, what: str, error: type[AutotuneError]) -> float:

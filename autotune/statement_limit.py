@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import StorageError, UsageError, one_line, seconds_variable
+from .errors import StorageError, UsageError, error_chain, one_line, seconds_variable
 
 log = logging.getLogger(__name__)
 
@@ -191,11 +191,7 @@ def lost(error: BaseException, shown_url: str) -> StorageError | None:
     (no such table, a syntax error): a bug of ours."""
     from sqlalchemy.exc import DBAPIError, OperationalError
 
-    chain: list[BaseException] = []
-    link: BaseException | None = error
-    while link is not None and link not in chain:  # its causes, each once
-        chain.append(link)
-        link = link.__cause__ or link.__context__
+    chain = list(error_chain(error))
     ended = next((e for e in chain if isinstance(e, DBAPIError) and e.connection_invalidated), None)
     seen = ended or next((e for e in chain if isinstance(e, OperationalError)), None)
     if seen is None or getattr(getattr(seen, "orig", None), "sqlite_errorcode", None) == _SQLITE_ERROR:

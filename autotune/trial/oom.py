@@ -35,7 +35,8 @@ True
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+
+from ..errors import error_chain
 
 CUDA_ERROR_MEMORY_ALLOCATION = 2  # cudaErrorMemoryAllocation
 LIBRARY_ALLOC_FAILED = re.compile(
@@ -50,7 +51,7 @@ def is_out_of_memory(error: BaseException) -> bool:
     import torch
     import torch.distributed
 
-    for e in _chain(error):
+    for e in error_chain(error):
         if isinstance(e, (MemoryError, torch.OutOfMemoryError)):
             return True
         if isinstance(e, torch.AcceleratorError) and getattr(e, "error_code", None) == CUDA_ERROR_MEMORY_ALLOCATION:
@@ -60,16 +61,3 @@ def is_out_of_memory(error: BaseException) -> bool:
         if type(e) is RuntimeError and LIBRARY_ALLOC_FAILED.search(str(e)):
             return True
     return False
-
-
-def _chain(error: BaseException) -> Iterator[BaseException]:
-    """``error`` and what it wraps: ``__cause__``, ``__context__`` and dynamo/inductor's ``inner_exception``."""
-    todo, seen = [error], set()
-    while todo:
-        e = todo.pop(0)
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
-        yield e
-        inner = getattr(e, "inner_exception", None)
-        todo += [x for x in (e.__cause__, e.__context__, inner) if isinstance(x, BaseException)]
