@@ -26,8 +26,9 @@ from .conftest import BUDGET_S, SEARCH_ALONE, own_host, running_trial, search_he
 FAULTY = REPO / "tests" / "faulty_workloads.py"
 # SLEEPY's first seed (channels_last, or autocast where bfloat16 measured fast) comes right after the baseline on
 # every CPU, slower with confidence (``faulty_workloads.sleepy``), and a busy neighbour hardly stretches its search.
-# QUICK's --budget 10m: a search stops by itself then, so no wait on one is longer. Waits are on what a search
-# prints or records; the first is bounded by this, later ones by what the first measured (the machine's speed and load).
+# QUICK's --budget 10m (the Ctrl-C test's 1m after it): a search stops by itself then, so no wait on one is
+# longer. Waits are on what a search prints or records; the first is bounded by this, later ones by what the first
+# measured (the machine's speed and load).
 SEARCH_S = BUDGET_S + 60  # a whole search: its budget, then its report
 BASELINE = r"^trial +0 baseline "  # its line when recorded (``finished_line``)
 
@@ -109,7 +110,11 @@ def _roles(ts: list, state: str | None = None) -> list[str]:
 
 def test_ctrl_c_records_the_running_trial_and_the_same_command_continues(tmp_path: Path) -> None:
     storage = f"sqlite:///{tmp_path}/studies.db"
-    args = ("--workload", SLEEPY, "--study", "s", "--trials", "2", "--confirm", "1", "--confirm-rounds", "1")
+    # A minute, after QUICK's 10 (the last --budget counts): the calibration and the seed's first look sized for it
+    # (6 A/A pairs, 4 in the first look, against 16 and up to 32), 15 s less of the suite; the seed still gets its
+    # first look, its stall and its SIGTERM come 20-25 s in.
+    args = ("--workload", SLEEPY, "--study", "s", "--trials", "2", "--confirm", "1", "--confirm-rounds", "1",
+            "--budget", "1m")
     # The seed (trial 1) stalls while the flag file exists (``faulty_workloads.sleepy``): Ctrl-C finds it running.
     stall = tmp_path / "stall"
     stall.touch()
