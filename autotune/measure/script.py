@@ -341,8 +341,11 @@ def failure(runs: list[ScriptRun], whose: tuple[str, ...] = ("the defaults'", "t
     copy that told fewer steps told none in a window's time."""
     named = list(zip(runs, whose, strict=False))
     # A copy whose steps stopped may be exiting: a script's teardown after its last step (sys.exit with torch
-    # loaded) took seconds under load, and a frozen copy never ends. Let it go on a moment before judging.
-    waiting = [run for run in runs if run.exited is None and run.proc is not None]
+    # loaded) took seconds under load, and a frozen copy never ends. Let it go on a moment before judging; not a
+    # copy of another recipe than one that ended already (the healthy side of a crashed candidate: it would not end).
+    ended = [run for run in runs if run.exited is not None]
+    waiting = [run for run in runs if run.exited is None and run.proc is not None
+               and all(other.plan == run.plan for other in ended)]
     for run in waiting:
         run.thaw()
     deadline = time.monotonic() + EXIT_WAIT_S

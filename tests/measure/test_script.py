@@ -12,7 +12,7 @@ import psutil
 
 from autotune import search_spaces as spaces
 from autotune.measure import freeze
-from autotune.measure.script import ScriptRun
+from autotune.measure.script import EXIT_WAIT_S, ScriptRun, failure
 from autotune.recipe import Recipe
 from autotune.trial import launch
 
@@ -141,3 +141,31 @@ def test_an_evaluation_between_a_windows_steps_is_no_training_time(tmp_path: Pat
     assert run.span(steps[0], steps[4]) == 4.0 - 0.75
     assert run.span(steps[0], steps[1]) == 1.0  # the pause after step 2 lies beyond this span's last step
     assert run.span(steps[1], steps[2]) == 0.5
+
+
+def test_a_copy_that_ended_is_named_without_waiting_on_the_other_recipes_copy(tmp_path: Path) -> None:
+    """A crashed candidate's pair: its defaults' copy, healthy, would not end, so it is not waited on; a copy of
+    the same recipe (an A/A) is, a moment, since a script that fails fails in both."""
+    def copy(name: str, code: str, delay_s: float | None = None) -> ScriptRun:
+        run = ScriptRun(launch.LaunchPlan([sys.executable, "-c", code], {}, None), tmp_path / name)
+        run.folder.mkdir(parents=True)
+        if delay_s is not None:
+            (run.folder / "delay").write_text(str(delay_s))  # the same command, its own folder (its cwd)
+        run.start()
+        return run
+
+    crashing = "import time; time.sleep(float(open('delay').read())); print('boom at step 5'); raise SystemExit(3)"
+    for same in (False, True):
+        base = copy(f"base-{same}", crashing, 1.0) if same else copy("base", "import time; time.sleep(60)")
+        cand = copy(f"cand-{same}", crashing, 0.0)
+        try:
+            cand.proc.wait(timeout=30)
+            started = time.monotonic()
+            said = failure([base, cand])
+            waited = time.monotonic() - started
+        finally:
+            base.stop()
+            cand.stop()
+        whose = "the defaults'" if same else "the candidate's"  # the defaults' named first where both ended
+        assert said == f"{whose} copy exited with status 3: boom at step 5", said
+        assert (0.2 < waited < EXIT_WAIT_S) if same else (waited < 0.5), (same, waited)
