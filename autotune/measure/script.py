@@ -261,7 +261,7 @@ def alone(run: ScriptRun, whose: str, windows: int, window_s: float, warmup_step
     deadline = time.monotonic() + max(1.0, timeout_s)
     try:
         start_together([run], max(1.0, timeout_s))
-        if run.exited is None:
+        if run.exited is None and time.monotonic() < deadline:  # a start that took all the time gets no more
             run.window(0.0, min_steps=warmup_steps, timeout_s=max(1.0, deadline - time.monotonic()))
         rates: list[float] = []
         while len(rates) < windows and run.exited is None and time.monotonic() < deadline:
