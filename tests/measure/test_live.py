@@ -33,17 +33,21 @@ def test_same_environment_compares_only_the_environment_knobs() -> None:
 
 
 def test_the_live_measurer_calibrates_once_and_measures_each_candidate_as_an_arm(facts: Any) -> None:
-    """``slow`` sleeps per forward pass: batch 16 runs a quarter of the default's samples/s."""
+    """``slow`` sleeps per forward pass: batch 16 runs a quarter of the default's samples/s. Its samples are
+    tensors in memory and its step sleeps 40 ms: its defaults hardly wait for data (0.01 here; an input-bound
+    workload's: ``tests/measure/test_arms.py``). No profile (2 s asked of a 300-s budget): nothing here reads it
+    (``tests/measure/test_phases.py`` does)."""
     from autotune.measure.live import LiveMeasurer
+    from autotune.study.seeds import INPUT_BOUND
 
     base, phases = _params(facts, 64), []
     measurer = LiveMeasurer("tests.quality_workloads:slow", base, facts, SETTINGS, calibration_pairs=6,
-                            window_s=0.15, on_phase=lambda name, detail: phases.append(name))
+                            window_s=0.15, on_phase=lambda name, detail: phases.append(name), profile_s=0.0)
     try:
         noise = measurer.calibrate(300)
         assert noise.window_s == 0.15 and noise.pairs >= 8 and noise.margin >= stats.MIN_MARGIN
         assert noise.aa[1] <= noise.aa[0] <= noise.aa[2] and noise.wall_s > noise.timed_s > 0
-        # its worker's start to the defaults' arm settled: part of its time outside windows (the A/A, the profile)
+        # its worker's start to the defaults' arm settled: part of its time outside windows (the A/A)
         assert noise.start_s is not None and 0 < noise.start_s < noise.wall_s - noise.timed_s
         # and a fresh trial process of the defaults, the price of a pair of your runs: its start and its steps
         assert noise.run_s is not None and noise.run_s > (2 + 6) * measurer.calibration.step_s
@@ -54,6 +58,7 @@ def test_the_live_measurer_calibrates_once_and_measures_each_candidate_as_an_arm
         assert baseline.status == "ok" and baseline.method == "in-process pairs" and baseline.pairs == 6
         assert baseline.objective == 1.0 and (baseline.speedup_low, baseline.speedup_high) == noise.aa[1:]
         assert baseline.loss and baseline.loss_samples == worker.spec.loss_samples and baseline.startup_s
+        assert baseline.data_wait is not None and baseline.data_wait < INPUT_BOUND / 5, baseline
 
         handle = measurer.begin({**base, "batch_size": 16}, 120)
         first = measurer.more(handle, 4, 120)

@@ -2,6 +2,7 @@
 in fresh process pairs, its faults recorded as failed trials with their reason, a search that stores its recipe."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -14,6 +15,7 @@ import psutil
 import pytest
 
 from autotune import search_spaces as spaces
+from autotune.measure import sizing
 from autotune.measure.first_copy import script_context
 from autotune.measure.script import ScriptRun
 from autotune.measure.script_pairs import ScriptMeasurer
@@ -27,26 +29,28 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_cnn.py"
 pytestmark = pytest.mark.slow
 
 
-def _measurer(facts: Any, folder: Path, fault: str = "", start_s: float = 5.0,
-              resident: bool = False) -> tuple[ScriptMeasurer, dict[str, Any]]:
+def _measurer(facts: Any, folder: Path, fault: str = "", start_s: float = 5.0, resident: bool = False,
+              windows: int = sizing.WINDOWS) -> tuple[ScriptMeasurer, dict[str, Any]]:
+    """``windows``: a process pair's window pairs, as a calibration would size them (its unsized 6 by default)."""
     ctx = spaces.SpaceContext(default_batch_size=8, conv=True)
     defaults = {**spaces.defaults(facts, ctx), "device": "cpu", "reference_batch": 8, "threads": 1,
                 "interop_threads": 1}
     measurer = ScriptMeasurer([sys.executable, str(SCRIPT)], defaults, facts, folder, workload="script:faulty",
                               loss_samples=64, env={**os.environ, "FAULT": fault}, min_window_s=0.2,
                               start_limit_s=start_s, stall_s=3.0, resident=resident)
+    measurer.rounds = dataclasses.replace(measurer.rounds, windows=windows)
     return measurer, {**defaults, "channels_last": True}
 
 
 def _measure(facts: Any, folder: Path, fault: str, trial_s: float = 60.0,
-             failed: list[Path] | None = None) -> tuple[Any, Any]:
+             failed: list[Path] | None = None, windows: int = sizing.WINDOWS) -> tuple[Any, Any]:
     """channels_last's copy against the defaults' over the first look of a race, in a trial of ``trial_s``: (its
     interval, its result); ``failed`` takes the folders the measurer kept for a failed copy's log."""
     # A copy's start (torch's import) beside another test run took over 5 s, and in a loaded CI suite on a 2-vCPU
     # Zen 3 over 20 s: only the copy that never steps is held to 5 s; the other faults' copies get the trial's own
     # time, as the product's limit (4x the measured start-up) would give them there, where a fixed 20 s named the
     # defaults' copy for a slow start.
-    measurer, candidate = _measurer(facts, folder, fault, 5.0 if fault == "no-step" else trial_s)
+    measurer, candidate = _measurer(facts, folder, fault, 5.0 if fault == "no-step" else trial_s, windows=windows)
     measurer.failed_copies = failed if failed is not None else []
     try:
         handle = measurer.begin(candidate, timeout_s=trial_s)
@@ -204,10 +208,10 @@ def test_a_script_without_the_apply_pattern_is_one_line(tmp_path: Path) -> None:
 
 def test_a_script_that_never_prepares_its_model_ends_within_the_budget(tmp_path: Path) -> None:
     started = time.monotonic()
-    out = run_cli("search", "--budget", "4s", "--batch-size", "8", "--", sys.executable, "-c",
+    out = run_cli("search", "--budget", "2s", "--batch-size", "8", "--", sys.executable, "-c",
                   "import time; time.sleep(120)", cwd=tmp_path)
     assert out.returncode == 2 and "did not call tuned.prepare_model(model)" in out.stderr, out
-    assert time.monotonic() - started < 30  # the first copy's wait was the budget's 4 s, not its own 300 s
+    assert time.monotonic() - started < 30  # the first copy's wait was the budget's 2 s, not its own 300 s
 
 
 def test_a_script_of_several_processes_is_one_line(tmp_path: Path) -> None:
@@ -301,7 +305,8 @@ def test_the_scripts_own_held_out_figure_is_what_the_quality_guard_compares(fact
 
     monkeypatch.setenv("EVALUATE", "worse")
     monkeypatch.setenv("STEP_S", "0.006")
-    _, result = _measure(facts, tmp_path / "pairs", "")
+    # two window pairs a process pair (the fewest a calibration sizes): its loss, not its speed, is the subject
+    _, result = _measure(facts, tmp_path / "pairs", "", windows=sizing.FEWEST_WINDOWS)
     assert result.status == Status.OK and result.loss_source == "evaluate" and result.loss_samples == 64, result
     # the evaluation's 0.3-s pause, with the training to its samples, is the trial's once: no round's pair repeats it
     assert result.once_s is not None and 0.3 <= result.once_s < result.wall_s - (result.timed_s or 0.0), result
@@ -344,7 +349,9 @@ def test_an_in_place_candidate_is_measured_in_one_long_lived_copy_and_a_batch_th
     as a DataLoader built once), does not show in the copy's steps: the candidate is measured in fresh process
     pairs instead, and its result says why. A candidate far slower in its first window pair stops there."""
     monkeypatch.setenv("LOADER", "once")
-    measurer, candidate = _measurer(facts, tmp_path, start_s=60.0, resident=True)
+    # the larger batch's fresh process pairs of two window pairs each (the fewest a calibration sizes): its method
+    # and warning, not its speed, are the subject
+    measurer, candidate = _measurer(facts, tmp_path, start_s=60.0, resident=True, windows=sizing.FEWEST_WINDOWS)
     try:
         handle = measurer.begin(candidate, timeout_s=60)
         interval = measurer.more(handle, 4, timeout_s=60)
