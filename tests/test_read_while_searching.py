@@ -59,7 +59,8 @@ def test_readers_poll_studies_best_and_report_while_a_search_writes(tmp_path: Pa
     # search still succeeds.
     stall = tmp_path / "stall"
     stall.touch()
-    search = start_search("--workload", SLEEPY, "--trials", "2", "--confirm", "0", "--json",
+    # A minute, after QUICK's 10 (the last --budget counts): its calibration sized for it (6 A/A pairs, not 16).
+    search = start_search("--workload", SLEEPY, "--trials", "2", "--confirm", "0", "--json", "--budget", "1m",
                           "--report", "missing/r.html", cwd=tmp_path,
                           env={**own_host(tmp_path), "AUTOTUNE_TEST_STALL": str(stall)})
     answers: list[tuple[str, int, str]] = []
