@@ -18,7 +18,7 @@ from sqlalchemy import Engine, create_engine, make_url
 from sqlalchemy.exc import ArgumentError, DatabaseError, DBAPIError, OperationalError
 
 from .errors import StorageError, UsageError, printable
-from .statement_limit import WATCHED, overdue, watch
+from .statement_limit import WATCHED, WatchedPool, cut_line, watch
 
 DEFAULT_STORAGE = "sqlite:///studies.db"
 STORAGE_VARIABLE = "AUTOTUNE_STORAGE"  # a shared storage's URL kept off the command line (the process list shows it)
@@ -166,7 +166,7 @@ def storage_errors(url: str) -> Iterator[None]:
     except ArgumentError as e:
         raise bad_url(url) from e
     except (DatabaseError, OperationalError) as e:
-        cut = overdue() if e.connection_invalidated else None  # the limit cut it (``statement_limit``)
+        cut = cut_line(e)  # the limit cut it (``statement_limit``)
         raise cut or StorageError(f"cannot open the database {shown_url(url)}: {e.orig}") from e
     except ModuleNotFoundError as e:
         raise StorageError(
@@ -229,8 +229,8 @@ def engine_kwargs(url: str, readonly: bool = False) -> dict[str, Any]:
     """SQLAlchemy's engine arguments for ``url``: ``readonly``, an SQLite file's connection as ``readonly_connect``
     opens it; for a PostgreSQL driver built on libpq, a connect timeout (``CONNECT_TIMEOUT_S``) and TCP limits
     (``KEEPALIVES``), each where neither the URL nor libpq's variable (``PGCONNECT_TIMEOUT``) sets its own, and its
-    statements' time limited (``statement_limit``: the engine marked, the watch started); nothing for other
-    databases.
+    statements' time limited (``statement_limit``: the engine marked, its pool's new connections timed, the watch
+    started); nothing for other databases.
 
     >>> engine_kwargs("postgresql+psycopg://h/db?connect_timeout=3&keepalives=0&tcp_user_timeout=0")["connect_args"]
     {'keepalives_idle': 30, 'keepalives_interval': 10, 'keepalives_count': 3}
@@ -244,7 +244,9 @@ def engine_kwargs(url: str, readonly: bool = False) -> dict[str, Any]:
     if parsed.get_backend_name() != "postgresql" or parsed.get_driver_name() not in LIBPQ_DRIVERS:
         return {}
     watch()
-    marked = {"execution_options": {WATCHED: True}}  # its statements get a limit (``statement_limit``)
+    # its statements get a limit (``statement_limit``), and so do its new connections' first queries
+    marked = {"execution_options": {WATCHED: True}, "poolclass": WatchedPool,
+              "watched_url": parsed.render_as_string(hide_password=True)}
     ours: dict[str, Any] = {} if os.environ.get("PGCONNECT_TIMEOUT") else {"connect_timeout": CONNECT_TIMEOUT_S}
     if _libpq_version(parsed.get_driver_name()) >= 120000:
         ours["tcp_user_timeout"] = UNACKNOWLEDGED_MS

@@ -7,9 +7,10 @@ search's budget and its workers held. So each statement, commit and rollback thi
 libpq (psycopg 3 or psycopg2: libpq tells whether a command waits for its answer) is timed from the outside
 (SQLAlchemy's engine and pool events): one that has not answered within the limit (``limit_s``:
 ``AUTOTUNE_DB_TIMEOUT_S``, else ``LIMIT_S``) has its connection's socket shut down, the driver raises its
-disconnection error, and ``lost`` makes that one line naming the database and the limit. Not timed: the queries the
-dialect runs on an engine's first connection (no event reaches them), SQLite's files (a lock held elsewhere is SQLite's
-own busy timeout) and other drivers.
+disconnection error, and ``lost`` makes that one line naming the database and the limit. A new connection is timed
+so too, from its start to its first checkout: the queries the dialect runs on it (its version, its schema), which
+no statement event reaches, through our engines' pool (``WatchedPool``). Not timed: SQLite's files (a lock held
+elsewhere is SQLite's own busy timeout) and other drivers.
 
 The watch is the process's own (``watch()``, once), its events on SQLAlchemy's classes: Optuna's ``RDBStorage``
 creates its engine and tables inside its constructor, where no event on the engine would reach. Only our engines are
@@ -25,6 +26,9 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Any
+
+from sqlalchemy import Engine, event
+from sqlalchemy.pool import Pool, QueuePool
 
 from .errors import StorageError, UsageError, error_chain, one_line, seconds_variable
 
@@ -65,10 +69,12 @@ class _Watch:
                 self.thread = threading.Thread(target=self._run, name="autotune-statement-limit", daemon=True)
                 self.thread.start()
 
-    def end(self, dbapi_connection: Any, answered: bool = False) -> None:
+    def end(self, dbapi_connection: Any, answered: bool | None = False) -> None:
+        """``answered``: the database answered it (a cut before, a heartbeat's retried, explains no later error);
+        None: where it was marked (a new connection checked out once its first queries answered)."""
         with self.lock:
-            self.busy.pop(id(dbapi_connection), None)
-            if answered:  # the database answers again: a cut before (a heartbeat's, retried) explains no later error
+            marked = self.busy.pop(id(dbapi_connection), None) is not None
+            if answered or (answered is None and marked):
                 self.cut = None
 
     def _run(self) -> None:
@@ -133,9 +139,6 @@ def watch() -> None:
 
 
 def _register(current: _Watch) -> None:
-    from sqlalchemy import Engine, event
-    from sqlalchemy.pool import Pool
-
     def raw(conn: Any) -> Any:  # its DBAPI connection; None once invalidated (asking would try to reconnect)
         return None if conn.invalidated or conn.closed else conn.connection.dbapi_connection
 
@@ -173,6 +176,31 @@ def _register(current: _Watch) -> None:
         event.listen(Pool, name, lambda dbapi_connection, *_: current.end(dbapi_connection))
 
 
+class WatchedPool(QueuePool):
+    """The pool of our PostgreSQL engines (``database.engine_kwargs``, its ``watched_url`` the database as messages
+    show it): SQLAlchemy's ``QueuePool``, each new connection timed (``watch``) from its start to its first checkout,
+    the dialect's first queries on it among them."""
+
+    # not keyword-only: create_engine hands a pool the arguments its signature names
+    def __init__(self, creator: Any, watched_url: str | None = None, **kw: Any) -> None:
+        super().__init__(creator, **kw)
+        if watched_url is not None:  # a pool recreated (``Engine.dispose``) takes these with its ``_dispatch``
+            url = watched_url
+
+            def connecting(dbapi_connection: Any, record: Any) -> None:
+                if _watch is not None:
+                    record.info[WATCHED] = url
+                    _watch.start(dbapi_connection, url)
+
+            event.listen(self, "connect", connecting, insert=True)
+            event.listen(self, "checkout", _checked_out)
+
+
+def _checked_out(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+    if _watch is not None:
+        _watch.end(dbapi_connection, answered=None)
+
+
 def overdue() -> StorageError | None:
     """The one line for a statement this process's limit cut (``watch``), told once; None where none was cut."""
     if _watch is None or _watch.cut is None:
@@ -181,6 +209,15 @@ def overdue() -> StorageError | None:
     return StorageError(
         f"the database {url} did not answer within {_watch.limit:g} s (is its server hung, or the network dropping "
         f"its replies?): stopped; what was recorded before is kept. {LIMIT_VARIABLE}=SECONDS gives it longer")
+
+
+def cut_line(error: Any) -> StorageError | None:
+    """The limit's line (``overdue``) where the limit cut the connection SQLAlchemy's ``error`` came from: it ended
+    (``connection_invalidated``), or the driver's error is none the server said (no SQLSTATE: psycopg's end of the
+    stream where SQLAlchemy could not ask the connection, a dialect's first query on a raw cursor); else None."""
+    orig = getattr(error, "orig", None)
+    said = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    return overdue() if getattr(error, "connection_invalidated", False) or not said else None
 
 
 def lost(error: BaseException, shown_url: str) -> StorageError | None:
@@ -196,7 +233,7 @@ def lost(error: BaseException, shown_url: str) -> StorageError | None:
     seen = ended or next((e for e in chain if isinstance(e, OperationalError)), None)
     if seen is None or getattr(getattr(seen, "orig", None), "sqlite_errorcode", None) == _SQLITE_ERROR:
         return None
-    cut = overdue() if ended is not None else None  # a cut ends the connection; an error the server said is its own
+    cut = cut_line(seen)  # a cut ends the connection; an error the server said is its own
     if cut is not None:
         return cut
     said = one_line(str(getattr(seen, "orig", None) or seen))

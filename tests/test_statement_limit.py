@@ -3,6 +3,7 @@ that lost its database says so in one line (``autotune.statement_limit``)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import threading
@@ -11,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from sqlalchemy import create_engine, text
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from autotune import cli, statement_limit
 from autotune.database import open_engine
@@ -95,6 +96,45 @@ def test_a_server_that_stops_answering_ends_the_statement_within_the_limit(
         theirs.dispose()
 
 
+@pytest.mark.postgres
+def test_a_new_connections_first_queries_end_within_the_limit(postgres: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that accepts a connection and leaves the dialect's first queries on it unanswered (here: the catalog
+    they read locked by another session) held the engine's first connect for ever, past the connect timeout (the
+    connection was made) and past the statement limit (no statement event reaches those queries). Now they get
+    the limit too, and the line is the limit's; a connection whose first queries answered is watched no more."""
+    monkeypatch.setenv(statement_limit.LIMIT_VARIABLE, "1")
+    engine = open_engine(postgres)
+    try:
+        with engine.connect() as connection:  # its first queries answered: no mark left, nothing to tell
+            assert connection.execute(text("SELECT 1")).scalar_one() == 1
+        assert statement_limit._watch is not None and not statement_limit._watch.busy
+        assert statement_limit.overdue() is None
+    finally:
+        engine.dispose()
+    theirs = create_engine(postgres)  # not ours: held as long as it takes
+    locker = theirs.connect()
+    try:
+        # its server ends it after 10 s idle in its transaction: without a limit, the test fails, never hangs
+        locker.execute(text("SET idle_in_transaction_session_timeout = '10s'"))
+        locker.execute(text("LOCK TABLE pg_catalog.pg_proc IN ACCESS EXCLUSIVE MODE"))  # until its rollback
+        engine = open_engine(postgres)
+        started = time.monotonic()
+        try:
+            with pytest.raises(OperationalError) as raised:
+                engine.connect()
+        finally:
+            engine.dispose()
+        took = time.monotonic() - started
+    finally:
+        with contextlib.suppress(DBAPIError):  # ended by its server where the limit did not work
+            locker.rollback()
+        locker.close()
+        theirs.dispose()
+    assert 1 <= took < 5, took  # the limit's second, not the 10-s connect timeout, nor for ever
+    said = str(statement_limit.lost(raised.value, "the --storage given"))
+    assert said.startswith(f"the database {postgres} did not answer within 1 s"), said
+
+
 @pytest.mark.parametrize("value", ["0", "-3", "soon", "nan", "inf"])
 def test_a_limit_that_is_no_positive_number_is_refused_before_the_database_is_opened(
         monkeypatch: pytest.MonkeyPatch, value: str) -> None:
@@ -110,10 +150,15 @@ def test_a_verb_that_lost_its_database_midway_says_so_in_one_line(capsys: pytest
     where the database answered with an error of its own; an error that is no database's is still a bug."""
     import optuna
 
-    def failing(said: str, ended: bool) -> Callable[[argparse.Namespace], int]:
+    class DriverError(Exception):
+        def __init__(self, said: str, sqlstate: str | None) -> None:  # as psycopg's: the server's code, if it said
+            super().__init__(said)
+            self.sqlstate = sqlstate
+
+    def failing(said: str, ended: bool, sqlstate: str | None = None) -> Callable[[argparse.Namespace], int]:
         def verb(args: argparse.Namespace) -> int:
             try:
-                raise OperationalError("COMMIT", {}, Exception(said), connection_invalidated=ended)
+                raise OperationalError("COMMIT", {}, DriverError(said, sqlstate), connection_invalidated=ended)
             except OperationalError as e:
                 raise optuna.exceptions.StorageInternalError("An exception is raised during the commit.") from e
         return verb
@@ -126,13 +171,20 @@ def test_a_verb_that_lost_its_database_midway_says_so_in_one_line(capsys: pytest
     assert code == 2, err
     assert err == (f"autotune search: error: lost the database {shown} midway: server closed the connection "
                    "unexpectedly This probably means the server terminated; what was recorded before is kept\n")
-    locked = failing("database is locked", False)
+    locked = failing("canceling statement due to lock timeout", False, "55P03")  # the server said it
     statement_limit.watch()
     assert statement_limit._watch is not None
     statement_limit._watch.cut = "another"  # a cut ends a connection: no error the database said is one
     assert cli._verb(argparse.Namespace(func=locked, verb="search", debug=False), storage) == 2
-    assert capsys.readouterr().err == (f"autotune search: error: the database {shown} failed midway: database is "
-                                       "locked; what was recorded before is kept\n")
+    assert capsys.readouterr().err == (f"autotune search: error: the database {shown} failed midway: canceling "
+                                       "statement due to lock timeout; what was recorded before is kept\n")
+
+    # the driver's own end of the stream, where SQLAlchemy could not ask the connection (a dialect's first query on
+    # a raw cursor): not marked as the connection's end, no SQLSTATE; the cut explains it
+    statement_limit._watch.cut = shown
+    raw = failing("consuming input failed: server closed the connection unexpectedly", False)
+    assert cli._verb(argparse.Namespace(func=raw, verb="search", debug=False), storage) == 2
+    assert capsys.readouterr().err.startswith(f"autotune search: error: the database {shown} did not answer within ")
 
     def no_such_table(args: argparse.Namespace) -> int:  # SQLite's generic error: a statement of ours, a bug
         with create_engine("sqlite://").connect() as connection:
