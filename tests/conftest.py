@@ -43,9 +43,8 @@ def pytest_configure(config: pytest.Config) -> None:
     finished with exit 0). A handled signal is reset to its default in a child, so pytest handles it."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    # The tests' folders in memory where the machine has room: their SQLite commits each wait for the disk (a
-    # scripted search's dozens), which on this 2-vCPU Zen 4's disk took test_claim.py from 30 s to 41 s. A TMPDIR
-    # already set is the runner's choice; pytest-xdist's workers inherit it.
+    # The tests' folders in memory where the machine has room: a scripted search's SQLite commits each wait for the
+    # disk (docs/contributing.md). A TMPDIR already set is the runner's choice; pytest-xdist's workers inherit it.
     fast = _memory_temp()
     if not os.environ.get("PYTEST_XDIST_WORKER") and "TMPDIR" not in os.environ and fast is not None:
         os.environ["TMPDIR"] = str(fast)
