@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Engine, event
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.pool import Pool, QueuePool
 
 from .errors import StorageError, UsageError, error_chain, one_line, seconds_variable
@@ -226,8 +227,6 @@ def lost(error: BaseException, shown_url: str) -> StorageError | None:
     line where this process's limit cut it (``overdue``); "lost" where the connection ended; else the driver's
     words (a lock not released in time, a disk full). None for any other error, SQLite's generic one among them
     (no such table, a syntax error): a bug of ours."""
-    from sqlalchemy.exc import DBAPIError, OperationalError
-
     chain = list(error_chain(error))
     ended = next((e for e in chain if isinstance(e, DBAPIError) and e.connection_invalidated), None)
     seen = ended or next((e for e in chain if isinstance(e, OperationalError)), None)
