@@ -72,13 +72,20 @@ def wait_for(condition: Callable[[], object], timeout: float, what: str,
 
 
 def running_trial(storage: str, study: str, number: int) -> Callable[[], object]:
-    """True once trial ``number`` (or a later one) is being measured."""
+    """True once trial ``number`` (or a later one) is being measured. Its polls share one storage: by URL, each
+    built an engine, checked the tables and ran alembic's migration scripts, five times a second."""
     import optuna
 
-    return lambda: any(
-        t.number >= number and t.state == optuna.trial.TrialState.RUNNING and "run_started" in t.user_attrs
-        for t in trials(storage, study)
-    )
+    opened: list[optuna.storages.RDBStorage] = []
+
+    def running() -> bool:
+        if not opened:  # an open that fails (the search still creating the schema) is tried at the next poll
+            opened.append(optuna.storages.RDBStorage(storage))
+        found = optuna.load_study(study_name=study, storage=opened[0]).get_trials(deepcopy=False)
+        return any(t.number >= number and t.state == optuna.trial.TrialState.RUNNING and "run_started" in t.user_attrs
+                   for t in found)
+
+    return running
 
 
 def own_host(tmp_path: Path) -> dict[str, str]:
