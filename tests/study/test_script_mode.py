@@ -69,7 +69,7 @@ def _measure(facts: Any, folder: Path, fault: str, trial_s: float = 60.0,
     # a trial begun with less time than the copies' start limit: the time ran out, not the script (a GPU machine's
     # copies started in 25 s, and a trial begun with 21 s left named the defaults' copy)
     ("no-step", Status.TIMEOUT,
-     "the trial's time ran out: the candidate's copy told 0 of 3 steps in the 3 s left", 3.0),
+     "the trial's time ran out: the candidate's copy told 0 of 3 steps in the 1 s left", 1.0),
 ])
 def test_a_scripts_fault_is_the_trials_failure_with_its_reason(facts: Any, tmp_path: Path, fault: str,
                                                                status: Status, said: str, trial_s: float) -> None:
