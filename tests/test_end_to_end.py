@@ -163,7 +163,7 @@ def test_search_export_apply(slow_study, facts) -> None:
     # (format_place's arithmetic is its doctests'; here: the stored figures are what the summary says)
     assert f"best: {format_place(stored['samples_per_s'], flop, peak)}; the defaults " in stdout, said
 
-    assert run_cli("export", "--format", "env", "-o", "best.env", cwd=tmp_path).returncode == 0
+    assert cli("export", "--format", "env", "-o", "best.env", cwd=tmp_path).returncode == 0
     assert cli("export", "--format", "json", "-o", "best.json", cwd=tmp_path).returncode == 0
     recipe = load_recipe_file(tmp_path / "best.env")
     assert recipe == load_recipe_file(tmp_path / "best.json")
