@@ -19,7 +19,7 @@ from .conftest import QUICK_SETTINGS, QuickMeasurer, search_here
 
 pytestmark = pytest.mark.usefixtures("own_temp")
 
-BUDGET_S = 90.0  # the space is two recipes and the baseline: its three trials end it long before, unless the machine is busy
+BUDGET_S = 90.0  # the space is two recipes and the baseline: its three trials end it long before, unless busy
 
 
 def _one_core(facts: Any) -> Any:
