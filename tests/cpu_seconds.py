@@ -18,11 +18,20 @@ def _cpu_s() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+def _file() -> Path:
+    folder = Path(os.environ.get("CPU_SECONDS_DIR", "/tmp/cpu-seconds"))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.tsv"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """A run's own figures: the file this process writes starts empty."""
+    _file().write_text("")
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     cpu, wall = _cpu_s(), time.monotonic()
     yield
-    folder = Path(os.environ.get("CPU_SECONDS_DIR", "/tmp/cpu-seconds"))
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.tsv", "a") as f:
+    with open(_file(), "a") as f:
         f.write(f"{_cpu_s() - cpu:.2f}\t{time.monotonic() - wall:.2f}\t{item.nodeid}\n")
