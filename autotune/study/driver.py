@@ -333,7 +333,8 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
     if skipped:
         study.set_user_attr(StudyAttr.NOT_SEEDED, skipped)
     loop = SearchLoop(study, workload, facts, ctx, run, options, timing, notify,
-                      seeds=seeds(facts, ctx, options, workload, measured, fresh_processes=fresh_processes(measurer)),
+                      seeds=seeds(facts, ctx, options, workload, measured, fresh_processes=fresh_processes(measurer),
+                                  copy=measurer is not None and measurer.in_place_only),
                       measurer=measurer, outside_sampler=sampler is not None)
     try:
         stopped = loop.run()

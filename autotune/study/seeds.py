@@ -62,14 +62,16 @@ def not_seeded(facts: Facts, ctx: spaces.SpaceContext, measured: Measured | None
 
 
 def seeds(facts: Facts, ctx: spaces.SpaceContext, options: SearchOptions, workload: str,
-          measured: Measured | None = None, *, fresh_processes: bool = False) -> list[Seed]:
+          measured: Measured | None = None, *, fresh_processes: bool = False, copy: bool = False) -> list[Seed]:
     """The baseline, the stored recipe of this workload on this hardware (warm start), the families' promising
     single changes, then the heuristic; ``--fix`` holds its knobs in all but the baseline. With this
     machine's ``measured`` kernel speeds, a precision measured hopeless is not seeded (``not_seeded``) and
     the others go fastest first: the facts' flags say what the hardware has, not what its kernels make of it.
     Where every trial starts processes of its own (``fresh_processes``: script mode), no seed is cheaper than
-    another, and the seeds that change the environment, several knobs at once, go first. A part of the heuristic's
-    environment goes last in both."""
+    another, and the seeds that change the environment, several knobs at once, go first. Where an in-process seed is
+    measured in a long-lived copy of the script (``copy``: script mode's), it is cheaper than fresh copies but not
+    by a worker's margin: a precision whose kernels are ``PROMISE`` x float32's goes first, then the seeds that
+    change the environment, then the other in-process seeds. A part of the heuristic's environment goes last in all."""
     found = spaces.seeds(facts, ctx)
     if not options.seeded:
         return found[:1]
@@ -113,12 +115,18 @@ def seeds(facts: Facts, ctx: spaces.SpaceContext, options: SearchOptions, worklo
     # the precisions measured fastest first (float32's seeds as 1.0, in their order). In script mode every seed
     # starts copies: the environment's, several knobs at once, first. A part of the heuristic's environment is
     # measured for where its other changes cost its gain: after the heuristic and the in-process seeds.
+    # In a long-lived copy an in-process seed took 15-20 s where a pair of fresh copies took 25-31 s: a promising
+    # precision first, then the environment's seeds (a recommender's heuristic read 2.3-2.9x, measured in no 5-minute
+    # search behind two in-process seeds and the sampler's turns).
     def order(seed: Seed) -> tuple[int, float]:
         if seed[0] == WARM_START:
             return 0, 0.0
         if part_of_heuristic(seed[1]):
-            return 3, -speed(seed[1])
-        return 1 + (bool(environment_differences(held, seed[1])) != fresh_processes), -speed(seed[1])
+            return 4, -speed(seed[1])
+        other = bool(environment_differences(held, seed[1]))
+        if copy and not other and seed[1].get("amp_dtype") != held.get("amp_dtype") and speed(seed[1]) >= PROMISE:
+            return 1, -speed(seed[1])
+        return 2 + (other != (fresh_processes or copy)), -speed(seed[1])
 
     return out[:1] + sorted(out[1:], key=order)
 

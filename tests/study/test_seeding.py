@@ -97,6 +97,28 @@ def test_where_every_trial_starts_processes_the_seeds_that_change_the_environmen
     assert script[-1] == live[-1] == ("seed", {**live[0][1], "allocator": "tcmalloc"})
 
 
+@pytest.mark.parametrize("bf16_speed", [1.5, 1.05])
+def test_in_a_long_lived_copy_a_promising_precision_then_the_environments_seeds_come_first(
+        facts, tmp_path: Path, bf16_speed: float) -> None:
+    """Script mode's long-lived copy (``copy``): an in-process seed there is cheaper than a pair of fresh copies,
+    not by a worker's margin; a precision whose kernels ran 1.1x float32's or more goes first, then the heuristic,
+    then the other in-process seeds (live mode's order had put a recommender's heuristic, 2.3-2.9x, behind two of
+    them and out of a 5-minute search), and a part of the heuristic's environment last."""
+    from autotune.measure import environment_differences
+
+    facts = _with_isa(_with_allocator(facts, found=True), "avx512_bf16")
+    options = SearchOptions(storage=f"sqlite:///{tmp_path}/s.db")
+    measured = _measured(facts, bfloat16=(bf16_speed, bf16_speed))
+    live = search_seeds(facts, CTX, options, "tiny", measured)
+    copy = search_seeds(facts, CTX, options, "tiny", measured, copy=True)
+    assert sorted(map(str, copy)) == sorted(map(str, live)) and copy[0] == live[0], copy
+    promising = [s for s in copy[1:] if s[0] == "seed" and s[1]["amp_dtype"] == "bfloat16"] if bf16_speed > 1.1 else []
+    assert copy[1:1 + len(promising)] == promising and copy[1 + len(promising)][0] == "heuristic", copy
+    rest = copy[2 + len(promising):-1]
+    assert rest and not any(environment_differences(copy[0][1], p) for _, p in rest), copy
+    assert copy[-1] == live[-1] == ("seed", {**live[0][1], "allocator": "tcmalloc"})
+
+
 @pytest.mark.parametrize("fix", [{}, {"threads": 1}, {"affinity": "compact"}])
 @pytest.mark.parametrize("fresh_processes", [False, True])
 def test_the_heuristics_allocator_alone_is_seeded_last(facts, tmp_path: Path, fresh_processes: bool, fix: dict) -> None:
