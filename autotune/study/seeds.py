@@ -115,16 +115,15 @@ def seeds(facts: Facts, ctx: spaces.SpaceContext, options: SearchOptions, worklo
     # the precisions measured fastest first (float32's seeds as 1.0, in their order). In script mode every seed
     # starts copies: the environment's, several knobs at once, first. A part of the heuristic's environment is
     # measured for where its other changes cost its gain: after the heuristic and the in-process seeds.
-    # In a long-lived copy an in-process seed took 15-20 s where a pair of fresh copies took 25-31 s: a promising
-    # precision first, then the environment's seeds (a recommender's heuristic read 2.3-2.9x, measured in no 5-minute
-    # search behind two in-process seeds and the sampler's turns).
+    # In a long-lived copy an in-process seed costs the copy's windows, not far less than a pair of fresh copies
+    # (docs/search.md): a promising precision first, then the environment's seeds.
     def order(seed: Seed) -> tuple[int, float]:
         if seed[0] == WARM_START:
             return 0, 0.0
         if part_of_heuristic(seed[1]):
             return 4, -speed(seed[1])
         other = bool(environment_differences(held, seed[1]))
-        if copy and not other and seed[1].get("amp_dtype") != held.get("amp_dtype") and speed(seed[1]) >= PROMISE:
+        if copy and not other and _promises(seed[1], held, speed(seed[1])):
             return 1, -speed(seed[1])
         return 2 + (other != (fresh_processes or copy)), -speed(seed[1])
 
@@ -140,9 +139,15 @@ def promising(study: optuna.Study, params: dict[str, Any], held: dict[str, Any])
     value that is not a finite number, as a foreign store may hold, is no promise): the seeds' order puts such a
     precision before the other cheap seeds, and an environment's seed goes ahead of it only where it still fits
     after (``Turns._displaced_fits``)."""
-    dtype, speeds = params.get("amp_dtype", "float32"), study.user_attrs.get(StudyAttr.KERNEL_SPEEDS)
-    speed = speeds.get(dtype) if isinstance(speeds, dict) and dtype != held.get("amp_dtype", "float32") else None
-    return finite(speed) and speed >= PROMISE
+    speeds = study.user_attrs.get(StudyAttr.KERNEL_SPEEDS)
+    return _promises(params, held, speeds.get(params.get("amp_dtype", "float32")) if isinstance(speeds, dict) else None)
+
+
+def _promises(params: dict[str, Any], held: dict[str, Any], speed: Any) -> bool:
+    """Whether ``params`` changes ``held``'s precision to one whose kernels ran ``speed`` (float32's as 1; a value
+    that is not a finite number is none) of ``PROMISE`` or more."""
+    return params.get("amp_dtype", "float32") != held.get("amp_dtype", "float32") and finite(speed) \
+        and speed >= PROMISE
 
 
 INPUT_BOUND = 0.5  # the defaults' share of a step spent waiting for data from which the input is seeded first
