@@ -41,7 +41,8 @@ def start_search(*args: str, cwd: Path, prefix: tuple[str, ...] = (), env: dict[
                             env={**os.environ, **(env or {})})
 
 
-def trials(storage: str, study: str) -> list:
+def trials(storage: Any, study: str) -> list:
+    """The study's trials, from a storage's URL or an open storage (``running_trial``'s)."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -81,9 +82,8 @@ def running_trial(storage: str, study: str, number: int) -> Callable[[], object]
     def running() -> bool:
         if not opened:  # an open that fails (the search still creating the schema) is tried at the next poll
             opened.append(optuna.storages.RDBStorage(storage))
-        found = optuna.load_study(study_name=study, storage=opened[0]).get_trials(deepcopy=False)
         return any(t.number >= number and t.state == optuna.trial.TrialState.RUNNING and "run_started" in t.user_attrs
-                   for t in found)
+                   for t in trials(opened[0], study))
 
     return running
 
