@@ -20,6 +20,7 @@ from ..trial import launch
 from .script import WARMUP_STEPS, ScriptRun, failure, start_together
 
 TIME_RAN_OUT = "the trial's time ran out in the long-lived copy"
+LOSS_HEADROOM = 1.5  # fresh processes of one script ran 0.85-1.28x apart: a loss copy priced at the slow end
 
 
 class ResidentCopy:
@@ -131,6 +132,14 @@ class ResidentCopy:
         self.failed = why
         self.stop()
         return why
+
+
+def loss_copy_s(copy: ResidentCopy, loss_samples: int, pairs: list[tuple[float, float]]) -> float:
+    """What ``fresh_loss`` will take for a candidate of ``pairs`` (window pairs of the defaults' rate and its own
+    in ``copy``): a start as the copy's, then ``loss_samples`` at its slowest rate seen, ``LOSS_HEADROOM`` over;
+    nothing before a pair is seen."""
+    slowest = min((c for _, c in pairs), default=0.0)
+    return LOSS_HEADROOM * (copy.startup_s + loss_samples / slowest) if slowest > 0 else 0.0
 
 
 def fresh_loss(plan: launch.LaunchPlan, folder: Path, loss_samples: int, start_limit_s: float, deadline: float,

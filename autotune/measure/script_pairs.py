@@ -28,7 +28,7 @@ from ..trial.spec import Status, TrialResult
 from . import script_results as results
 from . import sizing, stats
 from .measurer import Noise, PairedMeasurer
-from .resident import TIME_RAN_OUT, ResidentCopy, fresh_loss
+from .resident import TIME_RAN_OUT, ResidentCopy, fresh_loss, loss_copy_s
 from .runs import WINDOW_PAIRS, RunPair
 from .script import WARMUP_STEPS, ScriptRun, alone_pair, copy_plan, failure, start_together, step_s, window_pairs
 from .script_results import SAME_ARITHMETIC, ScriptTrial, copy_method, failure_status, loss_fields, script_method
@@ -128,7 +128,8 @@ class ScriptMeasurer(PairedMeasurer):
             self.noise = replace(self.noise, pairs=shape.windows, round_pairs=shape.windows * shape.pairs)
 
     def begin(self, params: dict[str, Any], timeout_s: float) -> object | TrialResult:
-        trial = ScriptTrial(dict(params), baseline=params == self.defaults, deadline=time.monotonic() + timeout_s,
+        deadline = time.monotonic() + timeout_s
+        trial = ScriptTrial(dict(params), baseline=params == self.defaults, deadline=deadline, loss_deadline=deadline,
                             skip_loss=self.confirming)  # a confirmation round's loss is nobody's
         if not trial.baseline and not self.confirming and self.resident and self.resident.can_measure(params):
             trial.in_copy = []
@@ -163,7 +164,9 @@ class ScriptMeasurer(PairedMeasurer):
                       confidence: float) -> stats.Interval:
         """``n`` window pairs in the long-lived copy; where it cannot measure them, fresh process pairs instead."""
         starts, first = copy.run is None, 2 if not pairs and n > 2 else n  # its start; a first look of two pairs
-        got, why = copy.window_pairs(trial.params, first, self._window_s(), trial.deadline, self.stall_s)
+        # its windows stop where its fresh copy for the loss, where it needs one, still fits in a look's limit
+        until = trial.deadline - (loss_copy_s(copy, self.loss_samples, pairs) if self._fresh_loss_due(trial) else 0)
+        got, why = copy.window_pairs(trial.params, first, self._window_s(), until, self.stall_s)
         trial.startup_s += copy.startup_s if starts else 0.0
         if why is not None and why != TIME_RAN_OUT:  # the copy cannot measure it: fresh process pairs instead
             if copy.failed == why:  # it ended: its log is kept
@@ -187,6 +190,11 @@ class ScriptMeasurer(PairedMeasurer):
         return stats.serial_median_interval([c / b for b, c in pairs], confidence) if pairs else \
             self._interval(trial, confidence)
 
+    def _fresh_loss_due(self, trial: ScriptTrial) -> bool:
+        """Whether ``end`` takes the in-copy candidate's loss from a fresh copy: its arithmetic differs."""
+        changed = {k for k in trial.params if trial.params.get(k) != self.defaults.get(k)}
+        return not trial.skip_loss and not (changed <= set(SAME_ARITHMETIC) and self.calibration is not None)
+
     def _end_in_copy(self, trial: ScriptTrial, wall_s: float) -> TrialResult:
         """A candidate measured in the long-lived copy, its loss from a fresh copy where its arithmetic differs."""
         if not trial.in_copy:
@@ -194,17 +202,17 @@ class ScriptMeasurer(PairedMeasurer):
         interval = stats.serial_median_interval([c / b for b, c in trial.in_copy])
         changed = sorted(k for k in trial.params if trial.params.get(k) != self.defaults.get(k))
         warnings, loss = [], None
-        if not trial.skip_loss and set(changed) <= set(SAME_ARITHMETIC) and self.calibration is not None:
+        if not trial.skip_loss and not self._fresh_loss_due(trial) and self.calibration is not None:
             loss = self.calibration.loss
             warnings.append(f"its loss is the defaults': {', '.join(changed)} changes no arithmetic")
         elif not trial.skip_loss:
             self._count += 1
             plan = copy_plan(self.argv, trial.params, self.facts, self.env, self.workload)
             loss, start_s = fresh_loss(plan, self.folder / f"{self._count}-loss", self.loss_samples, self.start_limit_s,
-                                       trial.deadline, self._stall_s(), self._live, self.failed_copies)
+                                       trial.loss_deadline, self._stall_s(), self._live, self.failed_copies)
             trial.startup_s += start_s  # a copy started: the share of the budget spent starting copies counts it
             if loss is None:  # the copy exited (its folder is kept) or the trial's time ran out
-                why = ("the trial's time ran out: " if time.monotonic() >= trial.deadline else "") + (
+                why = ("the trial's time ran out: " if time.monotonic() >= trial.loss_deadline else "") + (
                     f"its copy for the loss told none at {self.loss_samples} samples")
                 return TrialResult(failure_status(why), error=why, wall_s=time.monotonic() - trial.started)
         return TrialResult(

@@ -3,6 +3,7 @@ measured (its method, which the budget reads, ``costs``), its loss and what that
 failure, a far slower candidate's."""
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +22,8 @@ class ScriptTrial:
 
     params: dict[str, Any]
     baseline: bool
-    deadline: float
+    deadline: float  # the race's looks narrow it to their limits
+    loss_deadline: float = math.inf  # the trial's own, as begun: its fresh copy for the loss has it
     started: float = field(default_factory=time.monotonic)
     medians: list[float] = field(default_factory=list)  # one ratio per process pair
     windows: int = 0  # window pairs behind them

@@ -347,7 +347,11 @@ def test_an_in_place_candidate_is_measured_in_one_long_lived_copy_and_a_batch_th
     """Issue 60: channels_last (a third of the step) is measured in the long-lived copy of the defaults, switched
     between windows, no copy started for it; a larger batch, where the script builds its batch once (``LOADER=once``,
     as a DataLoader built once), does not show in the copy's steps: the candidate is measured in fresh process
-    pairs instead, and its result says why. A candidate far slower in its first window pair stops there."""
+    pairs instead, and its result says why. A candidate far slower in its first window pair stops there. One whose
+    arithmetic differs (bfloat16) takes its loss from a fresh copy after its windows: a race's second look, limited
+    to the budget less the confirmation's reserve, stops its windows where that copy still fits (priced from the
+    long-lived copy's start and the candidate's rate), and the copy has the trial's own time, not the look's limit:
+    the measured trial is kept with its loss (it was thrown away: "its copy for the loss told none")."""
     monkeypatch.setenv("LOADER", "once")
     # the larger batch's fresh process pairs of two window pairs each (the fewest a calibration sizes): its method
     # and warning, not its speed, are the subject
@@ -366,6 +370,12 @@ def test_an_in_place_candidate_is_measured_in_one_long_lived_copy_and_a_batch_th
         hopeless = measurer.end(handle)
         assert hopeless.method.startswith("its first steps") and hopeless.objective < 1 / 8, hopeless
         assert hopeless.loss is None and not list(tmp_path.glob("*-loss")), hopeless
+        handle = measurer.begin({**candidate, "amp_dtype": "bfloat16"}, timeout_s=60)
+        assert measurer.more(handle, 2, timeout_s=60).count == 2
+        measurer.more(handle, 400, timeout_s=3.0)  # the race's limit: far fewer than 400 pairs fit
+        lower = measurer.end(handle)
+        assert lower.status == Status.OK and lower.loss is not None and lower.pairs >= 2, lower
+        assert lower.method.startswith("script window pairs in one copy") and not measurer.failed_copies, lower
         larger = {**measurer.defaults, "batch_per_rank": 16}
         handle = measurer.begin(larger, timeout_s=60)
         measurer.more(handle, 4, timeout_s=60)
