@@ -16,7 +16,16 @@
 from __future__ import annotations
 
 from .candidate import FACTOR, combine, paired_method
-from .costs import IN_PROCESS_METHODS, STARTED_S, first_rounds_s, in_one_process, own_copies, race_round_s, round_parts
+from .costs import (
+    IN_PROCESS_METHODS,
+    STARTED_S,
+    first_rounds_s,
+    in_one_process,
+    own_copies,
+    race_round_s,
+    round_parts,
+    started_processes,
+)
 from .environment import environment_differences, environment_key, environment_keys
 from .first_copy import script_context
 from .hopeless import FAR_SLOWER
@@ -41,6 +50,7 @@ __all__ = [
     "MIN_MARGIN",
     "PROCESS_PAIRS",
     "STARTED_S",
+    "started_processes",
     "ScriptMeasurer",
     "Interval",
     "LiveMeasurer",

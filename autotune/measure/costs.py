@@ -27,6 +27,16 @@ def in_one_process(method: str | None) -> bool:
     """Whether a result of ``method`` was measured in a process already running: an arm of a worker, or a window
     pair of script mode's long-lived copy (``script_results.copy_method``)."""
     return method in IN_PROCESS_METHODS or (method or "").startswith(COPY_METHOD)
+
+
+def started_processes(method: str | None, startup_s: float | None) -> bool:
+    """Whether a candidate's measuring started processes (a worker, process pairs): its start-up over ``STARTED_S``.
+    Not a candidate of script mode's long-lived copy: the copy's start, once, and the fresh copy that takes a
+    candidate's loss are that kind of trial's own time, and priced as process pairs they would set another
+    environment's first look at an in-copy trial's time (24 s where its process pairs took 43 s)."""
+    return (startup_s or 0.0) > STARTED_S and not (method or "").startswith(COPY_METHOD)
+
+
 STARTED_S = 1.0  # a candidate's start-up longer than this started a process (Python and torch: 1.5 s at least)
 _SCRIPT = re.compile(re.escape(METHOD) + r" \((\d+)\)")  # ``script_pairs.script_method``'s
 
@@ -126,4 +136,5 @@ def round_parts(result: TrialResult, noise: Noise | None, pairs: int, round_: in
     return own, per_pair * (PROCESS_PAIRS[0] if cut and round_ == 0 else 1)  # its last pair's worker goes on
 
 
-__all__ = ["IN_PROCESS_METHODS", "STARTED_S", "first_rounds_s", "in_one_process", "own_copies", "round_parts"]
+__all__ = ["IN_PROCESS_METHODS", "STARTED_S", "first_rounds_s", "in_one_process", "own_copies", "round_parts",
+           "started_processes"]

@@ -25,13 +25,13 @@ from ..measure import (
     LEAST_CLAIM_PAIRS,
     PROCESS_PAIRS,
     RUN_WINDOW_PAIRS,
-    STARTED_S,
     Noise,
     environment_key,
     first_pairs,
     first_rounds_s,
     in_one_process,
     own_copies,
+    started_processes,
 )
 from ..measure import round_parts as measured_round_parts
 from ..trial.spec import Status, TrialResult
@@ -134,15 +134,16 @@ def _first_rounds_s(study: optuna.Study) -> float | None:
 def started_estimate_s(study: optuna.Study) -> float | None:
     """How long a candidate that starts processes (another environment's process pairs, ``processes`` > 1)
     likely takes: 1.2x the median wall time of the finished candidates, not pruned, that started some; before
-    any, its first process pairs (``first_process_pairs_s``), else ``estimate_s``. The median of all candidates
-    falls once the defaults' worker has measured a few cheap ones, and would let such a trial start with too
-    little time left before the time kept for the confirmation."""
-    found = _median_wall_s(study, lambda a: a.get(Attr.STATUS) != Status.PRUNED
-                           and a.get(Attr.ROLE) not in (BASELINE, CONFIRM) and (a.get("startup_s") or 0.0) > STARTED_S)
+    any, its first process pairs (``first_process_pairs_s``; script mode's, ``first_rounds_s``), else
+    ``estimate_s``. The median of all candidates falls once the defaults' worker (or script mode's long-lived copy)
+    has measured a few cheap ones, and would let such a trial start with too little time left before the time kept
+    for the confirmation."""
+    found = _median_wall_s(study, lambda a: a.get(Attr.STATUS) != Status.PRUNED and a.get(Attr.ROLE) not in (
+        BASELINE, CONFIRM) and started_processes(a.get("method"), a.get("startup_s")))
     if found is not None:
         return found
     noise = recorded_noise(study)
-    first = first_process_pairs_s(noise) if noise is not None and not noise.round_pairs else None
+    first = None if noise is None else first_rounds_s(noise) if noise.round_pairs else first_process_pairs_s(noise)
     return first if first is not None else estimate_s(study)
 
 
@@ -163,7 +164,7 @@ def in_process_estimate_s(study: optuna.Study) -> float | None:
     overstate it many times over and leave the budget's end unused."""
     found = _median_wall_s(study, lambda a: a.get(Attr.STATUS) == Status.OK
                            and a.get(Attr.ROLE) not in (BASELINE, CONFIRM) and in_one_process(a.get("method"))
-                           and (a.get("startup_s") or 0.0) <= STARTED_S
+                           and not started_processes(a.get("method"), a.get("startup_s"))
                            and (a.get(Attr.PARAMS, {}).get("compile_mode") or "none") == "none")
     return found if found is not None else _first_rounds_s(study)
 

@@ -357,7 +357,7 @@ class Turns:
         for r in records(self.study):
             if r.role in (BASELINE, CONFIRM):
                 continue
-            if (r.result.startup_s or 0.0) > budget.STARTED_S:
+            if budget.started_processes(r.result.method, r.result.startup_s):
                 started += r.result.wall_s
             else:
                 not_started += r.result.wall_s

@@ -15,7 +15,7 @@ import optuna
 import pytest
 
 from autotune import search_spaces as spaces
-from autotune.measure import Interval, Noise
+from autotune.measure import Interval, Noise, first_rounds_s
 from autotune.measure.environment import environment_key
 from autotune.study import Budget, SearchOptions, budget
 from autotune.study.budget import estimate_s, in_process_estimate_s
@@ -85,6 +85,24 @@ def test_a_candidate_that_starts_no_process_is_estimated_from_those_alone(search
     empty = optuna.create_study(direction="maximize")
     empty.set_user_attr("noise", asdict(NOISE))
     assert in_process_estimate_s(empty) == pytest.approx(2 * 2 * 8 * 0.3)  # a first round, twice over
+
+
+def test_a_candidate_of_script_modes_long_lived_copy_is_priced_as_one_that_starts_no_process(facts: Any) -> None:
+    """Script mode: the first candidate measured in the long-lived copy carries the copy's start, and one whose
+    arithmetic differs the start of the fresh copy for its loss; neither is a process pair. Read as started, a
+    recommender script's search priced the heuristic's process pairs at such a trial's 20 s (they took 43 s) and a
+    sampled in-process trial at a first round's 47 s: the sampled trial went first, and the heuristic's 2.2x found no
+    time for its confirmation, so the recipe kept the defaults."""
+    study = optuna.create_study(direction="maximize")
+    noise = replace(NOISE, round_pairs=12, aa_pairs=18, wall_s=66.7, timed_s=42.2, start_s=4.3)
+    study.set_user_attr("noise", asdict(noise))
+    defaults = spaces.defaults(facts, CTX)
+    _add(study, "baseline", defaults, 1.0, 66.7, "script process pairs (A/A)", 15.7)
+    _add(study, "seed", {**defaults, "amp_dtype": "bfloat16"}, 0.92, 20.1, "script window pairs in one copy (4)", 5.0)
+    assert in_process_estimate_s(study) == pytest.approx(1.2 * 20.1)
+    assert budget.started_estimate_s(study) == pytest.approx(first_rounds_s(noise)) != pytest.approx(1.2 * 20.1)
+    _add(study, "heuristic", {**defaults, **HEURISTIC}, 2.2, 42.7, "script process pairs (2)", 9.3)
+    assert budget.started_estimate_s(study) == pytest.approx(1.2 * 42.7)
 
 
 def test_the_end_of_the_budget_is_filled_in_the_best_warm_environment(searched: Any, facts: Any) -> None:
