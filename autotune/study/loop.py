@@ -355,7 +355,9 @@ class SearchLoop:
                    or race.stop(interval, used))
             if self.guard.interrupted is not None:  # Ctrl-C in its second look: the trial is recorded interrupted
                 raise self.guard.interrupted
-        if why == SLOWER:  # it cannot be the recipe: no training to the guard's samples
+        # it cannot be the recipe (wholly below the defaults, said or not at the race's confidence: the guard needs
+        # no loss of it, ``Guard.of_result``): no training to the guard's samples
+        if why == SLOWER or (interval.count and interval.high < 1 - noise.margin):
             self.measurer.skip_loss(handle)
         return self.measurer.end(handle), why
 

@@ -565,6 +565,35 @@ def test_a_candidate_the_quality_guard_rejects_is_not_raced_further(tmp_path: Pa
     assert outcome.recipe.params["batch_per_rank"] != 128
 
 
+class Unsure(Scripted):
+    """Its intervals never reach the confidence a look asks (too few pairs for it, as script mode's looks of 2-4
+    window pairs against 99%): the race says nothing and ends at its cap. Records whose loss was skipped."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.skipped: list[int] = []
+
+    def more(self, handle: Any, n: int, timeout_s: float, confidence: float = 0.95) -> Interval:
+        return replace(super().more(handle, n, timeout_s, confidence), confidence=confidence / 2)
+
+    def skip_loss(self, handle: Any) -> None:
+        self.skipped.append(handle["params"]["batch_per_rank"])
+
+
+def test_a_candidate_whose_race_ends_unsaid_wholly_below_the_defaults_takes_no_loss(tmp_path: Path,
+                                                                                    facts: Any) -> None:
+    """Its interval below 1 - margin, a candidate cannot be the recipe (``Guard.of_result`` needs no loss of it),
+    whether or not its looks reached the race's confidence: no training to the guard's samples. A script-mode
+    search trained a 0.50x [0.49-0.52] candidate to them in a fresh copy (6 s of a 3-minute budget), its 4 window
+    pairs too few for the race to say "slower"."""
+    measurer = Unsure()
+    _search(tmp_path, measurer, study="unsure", fixed=_batch_alone(facts), trials=8, confirm_top=0)
+    measured = {t.user_attrs["params"]["batch_per_rank"] for t in _study(tmp_path, "unsure").get_trials(deepcopy=False)
+                if t.user_attrs.get("role") not in ("baseline", "confirm") and t.user_attrs.get("status") == "ok"}
+    assert measured & {8, 16} and measured & {64, 128}, measured  # below the defaults (0.5x, 0.8x) and not
+    assert sorted(set(measurer.skipped)) == sorted(measured & {8, 16}), measurer.skipped
+
+
 class NotApplied(Scripted):
     """Batch 128's process reports it ran another matmul precision than its recipe asks."""
 
