@@ -34,7 +34,7 @@ from .budget import Budget
 from .events import Phase, Progress, TrialStarted
 from .guard import Guard
 from .liveness import fail_orphans, heartbeat
-from .race import SLOWER, Race
+from .race import NO_PAIRS, SLOWER, Race
 from .records import (
     BASELINE,
     CONFIRM,
@@ -337,6 +337,7 @@ class SearchLoop:
                 (True, True): "the time its confirmation, the seed it went ahead of and its combination need is kept"}[
             (bool(seed), bool(then))]
         then, looks_s = [*seed, *then], looks_s + seed_s
+        counted = 0  # the pairs the measurer's interval holds (a look that adds none ends the race: ``NO_PAIRS``)
         while why is None:
             n = race.pairs(used)
             now, limit = self.budget.now(), deadline
@@ -350,9 +351,9 @@ class SearchLoop:
                 break
             left = limit - now
             interval = self.measurer.more(handle, n, max(1.0, left), confidence=race.confidence)
-            used += n
+            used, grew, counted = used + n, interval.count > counted, interval.count
             why = (self._over_guard(handle, params) or self._not_in_effect(handle, params)
-                   or race.stop(interval, used))
+                   or race.stop(interval, used) or (None if grew else NO_PAIRS))
             if self.guard.interrupted is not None:  # Ctrl-C in its second look: the trial is recorded interrupted
                 raise self.guard.interrupted
         # it cannot be the recipe (wholly below the defaults, said or not at the race's confidence: the guard needs

@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from ..measure import CONFIDENCE, Interval, Noise, first_pairs
 
 SLOWER = "slower than the defaults with confidence"
+# a look that measured nothing more (its time ran out, as a script's copy keeps its loss copy's, or its measurer ran
+# all it runs): more looks would repeat the same interval
+NO_PAIRS = "its last look added no pairs"
 
 
 def looks_confidence(looks: int, confidence: float = CONFIDENCE) -> float:
@@ -98,4 +101,4 @@ def _interval_says(interval: Interval, noise: Noise, incumbent: tuple[float, flo
     return None
 
 
-__all__ = ["SLOWER", "Race", "looks_confidence", "race_stop"]
+__all__ = ["NO_PAIRS", "SLOWER", "Race", "looks_confidence", "race_stop"]
