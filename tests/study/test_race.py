@@ -26,7 +26,7 @@ from autotune.measure.stats import (
     rounds_interval,
 )
 from autotune.study import SearchOptions, search
-from autotune.study.race import SLOWER, Race, looks_confidence, race_stop
+from autotune.study.race import NO_PAIRS, SLOWER, Race, looks_confidence, race_stop
 from autotune.trial import TrialResult
 
 from ..stubs import StubMeasurer
@@ -404,7 +404,7 @@ def test_a_candidate_slow_on_purpose_is_stopped_at_the_first_look_that_reaches_i
     if "loss" in slow.user_attrs:
         assert slow.user_attrs["loss_samples"] == base.user_attrs["loss_samples"]
     else:
-        assert slow.user_attrs["quality_guard"].startswith("no loss taken: slower than the defaults with confidence")
+        assert slow.user_attrs["quality_guard"].startswith("no loss taken: its interval lies below the defaults")
     assert outcome.best.number == base.number  # nothing faster: the defaults are kept
 
 
@@ -592,6 +592,28 @@ def test_a_candidate_whose_race_ends_unsaid_wholly_below_the_defaults_takes_no_l
                 if t.user_attrs.get("role") not in ("baseline", "confirm") and t.user_attrs.get("status") == "ok"}
     assert measured & {8, 16} and measured & {64, 128}, measured  # below the defaults (0.5x, 0.8x) and not
     assert sorted(set(measurer.skipped)) == sorted(measured & {8, 16}), measurer.skipped
+
+
+class Stalled(Scripted):
+    """After its first look no pair is added (as a copy whose windows keep its loss copy's time): the interval of
+    every later look is the first one's."""
+
+    def more(self, handle: Any, n: int, timeout_s: float, confidence: float = 0.95) -> Interval:
+        if handle["calls"]:
+            n = 0
+        return super().more(handle, n, timeout_s, confidence)
+
+
+def test_a_look_that_adds_no_pairs_ends_the_race_and_says_so(tmp_path: Path, facts: Any) -> None:
+    """A look that measured nothing more cannot change the interval: the race ends there, its reason recorded, not
+    after empty looks to the most a candidate gets (whose pairs were never measured, and priced the time kept for its
+    confirmation as if they had been)."""
+    measurer = Stalled({8: 0.99, 16: 1.0, 32: 1.0, 64: 1.02, 128: 1.01})  # none decided at its first look
+    _search(tmp_path, measurer, study="stalled", fixed=_batch_alone(facts), trials=3, confirm_top=0)
+    raced = [t for t in _study(tmp_path, "stalled").get_trials(deepcopy=False)
+             if t.user_attrs.get("role") not in ("baseline", "confirm") and t.user_attrs.get("status") == "ok"]
+    assert raced and all(t.user_attrs["race"] == NO_PAIRS for t in raced), [t.user_attrs.get("race") for t in raced]
+    assert all(len(calls) == 2 for _, calls in measurer.calls[1:] if calls), measurer.calls
 
 
 class NotApplied(Scripted):
