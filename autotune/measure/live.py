@@ -309,7 +309,7 @@ class LiveMeasurer(PairedMeasurer):
             trial.failed = TrialResult(status, error=f"arm {failed.arm}: {failed.error}")
 
     def skip_loss(self, handle: object) -> None:
-        """The candidate cannot be the recipe (slower than the defaults with confidence): ``end`` does not train it
+        """The candidate cannot be the recipe (its interval wholly below the defaults): ``end`` does not train it
         to the quality guard's sample count; a loss its windows took already is kept."""
         self._trial(handle).no_loss = True
 

@@ -134,12 +134,18 @@ class ResidentCopy:
         return why
 
 
-def loss_copy_s(copy: ResidentCopy, loss_samples: int, pairs: list[tuple[float, float]]) -> float:
+def loss_copy_s(startup_s: float, loss_samples: int, pairs: list[tuple[float, float]]) -> float:
     """What ``fresh_loss`` will take for a candidate of ``pairs`` (window pairs of the defaults' rate and its own
-    in ``copy``): a start as the copy's, then ``loss_samples`` at its slowest rate seen, ``LOSS_HEADROOM`` over;
-    nothing before a pair is seen."""
-    slowest = min((c for _, c in pairs), default=0.0)
-    return LOSS_HEADROOM * (copy.startup_s + loss_samples / slowest) if slowest > 0 else 0.0
+    in the long-lived copy, whose start took ``startup_s``): a start as the copy's, then ``loss_samples`` at its
+    median rate, ``LOSS_HEADROOM`` over; nothing before a pair with a rate is seen.
+
+    >>> loss_copy_s(4.0, 8192, [(2000.0, 2048.0), (2100.0, 0.0), (1900.0, 4096.0), (2000.0, 1024.0)])
+    12.0
+    >>> loss_copy_s(4.0, 8192, [])
+    0.0
+    """
+    rates = sorted(c for _, c in pairs if c > 0)
+    return LOSS_HEADROOM * (startup_s + loss_samples / rates[len(rates) // 2]) if rates else 0.0
 
 
 def fresh_loss(plan: launch.LaunchPlan, folder: Path, loss_samples: int, start_limit_s: float, deadline: float,

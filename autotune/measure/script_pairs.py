@@ -165,8 +165,8 @@ class ScriptMeasurer(PairedMeasurer):
         """``n`` window pairs in the long-lived copy; where it cannot measure them, fresh process pairs instead."""
         starts, first = copy.run is None, 2 if not pairs and n > 2 else n  # its start; a first look of two pairs
         # its windows stop where its fresh copy for the loss, where it needs one, still fits in a look's limit
-        until = trial.deadline - (loss_copy_s(copy, self.loss_samples, pairs) if self._fresh_loss_due(trial) else 0)
-        got, why = copy.window_pairs(trial.params, first, self._window_s(), until, self.stall_s)
+        loss_s = loss_copy_s(copy.startup_s, self.loss_samples, pairs) if self._fresh_loss_due(trial) else 0.0
+        got, why = copy.window_pairs(trial.params, first, self._window_s(), trial.deadline - loss_s, self.stall_s)
         trial.startup_s += copy.startup_s if starts else 0.0
         if why is not None and why != TIME_RAN_OUT:  # the copy cannot measure it: fresh process pairs instead
             if copy.failed == why:  # it ended: its log is kept

@@ -79,15 +79,16 @@ class Guard:
     def of_result(self, params: dict[str, Any], result: TrialResult,
                   noise: Noise | None) -> tuple[float, str | None, str | None] | None:
         """The verdict on a measured candidate's result (``verdict``), as ``verdict.record`` takes it; a candidate
-        slower than the defaults with confidence (the race's ``SLOWER``, a hopeless arm) took no loss and needs
-        none, it cannot be the recipe; None: the first look on whatever loss the result has."""
+        whose interval lies wholly below 1 - margin (the race's ``SLOWER``, a race that ended there unsaid, a
+        hopeless arm) took no loss and needs none, it cannot be the recipe; None: the first look on whatever loss
+        the result has."""
         if result.status != Status.OK:
             return None
         if result.loss is not None and math.isfinite(result.loss):
             return self.verdict(params, result.loss, result.loss_source)
         margin = noise.margin if noise is not None else 0.0
         if result.loss is None and result.speedup_high is not None and result.speedup_high < 1 - margin:
-            return 0.0, None, "no loss taken: slower than the defaults with confidence, it cannot be the recipe"
+            return 0.0, None, "no loss taken: its interval lies below the defaults, it cannot be the recipe"
         return None
 
     def verdict(self, params: dict[str, Any], loss: float,
