@@ -33,7 +33,7 @@ def started_processes(method: str | None, startup_s: float | None) -> bool:
     """Whether a candidate's measuring started processes (a worker, process pairs): its start-up over ``STARTED_S``.
     Not a candidate of script mode's long-lived copy: the copy's start, once, and the fresh copy that takes a
     candidate's loss are that kind of trial's own time, and priced as process pairs they would set another
-    environment's first look at an in-copy trial's time (24 s where its process pairs took 43 s)."""
+    environment's first look at an in-copy trial's time (docs/search.md)."""
     return (startup_s or 0.0) > STARTED_S and not (method or "").startswith(COPY_METHOD)
 
 
