@@ -190,22 +190,22 @@ class ScriptMeasurer(PairedMeasurer):
         return stats.serial_median_interval([c / b for b, c in pairs], confidence) if pairs else \
             self._interval(trial, confidence)
 
+    def _changed(self, params: dict[str, Any]) -> list[str]:
+        """The knobs ``params`` sets otherwise than the defaults, in order."""
+        return sorted(k for k in params if params.get(k) != self.defaults.get(k))
+
     def _fresh_loss_due(self, trial: ScriptTrial) -> bool:
         """Whether ``end`` takes the in-copy candidate's loss from a fresh copy: its arithmetic differs."""
-        changed = {k for k in trial.params if trial.params.get(k) != self.defaults.get(k)}
-        return not trial.skip_loss and not (changed <= set(SAME_ARITHMETIC) and self.calibration is not None)
+        same = set(self._changed(trial.params)) <= set(SAME_ARITHMETIC) and self.calibration is not None
+        return not trial.skip_loss and not same
 
     def _end_in_copy(self, trial: ScriptTrial, wall_s: float) -> TrialResult:
         """A candidate measured in the long-lived copy, its loss from a fresh copy where its arithmetic differs."""
         if not trial.in_copy:
             return TrialResult(Status.CRASH, error="no window measured in the long-lived copy", wall_s=wall_s)
         interval = stats.serial_median_interval([c / b for b, c in trial.in_copy])
-        changed = sorted(k for k in trial.params if trial.params.get(k) != self.defaults.get(k))
         warnings, loss = [], None
-        if not trial.skip_loss and not self._fresh_loss_due(trial) and self.calibration is not None:
-            loss = self.calibration.loss
-            warnings.append(f"its loss is the defaults': {', '.join(changed)} changes no arithmetic")
-        elif not trial.skip_loss:
+        if self._fresh_loss_due(trial):
             self._count += 1
             plan = copy_plan(self.argv, trial.params, self.facts, self.env, self.workload)
             loss, start_s = fresh_loss(plan, self.folder / f"{self._count}-loss", self.loss_samples, self.start_limit_s,
@@ -215,6 +215,10 @@ class ScriptMeasurer(PairedMeasurer):
                 why = ("the trial's time ran out: " if time.monotonic() >= trial.loss_deadline else "") + (
                     f"its copy for the loss told none at {self.loss_samples} samples")
                 return TrialResult(failure_status(why), error=why, wall_s=time.monotonic() - trial.started)
+        elif not trial.skip_loss and self.calibration is not None:  # the same sums: the defaults' loss
+            loss = self.calibration.loss
+            same = ", ".join(self._changed(trial.params))
+            warnings.append(f"its loss is the defaults': {same} changes no arithmetic")
         return TrialResult(
             Status.OK, samples_per_s=statistics.median(c for _, c in trial.in_copy), objective=interval.median,
             speedup_low=interval.low, speedup_high=interval.high, confidence=interval.confidence,

@@ -63,6 +63,12 @@ def spread(losses: list[float]) -> float:
     return width / abs(mean) if mean else (0.0 if width == 0 else math.inf)
 
 
+def below_defaults(high: float | None, noise: Noise | None) -> bool:
+    """Whether an interval whose high bound is ``high`` lies wholly below 1 - the calibrated margin: its candidate
+    cannot be the recipe and needs no loss (the race skips it, ``Guard.of_result`` takes the result without)."""
+    return high is not None and high < 1 - (noise.margin if noise is not None else 0.0)
+
+
 class Guard:
     """The quality guard of one search: the first look (``verdict.quality``), and the second where it is near
     the limit. ``measurer``: its second look takes ``losses`` where the measurer can (``second_look``); else
@@ -86,8 +92,7 @@ class Guard:
             return None
         if result.loss is not None and math.isfinite(result.loss):
             return self.verdict(params, result.loss, result.loss_source)
-        margin = noise.margin if noise is not None else 0.0
-        if result.loss is None and result.speedup_high is not None and result.speedup_high < 1 - margin:
+        if result.loss is None and below_defaults(result.speedup_high, noise):
             return 0.0, None, "no loss taken: its interval lies below the defaults, it cannot be the recipe"
         return None
 

@@ -32,7 +32,7 @@ from ..trial.spec import Status, TrialResult
 from . import budget, oom_limits, verdict
 from .budget import Budget
 from .events import Phase, Progress, TrialStarted
-from .guard import Guard
+from .guard import Guard, below_defaults
 from .liveness import fail_orphans, heartbeat
 from .race import NO_PAIRS, SLOWER, Race
 from .records import (
@@ -358,7 +358,7 @@ class SearchLoop:
                 raise self.guard.interrupted
         # it cannot be the recipe (wholly below the defaults, said or not at the race's confidence: the guard needs
         # no loss of it, ``Guard.of_result``): no training to the guard's samples
-        if why == SLOWER or (interval.count and interval.high < 1 - noise.margin):
+        if why == SLOWER or (interval.count and below_defaults(interval.high, noise)):
             self.measurer.skip_loss(handle)
         return self.measurer.end(handle), why
 
