@@ -28,7 +28,7 @@ from .costs import (
 )
 from .environment import environment_differences, environment_key, environment_keys
 from .first_copy import script_context
-from .hopeless import FAR_SLOWER
+from .hopeless import FAR_SLOWER, is_far_slower
 from .live import LiveMeasurer
 from .measurer import LossReading, Noise, PairedMeasurer, first_pairs, told_apart
 from .paired_worker import PairedWorker
@@ -46,6 +46,7 @@ __all__ = [
     "FAR_SLOWER",
     "IN_PROCESS_METHODS",
     "in_one_process",
+    "is_far_slower",
     "LEAST_CLAIM_PAIRS",
     "MIN_MARGIN",
     "PROCESS_PAIRS",

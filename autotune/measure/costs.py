@@ -14,6 +14,7 @@ import re
 from ..trial.spec import TrialResult
 from .candidate import ACROSS, FACTOR, IN_PROCESS
 from .factors import cut_pairs
+from .hopeless import FAR_SLOWER_IN_COPY
 from .measurer import Noise, first_pairs
 from .process_pair import PROCESS_PAIRS
 from .script_pairs import CALIBRATION_PAIRS
@@ -31,10 +32,11 @@ def in_one_process(method: str | None) -> bool:
 
 def started_processes(method: str | None, startup_s: float | None) -> bool:
     """Whether a candidate's measuring started processes (a worker, process pairs): its start-up over ``STARTED_S``.
-    Not a candidate of script mode's long-lived copy: the copy's start, once, and the fresh copy that takes a
-    candidate's loss are that kind of trial's own time, and priced as process pairs they would set another
-    environment's first look at an in-copy trial's time (docs/search.md)."""
-    return (startup_s or 0.0) > STARTED_S and not (method or "").startswith(COPY_METHOD)
+    Not a candidate of script mode's long-lived copy (one stopped there far slower too): the copy's start, once,
+    and the fresh copy that takes a candidate's loss are that kind of trial's own time, and priced as process pairs
+    they would set another environment's first look at an in-copy trial's time (docs/search.md)."""
+    return (startup_s or 0.0) > STARTED_S and not (method or "").startswith(COPY_METHOD) and \
+        method != FAR_SLOWER_IN_COPY
 
 
 STARTED_S = 1.0  # a candidate's start-up longer than this started a process (Python and torch: 1.5 s at least)

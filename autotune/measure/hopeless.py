@@ -61,11 +61,18 @@ def judged_step(index: int, charged: int, builds: bool, workers: int, prefetch: 
 
 
 FAR_SLOWER = "its first steps (far slower: no pairs, no loss)"  # the method of a trial the hopeless rule stopped
+# script mode's long-lived copy's: its start, charged to the trial that started it, started no process for it
+FAR_SLOWER_IN_COPY = "its first steps in the long-lived copy (far slower: no pairs, no loss)"
 
 
-def far_slower_result(ratio: float | None, warnings: list[str]) -> TrialResult:
+def is_far_slower(method: str | None) -> bool:
+    """Whether a result of ``method`` is a candidate the hopeless rule stopped in its first steps."""
+    return method in (FAR_SLOWER, FAR_SLOWER_IN_COPY)
+
+
+def far_slower_result(ratio: float | None, warnings: list[str], method: str = FAR_SLOWER) -> TrialResult:
     """A candidate stopped far slower than the defaults in its first steps, as a measured trial: its steps' ratio to
     the defaults' (None where no step ended: half the bound), at most ``1 / HOPELESS``, no pairs and no loss."""
     bound = 1 / HOPELESS
     return TrialResult(Status.OK, objective=ratio if ratio is not None else bound / 2, speedup_high=bound,
-                       method=FAR_SLOWER, pairs=0, warnings=warnings)
+                       method=method, pairs=0, warnings=warnings)

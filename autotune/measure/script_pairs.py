@@ -183,7 +183,7 @@ class ScriptMeasurer(PairedMeasurer):
         slower = (results.far_slower(1 / max(fastest, 1e-12), 1 / base)
                   if looked and got and base > 0 else None)
         if slower is not None:
-            trial.failed = results.hopeless_result(slower)
+            trial.failed = results.hopeless_result(slower, in_copy=True)
             return self._interval(trial, confidence)  # none: the race ends, and later calls measure nothing
         if first < n and why is None:
             return self._more_in_copy(trial, copy, pairs, n - first, confidence)

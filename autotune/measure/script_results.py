@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..trial.spec import Status, TrialResult
-from .hopeless import HOPELESS, far_slower_result
+from .hopeless import FAR_SLOWER, FAR_SLOWER_IN_COPY, HOPELESS, far_slower_result
 
 METHOD = "script process pairs"
 COPY_METHOD = "script window pairs in one copy"
@@ -73,6 +73,9 @@ def far_slower(mine: float | None, theirs: float | None) -> float | None:
     return mine / theirs
 
 
-def hopeless_result(slower: float) -> TrialResult:
+def hopeless_result(slower: float, in_copy: bool = False) -> TrialResult:
+    """A candidate whose steps took ``slower`` times the defaults' time per sample, stopped there; ``in_copy``: in
+    the long-lived copy, which started no process for it (``costs.started_processes``)."""
     return far_slower_result(1 / slower, [f"stopped after its first steps, {1 / slower:.2f}x the defaults: its "
-                                          f"steps took {slower:.0f}x the defaults' time per sample"])
+                                          f"steps took {slower:.0f}x the defaults' time per sample"],
+                             FAR_SLOWER_IN_COPY if in_copy else FAR_SLOWER)

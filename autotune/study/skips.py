@@ -2,7 +2,7 @@
 
 A precision is not started where this machine's kernels measured it hopeless (``seeds.not_seeded``), or where a
 trial of this search with that precision and memory format, in the defaults' environment, was stopped far slower
-than the defaults in its first steps (``measure.FAR_SLOWER``) and none measured otherwise: another batch size,
+than the defaults in its first steps (``measure.is_far_slower``) and none measured otherwise: another batch size,
 thread count or matmul precision does not make a step of a far slower kernel fast. The hopeless rule gives such a
 candidate up in its first steps, but only after what comes before them: an environment's process pairs, a script's
 copies starting (a pair of fresh copies of a script takes seconds before its first step). The batch sizes known to
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..measure import FAR_SLOWER, environment_differences
+from ..measure import environment_differences, is_far_slower
 from ..trial.spec import Status
 from .records import BASELINE, CONFIRM, WARM_START, StudyAttr, records
 
@@ -42,7 +42,7 @@ def not_started(study: optuna.Study, role: str, params: dict[str, Any], fixed: d
              and [r.params.get(k) for k in KERNEL_KEYS] == kernels]
     # only a trial of the defaults' environment speaks for its precision: another's may have been far slower for
     # its environment (its process pairs' first steps, or a thread count), whatever its precision
-    slow = [r for r in alike if r.result.method == FAR_SLOWER and not environment_differences(defaults, r.params)]
-    if not slow or any(r.result.method != FAR_SLOWER for r in alike):  # measured otherwise once: not hopeless
+    slow = [r for r in alike if is_far_slower(r.result.method) and not environment_differences(defaults, r.params)]
+    if not slow or any(not is_far_slower(r.result.method) for r in alike):  # measured otherwise once: not hopeless
         return None
     return f"not started: {dtype} was far slower than the defaults in trial {slow[0].number}'s first steps"

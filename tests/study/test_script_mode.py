@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from autotune import search_spaces as spaces
-from autotune.measure import sizing
+from autotune.measure import sizing, started_processes
 from autotune.measure.first_copy import script_context
 from autotune.measure.script import ScriptRun
 from autotune.measure.script_pairs import ScriptMeasurer
@@ -347,7 +347,8 @@ def test_an_in_place_candidate_is_measured_in_one_long_lived_copy_and_a_batch_th
     """Issue 60: channels_last (a third of the step) is measured in the long-lived copy of the defaults, switched
     between windows, no copy started for it; a larger batch, where the script builds its batch once (``LOADER=once``,
     as a DataLoader built once), does not show in the copy's steps: the candidate is measured in fresh process
-    pairs instead, and its result says why. A candidate far slower in its first window pair stops there. One whose
+    pairs instead, and its result says why. A candidate far slower in its first window pair stops there, and the
+    copy it started is no process of its own for the budget's prices. One whose
     arithmetic differs (bfloat16) takes its loss from a fresh copy after its windows: a race's second look, limited
     to the budget less the confirmation's reserve, stops its windows where that copy still fits (priced from the
     long-lived copy's start and the candidate's rate), and the copy has the trial's own time, not the look's limit:
@@ -357,19 +358,21 @@ def test_an_in_place_candidate_is_measured_in_one_long_lived_copy_and_a_batch_th
     # and warning, not its speed, are the subject
     measurer, candidate = _measurer(facts, tmp_path, start_s=60.0, resident=True, windows=sizing.FEWEST_WINDOWS)
     try:
-        handle = measurer.begin(candidate, timeout_s=60)
-        interval = measurer.more(handle, 4, timeout_s=60)
-        measurer.skip_loss(handle)  # the measuring is the subject here: no copy for its loss
-        result = measurer.end(handle)
-        assert result.method == "script window pairs in one copy (4)" and interval.count == 4, result
-        assert 2.0 < result.objective < 3.6 and result.startup_s > 0, result  # this trial started the copy
-        assert not list(tmp_path.glob("*-candidate")), list(tmp_path.iterdir())
-        # float16, 20x slower here (0.01x on a CPU without its kernels): its first window pair stops it, no loss
+        # float16, 20x slower here (0.01x on a CPU without its kernels): its first window pair stops it, no loss;
+        # it started the copy, and the budget does not price a started trial by it (no process was its own)
         handle = measurer.begin({**measurer.defaults, "amp_dtype": "float16"}, timeout_s=60)
         measurer.more(handle, 4, timeout_s=60)
         hopeless = measurer.end(handle)
         assert hopeless.method.startswith("its first steps") and hopeless.objective < 1 / 8, hopeless
         assert hopeless.loss is None and not list(tmp_path.glob("*-loss")), hopeless
+        assert hopeless.startup_s > 0 and not started_processes(hopeless.method, hopeless.startup_s), hopeless
+        handle = measurer.begin(candidate, timeout_s=60)
+        interval = measurer.more(handle, 4, timeout_s=60)
+        measurer.skip_loss(handle)  # the measuring is the subject here: no copy for its loss
+        result = measurer.end(handle)
+        assert result.method == "script window pairs in one copy (4)" and interval.count == 4, result
+        assert 2.0 < result.objective < 3.6 and result.startup_s == 0, result  # in the copy already started
+        assert not list(tmp_path.glob("*-candidate")), list(tmp_path.iterdir())
         handle = measurer.begin({**candidate, "amp_dtype": "bfloat16"}, timeout_s=60)
         assert measurer.more(handle, 2, timeout_s=60).count == 2
         # the race's limit, shorter than its loss copy (a start as the copy's, 1.5x over): no window pair more
