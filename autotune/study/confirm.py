@@ -170,7 +170,7 @@ class Rounds:
                 trial = new_trial(loop, entry.number, round_)
                 remaining = loop.budget.left() - held
                 # its own limit, from its measured times: a round stopped there stopped answering; one the budget's end
-                # stopped before it is cut (``budget.judged``), and the rounds that completed decide
+                # stopped before it is cut (``limits.judged``), and the rounds that completed decide
                 limit = max(60.0, 3 * budget.round_s(entry.result, loop.noise, loop.options, round_),
                             3 * self.took.get(params_key(entry.params), 0.0))
                 timeout = max(1.0, min(remaining, limit))

@@ -29,7 +29,7 @@ from ..errors import TrialError
 from ..measure import Interval, Noise, PairedMeasurer, environment_key, own_copies, race_round_s
 from ..trial.lock import LockBusy, host_lock, owner
 from ..trial.spec import Status, TrialResult
-from . import budget, oom_limits, verdict
+from . import budget, limits, oom_limits, verdict
 from .budget import Budget
 from .events import Phase, Progress, TrialStarted
 from .guard import Guard, below_defaults
@@ -96,8 +96,8 @@ class SearchLoop:
         self.notify(Phase(name, self.current, detail))
 
     def timeout_s(self, params: dict[str, Any], remaining: float, estimate: float | None) -> float:
-        """The trial's time limit (``budget.timeout_s``)."""
-        return budget.timeout_s(self.study, self.options, params, remaining, estimate)
+        """The trial's time limit (``limits.timeout_s``)."""
+        return limits.timeout_s(self.study, self.options, params, remaining, estimate)
 
     def reserve_s(self, estimate: float | None) -> float:
         """Time kept for the confirmation (``budget.reserve_s``)."""
@@ -238,7 +238,7 @@ class SearchLoop:
         self.turns.duplicates = 0
         remaining = self.budget.left()  # the lock may have been waited for
         timeout = max(1.0, min(remaining, self.timeout_s(params, remaining, estimate)))
-        own = budget.own_limit_s(self.study, self.options, params, estimate)
+        own = limits.own_limit_s(self.study, self.options, params, estimate)
         result = self.run_one(trial, role, params, timeout, own_s=own)
         if result.status == Status.SKIPPED:  # the measurer did not start it: its processes would outlast the time
             return ("budget" if skips + 1 >= MAX_SKIPS else None), skips + 1, result, role
@@ -267,7 +267,7 @@ class SearchLoop:
                 own_s: float | None = None) -> TrialResult:
         """Measure a claimed trial (the host lock held) and record it; Ctrl-C records it interrupted. ``own_s``: its
         own limit, where ``timeout`` may be the budget's: a timeout short of it is cut, not the candidate's
-        (``budget.judged``)."""
+        (``limits.judged``)."""
         self.notify(TrialStarted(trial.number, role, params))
         self.current = trial.number
         trial.set_user_attr(Attr.RUN_STARTED, self.budget.wall())  # wall clock: comparable between workers
@@ -276,7 +276,7 @@ class SearchLoop:
                 result, why = self._measure(role, params, self.budget.now() + timeout,
                                             bool(trial.user_attrs.get(Attr.AHEAD)))
             if own_s is not None:
-                result = budget.judged(result, timeout, own_s)
+                result = limits.judged(result, timeout, own_s)
         except KeyboardInterrupt:
             trial.set_user_attr(Attr.RUN_ENDED, self.budget.wall())
             self.record(trial, role, params, TrialResult(Status.INTERRUPTED, error="stopped by Ctrl-C"))

@@ -277,7 +277,8 @@ def test_no_trial_may_take_the_time_kept_for_the_confirmation() -> None:
 
     from autotune.measure import Noise
     from autotune.study import SearchOptions
-    from autotune.study.budget import reserve_s, timeout_s
+    from autotune.study.budget import reserve_s
+    from autotune.study.limits import timeout_s
 
     study = optuna.create_study(direction="maximize")
     noise = Noise(window_s=0.5, pairs=12, half_width=0.03, margin=0.02, spread=0.1, aa=(1.0, 0.97, 1.03))
