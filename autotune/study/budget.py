@@ -215,7 +215,7 @@ OVER = 1.1  # kept over the rounds' and the claim's estimates: a fresh process's
 
 
 def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | None, *,
-              racing: Sequence[tuple[TrialResult, dict[str, Any]]] = ()) -> float:
+              racing: Sequence[tuple[TrialResult, dict[str, Any]]] = (), left: float | None = None) -> float:
     """Time kept for the confirmation: the rounds of each candidate it would likely confirm now (its
     ``contenders``: not one whose search interval lies wholly below the first's, nor one whose median is below
     1 + margin), each environment's part once a
@@ -228,10 +228,13 @@ def reserve_s(study: optuna.Study, options: SearchOptions, estimate: float | Non
     budget, at least one a candidate. ``racing``: the candidates being raced or about to be (each its result so far,
     its params), counted as more while the confirmation has room for them, so that a candidate's later race rounds
     never take the time its own confirmation needs (a short budget's first candidate raced to its cap, then was not
-    confirmed)."""
+    confirmed). ``left``: the time left, where a contender's round it cannot hold beside the claim and the rounds
+    of those ranked above, at its estimate as the confirmation judges it (``confirm.Rounds``), is not kept, nor its
+    later ones; the first's first round and the racing's rounds always are. Kept for rounds that never run, the time
+    went unused where a trial more would have fitted."""
     if (estimate is None and not racing) or options.budget_s is None or options.confirm_top <= 0:
         return 0.0
-    return _reserve(study, options, racing)[1]
+    return _reserve(study, options, racing, left)[1]
 
 
 def kept_rounds(study: optuna.Study, options: SearchOptions) -> int:
@@ -242,26 +245,41 @@ def kept_rounds(study: optuna.Study, options: SearchOptions) -> int:
     return _reserve(study, options, ())[0]
 
 
-def _reserve(study: optuna.Study, options: SearchOptions,
-             racing: Sequence[tuple[TrialResult, dict[str, Any]]]) -> tuple[int, float]:
+def _reserve(study: optuna.Study, options: SearchOptions, racing: Sequence[tuple[TrialResult, dict[str, Any]]],
+             left: float | None = None) -> tuple[int, float]:
     """``reserve_s``'s (rounds kept a candidate, seconds kept)."""
     assert options.budget_s is not None
     noise = recorded_noise(study)
     baseline, top = lineup(study, options.confirm_top, options.confirm_rounds)
     entries = [(r.result, environment_key(r.params))
                for r in contenders(top, confirm_bar(study, options.confirm_rounds))]
-    room = max(0, options.confirm_top - len(entries)) if baseline is not None else 0
+    measured, room = len(entries), max(0, options.confirm_top - len(entries)) if baseline is not None else 0
     entries += [(result, environment_key(params)) for result, params in racing[:room]]
     kept = max(1, options.confirm_rounds)
     if not entries:
         return kept, 0.0
     claim, least = claim_s(study, options), floors(study)
+
+    def priced(rounds: list[tuple[TrialResult, str, int]]) -> float:
+        return rounds_s(rounds, noise, options, floors=least)
+
     while True:
-        rounds = [(result, env, n) for result, env in entries for n in range(kept)]
-        reserve = OVER * rounds_s(rounds, noise, options, floors=least) + claim
+        reserve = OVER * priced([(result, env, n) for result, env in entries for n in range(kept)]) + claim
         if kept == 1 or reserve <= RESERVE_SHARE * options.budget_s:
-            return kept, reserve
+            break
         kept -= 1
+    if left is None or reserve <= left:
+        return kept, reserve
+    held = [(result, env, n) for i, (result, env) in enumerate(entries) for n in range(kept)
+            if i >= measured or i == n == 0]
+    # best first, each round while it fits beside those above as the confirmation judges it (``confirm.Rounds``:
+    # at its estimate, the claim's time held); what is kept for those that fit is ``OVER`` them, as above
+    for i, (result, env) in enumerate(entries[:measured]):
+        for n in range(1 if i == 0 else 0, kept):
+            if priced([*held, (result, env, n)]) + claim > left:
+                break
+            held.append((result, env, n))
+    return kept, OVER * priced(held) + claim
 
 
 CLAIM_SHARE = 0.4  # of a budget, the most its claim's pairs take at their price (kept ``OVER`` that)
@@ -308,16 +326,17 @@ def claim_s(study: optuna.Study, options: SearchOptions) -> float:
 
 def racing_reserve_s(study: optuna.Study, options: SearchOptions, params: dict[str, Any], method: str, *,
                      wall_s: float, timed_s: float, pairs: int = 0, measured: TrialResult | None = None,
-                     then: Sequence[tuple[TrialResult, dict[str, Any]]] = ()) -> float:
+                     then: Sequence[tuple[TrialResult, dict[str, Any]]] = (), left: float | None = None) -> float:
     """``reserve_s`` with the candidate being raced counted (``racing``): its time so far, ``wall_s`` of which
     ``timed_s`` in windows, and its ``method`` as its result will say it (the measurer's ``method``; ``round_parts``
     reads it); all its time outside windows so far is counted as its arm's warm-up (its build and compile are in it,
     its loss may be), and for an environment measured by its process pairs alone, shared by the ``pairs`` it ran
     (a round runs one); ``measured``: its figures as the measurer keeps them (``PairedMeasurer.so_far``: script
-    mode's), in their place. ``then``: candidates that follow it, counted too (``racing``'s)."""
+    mode's), in their place. ``then``: candidates that follow it, counted too (``racing``'s). ``left``: as
+    ``reserve_s``'s."""
     so_far = measured or TrialResult(Status.OK, wall_s=wall_s, timed_s=timed_s, warmup_s=max(0.0, wall_s - timed_s),
                                      method=method, pairs=pairs or None)
-    return reserve_s(study, options, None, racing=[(so_far, params), *then])
+    return reserve_s(study, options, None, racing=[(so_far, params), *then], left=left)
 
 
 def floors(study: optuna.Study) -> dict[str, float]:

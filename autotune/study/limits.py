@@ -34,7 +34,7 @@ def timeout_s(study: optuna.Study, options: SearchOptions, params: dict[str, Any
               estimate: float | None) -> float:
     """The trial's time limit: its own (``own_limit_s``), never into the time kept for the confirmation
     (``reserve_s``): a trial that would need it is cut and the candidates already found are still confirmed."""
-    available = max(1.0, remaining - reserve_s(study, options, estimate_s(study)))
+    available = max(1.0, remaining - reserve_s(study, options, estimate_s(study), left=remaining))
     return min(available, own_limit_s(study, options, params, estimate))
 
 

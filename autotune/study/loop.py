@@ -100,8 +100,8 @@ class SearchLoop:
         return limits.timeout_s(self.study, self.options, params, remaining, estimate)
 
     def reserve_s(self, estimate: float | None) -> float:
-        """Time kept for the confirmation (``budget.reserve_s``)."""
-        return budget.reserve_s(self.study, self.options, estimate)
+        """Time kept for the confirmation (``budget.reserve_s``), the rounds the time left holds."""
+        return budget.reserve_s(self.study, self.options, estimate, left=self.budget.left())
 
     def measured(self) -> int:
         """Trials of the study (every worker's, every run's) that count toward ``--trials``."""
@@ -345,7 +345,7 @@ class SearchLoop:
                 limit = min(deadline, self.budget.deadline - looks_s - budget.racing_reserve_s(
                     self.study, self.options, params, self.measurer.method(handle, params), wall_s=now - started,
                     timed_s=2 * used * noise.window_s, pairs=self._process_pairs(params) - before,
-                    measured=self.measurer.so_far(handle), then=then))
+                    measured=self.measurer.so_far(handle), then=then, left=self.budget.deadline - now - looks_s))
             if used and limit - now < race_round_s(n, noise.window_s):
                 why = "the trial's time ran out" if limit == deadline else kept
                 break

@@ -255,7 +255,8 @@ class Turns:
 
     def _admitted(self, first: float) -> bool:
         """Whether the loop admits a trial whose look takes ``first`` beside the contenders' time (``reserve_s``)."""
-        return self.budget.left() - budget.reserve_s(self.study, self.options, first) >= first
+        left = self.budget.left()
+        return left - budget.reserve_s(self.study, self.options, first, left=left) >= first
 
     def following(self, params: dict[str, Any], role: str) -> tuple[list[Prospect], float]:
         """What follows a seed of another environment where an in-process winner would combine with it and none with

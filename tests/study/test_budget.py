@@ -213,6 +213,43 @@ def test_the_reserve_keeps_fewer_rounds_where_all_would_take_most_of_the_budget(
     assert kept_rounds(study, SearchOptions(budget_s=None)) == 3
 
 
+def test_the_reserve_keeps_no_round_the_time_left_cannot_hold() -> None:
+    """Two script-mode contenders, bfloat16 (rounds of 17.5 s) and tcmalloc (20 s), two rounds each kept, 10% over:
+    82.5 s. A round is judged as the confirmation judges it, at its estimate beside those above (``confirm.Rounds``):
+    with 58 s left tcmalloc's first fits beside bfloat16's two (55 s) and all stay kept (the search stops there);
+    with 54 s it cannot, and bfloat16's two rounds are kept; with 30 s, bfloat16's first alone, whatever is left.
+    Beside the claim's six pairs of 10 s (66 s kept), with 90 s left tcmalloc's round cannot fit either. Kept for
+    rounds that never run, the time went unused (a 3-minute CNN search stopped sampling with 111 s left, 118 s kept,
+    and ended 26 s early); a trial may take what is left beside those that will run."""
+    from dataclasses import asdict, replace
+
+    import optuna
+
+    from autotune.study import SearchOptions
+    from autotune.study.budget import racing_reserve_s, reserve_s
+    from autotune.study.limits import timeout_s
+
+    study, noise = _script_study()
+    study.add_trial(optuna.trial.create_trial(value=1.5, user_attrs={
+        "wall_s": 40.0, "startup_s": 12.0, "timed_s": 24.4, "status": "ok", "role": "heuristic",
+        "params": {"batch_size": 64, "allocator": "tcmalloc"}, "objective": 1.5, "speedup_low": 1.2,
+        "speedup_high": 1.9, "method": "script process pairs (4)"}))
+    options = SearchOptions(budget_s=178)
+    kept = {left: reserve_s(study, options, 42.0, left=left) for left in (None, 100.0, 58.0, 54.0, 30.0, 10.0)}
+    assert kept == {None: pytest.approx(82.5), 100.0: pytest.approx(82.5), 58.0: pytest.approx(60.5),
+                    54.0: pytest.approx(38.5), 30.0: pytest.approx(19.25), 10.0: pytest.approx(19.25)}
+    assert timeout_s(study, options, {}, 54.0, 42.0) == pytest.approx(54.0 - 38.5)  # was 1 s: 54 - 82.5 kept
+    study.set_user_attr("noise", asdict(replace(noise, start_s=4.0, run_s=5.0)))  # a pair of your runs: 10 s
+    assert reserve_s(study, options, 42.0) == pytest.approx(1.1 * (17.5 + 20.0 + 6 * 10.0))  # one round each
+    assert reserve_s(study, options, 42.0, left=90.0) == pytest.approx(1.1 * (17.5 + 6 * 10.0))
+    # a candidate being raced (two process pairs in 12 s so far: a round of 12 s) keeps its round; tcmalloc's goes
+    raced = {left: racing_reserve_s(study, options, {"batch_size": 64, "channels_last": True},
+                                    "script process pairs (2)", wall_s=12.0, timed_s=4.0, left=left)
+             for left in (None, 90.0)}
+    assert raced == {None: pytest.approx(1.1 * (17.5 + 20.0 + 12.0 + 60.0)),
+                     90.0: pytest.approx(1.1 * (17.5 + 12.0 + 60.0))}
+
+
 def _script_loop(facts: Any, measurer: Any, options: Any, seconds: float) -> Any:
     """A SearchLoop of script mode over a measurer of noise alone, calibrated, ``seconds`` from its deadline."""
 
