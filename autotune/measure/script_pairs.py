@@ -168,6 +168,7 @@ class ScriptMeasurer(PairedMeasurer):
         loss_s = loss_copy_s(copy.startup_s, self.loss_samples, pairs) if self._fresh_loss_due(trial) else 0.0
         got, why = copy.window_pairs(trial.params, first, self._window_s(), trial.deadline - loss_s, self.stall_s)
         trial.startup_s += copy.startup_s if starts else 0.0
+        trial.once_s += copy.startup_s if starts else 0.0  # the copy's start: the next candidate's trial pays none
         if why is not None and why != TIME_RAN_OUT:  # the copy cannot measure it: fresh process pairs instead
             if copy.failed == why:  # it ended: its log is kept
                 self.failed_copies.append(copy.folder)
@@ -224,8 +225,8 @@ class ScriptMeasurer(PairedMeasurer):
             speedup_low=interval.low, speedup_high=interval.high, confidence=interval.confidence,
             method=copy_method(len(trial.in_copy)), pairs=len(trial.in_copy),
             baseline_samples_per_s=statistics.median(b for b, _ in trial.in_copy), **loss_fields(loss),
-            startup_s=trial.startup_s, timed_s=trial.timed_s, wall_s=time.monotonic() - trial.started,
-            warnings=warnings)
+            startup_s=trial.startup_s, timed_s=trial.timed_s, once_s=trial.once_s,
+            wall_s=time.monotonic() - trial.started, warnings=warnings)
 
     def end(self, handle: object) -> TrialResult:
         trial = self._trial(handle)
@@ -233,7 +234,8 @@ class ScriptMeasurer(PairedMeasurer):
         if trial.in_copy is not None and trial.failed is None:
             return self._end_in_copy(trial, wall_s)
         if trial.failed is not None:
-            return TrialResult(**{**trial.failed.to_dict(), "wall_s": wall_s, "startup_s": trial.startup_s})
+            return TrialResult(**{**trial.failed.to_dict(), "wall_s": wall_s, "startup_s": trial.startup_s,
+                                  "once_s": trial.once_s})
         if trial.baseline:
             cal = self.calibration
             assert cal is not None and self.noise is not None

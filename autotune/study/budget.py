@@ -117,10 +117,11 @@ def estimate_s(study: optuna.Study, compile_mode: str | None = None) -> float | 
     return _first_rounds_s(study)
 
 
-def _median_wall_s(study: optuna.Study, keep: Callable[[dict[str, Any]], bool]) -> float | None:
-    """1.2x the median wall time of the study's trials whose user attributes ``keep`` takes; None if none."""
-    walls = sorted(t.user_attrs[Attr.WALL_S] for t in study.get_trials(deepcopy=False)
-                   if Attr.WALL_S in t.user_attrs and keep(t.user_attrs))
+def _median_wall_s(study: optuna.Study, keep: Callable[[dict[str, Any]], bool], once: bool = False) -> float | None:
+    """1.2x the median wall time of the study's trials whose user attributes ``keep`` takes, ``once``: less the time
+    each spent once (``TrialResult.once_s``); None if none."""
+    walls = sorted(t.user_attrs[Attr.WALL_S] - (once and t.user_attrs.get("once_s") or 0.0)
+                   for t in study.get_trials(deepcopy=False) if Attr.WALL_S in t.user_attrs and keep(t.user_attrs))
     return 1.2 * walls[len(walls) // 2] if walls else None
 
 
@@ -159,13 +160,14 @@ def first_process_pairs_s(noise: Noise) -> float | None:
 
 def in_process_estimate_s(study: optuna.Study) -> float | None:
     """How long a candidate that starts no process likely takes (a ``warm`` environment's, not compiled): 1.2x
-    the median wall time of the finished candidates, not pruned, that started none and did not compile; before
-    any, as ``estimate_s`` before any candidate. The median of all candidates, raised by process pairs, would
-    overstate it many times over and leave the budget's end unused."""
+    the median wall time of the finished candidates, not pruned, that started none and did not compile, less what
+    each spent once (script mode's long-lived copy's start, which the next candidate does not pay); before any, as
+    ``estimate_s`` before any candidate. The median of all candidates, raised by process pairs, would overstate it
+    many times over and leave the budget's end unused."""
     found = _median_wall_s(study, lambda a: a.get(Attr.STATUS) == Status.OK
                            and a.get(Attr.ROLE) not in (BASELINE, CONFIRM) and in_one_process(a.get("method"))
                            and not started_processes(a.get("method"), a.get("startup_s"))
-                           and (a.get(Attr.PARAMS, {}).get("compile_mode") or "none") == "none")
+                           and (a.get(Attr.PARAMS, {}).get("compile_mode") or "none") == "none", once=True)
     return found if found is not None else _first_rounds_s(study)
 
 

@@ -366,6 +366,7 @@ def test_an_in_place_candidate_is_measured_in_one_long_lived_copy_and_a_batch_th
         assert hopeless.method.startswith("its first steps") and hopeless.objective < 1 / 8, hopeless
         assert hopeless.loss is None and not list(tmp_path.glob("*-loss")), hopeless
         assert hopeless.startup_s > 0 and not started_processes(hopeless.method, hopeless.startup_s), hopeless
+        assert hopeless.once_s == hopeless.startup_s, hopeless  # the copy's start, spent once: no later trial's
         handle = measurer.begin(candidate, timeout_s=60)
         interval = measurer.more(handle, 4, timeout_s=60)
         measurer.skip_loss(handle)  # the measuring is the subject here: no copy for its loss
