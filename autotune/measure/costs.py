@@ -71,7 +71,8 @@ def _script_pair_s(outside_s: float, timed_s: float, window_pairs: int, a_pair: 
 
 def _pair_outside_s(wall_s: float, timed_s: float, once_s: float | None, ran: int) -> float:
     """Of ``ran`` measured process pairs, one pair's time outside windows that a round's pair takes again: not what
-    the trial spent once (``TrialResult.once_s``: the candidate trained on to the loss's samples)."""
+    the trial spent once (``TrialResult.once_s``: the candidate trained on to the loss's samples, and where it began
+    in the long-lived copy, the time spent there)."""
     return max(0.0, wall_s - timed_s - (once_s or 0.0)) / max(1, ran)
 
 

@@ -31,7 +31,7 @@ class ScriptTrial:
     base_rates: list[float] = field(default_factory=list)
     startup_s: float = 0.0  # its copies' start and warm-up (the share of the budget spent starting copies)
     timed_s: float = 0.0
-    once_s: float = 0.0  # untimed time it spent once, not each process pair (``TrialResult.once_s``)
+    once_s: float = 0.0  # untimed time it spent once, not each process pair nor candidate (``TrialResult.once_s``)
     loss: tuple[int, float, str] | None = None  # (samples, value, source) its copy told (``ScriptRun.loss_told``)
     waited_s: float = 0.0  # the defaults' copies' windows: waiting for data, of ``spans_s``
     spans_s: float = 0.0

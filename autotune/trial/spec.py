@@ -69,7 +69,8 @@ class TrialResult:
     warmup_s: float | None = None  # first step (compile) and warm-up steps, not timed
     timed_s: float | None = None  # the timed windows
     # script mode: untimed time the trial spent once, not each process pair (the candidate trained on to the loss's
-    # samples, the defaults' step timed alone): a confirmation round's pairs do not repeat it (``costs``)
+    # samples, the defaults' step timed alone, the long-lived copy's start): neither a confirmation round's pairs
+    # nor the next in-copy candidate repeat it (``costs``, ``budget.in_process_estimate_s``)
     once_s: float | None = None
     loss: float | None = None  # on the held-out samples (or the workload's evaluate)
     loss_samples: int | None = None  # samples trained (over all ranks) when the loss was taken
