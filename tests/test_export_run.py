@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from autotune import cli, probes
+from autotune import search_spaces as spaces
 from autotune.probes import AllowedCpus, Core, _nvml, _probe
-from autotune.recipe_file import parse_env
+from autotune.recipe_file import load_recipe_file, parse_env
 from autotune.trial import launch
 
 from .conftest import SHARED
@@ -97,3 +100,45 @@ def test_the_memory_cap_is_the_visible_mig_slice(hgx_host, monkeypatch) -> None:
     sliced = _probe.probe(runtime=False)
     assert sliced.gpus[0].memory_bytes == 9984 * 2**20
     assert driver._max_batch(wl, model, sliced, "cuda") < whole
+
+
+_RUN_WITHOUT_TORCH = """
+import json, sys
+from autotune import cli, probes
+from autotune import search_spaces as spaces
+from autotune.trial import launch
+
+class Done:
+    def wait(self):
+        return 0
+
+plans = []
+launch.start = lambda plan: plans.append(plan) or Done()  # plan it, start nothing
+codes = [cli.main(["run", "--recipe", path, "--", "true"]) for path in sys.argv[1:]]
+print(json.dumps({"codes": codes, "torch": "torch" in sys.modules, "fingerprint": probes.probe().fingerprint,
+                  "plans": [[plan.env, plan.cpus] for plan in plans]}))
+"""
+
+
+def test_autotune_run_plans_without_importing_torch_what_the_imported_runtime_plans(tmp_path: Path) -> None:
+    """``autotune run`` starts your command without importing torch first (seconds of its own before your
+    training's import): its probe reads torch's version from its files, the fingerprint and the plan are those of
+    the probe that imports it (the tree's libraries: Intel's OpenMP, tcmalloc, jemalloc, glibc's kept heap)."""
+    facts = probes.probe(gpus=False)  # torch imported: the runtime as the search probes it
+    recipes = [{"openmp": "intel", "kmp_blocktime": 1, "allocator": "tcmalloc", "affinity": "compact",
+                "threads": 1, "interop_threads": 1},
+               {"allocator": "jemalloc", "affinity": "spread"}, {"allocator": "glibc-kept"}]
+    paths = []
+    for i, params in enumerate(recipes):
+        paths.append(tmp_path / f"r{i}.json")
+        paths[-1].write_text(json.dumps({"params": params, "workload": "tiny", "fingerprint": facts.fingerprint}))
+    out = subprocess.run([sys.executable, "-c", _RUN_WITHOUT_TORCH, *map(str, paths)], capture_output=True,
+                         text=True, check=True, timeout=60)
+    found = json.loads(out.stdout.splitlines()[-1])
+    assert (found["codes"], found["torch"], found["fingerprint"]) == ([0, 0, 0], False, facts.fingerprint), \
+        out.stderr
+    for params, path, (env, cpus) in zip(recipes, paths, found["plans"], strict=True):
+        plan = launch.for_recipe(load_recipe_file(path), ["true"], os.environ, facts=facts)
+        ours = {*spaces.env_forms(params), "AUTOTUNE_RECIPE"}  # every variable the recipe's families may set
+        assert {k: env.get(k) for k in ours} == {k: plan.env.get(k) for k in ours}, params
+        assert cpus == (None if plan.cpus is None else list(plan.cpus)), params  # pinned where affinity says

@@ -91,11 +91,11 @@ def run(args: argparse.Namespace) -> int:
     if args.workload and not args.recipe:
         from ..service import fetch
 
-        facts = probes.probe()  # as apply() in the command probes: the fingerprints compare
+        facts = probes.probe(import_torch=False)  # as apply() in the command probes: the fingerprints compare
         recipe = fetch(args.storage, args.workload, facts.fingerprint, study=args.study)
     else:
         recipe = find_recipe(args)  # checked, and a storage error said, before the machine is probed
-        facts = probes.probe()
+        facts = probes.probe(import_torch=False)  # torch's import is your command's, not a second one before it
     # refused here in one line, not after the command has started and loaded its data
     other = check_machine(recipe, facts, allow_other_hardware=args.allow_other_hardware,
                           way_out="pass --allow-other-hardware")

@@ -107,6 +107,9 @@ class Runtime:
     ipex_version: str | None = None
     ipex_compatible: bool | None = None
     glibc: bool | None = None  # the C library is glibc: its malloc takes the thresholds of ``allocator=glibc-kept``
+    # False: probed without importing torch (``probe(import_torch=False)``): ``openmp``, ``onednn`` and
+    # ``distributed_backends`` are unknown, not absent; a launch plan and a fingerprint need none of them
+    imported: bool = True
 
 
 @dataclass(frozen=True)

@@ -14,15 +14,16 @@ from ._memory import live_memory, recorded_memory
 log = logging.getLogger(__name__)
 
 
-def probe(root: str | None = None, *, runtime: bool = True, gpus: bool = True) -> Facts:
+def probe(root: str | None = None, *, runtime: bool = True, gpus: bool = True, import_torch: bool = True) -> Facts:
     """The hardware facts of this machine, or of a recorded tree when ``root`` is given.
 
     ``root`` is a directory laid out like ``/`` (``ROOT/sys``, ``ROOT/proc``), as a
     ``hwloc-gather-topology`` tarball or ``autotune probe --record`` unpacks; the live-only facts
-    (runtime, GPUs) are then not probed. ``runtime=False`` skips importing torch (seconds);
-    ``gpus=False`` skips NVML. The GPUs are the devices CUDA can use in a process started with this
-    environment (``CUDA_VISIBLE_DEVICES``, ``CUDA_DEVICE_ORDER``), in CUDA's order. Raises ``ProbeError``
-    for a root that is not a recorded tree.
+    (runtime, GPUs) are then not probed. ``runtime=False`` skips importing torch (seconds) and the runtime;
+    ``import_torch=False`` probes the runtime without importing torch where it is not imported yet (its version
+    and build read from its files: the same fingerprint; ``Runtime.imported``); ``gpus=False`` skips NVML. The
+    GPUs are the devices CUDA can use in a process started with this environment (``CUDA_VISIBLE_DEVICES``,
+    ``CUDA_DEVICE_ORDER``), in CUDA's order. Raises ``ProbeError`` for a root that is not a recorded tree.
 
     >>> facts = probe(runtime=False, gpus=False)
     >>> facts.cpu.allowed.threads == len(os.sched_getaffinity(0))
@@ -40,7 +41,7 @@ def probe(root: str | None = None, *, runtime: bool = True, gpus: bool = True) -
         from ._runtime import probe_runtime
 
         memory = live_memory()
-        rt = probe_runtime() if runtime else None
+        rt = probe_runtime(import_torch) if runtime else None
         if gpus:
             gpu_facts, cuda = probe_devices()
     return Facts(cpu=cpu, memory=memory, runtime=rt, gpus=gpu_facts,

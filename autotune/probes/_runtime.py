@@ -1,11 +1,15 @@
 """What the Python/torch runtime of this machine offers (live only: a recorded tree has no runtime).
 
 Importing torch is the slow part (seconds); everything else here takes a few milliseconds. Nothing is
-compiled or launched except ``ldconfig -p`` (the dynamic linker's cache, read once per probe).
+compiled or launched except ``ldconfig -p`` (the dynamic linker's cache, read once per probe). Without the import
+(``import_torch=False``: what a launch plan and a fingerprint need), torch's version and build are read from its
+installed ``version.py``, parsed and never run.
 """
 from __future__ import annotations
 
+import ast
 import importlib.metadata
+import importlib.util
 import logging
 import os
 import platform
@@ -28,18 +32,24 @@ _LDCONFIG = ("/sbin/ldconfig", "/usr/sbin/ldconfig")
 _DIST_BACKENDS = ("gloo", "nccl", "mpi", "ucc", "xccl")
 
 
-def probe_runtime() -> Runtime:
-    """The runtime facts; torch-related ones are None when torch cannot be imported."""
-    torch = _import_torch()
+def probe_runtime(import_torch: bool = True) -> Runtime:
+    """The runtime facts; torch-related ones are None when torch cannot be imported. ``import_torch=False``: torch
+    is imported only where it already is; else its version and build are read from its files (``_version_read``)
+    and what only the import tells (its OpenMP runtime, oneDNN, its distributed backends) is unknown
+    (``Runtime.imported`` False); imported after all where its files do not say."""
+    read = None if import_torch or "torch" in sys.modules else _version_read()
+    torch = None if read else _import_torch()
+    version = read or _version_of(torch)
     maps = _loaded_libraries()
     search_dirs = _library_dirs()
     cache = _ldconfig_cache()
     ipex = _dist_version("intel_extension_for_pytorch")  # metadata only: importing IPEX is slow and may fail
+    number, cuda, hip = version or (None, None, None)
     return Runtime(
         python=platform.python_version(),
-        torch_version=getattr(torch, "__version__", None),
-        torch_build=_torch_build(torch),
-        cuda_version=_cuda_version(torch),
+        torch_version=number,
+        torch_build=None if version is None else "rocm" if hip else "cuda" if cuda else "cpu",
+        cuda_version=cuda or hip,
         openmp=_openmp(torch, maps),
         iomp5_path=find_library(IOMP5, search_dirs, cache),
         jemalloc_path=find_library(JEMALLOC, search_dirs, cache),
@@ -50,8 +60,9 @@ def probe_runtime() -> Runtime:
         distributed_backends=_distributed_backends(torch),
         compile_cpu_ok=cpp_compiler() is not None,
         ipex_version=ipex,
-        ipex_compatible=ipex_compatible(ipex, getattr(torch, "__version__", None)),
+        ipex_compatible=ipex_compatible(ipex, number),
         glibc=platform.libc_ver()[0] == "glibc",
+        imported=read is None,
     )
 
 
@@ -64,18 +75,43 @@ def _import_torch() -> ModuleType | None:
     return torch
 
 
-def _torch_build(torch: ModuleType | None) -> str | None:
-    if torch is None:
-        return None
-    if getattr(torch.version, "hip", None):
-        return "rocm"
-    return "cuda" if torch.version.cuda else "cpu"
+Version = tuple[str, "str | None", "str | None"]  # torch's version, its CUDA version, its HIP version
 
 
-def _cuda_version(torch: ModuleType | None) -> str | None:
+def _version_of(torch: ModuleType | None) -> Version | None:
     if torch is None:
         return None
-    return torch.version.cuda or getattr(torch.version, "hip", None)
+    return str(torch.__version__), torch.version.cuda, getattr(torch.version, "hip", None)
+
+
+def _version_read() -> Version | None:
+    """torch's version, CUDA and HIP from its ``version.py`` without importing torch: the file's top-level literal
+    assignments, parsed (nothing of it runs). None where torch is not installed or the file holds no literal
+    version (a build that computes it): the import then says."""
+    try:
+        spec = importlib.util.find_spec("torch")
+        folder = next(iter(spec.submodule_search_locations or ())) if spec is not None else None
+        tree = ast.parse((Path(folder) / "version.py").read_text()) if folder else None
+    except (ImportError, ValueError, OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    values: dict[str, object] = {}
+    for node in tree.body if tree is not None else ():
+        target: ast.expr
+        if isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, value = node.target, node.value
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        else:
+            continue
+        if isinstance(target, ast.Name):
+            try:
+                values[target.id] = ast.literal_eval(value)
+            except (ValueError, TypeError):
+                values[target.id] = ValueError  # not a literal: this build computes it
+    number, cuda, hip = (values.get(k) for k in ("__version__", "cuda", "hip"))
+    if not isinstance(number, str) or not all(v is None or isinstance(v, str) for v in (cuda, hip)):
+        return None
+    return number, cuda, hip  # type: ignore[return-value]
 
 
 def _loaded_libraries() -> list[str]:

@@ -117,10 +117,11 @@ def plan(
 def probe_for(params: dict[str, Any]) -> Facts:
     """The facts a recipe's environment is resolved against, probed the same way wherever it is resolved:
     with the GPUs when it trains on CUDA (their links decide ``NCCL_P2P_LEVEL``, their local CPUs the ranks'
-    cores), without them otherwise (NVML costs time and decides nothing on CPU)."""
+    cores), without them otherwise (NVML costs time and decides nothing on CPU); without importing torch (a plan
+    reads the runtime's library paths, never what only torch's import tells: ``Runtime.imported``)."""
     from .. import probes
 
-    return probes.probe(gpus=params.get("device") == "cuda")
+    return probes.probe(gpus=params.get("device") == "cuda", import_torch=False)
 
 
 def for_recipe(recipe: Recipe, cmd: list[str], base_env: Mapping[str, str], *,

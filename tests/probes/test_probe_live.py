@@ -194,6 +194,27 @@ def test_runtime_tools_and_libraries(runtime):
         assert path is None or Path(path).exists()
 
 
+@pytest.mark.parametrize(("text", "read"), [
+    ("__version__ = '2.13.0+cpu'\ncuda: Optional[str] = None\nhip: Optional[str] = None\n", ("2.13.0+cpu", None, None)),
+    ("__version__ = '2.5.1'\ncuda = '12.4'\n", ("2.5.1", "12.4", None)),
+    ("__version__ = '2.5.1'\nhip = '6.2'\ncuda = None\n", ("2.5.1", None, "6.2")),
+    ("__version__ = compute()\ncuda = None\n", None),  # a version computed at import: the import says
+    ("__version__ = '2.5.1'\ncuda = os.environ['X']\n", None),
+    ("__version__ = 2.5\n", None), ("def broken(:\n", None), (None, None),  # no version.py
+])
+def test_torch_version_read_from_its_files_without_running_them(text, read, tmp_path, monkeypatch):
+    """``probe(import_torch=False)`` reads torch's version and build from ``version.py``'s literal assignments
+    (nothing of it runs); anything else falls back to importing torch (``_version_read`` None)."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    if text is not None:
+        (tmp_path / "version.py").write_text(text)
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name: SimpleNamespace(submodule_search_locations=[str(tmp_path)]))
+    assert _runtime._version_read() == read
+
+
 def test_find_library_prefers_directories_then_the_ldconfig_cache(tmp_path):
     (tmp_path / "libjemalloc.so.2").write_bytes(b"")
     cache = {"libjemalloc.so.2": "/usr/lib/libjemalloc.so.2", "libtcmalloc_minimal.so.4": "/x/libtcmalloc_minimal.so.4"}
@@ -210,7 +231,7 @@ def test_ipex_compatibility(ipex, torch_version, ok):
 
 
 def test_summary_of_a_full_live_probe(runtime, monkeypatch):
-    monkeypatch.setattr(_runtime, "probe_runtime", lambda: runtime)
+    monkeypatch.setattr(_runtime, "probe_runtime", lambda import_torch=True: runtime)
     text = probes.summary(probes.probe(gpus=False))
     assert f"torch {runtime.torch_version} ({runtime.torch_build}" in text
     assert f"OpenMP {runtime.openmp or 'none'}" in text
