@@ -265,6 +265,8 @@ def _reserve(study: optuna.Study, options: SearchOptions, racing: Sequence[tuple
     def priced(rounds: list[tuple[TrialResult, str, int]]) -> float:
         return rounds_s(rounds, noise, options, floors=least)
 
+    if len(entries) == 1 and options.budget_s < SHORT_BUDGET_S and claim and _claim_decides(study, options):
+        kept = 1  # a lone contender's later rounds choose nothing: its first round and your runs' pairs decide it
     while True:
         reserve = OVER * priced([(result, env, n) for result, env in entries for n in range(kept)]) + claim
         if kept == 1 or reserve <= RESERVE_SHARE * options.budget_s:
@@ -285,6 +287,9 @@ def _reserve(study: optuna.Study, options: SearchOptions, racing: Sequence[tuple
 
 
 CLAIM_SHARE = 0.4  # of a budget, the most its claim's pairs take at their price (kept ``OVER`` that)
+# Under it a claim is provisional whatever its rounds (issue 57 asks 6 pairs from 5 minutes on), and a lone
+# contender's reserve keeps its first round only: its later ones choose nothing your runs' pairs do not decide
+SHORT_BUDGET_S = 300.0
 
 
 def claim_pair_s(noise: Noise | None) -> float | None:
@@ -317,6 +322,13 @@ def claim_pairs(options: SearchOptions, pair_s: float | None) -> int:
         return 0
     fits = int(options.budget_s * CLAIM_SHARE // pair_s)
     return min(CLAIM_PAIRS, fits) if fits >= LEAST_CLAIM_PAIRS else 0
+
+
+def _claim_decides(study: optuna.Study, options: SearchOptions) -> bool:
+    """Whether the claim's pairs may reach ``CLAIM_PAIRS``, the fewest that decide a candidate its rounds could not
+    (``claim.decides``, its measurer's part aside: a measurer that runs no process of yours keeps no claim)."""
+    asked = claim_pairs(options, claim_pair_s(recorded_noise(study)))
+    return asked >= CLAIM_PAIRS or (asked > 0 and options.claim_pairs is None)
 
 
 def claim_s(study: optuna.Study, options: SearchOptions) -> float:
