@@ -265,7 +265,8 @@ def _reserve(study: optuna.Study, options: SearchOptions, racing: Sequence[tuple
     def priced(rounds: list[tuple[TrialResult, str, int]]) -> float:
         return rounds_s(rounds, noise, options, floors=least)
 
-    if len(entries) == 1 and options.budget_s < SHORT_BUDGET_S and claim and _claim_decides(study, options):
+    if len(entries) == 1 and options.budget_s < SHORT_BUDGET_S and claim \
+            and claim_decides(options, claim_pair_s(noise)):
         kept = 1  # a lone contender's later rounds choose nothing: its first round and your runs' pairs decide it
     while True:
         reserve = OVER * priced([(result, env, n) for result, env in entries for n in range(kept)]) + claim
@@ -287,8 +288,8 @@ def _reserve(study: optuna.Study, options: SearchOptions, racing: Sequence[tuple
 
 
 CLAIM_SHARE = 0.4  # of a budget, the most its claim's pairs take at their price (kept ``OVER`` that)
-# Under it a claim is provisional whatever its rounds (issue 57 asks 6 pairs from 5 minutes on), and a lone
-# contender's reserve keeps its first round only: its later ones choose nothing your runs' pairs do not decide
+# Under it a lone contender's reserve keeps its first round only: its later rounds choose nothing your runs' pairs
+# do not decide (a claim of one round is provisional, as a short search's mostly are)
 SHORT_BUDGET_S = 300.0
 
 
@@ -324,10 +325,11 @@ def claim_pairs(options: SearchOptions, pair_s: float | None) -> int:
     return min(CLAIM_PAIRS, fits) if fits >= LEAST_CLAIM_PAIRS else 0
 
 
-def _claim_decides(study: optuna.Study, options: SearchOptions) -> bool:
-    """Whether the claim's pairs may reach ``CLAIM_PAIRS``, the fewest that decide a candidate its rounds could not
-    (``claim.decides``, its measurer's part aside: a measurer that runs no process of yours keeps no claim)."""
-    asked = claim_pairs(options, claim_pair_s(recorded_noise(study)))
+def claim_decides(options: SearchOptions, pair_s: float | None) -> bool:
+    """Whether the claim's pairs may reach ``CLAIM_PAIRS``, the fewest that decide a candidate its rounds could not:
+    those asked, and without ``--claim-pairs`` more up to ``CLAIM_PAIRS`` as the budget's end holds them (asked
+    fewer, they could never decide it). Its measurer's part is ``claim.decides``'."""
+    asked = claim_pairs(options, pair_s)
     return asked >= CLAIM_PAIRS or (asked > 0 and options.claim_pairs is None)
 
 
@@ -388,6 +390,6 @@ def rounds_s(rounds: Iterable[tuple[TrialResult, str, int]], noise: Noise | None
     return total + sum(shared.values())
 
 
-__all__ = ["RESERVE_SHARE", "Budget", "confirm_s", "confirmation_pairs", "estimate_s", "first_process_pairs_s",
-           "floors", "in_process_estimate_s", "kept_rounds", "parse_duration", "racing_reserve_s", "reserve_s",
-           "round_parts", "round_s", "started_estimate_s"]
+__all__ = ["RESERVE_SHARE", "Budget", "claim_decides", "confirm_s", "confirmation_pairs", "estimate_s",
+           "first_process_pairs_s", "floors", "in_process_estimate_s", "kept_rounds", "parse_duration",
+           "racing_reserve_s", "reserve_s", "round_parts", "round_s", "started_estimate_s"]

@@ -140,9 +140,7 @@ def _most(options: SearchOptions, asked: int) -> int:
 def decides(loop: SearchLoop) -> bool:
     """Whether your runs can decide a candidate its rounds could not (``Confirmation.undecided``): the pairs may
     reach ``CLAIM_PAIRS``, the fewest that confirm (asked fewer, they could never confirm it)."""
-    if not loop.measurer.user_processes:
-        return False
-    return _most(loop.options, budget.claim_pairs(loop.options, budget.claim_pair_s(loop.noise))) >= CLAIM_PAIRS
+    return loop.measurer.user_processes and budget.claim_decides(loop.options, budget.claim_pair_s(loop.noise))
 
 
 def _tested(study: optuna.Study, number: int) -> list[RunPair]:
