@@ -87,15 +87,17 @@ def _version_of(torch: ModuleType | None) -> Version | None:
 def _version_read() -> Version | None:
     """torch's version, CUDA and HIP from its ``version.py`` without importing torch: the file's top-level literal
     assignments, parsed (nothing of it runs). None where torch is not installed or the file holds no literal
-    version (a build that computes it): the import then says."""
+    version and CUDA (a build that computes them, or binds them twice): the import then says."""
     try:
         spec = importlib.util.find_spec("torch")
-        folder = next(iter(spec.submodule_search_locations or ())) if spec is not None else None
-        tree = ast.parse((Path(folder) / "version.py").read_text()) if folder else None
-    except (ImportError, ValueError, OSError, SyntaxError, UnicodeDecodeError):
+        folder = next(iter(spec.submodule_search_locations or ()), None) if spec is not None else None
+        if folder is None:
+            return None
+        tree = ast.parse((Path(folder) / "version.py").read_text())
+    except (ImportError, ValueError, OSError, SyntaxError, UnicodeDecodeError, RecursionError, MemoryError):
         return None
     values: dict[str, object] = {}
-    for node in tree.body if tree is not None else ():
+    for node in tree.body:
         target: ast.expr
         if isinstance(node, ast.AnnAssign) and node.value is not None:
             target, value = node.target, node.value
@@ -106,8 +108,15 @@ def _version_read() -> Version | None:
         if isinstance(target, ast.Name):
             try:
                 values[target.id] = ast.literal_eval(value)
-            except (ValueError, TypeError):
+            except (ValueError, TypeError, RecursionError, MemoryError):
                 values[target.id] = ValueError  # not a literal: this build computes it
+    # a name bound anywhere else too (twice, in an ``if``, by an import) is not read: the import says
+    stores = [n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+    imported = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+                for a in n.names}
+    names = ("__version__", "cuda", "hip")
+    if any(stores.count(k) > 1 for k in names) or imported & set(names) or "cuda" not in values:
+        return None
     number, cuda, hip = (values.get(k) for k in ("__version__", "cuda", "hip"))
     if not isinstance(number, str) or not all(v is None or isinstance(v, str) for v in (cuda, hip)):
         return None

@@ -35,7 +35,7 @@ from ..measure import (
 )
 from ..measure import round_parts as measured_round_parts
 from ..trial.spec import Status, TrialResult
-from .confirmation import confirm_bar, contenders, lineup
+from .confirmation import DECIDING_ROUNDS, confirm_bar, contenders, lineup
 from .records import BASELINE, CONFIRM, Attr, StudyAttr, records
 
 if TYPE_CHECKING:
@@ -267,7 +267,9 @@ def _reserve(study: optuna.Study, options: SearchOptions, racing: Sequence[tuple
 
     if len(entries) == 1 and options.budget_s < SHORT_BUDGET_S and claim \
             and claim_decides(options, claim_pair_s(noise)):
-        kept = 1  # a lone contender's later rounds choose nothing: its first round and your runs' pairs decide it
+        # a lone contender's rounds past those after which your runs decide it choose nothing: their time goes to
+        # more candidates (the confirmation still runs them where the budget's end holds them)
+        kept = min(kept, DECIDING_ROUNDS)
     while True:
         reserve = OVER * priced([(result, env, n) for result, env in entries for n in range(kept)]) + claim
         if kept == 1 or reserve <= RESERVE_SHARE * options.budget_s:
@@ -288,8 +290,8 @@ def _reserve(study: optuna.Study, options: SearchOptions, racing: Sequence[tuple
 
 
 CLAIM_SHARE = 0.4  # of a budget, the most its claim's pairs take at their price (kept ``OVER`` that)
-# Under it a lone contender's reserve keeps its first round only: its later rounds choose nothing your runs' pairs
-# do not decide (a claim of one round is provisional, as a short search's mostly are)
+# Under it a lone contender's reserve keeps the rounds after which your runs' pairs decide it (``DECIDING_ROUNDS``),
+# not every round: its later ones choose nothing
 SHORT_BUDGET_S = 300.0
 
 

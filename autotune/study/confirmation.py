@@ -52,6 +52,7 @@ def _rank(record: TrialRecord, bar: float) -> tuple[bool, float]:
 
 # Confirmed medians this close are as fast for a user (the search benchmark's near-optimal tolerance): the surer wins
 ALIKE = 0.03
+DECIDING_ROUNDS = 2  # rounds after which your runs' pairs may decide a candidate its rounds could not (``undecided``)
 
 
 def offer_bar(margin: float, rounds: int) -> float:
@@ -190,7 +191,8 @@ class Confirmation:
         best, fastest = self.best, self.fastest
         floor = 0.0 if best is None or fastest is None else \
             fastest.median * (1 + ALIKE) if best.rounds >= 2 else best.median  # the median it must be above
-        straddling = [c for c in self.candidates if c.confirmed is not None and c.failed is None and c.rounds >= 2
+        straddling = [c for c in self.candidates if c.confirmed is not None and c.failed is None
+                      and c.rounds >= DECIDING_ROUNDS
                       and c.median > self.bar(c) and c.low <= self.bar(c) and c.median > floor]
         return _surest_alike(straddling)
 

@@ -201,6 +201,10 @@ def test_runtime_tools_and_libraries(runtime):
     ("__version__ = compute()\ncuda = None\n", None),  # a version computed at import: the import says
     ("__version__ = '2.5.1'\ncuda = os.environ['X']\n", None),
     ("__version__ = 2.5\n", None), ("def broken(:\n", None), (None, None),  # no version.py
+    ("__version__ = '2.5.1'\n", None),  # no cuda: not a version.py torch writes
+    ("__version__ = '2.5.1'\ncuda = None\nif X:\n    cuda = '12.4'\n", None),  # bound twice
+    ("__version__ = '2.5.1'\nfrom x import cuda\ncuda = None\n", None),
+    ("__version__ = '2.5.1'\nhip = None\ncuda, hip = None, '6.2'\n", None),
 ])
 def test_torch_version_read_from_its_files_without_running_them(text, read, tmp_path, monkeypatch):
     """``probe(import_torch=False)`` reads torch's version and build from ``version.py``'s literal assignments
