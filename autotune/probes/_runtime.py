@@ -117,7 +117,7 @@ def _version_read() -> Version | None:
     names = ("__version__", "cuda", "hip")
     if any(stores.count(k) > 1 for k in names) or imported & set(names) or "cuda" not in values:
         return None
-    number, cuda, hip = (values.get(k) for k in ("__version__", "cuda", "hip"))
+    number, cuda, hip = (values.get(k) for k in names)
     if not isinstance(number, str) or not all(v is None or isinstance(v, str) for v in (cuda, hip)):
         return None
     return number, cuda, hip  # type: ignore[return-value]

@@ -327,12 +327,15 @@ def claim_pairs(options: SearchOptions, pair_s: float | None) -> int:
     return min(CLAIM_PAIRS, fits) if fits >= LEAST_CLAIM_PAIRS else 0
 
 
+def most_claim_pairs(options: SearchOptions, asked: int) -> int:
+    """The most pairs of your runs: those asked, and without ``--claim-pairs`` up to ``CLAIM_PAIRS`` as time holds."""
+    return CLAIM_PAIRS if asked and options.claim_pairs is None else asked
+
+
 def claim_decides(options: SearchOptions, pair_s: float | None) -> bool:
-    """Whether the claim's pairs may reach ``CLAIM_PAIRS``, the fewest that decide a candidate its rounds could not:
-    those asked, and without ``--claim-pairs`` more up to ``CLAIM_PAIRS`` as the budget's end holds them (asked
-    fewer, they could never decide it). Its measurer's part is ``claim.decides``'."""
-    asked = claim_pairs(options, pair_s)
-    return asked >= CLAIM_PAIRS or (asked > 0 and options.claim_pairs is None)
+    """Whether the claim's pairs may reach ``CLAIM_PAIRS`` (``most_claim_pairs``), the fewest that decide a candidate
+    its rounds could not (asked fewer, they could never decide it). Its measurer's part is ``claim.decides``'."""
+    return most_claim_pairs(options, claim_pairs(options, pair_s)) >= CLAIM_PAIRS
 
 
 def claim_s(study: optuna.Study, options: SearchOptions) -> float:
@@ -393,5 +396,5 @@ def rounds_s(rounds: Iterable[tuple[TrialResult, str, int]], noise: Noise | None
 
 
 __all__ = ["RESERVE_SHARE", "Budget", "claim_decides", "confirm_s", "confirmation_pairs", "estimate_s",
-           "first_process_pairs_s", "floors", "in_process_estimate_s", "kept_rounds", "parse_duration",
-           "racing_reserve_s", "reserve_s", "round_parts", "round_s", "started_estimate_s"]
+           "first_process_pairs_s", "floors", "in_process_estimate_s", "kept_rounds", "most_claim_pairs",
+           "parse_duration", "racing_reserve_s", "reserve_s", "round_parts", "round_s", "started_estimate_s"]

@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 
     from ..trial.spec import TrialResult
     from .loop import SearchLoop
-    from .options import SearchOptions
 
 
 UNDECIDED = "undecided"  # the claim passed to ``stated`` for ``Confirmation.undecided``: your runs decide it
@@ -71,12 +70,12 @@ def user_runs(loop: SearchLoop, confirmation: Confirmation) -> Confirmation:
 
 def _holds_both(loop: SearchLoop) -> bool:
     """Whether the budget left holds a test's pairs and then the offer's own, as many each as the claim may run
-    (``_most``) at a pair's price (``budget.claim_pair_s``), ``budget.OVER`` them as the claim's time is kept: where a
-    test does not confirm, the offer is stated from as many pairs as it would have had."""
+    (``budget.most_claim_pairs``) at a pair's price (``budget.claim_pair_s``), ``budget.OVER`` them as the claim's
+    time is kept: where a test does not confirm, the offer is stated from as many pairs as it would have had."""
     pair_s = budget.claim_pair_s(loop.noise)
     if not pair_s:
         return False
-    most = _most(loop.options, budget.claim_pairs(loop.options, pair_s))
+    most = budget.most_claim_pairs(loop.options, budget.claim_pairs(loop.options, pair_s))
     return loop.budget.left() >= 2 * budget.OVER * most * pair_s
 
 
@@ -93,7 +92,7 @@ def _pairs(loop: SearchLoop, winner: Candidate, tested: bool, first: int = 0) ->
                               f"about {pair_s:.0f} s in {budget.CLAIM_SHARE:.0%} of it; give --budget 5m" if pair_s else
                               "a pair's price is unknown: its study was calibrated by an earlier autotune")
     # a test an earlier search of this study made stands: drawing fresh pairs again would be a second chance
-    most, cut = _most(options, asked), False
+    most, cut = budget.most_claim_pairs(options, asked), False
     pairs = _tested(loop.study, winner.number)[:most] if tested else []
     if pairs:
         why = f"{len(pairs)} pair(s) from an earlier search of this study, which tested it"
@@ -130,11 +129,6 @@ def _pairs(loop: SearchLoop, winner: Candidate, tested: bool, first: int = 0) ->
         found = UserRuns(winner.number, Runs.of(pairs), asked, why, lent, cut)
         loop.study.set_user_attr(StudyAttr.USER_RUNS, found.to_dict())
     return found
-
-
-def _most(options: SearchOptions, asked: int) -> int:
-    """The most pairs of your runs: those asked, and without ``--claim-pairs`` up to ``CLAIM_PAIRS`` as time holds."""
-    return CLAIM_PAIRS if asked and options.claim_pairs is None else asked
 
 
 def decides(loop: SearchLoop) -> bool:
