@@ -147,13 +147,13 @@ def test_a_factor_cut_short_keeps_its_pair_and_a_confirmation_round_measures_its
     assert claim_pair_s(noise) == 2 * noise.run_s
     assert trial_run_s(noise.start_s, step_s, SETTINGS, batch) - noise.run_s > 0.5
     assert noise.start_s + noise.timed_s < noise.wall_s, noise
-    # and it is what a pair took, this recipe's extra steps added (the price is a gain's: its process no longer than
-    # the defaults'): 1.03-1.13 in 3 quiet runs, 0.92-1.34 in 7 beside three CPU hogs. The low bound catches a price
-    # from windows alone (a fifth of a slow transformer's process). No bound above in a timed test: the price is the
-    # calibration's moment's, and the CI's load moves between it and the pair (a calibration beside mypy priced
-    # 11.2 s a pair that took 6.6 s, another 14.4 s one of 6.9 s); what would inflate it is checked above
-    priced = 2 * noise.run_s + trial_run_s(0.0, step_s, SETTINGS, batch) * (1 / yours.ratio - 1)
-    assert 0.45 < priced / yours.wall_s, (priced, yours)
+    # and its process's start is in it (a price from windows alone leaves the start out: a fifth of a slow
+    # transformer's process): most of the calibration worker's start, less its first arm's settle steps. Not a
+    # bound against the pair's wall: the price is the calibration's moment's, and a process start under the CI's
+    # load took 2.5x its quiet time (priced 6.6 s, took 15.1 s: below what a windows-alone price reads quiet, so no
+    # timed bound tells the two apart); the claim prices its later pairs by their own time (``claim.py``)
+    started = noise.run_s - trial_run_s(0.0, step_s, SETTINGS, batch)
+    assert 0.5 * noise.start_s < started < noise.start_s - 0.5, (started, noise)
     assert yours.ratio == pytest.approx((yours.samples_per_s or 0) / (yours.baseline_samples_per_s or 1)), yours
     own = measurer.environments._round_factors[key]
     assert result.status == "ok" and measurer.factor_ratios[key] == searched, result  # the search's pair, alone
