@@ -57,8 +57,8 @@ def measure(workload: str, comparisons: int, pairs: int, workers: int, seed: int
     from autotune import probes
     from autotune import search_spaces as spaces
     from autotune.measure import PairedWorker
-    from autotune.measure.arms import choose_window_s
     from autotune.measure.stats import median_interval
+    from autotune.measure.worker.arms import choose_window_s
     from autotune.study import SearchOptions, run_settings, search_context
     from autotune.trial import TrialSettings
 

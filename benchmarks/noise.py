@@ -71,7 +71,7 @@ def _in_process(spec: str, base: dict[str, Any], facts: Any, pairs: int, seed: i
     """One comparison in a fresh worker: the defaults' arm and the knob's (``channels_last``; without ``knob``
     the defaults' again: an A/A)."""
     from autotune.measure import PairedWorker
-    from autotune.measure.arms import choose_window_s
+    from autotune.measure.worker.arms import choose_window_s
     from autotune.trial import TrialSettings
 
     with PairedWorker(spec, base, facts, TrialSettings()) as worker:
@@ -401,7 +401,7 @@ def _budget_s(text: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from autotune.measure.process_pair import PROCESS_PAIRS, SETTLED
+    from autotune.measure.live.process_pair import PROCESS_PAIRS, SETTLED
 
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--half", choices=("both", "in", "across", "none"), default="both")

@@ -246,7 +246,7 @@ def pg_bin(root: Path = PG_ROOT) -> Path | None:
 
 
 def _free_port() -> int:
-    from autotune.measure.script import free_port
+    from autotune.measure.script.copies import free_port
 
     return free_port()
 

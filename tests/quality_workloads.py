@@ -21,7 +21,7 @@ busy neighbour slows, and beside one it read 3.74x where batch 256 alone read 3.
 ``ramp``: ``regression`` whose process starts slow: the first model built in a process sleeps ``SLEEP_S`` in
 each of its first ``RAMP_STEPS`` training forward passes and half of that after, models built after it half
 from their first, as the first arm of a fresh process ran its first second of training slow on the CNN while a
-second arm ran at full speed from its first window (``autotune.measure.arms.SETTLE_S``).
+second arm ran at full speed from its first window (``autotune.measure.worker.arms.SETTLE_S``).
 
 ``conv``: a tiny CNN (one 2-D convolution, 8x8 images): the search offers it the ``channels_last`` seed on
 every CPU, so a test that needs a seed after the baseline has one wherever it runs (``tiny``'s only seed,

@@ -1,21 +1,24 @@
 """The paired measuring engine: recipes compared with the defaults side by side, with intervals.
 
-- ``stats``: the median of per-pair ratios with its exact interval, the verdict, the calibration's arithmetic;
-- ``measurer``: the contract the search drives (``PairedMeasurer``, every measurer's base class) and the noise a
-  calibration found (``Noise``);
-- inside a worker process: ``arms`` (an arm: one set of in-process knobs with its own model, trained in windows),
-  ``bench`` (a worker's arms, and pairs of their windows), ``footprint`` (an arm's device memory);
-- ``worker``: the worker process, ``python -m autotune.measure.worker SPEC.json``; ``paired_worker``:
-  ``PairedWorker``, its parent's side; ``protocol`` types what they say; ``freeze`` stops an idle worker;
-- across processes: ``environment`` (the knobs that decide a process), ``process_pair`` (two live workers
-  alternated, the idle one frozen; ``across_processes`` over several fresh pairs);
-- the search's measurer: ``live`` (``LiveMeasurer``), with ``pool`` (its workers) and ``candidate`` (one
-  candidate being measured); script mode's: ``script_pairs`` (``ScriptMeasurer``); what a confirmation round of
-  a measured recipe costs: ``costs``; what a run of yours gets, from fresh process pairs: ``runs``.
+On top, what every room reads: ``measurer`` (the contract the search drives, ``PairedMeasurer``, and the noise a
+calibration found, ``Noise``), ``protocol`` (what a worker and its parent say), ``environment`` (the knobs that
+decide a process), the statistics (``stats``: the median of per-pair ratios with its exact interval, the verdict;
+``distributions``, ``serial``, ``sizing``), ``hopeless`` (the rule that stops a far slower arm), ``costs`` (what a
+confirmation round of a measured recipe costs), ``runs`` (what a run of yours gets, from fresh process pairs) and
+``freeze`` (an idle process tree stopped). The rooms:
+
+- ``worker``: inside a worker process, ``python -m autotune.measure.worker SPEC.json``: ``arms`` (one set of
+  in-process knobs with its own model, trained in windows), ``bench`` (a worker's arms, and pairs of their
+  windows), ``phases``, ``batches``, ``footprint`` (an arm's device memory);
+- ``live``: the search's measurer on this machine, ``LiveMeasurer`` (``live.measurer``), with ``paired_worker``
+  (a worker's parent side), ``pool`` (its workers), ``process_pair`` (two live workers alternated, the idle one
+  frozen; ``across_processes`` over several fresh pairs), ``factors`` (an environment's factor) and ``candidate``
+  (one candidate being measured);
+- ``script``: script mode's measurer, ``ScriptMeasurer`` (``script.measurer``), its copies of your script
+  (``copies``, ``first_copy``, the long-lived ``resident``) and what its results say (``results``).
 """
 from __future__ import annotations
 
-from .candidate import FACTOR, combine, paired_method
 from .costs import (
     IN_PROCESS_METHODS,
     STARTED_S,
@@ -27,16 +30,17 @@ from .costs import (
     started_processes,
 )
 from .environment import environment_differences, environment_key, environment_keys
-from .first_copy import script_context
 from .hopeless import FAR_SLOWER, is_far_slower
-from .live import LiveMeasurer
+from .live.candidate import FACTOR, combine, paired_method
+from .live.measurer import LiveMeasurer
+from .live.paired_worker import PairedWorker
+from .live.process_pair import PROCESS_PAIRS, across_processes
 from .measurer import LossReading, Noise, PairedMeasurer, first_pairs, told_apart
-from .paired_worker import PairedWorker
-from .process_pair import PROCESS_PAIRS, across_processes
 from .runs import CLAIM_PAIRS, RUN_CONFIDENCE, PairFailed, RunPair, Runs
 from .runs import LEAST_PAIRS as LEAST_CLAIM_PAIRS
 from .runs import WINDOW_PAIRS as RUN_WINDOW_PAIRS
-from .script_pairs import ScriptMeasurer
+from .script.first_copy import script_context
+from .script.measurer import ScriptMeasurer
 from .stats import CONFIDENCE, MIN_MARGIN, Interval, compare, rounds_interval, span_margin
 
 __all__ = [

@@ -3,8 +3,8 @@ budget (``autotune.study.budget``) keeps time for the rounds and prices each bef
 
 A result says how it was measured (``TrialResult.method``): arms of the defaults' worker (``IN_PROCESS``), its
 environment's process pairs alone (``FACTOR``: it IS its environment's defaults) or those times an arm in its
-environment's worker (``ACROSS``), or script mode's fresh process pairs of copies (``script_results.script_method``)
-or its long-lived copy's window pairs (``script_results.copy_method``).
+environment's worker (``ACROSS``), or script mode's fresh process pairs of copies (``script.results.script_method``)
+or its long-lived copy's window pairs (``script.results.copy_method``).
 The formats are read here, beside the measurers that write them, so the budget never parses a measurer's words.
 """
 from __future__ import annotations
@@ -12,13 +12,13 @@ from __future__ import annotations
 import re
 
 from ..trial.spec import TrialResult
-from .candidate import ACROSS, FACTOR, IN_PROCESS
-from .factors import cut_pairs
 from .hopeless import FAR_SLOWER_IN_COPY
+from .live.candidate import ACROSS, FACTOR, IN_PROCESS
+from .live.factors import cut_pairs
+from .live.process_pair import PROCESS_PAIRS
 from .measurer import Noise, first_pairs
-from .process_pair import PROCESS_PAIRS
-from .script_pairs import CALIBRATION_PAIRS
-from .script_results import COPY_METHOD, METHOD
+from .script.measurer import CALIBRATION_PAIRS
+from .script.results import COPY_METHOD, METHOD
 from .sizing import LEAST_PAIRS, WINDOWS
 
 IN_PROCESS_METHODS = (IN_PROCESS, ACROSS)  # ``LiveMeasurer._end``'s methods of a candidate with an arm of its own
@@ -26,7 +26,7 @@ IN_PROCESS_METHODS = (IN_PROCESS, ACROSS)  # ``LiveMeasurer._end``'s methods of 
 
 def in_one_process(method: str | None) -> bool:
     """Whether a result of ``method`` was measured in a process already running: an arm of a worker, or a window
-    pair of script mode's long-lived copy (``script_results.copy_method``)."""
+    pair of script mode's long-lived copy (``script.results.copy_method``)."""
     return method in IN_PROCESS_METHODS or (method or "").startswith(COPY_METHOD)
 
 
@@ -40,7 +40,7 @@ def started_processes(method: str | None, startup_s: float | None) -> bool:
 
 
 STARTED_S = 1.0  # a candidate's start-up longer than this started a process (Python and torch: 1.5 s at least)
-_SCRIPT = re.compile(re.escape(METHOD) + r" \((\d+)\)")  # ``script_pairs.script_method``'s
+_SCRIPT = re.compile(re.escape(METHOD) + r" \((\d+)\)")  # ``script.results.script_method``'s
 
 
 def first_rounds_s(noise: Noise) -> float:
@@ -90,7 +90,7 @@ def own_copies(result: TrialResult) -> bool:
 
 def round_parts(result: TrialResult, noise: Noise | None, pairs: int, round_: int) -> tuple[float, float]:
     """Round ``round_`` of confirming the recipe measured by ``result``, ``pairs`` window pairs a round
-    (``budget.confirmation_pairs``): (its own time, the time its environment spends on the round whichever
+    (``reserve.confirmation_pairs``): (its own time, the time its environment spends on the round whichever
     candidates of it are confirmed). Its own: its in-process pairs' windows (two a pair, at the calibration's
     length, 10% over for whole steps), and for a recipe of the defaults' environment its time outside windows in
     the search once more (its arm built, evaluation); a recipe that IS its environment (method ``FACTOR``) has
@@ -100,7 +100,7 @@ def round_parts(result: TrialResult, noise: Noise | None, pairs: int, round_: in
     (``EnvironmentFactors.factor``), which costs what the trial's pairs did, at least a worker's start and the pair's
     windows; a factor the search cut short for time is completed in round 0, counted as ``PROCESS_PAIRS[0]`` pairs
     (completing it costs those, not the fewer pairs the search ran). Recipes of one environment share its part in
-    a round (``budget.reserve_s``).
+    a round (``reserve.reserve_s``).
 
     Where the calibration recorded its worker's start (``Noise.start_s``), a worker's start is that, and a
     recipe's own time outside windows is its arm's build and warm-up (``warmup_s``): a round evaluates no loss and

@@ -6,7 +6,7 @@ DataLoader workers prefetch, which would take CPU from the one being timed. SIGS
 ignored and stops every thread of a process (signal(7)); the whole tree is stopped, the process group at
 once (``killpg``: nothing can fork in between) and then every descendant that left it.
 
-A paired worker stops its idle arms' DataLoader workers itself (``autotune.measure.arms``); those were
+A paired worker stops its idle arms' DataLoader workers itself (``autotune.measure.worker.arms``); those were
 stopped before the freeze and stay stopped after the thaw, so the worker's own bookkeeping still holds.
 
     >>> frozen = freeze(pid)        # doctest: +SKIP

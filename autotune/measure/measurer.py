@@ -9,7 +9,7 @@ from statistics import NormalDist
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..trial.spec import TrialResult
-from .candidate import paired_method
+from .live.candidate import paired_method
 from .runs import RunPair
 from .stats import CONFIDENCE, Interval, pooled_log_sd, t_quantile
 
@@ -177,9 +177,9 @@ class PairedMeasurer(abc.ABC):
     ``confidence``, amortised, and combined with its environment's factor from process pairs), then ``end``, which
     returns the trial's result (``objective`` = the speedup's median, ``speedup_low``/``speedup_high``,
     ``method``, ``pairs``, the loss at the study's sample count, timings) and drops the candidate.
-    Live: ``LiveMeasurer`` (``autotune.measure.live``); script mode: ``ScriptMeasurer``; replayed: a recorded grid
-    (``autotune.testing.replay``). A failure (crash, OOM, NaN) is a ``TrialResult`` from ``begin`` or ``end``, never
-    an exception; KeyboardInterrupt propagates once every process is stopped.
+    Live: ``LiveMeasurer`` (``autotune.measure.live.measurer``); script mode: ``ScriptMeasurer``; replayed: a
+    recorded grid (``autotune.testing.replay``). A failure (crash, OOM, NaN) is a ``TrialResult`` from ``begin`` or
+    ``end``, never an exception; KeyboardInterrupt propagates once every process is stopped.
 
     What a measurer may also do has a default here, which a measurer that can do more overrides (the search asks
     nothing else of it): its facts (``fresh_processes``, ``machine_speeds``, ``machine_limits``, ``second_look``,
@@ -244,7 +244,7 @@ class PairedMeasurer(abc.ABC):
     def so_far(self, handle: object) -> TrialResult | None:
         """The candidate's time so far as its result will tell it (wall, windows, window pairs, ``once_s``: script
         mode's training to the loss's samples, which its rounds do not repeat), where the measurer keeps it apart
-        from the search's nominal figures; None: the search counts it (``budget.racing_reserve_s``)."""
+        from the search's nominal figures; None: the search counts it (``reserve.racing_reserve_s``)."""
         return None
 
     def warm(self, params: dict[str, Any]) -> bool | None:

@@ -39,7 +39,7 @@ class WorkerSpec:
     eval_samples: int = 512
     train_steps: int = 5000  # the planned run compile time is amortised over
     seed: int = 0
-    keep_heap: bool = False  # glibc's mmap and trim thresholds fixed before torch starts (``worker.keep_heap``)
+    keep_heap: bool = False  # glibc's mmap and trim thresholds fixed before torch starts (the worker's ``keep_heap``)
 
 
 # Commands ------------------------------------------------------------------------------------------------
@@ -98,7 +98,7 @@ class DropArm:
 
 @dataclass(frozen=True)
 class KeepHeap:
-    """Fix glibc's heap thresholds from now on (``worker.keep_heap``): a process pair's worker, started with
+    """Fix glibc's heap thresholds from now on (``preload.keep_heap``): a process pair's worker, started with
     glibc's defaults, that goes on to host in-process arms (``process_pair.process_pair``'s ``keep``)."""
 
 

@@ -112,9 +112,9 @@ class Spread:
         return rounds(self.within, between, self.pair_s, self.window_pair_s)
 
     def alone_s(self, windows: int) -> float:
-        """A copy of your runs alone (``script.alone``): its part of a process pair's time outside windows (its start
-        and warm-up) and its ``windows`` windows (not priced as a workload's trial process, which trains for twice a
-        pair's windows: that over-prices it).
+        """A copy of your runs alone (``script.copies.alone``): its part of a process pair's time outside windows (its
+        start and warm-up) and its ``windows`` windows (not priced as a workload's trial process, which trains for
+        twice a pair's windows: that over-prices it).
 
         >>> Spread(0.04, 3.9, 1.0).alone_s(4)  # half of 3.9 s, and four windows of half a window pair each
         3.95

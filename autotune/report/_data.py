@@ -50,7 +50,7 @@ class Row:
     wall_s: float
     params: dict[str, Any] = field(default_factory=dict)
     samples_per_s: float | None = None  # as measured in its windows
-    phases: dict[str, float] | None = None  # where its timed steps went: each part's share (``measure.phases``)
+    phases: dict[str, float] | None = None  # where its timed steps went: each part's share (``measure.worker.phases``)
     operators: dict[str, float] | None = None  # its top operators' shares of a profile (the defaults', the fastest)
 
     @property

@@ -19,7 +19,7 @@ autotunes convolution algorithms per input shape: it pays for models with fixed 
 ``apply_process`` sets only what the recipe changes from PyTorch's defaults; where the process already
 differs from what was measured (a flag the user's script set before ``autotune.apply()``), it warns,
 naming the flag. ``set_flags`` sets every flag, defaults included: one model of a process with several
-(``autotune.measure.arms``) runs with its own. The allocator's variable is read when CUDA's allocator starts,
+(``autotune.measure.worker.arms``) runs with its own. The allocator's variable is read when CUDA's allocator starts,
 and cuDNN's algorithm choices are cached per process whatever the benchmark flag, so ``cuda_alloc`` and
 ``cudnn_benchmark`` are environment-level (``ENVIRONMENT_KEYS``: one value per process, compared across
 processes); the TF32 knobs are in-process.

@@ -11,7 +11,7 @@ judges its loss as any knob's. Convolutions are left alone (oneDNN's ``conv.fp32
 was not faster. Set through ``torch.set_float32_matmul_precision``, the API a user's script and
 inductor read (``torch.backends.mkldnn.matmul.fp32_precision`` set directly makes the legacy reader raise on a
 mix of the two APIs). No environment variable: in-process and process-global, so one model of a process with
-several (``autotune.measure.arms``) sets it at each of its windows (``set_flags``). CUDA recipes leave it to the
+several (``autotune.measure.worker.arms``) sets it at each of its windows (``set_flags``). CUDA recipes leave it to the
 ``cuda`` family's TF32 flags: the same function switches TF32 there.
 """
 from __future__ import annotations

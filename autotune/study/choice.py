@@ -1,6 +1,6 @@
 """From a study's recorded trials to the recipe: feasible, and faster than the defaults with confidence.
 
-Every value is a speedup over the defaults with its interval (``autotune.measure.live``). With a
+Every value is a speedup over the defaults with its interval (``autotune.measure.live.measurer``). With a
 confirmation, only its fresh pairs decide (``Confirmation.best``: the low bound above ``1 + margin``), also when it
 confirmed nothing (no round completed: the defaults are kept, and the note says why); without one (``--confirm 0``),
 the fastest feasible trial's own interval must clear the same bar. Otherwise the recipe keeps the defaults, and a

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..measure import CLAIM_PAIRS, CONFIDENCE, LEAST_CLAIM_PAIRS, PairFailed, RunPair, Runs, span_margin, told_apart
 from ..recipe import format_speedup
-from . import budget
+from . import reserve
 from .confirmation import Candidate, Confirmation, UserRuns
 from .records import BASELINE, StudyAttr, TrialRecord, finite
 
@@ -61,7 +61,7 @@ def user_runs(loop: SearchLoop, confirmation: Confirmation) -> Confirmation:
     if winner is best or best is None or loop.interrupted is not None \
             or stated(UNDECIDED, winner.confirmed, found, confirmation.margin, [], beside_offer=True)[0] is not None:
         return replace(confirmation, user=found)
-    price = max(budget.claim_pair_s(loop.noise) or 0.0, found.runs.wall_s / max(1, len(found.runs.ratios)))
+    price = max(reserve.claim_pair_s(loop.noise) or 0.0, found.runs.wall_s / max(1, len(found.runs.ratios)))
     if loop.budget.left() < LEAST_CLAIM_PAIRS * price:
         return replace(confirmation, user=found)  # the choice is stated as its round read it (``choose_recipe``)
     loop.study.set_user_attr(StudyAttr.TESTED_RUNS, found.to_dict())  # the test stands in a study searched again
@@ -70,29 +70,30 @@ def user_runs(loop: SearchLoop, confirmation: Confirmation) -> Confirmation:
 
 def _holds_both(loop: SearchLoop) -> bool:
     """Whether the budget left holds a test's pairs and then the offer's own, as many each as the claim may run
-    (``budget.most_claim_pairs``) at a pair's price (``budget.claim_pair_s``), ``budget.OVER`` them as the claim's
+    (``reserve.most_claim_pairs``) at a pair's price (``reserve.claim_pair_s``), ``reserve.OVER`` them as the claim's
     time is kept: where a test does not confirm, the offer is stated from as many pairs as it would have had."""
-    pair_s = budget.claim_pair_s(loop.noise)
+    pair_s = reserve.claim_pair_s(loop.noise)
     if not pair_s:
         return False
-    most = budget.most_claim_pairs(loop.options, budget.claim_pairs(loop.options, pair_s))
-    return loop.budget.left() >= 2 * budget.OVER * most * pair_s
+    most = reserve.most_claim_pairs(loop.options, reserve.claim_pairs(loop.options, pair_s))
+    return loop.budget.left() >= 2 * reserve.OVER * most * pair_s
 
 
 def _pairs(loop: SearchLoop, winner: Candidate, tested: bool, first: int = 0) -> UserRuns:
-    """``winner`` run in ``budget.claim_pairs`` fresh process pairs of your training, while the budget holds the next
+    """``winner`` run in ``reserve.claim_pairs`` fresh process pairs of your training, while the budget holds the next
     one (priced from the calibration, then from the pairs so far), and without ``--claim-pairs`` in more, up to
     ``CLAIM_PAIRS``, while the budget's end holds them (``EXTRA``); recorded in the study (``StudyAttr.USER_RUNS``).
     ``tested``: a test of a candidate the rounds could not decide, whose pairs an earlier search stored stand;
     ``first``: its pairs' seeds start there."""
-    options, pair_s = loop.options, budget.claim_pair_s(loop.noise)
-    asked = budget.claim_pairs(options, pair_s)
+    options, pair_s = loop.options, reserve.claim_pair_s(loop.noise)
+    asked = reserve.claim_pairs(options, pair_s)
     why = None if asked else ("--claim-pairs 0" if options.claim_pairs == 0 else
                               f"a budget of {options.budget_s:.0f} s holds no {LEAST_CLAIM_PAIRS} process pairs of "
-                              f"about {pair_s:.0f} s in {budget.CLAIM_SHARE:.0%} of it; give --budget 5m" if pair_s else
+                              f"about {pair_s:.0f} s in {reserve.CLAIM_SHARE:.0%} of it; give --budget 5m"
+                              if pair_s else
                               "a pair's price is unknown: its study was calibrated by an earlier autotune")
     # a test an earlier search of this study made stands: drawing fresh pairs again would be a second chance
-    most, cut = budget.most_claim_pairs(options, asked), False
+    most, cut = reserve.most_claim_pairs(options, asked), False
     pairs = _tested(loop.study, winner.number)[:most] if tested else []
     if pairs:
         why = f"{len(pairs)} pair(s) from an earlier search of this study, which tested it"
@@ -134,7 +135,7 @@ def _pairs(loop: SearchLoop, winner: Candidate, tested: bool, first: int = 0) ->
 def decides(loop: SearchLoop) -> bool:
     """Whether your runs can decide a candidate its rounds could not (``Confirmation.undecided``): the pairs may
     reach ``CLAIM_PAIRS``, the fewest that confirm (asked fewer, they could never confirm it)."""
-    return loop.measurer.user_processes and budget.claim_decides(loop.options, budget.claim_pair_s(loop.noise))
+    return loop.measurer.user_processes and reserve.claim_decides(loop.options, reserve.claim_pair_s(loop.noise))
 
 
 def _tested(study: optuna.Study, number: int) -> list[RunPair]:

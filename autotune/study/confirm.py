@@ -5,7 +5,7 @@ curse). So the top ``confirm_top`` feasible recipes (by their search median; not
 wholly below ``1 + margin``: they could not be offered; ranked as ``lineup`` says) are measured
 again against the defaults with FRESH pairs, in ``confirm_rounds`` rounds: each round starts new worker processes (a
 new seed for the windows' order) and measures every candidate in them, in an order drawn anew each round (the
-ranking decides only who keeps time when it runs short), ``budget.confirmation_pairs`` pairs each, and adds one
+ranking decides only who keeps time when it runs short), ``reserve.confirmation_pairs`` pairs each, and adds one
 fresh process pair to every environment factor, which that round's factor is made of alone: no measurement of the
 search takes part in the confirmed figure (the search's process pairs lend only their spread, the width of one
 pair's ratio). An in-process ratio differs from one process to the next, so the rounds are the units: a candidate's
@@ -21,7 +21,7 @@ round is a trial of the study with role ``confirm`` (user attributes ``confirms`
 ``round``), so a resumed search keeps them and measures only what is missing.
 
 The search loop keeps time for them in the budget (``autotune.study.budget.reserve_s``, from the measured pair
-times; fewer rounds where all and the claim would take more than 60% of the budget, ``budget.kept_rounds``); when
+times; fewer rounds where all and the claim would take more than 60% of the budget, ``reserve.kept_rounds``); when
 the budget still runs short, the candidates ranked above keep the time of their later rounds up to those, as many
 as the time left holds in rank order (``Rounds.fitting``), and a lower one that does not fit beside them is left
 out of the rest (confirmed over the rounds it had), and the report says so. From its third round on, a candidate
@@ -43,7 +43,7 @@ from ..measure import CONFIDENCE, MIN_MARGIN, Interval, environment_key, own_cop
 from ..recipe import format_speedup
 from ..trial.lock import LockBusy, host_lock
 from ..trial.spec import Status, TrialResult
-from . import budget
+from . import reserve
 from .claim import decides, user_runs
 from .confirmation import Candidate, Confirmation, confirm_bar, contenders, lineup, offer_bar
 from .loop import SearchLoop
@@ -106,14 +106,14 @@ class Rounds:
         # could be offered or go to your runs (``offers``), and from a round below another's later rounds where one of
         # them may make it so (``measure``); before, a round may use it (kept while nothing can be offered, it would
         # leave candidates out for time that then goes unused)
-        self.claim_s = budget.claim_s(loop.study, loop.options)
+        self.claim_s = reserve.claim_s(loop.study, loop.options)
         self.decides = decides(loop)  # whether your runs can decide a candidate the rounds cannot
         self.margin = loop.noise.margin if loop.noise is not None else MIN_MARGIN
-        self.floors = budget.floors(loop.study)  # each environment's part of a round, at least as the search measured
-        self.kept = min(count, budget.kept_rounds(loop.study, loop.options))  # the rounds the search kept time for
+        self.floors = reserve.floors(loop.study)  # each environment's part of a round, at least as the search measured
+        self.kept = min(count, reserve.kept_rounds(loop.study, loop.options))  # the rounds the search kept time for
         self.spent: set[tuple[str, int]] = set()  # (environment, round): its part of that round paid
         self.cut: list[str] = []  # candidates left out of their later rounds for time
-        # the search keeps time for the rounds of its contenders only (``budget.reserve_s``): with none, a candidate
+        # the search keeps time for the rounds of its contenders only (``reserve.reserve_s``): with none, a candidate
         # left out was never kept time for, and "the budget was short" would blame the budget for a reading
         self.bar = confirm_bar(loop.study, loop.options.confirm_rounds)
         self.unkept = not contenders(top, self.bar)
@@ -151,7 +151,7 @@ class Rounds:
         loop = self.loop
         ahead = [e for e in alive[:alive.index(entry)] if params_key(e.params) not in self.left_out]
         # theirs from this round on where the shuffled order has not measured them in it yet, up to the rounds the
-        # search kept time for (``budget.kept_rounds``): past those, a round confirms a lower one before a later
+        # search kept time for (``reserve.kept_rounds``): past those, a round confirms a lower one before a later
         # round of one above
         later = [(e, r) for e in ahead for r in range(
             round_ if (params_key(e.params), round_) not in self.done else round_ + 1, max(round_ + 1, self.kept))]
@@ -171,7 +171,7 @@ class Rounds:
                 remaining = loop.budget.left() - held
                 # its own limit, from its measured times: a round stopped there stopped answering; one the budget's end
                 # stopped before it is cut (``limits.judged``), and the rounds that completed decide
-                limit = max(60.0, 3 * budget.round_s(entry.result, loop.noise, loop.options, round_),
+                limit = max(60.0, 3 * reserve.round_s(entry.result, loop.noise, loop.options, round_),
                             3 * self.took.get(params_key(entry.params), 0.0))
                 timeout = max(1.0, min(remaining, limit))
                 result = loop.run_one(trial, CONFIRM, entry.params, timeout, own_s=limit)
@@ -226,18 +226,18 @@ class Rounds:
         return kept
 
     def needed_s(self, entries: list[tuple[TrialRecord, int]]) -> float:
-        """The rounds ``(candidate, round)`` of ``entries`` (``budget.rounds_s``), an environment's part none where
+        """The rounds ``(candidate, round)`` of ``entries`` (``reserve.rounds_s``), an environment's part none where
         it was paid already in that round; at least what their candidates' completed rounds took (a round is not
         started where its candidate's last one shows it cannot end in the time left; one of a candidate not
         measured yet, its own part as estimated), each its own part and each environment's start once a round where
         not paid yet: a candidate measured after another of its environment in a round starts no worker, and priced
         with the start its earlier round paid, the fastest was left out."""
-        estimate = budget.rounds_s([(e.result, environment_key(e.params), r) for e, r in entries], self.loop.noise,
+        estimate = reserve.rounds_s([(e.result, environment_key(e.params), r) for e, r in entries], self.loop.noise,
                                    self.loop.options, paid=self.spent, floors=self.floors)
         unpaid = {(environment_key(e.params), r) for e, r in entries} - self.spent
         # summed whole, the estimates fall below one measured round, and a round not measured yet would count nothing
         own = sum(self.took.get(params_key(e.params))
-                  or budget.round_parts(e.result, self.loop.noise, self.loop.options, r)[0] for e, r in entries)
+                  or reserve.round_parts(e.result, self.loop.noise, self.loop.options, r)[0] for e, r in entries)
         return max(estimate, own + sum(self.starts.get(env, 0.0) for env, _ in unpaid))
 
     def note(self, note: str | None) -> str | None:

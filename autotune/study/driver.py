@@ -283,7 +283,7 @@ def search(workload: str, *, options: SearchOptions | None = None, progress: Pro
            timing: Budget | None = None, sampler: optuna.samplers.BaseSampler | None = None) -> SearchOutcome:
     """Search the knobs for ``workload`` and store the best recipe; ``progress`` receives the events
     of ``autotune.study.events``. ``measurer`` measures the trials (default: the live paired workers,
-    ``autotune.measure.live.LiveMeasurer``; a replayed grid plugs in here); the search closes it.
+    ``autotune.measure.live.measurer.LiveMeasurer``; a replayed grid plugs in here); the search closes it.
     ``facts``: the machine whose space is searched (default: this one, probed now; a replayed grid's
     is the machine that recorded it). ``measured``: its kernels' measured speeds, which order and drop the
     precision seeds (default: this machine's, ``probes.measured``, cached, where the measurer's are this

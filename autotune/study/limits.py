@@ -7,7 +7,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..trial.spec import Status, TrialResult
-from .budget import estimate_s, reserve_s
+from .budget import estimate_s
+from .reserve import reserve_s
 
 if TYPE_CHECKING:
     import optuna

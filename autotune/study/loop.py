@@ -29,7 +29,7 @@ from ..errors import TrialError
 from ..measure import Interval, Noise, PairedMeasurer, environment_key, own_copies, race_round_s
 from ..trial.lock import LockBusy, host_lock, owner
 from ..trial.spec import Status, TrialResult
-from . import budget, limits, oom_limits, verdict
+from . import limits, oom_limits, reserve, verdict
 from .budget import Budget
 from .events import Phase, Progress, TrialStarted
 from .guard import Guard, below_defaults
@@ -81,7 +81,7 @@ class SearchLoop:
             measurer = LiveMeasurer(workload, self.defaults, facts, options.settings, seed=options.seed,
                                     on_phase=self.phase, busy=options.busy_limit)
         self.measurer = measurer
-        if not measurer.user_processes:  # no claim about your runs: no time kept for it (``budget.claim_s``)
+        if not measurer.user_processes:  # no claim about your runs: no time kept for it (``reserve.claim_s``)
             self.options = options = replace(options, claim_pairs=0)
         self.guard = Guard(study, options, measurer, budget, options.settings.seed, self.phase)
         self.noise: Noise | None = None
@@ -100,8 +100,8 @@ class SearchLoop:
         return limits.timeout_s(self.study, self.options, params, remaining, estimate)
 
     def reserve_s(self, estimate: float | None) -> float:
-        """Time kept for the confirmation (``budget.reserve_s``), the rounds the time left holds."""
-        return budget.reserve_s(self.study, self.options, estimate, left=self.budget.left())
+        """Time kept for the confirmation (``reserve.reserve_s``), the rounds the time left holds."""
+        return reserve.reserve_s(self.study, self.options, estimate, left=self.budget.left())
 
     def measured(self) -> int:
         """Trials of the study (every worker's, every run's) that count toward ``--trials``."""
@@ -309,7 +309,7 @@ class SearchLoop:
         if role == BASELINE:
             return self.measurer.end(handle), None
         if role == CONFIRM:
-            pairs = budget.confirmation_pairs(noise, self.options)
+            pairs = reserve.confirmation_pairs(noise, self.options)
             self.phase("confirming", f"{pairs // noise.pairs} fresh process pairs of {noise.pairs} window pairs"
                        if noise.round_pairs else f"{pairs} fresh pairs in fresh processes")
             return self.measurer.confirm(handle, pairs, max(1.0, self.budget.left(deadline))), None
@@ -322,7 +322,7 @@ class SearchLoop:
     def _race(self, handle: object, noise: Noise, deadline: float, params: dict[str, Any],
               started: float, before: int, role: str, ahead: bool = False) -> tuple[TrialResult, str | None]:
         """More pairs while the candidate may beat the incumbent and its interval is wide (``race_stop``), never
-        into the time its own confirmation will need (``budget.reserve_s``'s ``racing``: priced from its time since
+        into the time its own confirmation will need (``reserve.reserve_s``'s ``racing``: priced from its time since
         ``started`` and the process pairs of its environment run since, beyond the ``before`` held then), nor, for
         an environment's seed, into what its plan counted after it (``Turns.following``: its combination's look and
         rounds, the look of the seed that goes before it), nor, ``ahead`` of a seed's turn, into that seed's
@@ -342,7 +342,7 @@ class SearchLoop:
             n = race.pairs(used)
             now, limit = self.budget.now(), deadline
             if used:
-                limit = min(deadline, self.budget.deadline - looks_s - budget.racing_reserve_s(
+                limit = min(deadline, self.budget.deadline - looks_s - reserve.racing_reserve_s(
                     self.study, self.options, params, self.measurer.method(handle, params), wall_s=now - started,
                     timed_s=2 * used * noise.window_s, pairs=self._process_pairs(params) - before,
                     measured=self.measurer.so_far(handle), then=then, left=self.budget.deadline - now - looks_s))

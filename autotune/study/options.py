@@ -27,7 +27,7 @@ class SearchOptions:
     confirm_top: int = 3  # candidates re-run side by side with the baseline before one is declared best
     confirm_rounds: int = 3  # the confirmation's rounds, each in fresh worker processes (the calibration's pairs split)
     # fresh process pairs of the chosen recipe against the defaults, started as your training is, behind the stated
-    # speedup (``measure.runs``); None: by the budget (``budget.claim_pairs``), 0: none (the claim stays provisional)
+    # speedup (``measure.runs``); None: by the budget (``reserve.claim_pairs``), 0: none (the claim stays provisional)
     claim_pairs: int | None = None
     busy_limit: float = 1.5  # the widest A/A interval (high / low) recipes are ranked on (``measurer.too_busy``)
     seeded: bool = True  # False: the baseline alone is seeded, the sampler picks the rest (the benchmark's control)

@@ -3,7 +3,7 @@
 The script follows the README's ``apply()`` pattern and is otherwise unchanged. Before the study opens, one copy
 of it runs with the defaults to its first step: its ``prepare_model`` tells what the space depends on in its model
 (convolutions), and its start-up time bounds the copies' later ones. Every trial is then measured by
-``measure.script_pairs.ScriptMeasurer`` (fresh pairs of live copies), and the rest is the search's: seeds,
+``measure.script.measurer.ScriptMeasurer`` (fresh pairs of live copies), and the rest is the search's: seeds,
 race, quality guard (on the script's own held-out figure, ``Tuned.evaluate``, or else the training loss its
 ``step()`` told), confirmation in fresh processes, the recipe.
 

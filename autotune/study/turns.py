@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from .. import search_spaces as spaces
 from ..measure import PROCESS_PAIRS, PairedMeasurer, environment_differences, environment_keys, paired_method
 from ..trial.spec import Status, TrialResult
-from . import budget, verdict
+from . import budget, reserve, verdict
 from .combinations import (
     combination,
     enqueue_combination,
@@ -143,9 +143,9 @@ class Turns:
 
     def _combination_needs_s(self, params: dict[str, Any], look: float) -> float:
         """The combination's first look (an arm) and the time kept for the confirmation with it counted
-        (``budget.reserve_s``'s ``racing``)."""
+        (``reserve.reserve_s``'s ``racing``)."""
         prospect = [self._prospect(self.asked(params), look)]
-        return look + budget.reserve_s(self.study, self.options, None, racing=prospect)
+        return look + reserve.reserve_s(self.study, self.options, None, racing=prospect)
 
     def enqueue_ahead(self) -> bool:
         """Enqueue ``_ahead`` unless a trial is waiting; True if one was."""
@@ -166,7 +166,7 @@ class Turns:
     def environment_seed_due(self) -> bool:
         """Enqueue the next seed that changes the environment (the heuristic, then its allocator alone) ahead of its
         turn where one more trial that starts no process would leave it too little time: its first look
-        (``budget.started_estimate_s``) and the time kept for the confirmation with it counted (``budget.reserve_s``'s
+        (``budget.started_estimate_s``) and the time kept for the confirmation with it counted (``reserve.reserve_s``'s
         ``racing``: its rounds, a round's process pair priced as one of its first look's, and the claim's pairs of your
         runs), and its combination's where an in-process winner would make one
         (``combinations.prospective_combination``: its first look an arm of the environment's worker, its rounds' own
@@ -189,9 +189,9 @@ class Turns:
             return False
         params = self.asked(seed[1])
         alone = [self._prospect(params, first)]
-        needs = first + budget.reserve_s(self.study, self.options, None, racing=alone)
+        needs = first + reserve.reserve_s(self.study, self.options, None, racing=alone)
         then, looks_s = self._combination_plan(seed[1])
-        both = needs if not then else first + looks_s + budget.reserve_s(
+        both = needs if not then else first + looks_s + reserve.reserve_s(
             self.study, self.options, None, racing=[*alone, *then])
         if not self._goes_now(first, needs, both, upcoming) \
                 and not (gave_way == params_key(seed[1]) and self._admitted(first)):
@@ -211,13 +211,13 @@ class Turns:
         moved, moved_s = self.displaced(bool(then))
         if not moved or not promising(self.study, moved[0][1], {**self.defaults, **self.options.fixed}):
             return True
-        return first + looks_s + moved_s + budget.reserve_s(
+        return first + looks_s + moved_s + reserve.reserve_s(
             self.study, self.options, None, racing=[*alone, *moved, *then]) <= self.budget.left()
 
     def combination_due(self) -> bool:
         """Enqueue the combination (``_combined``) ahead of the trial that would go before it (a sampled trial's turn,
         a seed) where its environment's worker is warm and one more trial would leave it too little time for its
-        first look (an arm) and the time kept for the confirmation with it counted (``budget.reserve_s``'s
+        first look (an arm) and the time kept for the confirmation with it counted (``reserve.reserve_s``'s
         ``racing``), while that still fits. True if it was. Where a seed may make its in-process part faster
         (``combinations.extension``), that seed goes first, one look earlier, while both looks fit."""
         if self._no_turn_ahead():
@@ -249,14 +249,14 @@ class Turns:
         (``upcoming``) too little would be left for ``together`` (its look, what it brings, the time kept with them
         counted), while it fits now ``alone`` and the loop's own check (the time kept for the contenders alone)
         admits it: refused there, it would wait unmeasured. ``together`` may be less than ``alone``: one more
-        candidate can lower the rounds the reserve keeps (``budget.kept_rounds``)."""
+        candidate can lower the rounds the reserve keeps (``reserve.kept_rounds``)."""
         left = self.budget.left()
         return left - upcoming < max(alone, together) and alone <= left and self._admitted(first)
 
     def _admitted(self, first: float) -> bool:
         """Whether the loop admits a trial whose look takes ``first`` beside the contenders' time (``reserve_s``)."""
         left = self.budget.left()
-        return left - budget.reserve_s(self.study, self.options, first, left=left) >= first
+        return left - reserve.reserve_s(self.study, self.options, first, left=left) >= first
 
     def following(self, params: dict[str, Any], role: str) -> tuple[list[Prospect], float]:
         """What follows a seed of another environment where an in-process winner would combine with it and none with

@@ -19,8 +19,8 @@ from typing import Any
 
 from ..errors import AutotuneError
 from ..measure import combine, stats
-from ..measure.candidate import round_factor
-from ..measure.process_pair import PROCESS_PAIRS
+from ..measure.live.candidate import round_factor
+from ..measure.live.process_pair import PROCESS_PAIRS
 
 FORMAT = "autotune-paired-grid-v1"
 

@@ -91,7 +91,7 @@ class TrialResult:
     baseline_samples_per_s: float | None = None  # the defaults' own rate beside it, measured (None: not beside it)
     peak_memory_bytes: int | None = None  # peak device memory of the measured recipe (CUDA), for the 90% warning
     data_wait: float | None = None  # the share of its timed steps spent waiting for the next batch (the input's)
-    phases: dict[str, float] | None = None  # each part's share of its timed steps (``measure.phases``); CPU only
+    phases: dict[str, float] | None = None  # each part's share of its timed steps (``measure.worker.phases``); CPU only
     operators: dict[str, float] | None = None  # top operators' shares of a profile (baseline, fastest yet; CPU only)
 
     def __post_init__(self) -> None:

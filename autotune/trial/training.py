@@ -1,5 +1,5 @@
 """Training and its bookkeeping, shared by a trial process (``autotune.trial.child``) and the paired engine's
-arms (``autotune.measure.arms``): what is in effect in this process, the batches of a DataLoader that name a dead
+arms (``autotune.measure.worker.arms``): what is in effect in this process, the batches of a DataLoader that name a dead
 worker, the held-out loss, the loss schedule, the device's peak memory, and a failure as a trial records it."""
 from __future__ import annotations
 

@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 
 from autotune.measure import freeze, protocol, stats
-from autotune.measure.arms import choose_window_s
 from autotune.measure.environment import environment_differences
-from autotune.measure.paired_worker import PairedWorker, WorkerError
+from autotune.measure.live.paired_worker import PairedWorker, WorkerError
+from autotune.measure.worker.arms import choose_window_s
 from autotune.search_spaces import SpaceContext, defaults
 from autotune.trial.spec import TrialSettings
 
@@ -113,8 +113,8 @@ def test_each_arm_runs_its_windows_with_its_own_tf32_flags(facts: Any) -> None:
     from types import SimpleNamespace
 
     from autotune import search_spaces as spaces
-    from autotune.measure.arms import Arm
-    from autotune.measure.footprint import Footprint
+    from autotune.measure.worker.arms import Arm
+    from autotune.measure.worker.footprint import Footprint
 
     flags = spaces.cuda.flags()
     before = {key: flag.get() for key, flag in flags.items()}
@@ -150,8 +150,8 @@ def test_an_arm_that_fails_is_classified_as_a_trial_is_and_its_tensors_are_freed
 
     import torch
 
-    from autotune.measure.arms import Arm, ArmFailed
-    from autotune.measure.footprint import Footprint
+    from autotune.measure.worker.arms import Arm, ArmFailed
+    from autotune.measure.worker.footprint import Footprint
 
     arm = Arm("a", {"device": "cpu"}, SimpleNamespace(facts=facts))  # type: ignore[arg-type]
     arm.memory = Footprint(cuda=False)
@@ -297,7 +297,7 @@ def test_an_arm_with_other_environment_knobs_is_refused(tiny_worker: PairedWorke
 def test_a_process_that_starts_slow_is_settled_before_its_first_window(facts: Any) -> None:
     """``ramp``: the first model of a process is ~2x slower in its first 40 steps. The first arm trains on
     untimed until it settles, so two identical arms read the same from the first pair (not ~0.05-0.5x)."""
-    from autotune.measure.arms import SETTLE_STEPS
+    from autotune.measure.worker.arms import SETTLE_STEPS
     from tests.quality_workloads import RAMP_STEPS
 
     params = _params(facts, batch_size=64)
@@ -357,7 +357,7 @@ def test_the_worker_runs_with_the_environment_it_was_planned_with(tiny_worker: P
 
 
 def test_a_worker_hosting_arms_keeps_its_heap(tiny_worker: PairedWorker) -> None:
-    """Its models keep the memory they free (``worker.keep_heap``); a process pair's workers do not
+    """Its models keep the memory they free (``preload.keep_heap``); a process pair's workers do not
     (``test_process_pair``): they hold one model each, as the user's process does."""
     assert tiny_worker.spec.keep_heap and tiny_worker.ready is not None
     assert tiny_worker.ready.in_effect["heap_kept"] is True
@@ -423,8 +423,8 @@ def test_a_short_step_that_stalls_once_is_no_verdict_and_a_slow_arm_gives_up_aft
     0.01x from one step, where its windows read 0.66-0.75x). Its ``channels_last`` arm is ~19x slower at every
     step: it gives up once its slow steps in a row have lasted a CPU window (``WINDOW_FLOOR_S``), a few steps; so
     it does beside a reference not timed yet (judged by its warm-up: a new environment's worker)."""
-    from autotune.measure.arms import WINDOW_FLOOR_S
     from autotune.measure.hopeless import HOPELESS
+    from autotune.measure.worker.arms import WINDOW_FLOOR_S
     from tests.quality_workloads import HICCUP_S
 
     base = _params(facts, batch_size=16)

@@ -14,9 +14,9 @@ import torch
 
 from autotune import probes
 from autotune.measure import protocol
-from autotune.measure.arms import ArmFailed
-from autotune.measure.bench import Bench
-from autotune.measure.footprint import GIB, Footprint, device_of, no_room
+from autotune.measure.worker.arms import ArmFailed
+from autotune.measure.worker.bench import Bench
+from autotune.measure.worker.footprint import GIB, Footprint, device_of, no_room
 from autotune.probes import _nvml
 from autotune.search_spaces import SpaceContext, defaults
 from autotune.trial.spec import TrialSettings
@@ -114,7 +114,7 @@ def bench(facts: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Bench]:
               "threads": 1, "interop_threads": 1}
     spec = protocol.WorkerSpec("tests.measure.test_footprint:oom_at_96", params, facts.to_dict(), loss_samples=256,
                                warmup_steps=2, eval_samples=128)
-    monkeypatch.setattr("autotune.measure.arms.Footprint", _FakeFootprint)
+    monkeypatch.setattr("autotune.measure.worker.arms.Footprint", _FakeFootprint)
     b = Bench(spec)
     monkeypatch.setattr(b, "_device", lambda: ("cuda:0 (Fake 80GB)", 80 * GIB, 0))
     try:
@@ -141,7 +141,7 @@ def test_room_is_what_this_process_can_use_not_the_devices_total(bench: Bench, f
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """A frozen worker or another process holds 30 of the 80 GiB: two 30 GiB arms no longer fit in the 50 this
     process can use (5 of them its own allocator's cache), though 2 x 30 is 75% of the device's total."""
-    from autotune.measure import footprint
+    from autotune.measure.worker import footprint
 
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda index=None: (45 * GIB, 80 * GIB))
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda index=None: 5 * GIB)
@@ -221,7 +221,7 @@ def test_each_arm_keeps_its_own_peak_less_what_the_others_hold(monkeypatch: pyte
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_two_models_on_one_gpu_report_their_own_peaks() -> None:
-    from autotune.measure.paired_worker import PairedWorker
+    from autotune.measure.live.paired_worker import PairedWorker
 
     facts = probes.probe()
     base = {**defaults(facts, SpaceContext(device="cuda", default_batch_size=64, conv=True)), "device": "cuda",
@@ -245,7 +245,7 @@ def test_a_precisions_first_use_on_a_gpu_is_no_hopeless_verdict() -> None:
     """An H200's first bf16 step (its kernels loaded on first use) outlasted a window and 32x a step, and the
     hopeless rule ended the transformer's bf16 and fp16 seeds at "0.00x" from it; bf16 later read 2.88x there."""
     from autotune.measure.hopeless import HOPELESS
-    from autotune.measure.paired_worker import PairedWorker
+    from autotune.measure.live.paired_worker import PairedWorker
 
     facts = probes.probe()
     base = {**defaults(facts, SpaceContext(device="cuda", default_batch_size=32)), "device": "cuda",
@@ -275,7 +275,7 @@ def huge() -> Any:
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_a_second_model_that_does_not_fit_is_not_added() -> None:
-    from autotune.measure.paired_worker import PairedWorker
+    from autotune.measure.live.paired_worker import PairedWorker
 
     facts = probes.probe()
     base = {**defaults(facts, SpaceContext(device="cuda", default_batch_size=8)), "device": "cuda",

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from autotune.measure import environment_key, stats
-from autotune.measure.candidate import paired_method, same_environment
+from autotune.measure.live.candidate import paired_method, same_environment
 from autotune.search_spaces import SpaceContext, defaults
 from autotune.trial.spec import TrialSettings
 
@@ -37,7 +37,7 @@ def test_the_live_measurer_calibrates_once_and_measures_each_candidate_as_an_arm
     tensors in memory and its step sleeps 40 ms: its defaults hardly wait for data (0.01 here; an input-bound
     workload's: ``tests/measure/test_arms.py``). No profile (2 s asked of a 300-s budget): nothing here reads it
     (``tests/measure/test_phases.py`` does)."""
-    from autotune.measure.live import LiveMeasurer
+    from autotune.measure.live.measurer import LiveMeasurer
     from autotune.study.seeds import INPUT_BOUND
 
     base, phases = _params(facts, 64), []
@@ -136,11 +136,11 @@ def test_a_factor_cut_short_keeps_its_pair_and_a_confirmation_round_measures_its
     finally:
         measurer.close()
     assert yours.ratio < 1 and yours.run_s > 0, yours
-    # the claim's price of a pair (``budget.claim_pair_s``): two trial processes of the defaults as the calibration's
+    # the claim's price of a pair (``reserve.claim_pair_s``): two trial processes of the defaults as the calibration's
     # worker started (``Noise.run_s``), the settle steps of its first arm left out (a process of yours settles no
     # arm: with them a quiet pair was priced 1.37x what it took) and the calibration's windows too
     from autotune.measure.runs import trial_run_s
-    from autotune.study.budget import claim_pair_s
+    from autotune.study.reserve import claim_pair_s
     noise, cal = measurer.noise, measurer.calibration
     assert noise is not None and cal is not None and noise.start_s is not None and noise.run_s is not None
     batch, step_s = measurer.defaults["batch_per_rank"], cal.step_s
@@ -168,7 +168,7 @@ def test_a_factor_grows_a_process_pair_a_race_round_and_its_worker_takes_the_env
     knob besides is an arm in its worker, factor x in-process: where the fewest pairs ran and the worker lives, it
     starts no process for its first look, settled or not (``warm``, which the search prices and fills by), and its
     own later rounds grow the factor."""
-    from autotune.measure.process_pair import HopelessEnvironment
+    from autotune.measure.live.process_pair import HopelessEnvironment
     from autotune.trial.spec import TrialResult
 
     measurer, _, one, key = _threads_measurer(facts, (1, 2))
@@ -235,7 +235,7 @@ class _Worker:
 def test_a_worker_set_aside_on_a_gpu_returns_its_cache_first(facts: Any, device: str) -> None:
     """A frozen worker keeps its device memory: on CUDA it returns its allocator's unused cache before it is
     frozen beside the worker or processes that run next (on the CPU there is nothing to return)."""
-    from autotune.measure.live import LiveMeasurer
+    from autotune.measure.live.measurer import LiveMeasurer
 
     measurer = LiveMeasurer("tiny", {"device": device}, facts, TrialSettings())
     defaults_worker, env_worker = _Worker(), _Worker()
@@ -252,7 +252,7 @@ def test_a_candidate_of_another_environment_is_not_started_without_the_time_its_
     import time
     from types import SimpleNamespace
 
-    from autotune.measure.live import LiveMeasurer
+    from autotune.measure.live.measurer import LiveMeasurer
 
     base = {**defaults(facts, SpaceContext()), "device": "cpu"}
     measurer = LiveMeasurer("tiny", base, facts, TrialSettings())
@@ -278,15 +278,15 @@ def test_a_candidate_of_another_environment_is_not_started_without_the_time_its_
 
 def test_a_confirmation_round_runs_the_process_pair_the_confirmation_admitted_it_with(facts: Any,
                                                                                       monkeypatch: Any) -> None:
-    """The confirmation admits a round by its own estimate (``budget.rounds_s``, which also sized the time kept for
+    """The confirmation admits a round by its own estimate (``reserve.rounds_s``, which also sized the time kept for
     the rounds); the measurer does not judge it again by another. Asked for 1.5x the last process pair, a 2-minute
     search of ``tiny`` skipped its last round with 6-9 s left and 6-s pairs, and left a gain read 1.15x and 1.43x
     in two rounds at [0.31-5.34], unconfirmed."""
     import time
     from types import SimpleNamespace
 
-    from autotune.measure.candidate import LiveTrial
-    from autotune.measure.live import LiveMeasurer
+    from autotune.measure.live.candidate import LiveTrial
+    from autotune.measure.live.measurer import LiveMeasurer
 
     base = {**defaults(facts, SpaceContext()), "device": "cpu"}
     measurer = LiveMeasurer("tiny", base, facts, TrialSettings())
@@ -311,7 +311,7 @@ def test_fresh_pairs_whose_defaults_run_out_of_time_are_a_timeout_not_a_crash(fa
     and train ``slow``'s 8 steps of 40 ms (``tiny`` in 1.5 s finished here: a Zen 5 VM, torch in the page cache)."""
     import time
 
-    from autotune.measure.candidate import LiveTrial
+    from autotune.measure.live.candidate import LiveTrial
 
     base = _params(facts, 64)
     trial = LiveTrial({**base, "threads": 1}, "c1", 1, time.monotonic())

@@ -1,5 +1,5 @@
-"""Where an arm's step goes (``autotune.measure.phases``): a workload whose every part sleeps a known time, measured
-in a real worker; the defaults' top operators from torch's profiler; an optimizer that runs no step hooks."""
+"""Where an arm's step goes (``autotune.measure.worker.phases``): a workload whose every part sleeps a known time,
+measured in a real worker; the defaults' top operators from torch's profiler; an optimizer that runs no step hooks."""
 from __future__ import annotations
 
 import time
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from autotune.measure.paired_worker import PairedWorker
-from autotune.measure.phases import MERGED, Phases
+from autotune.measure.live.paired_worker import PairedWorker
+from autotune.measure.worker.phases import MERGED, Phases
 from autotune.search_spaces import SpaceContext, defaults
 from autotune.trial.spec import TrialSettings
 
@@ -98,7 +98,7 @@ def test_a_profile_of_many_operators_a_step_keeps_to_its_time() -> None:
     under the suite's load (the summing grows faster than the steps); a profile a step, about the time asked."""
     import torch
 
-    from autotune.measure.phases import profiled
+    from autotune.measure.worker.phases import profiled
 
     a = torch.ones(4)
 
@@ -120,8 +120,8 @@ def test_a_profile_stops_at_its_step_cap_and_one_that_fails_costs_the_search_not
     import torch
 
     from autotune.measure import LiveMeasurer
-    from autotune.measure.paired_worker import WorkerError
-    from autotune.measure.phases import PROFILE_STEPS, profiled
+    from autotune.measure.live.paired_worker import WorkerError
+    from autotune.measure.worker.phases import PROFILE_STEPS, profiled
 
     steps = []
     a = torch.ones(8, 8)

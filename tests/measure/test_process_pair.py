@@ -19,8 +19,8 @@ import torch
 
 from autotune import Workload
 from autotune.measure import freeze, stats
-from autotune.measure.paired_worker import PairedWorker, WorkerError
-from autotune.measure.process_pair import (
+from autotune.measure.live.paired_worker import PairedWorker, WorkerError
+from autotune.measure.live.process_pair import (
     ARM,
     PILOT,
     ProcessPair,
@@ -141,7 +141,7 @@ def test_a_frozen_worker_does_not_run_while_the_other_does_and_a_timeout_ends_bo
         run = pair.run(1, 0.1)
         assert run.started == ("cand", "base") == tuple(side for side, _ in warmed)  # as drawn, and recorded
         assert [states for _, states in warmed] == [{"T"}, {"T"}]  # every thread of the other one stopped
-        # one model each, as the user's process: glibc's own heap policy (``worker.keep_heap`` is for several)
+        # one model each, as the user's process: glibc's own heap policy (``preload.keep_heap`` is for several)
         assert not any(w.ready.in_effect["heap_kept"] for w in pair.workers.values())
         frozen = pair.workers["base"]
         tree = freeze.tree(frozen.ready.pid)

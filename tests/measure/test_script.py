@@ -1,4 +1,4 @@
-"""Script mode's live copies of the user's script (``autotune.measure.script``): started as trials are, each in a
+"""Script mode's live copies of the user's script (``autotune.measure.script.copies``): started as trials are, each in a
 folder of its own, timed in windows by the steps it tells, frozen between them, and stopped with nothing left."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import psutil
 
 from autotune import search_spaces as spaces
 from autotune.measure import freeze
-from autotune.measure.script import EXIT_WAIT_S, ScriptRun, failure
+from autotune.measure.script.copies import EXIT_WAIT_S, ScriptRun, failure
 from autotune.recipe import Recipe
 from autotune.trial import launch
 
@@ -86,7 +86,7 @@ def test_an_environment_knob_is_set_before_the_copy_starts_and_read_over_fresh_p
     """``paced_train.py``'s step sleeps four times as long with one torch thread as with two; ``threads`` is set
     before Python starts (``OMP_NUM_THREADS`` and the recipe): two fresh process pairs each read near 0.25x, far
     from the 1x of a knob not set and the 4x of one set on the wrong copy."""
-    from autotune.measure.script_pairs import ScriptMeasurer
+    from autotune.measure.script.measurer import ScriptMeasurer
 
     base = {**spaces.defaults(facts, spaces.SpaceContext(default_batch_size=32)), "device": "cpu",
             "reference_batch": 32, "threads": 2, "interop_threads": 1}
@@ -112,7 +112,7 @@ def test_a_pair_of_your_runs_runs_each_copy_alone_one_after_the_other(facts: Any
     import pytest
 
     from autotune.measure import PairFailed
-    from autotune.measure.script import alone_pair
+    from autotune.measure.script.copies import alone_pair
 
     # batch 16 and windows of 0.1 s: no assertion reads a rate's size, and 0.3-s windows of batch 64 were the CPU's
     params = {**spaces.defaults(facts, spaces.SpaceContext(default_batch_size=16)), "device": "cpu",

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from autotune.measure import stats
-from autotune.measure.candidate import combine, round_factor
+from autotune.measure.live.candidate import combine, round_factor
 from autotune.measure.protocol import ArmStatus
 from autotune.study.choice import rounds_said
 
@@ -201,7 +201,7 @@ def test_a_calibration_too_wide_to_rank_on_is_taken_again_once_then_ends_the_sea
     from types import SimpleNamespace
 
     from autotune.measure import LiveMeasurer
-    from autotune.measure.paired_worker import WorkerError
+    from autotune.measure.live.paired_worker import WorkerError
     from autotune.trial import TrialSettings
 
     reads = [stats.Interval(1.1, 0.93, 1.70, 0.95, 6), stats.Interval(1.0, 0.99, 1.01, 0.95, 6)]

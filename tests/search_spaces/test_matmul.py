@@ -68,7 +68,7 @@ def test_set_through_onednns_own_api_it_is_still_read(restore_precision: None) -
 def test_each_arm_runs_its_windows_with_its_own_precision(facts: Any, restore_precision: None) -> None:
     from types import SimpleNamespace
 
-    from autotune.measure.arms import Arm
+    from autotune.measure.worker.arms import Arm
 
     bench: Any = SimpleNamespace(facts=facts)
     arms = {name: Arm(name, {"device": "cpu", "matmul_precision": name}, bench) for name in ("highest", "medium")}
@@ -89,7 +89,7 @@ def test_a_trial_that_ran_another_precision_is_not_scored_as_the_recipe() -> Non
 
 
 def test_in_a_real_worker_each_arm_reports_its_own_precision(facts: Any) -> None:
-    from autotune.measure.paired_worker import PairedWorker
+    from autotune.measure.live.paired_worker import PairedWorker
     from autotune.trial.spec import TrialSettings
 
     settings = TrialSettings(warmup_steps=2, measure_steps=6, windows=2, max_extra_windows=0, eval_samples=64)

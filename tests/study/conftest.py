@@ -15,7 +15,7 @@ import pytest
 
 from autotune import search_spaces as spaces
 from autotune.measure import Noise
-from autotune.measure.live import LiveMeasurer
+from autotune.measure.live.measurer import LiveMeasurer
 from autotune.probes import Facts
 from autotune.study import SearchOptions, run_settings, search, search_context
 from autotune.study.outcome import SearchOutcome

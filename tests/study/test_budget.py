@@ -42,7 +42,8 @@ def test_a_candidate_is_estimated_from_candidates_or_else_from_the_calibration()
 
     from autotune.measure import Noise
     from autotune.study import SearchOptions
-    from autotune.study.budget import estimate_s, reserve_s
+    from autotune.study.budget import estimate_s
+    from autotune.study.reserve import reserve_s
 
     study = optuna.create_study(direction="maximize")
     assert estimate_s(study) is None
@@ -81,7 +82,7 @@ def test_a_round_is_priced_at_a_workers_start_and_the_candidates_arm_not_the_cal
 
     from autotune.measure import Noise
     from autotune.study import SearchOptions
-    from autotune.study.budget import claim_pair_s, kept_rounds, reserve_s, round_parts
+    from autotune.study.reserve import claim_pair_s, kept_rounds, reserve_s, round_parts
     from autotune.trial.spec import Status, TrialResult
 
     noise = Noise(window_s=0.3, pairs=16, half_width=0.03, margin=0.02, spread=0.25, aa=(1.0, 0.96, 1.09),
@@ -189,7 +190,7 @@ def test_a_script_modes_rounds_are_its_process_pairs_alone() -> None:
     import optuna
 
     from autotune.study import SearchOptions
-    from autotune.study.budget import reserve_s
+    from autotune.study.reserve import reserve_s
 
     study, noise = _script_study()
     assert reserve_s(study, SearchOptions(budget_s=178), 42.0) == pytest.approx(1.1 * 3 * 35.0 / 4 * 2)
@@ -208,7 +209,7 @@ def test_the_reserve_keeps_fewer_rounds_where_all_would_take_most_of_the_budget(
     are kept; of 80 s two (38.5 s) are, of 50 s one (19.25 s). Three rounds of fresh process pairs and the claim
     had ended a 3-minute script-mode search after its first candidate, where one round then ran."""
     from autotune.study import SearchOptions
-    from autotune.study.budget import kept_rounds, reserve_s
+    from autotune.study.reserve import kept_rounds, reserve_s
 
     study, _ = _script_study()
     found = {budget: (kept_rounds(study, SearchOptions(budget_s=budget)),
@@ -229,7 +230,8 @@ def test_after_a_lone_heuristic_a_3_minute_demos_bfloat16_look_still_fits() -> N
     import optuna
 
     from autotune.study import SearchOptions
-    from autotune.study.budget import in_process_estimate_s, kept_rounds, reserve_s
+    from autotune.study.budget import in_process_estimate_s
+    from autotune.study.reserve import kept_rounds, reserve_s
 
     study = optuna.create_study(direction="maximize")
     study.set_user_attr("noise", {
@@ -267,8 +269,8 @@ def test_the_reserve_keeps_no_round_the_time_left_cannot_hold() -> None:
     import optuna
 
     from autotune.study import SearchOptions
-    from autotune.study.budget import racing_reserve_s, reserve_s
     from autotune.study.limits import timeout_s
+    from autotune.study.reserve import racing_reserve_s, reserve_s
 
     study, noise = _script_study()
     study.add_trial(optuna.trial.create_trial(value=1.5, user_attrs={
@@ -355,8 +357,8 @@ def test_no_trial_may_take_the_time_kept_for_the_confirmation() -> None:
 
     from autotune.measure import Noise
     from autotune.study import SearchOptions
-    from autotune.study.budget import reserve_s
     from autotune.study.limits import timeout_s
+    from autotune.study.reserve import reserve_s
 
     study = optuna.create_study(direction="maximize")
     noise = Noise(window_s=0.5, pairs=12, half_width=0.03, margin=0.02, spread=0.1, aa=(1.0, 0.97, 1.03))
@@ -385,7 +387,7 @@ def test_a_recipe_of_another_environment_pays_a_fresh_process_pair_every_round()
     and its round 0 took 39 s, where 15 s had been kept)."""
     from autotune.measure import Noise
     from autotune.study import SearchOptions
-    from autotune.study.budget import confirm_s, round_s
+    from autotune.study.reserve import confirm_s, round_s
     from autotune.trial.spec import Status, TrialResult
 
     noise = Noise(window_s=0.3, pairs=16, half_width=0.03, margin=0.02, spread=0.1, aa=(1.0, 0.97, 1.03))
@@ -424,7 +426,7 @@ def test_candidates_of_one_environment_share_its_process_pair_in_the_time_kept()
 
     from autotune.measure import Noise
     from autotune.study import SearchOptions
-    from autotune.study.budget import reserve_s, round_parts
+    from autotune.study.reserve import reserve_s, round_parts
     from autotune.trial.spec import TrialResult
 
     noise = Noise(window_s=0.3, pairs=16, half_width=0.03, margin=0.02, spread=0.1, aa=(1.0, 0.97, 1.03),
@@ -459,7 +461,7 @@ def test_an_environment_part_of_a_round_is_at_least_one_process_pair_as_the_sear
 
     from autotune.measure import Noise, environment_key
     from autotune.study import SearchOptions
-    from autotune.study.budget import floors, reserve_s
+    from autotune.study.reserve import floors, reserve_s
 
     noise = Noise(window_s=0.3, pairs=8, half_width=0.03, margin=0.02, spread=0.1, aa=(1.0, 0.97, 1.03),
                   timed_s=9.6, wall_s=15.3)
@@ -493,7 +495,7 @@ def test_a_candidate_being_raced_keeps_the_time_its_own_confirmation_needs() -> 
 
     from autotune.measure import Noise
     from autotune.study import SearchOptions
-    from autotune.study.budget import racing_reserve_s, reserve_s
+    from autotune.study.reserve import racing_reserve_s, reserve_s
 
     noise = Noise(window_s=0.5, pairs=8, half_width=0.03, margin=0.02, spread=0.1, aa=(1.0, 0.97, 1.03),
                   timed_s=8.0, wall_s=14.0)
@@ -533,7 +535,8 @@ def test_the_rounds_a_measurer_resizes_are_the_ones_the_budget_keeps_time_for(fa
 
     from autotune.measure import Noise
     from autotune.study import SearchOptions
-    from autotune.study.budget import recorded_noise, reserve_s
+    from autotune.study.budget import recorded_noise
+    from autotune.study.reserve import reserve_s
     from autotune.trial import TrialResult
 
     class Resizing(StubMeasurer):
@@ -575,9 +578,9 @@ def test_a_script_candidate_being_raced_keeps_its_rounds_of_fresh_process_pairs(
     import optuna
 
     from autotune.measure import Noise, ScriptMeasurer
-    from autotune.measure.script_results import ScriptTrial
+    from autotune.measure.script.results import ScriptTrial
     from autotune.study import SearchOptions
-    from autotune.study.budget import racing_reserve_s
+    from autotune.study.reserve import racing_reserve_s
 
     noise = Noise(window_s=0.5, pairs=6, half_width=0.03, margin=0.035, spread=0.3, aa=(1.0, 0.9, 1.1),
                   timed_s=18.3, wall_s=27.0, aa_pairs=18, round_pairs=18)
@@ -617,8 +620,8 @@ def test_a_script_round_is_priced_without_what_its_trial_spent_once(facts) -> No
 
     from autotune.measure import Noise, first_rounds_s
     from autotune.study import SearchOptions, verdict
-    from autotune.study.budget import round_s
     from autotune.study.records import records
+    from autotune.study.reserve import round_s
     from autotune.trial import TrialResult
 
     # as that search recorded them: the A/A's 3 pairs in 30.2 s, 18.29 s windows, 2.55 s spent once; the heuristic's

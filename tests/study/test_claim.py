@@ -15,7 +15,7 @@ import pytest
 from autotune.measure import Noise, PairFailed, RunPair
 from autotune.recipe_file import to_env
 from autotune.study import how_measured
-from autotune.study.budget import OVER
+from autotune.study.reserve import OVER
 from autotune.testing.replay import ReplayClock
 
 from .test_confirm_cut import FAST, SLOW, Stubbed, _explored, _search

@@ -257,7 +257,7 @@ def test_a_confirmation_that_completed_no_round_keeps_the_defaults_and_says_why(
 
 def test_where_no_candidate_read_above_the_bar_the_note_says_so_not_that_the_budget_was_short(
         tmp_path: Path, facts: Any) -> None:
-    """The search keeps time for its contenders' rounds only (``budget.reserve_s``). A 3-minute GRU search whose
+    """The search keeps time for its contenders' rounds only (``reserve.reserve_s``). A 3-minute GRU search whose
     candidates read 1.01-1.02x kept none, ran to its end, and its note blamed the budget ("the budget was short") for
     what was a reading: none was worth a round. The defaults are kept either way; the note says why."""
     ok = {"status": Status.OK, "loss": 1.0, "pairs": 8, "wall_s": 5.0, "timed_s": 2.5, "method": "in-process pairs"}

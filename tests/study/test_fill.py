@@ -17,7 +17,7 @@ import pytest
 from autotune import search_spaces as spaces
 from autotune.measure import Interval, Noise, first_rounds_s
 from autotune.measure.environment import environment_key
-from autotune.study import Budget, SearchOptions, budget
+from autotune.study import Budget, SearchOptions, budget, reserve
 from autotune.study.budget import estimate_s, in_process_estimate_s
 from autotune.study.loop import SearchLoop
 from autotune.study.records import Attr, StudyAttr, params_key
@@ -245,7 +245,7 @@ def test_a_candidate_sharing_its_environments_round_is_not_left_out_for_that_tim
     _add(study, "search", env, 1.3, 40.0, "process pairs x in-process pairs", 25.0)
     measurer = Slow(2.0)
     options = SearchOptions(budget_s=300, storage=storage, study="shared", confirm_top=2, confirm_rounds=1)
-    from autotune.study.budget import round_s
+    from autotune.study.reserve import round_s
 
     first = round_s(next(r for r in _records(study) if r.number == 1).result, NOISE, options, 0)
     # the first fits; after it, less than a whole round is left
@@ -583,7 +583,7 @@ def test_an_environments_seed_is_measured_while_its_confirmation_and_your_runs_f
     assert roles[1:5] == ["seed", "in-process", "heuristic", "seed"] and measurer.started["heuristic"] == 22.0, roles
     assert study.get_trials(deepcopy=False)[3].user_attrs.get(Attr.AHEAD)  # ahead of a seed's turn: it comes next
     left = budget_s - (measurer.started["heuristic"] + 22.0)
-    kept = budget.reserve_s(study, loop.options, budget.estimate_s(study))  # its two rounds, six pairs of your runs
+    kept = reserve.reserve_s(study, loop.options, budget.estimate_s(study))  # its two rounds, six pairs of your runs
     assert left >= kept > 50.0, (left, kept)
 
 
@@ -713,7 +713,7 @@ def test_an_environments_seed_keeps_time_for_its_combination_which_follows_it(fa
     assert roles.index("heuristic") < roles.index("combined") <= roles.index("heuristic") + 3, roles
     assert trials[roles.index("combined")].user_attrs[Attr.PARAMS]["channels_last"] is True
     left = 180 - (measurer.started["combined"] + 4.0)
-    kept = budget.reserve_s(study, loop.options, budget.estimate_s(study))  # both candidates' rounds, your runs
+    kept = reserve.reserve_s(study, loop.options, budget.estimate_s(study))  # both candidates' rounds, your runs
     assert left >= kept, (roles, measurer.started, left, kept)
 
 

@@ -111,7 +111,7 @@ def test_an_arm_trains_at_its_own_seed_and_takes_its_loss_over_the_wide_set(fact
     """Arms of one worker at seeds 0, 0 and 1 (``AddArm.seed``): the same seed trains to the same loss, another
     seed to another; the wide held-out set holds four times the samples (a quarter of the data at most)."""
     from autotune import search_spaces as spaces
-    from autotune.measure.paired_worker import PairedWorker
+    from autotune.measure.live.paired_worker import PairedWorker
     from autotune.trial import TrialSettings
 
     ctx = spaces.SpaceContext(default_batch_size=64)

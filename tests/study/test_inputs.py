@@ -176,7 +176,7 @@ def test_a_stored_recipe_outside_todays_space_is_skipped_and_the_search_goes_on(
 def _run(facts, tmp_path: Path, candidates: list[dict]) -> list[tuple[optuna.trial.FrozenTrial, object]]:
     """Trials measured and recorded by one search loop, as a search runs them, after its baseline: each trial's
     frozen trial and record, in order."""
-    from autotune.measure.live import LiveMeasurer
+    from autotune.measure.live.measurer import LiveMeasurer
 
     study = optuna.create_study(storage=f"sqlite:///{tmp_path}/studies.db", direction="maximize")
     options = SearchOptions(settings=TrialSettings(warmup_steps=2, measure_steps=6, windows=2, max_extra_windows=0,

@@ -52,7 +52,7 @@ def test_through_the_search_loop_an_oom_skips_only_its_own_settings(facts, tmp_p
     """Real trials of a workload that runs out of memory from batch 64: after batch 64 ran out, batch 128 is
     skipped with the same settings and measured (out of memory again) with structured sparsity. The noise is
     not the subject: the A/A takes the fewest pairs (6; its default 16 took 6 s more)."""
-    from autotune.measure.live import LiveMeasurer
+    from autotune.measure.live.measurer import LiveMeasurer
 
     ctx = SpaceContext(default_batch_size=32, prunable=True)
     run = {"device": "cpu", "reference_batch": 32, "global_batch": None, "lr_scaling": "sqrt"}

@@ -11,7 +11,7 @@ import re
 import pytest
 
 from autotune import search_spaces as spaces
-from autotune.measure.paired_worker import PairedWorker
+from autotune.measure.live.paired_worker import PairedWorker
 from autotune.measure.protocol import ArmStatus
 from autotune.trial import TrialSettings, loss_samples
 from autotune.trial.training import schedule

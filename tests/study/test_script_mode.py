@@ -16,9 +16,9 @@ import pytest
 
 from autotune import search_spaces as spaces
 from autotune.measure import sizing, started_processes
-from autotune.measure.first_copy import script_context
-from autotune.measure.script import ScriptRun
-from autotune.measure.script_pairs import ScriptMeasurer
+from autotune.measure.script.copies import ScriptRun
+from autotune.measure.script.first_copy import script_context
+from autotune.measure.script.measurer import ScriptMeasurer
 from autotune.study import search_script
 from autotune.trial.spec import Status
 
@@ -299,7 +299,7 @@ def test_the_scripts_own_held_out_figure_is_what_the_quality_guard_compares(fact
     figure, where the training loss it would have compared passes. Each copy prints both figures to its log."""
     import optuna
 
-    from autotune.measure.script import copy_plan
+    from autotune.measure.script.copies import copy_plan
     from autotune.study import SearchOptions, verdict
     from autotune.study.records import StudyAttr
 

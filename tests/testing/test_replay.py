@@ -12,7 +12,7 @@ import pytest
 
 from autotune.errors import AutotuneError
 from autotune.measure import Noise, PairedMeasurer, combine, stats
-from autotune.measure.candidate import round_factor
+from autotune.measure.live.candidate import round_factor
 from autotune.testing.grid import GridConfig, GridMiss, RecordedGrid
 from autotune.testing.replay import ReplayMeasurer
 from autotune.trial.spec import Status, TrialResult
@@ -346,7 +346,7 @@ def test_an_environment_looked_at_keeps_its_factor_and_worker_as_live() -> None:
 
 
 def test_an_environment_trials_time_holds_its_process_pairs_and_its_factor_counts_them_as_live() -> None:
-    """As live, where the search prices a round or a trial from one (``budget.floors``, ``costs.round_parts``,
+    """As live, where the search prices a round or a trial from one (``reserve.floors``, ``costs.round_parts``,
     ``budget.in_process_estimate_s``, ``Confirmation.took``): a trial of another environment holds in its wall the
     process pairs or the worker's start charged to it, the pairs' windows timed and the rest start-up; the defaults
     of that environment count every pair charged to it (the factor is pooled by environment), though the search's

@@ -73,7 +73,7 @@ def test_compiled_arms_of_one_worker_each_pay_their_own_compile_and_stay_compile
 
     from autotune import search_spaces as spaces
     from autotune.measure import protocol
-    from autotune.measure.bench import Bench
+    from autotune.measure.worker.bench import Bench
 
     original = torch.compile
     monkeypatch.setattr(torch, "compile", lambda model, mode=None: original(model, backend="aot_eager"))

@@ -23,12 +23,11 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..errors import TrialError
-from ..trial import launch
-from ..trial.runner import loss_samples, trial_directory, trial_plan
-from . import freeze, stats
-from .arms import choose_window_s
-from .protocol import (
+from ...errors import TrialError
+from ...trial import launch
+from ...trial.runner import loss_samples, trial_directory, trial_plan
+from .. import freeze, stats
+from ..protocol import (
     AddArm,
     ArmAdded,
     ArmStatus,
@@ -55,6 +54,7 @@ from .protocol import (
     decode,
     encode,
 )
+from ..worker.arms import choose_window_s
 
 
 class WorkerError(TrialError):
@@ -191,7 +191,7 @@ class PairedWorker(freeze.Freezable):
         self._expect(DropArm(arm), Dropped, timeout_s)
 
     def empty_cache(self, timeout_s: float = 30.0) -> int:
-        """Have the worker return its allocator's unused CUDA memory to the device (``worker.empty_cache``)."""
+        """Have the worker return its allocator's unused CUDA memory to the device (``worker.process.empty_cache``)."""
         reply: CacheEmptied = self._expect(EmptyCache(), CacheEmptied, timeout_s)
         return reply.released
 

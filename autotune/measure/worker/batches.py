@@ -1,5 +1,5 @@
 """An arm's batches: its DataLoader epoch after epoch, and the worker processes serving them, which the arm stops
-while it is idle (``autotune.measure.arms``)."""
+while it is idle (``autotune.measure.worker.arms``)."""
 from __future__ import annotations
 
 import os
@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..trial.training import raise_if_a_worker_died
+from ...trial.training import raise_if_a_worker_died
 
 
 def signal_all(pids: Sequence[int], sig: signal.Signals) -> None:

@@ -8,16 +8,16 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from . import stats
+from .. import stats
+from ..environment import environment_differences
+from ..measurer import Noise, first_pairs
 from .candidate import NOTHING, LiveTrial, environment_defaults, round_factor
-from .environment import environment_differences
-from .measurer import Noise, first_pairs
 from .paired_worker import Calibration, calibrated
 from .process_pair import HopelessEnvironment, enough, process_pair
 
 if TYPE_CHECKING:
-    from ..probes import Facts
-    from ..trial.spec import TrialSettings
+    from ...probes import Facts
+    from ...trial.spec import TrialSettings
     from .pool import PhaseHook, WorkerPool
 
 # Past the trial's deadline, a process pair that began in time finishes (its pair is kept for the next candidate):
@@ -66,7 +66,7 @@ class EnvironmentFactors:
         """Why a candidate of another environment is not started: its process pairs (the last one's worker is kept
         for its arms) or its worker's start would outlast ``deadline``, from the starts and pairs measured so far;
         None when it may finish, or before the calibration (``cal``, its ``noise``). A confirmation round is admitted
-        by the confirmation's own estimate (``budget.rounds_s``, which also sized the time kept for it): judged here
+        by the confirmation's own estimate (``reserve.rounds_s``, which also sized the time kept for it): judged here
         again by another estimate, the last round of a tight budget was skipped, its gain left unconfirmed."""
         if not self.pool.start_s or cal is None or self.confirming:
             return None  # nothing measured yet, or the confirmation's to judge

@@ -26,9 +26,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..probes import Facts
-from ..recipe import Recipe
-from ..steps import (
+from ...probes import Facts
+from ...recipe import Recipe
+from ...steps import (
     CONTROL,
     LOSS_SAMPLES,
     STEPS,
@@ -43,10 +43,10 @@ from ..steps import (
     encode_switch,
     read_lines,
 )
-from ..trial import launch
-from ..trial.spec import EVALUATED, EVALUATED_HIGHER, TRAINING_LOSS
-from . import freeze
-from .runs import WINDOW_PAIRS, PairFailed, RunPair, sequential
+from ...trial import launch
+from ...trial.spec import EVALUATED, EVALUATED_HIGHER, TRAINING_LOSS
+from .. import freeze
+from ..runs import WINDOW_PAIRS, PairFailed, RunPair, sequential
 
 POLL_S = 0.01
 WARMUP_STEPS = 3  # untimed steps of each copy before its first window

@@ -1,5 +1,5 @@
 """The paired worker process: ``python -m autotune.measure.worker SPEC.json`` (its parent's side is
-``autotune.measure.paired_worker.PairedWorker``).
+``autotune.measure.live.paired_worker.PairedWorker``).
 
 A worker holds the arms of one environment configuration (threads, interop threads, affinity, OpenMP
 runtime, allocator, one process) and lives as long as that configuration is in use, so comparing knobs
@@ -26,13 +26,10 @@ import sys
 import traceback
 from pathlib import Path
 
-from ..search_spaces import preload
-from ..trial import launch
-from ..trial.training import in_effect
-from .arms import ArmFailed
-from .bench import Bench, pairs
-from .environment import EnvironmentMismatch
-from .protocol import (
+from ...search_spaces import preload
+from ...trial.training import in_effect
+from ..environment import EnvironmentMismatch
+from ..protocol import (
     AddArm,
     ArmAdded,
     Bye,
@@ -59,6 +56,8 @@ from .protocol import (
     decode,
     encode,
 )
+from .arms import ArmFailed
+from .bench import Bench, pairs
 
 
 def handle(bench: Bench, command: Command) -> Reply:
@@ -162,6 +161,3 @@ def main(argv: list[str]) -> int:
         bench.close()  # continues and ends every arm's DataLoader workers
     return 0
 
-
-if __name__ == "__main__":
-    launch.exit_now(main(sys.argv[1:]))

@@ -30,12 +30,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from . import stats
-from .arms import choose_window_s
-from .environment import DEFAULTS
-from .hopeless import HOPELESS
+from .. import stats
+from ..environment import DEFAULTS
+from ..hopeless import HOPELESS
+from ..protocol import ArmStatus, PairRecord, WindowsRun
+from ..worker.arms import choose_window_s
 from .paired_worker import PairedWorker, WorkerError
-from .protocol import ArmStatus, PairRecord, WindowsRun
 
 Side = Literal["base", "cand"]
 PROCESS_PAIRS = (3, 8)  # the fewest and most fresh process pairs an environment comparison runs (``enough``)

@@ -18,13 +18,13 @@ Rules an arm keeps, so that its windows measure only itself:
 - a window runs whole optimizer steps until at least ``window_s`` seconds have passed (CUDA synchronised);
 - the process's first arm settles it before any window: it trains on, untimed, after its warm-up steps
   (``SETTLE_S``, ``SETTLE_STEPS``);
-- on CUDA its peak memory is its own (``autotune.measure.footprint``), and ``Bench.add`` adds a second model to
+- on CUDA its peak memory is its own (``autotune.measure.worker.footprint``), and ``Bench.add`` adds a second model to
   the device only when both fit: otherwise the arm's state is ``no-room`` ("measure by process pairs");
 - its quality-guard loss is taken once, when its trained samples reach the study's ``loss_samples``
   (evaluation time is excluded from the window); later windows only time;
 - a NaN loss, an out-of-memory error or any other exception fails that arm alone (``ArmFailed``).
 
-Example (in a worker process; see ``autotune.measure.worker`` for the parent's side)::
+Example (in a worker process; see ``autotune.measure.live.paired_worker`` for the parent's side)::
 
     bench = Bench(spec)
     base, cand = bench.add("base", spec.params), bench.add("cl", {**spec.params, "channels_last": True})
@@ -41,18 +41,18 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from .. import search_spaces as spaces
-from ..trial.training import NonFiniteLoss, evaluate, failure, in_effect
+from ... import search_spaces as spaces
+from ...trial.training import NonFiniteLoss, evaluate, failure, in_effect
+from ..freeze import proc_state, wait_stopped
+from ..hopeless import Judge, judged_step
+from ..protocol import ArmState, ArmStatus, WindowRecord, WorkerSpec
 from .batches import Batches, signal_all
 from .footprint import Footprint
-from .freeze import proc_state, wait_stopped
-from .hopeless import Judge, judged_step
 from .phases import Phases, profiled
-from .protocol import ArmState, ArmStatus, WindowRecord, WorkerSpec
 
 if TYPE_CHECKING:
-    from ..probes import Facts
-    from ..workloads import Workload
+    from ...probes import Facts
+    from ...workloads import Workload
 
 WINDOW_FLOOR_S = {"cpu": 0.3, "cuda": 0.05}  # timer and scheduler noise stay well under 2% of this
 MIN_WINDOW_STEPS = 4
@@ -63,7 +63,7 @@ MIN_WINDOW_STEPS = 4
 SETTLE_S = 1.2
 SETTLE_STEPS = 100
 class Host(Protocol):
-    """What an arm reads of the worker that holds it (``autotune.measure.bench.Bench``)."""
+    """What an arm reads of the worker that holds it (``autotune.measure.worker.bench.Bench``)."""
 
     spec: WorkerSpec
     facts: Facts
@@ -131,7 +131,7 @@ class Arm:
         guarded: a model that does not fit (a second model on one GPU) fails this arm with ``oom``."""
         import torch
 
-        from ..apply import apply
+        from ...apply import apply
 
         bench = self.bench
         seed = bench.spec.seed if self.seed is None else self.seed

@@ -1,7 +1,7 @@
 """Script mode's measuring engine: ``ScriptMeasurer``, the ``PairedMeasurer`` of ``autotune search -- python train.py``.
 
 Every recipe of a script is a whole process of it, so every comparison is across processes: a candidate is measured
-against the defaults over fresh pairs of live copies (``script.ScriptRun``), each warmed up untimed, then pairs of
+against the defaults over fresh pairs of live copies (``copies.ScriptRun``), each warmed up untimed, then pairs of
 windows with the idle copy frozen. A process pair gives one ratio, its windows' median; two identical processes differ
 by a factor that lasts their life, so a candidate's interval is the Student-t interval of the logarithms of its process
 pairs' ratios, from ``LEAST_PAIRS`` of them on, their spread pooled with the A/A's and the earlier recipes' process
@@ -23,16 +23,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..probes import Facts
-from ..trial.spec import Status, TrialResult
-from . import script_results as results
-from . import sizing, stats
-from .measurer import Noise, PairedMeasurer
+from ...probes import Facts
+from ...trial.spec import Status, TrialResult
+from .. import sizing, stats
+from ..measurer import Noise, PairedMeasurer
+from ..runs import WINDOW_PAIRS, RunPair
+from ..sizing import LEAST_PAIRS
+from . import results
+from .copies import WARMUP_STEPS, ScriptRun, alone_pair, copy_plan, failure, start_together, step_s, window_pairs
 from .resident import TIME_RAN_OUT, ResidentCopy, fresh_loss, loss_copy_s
-from .runs import WINDOW_PAIRS, RunPair
-from .script import WARMUP_STEPS, ScriptRun, alone_pair, copy_plan, failure, start_together, step_s, window_pairs
-from .script_results import SAME_ARITHMETIC, ScriptTrial, copy_method, failure_status, loss_fields, script_method
-from .sizing import LEAST_PAIRS
+from .results import SAME_ARITHMETIC, ScriptTrial, copy_method, failure_status, loss_fields, script_method
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class ScriptMeasurer(PairedMeasurer):
         """The defaults against themselves over ``CALIBRATION_PAIRS`` fresh process pairs: the window length (at
         least ``WINDOW_STEPS`` of their steps), the A/A interval and the margin. A copy that fails is a
         ``TrialError`` with its reason (the loop records the baseline as failed)."""
-        from ..errors import TrialError
+        from ...errors import TrialError
 
         started = time.monotonic()
         trial = ScriptTrial(dict(self.defaults), baseline=True, deadline=started + timeout_s)
@@ -281,7 +281,7 @@ class ScriptMeasurer(PairedMeasurer):
         return (self._trial(handle).loss or (0, None, None))[2]
 
     def user_pair(self, params: dict[str, Any], seed: int, timeout_s: float) -> RunPair:
-        """Copies of your script alone, one after the other, as you run it (``script.alone_pair``)."""
+        """Copies of your script alone, one after the other, as you run it (``copies.alone_pair``)."""
         self._count += 1
         plans = {side: copy_plan(self.argv, p, self.facts, self.env, self.workload)
                  for side, p in (("base", self.defaults), ("cand", params))}
@@ -376,7 +376,7 @@ class ScriptMeasurer(PairedMeasurer):
                 self._live.remove(run)
 
     def _failure(self, runs: list[ScriptRun], why: str | None = None) -> str:
-        """Why the pair's copies failed (``script.failure``, or ``why``); their folders are kept for their logs."""
+        """Why the pair's copies failed (``copies.failure``, or ``why``); their folders are kept for their logs."""
         self.failed_copies.extend(run.folder for run in runs)
         return why or failure(runs)
 

@@ -1,5 +1,5 @@
 """The search's ``PairedMeasurer`` on this machine: ``LiveMeasurer``, candidates measured against the defaults in
-live worker processes (``autotune.measure.pool``), across processes where their environment differs."""
+live worker processes (``autotune.measure.live.pool``), across processes where their environment differs."""
 from __future__ import annotations
 
 import contextlib
@@ -9,10 +9,15 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from .. import search_spaces as spaces
-from ..trial.spec import Status, TrialResult
-from . import costs, sizing, stats
-from .arms import WINDOW_FLOOR_S, choose_window_s
+from ... import search_spaces as spaces
+from ...trial.spec import Status, TrialResult
+from .. import costs, sizing, stats
+from ..environment import environment_differences, environment_key
+from ..hopeless import HOPELESS
+from ..measurer import BUSY, LossReading, Noise, PairedMeasurer, too_busy
+from ..protocol import ArmStatus
+from ..runs import RunPair, trial_pair, trial_run_s
+from ..worker.arms import WINDOW_FLOOR_S, choose_window_s
 from .candidate import (
     ACROSS,
     DEFAULTS,
@@ -26,15 +31,10 @@ from .candidate import (
     same_environment,
     status_of,
 )
-from .environment import environment_differences, environment_key
 from .factors import EnvironmentFactors
-from .hopeless import HOPELESS
-from .measurer import BUSY, LossReading, Noise, PairedMeasurer, too_busy
 from .paired_worker import Calibration, WorkerError, calibrated
 from .pool import PhaseHook, WorkerPool, lost
 from .process_pair import PROCESS_PAIRS, HopelessEnvironment
-from .protocol import ArmStatus
-from .runs import RunPair, trial_pair, trial_run_s
 
 log = logging.getLogger(__name__)
 WARM_UP_SLACK_S = 10.0  # an eager arm's build and first kernels, beyond its warm-up steps (``_warm_up_limit_s``)

@@ -8,11 +8,11 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from .. import search_spaces as spaces
+from ... import search_spaces as spaces
+from ..environment import EnvironmentMismatch, environment_differences
+from ..protocol import PairRecord, WindowRecord, WorkerSpec
 from .arms import Arm, ArmFailed
-from .environment import EnvironmentMismatch, environment_differences
 from .footprint import device_of, no_room, out_of_room, room, warm_libraries
-from .protocol import PairRecord, WindowRecord, WorkerSpec
 
 
 def fresh_compiler() -> None:
@@ -48,9 +48,9 @@ class Bench:
     """The arms of one worker process: its workload, its environment's params, its held-out split."""
 
     def __init__(self, spec: WorkerSpec) -> None:
-        from ..apply import apply
-        from ..probes import Facts
-        from ..workloads import held_out_sets, load_workload
+        from ...apply import apply
+        from ...probes import Facts
+        from ...workloads import held_out_sets, load_workload
 
         self.spec = spec
         self.facts = Facts.from_dict(spec.facts)

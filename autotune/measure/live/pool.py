@@ -8,11 +8,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..trial.runner import ended
-from ..trial.spec import Status
-from .environment import DEFAULTS, environment_keys
+from ...trial.runner import ended
+from ...trial.spec import Status
+from ..environment import DEFAULTS, environment_keys
+from ..protocol import ArmStatus
 from .paired_worker import PairedWorker, WorkerError
-from .protocol import ArmStatus
 
 PhaseHook = Callable[[str, str], None]  # (phase name, detail): "starting", "compiling", "paired windows", ...
 

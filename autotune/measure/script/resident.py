@@ -15,9 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import search_spaces as spaces
-from ..trial import launch
-from .script import WARMUP_STEPS, ScriptRun, failure, start_together
+from ... import search_spaces as spaces
+from ...trial import launch
+from .copies import WARMUP_STEPS, ScriptRun, failure, start_together
 
 TIME_RAN_OUT = "the trial's time ran out in the long-lived copy"
 LOSS_HEADROOM = 1.5  # fresh processes of one script ran 0.85-1.28x apart: a loss copy priced at the slow end

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..probes import Facts
-from ..steps import Model
-from .script import WARMUP_STEPS, ScriptRun, copy_plan, failure
+from ...probes import Facts
+from ...steps import Model
+from .copies import WARMUP_STEPS, ScriptRun, copy_plan, failure
 
 
 @dataclass(frozen=True)

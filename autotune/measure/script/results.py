@@ -8,8 +8,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..trial.spec import Status, TrialResult
-from .hopeless import FAR_SLOWER, FAR_SLOWER_IN_COPY, HOPELESS, far_slower_result
+from ...trial.spec import Status, TrialResult
+from ..hopeless import FAR_SLOWER, FAR_SLOWER_IN_COPY, HOPELESS, far_slower_result
 
 METHOD = "script process pairs"
 COPY_METHOD = "script window pairs in one copy"
@@ -59,7 +59,7 @@ def loss_fields(loss: tuple[int, float, str] | None) -> dict[str, Any]:
 
 def failure_status(why: str) -> Status:
     """A timeout where the copies stopped stepping or the trial's time ran out, else a crash; read from the reason's
-    own words, before the script's last output line (``script.failure``), which may say anything."""
+    own words, before the script's last output line (``copies.failure``), which may say anything."""
     head = why.split(": ", 1)[0]
     return Status.TIMEOUT if head.startswith("the trial's time ran out") or " steps in " in head or "no step" in head \
         else Status.CRASH

@@ -10,13 +10,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ..trial.runner import run_trial
-from ..trial.spec import Status, TrialResult
-from . import stats
-from .environment import DEFAULTS, environment_keys
-from .hopeless import HOPELESS, far_slower_result
+from ...trial.runner import run_trial
+from ...trial.spec import Status, TrialResult
+from .. import stats
+from ..environment import DEFAULTS, environment_keys
+from ..hopeless import HOPELESS, far_slower_result
+from ..protocol import ArmStatus, PairRecord
 from .paired_worker import Calibration, PairedWorker, calibrated
-from .protocol import ArmStatus, PairRecord
 
 if TYPE_CHECKING:
     from .process_pair import HopelessEnvironment

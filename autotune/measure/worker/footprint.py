@@ -1,6 +1,6 @@
 """An arm's device memory on CUDA: its own peak, and whether another arm fits beside the ones there.
 
-Two models on one GPU are paired as on a CPU (synchronised windows, ``autotune.measure.arms``) only when
+Two models on one GPU are paired as on a CPU (synchronised windows, ``autotune.measure.worker.arms``) only when
 both fit: every arm's peak (its model, optimizer state and activations at their largest) must fit in the
 device's memory together with one more model as large as the largest (the candidate is not built yet: a
 batch size or dtype may change its size; when it is larger after all, its build runs out of memory and
