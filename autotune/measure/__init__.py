@@ -25,13 +25,12 @@ from .costs import (
     first_rounds_s,
     in_one_process,
     own_copies,
-    race_round_s,
     round_parts,
     started_processes,
 )
-from .environment import environment_differences, environment_key, environment_keys
+from .environment import FACTOR, environment_differences, environment_key, environment_keys, paired_method
 from .hopeless import FAR_SLOWER, is_far_slower
-from .live.candidate import FACTOR, combine, paired_method
+from .live.candidate import combine
 from .live.measurer import LiveMeasurer
 from .live.paired_worker import PairedWorker
 from .live.process_pair import PROCESS_PAIRS, across_processes
@@ -41,6 +40,7 @@ from .runs import LEAST_PAIRS as LEAST_CLAIM_PAIRS
 from .runs import WINDOW_PAIRS as RUN_WINDOW_PAIRS
 from .script.first_copy import script_context
 from .script.measurer import ScriptMeasurer
+from .sizing import race_round_s
 from .stats import CONFIDENCE, MIN_MARGIN, Interval, compare, rounds_interval, span_margin
 
 __all__ = [

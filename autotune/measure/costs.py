@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 
 from ..trial.spec import TrialResult
+from .environment import ACROSS, FACTOR, IN_PROCESS
 from .hopeless import FAR_SLOWER_IN_COPY
-from .live.candidate import ACROSS, FACTOR, IN_PROCESS
 from .live.factors import cut_pairs
 from .live.process_pair import PROCESS_PAIRS
 from .measurer import Noise, first_pairs
@@ -55,12 +55,6 @@ def first_rounds_s(noise: Noise) -> float:
         once = max(0.0, noise.wall_s - noise.timed_s - CALIBRATION_PAIRS * pair)
         return LEAST_PAIRS * _script_pair_s(pair, noise.timed_s, noise.aa_pairs, noise.pairs) + once
     return 2 * (2 * first_pairs(noise.pairs) * noise.window_s)
-
-
-def race_round_s(pairs: int, window_s: float) -> float:
-    """The least time left for a race round of ``pairs`` window pairs: two windows a pair and the evaluation
-    after (the loop admits a round by it; a factor's process pair grown before the round leaves it)."""
-    return 3 * pairs * window_s
 
 
 def _script_pair_s(outside_s: float, timed_s: float, window_pairs: int, a_pair: int) -> float:

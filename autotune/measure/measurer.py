@@ -9,7 +9,7 @@ from statistics import NormalDist
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..trial.spec import TrialResult
-from .live.candidate import paired_method
+from .environment import paired_method
 from .runs import RunPair
 from .stats import CONFIDENCE, Interval, pooled_log_sd, t_quantile
 

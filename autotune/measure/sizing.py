@@ -9,6 +9,9 @@ window pairs a process pair, a pair's log ratio varies by about ``between**2 + w
 as before sizing existed. Otherwise the windows a pair are the cost-optimal ``sqrt(pair_s * within**2 /
 (window_pair_s * between**2))`` (two-stage sampling), and the pairs as many as reach ``ROUND_SE``, at most
 ``MOST_PAIRS``: a spread that lasts a process's life is averaged only by more processes.
+
+Every measurer's sizes besides: the calibration's window length and pairs within its share of the time
+(``calibration``), and the least time a race round of window pairs needs (``race_round_s``).
 """
 from __future__ import annotations
 
@@ -143,3 +146,9 @@ def calibration(timeout_s: float, start_s: float, profile_s: float, pairs: int, 
     aa_s = max(0.0, share - start_s - profile)
     window = window_s or max(floor_s, min(natural_s, timeout_s / 6 / (2 * 6)))
     return window, max(6, min(pairs, int(aa_s / (2 * window)))), profile
+
+
+def race_round_s(pairs: int, window_s: float) -> float:
+    """The least time left for a race round of ``pairs`` window pairs: two windows a pair and the evaluation
+    after (the loop admits a round by it; a factor's process pair grown before the round leaves it)."""
+    return 3 * pairs * window_s

@@ -39,8 +39,8 @@ from typing import Any
 
 from ..measure import Interval, Noise, PairedMeasurer, environment_differences, environment_keys, first_pairs, stats
 from ..measure import environment_key as env_key
+from ..measure.environment import ACROSS, FACTOR, IN_PROCESS
 from ..measure.hopeless import far_slower_result
-from ..measure.live.candidate import ACROSS, FACTOR, IN_PROCESS
 from ..measure.live.process_pair import needed
 from ..trial.spec import Status, TrialResult
 from .grid import GridConfig, RecordedGrid, knob_value

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from autotune.measure import environment_key, stats
-from autotune.measure.live.candidate import paired_method, same_environment
+from autotune.measure.environment import paired_method, same_environment
 from autotune.search_spaces import SpaceContext, defaults
 from autotune.trial.spec import TrialSettings
 

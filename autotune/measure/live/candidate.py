@@ -1,5 +1,6 @@
 """A candidate as the live measurer holds it while the race measures it (``LiveTrial``), and the rules every path
-of it shares: which environment is the defaults', how two ratios combine, a failed arm's state as a status."""
+of it shares: how two ratios combine, a failed arm's state as a status (which environment is the defaults' and the
+method a result names: ``environment``)."""
 from __future__ import annotations
 
 import math
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ...trial.runner import run_trial
 from ...trial.spec import Status, TrialResult
 from .. import stats
-from ..environment import DEFAULTS, environment_keys
+from ..environment import DEFAULTS
 from ..hopeless import HOPELESS, far_slower_result
 from ..protocol import ArmStatus, PairRecord
 from .paired_worker import Calibration, PairedWorker, calibrated
@@ -23,28 +24,6 @@ if TYPE_CHECKING:
 
 FRESH_PAIRS = 3  # fresh-process pairs a multi-process candidate needs at least (its first call to ``more``)
 NOTHING = stats.Interval(0.0, 0.0, 0.0, 0.0, 0)  # no pair yet (or an arm failed before one): slower than anything
-
-
-def same_environment(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return all(a.get(k) == b.get(k) for k in environment_keys())
-
-
-def environment_defaults(params: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
-    """The defaults in ``params``' environment (a key neither sets, e.g. ``membind``, stays unset)."""
-    return {**defaults, **{k: params.get(k) for k in environment_keys() if k in params or k in defaults}}
-
-
-# How a one-process candidate was measured, as its result names it (``TrialResult.method``, ``paired_method``)
-IN_PROCESS, ACROSS, FACTOR = "in-process pairs", "process pairs x in-process pairs", "process pairs"
-
-
-def paired_method(params: dict[str, Any], defaults: dict[str, Any]) -> str:
-    """How a one-process candidate of ``params`` is measured against ``defaults``, as its result names it: arms of
-    the defaults' worker, its environment's process pairs alone (it IS its environment's defaults), or those
-    times an arm in its environment's worker."""
-    if same_environment(params, defaults):
-        return IN_PROCESS
-    return FACTOR if params == environment_defaults(params, defaults) else ACROSS
 
 
 def combine(factor: stats.Interval, ratios: Sequence[float],

@@ -9,9 +9,9 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from .. import stats
-from ..environment import environment_differences
+from ..environment import environment_defaults, environment_differences
 from ..measurer import Noise, first_pairs
-from .candidate import NOTHING, LiveTrial, environment_defaults, round_factor
+from .candidate import NOTHING, LiveTrial, round_factor
 from .paired_worker import Calibration, calibrated
 from .process_pair import HopelessEnvironment, enough, process_pair
 

@@ -11,26 +11,23 @@ from typing import Any
 
 from ... import search_spaces as spaces
 from ...trial.spec import Status, TrialResult
-from .. import costs, sizing, stats
-from ..environment import environment_differences, environment_key
+from .. import sizing, stats
+from ..environment import (
+    ACROSS,
+    DEFAULTS,
+    FACTOR,
+    IN_PROCESS,
+    environment_defaults,
+    environment_differences,
+    environment_key,
+    same_environment,
+)
 from ..hopeless import HOPELESS
 from ..measurer import BUSY, LossReading, Noise, PairedMeasurer, too_busy
 from ..protocol import ArmStatus
 from ..runs import RunPair, trial_pair, trial_run_s
 from ..worker.arms import WINDOW_FLOOR_S, choose_window_s
-from .candidate import (
-    ACROSS,
-    DEFAULTS,
-    FACTOR,
-    IN_PROCESS,
-    LiveTrial,
-    environment_defaults,
-    hopeless_environment,
-    hopeless_result,
-    reported,
-    same_environment,
-    status_of,
-)
+from .candidate import LiveTrial, hopeless_environment, hopeless_result, reported, status_of
 from .factors import EnvironmentFactors
 from .paired_worker import Calibration, WorkerError, calibrated
 from .pool import PhaseHook, WorkerPool, lost
@@ -260,7 +257,7 @@ class LiveMeasurer(PairedMeasurer):
                 confirming = self.environments.confirming
                 if key is not None and trial.rounds > 1 and not confirming and key not in self.factors \
                         and trial.worker is not None:  # a later round of the race: one more process pair
-                    round_s = costs.race_round_s(n, self.cal.window_s)  # where the round itself still fits after it
+                    round_s = sizing.race_round_s(n, self.cal.window_s)  # where the round itself still fits after it
                     trial.factor = self.environments.factor(key, trial.params, trial, deadline - round_s,
                                                            self.calibration, grow=True)
                 if trial.worker is None:
