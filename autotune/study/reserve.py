@@ -115,13 +115,13 @@ def _reserve(study: optuna.Study, options: SearchOptions, racing: Sequence[tuple
     kept = max(1, options.confirm_rounds)
     if not entries:
         return kept, 0.0
-    claim, least = claim_s(study, options), floors(study)
+    pair_s = claim_pair_s(noise)
+    claim, least = _claim_s(options, pair_s), floors(study)
 
     def priced(rounds: list[tuple[TrialResult, str, int]]) -> float:
         return rounds_s(rounds, noise, options, floors=least)
 
-    if len(entries) == 1 and options.budget_s < SHORT_BUDGET_S and claim \
-            and claim_decides(options, claim_pair_s(noise)):
+    if len(entries) == 1 and options.budget_s < SHORT_BUDGET_S and claim and claim_decides(options, pair_s):
         # a lone contender's rounds past those after which your runs decide it choose nothing: their time goes to
         # more candidates (the confirmation still runs them where the budget's end holds them)
         kept = min(kept, DECIDING_ROUNDS)
@@ -196,7 +196,11 @@ def claim_decides(options: SearchOptions, pair_s: float | None) -> bool:
 def claim_s(study: optuna.Study, options: SearchOptions) -> float:
     """Time kept for the claim about your runs: its pairs (``claim_pairs``) at ``claim_pair_s`` each, ``OVER`` them
     as for the rounds: its last pair starts only where the longest so far still fits (``claim._pairs``)."""
-    pair_s = claim_pair_s(recorded_noise(study))
+    return _claim_s(options, claim_pair_s(recorded_noise(study)))
+
+
+def _claim_s(options: SearchOptions, pair_s: float | None) -> float:
+    """``claim_s`` at a pair's price ``pair_s`` (the reserve reads the study's calibration once for both)."""
     return OVER * claim_pairs(options, pair_s) * (pair_s or 0.0)
 
 
