@@ -102,9 +102,12 @@ def trial_pair(workload: str, defaults: dict[str, Any], params: dict[str, Any], 
     return sequential(seed, alone)
 
 
-def prediction_interval(ratios: Sequence[float], confidence: float = RUN_CONFIDENCE) -> tuple[float, float]:
+def prediction_interval(ratios: Sequence[float], confidence: float = RUN_CONFIDENCE,
+                        spread: tuple[float, int] | None = None) -> tuple[float, float]:
     """Where one more ratio of the kind of ``ratios`` falls, at ``confidence``: on the log scale, their mean
-    +- t(n - 1) x their standard deviation x sqrt(1 + 1/n); ``(0, inf)`` from fewer than two.
+    +- t(n - 1) x their standard deviation x sqrt(1 + 1/n); ``(0, inf)`` from fewer than two. ``spread``: a log
+    standard deviation and its degrees of freedom in place of the ratios' own (the one their mean's interval
+    borrowed, ``stats.lent_spread``).
 
     >>> [round(x, 3) for x in prediction_interval([0.9, 1.0, 1.1], 0.9)]
     [0.71, 1.398]
@@ -113,7 +116,8 @@ def prediction_interval(ratios: Sequence[float], confidence: float = RUN_CONFIDE
         return 0.0, math.inf
     logs = [math.log(r) for r in ratios]
     centre, n = statistics.fmean(logs), len(logs)
-    half = stats.t_quantile(1 - (1 - confidence) / 2, n - 1) * statistics.stdev(logs) * math.sqrt(1 + 1 / n)
+    sd, df = spread or (statistics.stdev(logs), n - 1)
+    half = stats.t_quantile(1 - (1 - confidence) / 2, df) * sd * math.sqrt(1 + 1 / n)
     return math.exp(centre - half), math.exp(centre + half)
 
 
@@ -166,9 +170,11 @@ class Runs:
         pairs' own (``stats.lent_spread``)."""
         return stats.lent_spread(self.ratios, lent)
 
-    def one_run(self, confidence: float = RUN_CONFIDENCE) -> tuple[float, float]:
-        """Where a run of yours against a plain one falls, ``confidence`` of the time (``prediction_interval``)."""
-        return prediction_interval(self.ratios, confidence)
+    def one_run(self, confidence: float = RUN_CONFIDENCE, lent: Sequence[Sequence[float]] = ()) -> tuple[float, float]:
+        """Where a run of yours against a plain one falls, ``confidence`` of the time (``prediction_interval``), at the
+        spread ``mean`` states with (``borrowed``): where the pairs' own is too small to state alone, so is it for
+        one run."""
+        return prediction_interval(self.ratios, confidence, self.borrowed(lent))
 
 
 __all__ = ["CLAIM_PAIRS", "LEAST_PAIRS", "RUN_CONFIDENCE", "WINDOW_PAIRS", "PairFailed", "RunPair", "Runs",

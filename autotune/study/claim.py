@@ -176,7 +176,7 @@ def stated(claim: str, measured: TrialResult, user: UserRuns, margin: float, not
                      f"interval is the confirmation's in the search's workers, {of_workers}; the recipe is provisional")
         return measured, "provisional", {"process_pairs": n}
     mean, borrowed = runs.mean(lent=user.lent), runs.borrowed(user.lent)
-    low, high = runs.one_run()
+    low, high = runs.one_run(lent=user.lent)
     said = format_speedup(mean.median, mean.low, mean.high)
     if mean.median <= 1.0:
         notes.append(f"trial {user.number} in {n} fresh process pairs of your training: {said}, not faster than the "
