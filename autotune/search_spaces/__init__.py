@@ -96,6 +96,7 @@ __all__ = [
     "preload",
     "processes",
     "recipe_problems",
+    "refused",
     "schema",
     "seeds",
     "sparsity",
@@ -162,6 +163,13 @@ def beyond(params: Params, facts: Facts) -> list[str]:
             "processes": (gpus or int(facts.cpu.allowed.cores or 1), "its GPUs" if gpus else "its cores")}
     return [f"{key}={params[key]} is more than this machine offers ({limit}: {what})"
             for key, (limit, what) in most.items() if type(params.get(key)) is int and params[key] > limit]
+
+
+def refused(params: Params, facts: Facts) -> list[str]:
+    """Why a search on this machine does not measure ``params`` (a shared study's trial, one enqueued by another
+    hand): what no search writes (``recipe_problems``), else knobs above what this machine offers (``beyond``),
+    which its space never asks; ``[]`` for params it could have asked."""
+    return recipe_problems(params) or beyond(params, facts)
 
 
 def env_forms(params: Params) -> dict[str, re.Pattern[str]]:

@@ -46,6 +46,7 @@ from ..trial.spec import Status, TrialResult
 from . import reserve
 from .claim import decides, user_runs
 from .confirmation import Candidate, Confirmation, confirm_bar, contenders, lineup, offer_bar
+from .liveness import claim
 from .loop import SearchLoop
 from .race import looks_confidence
 from .records import (
@@ -335,7 +336,7 @@ def new_trial(loop: SearchLoop, source: int, round_: int = 0) -> optuna.Trial:
         user_attrs={Attr.ROLE: CONFIRM, Attr.CONFIRMS: source, Attr.ROUND: round_},
     )
     trial = optuna.Trial(loop.study, storage.create_new_trial(study_id, template_trial=template))
-    loop.claim(trial, CONFIRM, frozen.user_attrs[Attr.PARAMS])
+    claim(trial, CONFIRM, frozen.user_attrs[Attr.PARAMS])
     return trial
 
 

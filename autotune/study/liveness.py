@@ -10,9 +10,9 @@ import contextlib
 import logging
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ..trial.lock import owner_gone
+from ..trial.lock import owner, owner_gone
 from ..trial.spec import Status
 from .records import Attr, optuna_storage, trial_id
 
@@ -71,3 +71,11 @@ def heartbeat(study: optuna.Study, trial: optuna.Trial, every_s: float = HEARTBE
     finally:
         stop.set()
         thread.join()
+
+
+def claim(trial: optuna.Trial, role: str, params: dict[str, Any]) -> None:
+    """Record who runs the trial, so a search that dies leaves a trial the next one can fail."""
+    trial.set_user_attr(Attr.ROLE, role)
+    trial.set_user_attr(Attr.PARAMS, params)
+    for key, value in owner().items():  # host, pid, pid_started: read back by ``owner_gone``
+        trial.set_user_attr(key, value)

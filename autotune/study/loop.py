@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING, Any
 from .. import search_spaces as spaces
 from ..errors import TrialError
 from ..measure import Interval, Noise, PairedMeasurer, environment_key, own_copies, race_round_s
-from ..trial.lock import LockBusy, host_lock, owner
+from ..trial.lock import LockBusy, host_lock
 from ..trial.spec import Status, TrialResult
 from . import limits, oom_limits, reserve, verdict
 from .budget import Budget
 from .events import Phase, Progress, TrialStarted
 from .guard import Guard, below_defaults
-from .liveness import fail_orphans, heartbeat
+from .liveness import claim, fail_orphans, heartbeat
 from .race import NO_PAIRS, SLOWER, Race
 from .records import (
     BASELINE,
@@ -224,9 +224,12 @@ class SearchLoop:
             self.turns.enqueue_in_process()
         trial = self.study.ask()
         role = trial.user_attrs.get(Attr.ROLE, SEARCH)
-        params = self.turns.asked(spaces.suggest(trial, self.facts, self.ctx))
-        self.claim(trial, role, params)
-        known = oom_limits.known_oom(self.study.user_attrs.get(StudyAttr.OOM_LIMITS), params)
+        try:
+            params, known = self.turns.asked(spaces.suggest(trial, self.facts, self.ctx)), None
+        except ValueError as e:  # Optuna's check of a value enqueued by another hand that the space cannot hold
+            params, known = {}, f"not run: {e}"
+        claim(trial, role, params)
+        known = known or oom_limits.known_oom(self.study.user_attrs.get(StudyAttr.OOM_LIMITS), params)
         known = known or not_started(self.study, role, params, self.options.fixed, self.defaults)
         same = None if known else self._measured_before(role, params)
         if known or same is not None:
@@ -243,13 +246,6 @@ class SearchLoop:
         if result.status == Status.SKIPPED:  # the measurer did not start it: its processes would outlast the time
             return ("budget" if skips + 1 >= MAX_SKIPS else None), skips + 1, result, role
         return None, 0, result, role
-
-    def claim(self, trial: optuna.Trial, role: str, params: dict[str, Any]) -> None:
-        """Record who runs the trial, so a search that dies leaves a trial the next one can fail."""
-        trial.set_user_attr(Attr.ROLE, role)
-        trial.set_user_attr(Attr.PARAMS, params)
-        for key, value in owner().items():  # host, pid, pid_started: read back by ``owner_gone``
-            trial.set_user_attr(key, value)
 
     def _measured_before(self, role: str, params: dict[str, Any]) -> int | None:
         """For a candidate (any role but the baseline and a confirmation): the earlier trial of the same recipe
@@ -293,6 +289,8 @@ class SearchLoop:
     def _measure(self, role: str, params: dict[str, Any], deadline: float,
                  ahead: bool = False) -> tuple[TrialResult, str | None]:
         """The baseline: the calibration; a confirmation: a fixed number of fresh pairs; others race (``_race``)."""
+        if refused := spaces.refused(params, self.facts):  # a shared study's or an enqueued trial's: never started
+            return TrialResult(Status.SKIPPED, error=f"not run: {'; '.join(refused)}"), None
         started, before = self.budget.now(), self._process_pairs(params)
         if role == BASELINE:
             try:

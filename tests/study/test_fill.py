@@ -309,6 +309,28 @@ def test_a_recipe_that_crashed_is_measured_again(searched: Any, facts: Any) -> N
     assert measurer.begun == [crashed] and loop.turns.duplicates == 0
 
 
+@pytest.mark.parametrize("hostile", [{"processes": 5000}, {"threads": "2; touch /tmp/x"}, {"threads": 4096}])
+def test_a_shared_studys_trial_no_search_would_ask_is_recorded_not_run(searched: Any, facts: Any,
+                                                                        hostile: dict[str, Any]) -> None:
+    """Another hand in a shared study enqueues a trial whose params no search writes (Optuna's own check of a fixed
+    value raises on some, lets an integer out of range through with a warning) or this machine's space never asks
+    (4096 threads on its CPUs): the search records the trial not run, starts nothing and goes on. A stored trial of
+    such params is refused the same way where it would run: every trial the search measures, its confirmations
+    included, passes ``SearchLoop.run_one``."""
+    study, defaults = searched
+    measurer = Counting(defaults)
+    loop = _loop(study, facts, measurer)
+    loop.noise = NOISE
+    study.enqueue_trial({**defaults, **hostile}, user_attrs={Attr.ROLE: "search"})
+    loop._next(0, None)
+    assert measurer.begun == []
+    ended = _ended(study)
+    assert ended.user_attrs[Attr.STATUS] == "skipped" and ended.user_attrs[Attr.ERROR].startswith("not run: ")
+    trial = study.ask()
+    assert loop.run_one(trial, "confirm", {**defaults, **hostile}, 60.0).status == "skipped"
+    assert measurer.begun == []
+
+
 def test_the_in_process_turn_gives_way_once_its_samples_only_repeat(searched: Any, facts: Any) -> None:
     study, defaults = searched
     loop = _loop(study, facts, Counting(defaults))

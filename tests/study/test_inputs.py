@@ -18,6 +18,7 @@ from autotune.recipe import Recipe
 from autotune.search_spaces import SpaceContext, defaults
 from autotune.store import RecipeStore
 from autotune.study import Budget, SearchOptions, search
+from autotune.study.liveness import claim
 from autotune.study.loop import SearchLoop
 from autotune.study.records import records
 from autotune.trial import TrialSettings
@@ -192,13 +193,13 @@ def _run(facts, tmp_path: Path, candidates: list[dict]) -> list[tuple[optuna.tri
         # 4 pairs however noisy the machine (given 300 s, a busy one asked 20).
         baseline = {**defaults(facts, CTX), **RUN}
         trial = study.ask()
-        loop.claim(trial, "baseline", baseline)
+        claim(trial, "baseline", baseline)
         result = loop.run_one(trial, "baseline", baseline, timeout=60)
         assert result.status == "ok", result.error
         for params in candidates:
             trial = study.ask()
             params = {**defaults(facts, CTX), "threads": 1, **params, **RUN}
-            loop.claim(trial, "search", params)
+            claim(trial, "search", params)
             result = loop.run_one(trial, "search", params, timeout=300)
             assert result.status == "ok", (result.error, result.log_tail)
     finally:
