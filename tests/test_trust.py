@@ -175,7 +175,8 @@ def test_autotune_run_refuses_an_env_file_that_would_preload_another_library_of_
                                                                                          tmp_path: Path) -> None:
     """The env file's header promises a check before it is loaded in bash: a file whose ``LD_PRELOAD`` has the
     right form but names a library outside the folders where this machine's libraries lie is refused, its command
-    not started; the file autotune exports here passes."""
+    not started, and the verbs that show a file (``best``, ``diff``) warn of it; the file autotune exports here
+    passes."""
     from autotune.recipe_file import to_env
     from autotune.trial import launch
 
@@ -190,8 +191,25 @@ def test_autotune_run_refuses_an_env_file_that_would_preload_another_library_of_
         done = subprocess.run([sys.executable, "-m", "autotune", "run", "--recipe", str(tmp_path / "best.env"), "--",
                                "touch", str(ran)], capture_output=True, text=True, timeout=120)
         assert (done.returncode == 0) == ok and ran.exists() == ok, (preload, done.stderr)
+        for verb in (("best", "--recipe"), ("diff", str(tmp_path / "best.env"))):
+            code, out, _ = _main(*verb, str(tmp_path / "best.env"))
+            assert code == 0 and ("LD_PRELOAD names" not in out) == ok, out
         if not ok:
             assert f"LD_PRELOAD names '{planted}', not a library where this machine" in done.stderr, done.stderr
+
+
+def test_a_link_of_ones_own_into_a_library_folder_is_not_preloadable(tmp_path: Path) -> None:
+    """A link in a folder of one's own passes where the check reads only where it leads, and can be pointed at
+    another file once checked: the file linked, and a linked folder, are refused; the library itself passes."""
+    from autotune.probes import preloadable
+
+    maps = Path("/proc/self/maps").read_text().split()
+    libc = next(p for p in maps if p.startswith("/") and "/libc.so" in p)  # this process's C library
+    (tmp_path / "libjemalloc.so.2").symlink_to(libc)
+    (tmp_path / "lib").symlink_to(Path(libc).parent)
+    assert preloadable(libc)
+    assert not preloadable(str(tmp_path / "libjemalloc.so.2"))
+    assert not preloadable(str(tmp_path / "lib" / Path(libc).name))
 
 
 def test_jemallocs_conf_is_autotunes_own_today_or_before_purging_was_turned_off(facts: Any) -> None:

@@ -100,6 +100,22 @@ def recipe_from(source: str, storage: str) -> Recipe:
         return checked(store.get(int(source)))
 
 
+def foreign_preload(source: str | None) -> str | None:
+    """Where ``source`` is an exported env file whose ``LD_PRELOAD`` names a library outside the folders where this
+    machine's libraries lie (``probes.preloadable``): the line that says what loading it in bash would preload;
+    else None (a stored recipe's id, a JSON file, a file that preloads only this machine's libraries)."""
+    from .. import probes
+    from ..recipe_file import sourced_preload
+
+    if not source or (source.isascii() and source.isdigit()):
+        return None
+    strange = [p for p in (sourced_preload(source) or "").split(":") if p and not probes.preloadable(p)]
+    if not strange:
+        return None
+    return (f"{source}: LD_PRELOAD names {strange[0][:120]!r}, not a library where this machine's libraries lie: "
+            "loaded in bash the file would preload it; export the recipe here (autotune export --format env)")
+
+
 def when(moment: datetime | str | None) -> str:
     """A time as the verbs print it: this machine's local time, with its zone (``2025-06-01 14:03:07 CEST``)."""
     if moment is None:

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ..errors import one_line
-from ._common import add_storage, console, find_recipe, knobs, params_table, to_json, when
+from ._common import add_storage, console, find_recipe, foreign_preload, knobs, params_table, to_json, when
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -27,9 +28,11 @@ def run(args: argparse.Namespace) -> int:
     from ..recipe import format_note
     from ..study.summaries import pytorch_defaults
 
-    recipe = find_recipe(args)
+    recipe, preload = find_recipe(args), foreign_preload(args.recipe)  # what sourcing the file would do
     if args.json:
         print(to_json(recipe.to_dict(), indent=2, sort_keys=True))
+        if preload:
+            print(f"autotune best: warning: {one_line(preload)}", file=sys.stderr)
         return 0
     defaults, source = pytorch_defaults(recipe, args.storage)
     out = console()
@@ -55,4 +58,6 @@ def run(args: argparse.Namespace) -> int:
     out.print(f"hardware {one_line(recipe.fingerprint or '-')}, created {when(recipe.created)}", markup=False)
     for note in [*recipe.notes, *filter(None, [format_note(recipe)])]:
         out.print(f"note: {one_line(note)}", markup=False, soft_wrap=True)
+    if preload:
+        out.print(f"warning: {one_line(preload)}", markup=False, soft_wrap=True)
     return 0

@@ -4,7 +4,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from ._common import add_storage, console, knobs, recipe_from, when
+from ..errors import one_line
+from ._common import add_storage, console, foreign_preload, knobs, recipe_from, when
 
 if TYPE_CHECKING:
     from ..recipe import Recipe
@@ -56,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
     out.print(f"{len(changed)} knob(s) differ, {same} the same", markup=False)
     for why in _not_comparable(a, b):
         out.print(f"note: {why}", markup=False, soft_wrap=True)
+    for preload in filter(None, map(foreign_preload, (args.a, args.b))):  # what sourcing it would do
+        out.print(f"warning: {one_line(preload)}", markup=False, soft_wrap=True)
     return 0
 
 

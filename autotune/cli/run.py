@@ -32,7 +32,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from ..trial.signals import handled
-from ._common import add_storage, command_after_dashes, find_recipe, printable
+from ._common import add_storage, command_after_dashes, find_recipe, foreign_preload, printable
 
 if TYPE_CHECKING:
     from ..trial.launch import LaunchPlan
@@ -61,20 +61,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _preload_checked(path: str, other: str | None) -> str | None:
     """The check the env file's header promises before it is loaded in bash: every library its ``LD_PRELOAD`` names
-    lies where this machine's probe looks for libraries (``probes.preloadable``), else a UsageError (``autotune
-    run`` itself preloads the probe's own either way); a warning instead for a recipe of other hardware that runs
-    anyway (``other``: its paths are that machine's). None where the file passes."""
-    from .. import probes
+    lies where this machine's probe looks for libraries (``foreign_preload``), else a UsageError (``autotune run``
+    itself preloads the probe's own either way); a warning instead for a recipe of other hardware that runs anyway
+    (``other``: its paths are that machine's). None where the file passes."""
     from ..errors import UsageError
-    from ..recipe_file import sourced_preload
 
-    theirs = sourced_preload(path)
-    strange = [p for p in (theirs or "").split(":") if p and not probes.preloadable(p)]
-    if not strange:
-        return None
-    said = (f"{path}: LD_PRELOAD names {strange[0][:120]!r}, not a library where this machine's libraries lie: "
-            "loaded in bash the file would preload it; export the recipe here (autotune export --format env)")
-    if other:
+    said = foreign_preload(path)
+    if said is None or other:
         return said
     raise UsageError(said)
 

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
 
@@ -236,10 +237,19 @@ def find_library(names: tuple[str, ...], dirs: list[Path], cache: dict[str, str]
 
 def preloadable(path: str) -> bool:
     """Whether ``path`` is a library where the probe looks for one (``_library_dirs``, or the linker cache's), a
-    regular file there: an env file's ``LD_PRELOAD`` elsewhere (``/tmp/libjemalloc.so``) is not one to source."""
-    real = Path(os.path.realpath(path))
+    regular file there: an env file's ``LD_PRELOAD`` elsewhere (``/tmp/libjemalloc.so``) is not one to source. Both
+    the folder the path names and the one it leads to must be such a folder: a link of one's own into a library
+    folder (``/tmp/x/libjemalloc.so.2``, or a linked ``/tmp/x``) passes the check and can be pointed elsewhere after."""
+    real, written = Path(os.path.realpath(path)), Path(os.path.abspath(path)).parent
     if not real.is_file():
         return False
-    if real.parent in {Path(os.path.realpath(d)) for d in _library_dirs()}:
+    known = _folders(_library_dirs())
+    if written in known and real.parent in known:
         return True
-    return real.parent in {Path(os.path.realpath(p)).parent for p in _ldconfig_cache().values()}
+    known |= _folders(Path(p).parent for p in _ldconfig_cache().values())
+    return written in known and real.parent in known
+
+
+def _folders(dirs: Iterable[Path]) -> set[Path]:
+    """``dirs`` as named and as they resolve (``/lib`` may link to ``/usr/lib``)."""
+    return {p for d in dirs for p in (Path(d), Path(os.path.realpath(d)))}
