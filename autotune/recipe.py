@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .errors import UsageError
+from .errors import UsageError, one_line, printable
 
 FORMAT = 2  # the recipe format this autotune writes (see the module docstring)
 # What a recipe's stated speedup stands on: confirmed (two confirmation rounds or more, then 6 fresh process pairs
@@ -257,8 +257,9 @@ def format_note(recipe: Recipe) -> str | None:
     size, processes = int(recipe.params["batch_size"]), max(1, int(recipe.params.get("processes") or 1))
     share = (f"the batch of all {processes} processes together ({size // processes} per process)" if processes > 1
              else "the batch of its one process")
-    return (f"{recipe.label} is format 1: its batch_size {size} is {share}; recipes searched now hold "
-            "batch_per_rank")
+    # the label quotes a file's or the variable's own source: apply() warns with it, no view strips it there
+    return (f"{one_line(printable(recipe.label))} is format 1: its batch_size {size} is {share}; recipes searched "
+            "now hold batch_per_rank")
 
 
 def format_speedup(speedup: float | None, low: float | None = None, high: float | None = None) -> str:

@@ -261,6 +261,22 @@ def test_no_verb_prints_a_storage_secret_in_any_form(tmp_path: Path, monkeypatch
 
 
 # 6. Stored text reaches the terminal as text: no markup, no control character.
+def test_a_recipe_variables_own_source_reaches_apply_s_warning_without_control_characters(
+        facts: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The env file checks its lines' bytes, but ``AUTOTUNE_RECIPE``'s JSON decodes ``\u001b`` only when read: a
+    format-1 recipe of two processes, whose note apply() warns with, quoted its source's escapes to the terminal."""
+    import warnings
+
+    hostile = r"\u001b]0;pwned\u0007\u001b[2J\nfake line"  # JSON escapes, decoded when the recipe is read
+    monkeypatch.setenv("AUTOTUNE_RECIPE", '{"params": {"batch_size": 64, "processes": 2}, "workload": "tiny", '
+                       f'"fingerprint": "{facts.fingerprint}", "source": "{hostile}"}}')
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        autotune.apply(facts=facts, check_hardware=False)
+    said = [str(w.message) for w in caught if "format 1" in str(w.message)]
+    assert len(said) == 1 and "pwned" in said[0] and not re.search(r"[\x00-\x1f\x7f]", said[0]), said
+
+
 def test_stored_text_is_printed_as_text_without_control_characters(facts: Any, tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     import optuna
