@@ -324,6 +324,25 @@ def test_the_kernel_cache_is_written_through_a_name_no_one_can_plant(tmp_path: P
     assert victim.read_text() == "mine" and json.loads(path.read_text()) == {"a": 1}
 
 
+def test_an_owner_record_no_search_writes_stops_no_search(tmp_path: Path) -> None:
+    """Anyone may write a trial folder in the shared temporary folder, and a shared study's trial: an owner record
+    that is a list, or names a pid no process can have, raised in every later trial's clean-up; now it is one whose
+    owner cannot be told (left alone), and a folder of this user's whose owner is gone is still removed."""
+    from autotune.trial import lock
+    from autotune.trial.runner import OWNER_FILE, TRIAL_DIR_PREFIX, remove_abandoned
+
+    host = lock.host_id()
+    for i, record in enumerate(([], {"host": host, "pid": "1; x"}, {"host": host, "pid": -1},
+                                {"host": host, "pid": 1 << 80}, {"host": host, "pid": True})):
+        (tmp_path / f"{TRIAL_DIR_PREFIX}{i}").mkdir()
+        (tmp_path / f"{TRIAL_DIR_PREFIX}{i}" / OWNER_FILE).write_text(json.dumps(record))
+        assert not lock.owner_gone(record)  # left alone
+    gone = tmp_path / f"{TRIAL_DIR_PREFIX}gone"
+    gone.mkdir()
+    (gone / OWNER_FILE).write_text(json.dumps({"host": host, "pid": os.getpid(), "pid_started": 1.0}))
+    assert remove_abandoned(tmp_path) == [gone] and not gone.exists()
+
+
 def test_the_host_lock_follows_no_link_and_a_long_wait_names_its_holder(tmp_path: Path, facts: Any,
                                                                         monkeypatch: pytest.MonkeyPatch,
                                                                         caplog: pytest.LogCaptureFixture) -> None:

@@ -163,7 +163,7 @@ def process_started(pid: int) -> float | None:
 
     try:
         return psutil.Process(pid).create_time()
-    except psutil.NoSuchProcess:
+    except (psutil.NoSuchProcess, ValueError, OverflowError):  # a record's pid that no process can have
         return None
 
 
@@ -173,13 +173,17 @@ def owner(pid: int | None = None) -> dict[str, Any]:
     return {"host": host_id(), "pid": pid, "pid_started": process_started(pid)}
 
 
-def owner_gone(record: Mapping[str, Any]) -> bool | None:
+def owner_gone(record: Any) -> bool | None:
     """True when the owner named by ``record`` ran on this host and no longer runs; False while it runs;
-    None when it cannot be told here (another host, or no owner in the record)."""
-    if record.get("host") != host_id() or "pid" not in record:
+    None when it cannot be told here (another host, no owner in the record, or a record no search writes: it is
+    read from a shared study or a shared temporary folder)."""
+    if not isinstance(record, Mapping) or record.get("host") != host_id():
+        return None
+    pid = record.get("pid")
+    if type(pid) is not int or pid <= 0:
         return None
     # The same pid started at the very same time is the same process (or a reuse that cannot be told apart).
-    return process_started(int(record["pid"])) != record.get("pid_started")
+    return process_started(pid) != record.get("pid_started")
 
 
 __all__ = ["LockBusy", "host_id", "host_lock", "lock_holder", "owner", "owner_gone", "process_started"]

@@ -104,10 +104,12 @@ def run_trial(
 def remove_abandoned(root: Path | None = None) -> list[Path]:
     """Remove the trial directories under ``root`` (default: the temporary directory) whose owner, on this
     host, is gone; returns them. A directory without a readable owner is left alone: it is being created,
-    or belongs to another host or user."""
+    or belongs to another host or user (one not this user's is never read: anyone may write one there)."""
     removed = []
     for path in Path(root or tempfile.gettempdir()).glob(TRIAL_DIR_PREFIX + "*"):
         try:
+            if path.is_symlink() or path.stat().st_uid != os.getuid():
+                continue
             owner = json.loads((path / OWNER_FILE).read_text())
         except (OSError, ValueError):
             continue
