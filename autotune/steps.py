@@ -116,7 +116,9 @@ def decode(line: str) -> Message:
     """The message of one line; ValueError for a line that is not one."""
     kind, *fields = line.split()
     if kind == "step" and len(fields) in (2, 3):
-        return Step(float(fields[0]), int(fields[1]), float(fields[2]) if len(fields) == 3 else 0.0)
+        step = Step(float(fields[0]), int(fields[1]), float(fields[2]) if len(fields) == 3 else 0.0)
+        if math.isfinite(step.ended) and math.isfinite(step.waited):  # a loss may be NaN, a step's time never
+            return step
     if kind == "loss" and len(fields) == 2:
         return Loss(int(fields[0]), float(fields[1]))
     if kind == "effect" and len(fields) == 1:

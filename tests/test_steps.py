@@ -203,3 +203,21 @@ def test_an_evaluations_time_starts_after_the_loss_is_read() -> None:
     os.close(write)
     figure = told[-1]
     assert isinstance(figure, Evaluation) and figure.took_s < 0.1, told
+
+
+def test_a_line_on_the_step_channel_that_is_no_message_is_skipped_not_fatal(tmp_path: Path) -> None:
+    """A process that inherited the channel (a tool the script starts) may write on it: a line that is no message,
+    not UTF-8, or a step at a time that is no time ended the whole search; it is skipped, the first one kept."""
+    from autotune.measure.script.copies import ScriptRun
+
+    run = ScriptRun(None, tmp_path)  # type: ignore[arg-type]  # read() alone: nothing started
+    reader, writer = os.pipe()
+    os.set_blocking(reader, False)
+    run._read = reader
+    os.write(writer, b"hello from a child\n\xff\xfe\nstep nan 64\n\nstep 1.5 64\nloss 64 nan\n")
+    run.read()
+    assert run.steps == [Step(1.5, 64)] and run.stray == b"hello from a child"
+    assert run.loss is not None and run.loss.samples == 64  # a loss may be NaN: a diverged training is told so
+    os.close(writer)
+    os.close(reader)
+    assert decode("step 1.5 64") == Step(1.5, 64)

@@ -13,6 +13,7 @@ clock the script stamps them with, so neither the frozen time nor a step cut by 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import random
 import shutil
@@ -47,6 +48,8 @@ from ...trial import launch
 from ...trial.spec import EVALUATED, EVALUATED_HIGHER, TRAINING_LOSS
 from .. import freeze
 from ..runs import WINDOW_PAIRS, PairFailed, RunPair, sequential
+
+log = logging.getLogger(__name__)
 
 POLL_S = 0.01
 WARMUP_STEPS = 3  # untimed steps of each copy before its first window
@@ -100,6 +103,7 @@ class ScriptRun(freeze.Freezable):
         self._read: int | None = None
         self._control: int | None = None  # with ``switching``: the pipe of recipes to switch to (``switch``)
         self._buffer = b""
+        self.stray: bytes | None = None  # the first line on the step channel that was no message, skipped
         self.frozen: freeze.Frozen | None = None
 
     def start(self) -> None:
@@ -140,7 +144,14 @@ class ScriptRun(freeze.Freezable):
         if self._read is not None:
             lines, self._buffer = read_lines(self._read, self._buffer)
             for line in lines:
-                message = decode(line.decode())
+                try:
+                    message = decode(line.decode())
+                except ValueError:  # not autotune's (a process that inherited the channel wrote it): skipped
+                    if self.stray is None:
+                        log.warning("a line on the step channel of %s is no step message, skipped: %r", self.folder,
+                                    line[:80])
+                    self.stray = self.stray or line[:80]
+                    continue
                 if isinstance(message, Step):
                     self.steps.append(message)
                 elif isinstance(message, Model):
