@@ -246,7 +246,7 @@ def engine_kwargs(url: str, readonly: bool = False) -> dict[str, Any]:
     watch()
     # its statements get a limit (``statement_limit``), and so do its new connections' first queries
     marked = {"execution_options": {WATCHED: True}, "poolclass": WatchedPool,
-              "watched_url": parsed.render_as_string(hide_password=True)}
+              "watched_url": shown_url(parsed.render_as_string(hide_password=True))}  # a ?password= too
     ours: dict[str, Any] = {} if os.environ.get("PGCONNECT_TIMEOUT") else {"connect_timeout": CONNECT_TIMEOUT_S}
     if _libpq_version(parsed.get_driver_name()) >= 120000:
         ours["tcp_user_timeout"] = UNACKNOWLEDGED_MS

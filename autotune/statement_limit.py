@@ -147,8 +147,11 @@ def _register(current: _Watch) -> None:
         dbapi_connection = raw(conn)
         if dbapi_connection is None or not conn.get_execution_options().get(WATCHED):
             return
-        # kept with the DBAPI connection for the pool's rollback of it, whose event has no engine
-        conn.connection.info[WATCHED] = url = conn.engine.url.render_as_string(hide_password=True)
+        # kept with the DBAPI connection for the pool's rollback of it, whose event has no engine; as messages show
+        # it (``WatchedPool.watched_url``: SQLAlchemy's own hides only a user's password, not a ?password=)
+        pool = conn.engine.pool
+        shown = pool.watched_url if isinstance(pool, WatchedPool) else None
+        conn.connection.info[WATCHED] = url = shown or conn.engine.url.render_as_string(hide_password=True)
         current.start(dbapi_connection, url)
 
     def answered(conn: Any, *_: Any) -> None:
@@ -185,6 +188,7 @@ class WatchedPool(QueuePool):
     # not keyword-only: create_engine hands a pool the arguments its signature names
     def __init__(self, creator: Any, watched_url: str | None = None, **kw: Any) -> None:
         super().__init__(creator, **kw)
+        self.watched_url = watched_url
         if watched_url is not None:  # a pool recreated (``Engine.dispose``) takes these with its ``_dispatch``
             url = watched_url
 
@@ -195,6 +199,11 @@ class WatchedPool(QueuePool):
 
             event.listen(self, "connect", connecting, insert=True)
             event.listen(self, "checkout", _checked_out)
+
+    def recreate(self) -> WatchedPool:
+        pool = super().recreate()  # its listeners come with its dispatch, the database as shown does not
+        pool.watched_url = self.watched_url
+        return pool
 
 
 def _checked_out(dbapi_connection: Any, record: Any, proxy: Any) -> None:

@@ -199,3 +199,16 @@ def test_a_verb_that_lost_its_database_midway_says_so_in_one_line(capsys: pytest
 
     assert cli._verb(argparse.Namespace(func=bug, verb="search", debug=False), storage) == 1
     assert "internal error: KeyError" in capsys.readouterr().err
+
+
+def test_the_database_a_cut_names_hides_a_password_given_as_a_parameter() -> None:
+    """SQLAlchemy's ``hide_password`` hides ``user:password@`` only: a ``?password=`` reached the line a cut
+    statement ends with (``overdue``), and ``apply(storage=...)``'s caller prints it. Nothing is connected here."""
+    engine = open_engine("postgresql+psycopg://u@127.0.0.1:1/db?password=S3CR&sslpassword=S3CR")
+    try:
+        pool = engine.pool
+        assert isinstance(pool, statement_limit.WatchedPool)
+        shown = [pool.watched_url, pool.recreate().watched_url]  # a disposed engine's pool is a recreated one
+        assert all(url and "S3CR" not in url and "127.0.0.1:1/db" in url for url in shown), shown
+    finally:
+        engine.dispose()
