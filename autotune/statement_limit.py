@@ -200,9 +200,10 @@ class WatchedPool(QueuePool):
             event.listen(self, "connect", connecting, insert=True)
             event.listen(self, "checkout", _checked_out)
 
-    def recreate(self) -> WatchedPool:
+    def recreate(self) -> QueuePool:
         pool = super().recreate()  # its listeners come with its dispatch, the database as shown does not
-        pool.watched_url = self.watched_url
+        if isinstance(pool, WatchedPool):
+            pool.watched_url = self.watched_url
         return pool
 
 
