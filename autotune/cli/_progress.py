@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
+from ..errors import one_line, printable
 from ..recipe import format_speedup
 from ..search_spaces import BASELINE, RUN_KEYS  # RUN_KEYS: shared by every trial of a search: not a trial's settings
 from ..study.events import Event, Phase, SearchDone, SearchStarted, TrialFinished, TrialStarted
@@ -137,6 +138,7 @@ def render(board: Board) -> RenderableType:
     """The live panel: time, the running trial, the best so far, the counts."""
     from rich.panel import Panel
     from rich.table import Table
+    from rich.text import Text
 
     grid = Table.grid(padding=(0, 1))
     grid.add_column(style="bold", no_wrap=True)
@@ -163,7 +165,8 @@ def render(board: Board) -> RenderableType:
     if board.confirmation_runs:
         counts += f"; {board.confirmation_runs} confirmation run(s)"
     grid.add_row("trials", counts)
-    return Panel(grid, title=f"autotune search: study {board.study}", title_align="left", expand=False)
+    title = Text(one_line(printable(f"autotune search: study {board.study}")))  # a title string is read as markup
+    return Panel(grid, title=title, title_align="left", expand=False)
 
 
 class LiveView:

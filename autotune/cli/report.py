@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..errors import one_line
 from ._common import add_storage, printable, recipe_from, shown_url
 
 
@@ -49,5 +50,5 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"no study in {shown_url(args.storage)}: run 'autotune search' first")
         study = found[0].name
     path = write_report(args.storage, study, args.output or default_path(study))
-    print(printable(f"report of study {study} written to {path}"))
+    print(printable(f"report of study {one_line(study)} written to {path}"))  # a stored name: no line of its own
     return 0

@@ -166,3 +166,13 @@ def test_a_warning_logged_under_the_live_panel_is_printed_above_it(facts) -> Non
         assert handler.stream is before  # as it was once the panel is gone
     finally:
         logging.getLogger().removeHandler(handler)
+
+
+def test_the_panels_title_prints_a_studys_name_as_text() -> None:
+    """A study's name is the user's or a shared store's: a string title is read as markup, escapes and all."""
+    from autotune.cli._progress import Board, render
+
+    out = Console(file=io.StringIO(), force_terminal=False, width=120)
+    out.print(render(Board(study="[red]x[/red]\x1b]0;pwned\x07")))
+    screen = out.file.getvalue()  # type: ignore[attr-defined]
+    assert "autotune search: study [red]x[/red]]0;pwned" in screen and "\x1b" not in screen and "\x07" not in screen
