@@ -5,19 +5,18 @@ in choosing the recipe. The confirmation's rounds (the search's workers, which h
 heap) choose; these pairs state.
 
 What the recipe claims (``recipe.CLAIMS``): ``confirmed`` where two confirmation rounds or more chose it and
-``CLAIM_PAIRS`` process pairs or more read it faster than the defaults with confidence (the interval's low bound
-above ``1 + MIN_MARGIN``: fresh processes, ``measure.span_margin``); ``provisional`` with fewer of either, each said
-in a note; the defaults kept where the pairs' mean is not above 1.00x. Without three pairs (a budget too short, a
-failed pair) the recipe is provisional and states the confirmation's interval, said as of the search's workers.
-Where the rounds offer nothing, or a recipe of a lower median (one round's; two rounds' or more, by
-``confirmation.ALIKE``, where the budget holds both claims: ``_holds_both``), but could not decide a candidate
+``CLAIM_PAIRS`` process pairs or more, none of which chose it, read it faster than the defaults with confidence (the
+interval's low bound above ``1 + MIN_MARGIN``: fresh processes, ``measure.span_margin``); ``provisional`` with fewer
+of either, each said in a note; the defaults kept where the pairs' mean is not above 1.00x. Without three pairs (a
+budget too short, a failed pair) the recipe is provisional and states the confirmation's interval, said as of the
+search's workers. Where the rounds offer nothing, or a recipe of a lower median (one round's; two rounds' or more,
+by ``confirmation.ALIKE``, where the budget holds both claims: ``_holds_both``), but could not decide a candidate
 (``Confirmation.undecided``: its interval straddles its bar, its median above), it runs in your pairs first and is
-offered only where they
-read it faster with confidence (``UNDECIDED``): the one test of fresh pairs that chose nothing, at the claim's
-confidence; confirmed with ``CLAIM_PAIRS`` of them, provisional with fewer where the budget's end cut them and no
-offer of the rounds stands beside it; else the defaults, or that recipe, stated from its own pairs where the budget's
-end holds them (``Confirmation.tested`` keeps the test's), else as its rounds read it, provisional
-(``choice.choose_recipe``).
+offered only where they read it faster with confidence (``UNDECIDED``): the one test of fresh pairs, at the claim's
+confidence, with ``CLAIM_PAIRS`` of them, or fewer where the budget's end cut them and no offer of the rounds stands
+beside it; provisional either way (the pairs that decided it state it); else the defaults, or that recipe, stated
+from its own pairs where the budget's end holds them (``Confirmation.tested`` keeps the test's), else as its rounds
+read it, provisional (``choice.choose_recipe``).
 """
 from __future__ import annotations
 
@@ -187,8 +186,9 @@ def stated(claim: str, measured: TrialResult, user: UserRuns, margin: float, not
                                  (n >= CLAIM_PAIRS, f"{n} process pairs, where confirmed takes {CLAIM_PAIRS}"),
                                  (mean.low > bar, f"its interval in your processes reaches {bar:.2f}x"))
              if not ok]
+    chose = "which decide it" if claim == UNDECIDED else "none of which chose it"
     notes.append(f"your runs (trial {user.number}, {n} fresh process pairs as 'autotune run' starts your training, "
-                 f"{user.runs.wall_s:.0f} s, none of which chose it): {said}, a run of yours {low:.2f}-{high:.2f}x "
+                 f"{user.runs.wall_s:.0f} s, {chose}): {said}, a run of yours {low:.2f}-{high:.2f}x "
                  f"(90% prediction interval); the search's workers read {of_workers}")
     if borrowed is not None:
         lent = [g for g in user.lent if len(g) >= 2]
@@ -207,6 +207,9 @@ def stated(claim: str, measured: TrialResult, user: UserRuns, margin: float, not
         notes.append(f"your runs did not confirm trial {user.number} ({'; '.join(short)}), nor could its rounds: "
                      f"{otherwise}")
         return None, "defaults", {}
+    if claim == UNDECIDED:  # offered because these pairs' interval cleared the bar: near it, that interval leans high
+        short.append("the pairs that decided it state it (where its gain lies near the bar, their interval leans "
+                     "high: none of its own followed)")
     if short:
         notes.append(f"the recipe is provisional: {'; '.join(short)}")
     result = replace(measured, objective=mean.median, speedup_low=mean.low, speedup_high=mean.high,
