@@ -55,7 +55,12 @@ def trial_run_s(start_s: float, step_s: float, settings: TrialSettings, batch: i
 
 
 class PairFailed(RuntimeError):
-    """A process pair of a claim about your runs did not give a ratio: the message says why."""
+    """A process pair of a claim about your runs did not give a ratio: the message says why, ``side`` whose process
+    failed (``base``: the defaults', ``cand``: the recipe's; None: neither, no time was left)."""
+
+    def __init__(self, message: str, side: str | None = None) -> None:
+        super().__init__(message)
+        self.side = side
 
 
 @dataclass(frozen=True)
@@ -97,7 +102,7 @@ def trial_pair(workload: str, defaults: dict[str, Any], params: dict[str, Any], 
             raise PairFailed(f"no time left for {whose} run")
         run = run_trial(workload, defaults if side == "base" else params, facts, settings, timeout_s=left)
         if run.status != Status.OK or not run.samples_per_s:
-            raise PairFailed(f"{whose} run: {run.status}: {run.error}")
+            raise PairFailed(f"{whose} run: {run.status}: {run.error}", side)
         return run.samples_per_s, run.timed_s or 0.0
     return sequential(seed, alone)
 

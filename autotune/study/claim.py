@@ -9,8 +9,9 @@ What the recipe claims (``recipe.CLAIMS``): ``confirmed`` where two confirmation
 interval's low bound above ``1 + MIN_MARGIN``: fresh processes, ``measure.span_margin``); ``provisional`` with fewer
 of either, each said in a note; the defaults kept where the pairs' mean is not above 1.00x. Without three pairs (a
 budget too short, a failed pair) the recipe is provisional and states the confirmation's interval, said as of the
-search's workers. Where the rounds offer nothing, or a recipe of a lower median (one round's; two rounds' or more,
-by ``confirmation.ALIKE``, where the budget holds both claims: ``_holds_both``), but could not decide a candidate
+search's workers; not where the recipe's own process failed, or two pairs or more each read it no faster: then the
+defaults. Where the rounds offer nothing, or a recipe of a lower median (one round's; two rounds' or more, by
+``confirmation.ALIKE``, where the budget holds both claims: ``_holds_both``), but could not decide a candidate
 (``Confirmation.undecided``: its interval straddles its bar, its median above), it runs in your pairs first and is
 offered only where they read it faster with confidence (``UNDECIDED``): the one test of fresh pairs, at the claim's
 confidence, with ``CLAIM_PAIRS`` of them, or fewer where the budget's end cut them and no offer of the rounds stands
@@ -92,7 +93,7 @@ def _pairs(loop: SearchLoop, winner: Candidate, tested: bool, first: int = 0) ->
                               if pair_s else
                               "a pair's price is unknown: its study was calibrated by an earlier autotune")
     # a test an earlier search of this study made stands: drawing fresh pairs again would be a second chance
-    most, cut = reserve.most_claim_pairs(options, asked), False
+    most, cut, failed = reserve.most_claim_pairs(options, asked), False, False
     pairs = _tested(loop.study, winner.number)[:most] if tested else []
     if pairs:
         why = f"{len(pairs)} pair(s) from an earlier search of this study, which tested it"
@@ -116,6 +117,7 @@ def _pairs(loop: SearchLoop, winner: Candidate, tested: bool, first: int = 0) ->
                 pairs.append(loop.measurer.user_pair(winner.params, seed, left))
             except PairFailed as e:
                 cut = loop.budget.left() <= 1.0
+                failed = not cut and e.side == "cand"  # the recipe broke a run of yours: not offered
                 why = f"{CUT}: process pair {i + 1} was cut ({e})" if cut else f"process pair {i + 1} failed: {e}"
                 break
             except OSError as e:  # a pair that could not start (no memory to fork, no disk): a failed pair
@@ -126,7 +128,7 @@ def _pairs(loop: SearchLoop, winner: Candidate, tested: bool, first: int = 0) ->
         why, loop.interrupted = f"stopped after {len(pairs)} process pairs ({asked} asked)", e  # then it is raised
     finally:
         lent = tuple(tuple(g) for g in loop.measurer.factor_ratios.values())
-        found = UserRuns(winner.number, Runs.of(pairs), asked, why, lent, cut)
+        found = UserRuns(winner.number, Runs.of(pairs), asked, why, lent, cut, failed)
         loop.study.set_user_attr(StudyAttr.USER_RUNS, found.to_dict())
     return found
 
@@ -165,6 +167,13 @@ def stated(claim: str, measured: TrialResult, user: UserRuns, margin: float, not
     (what the recipe does instead). Its notes join ``notes``."""
     runs, n = user.runs, len(user.runs.ratios)
     of_workers = format_speedup(measured.objective, measured.speedup_low, measured.speedup_high)
+    slower = n >= 2 and max(runs.ratios) <= 1.0  # two pairs or more, each read the defaults as fast or faster
+    if user.failed or (n < LEAST_CLAIM_PAIRS and slower):
+        ran = ", ".join(f"{r:.2f}x" for r in runs.ratios)
+        notes.append(f"trial {user.number} in fresh processes of your training: " + (
+            f"its own process failed ({user.why})" if user.failed else f"slower than the defaults in each of its "
+            f"{n} process pairs ({ran})") + f", where the search's workers read {of_workers}: {otherwise}")
+        return None, "defaults", {}
     if n < LEAST_CLAIM_PAIRS:
         ran = f"; {n} pair(s) ran: {', '.join(f'{r:.2f}x' for r in runs.ratios)}" if n else ""
         if claim == UNDECIDED:

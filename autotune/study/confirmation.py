@@ -130,10 +130,12 @@ class UserRuns:
     why: str | None = None
     lent: tuple[tuple[float, ...], ...] = ()
     cut: bool = False  # the budget's end stopped the pairs (``why`` says so in words), not a failure
+    failed: bool = False  # the recipe's own process of your training failed (``why`` says how): never offered
 
     def to_dict(self) -> dict[str, Any]:
         return {"trial": self.number, "ratios": list(self.runs.ratios), "run_s": self.runs.run_s,
-                "asked": self.asked, "why": self.why, "lent": [list(g) for g in self.lent], "cut": self.cut}
+                "asked": self.asked, "why": self.why, "lent": [list(g) for g in self.lent], "cut": self.cut,
+                "failed": self.failed}
 
 
 @dataclass(frozen=True)

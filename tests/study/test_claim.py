@@ -25,9 +25,10 @@ PAIR_S = 15.0  # a process pair of your runs on the scripted clock
 
 @dataclass
 class Yours(Stubbed):
-    """``Stubbed``, whose process pairs of your runs read ``ratios`` in turn (a ``None``: that pair fails)."""
+    """``Stubbed``, whose process pairs of your runs read ``ratios`` in turn (a ``None``: that pair fails; ``base``
+    or ``cand``: that side's process fails)."""
 
-    ratios: list[float | None | BaseException] = field(default_factory=list)
+    ratios: list[float | None | BaseException | str] = field(default_factory=list)
     asked: list[dict[str, Any]] = field(default_factory=list)
     start_s: float | None = None  # the calibration's worker start: what prices a pair of your runs
     pair_s: float = PAIR_S  # what a pair takes
@@ -49,13 +50,16 @@ class Yours(Stubbed):
             raise PairFailed("the candidate worker's arm failed (crash): exit 1")
         if isinstance(ratio, BaseException):  # a pair that could not start, or Ctrl-C in it
             raise ratio
+        if isinstance(ratio, str):
+            whose = "the recipe's" if ratio == "cand" else "the defaults'"
+            raise PairFailed(f"{whose} run: crash: killed by SIGSEGV", ratio)
         return RunPair(ratio, 2.0, self.pair_s, 1000.0 * ratio, 1000.0)  # the defaults' processes alike
 
 
 YOURS = [1.15, 1.22, 1.10, 1.25, 1.18, 1.12]  # your process pairs: below the workers' 1.40x
 
 
-def _yours(tmp_path: Path, facts: Any, ratios: list[float | None | BaseException], *, budget_s: float = 3600.0,
+def _yours(tmp_path: Path, facts: Any, ratios: list[float | None | BaseException | str], *, budget_s: float = 3600.0,
            claim_pairs: int | None = None, searched: dict[str, list[float]] | None = None) -> tuple[Any, Yours]:
     clock = ReplayClock()
     stub = Yours(clock, _explored(), {"fast": FAST, "slow": SLOW}, ratios=list(ratios), searched=searched or {})
@@ -184,6 +188,27 @@ def test_without_three_pairs_of_your_runs_the_recipe_is_provisional_and_says_why
            "Ctrl-C": "stopped after 2 process pairs (6 asked)"}[case]
     assert why in said, said
     assert recipe.claim_text == "provisional: not measured in processes of your training, 95% interval"
+
+
+@pytest.mark.parametrize("case", ["the recipe's process failed", "each pair slower", "the defaults' process failed"])
+def test_a_recipe_your_runs_saw_fail_or_run_slower_is_not_offered_on_the_workers_word(tmp_path: Path, facts: Any,
+                                                                                    case: str) -> None:
+    """Under three pairs the workers' interval is stated, provisional (above): not where the recipe's own process
+    of your training failed (it would be applied to your script with that error), nor where two pairs or more each
+    read it slower than the defaults; a failure of the defaults' process says nothing of the recipe."""
+    ratios: list[float | None | BaseException | str] = {
+        "the recipe's process failed": [1.2, "cand"], "each pair slower": [0.97, 0.93],
+        "the defaults' process failed": [1.2, "base"]}[case]
+    budget_s = 50.0 + 2 * PAIR_S + 5.0 if case == "each pair slower" else 3600.0
+    recipe, stub = _yours(tmp_path, facts, ratios, budget_s=budget_s)
+    said = " ".join(recipe.notes)
+    if case == "the defaults' process failed":
+        assert recipe.claim == "provisional" and "the search's workers, 1.41x" in said, said
+        return
+    assert (recipe.speedup, recipe.claim, recipe.process_pairs) == (1.0, "defaults", None), said
+    why = {"the recipe's process failed": "its own process failed (process pair 2 failed: the recipe's run: crash",
+           "each pair slower": "slower than the defaults in each of its 2 process pairs (0.97x, 0.93x)"}[case]
+    assert why in said and "the recipe keeps the defaults" in said, said
 
 
 class Charged(ReplayClock):

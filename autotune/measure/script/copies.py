@@ -304,7 +304,7 @@ def alone_pair(plans: dict[str, launch.LaunchPlan], folder: Path, window_s: floa
         finally:
             live.remove(run)
         if isinstance(rate, str):
-            raise PairFailed(rate)
+            raise PairFailed(rate, side)
         return rate, WINDOW_PAIRS * window_s
     return sequential(seed, copy)
 
