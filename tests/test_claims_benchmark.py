@@ -57,3 +57,22 @@ def test_the_users_offset_from_the_claims_centre_is_zero_for_a_right_claim_and_a
     rows[0] = {**rows[0], "ratios": [x * 0.5 for x in rows[0]["ratios"]], "disturbed": "tests beside it"}
     scored = claims.summary(rows)["cnn"]
     assert (scored["offered"], scored["disturbed"], scored["user_below_stated_low"]) == (19, 1, 0), scored
+
+
+def test_single_pairs_are_judged_by_runs_and_a_claim_stated_otherwise_is_not_scored_as_its_own() -> None:
+    """A run's ten pairs share its one stated range: where ranges are off from run to run, the share inside varies
+    by run, and an interval over 90 pairs as if independent is too narrow; the runs' resampled interval is wider.
+    A study's stored pairs of a test that did not confirm its candidate, where the offer was stated from its rounds
+    (no pairs of its own), are not that offer's own interval."""
+    rng = random.Random(4)
+    rows = _rows(2.0, seed=5, runs=9)
+    for row in rows:
+        off = rng.gauss(0.0, 0.05)  # the run's range off the truth by its own draw
+        row["run_low"], row["run_high"] = 2.0 * math.exp(off - 0.07), 2.0 * math.exp(off + 0.07)
+    scored = claims.summary(rows)["cnn"]
+    low, high = scored["pairs_inside_ci"]
+    binomial = claims.clopper_pearson(scored["pairs_inside_prediction"], scored["pairs"])
+    assert low < binomial[0] - 0.03 and high >= binomial[1], (scored["pairs_inside_ci"], binomial)
+    stated_otherwise = {**rows[0], "process_pairs": None, "claim_ratios": [2.0] * 6}
+    assert claims.summary([stated_otherwise])["cnn"]["own_told"] == 0
+    assert claims.summary([{**rows[0], "claim_ratios": [2.0] * 6}])["cnn"]["own_told"] == 1
