@@ -6,9 +6,10 @@ confirmed nothing (no round completed: the defaults are kept, and the note says 
 the fastest feasible trial's own interval must clear the same bar. Otherwise the recipe keeps the defaults, and a
 note says why ("best candidate 1.04x [0.98-1.10]: not faster with confidence"). The recipe's ``claim`` says which
 of these its speedup stands on (``recipe.CLAIMS``): a winner of one confirmation round is ``provisional``, never
-``confirmed``; a candidate the rounds could not decide (``Confirmation.undecided``) is offered where your runs
-confirm it, provisional where the budget's end left them too few and nothing else is offered (``claim.stated``);
-where they do not, the offer is stated from its own pairs, or where none ran, as its rounds read it, provisional.
+``confirmed``; a candidate the rounds could not decide (``Confirmation.undecided``) is offered where your runs read
+it faster with confidence (or, where the budget's end left them too few and nothing else is offered, read it so over
+those), provisional either way: those pairs decided it (``claim.stated``); where they do not, the offer is stated
+from its own pairs, or where none ran, as its rounds read it, provisional.
 """
 from __future__ import annotations
 

@@ -1,23 +1,24 @@
 """The claim about your runs: after the confirmation chose a recipe, it runs against the defaults in fresh process
 pairs started as ``autotune run`` starts your training (``PairedMeasurer.user_pair``, ``measure.runs``), and the
 stated speedup, its interval and where one run of yours falls come from these pairs alone: none of them took part
-in choosing the recipe. The confirmation's rounds (the search's workers, which hold several models and fix their
-heap) choose; these pairs state.
+in choosing the recipe, but where the rounds could not decide it (then they decide it, and it is provisional). The
+confirmation's rounds (the search's workers, which hold several models and fix their heap) choose; these pairs
+state.
 
 What the recipe claims (``recipe.CLAIMS``): ``confirmed`` where two confirmation rounds or more chose it and
 ``CLAIM_PAIRS`` process pairs or more, none of which chose it, read it faster than the defaults with confidence (the
 interval's low bound above ``1 + MIN_MARGIN``: fresh processes, ``measure.span_margin``); ``provisional`` with fewer
-of either, each said in a note; the defaults kept where the pairs' mean is not above 1.00x. Without three pairs (a
-budget too short, a failed pair) the recipe is provisional and states the confirmation's interval, said as of the
-search's workers; not where the recipe's own process failed, or two pairs or more each read it no faster: then the
-defaults. Where the rounds offer nothing, or a recipe of a lower median (one round's; two rounds' or more, by
-``confirmation.ALIKE``, where the budget holds both claims: ``_holds_both``), but could not decide a candidate
-(``Confirmation.undecided``: its interval straddles its bar, its median above), it runs in your pairs first and is
-offered only where they read it faster with confidence (``UNDECIDED``): the one test of fresh pairs, at the claim's
-confidence, with ``CLAIM_PAIRS`` of them, or fewer where the budget's end cut them and no offer of the rounds stands
-beside it; provisional either way (the pairs that decided it state it); else the defaults, or that recipe, stated
-from its own pairs where the budget's end holds them (``Confirmation.tested`` keeps the test's), else as its rounds
-read it, provisional (``choice.choose_recipe``).
+of either, each said in a note; the defaults kept where the pairs' mean is not above 1.00x, or where the recipe's
+own process of your training failed (at any count of pairs). Without three pairs (a budget too short, a failed pair)
+the recipe is provisional and states the confirmation's interval, said as of the search's workers; not where two
+pairs or more each read it no faster: then the defaults. Where the rounds offer nothing, or a recipe of a lower
+median (one round's; two rounds' or more, by ``confirmation.ALIKE``, where the budget holds both claims:
+``_holds_both``), but could not decide a candidate (``Confirmation.undecided``: its interval straddles its bar, its
+median above), it runs in your pairs first and is offered only where they read it faster with confidence
+(``UNDECIDED``): the one test of fresh pairs, at the claim's confidence, with ``CLAIM_PAIRS`` of them, or fewer
+where the budget's end cut them and no offer of the rounds stands beside it; provisional either way (the pairs that
+decided it state it); else the defaults, or that recipe, stated from its own pairs where the budget's end holds them
+(``Confirmation.tested`` keeps the test's), else as its rounds read it, provisional (``choice.choose_recipe``).
 """
 from __future__ import annotations
 
@@ -161,9 +162,10 @@ def stated(claim: str, measured: TrialResult, user: UserRuns, margin: float, not
     it: the result with the pairs' speedup and interval, its claim (confirmed: their low bound above
     ``1 + measure.span_margin``, as every offer's) and the recipe's fields of your runs (``Recipe.process_pairs``,
     ``run_low``, ``run_high``, ``run_s``); None for the result where the pairs' mean is not above 1.00x: not faster
-    in your runs, and where ``claim`` is ``UNDECIDED`` unless they confirm it, or read it faster with confidence over
-    the pairs the budget's end left where no offer stands beside it (``beside_offer``: one the rounds chose): then
-    provisional; the notes then end in ``otherwise``
+    in your runs, where the recipe's own process of your training failed (at any count of pairs), where fewer than
+    three ran and two or more each read it no faster, and where ``claim`` is ``UNDECIDED`` unless they read it faster
+    with confidence (over six pairs, or over the pairs the budget's end left where no offer stands beside it,
+    ``beside_offer``: one the rounds chose), then provisional; the notes then end in ``otherwise``
     (what the recipe does instead). Its notes join ``notes``."""
     runs, n = user.runs, len(user.runs.ratios)
     of_workers = format_speedup(measured.objective, measured.speedup_low, measured.speedup_high)

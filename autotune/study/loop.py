@@ -43,6 +43,7 @@ from .records import (
     SEARCH,
     Attr,
     StudyAttr,
+    enqueued,
     environment_factors,
     records,
 )
@@ -208,11 +209,9 @@ class SearchLoop:
 
     def _next(self, skips: int, estimate: float | None) -> tuple[str | None, int, TrialResult | None, str]:
         """Ask the next trial (after ``prepare``) and measure it (the host lock held); a batch size known to run out of
-        memory is skipped, so is a precision ruled out by the kernels or by this search (``skips.not_started``) and
-        a sampled recipe measured before (``_measured_before``). Returns why to stop (or None), the consecutive skips,
-        the result and the trial's role."""
-        import optuna
-
+        memory is skipped, so is a precision ruled out by the kernels or by this search (``skips.not_started``), a
+        sampled recipe measured before (``verdict.measured_before``), and params no search here asks (``_refused``).
+        Returns why to stop (or None), the consecutive skips, the result and the trial's role."""
         if not self.turns.waiting() and self.turns.sampled_turn():
             # Where every trial starts processes (script mode) an in-process trial is no cheaper: Optuna samples the
             # environment too (role ``search``); fixed to the defaults', script mode's samples never changed threads.
@@ -227,15 +226,17 @@ class SearchLoop:
         try:
             params, known = self.turns.asked(spaces.suggest(trial, self.facts, self.ctx)), None
         except ValueError as e:  # Optuna's check of a value enqueued by another hand that the space cannot hold
+            if not enqueued(self.study, trial):
+                raise
             params, known = {}, f"not run: {e}"
         claim(trial, role, params)
+        known = known or self._refused(params)
         known = known or oom_limits.known_oom(self.study.user_attrs.get(StudyAttr.OOM_LIMITS), params)
         known = known or not_started(self.study, role, params, self.options.fixed, self.defaults)
-        same = None if known else self._measured_before(role, params)
+        same = None if known else verdict.measured_before(self.study, params, role)
         if known or same is not None:
-            trial.set_user_attr(Attr.STATUS, str(Status.SKIPPED if known else Status.DUPLICATE))
-            trial.set_user_attr(Attr.ERROR, known or f"the same recipe as trial {same}, whose measurement stands")
-            self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            self._not_run(trial, Status.SKIPPED if known else Status.DUPLICATE,
+                          known or f"the same recipe as trial {same}, whose measurement stands")
             self.turns.duplicates = self.turns.duplicates + 1 if same is not None else 0
             return ("space" if skips + 1 >= MAX_SKIPS else None), skips + 1, None, role
         self.turns.duplicates = 0
@@ -247,23 +248,28 @@ class SearchLoop:
             return ("budget" if skips + 1 >= MAX_SKIPS else None), skips + 1, result, role
         return None, 0, result, role
 
-    def _measured_before(self, role: str, params: dict[str, Any]) -> int | None:
-        """For a candidate (any role but the baseline and a confirmation): the earlier trial of the same recipe
-        that was measured (status ok, the baseline's included), else None. A seed too: a sampled trial, which
-        takes turns with the seeds (``Turns.sampled_turn``), may have measured its recipe first. Its measurement
-        stands: a repeat in a warm worker measures the same arms against the same baseline, and the confirmation
-        measures the chosen recipes again in fresh processes anyway; measuring it again would spend the budget on
-        one recipe and carry on with the luckiest of its copies. The repeat is skipped (as discussed in
-        optuna/optuna#2021) and told PRUNED, which TPE ranks below every completed trial, so it draws elsewhere
-        rather than the same point again; the earlier trial keeps its value. A recipe that crashed or timed out is
-        measured again."""
-        return None if role in (BASELINE, CONFIRM) else verdict.measured_before(self.study, params)
+    def _refused(self, params: dict[str, Any]) -> str | None:
+        """Why this search does not measure ``params`` (``search_spaces.refused``: a shared study's trial of another
+        hand), None for params its space could have asked."""
+        refused = spaces.refused(params, self.facts)
+        return f"not run: {'; '.join(refused)}" if refused else None
+
+    def _not_run(self, trial: optuna.Trial, status: Status, why: str) -> None:
+        """Record ``trial`` as not run (``status``: skipped or a duplicate) and tell it PRUNED."""
+        import optuna
+
+        trial.set_user_attr(Attr.STATUS, str(status))
+        trial.set_user_attr(Attr.ERROR, why)
+        self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
 
     def run_one(self, trial: optuna.Trial, role: str, params: dict[str, Any], timeout: float,
                 own_s: float | None = None) -> TrialResult:
         """Measure a claimed trial (the host lock held) and record it; Ctrl-C records it interrupted. ``own_s``: its
         own limit, where ``timeout`` may be the budget's: a timeout short of it is cut, not the candidate's
-        (``limits.judged``)."""
+        (``limits.judged``). Params no search here asks (a stored trial's, confirmed) are recorded not run."""
+        if refused := self._refused(params):
+            self._not_run(trial, Status.SKIPPED, refused)
+            return TrialResult(Status.SKIPPED, error=refused)
         self.notify(TrialStarted(trial.number, role, params))
         self.current = trial.number
         trial.set_user_attr(Attr.RUN_STARTED, self.budget.wall())  # wall clock: comparable between workers
@@ -289,8 +295,6 @@ class SearchLoop:
     def _measure(self, role: str, params: dict[str, Any], deadline: float,
                  ahead: bool = False) -> tuple[TrialResult, str | None]:
         """The baseline: the calibration; a confirmation: a fixed number of fresh pairs; others race (``_race``)."""
-        if refused := spaces.refused(params, self.facts):  # a shared study's or an enqueued trial's: never started
-            return TrialResult(Status.SKIPPED, error=f"not run: {'; '.join(refused)}"), None
         started, before = self.budget.now(), self._process_pairs(params)
         if role == BASELINE:
             try:

@@ -184,9 +184,16 @@ def trial_id(trial: optuna.Trial | FrozenTrial) -> int:
     return trial._trial_id
 
 
+def enqueued(study: optuna.Study, trial: optuna.Trial) -> bool:
+    """Whether ``trial`` was enqueued (its params fixed before it was asked: by a search, or by another hand)."""
+    storage, _ = optuna_storage(study)
+    return "fixed_params" in storage.get_trial(trial_id(trial)).system_attrs
+
+
 __all__ = [
     "BASELINE", "COMBINED", "CONFIRM", "CONSTRAINTS", "HEURISTIC", "INTERACTION", "IN_PROCESS", "MEASURED", "NOT_RUN",
     "PAIRED", "SEARCH", "SEED", "WARM_START",
-    "Attr", "Role", "StudyAttr", "TrialRecord", "environment_factors", "finite", "optuna_storage", "params_key",
+    "Attr", "Role", "StudyAttr", "TrialRecord", "enqueued", "environment_factors", "finite", "optuna_storage",
+    "params_key",
     "records", "study_margin", "trial_id",
 ]

@@ -51,7 +51,7 @@ class Turns:
         self.study, self.facts, self.ctx, self.options, self.budget = study, facts, ctx, options, budget
         self.defaults, self.measurer, self.run_settings, self.notify = defaults, measurer, run_settings, notify
         self.seeds = seeds  # (role, params) measured first, in order (``autotune.study.seeds``)
-        self.duplicates = 0  # consecutive samples of a recipe measured before (``SearchLoop._measured_before``)
+        self.duplicates = 0  # consecutive samples of a recipe measured before (``verdict.measured_before``)
         self.input_read = False  # whether the baseline's wait for data was read (``seed_the_input``)
         self.interactions_read = False  # whether the interactions joined the seeds (``seed_the_interactions``)
         self.gave_way: str | None = None  # the environment's seed that gave its turn to a promising one, by key

@@ -177,9 +177,19 @@ def _guard(study: optuna.Study, options: SearchOptions, trial: optuna.Trial, rol
     return reason
 
 
-def measured_before(study: optuna.Study, params: dict[str, Any]) -> int | None:
+def measured_before(study: optuna.Study, params: dict[str, Any], role: str | None = None) -> int | None:
     """The first trial whose measurement of the recipe ``params`` stands (status ok, a confirmation's round aside), or
-    None."""
+    None; None for a trial of ``role`` the baseline or a confirmation, which measure again by design.
+
+    For a candidate (a seed too: a sampled trial, which takes turns with the seeds, ``Turns.sampled_turn``, may have
+    measured its recipe first) that measurement stands: a repeat in a warm worker measures the same arms against the
+    same baseline, and the confirmation measures the chosen recipes again in fresh processes anyway; measuring it
+    again would spend the budget on one recipe and carry on with the luckiest of its copies. The loop skips the
+    repeat (as discussed in optuna/optuna#2021) and tells it PRUNED, which TPE ranks below every completed trial, so
+    it draws elsewhere rather than the same point again; the earlier trial keeps its value. A recipe that crashed or
+    timed out is measured again."""
+    if role in (BASELINE, CONFIRM):
+        return None
     key = params_key(params)
     return next((r.number for r in records(study)
                  if r.role != CONFIRM and r.result.status == Status.OK and params_key(r.params) == key), None)

@@ -190,15 +190,18 @@ def test_without_three_pairs_of_your_runs_the_recipe_is_provisional_and_says_why
     assert recipe.claim_text == "provisional: not measured in processes of your training, 95% interval"
 
 
-@pytest.mark.parametrize("case", ["the recipe's process failed", "each pair slower", "the defaults' process failed"])
+@pytest.mark.parametrize("case", ["the recipe's process failed", "each pair slower", "the defaults' process failed",
+                                  "the recipe's process failed after five"])
 def test_a_recipe_your_runs_saw_fail_or_run_slower_is_not_offered_on_the_workers_word(tmp_path: Path, facts: Any,
                                                                                     case: str) -> None:
-    """Under three pairs the workers' interval is stated, provisional (above): not where the recipe's own process
-    of your training failed (it would be applied to your script with that error), nor where two pairs or more each
-    read it slower than the defaults; a failure of the defaults' process says nothing of the recipe."""
+    """Under three pairs the workers' interval is stated, provisional (above): not where two pairs or more each read
+    it slower than the defaults; and where the recipe's own process of your training failed, at any count of pairs
+    (it would be applied to your script with that error), nothing is offered. A failure of the defaults' process
+    says nothing of the recipe."""
     ratios: list[float | None | BaseException | str] = {
         "the recipe's process failed": [1.2, "cand"], "each pair slower": [0.97, 0.93],
-        "the defaults' process failed": [1.2, "base"]}[case]
+        "the defaults' process failed": [1.2, "base"],
+        "the recipe's process failed after five": [1.3, 1.3, 1.3, 1.3, 1.3, "cand"]}[case]
     budget_s = 50.0 + 2 * PAIR_S + 5.0 if case == "each pair slower" else 3600.0
     recipe, stub = _yours(tmp_path, facts, ratios, budget_s=budget_s)
     said = " ".join(recipe.notes)
@@ -207,6 +210,7 @@ def test_a_recipe_your_runs_saw_fail_or_run_slower_is_not_offered_on_the_workers
         return
     assert (recipe.speedup, recipe.claim, recipe.process_pairs) == (1.0, "defaults", None), said
     why = {"the recipe's process failed": "its own process failed (process pair 2 failed: the recipe's run: crash",
+           "the recipe's process failed after five": "its own process failed (process pair 6 failed: the recipe's",
            "each pair slower": "slower than the defaults in each of its 2 process pairs (0.97x, 0.93x)"}[case]
     assert why in said and "the recipe keeps the defaults" in said, said
 

@@ -2,7 +2,7 @@
 starts no process still may (``Turns.fill``). A 5-minute CNN search had stopped with 57 s of 300 unused: its
 median trial took 47 s (the heuristic's process pairs), a candidate of the defaults' worker 2.8 s.
 
-And a recipe Optuna samples again after it was measured is not measured again (``SearchLoop._measured_before``):
+And a recipe Optuna samples again after it was measured is not measured again (``verdict.measured_before``):
 one 5-minute CNN search had measured channels_last in the heuristic's environment 8 times and gone on with the
 highest of the copies. The repeat is recorded as a duplicate and told PRUNED; the in-process turn gives way once
 its samples only repeat."""
@@ -309,26 +309,44 @@ def test_a_recipe_that_crashed_is_measured_again(searched: Any, facts: Any) -> N
     assert measurer.begun == [crashed] and loop.turns.duplicates == 0
 
 
+@pytest.mark.parametrize("role", ["search", "baseline"])
 @pytest.mark.parametrize("hostile", [{"processes": 5000}, {"threads": "2; touch /tmp/x"}, {"threads": 4096}])
 def test_a_shared_studys_trial_no_search_would_ask_is_recorded_not_run(searched: Any, facts: Any,
-                                                                        hostile: dict[str, Any]) -> None:
+                                                                        hostile: dict[str, Any], role: str) -> None:
     """Another hand in a shared study enqueues a trial whose params no search writes (Optuna's own check of a fixed
     value raises on some, lets an integer out of range through with a warning) or this machine's space never asks
-    (4096 threads on its CPUs): the search records the trial not run, starts nothing and goes on. A stored trial of
-    such params is refused the same way where it would run: every trial the search measures, its confirmations
-    included, passes ``SearchLoop.run_one``."""
+    (4096 threads on its CPUs), as a candidate or as the baseline: the search records the trial not run, starts
+    nothing and goes on (a baseline that failed would end it). A stored trial of such params is refused the same way
+    where it would run (a confirmation's round), before anything reads its params."""
     study, defaults = searched
     measurer = Counting(defaults)
     loop = _loop(study, facts, measurer)
     loop.noise = NOISE
-    study.enqueue_trial({**defaults, **hostile}, user_attrs={Attr.ROLE: "search"})
-    loop._next(0, None)
+    study.enqueue_trial({**defaults, **hostile}, user_attrs={Attr.ROLE: role})
+    assert loop._next(0, None)[:3] == (None, 1, None)  # skipped, not failed: the search goes on
     assert measurer.begun == []
     ended = _ended(study)
     assert ended.user_attrs[Attr.STATUS] == "skipped" and ended.user_attrs[Attr.ERROR].startswith("not run: ")
-    trial = study.ask()
-    assert loop.run_one(trial, "confirm", {**defaults, **hostile}, 60.0).status == "skipped"
+    assert ended.state == optuna.trial.TrialState.PRUNED
+    for stored in ({**defaults, **hostile}, {**defaults, "processes": "2; touch /tmp/x"}):
+        assert loop.run_one(study.ask(), "confirm", stored, 60.0).status == "skipped"
     assert measurer.begun == []
+
+
+def test_a_value_error_of_the_searchs_own_asking_is_raised(searched: Any, facts: Any,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only an enqueued trial's value is another hand's: a ValueError in asking a sampled trial is a defect, raised."""
+    study, defaults = searched
+    loop = _loop(study, facts, Counting(defaults))
+
+    def broken(*args: Any) -> dict[str, Any]:
+        raise ValueError("a defect of the space")
+    monkeypatch.setattr(spaces, "suggest", broken)
+    monkeypatch.setattr(loop.turns, "waiting", lambda: [])
+    monkeypatch.setattr(loop.turns, "sampled_turn", lambda: True)
+    monkeypatch.setattr(loop.turns, "enqueue_in_process", lambda: None)
+    with pytest.raises(ValueError, match="a defect of the space"):
+        loop._next(0, None)
 
 
 def test_the_in_process_turn_gives_way_once_its_samples_only_repeat(searched: Any, facts: Any) -> None:

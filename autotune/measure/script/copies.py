@@ -150,7 +150,7 @@ class ScriptRun(freeze.Freezable):
                     if self.stray is None:
                         log.warning("a line on the step channel of %s is no step message, skipped: %r", self.folder,
                                     line[:80])
-                    self.stray = self.stray or line[:80]
+                        self.stray = line[:80]
                     continue
                 if isinstance(message, Step):
                     self.steps.append(message)
