@@ -107,8 +107,8 @@ def _pairs(loop: SearchLoop, winner: Candidate, tested: bool, first: int = 0) ->
                     break
             # past the pairs asked, another only where the budget's end holds it with the estimates' 20% to spare,
             # at the pairs' own time: what the search kept and did not spend narrows your runs' interval
-            elif loop.budget.left() < EXTRA * max([pair_s or 0.0, *(p.wall_s for p in pairs)]):
-                break  # a pair an earlier search stored has no wall time here: the price stands for it
+            elif loop.budget.left() < EXTRA * max((p.wall_s for p in pairs if p.wall_s), default=pair_s or 0.0):
+                break  # the pairs' own time; pairs an earlier search stored have none here: the price stands in
             else:
                 of = f"{i + 1} (past the {asked} asked: the budget's end holds it)"
             loop.current = winner.number  # the phase line names the recipe's trial
