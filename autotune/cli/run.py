@@ -59,7 +59,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run)
 
 
-def _preload_checked(path: str, other: str | None) -> str | None:
+def _preload_checked(path: str | None, other: str | None) -> str | None:
     """The check the env file's header promises before it is loaded in bash: every library its ``LD_PRELOAD`` names
     lies where this machine's probe looks for libraries (``foreign_preload``), else a UsageError (``autotune run``
     itself preloads the probe's own either way); a warning instead for a recipe of other hardware that runs anyway
@@ -93,8 +93,7 @@ def run(args: argparse.Namespace) -> int:
     other = check_machine(recipe, facts, allow_other_hardware=args.allow_other_hardware,
                           way_out="pass --allow-other-hardware")
     plan = launch.for_recipe(recipe, command, os.environ)  # as 'autotune export --format env' writes it
-    file = args.recipe and not (args.recipe.isascii() and args.recipe.isdigit())
-    preload = _preload_checked(args.recipe, other) if file else None
+    preload = _preload_checked(args.recipe, other)  # a file's; none for a stored recipe's id or the latest
     if args.allow_other_hardware:
         plan.env[ALLOW_OTHER_HARDWARE] = "1"
     for warning in [*filter(None, [other, preload]), *plan.warnings]:
